@@ -1,0 +1,51 @@
+#include "base/cpu.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "base/error.hpp"
+
+namespace strata {
+
+static Isa probe() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa detected_isa() {
+  static const Isa isa = [] {
+    Isa best = probe();
+    if (const char* forced = std::getenv("STRATA_ISA")) {
+      Isa want = parse_isa(forced);
+      if (static_cast<int>(want) > static_cast<int>(best))
+        throw Error("STRATA_ISA=" + std::string(forced) + ": this CPU supports at most " +
+                    std::string(isa_name(best)));
+      return want;
+    }
+    return best;
+  }();
+  return isa;
+}
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa parse_isa(std::string_view name) {
+  if (name == "scalar") return Isa::Scalar;
+  if (name == "avx2") return Isa::Avx2;
+  if (name == "avx512") return Isa::Avx512;
+  throw Error("STRATA_ISA: unknown instruction set '" + std::string(name) +
+              "' (expected scalar, avx2 or avx512)");
+}
+
+}  // namespace strata

@@ -1,0 +1,19 @@
+#pragma once
+// Each subcommand lives in its own cmd_*.cpp and registers itself here at start-up, so a
+// new command is one new file.
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+// setup adds a subcommand to the app and sets its callback. Sub-commands that need MPI
+// (every command that may run under mpirun) call mpi_session() inside their callback.
+using CommandSetup = std::function<void(CLI::App& app)>;
+
+struct CommandRegistrar {
+  CommandRegistrar(int order, CommandSetup setup);
+};
+
+}  // namespace strata::cli

@@ -1,0 +1,43 @@
+// strata: train transformer language models data-parallel, each state sharded over its tier.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "cli/command.hpp"
+
+namespace strata::cli {
+
+namespace {
+std::vector<std::pair<int, CommandSetup>>& registry() {
+  static std::vector<std::pair<int, CommandSetup>> r;
+  return r;
+}
+}  // namespace
+
+CommandRegistrar::CommandRegistrar(int order, CommandSetup setup) {
+  registry().emplace_back(order, std::move(setup));
+}
+
+}  // namespace strata::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: data-parallel transformer training with each state sharded over its own tier"};
+  app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
+  app.require_subcommand(1);
+  auto& reg = strata::cli::registry();
+  std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  for (auto& [order, setup] : reg) setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const strata::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "strata: error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,118 @@
+#include "model/layout.hpp"
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace strata::model {
+
+static std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
+  config_.validate();
+  const std::int64_t C = config.n_embd, V = config.padded_vocab_size, T = config.seq_len;
+  std::size_t cursor = 0;
+
+  auto begin_unit = [&](std::string name) {
+    cursor = round_up(cursor, kUnitAlignFloats);
+    units_.push_back({std::move(name), cursor, 0, {}});
+  };
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, bool transposed) {
+    cursor = round_up(cursor, kTensorAlignFloats);
+    std::size_t n = 1;
+    for (auto d : shape) n *= static_cast<std::size_t>(d);
+    TensorInfo t{std::move(name), static_cast<int>(units_.size()) - 1, cursor, std::move(shape), n, decay, transposed};
+    units_.back().tensors.push_back(static_cast<int>(tensors_.size()));
+    tensors_.push_back(std::move(t));
+    cursor += n;
+  };
+  auto end_unit = [&] {
+    cursor = round_up(cursor, kUnitAlignFloats);
+    units_.back().numel = cursor - units_.back().offset;
+  };
+
+  begin_unit("embeddings");
+  add("wte.weight", {V, C}, true, false);
+  add("wpe.weight", {T, C}, true, false);
+  end_unit();
+  for (int l = 0; l < config.n_layer; ++l) {
+    std::string p = fmt::format("h.{}.", l);
+    begin_unit(fmt::format("h.{}", l));
+    add(p + "ln_1.weight", {C}, false, false);
+    add(p + "ln_1.bias", {C}, false, false);
+    add(p + "attn.c_attn.weight", {3 * C, C}, true, true);
+    add(p + "attn.c_attn.bias", {3 * C}, false, false);
+    add(p + "attn.c_proj.weight", {C, C}, true, true);
+    add(p + "attn.c_proj.bias", {C}, false, false);
+    add(p + "ln_2.weight", {C}, false, false);
+    add(p + "ln_2.bias", {C}, false, false);
+    add(p + "mlp.c_fc.weight", {4 * C, C}, true, true);
+    add(p + "mlp.c_fc.bias", {4 * C}, false, false);
+    add(p + "mlp.c_proj.weight", {C, 4 * C}, true, true);
+    add(p + "mlp.c_proj.bias", {C}, false, false);
+    end_unit();
+  }
+  begin_unit("ln_f");
+  add("ln_f.weight", {C}, false, false);
+  add("ln_f.bias", {C}, false, false);
+  end_unit();
+  total_ = cursor;
+}
+
+std::int64_t ParamLayout::num_params() const {
+  std::int64_t n = 0;
+  for (auto& t : tensors_) n += static_cast<std::int64_t>(t.numel);
+  return n;
+}
+
+const TensorInfo* ParamLayout::try_find(std::string_view name) const {
+  for (auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const TensorInfo& ParamLayout::find(std::string_view name) const {
+  if (auto* t = try_find(name)) return *t;
+  throw Error(fmt::format("model: no tensor named '{}'", name));
+}
+
+std::vector<DecaySegment> ParamLayout::decay_segments(std::size_t begin, std::size_t end) const {
+  std::vector<DecaySegment> out;
+  auto push = [&](std::size_t b, std::size_t e, bool decay) {
+    b = std::max(b, begin);
+    e = std::min(e, end);
+    if (b >= e) return;
+    if (!out.empty() && out.back().end == b && out.back().decay == decay)
+      out.back().end = e;
+    else
+      out.push_back({b, e, decay});
+  };
+  std::size_t cursor = 0;
+  for (auto& t : tensors_) {
+    push(cursor, t.offset, false);  // alignment padding
+    push(t.offset, t.offset + t.numel, t.decay);
+    cursor = t.offset + t.numel;
+  }
+  push(cursor, std::max(total_, end), false);
+  return out;
+}
+
+BlockOffsets block_offsets(const ParamLayout& layout) {
+  auto off = [&](const char* suffix) {
+    return layout.offset_in_unit(layout.find(fmt::format("h.0.{}", suffix)));
+  };
+  return {off("ln_1.weight"),        off("ln_1.bias"),       off("attn.c_attn.weight"),
+          off("attn.c_attn.bias"),   off("attn.c_proj.weight"), off("attn.c_proj.bias"),
+          off("ln_2.weight"),        off("ln_2.bias"),       off("mlp.c_fc.weight"),
+          off("mlp.c_fc.bias"),      off("mlp.c_proj.weight"), off("mlp.c_proj.bias")};
+}
+
+EmbeddingOffsets embedding_offsets(const ParamLayout& layout) {
+  return {layout.offset_in_unit(layout.find("wte.weight")), layout.offset_in_unit(layout.find("wpe.weight"))};
+}
+
+FinalNormOffsets final_norm_offsets(const ParamLayout& layout) {
+  return {layout.offset_in_unit(layout.find("ln_f.weight")), layout.offset_in_unit(layout.find("ln_f.bias"))};
+}
+
+}  // namespace strata::model

@@ -1,0 +1,44 @@
+#pragma once
+// AdamW with decoupled weight decay over flat fp32 runs, and the learning-rate schedule.
+// The update works on any [begin, end) run of the arena, so an optimizer shard is just a
+// shorter run; weight decay follows the layout's decay segments (none on norms and biases).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "model/layout.hpp"
+
+namespace strata::optim {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // global L2 norm; 0 turns clipping off
+};
+
+// One AdamW update of n elements. grad_scale multiplies every gradient first (clipping).
+// step is the 1-based update count used for bias correction.
+void adamw_update(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                  const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step, float grad_scale);
+
+// Update the arena run [begin, end): params/grads/moments point at element `begin`.
+// Decay is applied only where the layout says so.
+void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std::size_t end, float* params,
+                        const float* grads, float* exp_avg, float* exp_avg_sq, const AdamWConfig& hp, float lr,
+                        std::int64_t step, float grad_scale);
+
+// Sum of squares in double, deterministic for a given n and thread count.
+double sum_squares(const float* x, std::size_t n);
+
+// Linear warm-up to max_lr over warmup_steps, then cosine decay to min_lr at total_steps.
+struct LrSchedule {
+  float max_lr = 6e-4f;
+  float min_lr = 6e-5f;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 1;
+  float at(std::int64_t step) const;  // step is 1-based
+};
+
+}  // namespace strata::optim

@@ -1,0 +1,60 @@
+#pragma once
+// The trainer talks to an Engine: whoever holds the model state and moves it. The
+// single-process LocalEngine (local_engine.hpp) holds everything; sharding engines
+// (src/shard) hold a slice of each state and run collectives. The trainer loop, metrics and
+// checkpoints are the same for all of them.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gpt.hpp"
+#include "model/layout.hpp"
+#include "optim/adamw.hpp"
+
+namespace strata::train {
+
+// A run [begin, end) of the flat parameter arena whose optimizer state this rank owns:
+// fp32 master weights and the two Adam moments, each `end - begin` floats.
+struct StateShard {
+  std::size_t begin = 0, end = 0;
+  float* master = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual const model::ParamLayout& layout() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Forward + backward of one local micro-batch (B*T tokens and targets). Gradients of
+  // grad_scale x (mean loss) accumulate until optimizer_step. Returns the local mean loss.
+  virtual float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) = 0;
+  // Forward only; the local mean loss.
+  virtual float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) = 0;
+
+  // Finishes gradient reduction, computes the global gradient L2 norm, clips to
+  // hp.grad_clip (0 = off), applies AdamW with learning rate lr as update number `step`
+  // (1-based), brings the updated weights to wherever the forward reads them, and zeroes
+  // the gradients. Returns the global gradient norm before clipping.
+  virtual double optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) = 0;
+
+  // Mean of a per-rank value over all ranks (the logged loss is the global mean).
+  virtual double all_mean(double local) = 0;
+
+  // Optimizer state this rank owns, for checkpoints. Together the shards of all ranks
+  // cover the arena exactly once.
+  virtual std::vector<StateShard> state_shards() = 0;
+  // After the shards were overwritten from a checkpoint: rebuild every derived copy of
+  // the weights (gathered or low-precision ones) from the master shards.
+  virtual void state_loaded() = 0;
+
+  // The full fp32 parameters, assembled on every rank (for export and tests).
+  virtual void gather_params(float* full) = 0;
+};
+
+}  // namespace strata::train
