@@ -1,0 +1,81 @@
+#pragma once
+// A cluster as an ordered list of tiers, innermost first. Tier t's `size` is how many
+// domains of tier t-1 one tier-t domain holds (for tier 0: how many ranks). The outermost
+// tier's size is whatever the world size leaves. Ranks map to domains in rank order:
+// contiguous ranks share the innermost domain, as mpirun and srun place them by slot.
+//
+// Example (2 nodes x 2 GPUs x 2 dies = 8 ranks): tiers gpu(2), node(2), cluster(2).
+//   domain_ranks(gpu)=2, domain_ranks(node)=4, domain_ranks(cluster)=8
+//   rank 5: gpu domain 2, node domain 1; tier_between(4,5)=gpu, (5,7)=node, (1,5)=cluster.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace strata::topo {
+
+struct Tier {
+  std::string name;
+  int size = 0;                 // 0 for the outermost tier until resolve()
+  double bandwidth_GBps = 0;    // per rank, per direction
+  double latency_us = 0;
+  double efficiency = 1.0;      // achievable fraction of bandwidth_GBps for large messages
+  std::string source;           // where the figures come from (presets cite datasheets)
+};
+
+struct TierOverride {  // --tier NAME.FIELD=VALUE on the command line
+  std::string tier, field, value;
+};
+
+class Topology {
+ public:
+  Topology() = default;
+  explicit Topology(std::vector<Tier> tiers, std::string name = "custom");
+
+  // Presets: frontier, dgx-a100, dgx-h100 (outermost tier "cluster"), and "host" (this
+  // machine, detected with MPI's shared-memory split and hwloc; needs MPI initialised).
+  static Topology preset(std::string_view name);
+  static std::vector<std::string> preset_names();
+  static Topology from_toml_file(const std::filesystem::path& path);  // errors name file + field
+  static Topology from_toml_string(std::string_view text, std::string_view origin = "<string>");
+  // NAME of a preset or a path to a TOML file.
+  static Topology load(std::string_view name_or_path);
+
+  void apply_override(const TierOverride& o);  // throws Error naming tier and field
+  // Fixes the outermost tier's size for a world of `world_size` ranks (or checks it, if it
+  // was set). `nodes` > 0 asks for that many domains of the tier just inside the outermost.
+  // Refuses a world size the inner tiers do not divide, with the arithmetic in the message.
+  void resolve(int world_size);
+  bool resolved() const { return world_size_ > 0; }
+  // A world size that makes `nodes` domains of the second-outermost tier.
+  int world_size_for_nodes(int nodes) const;
+
+  const std::string& name() const { return name_; }
+  int num_tiers() const { return static_cast<int>(tiers_.size()); }
+  const Tier& tier(int t) const { return tiers_.at(t); }
+  const std::vector<Tier>& tiers() const { return tiers_; }
+  int outermost() const { return num_tiers() - 1; }
+  int world_size() const { return world_size_; }
+  // Index of a tier by name; throws Error listing the tier names when unknown.
+  int tier_index(std::string_view name) const;
+  std::optional<int> find_tier(std::string_view name) const;
+
+  int domain_ranks(int t) const;               // ranks in one domain of tier t
+  int domain_of(int rank, int t) const { return rank / domain_ranks(t); }
+  int num_domains(int t) const { return world_size_ / domain_ranks(t); }
+  // The innermost tier whose domain holds both ranks: the outermost link a message crosses.
+  int tier_between(int rank_a, int rank_b) const;
+
+  nlohmann::json to_json() const;
+
+ private:
+  std::string name_ = "custom";
+  std::vector<Tier> tiers_;
+  int world_size_ = 0;
+};
+
+}  // namespace strata::topo
