@@ -75,6 +75,7 @@ void run_train(const TrainArgs& args) {
 CommandRegistrar registrar(10, [](CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "Train a GPT on token files (flags override --config values)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
   cmd->add_option("--config", args->config_path, "TOML config file: [model], [data], [optim], [train] sections");
   for (const train::SettingInfo& info : train::setting_infos()) {
     auto f = std::make_unique<SettingFlag>();

@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 

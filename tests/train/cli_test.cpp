@@ -159,7 +159,9 @@ TEST(Cli, ResumedRunReproducesTheUninterruptedLossesBitForBit) {
     EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << "step " << i + 1;
     EXPECT_EQ(a[i]["lr"].get<double>(), b[i]["lr"].get<double>()) << "step " << i + 1;
     EXPECT_EQ(a[i].contains("val_loss"), b[i].contains("val_loss")) << "step " << i + 1;
-    if (a[i].contains("val_loss")) EXPECT_EQ(a[i]["val_loss"].get<double>(), b[i]["val_loss"].get<double>());
+    if (a[i].contains("val_loss")) {
+      EXPECT_EQ(a[i]["val_loss"].get<double>(), b[i]["val_loss"].get<double>());
+    }
   }
   // The final weights and moments too, byte for byte.
   EXPECT_EQ(read_file_text(whole / "ckpt" / "step_00000100" / "rank00000.bin"),

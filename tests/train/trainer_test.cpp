@@ -34,7 +34,7 @@ TrainConfig tiny_config(const test::ScratchDir& dir) {
   return c;
 }
 
-TrainResult train(const TrainConfig& c) {
+TrainResult run_training(const TrainConfig& c) {
   LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
   Trainer trainer(c, engine);
   return trainer.run();
@@ -55,7 +55,7 @@ std::string error_of(F&& f) {
 TEST(Trainer, SameSeedGivesTheSameLossesBitForBit) {
   test::ScratchDir dir;
   TrainConfig c = tiny_config(dir);
-  TrainResult a = train(c), b = train(c);
+  TrainResult a = run_training(c), b = run_training(c);
   ASSERT_EQ(a.steps.size(), 12u);
   ASSERT_EQ(b.steps.size(), 12u);
   for (std::size_t i = 0; i < a.steps.size(); ++i) {
@@ -66,7 +66,7 @@ TEST(Trainer, SameSeedGivesTheSameLossesBitForBit) {
   EXPECT_EQ(*a.steps.back().val_loss, *b.steps.back().val_loss);
 
   c.seed = 99;
-  TrainResult other = train(c);
+  TrainResult other = run_training(c);
   EXPECT_NE(other.steps.front().loss, a.steps.front().loss);
 }
 
@@ -78,7 +78,7 @@ TEST(Trainer, GradientAccumulationMatchesOneBatchOfTheSameSequences) {
   TrainConfig accum = one;
   accum.batch = 2;
   accum.grad_accum = 2;
-  TrainResult a = train(one), b = train(accum);
+  TrainResult a = run_training(one), b = run_training(accum);
   for (std::size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_NEAR(a.steps[i].loss, b.steps[i].loss, 1e-5 * a.steps[i].loss) << "step " << i + 1;
     EXPECT_NEAR(a.steps[i].grad_norm, b.steps[i].grad_norm, 1e-4 * a.steps[i].grad_norm) << "step " << i + 1;
@@ -90,7 +90,7 @@ TEST(Trainer, LearnsTheTextBelowItsUnigramEntropy) {
   TrainConfig c = tiny_config(dir);
   c.batch = 4;
   c.steps = 80;
-  TrainResult r = train(c);
+  TrainResult r = run_training(c);
   const double entropy = data::unigram_entropy(dir / "train.bin");
   ASSERT_TRUE(r.steps.back().val_loss);
   EXPECT_LT(*r.steps.back().val_loss, 0.8 * entropy);
@@ -103,7 +103,7 @@ TEST(Trainer, WritesMetricsEveryStepAndASummary) {
   c.steps = 10;
   c.val_every = 4;
   c.out_dir = (dir / "out").string();
-  TrainResult r = train(c);
+  TrainResult r = run_training(c);
 
   auto lines = test::read_jsonl(dir / "out" / "metrics.jsonl");
   ASSERT_EQ(lines.size(), 10u);
@@ -141,18 +141,18 @@ TEST(Trainer, RefusesTheOutputOfAnEarlierRunUnlessToldToReplaceIt) {
   TrainConfig c = tiny_config(dir);
   c.steps = 3;
   c.out_dir = (dir / "out").string();
-  train(c);
+  run_training(c);
   const std::string summary = read_file_text(dir / "out" / "summary.json");
   const std::string metrics = read_file_text(dir / "out" / "metrics.jsonl");
 
   c.seed = 5;
-  std::string e = error_of([&] { train(c); });
+  std::string e = error_of([&] { run_training(c); });
   EXPECT_NE(e.find("holds the results of an earlier run"), std::string::npos) << e;
   EXPECT_EQ(read_file_text(dir / "out" / "summary.json"), summary);
   EXPECT_EQ(read_file_text(dir / "out" / "metrics.jsonl"), metrics);
 
   c.overwrite = true;
-  train(c);
+  run_training(c);
   EXPECT_NE(read_file_text(dir / "out" / "metrics.jsonl"), metrics);
   EXPECT_EQ(test::read_jsonl(dir / "out" / "metrics.jsonl").size(), 3u);
 }
@@ -162,24 +162,24 @@ TEST(Trainer, ResumeRefusesChangedRunSettingsAndFinishedCheckpoints) {
   TrainConfig c = tiny_config(dir);
   c.steps = 4;
   c.out_dir = (dir / "out").string();
-  train(c);
+  run_training(c);
   const fs::path ckpt = dir / "out" / "ckpt" / "step_00000004";
 
   TrainConfig wider = c;
   wider.steps = 8;
   wider.batch = 4;
   wider.resume = c.out_dir;
-  EXPECT_EQ(error_of([&] { train(wider); }),
+  EXPECT_EQ(error_of([&] { run_training(wider); }),
             ckpt.string() + ": train.batch = 2 in the checkpoint, 4 in this run; a resumed run must keep it");
 
   TrainConfig done = c;
   done.resume = c.out_dir;
-  EXPECT_EQ(error_of([&] { train(done); }),
+  EXPECT_EQ(error_of([&] { run_training(done); }),
             ckpt.string() + ": the checkpoint is at step 4; nothing left to train up to step 4 (train.steps)");
 
   TrainConfig both = c;
   both.steps = 8;
   both.resume = c.out_dir;
   both.overwrite = true;
-  EXPECT_NE(error_of([&] { train(both); }).find("--overwrite would delete"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_training(both); }).find("--overwrite would delete"), std::string::npos);
 }
