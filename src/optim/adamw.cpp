@@ -22,8 +22,8 @@ namespace {
 
 // Work is cut into pieces of at most this many floats (32 KiB per array) for the threads.
 constexpr std::size_t kPieceFloats = 8192;
-// sum_squares reduces blocks of this many floats, each into 8 double lanes, then the block
-// sums in order: the order depends on n only.
+// sum_squares reduces blocks of this many floats, then adds the block sums in order: the
+// order depends on n only, not on threads or instruction set.
 constexpr std::size_t kSumBlock = 8192;
 
 // Per-update constants, computed once in double and rounded to float once.
@@ -185,65 +185,68 @@ void run_pieces(Isa isa, const std::vector<Piece>& pieces, float* p, const float
   }
 }
 
-// Eight double lanes combined in a fixed tree: lane j and j+4, then the pairs.
-double combine_lanes(const double lane[8]) {
-  const double s0 = lane[0] + lane[4], s1 = lane[1] + lane[5], s2 = lane[2] + lane[6], s3 = lane[3] + lane[7];
-  return (s0 + s2) + (s1 + s3);
+// sum_squares' order, the same on every path: within a block, lane j (of kLanes) sums the
+// squares of elements i with i % kLanes == j in order; squares of floats are exact in double.
+// The lanes then fold in halves (j += j + width for width = 16, 8, ..., 1). Several
+// independent lanes keep the vector adders busy instead of waiting on one chain.
+constexpr std::size_t kLanes = 32;
+
+double fold_lanes(double lane[kLanes]) {
+  for (std::size_t width = kLanes / 2; width > 0; width /= 2)
+    for (std::size_t j = 0; j < width; ++j) lane[j] += lane[j + width];
+  return lane[0];
 }
 
-// Lane j accumulates elements i with i % 8 == j; squares of floats are exact in double.
 double block_sum_squares_scalar(const float* x, std::size_t n) {
-  double lane[8] = {};
+  double lane[kLanes] = {};
   for (std::size_t i = 0; i < n; ++i) {
     const double d = x[i];
-    lane[i % 8] += d * d;
+    lane[i % kLanes] += d * d;
   }
-  return combine_lanes(lane);
+  return fold_lanes(lane);
+}
+
+// Zero-masked conversions with full masks: the unmasked intrinsic trips GCC 12's false
+// -Wmaybe-uninitialized on _mm512_undefined_pd.
+STRATA_AVX512 __attribute__((always_inline)) inline void accumulate_squares8(__m512d& acc, const float* x) {
+  const __m512d d = _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(x));
+  acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
 }
 
 STRATA_AVX512 double block_sum_squares_avx512(const float* x, std::size_t n) {
-  __m512d acc = _mm512_setzero_pd();
+  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
   std::size_t i = 0;
-  // Zero-masked conversions with full masks: the unmasked intrinsic trips GCC 12's false
-  // -Wmaybe-uninitialized on _mm512_undefined_pd.
-  for (; i + 8 <= n; i += 8) {
-    const __m512d d = _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(x + i));
-    acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
-  }
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < 4; ++k) accumulate_squares8(acc[k], x + i + 8 * k);
   if (i < n) {  // zero lanes add +0.0, which leaves a non-negative sum unchanged
-    alignas(32) float tail[8] = {};
+    alignas(64) float tail[kLanes] = {};
     std::memcpy(tail, x + i, (n - i) * sizeof(float));
-    const __m512d d = _mm512_maskz_cvtps_pd(0xFF, _mm256_load_ps(tail));
-    acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+    for (int k = 0; k < 4; ++k) accumulate_squares8(acc[k], tail + 8 * k);
   }
-  alignas(64) double lane[8];
-  _mm512_store_pd(lane, acc);
-  return combine_lanes(lane);
+  alignas(64) double lane[kLanes];
+  for (int k = 0; k < 4; ++k) _mm512_store_pd(lane + 8 * k, acc[k]);
+  return fold_lanes(lane);
 }
 
-STRATA_AVX2 __attribute__((always_inline)) inline void accumulate_squares4(__m256d& acc, __m128 f) {
-  const __m256d d = _mm256_cvtps_pd(f);
+STRATA_AVX2 __attribute__((always_inline)) inline void accumulate_squares4(__m256d& acc, const float* x) {
+  const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x));
   acc = _mm256_add_pd(acc, _mm256_mul_pd(d, d));
 }
 
 STRATA_AVX2 double block_sum_squares_avx2(const float* x, std::size_t n) {
-  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();  // lanes 0-3 and 4-7
+  __m256d acc[8];
+  for (auto& a : acc) a = _mm256_setzero_pd();
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    accumulate_squares4(lo, _mm_loadu_ps(x + i));
-    accumulate_squares4(hi, _mm_loadu_ps(x + i + 4));
-  }
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < 8; ++k) accumulate_squares4(acc[k], x + i + 4 * k);
   if (i < n) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 f = _mm256_maskload_ps(x + i, mask);
-    accumulate_squares4(lo, _mm256_castps256_ps128(f));
-    accumulate_squares4(hi, _mm256_extractf128_ps(f, 1));
+    alignas(32) float tail[kLanes] = {};
+    std::memcpy(tail, x + i, (n - i) * sizeof(float));
+    for (int k = 0; k < 8; ++k) accumulate_squares4(acc[k], tail + 4 * k);
   }
-  alignas(32) double lane[8];
-  _mm256_store_pd(lane, lo);
-  _mm256_store_pd(lane + 4, hi);
-  return combine_lanes(lane);
+  alignas(32) double lane[kLanes];
+  for (int k = 0; k < 8; ++k) _mm256_store_pd(lane + 4 * k, acc[k]);
+  return fold_lanes(lane);
 }
 
 double block_sum_squares(Isa isa, const float* x, std::size_t n) {
