@@ -198,7 +198,7 @@ TEST_P(KernelTest, BiasGelu) {
 }
 
 TEST_P(KernelTest, CausalAttention) {
-  const int B = 2, T = 19, C = 16, NH = 2;
+  const int B = 2, T = 40, C = 8, NH = 2;  // T spans two row blocks, the second partial
   Rng rng(5);
   auto qkv = random_floats(B * T * 3 * C, rng);
   std::vector<float> out(B * T * C), att(B * NH * T * T, NAN);
@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Isas, KernelTest, ::testing::ValuesIn(available_isas())
 
 // Runs every kernel on fixed inputs (shapes with vector tails) and returns all outputs.
 std::map<std::string, std::vector<float>> run_all_kernels(const Kernels& k) {
-  const int B = 3, T = 21, C = 24, NH = 3, N = B * T, V = 50, Vp = 64, vocab = 50;
+  const int B = 3, T = 45, C = 24, NH = 3, N = B * T, V = 50, Vp = 64, vocab = 50;
   Rng rng(7);
   std::map<std::string, std::vector<float>> r;
   std::vector<std::int32_t> tokens(N);
@@ -315,8 +315,11 @@ TEST(KernelIsas, VectorPathsAgreeWithScalar) {
     for (auto& [name, want] : scalar) {
       const std::vector<float>& g = got.at(name);
       Vec w(want.begin(), want.end());
-      // Same formulas, different summation orders and fused multiply-adds: a few ulp apart.
-      expect_close(g.data(), w.data(), w.size(), 2e-6, 2e-6, std::string(isa_name(isa)) + " " + name);
+      double scale = 0;
+      for (double x : w) scale = std::max(scale, std::abs(x));
+      // Same formulas, different summation orders and fused multiply-adds: a few ulp apart,
+      // relative to the output's magnitude where sums cancel.
+      expect_close(g.data(), w.data(), w.size(), 2e-6, 5e-6 * scale, std::string(isa_name(isa)) + " " + name);
     }
     // Pure additions in a fixed order: identical on every path.
     for (const char* exact : {"embed", "dwte", "dwpe", "column_sums", "broadcast", "ln_residual"})
