@@ -30,6 +30,10 @@ void check_ids(const std::int32_t* ids, std::size_t n, int vocab, const char* wh
 struct Team {
   int id, size;
   Range share(int n, int align = 1) const { return model::share(n, size, id, align); }
+  // When the batch divides evenly, a thread's share of the B*T rows is whole sequences and
+  // its share of the (batch, head) pairs is theirs: attention then reads only rows this
+  // thread wrote, and the barriers around it can go.
+  bool owns_whole_sequences(int B) const { return B % size == 0; }
 };
 template <class F>
 void in_parallel(F&& f) {
@@ -190,9 +194,10 @@ void GPT::block_forward(int layer, const float* p) {
                         p + o.attn_proj_b);
     k.broadcast_rows(la.qkv, p + o.attn_b, 3 * C, rows);
     matmul_forward(la.qkv, la.ln1, p + o.attn_w, C, 3 * C, true, rows);
-    barrier();  // attention reads whole sequences
+    const bool sync = !team.owns_whole_sequences(B_);
+    if (sync) barrier();  // attention reads whole sequences
     k.attention_forward(la.atty, la.att, la.qkv, T_, C, NH, team.share(B_ * NH));
-    barrier();  // c_proj reads every head of its rows
+    if (sync) barrier();  // c_proj reads every head of its rows
     matmul_forward(la.res2, la.atty, p + o.attn_proj_w, C, C, true, rows);
     k.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, C, rows, la.res3,
                         p + o.fc_proj_b);
@@ -263,10 +268,11 @@ void GPT::block_backward(int layer, const float* p, float* g) {
     matmul_backward_input(m.dln2, m.dfch, 4 * C, p + o.fc_w, C, 4 * C, rows);
     k.layernorm_backward_input(d_mid, d_out, m.dln2, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, C, rows);
     matmul_backward_input(m.datty, d_mid, C, p + o.attn_proj_w, C, C, rows);
-    barrier();  // attention reads whole sequences
+    const bool sync = !team.owns_whole_sequences(B_);
+    if (sync) barrier();  // attention reads whole sequences
     k.attention_backward(m.dqkv, m.datty, la.att, la.qkv, T_, C, NH, team.share(B_ * NH),
                          m.attention_scratch.data() + static_cast<std::size_t>(team.id) * T_ * T_);
-    barrier();  // c_attn reads every head of its rows
+    if (sync) barrier();  // c_attn reads every head of its rows
     matmul_backward_input(m.dln1, m.dqkv, 3 * C, p + o.attn_w, C, 3 * C, rows);
     k.layernorm_backward_input(d_in, d_mid, m.dln1, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, C, rows);
     barrier();  // parameter gradients sum over every row
