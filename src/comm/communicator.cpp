@@ -52,20 +52,25 @@ class MessageType {
 
 }  // namespace
 
-Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
-  MPI_Comm_dup(comm, &comm_);
+std::vector<int> world_ranks_of(MPI_Comm comm) {
   int d = 0;
-  MPI_Comm_size(comm_, &d);
-  MPI_Comm_rank(comm_, &position_);
+  MPI_Comm_size(comm, &d);
   MPI_Group group, world_group;
-  MPI_Comm_group(comm_, &group);
+  MPI_Comm_group(comm, &group);
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  std::vector<int> members(d);
+  std::vector<int> members(d), world(d);
   for (int i = 0; i < d; ++i) members[i] = i;
-  world_ranks_.resize(d);
-  MPI_Group_translate_ranks(group, d, members.data(), world_group, world_ranks_.data());
+  MPI_Group_translate_ranks(group, d, members.data(), world_group, world.data());
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
+  return world;
+}
+
+Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
+  MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_rank(comm_, &position_);
+  world_ranks_ = world_ranks_of(comm_);
+  const int d = size();
   tiers_.resize(d);
   for (int m = 0; m < d; ++m) tiers_[m] = ctx_.topology().tier_between(ctx_.world_rank(), world_ranks_[m]);
 }

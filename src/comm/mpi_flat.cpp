@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/communicator.hpp"
 #include "comm/reduce.hpp"
 
 namespace strata::comm {
@@ -28,18 +29,8 @@ int as_count(std::size_t n, std::string_view op) {
 
 MpiFlat::MpiFlat(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
   MPI_Comm_dup(comm, &comm_);
-  int d = 0;
-  MPI_Comm_size(comm_, &d);
   MPI_Comm_rank(comm_, &position_);
-  MPI_Group group, world_group;
-  MPI_Comm_group(comm_, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  std::vector<int> members(d);
-  for (int i = 0; i < d; ++i) members[i] = i;
-  world_ranks_.resize(d);
-  MPI_Group_translate_ranks(group, d, members.data(), world_group, world_ranks_.data());
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
+  world_ranks_ = world_ranks_of(comm_);
   MPI_Op_create(&sum16<bf16_to_f32, f32_to_bf16>, 1, &bf16_sum_);
   MPI_Op_create(&sum16<f16_to_f32, f32_to_f16>, 1, &f16_sum_);
 }
