@@ -54,6 +54,7 @@ class Hierarchy final : public Collectives {
 
   int num_levels() const { return int(levels_.size()); }
   Communicator& level(int l) { return *levels_.at(l); }
+  const Communicator& level(int l) const { return *levels_.at(l); }
   // N_l: elements entering level l for a buffer of n elements of t (padding applied).
   std::size_t level_elements(std::size_t n, DType t, std::size_t block, int l) const;
 
