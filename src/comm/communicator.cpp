@@ -1,7 +1,9 @@
 #include "comm/communicator.hpp"
 
 #include <chrono>
+#include <algorithm>
 #include <climits>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -102,8 +104,10 @@ void Communicator::after_recv(const WireChunk& in, int src) {
 void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src) {
   before_send(out, dst);
   MessageType st(out), rt(in);
-  MPI_Sendrecv(st.buf(), st.count(), st.type(), dst, kTag, rt.buf(), rt.count(), rt.type(), src, kTag, comm_,
-               MPI_STATUS_IGNORE);
+  MPI_Request req[2];
+  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req[0]);
+  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req[1]);
+  wait_all(req, 2);
   after_send(out, dst);
   after_recv(in, src);
 }
@@ -111,14 +115,35 @@ void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, 
 void Communicator::send(const WireChunk& out, int dst) {
   before_send(out, dst);
   MessageType st(out);
-  MPI_Send(st.buf(), st.count(), st.type(), dst, kTag, comm_);
+  MPI_Request req;
+  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req);
+  wait_all(&req, 1);
   after_send(out, dst);
 }
 
 void Communicator::recv(const WireChunk& in, int src) {
   MessageType rt(in);
-  MPI_Recv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, MPI_STATUS_IGNORE);
+  MPI_Request req;
+  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req);
+  wait_all(&req, 1);
   after_recv(in, src);
+}
+
+void Communicator::wait_all(MPI_Request* requests, int n) {
+  // Poll a little, then sleep between polls with a growing pause: a rank waiting for a
+  // slow peer leaves the core to computation (and to the peer, when ranks outnumber cores)
+  // instead of spinning inside MPI. Each poll also drives MPI's progress.
+  constexpr int kSpinPolls = 64;
+  constexpr auto kMaxPause = std::chrono::microseconds(64);
+  auto pause = std::chrono::microseconds(2);
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
+    if (done) return;
+    if (polls < kSpinPolls) continue;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, kMaxPause);
+  }
 }
 
 // ---- padding rule ---------------------------------------------------------------------

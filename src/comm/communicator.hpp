@@ -70,6 +70,7 @@ class Communicator final : public Collectives {
   void before_send(const WireChunk& out, int dst);
   void after_send(const WireChunk& out, int dst);
   void after_recv(const WireChunk& in, int src);
+  void wait_all(MPI_Request* requests, int n);
 
   Context& ctx_;
   std::string name_;
