@@ -101,7 +101,13 @@ void Communicator::after_recv(const WireChunk& in, int src) {
   ctx_.accounting().record_receive(tier_to(src), in.total_bytes());
 }
 
+void Communicator::check_thread() const {
+  if (!ctx_.executor().on_comm_thread())
+    throw Error(fmt::format("comm: group '{}': point-to-point used outside the communication thread", name_));
+}
+
 void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src) {
+  check_thread();
   before_send(out, dst);
   MessageType st(out), rt(in);
   MPI_Request req[2];
@@ -113,6 +119,7 @@ void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, 
 }
 
 void Communicator::send(const WireChunk& out, int dst) {
+  check_thread();
   before_send(out, dst);
   MessageType st(out);
   MPI_Request req;
@@ -122,6 +129,7 @@ void Communicator::send(const WireChunk& out, int dst) {
 }
 
 void Communicator::recv(const WireChunk& in, int src) {
+  check_thread();
   MessageType rt(in);
   MPI_Request req;
   MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req);

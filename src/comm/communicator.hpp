@@ -71,6 +71,7 @@ class Communicator final : public Collectives {
   void after_send(const WireChunk& out, int dst);
   void after_recv(const WireChunk& in, int src);
   void wait_all(MPI_Request* requests, int n);
+  void check_thread() const;  // Error unless on the communication thread
 
   Context& ctx_;
   std::string name_;

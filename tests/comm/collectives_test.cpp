@@ -271,6 +271,27 @@ TEST(Collectives, NonBlockingCallsOverlapComputationAndComplete) {
   }
   for (std::size_t e = 0; e < n; ++e) ASSERT_EQ(summed.value(e), reduced(am, e, ReduceOp::Sum));
 
+  // Every other operation queued at once, then waited for in reverse order.
+  const std::size_t block = 8, c8 = hier.chunk_elements(n, DType::I8, block);
+  auto sm = members_data(hier, DType::I8, n, block, 6004);
+  HostBuf a2a(DType::I8, c8 * hier.size(), block), bc(DType::I4, 301, block);
+  HostBuf bc_want = member_data(DType::I4, 301, block, 6005, hier.world_rank_of(0));
+  if (hier.index() == 0) bc = bc_want;
+  Work x = hier.all_to_all_async(sm[hier.index()].cview(), a2a.view());
+  Work y = hier.broadcast_async(bc.view(), 0);
+  Work z = hier.barrier_async();
+  z.wait();
+  EXPECT_TRUE(x.test());
+  EXPECT_TRUE(y.test());
+  y.wait();
+  x.wait();
+  EXPECT_EQ(bc.data, bc_want.data);
+  EXPECT_EQ(bc.scales, bc_want.scales);
+  for (int j = 0; j < hier.size(); ++j) {
+    HostBuf sender = padded_ref(sm[j], c8 * hier.size());
+    ASSERT_EQ(0, std::memcmp(a2a.data.data() + j * c8, sender.data.data() + hier.index() * c8, c8)) << "slot " << j;
+  }
+
   // A handle dropped without wait() finishes in its destructor: the buffer is complete after.
   HostBuf again = am[mpi.index()];
   { Work dropped = w.comms.within(outer).all_reduce_async(again.view(), ReduceOp::Sum); }
