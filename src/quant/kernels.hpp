@@ -78,6 +78,20 @@ inline float block_scale(std::uint32_t absmax_bits, int qmax) {
   return std::isinf(scale * q) ? std::nextafter(scale, 0.0f) : scale;
 }
 
+// Whether the clamp in quantize_value can act anywhere in a block: |x| <= absmax and both the
+// division and the rounding are monotonic and odd, so no |q| exceeds the absmax's own. The
+// vector kernels skip the clamp when it cannot act, which changes no result.
+inline bool clamp_can_act(std::uint32_t absmax_bits, float scale, int qmax) {
+  return std::nearbyint(std::bit_cast<float>(absmax_bits) / scale) > static_cast<float>(qmax);
+}
+
+// The fp32 bit pattern of |x| for the largest of 16-bit magnitudes (sign cleared): the
+// kernels find a bf16/fp16 block's absmax on the narrow patterns, whose integer order is
+// their value order, and widen only the winner.
+inline std::uint32_t widen_abs_bits(Source source, std::uint16_t abs16) {
+  return source == Source::BF16 ? std::uint32_t{abs16} << 16 : abs_bits(fp16_to_float(abs16));
+}
+
 // scale > 0. |x / scale| <= 2 * qmax (see docs/quantization.md), so the int conversion is safe;
 // the clamp only acts where a subnormal or rounded scale makes the quotient exceed qmax.
 inline int quantize_value(float x, float scale, int qmax) {

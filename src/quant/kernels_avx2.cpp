@@ -32,41 +32,99 @@ STRATA_AVX2 inline std::uint32_t reduce_max_epu32(__m256i v) {
   return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
 }
 
+// The block's largest |x| as an fp32 bit pattern (NaN and infinity above every finite one).
+template <Source S>
+STRATA_AVX2 inline std::uint32_t block_absmax_bits(const void* src, std::size_t begin, std::size_t len) {
+  std::uint32_t absmax;
+  std::size_t i = 0;
+  if constexpr (S == Source::F32) {
+    const __m256i abs_mask = _mm256_set1_epi32(static_cast<int>(kAbsMask));
+    __m256i m = _mm256_setzero_si256();
+    for (; i + 8 <= len; i += 8)
+      m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_castps_si256(load8<S>(src, begin + i)), abs_mask));
+    absmax = reduce_max_epu32(m);
+  } else {
+    // On the 16-bit patterns, 16 at a time; only the winner is widened.
+    const std::uint16_t* p = static_cast<const std::uint16_t*>(src) + begin;
+    const __m256i abs_mask = _mm256_set1_epi16(0x7fff);
+    __m256i m = _mm256_setzero_si256();
+    for (; i + 16 <= len; i += 16)
+      m = _mm256_max_epu16(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), abs_mask));
+    const __m256i folded = _mm256_max_epu32(_mm256_and_si256(m, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(m, 16));
+    absmax = widen_abs_bits(S, static_cast<std::uint16_t>(reduce_max_epu32(folded)));
+  }
+  for (; i < len; ++i) absmax = std::max(absmax, abs_bits(load_value(S, src, begin + i)));
+  return absmax;
+}
+
+template <bool Clamp>
 STRATA_AVX2 inline __m256i quantize8(__m256 x, __m256 scale, __m256i qmax) {
   const __m256 rounded = _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256i q = _mm256_cvttps_epi32(rounded);  // exact: already an integer
-  return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_sub_epi32(_mm256_setzero_si256(), qmax)), qmax);
+  if constexpr (Clamp) return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_sub_epi32(_mm256_setzero_si256(), qmax)), qmax);
+  return q;
 }
 
-// 8 int32 in [-127, 127] -> 8 int8 in the low 64 bits.
-STRATA_AVX2 inline __m128i narrow_to_int8(__m256i q) {
-  const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-  return _mm_packs_epi16(words, words);
+// 32 quantized values (4 x 8 int32 in [-127, 127]) -> 32 int8 in order. The in-lane packs
+// leave 4-value groups in lane-major order; one dword permute restores value order.
+STRATA_AVX2 inline __m256i narrow32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+  return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// 8 int4 values (as int8 in the low 64 bits) -> 4 bytes, even value in the low nibble.
-STRATA_AVX2 inline std::uint32_t pack_int4(__m128i bytes) {
-  const __m128i low = _mm_and_si128(bytes, _mm_set1_epi16(0x000f));
-  const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00f0));
-  const __m128i packed = _mm_packus_epi16(_mm_or_si128(low, high), _mm_setzero_si128());
-  return static_cast<std::uint32_t>(_mm_cvtsi128_si32(packed));
+// Writes the block's used bytes; scale > 0. The last len % 8 values go through the scalar path.
+template <Source S, QuantBits B, bool Clamp>
+STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float scale,
+                                       std::uint8_t* out) {
+  const int qm = qmax(B);
+  const __m256 scale_v = _mm256_set1_ps(scale);
+  const __m256i qmax_v = _mm256_set1_epi32(qm);
+  auto quantize_at = [&](std::size_t i) STRATA_AVX2 { return quantize8<Clamp>(load8<S>(src, begin + i), scale_v, qmax_v); };
+  std::size_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    const __m256i bytes = narrow32(quantize_at(i), quantize_at(i + 8), quantize_at(i + 16), quantize_at(i + 24));
+    if constexpr (B == QuantBits::Int8) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), bytes);
+    } else {
+      // Each 16-bit lane holds an (even, odd) pair: odd nibble up next to the even one.
+      const __m256i pairs = _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi16(0x000f)),
+                                            _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 2),
+                       _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1)));
+    }
+  }
+  for (; i + 8 <= len; i += 8) {
+    const __m256i q = quantize_at(i);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    const __m128i bytes = _mm_packs_epi16(words, words);  // 8 int8 in the low 64 bits
+    if constexpr (B == QuantBits::Int8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), bytes);
+    } else {
+      const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x000f)),
+                                         _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00f0)));
+      const auto four = static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(pairs, pairs)));
+      std::memcpy(out + i / 2, &four, sizeof four);
+    }
+  }
+  for (; i < len; ++i) {
+    const int q = quantize_value(load_value(S, src, begin + i), scale, qm);
+    if constexpr (B == QuantBits::Int8)
+      out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+    else if (i % 2 == 0)
+      out[i / 2] = static_cast<std::uint8_t>(q & 0x0f);  // the odd partner, if any, comes next
+    else
+      out[i / 2] = static_cast<std::uint8_t>(out[i / 2] | (q & 0x0f) << 4);
+  }
 }
 
 template <Source S, QuantBits B>
 STRATA_AVX2 std::size_t quantize_range(const void* src, std::size_t n, std::size_t bs, std::size_t first,
                                        std::size_t last, std::uint8_t* data, float* scales) {
-  const QuantSpec spec{B, static_cast<int>(bs)};
-  const std::size_t stride = block_bytes(spec);
+  const std::size_t stride = block_bytes(QuantSpec{B, static_cast<int>(bs)});
   const int qm = qmax(B);
-  const __m256i qmax_v = _mm256_set1_epi32(qm);
-  const __m256i abs_mask = _mm256_set1_epi32(static_cast<int>(kAbsMask));
   for (std::size_t b = first; b < last; ++b) {
-    const std::size_t begin = b * bs, len = block_length(n, bs, b), full = len & ~std::size_t{7};
-    __m256i absmax_v = _mm256_setzero_si256();
-    for (std::size_t i = 0; i < full; i += 8)
-      absmax_v = _mm256_max_epu32(absmax_v, _mm256_and_si256(_mm256_castps_si256(load8<S>(src, begin + i)), abs_mask));
-    std::uint32_t absmax = reduce_max_epu32(absmax_v);
-    for (std::size_t i = full; i < len; ++i) absmax = std::max(absmax, abs_bits(load_value(S, src, begin + i)));
+    const std::size_t begin = b * bs, len = block_length(n, bs, b);
+    const std::uint32_t absmax = block_absmax_bits<S>(src, begin, len);
     if (absmax >= kInfBits) return b;
     const float scale = block_scale(absmax, qm);
     scales[b] = scale;
@@ -75,27 +133,11 @@ STRATA_AVX2 std::size_t quantize_range(const void* src, std::size_t n, std::size
       std::memset(out, 0, stride);
       continue;
     }
-    const __m256 scale_v = _mm256_set1_ps(scale);
-    if constexpr (B == QuantBits::Int8) {
-      for (std::size_t i = 0; i < full; i += 8)
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i),
-                         narrow_to_int8(quantize8(load8<S>(src, begin + i), scale_v, qmax_v)));
-      for (std::size_t i = full; i < len; ++i)
-        out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(quantize_value(load_value(S, src, begin + i), scale, qm)));
-      zero_block_padding(out, len, stride);
-    } else {
-      for (std::size_t i = 0; i < full; i += 8) {
-        const std::uint32_t packed = pack_int4(narrow_to_int8(quantize8(load8<S>(src, begin + i), scale_v, qmax_v)));
-        std::memcpy(out + i / 2, &packed, sizeof packed);
-      }
-      for (std::size_t i = full; i < len; i += 2) {
-        std::uint8_t byte = static_cast<std::uint8_t>(quantize_value(load_value(S, src, begin + i), scale, qm) & 0x0f);
-        if (i + 1 < len)
-          byte |= static_cast<std::uint8_t>((quantize_value(load_value(S, src, begin + i + 1), scale, qm) & 0x0f) << 4);
-        out[i / 2] = byte;
-      }
-      zero_block_padding(out, (len + 1) / 2, stride);
-    }
+    if (clamp_can_act(absmax, scale, qm))
+      quantize_block<S, B, true>(src, begin, len, scale, out);
+    else
+      quantize_block<S, B, false>(src, begin, len, scale, out);
+    zero_block_padding(out, B == QuantBits::Int8 ? len : (len + 1) / 2, stride);
   }
   return kAllFinite;
 }
@@ -118,18 +160,13 @@ STRATA_AVX2 inline __m256 load_q8(const std::uint8_t* in, std::size_t i) {
   return _mm256_cvtepi32_ps(q);
 }
 
-// fp32 -> bf16 bit patterns, as float_to_bf16 does it, 8 lanes into 16 bytes.
+// fp32 -> bf16 bit patterns, as float_to_bf16 does it, 8 lanes into 16 bytes. Its NaN case is
+// left out: a dequantized value is an integer times a finite scale (scales are checked).
 STRATA_AVX2 inline __m128i to_bf16(__m256 value) {
   const __m256i bits = _mm256_castps_si256(value);
-  const __m256i high = _mm256_srli_epi32(bits, 16);
-  const __m256i odd = _mm256_and_si256(high, _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
-  // |bits| fits in 31 bits, so the signed compare is an unsigned one.
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(kAbsMask))),
-                                         _mm256_set1_epi32(static_cast<int>(kInfBits)));
-  const __m256i quiet_nan = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
-  const __m256i result = _mm256_blendv_epi8(rounded, quiet_nan, nan);
-  return _mm_packus_epi32(_mm256_castsi256_si128(result), _mm256_extracti128_si256(result, 1));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
+  return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
 }
 
 template <Sink K, QuantBits B>

@@ -45,9 +45,42 @@ STRATA_AVX512 inline __m512 load16(const void* src, std::size_t i) {
   }
 }
 
+// The block's largest |x| as an fp32 bit pattern (NaN and infinity above every finite one).
+template <Source S>
+STRATA_AVX512 inline std::uint32_t block_absmax_bits(const void* src, std::size_t begin, std::size_t len) {
+  if constexpr (S == Source::F32) {
+    const __m512i abs_mask = _mm512_set1_epi32(static_cast<int>(kAbsMask));
+    const std::size_t full = len & ~std::size_t{15};
+    __m512i absmax = _mm512_setzero_si512();
+    for (std::size_t i = 0; i < full; i += 16)
+      absmax = _mm512_max_epu32(absmax, _mm512_and_si512(_mm512_castps_si512(load16<S>(src, begin + i)), abs_mask));
+    if (full < len)
+      absmax = _mm512_max_epu32(
+          absmax, _mm512_and_si512(_mm512_castps_si512(load16<S>(src, begin + full, lanes(len - full))), abs_mask));
+    return _mm512_reduce_max_epu32(absmax);
+  } else {
+    // On the 16-bit patterns, 32 at a time; only the winner is widened.
+    const std::uint16_t* p = static_cast<const std::uint16_t*>(src) + begin;
+    const __m512i abs_mask = _mm512_set1_epi16(0x7fff);
+    const std::size_t full = len & ~std::size_t{31};
+    __m512i absmax = _mm512_setzero_si512();
+    for (std::size_t i = 0; i < full; i += 32)
+      absmax = _mm512_max_epu16(absmax, _mm512_and_si512(_mm512_loadu_si512(p + i), abs_mask));
+    if (full < len) {
+      const auto mask = static_cast<__mmask32>((std::uint64_t{1} << (len - full)) - 1);
+      absmax = _mm512_max_epu16(absmax, _mm512_and_si512(_mm512_maskz_loadu_epi16(mask, p + full), abs_mask));
+    }
+    const __m512i folded = _mm512_max_epu32(_mm512_and_si512(absmax, _mm512_set1_epi32(0xffff)),
+                                            _mm512_srli_epi32(absmax, 16));
+    return widen_abs_bits(S, static_cast<std::uint16_t>(_mm512_reduce_max_epu32(folded)));
+  }
+}
+
+template <bool Clamp>
 STRATA_AVX512 inline __m512i quantize16(__m512 x, __m512 scale, __m512i qmax) {
   const __m512i q = _mm512_cvt_roundps_epi32(_mm512_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_sub_epi32(_mm512_setzero_si512(), qmax)), qmax);
+  if constexpr (Clamp) return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_sub_epi32(_mm512_setzero_si512(), qmax)), qmax);
+  return q;
 }
 
 // 16 int4 values -> 8 bytes (low 64 bits): within each 64-bit lane, the odd value's nibble
@@ -57,52 +90,63 @@ STRATA_AVX512 inline __m128i pack_int4(__m512i q) {
   return _mm512_cvtepi64_epi8(_mm512_or_si512(nibbles, _mm512_srli_epi64(nibbles, 28)));
 }
 
+// 64 quantized values (4 x 16 int32 in [-127, 127]) -> 64 int8 in order. The in-lane packs
+// leave 4-value groups in lane-major order; one dword permute restores value order.
+STRATA_AVX512 inline __m512i narrow64(__m512i q0, __m512i q1, __m512i q2, __m512i q3) {
+  const __m512i packed = _mm512_packs_epi16(_mm512_packs_epi32(q0, q1), _mm512_packs_epi32(q2, q3));
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), packed);
+}
+
+// Writes the block's used bytes; a scale > 0.
+template <Source S, QuantBits B, bool Clamp>
+STRATA_AVX512 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float scale,
+                                         std::uint8_t* out) {
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  const __m512i qmax_v = _mm512_set1_epi32(B == QuantBits::Int8 ? 127 : 7);
+  auto quantize_at = [&](std::size_t i) STRATA_AVX512 { return quantize16<Clamp>(load16<S>(src, begin + i), scale_v, qmax_v); };
+  std::size_t i = 0;
+  for (; i + 64 <= len; i += 64) {
+    const __m512i bytes = narrow64(quantize_at(i), quantize_at(i + 16), quantize_at(i + 32), quantize_at(i + 48));
+    if constexpr (B == QuantBits::Int8) {
+      _mm512_storeu_si512(out + i, bytes);
+    } else {
+      // Each 16-bit lane holds an (even, odd) pair: odd nibble up next to the even one.
+      const __m512i pairs = _mm512_or_si512(_mm512_and_si512(bytes, _mm512_set1_epi16(0x000f)),
+                                            _mm512_and_si512(_mm512_srli_epi16(bytes, 4), _mm512_set1_epi16(0x00f0)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i / 2), _mm512_cvtepi16_epi8(pairs));
+    }
+  }
+  for (; i < len; i += 16) {
+    const std::size_t rest = len - i;  // lanes past the end load 0 and quantize to 0
+    const __m512i q = quantize16<Clamp>(load16<S>(src, begin + i, lanes(rest)), scale_v, qmax_v);
+    if constexpr (B == QuantBits::Int8)
+      _mm512_mask_cvtepi32_storeu_epi8(out + i, lanes(rest), q);
+    else
+      _mm_mask_storeu_epi8(out + i / 2, lanes((rest + 1) / 2), pack_int4(q));
+  }
+}
+
 template <Source S, QuantBits B>
 STRATA_AVX512 std::size_t quantize_range(const void* src, std::size_t n, std::size_t bs, std::size_t first,
                                          std::size_t last, std::uint8_t* data, float* scales) {
-  const QuantSpec spec{B, static_cast<int>(bs)};
-  const std::size_t stride = block_bytes(spec);
+  const std::size_t stride = block_bytes(QuantSpec{B, static_cast<int>(bs)});
   const int qm = qmax(B);
-  const __m512i qmax_v = _mm512_set1_epi32(qm);
-  const __m512i abs_mask = _mm512_set1_epi32(static_cast<int>(kAbsMask));
   for (std::size_t b = first; b < last; ++b) {
-    const std::size_t begin = b * bs, len = block_length(n, bs, b), full = len & ~std::size_t{15};
-    __m512i absmax = _mm512_setzero_si512();
-    for (std::size_t i = 0; i < full; i += 16)
-      absmax = _mm512_max_epu32(absmax, _mm512_and_si512(_mm512_castps_si512(load16<S>(src, begin + i)), abs_mask));
-    if (full < len)
-      absmax = _mm512_max_epu32(
-          absmax, _mm512_and_si512(_mm512_castps_si512(load16<S>(src, begin + full, lanes(len - full))), abs_mask));
-    const std::uint32_t absmax_bits = _mm512_reduce_max_epu32(absmax);
-    if (absmax_bits >= kInfBits) return b;
-    const float scale = block_scale(absmax_bits, qm);
+    const std::size_t begin = b * bs, len = block_length(n, bs, b);
+    const std::uint32_t absmax = block_absmax_bits<S>(src, begin, len);
+    if (absmax >= kInfBits) return b;
+    const float scale = block_scale(absmax, qm);
     scales[b] = scale;
     std::uint8_t* out = data + b * stride;
     if (scale == 0.0f) {  // all zeros: x / 0 would be NaN
       std::memset(out, 0, stride);
       continue;
     }
-    const __m512 scale_v = _mm512_set1_ps(scale);
-    if constexpr (B == QuantBits::Int8) {
-      for (std::size_t i = 0; i < full; i += 16)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                         _mm512_cvtepi32_epi8(quantize16(load16<S>(src, begin + i), scale_v, qmax_v)));
-      if (full < len) {
-        const __mmask16 m = lanes(len - full);
-        _mm512_mask_cvtepi32_storeu_epi8(out + full, m, quantize16(load16<S>(src, begin + full, m), scale_v, qmax_v));
-      }
-      zero_block_padding(out, len, stride);
-    } else {
-      for (std::size_t i = 0; i < full; i += 16)
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i / 2),
-                         pack_int4(quantize16(load16<S>(src, begin + i), scale_v, qmax_v)));
-      if (full < len) {
-        const std::size_t rest = len - full;  // lanes past the end load 0 and quantize to 0
-        const __m128i packed = pack_int4(quantize16(load16<S>(src, begin + full, lanes(rest)), scale_v, qmax_v));
-        _mm_mask_storeu_epi8(out + full / 2, static_cast<__mmask16>((1u << ((rest + 1) / 2)) - 1u), packed);
-      }
-      zero_block_padding(out, (len + 1) / 2, stride);
-    }
+    if (clamp_can_act(absmax, scale, qm))
+      quantize_block<S, B, true>(src, begin, len, scale, out);
+    else
+      quantize_block<S, B, false>(src, begin, len, scale, out);
+    zero_block_padding(out, B == QuantBits::Int8 ? len : (len + 1) / 2, stride);
   }
   return kAllFinite;
 }
@@ -127,15 +171,12 @@ STRATA_AVX512 inline __m512 load_q16(const std::uint8_t* in, std::size_t i, std:
   return _mm512_cvtepi32_ps(q);
 }
 
-// fp32 -> bf16 bit patterns, as float_to_bf16 does it, in 32-bit lanes.
+// fp32 -> bf16 bit patterns, as float_to_bf16 does it, in 32-bit lanes. Its NaN case is left
+// out: a dequantized value is an integer times a finite scale (scales are checked), never NaN.
 STRATA_AVX512 inline __m512i to_bf16(__m512 value) {
   const __m512i bits = _mm512_castps_si512(value);
-  const __m512i high = _mm512_srli_epi32(bits, 16);
-  const __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(kAbsMask))),
-                                                _mm512_set1_epi32(static_cast<int>(kInfBits)));
-  return _mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd), 16);
 }
 
 // Stores 16 results at value index i, only the first `count` of them where count < 16.

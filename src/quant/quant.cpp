@@ -1,4 +1,5 @@
 // Sizes, argument checks, kernel choice and the split of blocks over threads.
+#pragma GCC optimize("fp-contract=off")  // like the kernels: kernels.hpp's shared arithmetic is inlined here too
 #include "quant/quant.hpp"
 
 #include <algorithm>
