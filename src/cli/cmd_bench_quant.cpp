@@ -152,7 +152,8 @@ const CommandRegistrar registrar(90, [](CLI::App& app) {
   cmd->add_option("--block-size", opt->block_size, "values per quantization block")->capture_default_str();
   cmd->add_option("--threads", opt->threads, "OpenMP threads for the kernels and for memcpy")->capture_default_str();
   cmd->add_option("--reps", opt->reps, "timed repetitions; the best is reported")->capture_default_str();
-  cmd->add_option("--isa", opt->isa, "force the kernels: scalar, avx2 or avx512 (default: best available)");
+  cmd->add_option("--isa", opt->isa, "force the kernels: scalar, avx2 or avx512 (default: best available)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
   cmd->add_flag("--json", opt->json, "print the results as JSON");
   cmd->callback([opt] { run_bench_quant(*opt); });
 });
