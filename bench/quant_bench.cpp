@@ -57,8 +57,10 @@ void BM_Dequantize(benchmark::State& state) {
   AlignedBuffer<float> scales(num_blocks(n, spec)), dst(n);
   quantize(src.data(), n, spec, data.data(), scales.data());
   for (auto _ : state) {
-    if constexpr (Add) dequantize_add(data.data(), scales.data(), n, spec, dst.data());
-    else dequantize(data.data(), scales.data(), n, spec, dst.data());
+    if constexpr (Add)
+      dequantize_add(data.data(), scales.data(), n, spec, dst.data());
+    else
+      dequantize(data.data(), scales.data(), n, spec, dst.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));

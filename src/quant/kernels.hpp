@@ -27,23 +27,24 @@ inline constexpr std::uint32_t kInfBits = 0x7f800000u;
 // Quantizes blocks [first, last) of the n values at src; returns the first of them holding a
 // NaN or infinity (its data and scale are left unwritten), or kAllFinite.
 using QuantizeBlocks = std::size_t (*)(Source source, const void* src, std::size_t n, const QuantSpec& spec,
-                                       std::size_t first, std::size_t last, std::uint8_t* data, float* scales);
+                                       std::size_t first, std::size_t last, std::uint8_t* data,
+                                       float* scales);
 // Dequantizes blocks [first, last) into dst (float* or uint16_t* bf16, by sink).
 using DequantizeBlocks = void (*)(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n,
                                   const QuantSpec& spec, std::size_t first, std::size_t last, void* dst);
 
-std::size_t quantize_blocks_scalar(Source, const void*, std::size_t, const QuantSpec&, std::size_t, std::size_t,
-                                   std::uint8_t*, float*);
+std::size_t quantize_blocks_scalar(Source, const void*, std::size_t, const QuantSpec&, std::size_t,
+                                   std::size_t, std::uint8_t*, float*);
 std::size_t quantize_blocks_avx2(Source, const void*, std::size_t, const QuantSpec&, std::size_t, std::size_t,
                                  std::uint8_t*, float*);
-std::size_t quantize_blocks_avx512(Source, const void*, std::size_t, const QuantSpec&, std::size_t, std::size_t,
-                                   std::uint8_t*, float*);
-void dequantize_blocks_scalar(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&, std::size_t,
-                              std::size_t, void*);
-void dequantize_blocks_avx2(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&, std::size_t,
-                            std::size_t, void*);
-void dequantize_blocks_avx512(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&, std::size_t,
-                              std::size_t, void*);
+std::size_t quantize_blocks_avx512(Source, const void*, std::size_t, const QuantSpec&, std::size_t,
+                                   std::size_t, std::uint8_t*, float*);
+void dequantize_blocks_scalar(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&,
+                              std::size_t, std::size_t, void*);
+void dequantize_blocks_avx2(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&,
+                            std::size_t, std::size_t, void*);
+void dequantize_blocks_avx512(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&,
+                              std::size_t, std::size_t, void*);
 
 // Values in block b: block_size, or fewer for the last block.
 inline std::size_t block_length(std::size_t n, std::size_t block_size, std::size_t b) {
@@ -53,9 +54,12 @@ inline std::size_t block_length(std::size_t n, std::size_t block_size, std::size
 // Element i of a source buffer, widened exactly to fp32.
 inline float load_value(Source source, const void* src, std::size_t i) {
   switch (source) {
-    case Source::F32: return static_cast<const float*>(src)[i];
-    case Source::BF16: return bf16_to_float(static_cast<const std::uint16_t*>(src)[i]);
-    case Source::F16: return fp16_to_float(static_cast<const std::uint16_t*>(src)[i]);
+    case Source::F32:
+      return static_cast<const float*>(src)[i];
+    case Source::BF16:
+      return bf16_to_float(static_cast<const std::uint16_t*>(src)[i]);
+    case Source::F16:
+      return fp16_to_float(static_cast<const std::uint16_t*>(src)[i]);
   }
   return 0.0f;
 }

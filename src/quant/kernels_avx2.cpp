@@ -17,7 +17,8 @@ STRATA_AVX2 inline __m256 load8(const void* src, std::size_t i) {
   if constexpr (S == Source::F32) {
     return _mm256_loadu_ps(static_cast<const float*>(src) + i);
   } else {
-    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i));
+    const __m128i halves =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i));
     if constexpr (S == Source::BF16)
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
     else
@@ -49,8 +50,10 @@ STRATA_AVX2 inline std::uint32_t block_absmax_bits(const void* src, std::size_t 
     const __m256i abs_mask = _mm256_set1_epi16(0x7fff);
     __m256i m = _mm256_setzero_si256();
     for (; i + 16 <= len; i += 16)
-      m = _mm256_max_epu16(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), abs_mask));
-    const __m256i folded = _mm256_max_epu32(_mm256_and_si256(m, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(m, 16));
+      m = _mm256_max_epu16(
+          m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), abs_mask));
+    const __m256i folded =
+        _mm256_max_epu32(_mm256_and_si256(m, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(m, 16));
     absmax = widen_abs_bits(S, static_cast<std::uint16_t>(reduce_max_epu32(folded)));
   }
   for (; i < len; ++i) absmax = std::max(absmax, abs_bits(load_value(S, src, begin + i)));
@@ -59,9 +62,11 @@ STRATA_AVX2 inline std::uint32_t block_absmax_bits(const void* src, std::size_t 
 
 template <bool Clamp>
 STRATA_AVX2 inline __m256i quantize8(__m256 x, __m256 scale, __m256i qmax) {
-  const __m256 rounded = _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 rounded =
+      _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256i q = _mm256_cvttps_epi32(rounded);  // exact: already an integer
-  if constexpr (Clamp) return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_sub_epi32(_mm256_setzero_si256(), qmax)), qmax);
+  if constexpr (Clamp)
+    return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_sub_epi32(_mm256_setzero_si256(), qmax)), qmax);
   return q;
 }
 
@@ -79,16 +84,19 @@ STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::
   const int qm = qmax(B);
   const __m256 scale_v = _mm256_set1_ps(scale);
   const __m256i qmax_v = _mm256_set1_epi32(qm);
-  auto quantize_at = [&](std::size_t i) STRATA_AVX2 { return quantize8<Clamp>(load8<S>(src, begin + i), scale_v, qmax_v); };
+  auto quantize_at = [&](std::size_t i)
+                         STRATA_AVX2 { return quantize8<Clamp>(load8<S>(src, begin + i), scale_v, qmax_v); };
   std::size_t i = 0;
   for (; i + 32 <= len; i += 32) {
-    const __m256i bytes = narrow32(quantize_at(i), quantize_at(i + 8), quantize_at(i + 16), quantize_at(i + 24));
+    const __m256i bytes =
+        narrow32(quantize_at(i), quantize_at(i + 8), quantize_at(i + 16), quantize_at(i + 24));
     if constexpr (B == QuantBits::Int8) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), bytes);
     } else {
       // Each 16-bit lane holds an (even, odd) pair: odd nibble up next to the even one.
-      const __m256i pairs = _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi16(0x000f)),
-                                            _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0)));
+      const __m256i pairs =
+          _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi16(0x000f)),
+                          _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 2),
                        _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1)));
     }
@@ -165,13 +173,14 @@ STRATA_AVX2 inline __m256 load_q8(const std::uint8_t* in, std::size_t i) {
 STRATA_AVX2 inline __m128i to_bf16(__m256 value) {
   const __m256i bits = _mm256_castps_si256(value);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
   return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
 }
 
 template <Sink K, QuantBits B>
-STRATA_AVX2 void dequantize_range(const std::uint8_t* data, const float* scales, std::size_t n, std::size_t bs,
-                                  std::size_t first, std::size_t last, void* dst) {
+STRATA_AVX2 void dequantize_range(const std::uint8_t* data, const float* scales, std::size_t n,
+                                  std::size_t bs, std::size_t first, std::size_t last, void* dst) {
   const std::size_t stride = block_bytes(QuantSpec{B, static_cast<int>(bs)});
   for (std::size_t b = first; b < last; ++b) {
     const std::size_t begin = b * bs, len = block_length(n, bs, b), full = len & ~std::size_t{7};
@@ -186,25 +195,30 @@ STRATA_AVX2 void dequantize_range(const std::uint8_t* data, const float* scales,
         float* p = static_cast<float*>(dst) + begin + i;
         _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), value));
       } else {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + begin + i), to_bf16(value));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + begin + i),
+                         to_bf16(value));
       }
     }
     for (std::size_t i = full; i < len; ++i) {
       const int q = B == QuantBits::Int8 ? static_cast<std::int8_t>(in[i]) : int4_value(in[i / 2], i);
       const float value = static_cast<float>(q) * scale;
-      if constexpr (K == Sink::F32) static_cast<float*>(dst)[begin + i] = value;
-      else if constexpr (K == Sink::AddF32) static_cast<float*>(dst)[begin + i] += value;
-      else static_cast<std::uint16_t*>(dst)[begin + i] = float_to_bf16(value);
+      if constexpr (K == Sink::F32)
+        static_cast<float*>(dst)[begin + i] = value;
+      else if constexpr (K == Sink::AddF32)
+        static_cast<float*>(dst)[begin + i] += value;
+      else
+        static_cast<std::uint16_t*>(dst)[begin + i] = float_to_bf16(value);
     }
   }
 }
 
 template <Source S>
-std::size_t quantize_bits(const void* src, std::size_t n, const QuantSpec& spec, std::size_t first, std::size_t last,
-                          std::uint8_t* data, float* scales) {
+std::size_t quantize_bits(const void* src, std::size_t n, const QuantSpec& spec, std::size_t first,
+                          std::size_t last, std::uint8_t* data, float* scales) {
   const auto bs = static_cast<std::size_t>(spec.block_size);
-  return spec.bits == QuantBits::Int8 ? quantize_range<S, QuantBits::Int8>(src, n, bs, first, last, data, scales)
-                                      : quantize_range<S, QuantBits::Int4>(src, n, bs, first, last, data, scales);
+  return spec.bits == QuantBits::Int8
+             ? quantize_range<S, QuantBits::Int8>(src, n, bs, first, last, data, scales)
+             : quantize_range<S, QuantBits::Int4>(src, n, bs, first, last, data, scales);
 }
 
 template <Sink K>
@@ -222,9 +236,12 @@ void dequantize_bits(const std::uint8_t* data, const float* scales, std::size_t 
 std::size_t quantize_blocks_avx2(Source source, const void* src, std::size_t n, const QuantSpec& spec,
                                  std::size_t first, std::size_t last, std::uint8_t* data, float* scales) {
   switch (source) {
-    case Source::F32: return quantize_bits<Source::F32>(src, n, spec, first, last, data, scales);
-    case Source::BF16: return quantize_bits<Source::BF16>(src, n, spec, first, last, data, scales);
-    case Source::F16: return quantize_bits<Source::F16>(src, n, spec, first, last, data, scales);
+    case Source::F32:
+      return quantize_bits<Source::F32>(src, n, spec, first, last, data, scales);
+    case Source::BF16:
+      return quantize_bits<Source::BF16>(src, n, spec, first, last, data, scales);
+    case Source::F16:
+      return quantize_bits<Source::F16>(src, n, spec, first, last, data, scales);
   }
   return kAllFinite;
 }
@@ -232,9 +249,12 @@ std::size_t quantize_blocks_avx2(Source source, const void* src, std::size_t n, 
 void dequantize_blocks_avx2(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n,
                             const QuantSpec& spec, std::size_t first, std::size_t last, void* dst) {
   switch (sink) {
-    case Sink::F32: return dequantize_bits<Sink::F32>(data, scales, n, spec, first, last, dst);
-    case Sink::BF16: return dequantize_bits<Sink::BF16>(data, scales, n, spec, first, last, dst);
-    case Sink::AddF32: return dequantize_bits<Sink::AddF32>(data, scales, n, spec, first, last, dst);
+    case Sink::F32:
+      return dequantize_bits<Sink::F32>(data, scales, n, spec, first, last, dst);
+    case Sink::BF16:
+      return dequantize_bits<Sink::BF16>(data, scales, n, spec, first, last, dst);
+    case Sink::AddF32:
+      return dequantize_bits<Sink::AddF32>(data, scales, n, spec, first, last, dst);
   }
 }
 

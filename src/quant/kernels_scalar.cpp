@@ -12,7 +12,8 @@ std::size_t quantize_blocks_scalar(Source source, const void* src, std::size_t n
   for (std::size_t b = first; b < last; ++b) {
     const std::size_t begin = b * bs, len = block_length(n, bs, b);
     std::uint32_t absmax = 0;
-    for (std::size_t i = 0; i < len; ++i) absmax = std::max(absmax, abs_bits(load_value(source, src, begin + i)));
+    for (std::size_t i = 0; i < len; ++i)
+      absmax = std::max(absmax, abs_bits(load_value(source, src, begin + i)));
     if (absmax >= kInfBits) return b;
     const float scale = block_scale(absmax, qm);
     scales[b] = scale;
@@ -50,9 +51,15 @@ void dequantize_blocks_scalar(Sink sink, const std::uint8_t* data, const float* 
       const int q = spec.bits == QuantBits::Int8 ? static_cast<std::int8_t>(in[i]) : int4_value(in[i / 2], i);
       const float value = static_cast<float>(q) * scale;
       switch (sink) {
-        case Sink::F32: static_cast<float*>(dst)[begin + i] = value; break;
-        case Sink::BF16: static_cast<std::uint16_t*>(dst)[begin + i] = float_to_bf16(value); break;
-        case Sink::AddF32: static_cast<float*>(dst)[begin + i] += value; break;
+        case Sink::F32:
+          static_cast<float*>(dst)[begin + i] = value;
+          break;
+        case Sink::BF16:
+          static_cast<std::uint16_t*>(dst)[begin + i] = float_to_bf16(value);
+          break;
+        case Sink::AddF32:
+          static_cast<float*>(dst)[begin + i] += value;
+          break;
       }
     }
   }

@@ -1,11 +1,12 @@
 // Sizes, argument checks, kernel choice and the split of blocks over threads.
-#pragma GCC optimize("fp-contract=off")  // like the kernels: kernels.hpp's shared arithmetic is inlined here too
+// fp-contract off like the kernels: kernels.hpp's shared arithmetic is inlined here too.
+#pragma GCC optimize("fp-contract=off")
 #include "quant/quant.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "base/error.hpp"
 #include "quant/kernels.hpp"
@@ -26,7 +27,8 @@ constexpr std::size_t kChunkValues = std::size_t{1} << 15;
 template <class Work>
 std::size_t for_block_ranges(std::size_t n, const QuantSpec& spec, Work work) {
   const std::size_t blocks = num_blocks(n, spec);
-  const std::size_t per_chunk = std::max<std::size_t>(1, kChunkValues / static_cast<std::size_t>(spec.block_size));
+  const std::size_t per_chunk =
+      std::max<std::size_t>(1, kChunkValues / static_cast<std::size_t>(spec.block_size));
   const auto chunks = static_cast<std::ptrdiff_t>((blocks + per_chunk - 1) / per_chunk);
   std::size_t first_bad = kAllFinite;
 #pragma omp parallel for schedule(static) reduction(min : first_bad) if (n >= kParallelMinValues)
@@ -39,18 +41,24 @@ std::size_t for_block_ranges(std::size_t n, const QuantSpec& spec, Work work) {
 
 QuantizeBlocks quantize_kernel(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return quantize_blocks_scalar;
-    case Isa::Avx2: return quantize_blocks_avx2;
-    case Isa::Avx512: return quantize_blocks_avx512;
+    case Isa::Scalar:
+      return quantize_blocks_scalar;
+    case Isa::Avx2:
+      return quantize_blocks_avx2;
+    case Isa::Avx512:
+      return quantize_blocks_avx512;
   }
   return quantize_blocks_scalar;
 }
 
 DequantizeBlocks dequantize_kernel(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return dequantize_blocks_scalar;
-    case Isa::Avx2: return dequantize_blocks_avx2;
-    case Isa::Avx512: return dequantize_blocks_avx512;
+    case Isa::Scalar:
+      return dequantize_blocks_scalar;
+    case Isa::Avx2:
+      return dequantize_blocks_avx2;
+    case Isa::Avx512:
+      return dequantize_blocks_avx512;
   }
   return dequantize_blocks_scalar;
 }
@@ -72,21 +80,23 @@ void run_quantize(Source source, const void* src, std::size_t n, const QuantSpec
   const auto bs = static_cast<std::size_t>(spec.block_size);
   const std::size_t begin = bad * bs, len = block_length(n, bs, bad);
   std::uint32_t absmax = 0;
-  for (std::size_t i = 0; i < len; ++i) absmax = std::max(absmax, abs_bits(load_value(source, src, begin + i)));
-  throw Error(fmt::format("quantize: block {} (values {}..{}) holds {}; non-finite values cannot be quantized",
-                          bad, begin, begin + len - 1, absmax > kInfBits ? "a NaN" : "an infinity"));
+  for (std::size_t i = 0; i < len; ++i)
+    absmax = std::max(absmax, abs_bits(load_value(source, src, begin + i)));
+  throw Error(
+      fmt::format("quantize: block {} (values {}..{}) holds {}; non-finite values cannot be quantized", bad,
+                  begin, begin + len - 1, absmax > kInfBits ? "a NaN" : "an infinity"));
 }
 
-void run_dequantize(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n, const QuantSpec& spec,
-                    void* dst, Isa isa) {
+void run_dequantize(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n,
+                    const QuantSpec& spec, void* dst, Isa isa) {
   check_spec(spec);
   require_usable(isa);
   // Checked up front so a bad scale leaves dst untouched (dequantize_add must not half-add).
   const std::size_t blocks = num_blocks(n, spec);
   for (std::size_t b = 0; b < blocks; ++b) {
     if (std::bit_cast<std::uint32_t>(scales[b]) >= kInfBits)  // sign set, infinity or NaN
-      throw Error(fmt::format("dequantize: scale of block {} is {}; scales must be finite and not negative", b,
-                              scales[b]));
+      throw Error(fmt::format("dequantize: scale of block {} is {}; scales must be finite and not negative",
+                              b, scales[b]));
   }
   const DequantizeBlocks kernel = dequantize_kernel(isa);
   for_block_ranges(n, spec, [&](std::size_t first, std::size_t last) {
@@ -118,13 +128,17 @@ std::size_t num_blocks(std::size_t n, const QuantSpec& spec) {
   return (n + bs - 1) / bs;
 }
 
-std::size_t quantized_bytes(std::size_t n, const QuantSpec& spec) { return num_blocks(n, spec) * block_bytes(spec); }
+std::size_t quantized_bytes(std::size_t n, const QuantSpec& spec) {
+  return num_blocks(n, spec) * block_bytes(spec);
+}
 
 bool isa_usable(Isa isa) {
   __builtin_cpu_init();
   switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
@@ -132,7 +146,8 @@ bool isa_usable(Isa isa) {
   return false;
 }
 
-void quantize(const float* src, std::size_t n, const QuantSpec& spec, std::uint8_t* data, float* scales, Isa isa) {
+void quantize(const float* src, std::size_t n, const QuantSpec& spec, std::uint8_t* data, float* scales,
+              Isa isa) {
   run_quantize(Source::F32, src, n, spec, data, scales, isa);
 }
 
@@ -146,8 +161,8 @@ void quantize_fp16(const std::uint16_t* src, std::size_t n, const QuantSpec& spe
   run_quantize(Source::F16, src, n, spec, data, scales, isa);
 }
 
-void dequantize(const std::uint8_t* data, const float* scales, std::size_t n, const QuantSpec& spec, float* dst,
-                Isa isa) {
+void dequantize(const std::uint8_t* data, const float* scales, std::size_t n, const QuantSpec& spec,
+                float* dst, Isa isa) {
   run_dequantize(Sink::F32, data, scales, n, spec, dst, isa);
 }
 

@@ -32,9 +32,9 @@ struct QuantSpec {
 // Throws Error if block_size is not positive.
 void check_spec(const QuantSpec& spec);
 
-int qmax(QuantBits bits);                                     // 127 or 7
-std::size_t block_bytes(const QuantSpec& spec);               // data bytes of one block
-std::size_t num_blocks(std::size_t n, const QuantSpec& spec);  // = number of scales
+int qmax(QuantBits bits);                                           // 127 or 7
+std::size_t block_bytes(const QuantSpec& spec);                     // data bytes of one block
+std::size_t num_blocks(std::size_t n, const QuantSpec& spec);       // = number of scales
 std::size_t quantized_bytes(std::size_t n, const QuantSpec& spec);  // data bytes, scales not included
 
 // src holds n values; data gets quantized_bytes(n, spec) bytes, scales num_blocks(n, spec) floats.

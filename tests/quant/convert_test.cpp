@@ -1,5 +1,7 @@
 // fp32 <-> bf16/fp16 against references built from the formats' definitions in float64:
 // decode fields with ldexp, and round by picking the nearer neighbour (ties to the even one).
+#include "quant/convert.hpp"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -8,8 +10,6 @@
 #include <limits>
 #include <random>
 #include <vector>
-
-#include "quant/convert.hpp"
 
 using namespace strata::quant;
 
@@ -70,7 +70,8 @@ std::vector<float> rounding_cases(double (*decode)(std::uint16_t), std::uint16_t
   std::vector<float> cases;
   for (std::uint32_t h = 0; h < last_finite; ++h) {
     const auto lo = static_cast<float>(decode(static_cast<std::uint16_t>(h)));
-    const auto mid = static_cast<float>((decode(static_cast<std::uint16_t>(h)) + decode(static_cast<std::uint16_t>(h + 1))) / 2);
+    const auto mid = static_cast<float>(
+        (decode(static_cast<std::uint16_t>(h)) + decode(static_cast<std::uint16_t>(h + 1))) / 2);
     for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
       cases.push_back(v);
       cases.push_back(-v);
@@ -116,16 +117,18 @@ TEST(Convert, Bf16ToFloatIsExactForEveryPattern) {
 
 TEST(Convert, FloatToFp16RoundsToNearestEven) {
   for (float x : rounding_cases(decode_fp16, 0x7bff))
-    ASSERT_EQ(float_to_fp16(x), reference_fp16(x)) << x << " bits " << std::hex << std::bit_cast<std::uint32_t>(x);
-  EXPECT_EQ(float_to_fp16(65519.996f), 0x7bff);  // just under the tie with 2^16: stays at the max
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);    // the tie rounds to the even neighbour: infinity
+    ASSERT_EQ(float_to_fp16(x), reference_fp16(x))
+        << x << " bits " << std::hex << std::bit_cast<std::uint32_t>(x);
+  EXPECT_EQ(float_to_fp16(65519.996f), 0x7bff);             // just under the tie with 2^16: stays at the max
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);               // the tie rounds to the even neighbour: infinity
   EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // half the smallest subnormal: to even 0
   EXPECT_EQ(float_to_fp16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
 }
 
 TEST(Convert, FloatToBf16RoundsToNearestEven) {
   for (float x : rounding_cases(decode_bf16, 0x7f7f))
-    ASSERT_EQ(float_to_bf16(x), reference_bf16(x)) << x << " bits " << std::hex << std::bit_cast<std::uint32_t>(x);
+    ASSERT_EQ(float_to_bf16(x), reference_bf16(x))
+        << x << " bits " << std::hex << std::bit_cast<std::uint32_t>(x);
   EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // above the last tie: infinity
 }
 

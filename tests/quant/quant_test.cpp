@@ -1,5 +1,7 @@
 // Block quantization against float64 references, the documented byte layout decoded by
 // hand, edge cases, and bit-identity of the scalar, AVX2 and AVX-512 kernels.
+#include "quant/quant.hpp"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -15,7 +17,6 @@
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "quant/convert.hpp"
-#include "quant/quant.hpp"
 
 using namespace strata;
 using namespace strata::quant;
@@ -65,8 +66,10 @@ Quantized run_quantize(const Input& in, const QuantSpec& spec, Isa isa) {
   Quantized q{std::vector<std::uint8_t>(quantized_bytes(in.size(), spec), 0xa5),
               std::vector<float>(num_blocks(in.size(), spec), -1.0f)};
   if (in.dtype == Dtype::F32) quantize(in.f32.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
-  if (in.dtype == Dtype::BF16) quantize_bf16(in.half.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
-  if (in.dtype == Dtype::F16) quantize_fp16(in.half.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
+  if (in.dtype == Dtype::BF16)
+    quantize_bf16(in.half.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
+  if (in.dtype == Dtype::F16)
+    quantize_fp16(in.half.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
   return q;
 }
 
@@ -98,7 +101,8 @@ std::vector<Isa> usable_isas() {
 std::vector<float> random_values(std::size_t n, std::uint64_t seed, Dtype dtype = Dtype::F32) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
-  std::uniform_real_distribution<double> exponent(dtype == Dtype::F16 ? -16.0 : -60.0, dtype == Dtype::F16 ? 10.0 : 60.0);
+  std::uniform_real_distribution<double> exponent(dtype == Dtype::F16 ? -16.0 : -60.0,
+                                                  dtype == Dtype::F16 ? 10.0 : 60.0);
   std::vector<float> v(n);
   double magnitude = 1.0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -110,7 +114,8 @@ std::vector<float> random_values(std::size_t n, std::uint64_t seed, Dtype dtype 
 
 double block_absmax(const Input& in, std::size_t bs, std::size_t b) {
   double m = 0;
-  for (std::size_t i = b * bs; i < std::min(in.size(), (b + 1) * bs); ++i) m = std::max(m, std::fabs(in.exact[i]));
+  for (std::size_t i = b * bs; i < std::min(in.size(), (b + 1) * bs); ++i)
+    m = std::max(m, std::fabs(in.exact[i]));
   return m;
 }
 
@@ -127,14 +132,15 @@ double error_bound(double scale, double absmax, QuantBits bits) {
 
 // Checks every element against its exact input: within the bound, and, where x / scale is
 // not within 1e-3 of a tie, equal to the float64 round-half-even of x / scale.
-void expect_within_half_step(const Input& in, const QuantSpec& spec, const Quantized& q, const std::vector<float>& dq,
-                             const std::string& what) {
+void expect_within_half_step(const Input& in, const QuantSpec& spec, const Quantized& q,
+                             const std::vector<float>& dq, const std::string& what) {
   const auto bs = static_cast<std::size_t>(spec.block_size);
   const int qm = qmax(spec.bits);
   for (std::size_t b = 0; b < q.scales.size(); ++b) {
     const double absmax = block_absmax(in, bs, b), scale = q.scales[b];
     ASSERT_EQ(scale == 0, absmax == 0) << what << " block " << b;
-    ASSERT_LE(scale, absmax / qm * (1 + std::ldexp(1.0, -23)) + std::ldexp(1.0, -149)) << what << " block " << b;
+    ASSERT_LE(scale, absmax / qm * (1 + std::ldexp(1.0, -23)) + std::ldexp(1.0, -149))
+        << what << " block " << b;
     for (std::size_t i = b * bs; i < std::min(in.size(), (b + 1) * bs); ++i) {
       ASSERT_LE(std::fabs(in.exact[i] - dq[i]), error_bound(scale, absmax, spec.bits))
           << what << " element " << i << " x=" << in.exact[i] << " dq=" << dq[i] << " scale=" << scale;
@@ -148,8 +154,9 @@ void expect_within_half_step(const Input& in, const QuantSpec& spec, const Quant
 }
 
 std::string describe(Dtype d, const QuantSpec& spec, std::size_t n, Isa isa) {
-  return std::string(dtype_name(d)) + " int" + std::to_string(static_cast<int>(spec.bits)) + " bs=" +
-         std::to_string(spec.block_size) + " n=" + std::to_string(n) + " " + std::string(isa_name(isa));
+  return std::string(dtype_name(d)) + " int" + std::to_string(static_cast<int>(spec.bits)) +
+         " bs=" + std::to_string(spec.block_size) + " n=" + std::to_string(n) + " " +
+         std::string(isa_name(isa));
 }
 
 }  // namespace
@@ -173,7 +180,8 @@ TEST(Quant, RefusesNonPositiveBlockSize) {
       quantize(&x, 1, spec, &q, &scale);
       ADD_FAILURE() << "block_size " << bs << " accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("block_size = " + std::to_string(bs)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("block_size = " + std::to_string(bs)), std::string::npos)
+          << e.what();
     }
   }
 }
@@ -262,7 +270,8 @@ TEST(Quant, SubnormalInputs) {
       // fp32 subnormals: blocks of 1, 3, 63, 64, 200 and 127 * 2^20 ulps, and a mixed block.
       std::vector<float> x;
       for (float top : {1.0f, 3.0f, 63.0f, 64.0f, 200.0f, 127.0f * 1048576.0f})
-        for (int i = 0; i < 16; ++i) x.push_back(tiny * std::round(top * static_cast<float>(i) / 15.0f) * (i % 2 ? -1 : 1));
+        for (int i = 0; i < 16; ++i)
+          x.push_back(tiny * std::round(top * static_cast<float>(i) / 15.0f) * (i % 2 ? -1 : 1));
       for (int i = 0; i < 16; ++i) x.push_back(i == 3 ? 1e-30f : tiny * static_cast<float>(i));
       const QuantSpec spec{bits, 16};
       const Input in = make_input(Dtype::F32, x);
@@ -276,7 +285,8 @@ TEST(Quant, SubnormalInputs) {
       Input in{dtype, {}, {}, {}};
       for (std::uint16_t h = 1; h < 200; ++h) {
         in.half.push_back(h % 5 ? h : static_cast<std::uint16_t>(h | 0x8000));
-        in.exact.push_back(dtype == Dtype::F16 ? fp16_to_float(in.half.back()) : bf16_to_float(in.half.back()));
+        in.exact.push_back(dtype == Dtype::F16 ? fp16_to_float(in.half.back())
+                                               : bf16_to_float(in.half.back()));
       }
       for (QuantBits bits : kBits) {
         const QuantSpec spec{bits, 10};
@@ -295,12 +305,9 @@ TEST(Quant, NanAndInfinityAreRefusedNamingTheBlock) {
     std::uint16_t half;
     const char* kind;
   };
-  const Case cases[] = {{Dtype::F32, NAN, 0, "a NaN"},
-                        {Dtype::F32, -INFINITY, 0, "an infinity"},
-                        {Dtype::BF16, 0, 0x7fc1, "a NaN"},
-                        {Dtype::BF16, 0, 0x7f80, "an infinity"},
-                        {Dtype::F16, 0, 0xfe01, "a NaN"},
-                        {Dtype::F16, 0, 0x7c00, "an infinity"}};
+  const Case cases[] = {{Dtype::F32, NAN, 0, "a NaN"},     {Dtype::F32, -INFINITY, 0, "an infinity"},
+                        {Dtype::BF16, 0, 0x7fc1, "a NaN"}, {Dtype::BF16, 0, 0x7f80, "an infinity"},
+                        {Dtype::F16, 0, 0xfe01, "a NaN"},  {Dtype::F16, 0, 0x7c00, "an infinity"}};
   for (Isa isa : usable_isas()) {
     for (QuantBits bits : kBits) {
       for (const Case& c : cases) {
@@ -308,15 +315,18 @@ TEST(Quant, NanAndInfinityAreRefusedNamingTheBlock) {
         const QuantSpec spec{bits, 64};
         Input in = make_input(c.dtype, random_values(std::size_t{1} << 19, 11, c.dtype));
         for (std::size_t i : {std::size_t{3 * 64 + 5}, std::size_t{900 * 64}}) {
-          if (c.dtype == Dtype::F32) in.f32[i] = c.f32;
-          else in.half[i] = c.half;
+          if (c.dtype == Dtype::F32)
+            in.f32[i] = c.f32;
+          else
+            in.half[i] = c.half;
         }
         try {
           run_quantize(in, spec, isa);
           ADD_FAILURE() << "non-finite input accepted: " << dtype_name(c.dtype) << " " << isa_name(isa);
         } catch (const Error& e) {
           const std::string msg = e.what();
-          EXPECT_NE(msg.find("block 3 (values 192..255) holds " + std::string(c.kind)), std::string::npos) << msg;
+          EXPECT_NE(msg.find("block 3 (values 192..255) holds " + std::string(c.kind)), std::string::npos)
+              << msg;
         }
       }
     }
@@ -367,7 +377,8 @@ TEST(Quant, DequantizeSumMatchesFloat64Reference) {
       for (std::size_t i = 0; i < n; ++i) {
         // Each fp32 add rounds by at most half an ulp of a partial sum <= sum of |terms|.
         const double rounding = kRanks * magnitude[i] * std::ldexp(1.0, -24);
-        ASSERT_LE(std::fabs(sum[i] - exact_sum[i]), bound[i] + rounding) << dtype_name(dtype) << " element " << i;
+        ASSERT_LE(std::fabs(sum[i] - exact_sum[i]), bound[i] + rounding)
+            << dtype_name(dtype) << " element " << i;
         ASSERT_EQ(std::bit_cast<std::uint32_t>(sum[i]), std::bit_cast<std::uint32_t>(sum_by_hand[i])) << i;
       }
     }
@@ -383,7 +394,8 @@ TEST(Quant, Bf16OutputIsTheFp32ResultRoundedToNearestEven) {
       const std::vector<float> dq = run_dequantize(q, n, spec, isa);
       std::vector<std::uint16_t> out(n);
       dequantize_bf16(q.data.data(), q.scales.data(), n, spec, out.data(), isa);
-      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], float_to_bf16(dq[i])) << i << " " << isa_name(isa);
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[i], float_to_bf16(dq[i])) << i << " " << isa_name(isa);
     }
   }
 }
@@ -399,7 +411,8 @@ TEST(Quant, RoundTripOfGridValuesAtOddLengths) {
           const QuantSpec spec{bits, bs};
           std::vector<float> x(n);
           for (std::size_t i = 0; i < n; ++i) {
-            const int q = (i % static_cast<std::size_t>(bs) == 0) ? qm : static_cast<int>(rng() % (2 * qm + 1)) - qm;
+            const int q =
+                (i % static_cast<std::size_t>(bs) == 0) ? qm : static_cast<int>(rng() % (2 * qm + 1)) - qm;
             x[i] = static_cast<float>(q) * 0.375f;  // each block holds qmax, so its scale is 0.375
           }
           const Quantized q = run_quantize(make_input(Dtype::F32, x), spec, isa);
@@ -425,17 +438,20 @@ TEST(Quant, RoundTripOfGridValuesAtOddLengths) {
 TEST(Quant, KernelsAreBitIdenticalToScalar) {
   std::vector<float> special = random_values(5000, 99);
   for (std::size_t i = 0; i < special.size(); i += 13) special[i] = 0.0f;
-  for (std::size_t i = 0; i < 64; ++i) special[1000 + i] = (static_cast<float>(i % 17) - 8.5f) * (i == 0 ? 0 : 1);
+  for (std::size_t i = 0; i < 64; ++i)
+    special[1000 + i] = (static_cast<float>(i % 17) - 8.5f) * (i == 0 ? 0 : 1);
   special[1000] = 127.0f;  // a block of exact ties at scale 1
-  for (std::size_t i = 2000; i < 2100; ++i) special[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 300);
+  for (std::size_t i = 2000; i < 2100; ++i)
+    special[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i % 300);
   for (std::size_t i = 3000; i < 3064; ++i) special[i] = 0.0f;  // zero blocks
 
   for (Isa isa : usable_isas()) {
     if (isa == Isa::Scalar) continue;
     for (Dtype dtype : kDtypes) {
       // The largest finite value of each dtype, and values far beyond fp16's range scaled down.
-      special[4000] = dtype == Dtype::F32 ? std::numeric_limits<float>::max()
-                                          : dtype == Dtype::BF16 ? bf16_to_float(0x7f7f) : 65504.0f;
+      special[4000] = dtype == Dtype::F32    ? std::numeric_limits<float>::max()
+                      : dtype == Dtype::BF16 ? bf16_to_float(0x7f7f)
+                                             : 65504.0f;
       std::vector<float> values = special;
       if (dtype == Dtype::F16)
         for (std::size_t i = 0; i < values.size(); ++i)
@@ -443,17 +459,20 @@ TEST(Quant, KernelsAreBitIdenticalToScalar) {
       const Input in = make_input(dtype, values);
       for (QuantBits bits : kBits) {
         for (int bs : {1, 5, 8, 16, 17, 32, 33, 64, 256, 4096}) {
-          for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{15}, std::size_t{16}, std::size_t{17},
-                                std::size_t{33}, std::size_t{1000}, std::size_t{5000}}) {
+          for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{15}, std::size_t{16},
+                                std::size_t{17}, std::size_t{33}, std::size_t{1000}, std::size_t{5000}}) {
             const QuantSpec spec{bits, bs};
             Input part = in;
             part.exact.resize(n);
-            if (dtype == Dtype::F32) part.f32.resize(n);
-            else part.half.resize(n);
+            if (dtype == Dtype::F32)
+              part.f32.resize(n);
+            else
+              part.half.resize(n);
             const std::string what = describe(dtype, spec, n, isa);
             const Quantized ref = run_quantize(part, spec, Isa::Scalar), got = run_quantize(part, spec, isa);
             ASSERT_EQ(got.data, ref.data) << what;
-            ASSERT_EQ(0, std::memcmp(got.scales.data(), ref.scales.data(), ref.scales.size() * sizeof(float))) << what;
+            ASSERT_EQ(0, std::memcmp(got.scales.data(), ref.scales.data(), ref.scales.size() * sizeof(float)))
+                << what;
 
             const std::vector<float> dq_ref = run_dequantize(ref, n, spec, Isa::Scalar);
             const std::vector<float> dq = run_dequantize(ref, n, spec, isa);
