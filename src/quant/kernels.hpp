@@ -1,8 +1,9 @@
 #pragma once
 // Internal to src/quant: the per-instruction-set block kernels and the arithmetic they share.
 // The scalar functions here are the reference; the vector kernels perform the same IEEE
-// operations lane by lane (absmax on bit patterns, one correctly rounded division, RNE,
-// integer clamp; one fp32 multiply, one fp32 add), so every path gives identical bits.
+// operations lane by lane (absmax on bit patterns; scale and its inverse computed once per
+// block by these functions; one fp32 multiply and RNE; on the way back one fp32 multiply,
+// one fp32 add), so every path gives identical bits.
 // Files that include this compile with fp-contract off: a fused multiply-add would round
 // once where the reference rounds twice.
 #include <algorithm>
@@ -69,25 +70,19 @@ inline float load_value(Source source, const void* src, std::size_t i) {
 // non-finite input at once, in any order of evaluation.
 inline std::uint32_t abs_bits(float x) { return std::bit_cast<std::uint32_t>(x) & kAbsMask; }
 
-// scale = absmax / qmax, correctly rounded, with two repairs at the ends of fp32's range:
-// a nonzero absmax whose quotient underflows to 0 gets the smallest subnormal instead (a block
-// with a nonzero value never has scale 0), and a scale that rounded up so far that
-// qmax * scale overflows (absmax near FLT_MAX) is stepped down one ulp, so dequantized values
-// stay finite.
+// scale = absmax / qmax, correctly rounded, with two repairs at the ends of fp32's range: it is
+// at least FLT_MIN (2^-126), so it is never subnormal and 1 / scale is finite; and a scale that
+// rounded up so far that qmax * scale overflows (absmax near FLT_MAX) is stepped down one ulp,
+// so dequantized values stay finite. An all-zero block gets 0.
 inline float block_scale(std::uint32_t absmax_bits, int qmax) {
   if (absmax_bits == 0) return 0.0f;
   const auto q = static_cast<float>(qmax);
-  const float scale = std::bit_cast<float>(absmax_bits) / q;
-  if (scale == 0.0f) return std::numeric_limits<float>::denorm_min();
+  const float scale = std::max(std::bit_cast<float>(absmax_bits) / q, std::numeric_limits<float>::min());
   return std::isinf(scale * q) ? std::nextafter(scale, 0.0f) : scale;
 }
 
-// Whether the clamp in quantize_value can act anywhere in a block: |x| <= absmax and both the
-// division and the rounding are monotonic and odd, so no |q| exceeds the absmax's own. The
-// vector kernels skip the clamp when it cannot act, which changes no result.
-inline bool clamp_can_act(std::uint32_t absmax_bits, float scale, int qmax) {
-  return std::nearbyint(std::bit_cast<float>(absmax_bits) / scale) > static_cast<float>(qmax);
-}
+// What values are multiplied by: 1 / scale, correctly rounded, for a scale > 0.
+inline float block_inverse(float scale) { return 1.0f / scale; }
 
 // The fp32 bit pattern of |x| for the largest of 16-bit magnitudes (sign cleared): the
 // kernels find a bf16/fp16 block's absmax on the narrow patterns, whose integer order is
@@ -96,12 +91,9 @@ inline std::uint32_t widen_abs_bits(Source source, std::uint16_t abs16) {
   return source == Source::BF16 ? std::uint32_t{abs16} << 16 : abs_bits(fp16_to_float(abs16));
 }
 
-// scale > 0. |x / scale| <= 2 * qmax (see docs/quantization.md), so the int conversion is safe;
-// the clamp only acts where a subnormal or rounded scale makes the quotient exceed qmax.
-inline int quantize_value(float x, float scale, int qmax) {
-  const int q = static_cast<int>(std::nearbyint(x / scale));
-  return std::clamp(q, -qmax, qmax);
-}
+// q = rne(x * inverse). No clamp is needed: |x * inverse| <= qmax * (1 + 5 * 2^-24) for every
+// x of the block (docs/quantization.md), which rounds to at most qmax.
+inline int quantize_value(float x, float inverse) { return static_cast<int>(std::nearbyint(x * inverse)); }
 
 // Sign-extends a 4-bit two's complement nibble.
 inline int int4_value(std::uint8_t byte, std::size_t index) {

@@ -60,14 +60,9 @@ STRATA_AVX2 inline std::uint32_t block_absmax_bits(const void* src, std::size_t 
   return absmax;
 }
 
-template <bool Clamp>
-STRATA_AVX2 inline __m256i quantize8(__m256 x, __m256 scale, __m256i qmax) {
-  const __m256 rounded =
-      _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256i q = _mm256_cvttps_epi32(rounded);  // exact: already an integer
-  if constexpr (Clamp)
-    return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_sub_epi32(_mm256_setzero_si256(), qmax)), qmax);
-  return q;
+STRATA_AVX2 inline __m256i quantize8(__m256 x, __m256 inverse) {
+  const __m256 rounded = _mm256_round_ps(_mm256_mul_ps(x, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvttps_epi32(rounded);  // exact: already an integer
 }
 
 // 32 quantized values (4 x 8 int32 in [-127, 127]) -> 32 int8 in order. The in-lane packs
@@ -78,14 +73,12 @@ STRATA_AVX2 inline __m256i narrow32(__m256i q0, __m256i q1, __m256i q2, __m256i 
 }
 
 // Writes the block's used bytes; scale > 0. The last len % 8 values go through the scalar path.
-template <Source S, QuantBits B, bool Clamp>
-STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float scale,
+template <Source S, QuantBits B>
+STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float inverse,
                                        std::uint8_t* out) {
-  const int qm = qmax(B);
-  const __m256 scale_v = _mm256_set1_ps(scale);
-  const __m256i qmax_v = _mm256_set1_epi32(qm);
+  const __m256 inverse_v = _mm256_set1_ps(inverse);
   auto quantize_at = [&](std::size_t i)
-                         STRATA_AVX2 { return quantize8<Clamp>(load8<S>(src, begin + i), scale_v, qmax_v); };
+                         STRATA_AVX2 { return quantize8(load8<S>(src, begin + i), inverse_v); };
   std::size_t i = 0;
   for (; i + 32 <= len; i += 32) {
     const __m256i bytes =
@@ -115,7 +108,7 @@ STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::
     }
   }
   for (; i < len; ++i) {
-    const int q = quantize_value(load_value(S, src, begin + i), scale, qm);
+    const int q = quantize_value(load_value(S, src, begin + i), inverse);
     if constexpr (B == QuantBits::Int8)
       out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
     else if (i % 2 == 0)
@@ -141,10 +134,7 @@ STRATA_AVX2 std::size_t quantize_range(const void* src, std::size_t n, std::size
       std::memset(out, 0, stride);
       continue;
     }
-    if (clamp_can_act(absmax, scale, qm))
-      quantize_block<S, B, true>(src, begin, len, scale, out);
-    else
-      quantize_block<S, B, false>(src, begin, len, scale, out);
+    quantize_block<S, B>(src, begin, len, block_inverse(scale), out);
     zero_block_padding(out, B == QuantBits::Int8 ? len : (len + 1) / 2, stride);
   }
   return kAllFinite;

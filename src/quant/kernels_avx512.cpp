@@ -79,13 +79,8 @@ STRATA_AVX512 inline std::uint32_t block_absmax_bits(const void* src, std::size_
   }
 }
 
-template <bool Clamp>
-STRATA_AVX512 inline __m512i quantize16(__m512 x, __m512 scale, __m512i qmax) {
-  const __m512i q =
-      _mm512_cvt_roundps_epi32(_mm512_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  if constexpr (Clamp)
-    return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_sub_epi32(_mm512_setzero_si512(), qmax)), qmax);
-  return q;
+STRATA_AVX512 inline __m512i quantize16(__m512 x, __m512 inverse) {
+  return _mm512_cvt_roundps_epi32(_mm512_mul_ps(x, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 // 16 int4 values -> 8 bytes (low 64 bits): within each 64-bit lane, the odd value's nibble
@@ -104,13 +99,12 @@ STRATA_AVX512 inline __m512i narrow64(__m512i q0, __m512i q1, __m512i q2, __m512
 }
 
 // Writes the block's used bytes; a scale > 0.
-template <Source S, QuantBits B, bool Clamp>
-STRATA_AVX512 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float scale,
+template <Source S, QuantBits B>
+STRATA_AVX512 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float inverse,
                                          std::uint8_t* out) {
-  const __m512 scale_v = _mm512_set1_ps(scale);
-  const __m512i qmax_v = _mm512_set1_epi32(B == QuantBits::Int8 ? 127 : 7);
+  const __m512 inverse_v = _mm512_set1_ps(inverse);
   auto quantize_at = [&](std::size_t i) STRATA_AVX512 {
-    return quantize16<Clamp>(load16<S>(src, begin + i), scale_v, qmax_v);
+    return quantize16(load16<S>(src, begin + i), inverse_v);
   };
   std::size_t i = 0;
   for (; i + 64 <= len; i += 64) {
@@ -128,7 +122,7 @@ STRATA_AVX512 inline void quantize_block(const void* src, std::size_t begin, std
   }
   for (; i < len; i += 16) {
     const std::size_t rest = len - i;  // lanes past the end load 0 and quantize to 0
-    const __m512i q = quantize16<Clamp>(load16<S>(src, begin + i, lanes(rest)), scale_v, qmax_v);
+    const __m512i q = quantize16(load16<S>(src, begin + i, lanes(rest)), inverse_v);
     if constexpr (B == QuantBits::Int8)
       _mm512_mask_cvtepi32_storeu_epi8(out + i, lanes(rest), q);
     else
@@ -152,10 +146,7 @@ STRATA_AVX512 std::size_t quantize_range(const void* src, std::size_t n, std::si
       std::memset(out, 0, stride);
       continue;
     }
-    if (clamp_can_act(absmax, scale, qm))
-      quantize_block<S, B, true>(src, begin, len, scale, out);
-    else
-      quantize_block<S, B, false>(src, begin, len, scale, out);
+    quantize_block<S, B>(src, begin, len, block_inverse(scale), out);
     zero_block_padding(out, B == QuantBits::Int8 ? len : (len + 1) / 2, stride);
   }
   return kAllFinite;

@@ -17,10 +17,11 @@ std::size_t quantize_blocks_scalar(Source source, const void* src, std::size_t n
     if (absmax >= kInfBits) return b;
     const float scale = block_scale(absmax, qm);
     scales[b] = scale;
+    const float inverse = scale > 0.0f ? block_inverse(scale) : 0.0f;  // all zeros: every q is 0
     std::uint8_t* out = data + b * stride;
     if (spec.bits == QuantBits::Int8) {
       for (std::size_t i = 0; i < len; ++i) {
-        const int q = scale > 0.0f ? quantize_value(load_value(source, src, begin + i), scale, qm) : 0;
+        const int q = quantize_value(load_value(source, src, begin + i), inverse);
         out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
       }
       zero_block_padding(out, len, stride);
@@ -28,7 +29,7 @@ std::size_t quantize_blocks_scalar(Source source, const void* src, std::size_t n
       for (std::size_t i = 0; i < len; i += 2) {
         std::uint8_t byte = 0;
         for (std::size_t k = i; k < std::min(i + 2, len); ++k) {
-          const int q = scale > 0.0f ? quantize_value(load_value(source, src, begin + k), scale, qm) : 0;
+          const int q = quantize_value(load_value(source, src, begin + k), inverse);
           byte |= static_cast<std::uint8_t>((q & 0x0f) << (4 * (k - i)));
         }
         out[i / 2] = byte;

@@ -4,7 +4,8 @@
 //
 // A buffer of n values is cut into blocks of block_size consecutive values; the last block
 // may be shorter. Each block gets one fp32 scale = absmax / qmax (qmax = 127 for INT8, 7 for
-// INT4; 0 for an all-zero block) and each value q = clamp(rne(x / scale), -qmax, qmax).
+// INT4; at least FLT_MIN; 0 for an all-zero block) and each value q = rne(x * (1 / scale)),
+// which never leaves [-qmax, qmax].
 // Every block occupies block_bytes(spec) bytes of data, the short last one included (its
 // unused bytes and nibbles are zero), so block b starts at byte b * block_bytes(spec) and its
 // scale is scales[b]: a range of whole blocks can be handled with offset pointers.

@@ -119,36 +119,35 @@ double block_absmax(const Input& in, std::size_t bs, std::size_t b) {
   return m;
 }
 
-// Half a quantization step plus fp32 slack, for each element. The slack covers: the
-// quotient x / scale rounded to fp32 before rounding to an integer (moves the decision by
-// at most qmax * 2^-24 steps, i.e. about absmax * 2^-24); the clamp where the rounded scale
-// is a little below absmax / qmax (at most absmax * 2^-24); the product q * scale rounded to
-// fp32 (at most absmax * 2^-24). 3 * 2^-24 < 2^-22. A scale in fp32's subnormal range is
-// rounded by up to 2^-150 absolute, which the clamp turns into up to qmax * 2^-150 of error;
-// qmax * 2^-149 covers that and the subnormal rounding of the product.
-double error_bound(double scale, double absmax, QuantBits bits) {
-  return scale / 2 + absmax * std::ldexp(1.0, -22) + qmax(bits) * std::ldexp(1.0, -149);
-}
+// Half a quantization step plus fp32 slack, for each element. The slack covers three
+// roundings: 1 / scale and x * (1 / scale) rounded to fp32 before rounding to an integer
+// (together they move the decision by at most |x / scale| * 2^-23 steps, i.e. absmax * 2^-23
+// of value), and the product q * scale rounded to fp32 (at most about absmax * 2^-24).
+// 3 * 2^-24 < 2^-22. Scales are never subnormal (at least FLT_MIN), so no absolute term.
+double error_bound(double scale, double absmax) { return scale / 2 + absmax * std::ldexp(1.0, -22); }
 
-// Checks every element against its exact input: within the bound, and, where x / scale is
-// not within 1e-3 of a tie, equal to the float64 round-half-even of x / scale.
+// Checks every element against its exact input: within the bound, never beyond qmax, and,
+// where x / scale is not within 1e-3 of a tie, equal to the float64 round-half-even of x / scale.
 void expect_within_half_step(const Input& in, const QuantSpec& spec, const Quantized& q,
                              const std::vector<float>& dq, const std::string& what) {
   const auto bs = static_cast<std::size_t>(spec.block_size);
   const int qm = qmax(spec.bits);
+  const double flt_min = std::numeric_limits<float>::min();
   for (std::size_t b = 0; b < q.scales.size(); ++b) {
     const double absmax = block_absmax(in, bs, b), scale = q.scales[b];
     ASSERT_EQ(scale == 0, absmax == 0) << what << " block " << b;
-    ASSERT_LE(scale, absmax / qm * (1 + std::ldexp(1.0, -23)) + std::ldexp(1.0, -149))
-        << what << " block " << b;
+    if (scale != 0) {
+      ASSERT_LE(scale, std::max(absmax / qm * (1 + std::ldexp(1.0, -23)), flt_min)) << what << " block " << b;
+      ASSERT_GE(scale, std::max(absmax / qm * (1 - std::ldexp(1.0, -22)), flt_min)) << what << " block " << b;
+    }
     for (std::size_t i = b * bs; i < std::min(in.size(), (b + 1) * bs); ++i) {
-      ASSERT_LE(std::fabs(in.exact[i] - dq[i]), error_bound(scale, absmax, spec.bits))
+      ASSERT_LE(std::fabs(in.exact[i] - dq[i]), error_bound(scale, absmax))
           << what << " element " << i << " x=" << in.exact[i] << " dq=" << dq[i] << " scale=" << scale;
-      if (scale < std::numeric_limits<float>::min()) continue;  // subnormal scale: only the bound holds
+      ASSERT_LE(std::abs(stored_value(q, spec, i)), qm) << what << " element " << i;
+      if (scale == 0) continue;
       const double t = in.exact[i] / scale;
       if (std::fabs(std::fabs(t - std::floor(t)) - 0.5) < 1e-3) continue;
-      const double want = std::clamp(std::nearbyint(t), -double(qm), double(qm));
-      ASSERT_EQ(stored_value(q, spec, i), want) << what << " element " << i << " x/scale=" << t;
+      ASSERT_EQ(stored_value(q, spec, i), std::nearbyint(t)) << what << " element " << i << " x/scale=" << t;
     }
   }
 }
@@ -267,16 +266,18 @@ TEST(Quant, SubnormalInputs) {
   const float tiny = std::numeric_limits<float>::denorm_min();
   for (Isa isa : usable_isas()) {
     for (QuantBits bits : kBits) {
-      // fp32 subnormals: blocks of 1, 3, 63, 64, 200 and 127 * 2^20 ulps, and a mixed block.
+      // Blocks whose absmax is a few subnormal ulps, or near FLT_MIN (2^23 ulps) and near
+      // qmax * FLT_MIN, where the scale floor of FLT_MIN stops acting; and a mixed block.
       std::vector<float> x;
-      for (float top : {1.0f, 3.0f, 63.0f, 64.0f, 200.0f, 127.0f * 1048576.0f})
+      for (float top : {1.0f, 3.0f, 200.0f, 0x1p23f, 0x1p23f * 6.9f, 0x1p23f * 7.0f, 0x1p23f * 126.9f,
+                        0x1p23f * 127.0f, 0x1p23f * 300.0f})
         for (int i = 0; i < 16; ++i)
           x.push_back(tiny * std::round(top * static_cast<float>(i) / 15.0f) * (i % 2 ? -1 : 1));
       for (int i = 0; i < 16; ++i) x.push_back(i == 3 ? 1e-30f : tiny * static_cast<float>(i));
       const QuantSpec spec{bits, 16};
       const Input in = make_input(Dtype::F32, x);
       const Quantized q = run_quantize(in, spec, isa);
-      for (float s : q.scales) EXPECT_GT(s, 0.0f) << "a block with nonzero values got scale 0";
+      for (float s : q.scales) EXPECT_GE(s, std::numeric_limits<float>::min()) << "subnormal or zero scale";
       expect_within_half_step(in, spec, q, run_dequantize(q, x.size(), spec, isa),
                               describe(Dtype::F32, spec, x.size(), isa));
     }
@@ -370,7 +371,7 @@ TEST(Quant, DequantizeSumMatchesFloat64Reference) {
           sum_by_hand[i] += dq[i];
           exact_sum[i] += in.exact[i];
           const std::size_t b = i / static_cast<std::size_t>(spec.block_size);
-          bound[i] += error_bound(q.scales[b], block_absmax(in, spec.block_size, b), bits);
+          bound[i] += error_bound(q.scales[b], block_absmax(in, spec.block_size, b));
           magnitude[i] += std::fabs(dq[i]);
         }
       }
