@@ -113,10 +113,11 @@ STRATA_AVX512 inline void quantize_block(const void* src, std::size_t begin, std
     if constexpr (B == QuantBits::Int8) {
       _mm512_storeu_si512(out + i, bytes);
     } else {
-      // Each 16-bit lane holds an (even, odd) pair: odd nibble up next to the even one.
-      const __m512i pairs =
-          _mm512_or_si512(_mm512_and_si512(bytes, _mm512_set1_epi16(0x000f)),
-                          _mm512_and_si512(_mm512_srli_epi16(bytes, 4), _mm512_set1_epi16(0x00f0)));
+      // Each 16-bit lane holds an (even, odd) pair. Bit select (0xd8: mask ? b : a) takes the
+      // low nibble from the pair and bits 4..7 from the pair shifted right by 4, i.e. the odd
+      // value's nibble; the high byte is dropped by the narrowing.
+      const __m512i pairs = _mm512_ternarylogic_epi32(bytes, _mm512_srli_epi16(bytes, 4),
+                                                      _mm512_set1_epi16(0x00f0), 0xd8);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i / 2), _mm512_cvtepi16_epi8(pairs));
     }
   }
