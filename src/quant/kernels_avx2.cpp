@@ -1,5 +1,5 @@
-// AVX2 kernels: 8 values a step; the block's last len % 8 values go through the scalar
-// reference functions, which compute the same IEEE operations.
+// AVX2 kernels: 8 values a vector; a block's last few values (fewer than a step) go through
+// the scalar reference functions, which compute the same IEEE operations.
 // Built with target attributes, not a global -march, so the binary runs on any x86-64.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
@@ -140,32 +140,29 @@ STRATA_AVX2 std::size_t quantize_range(const void* src, std::size_t n, std::size
   return kAllFinite;
 }
 
-// 8 quantized values from value index i of a block, as fp32 integers.
+// 16 quantized values from value index i of a block, as int8 in order.
 template <QuantBits B>
-STRATA_AVX2 inline __m256 load_q8(const std::uint8_t* in, std::size_t i) {
-  __m256i q;
+STRATA_AVX2 inline __m128i load_q16(const std::uint8_t* in, std::size_t i) {
   if constexpr (B == QuantBits::Int8) {
-    q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + i)));
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
   } else {
-    std::int32_t four;
-    std::memcpy(&four, in + i / 2, sizeof four);
-    // Byte k in 64-bit lane k; shifted copies put its low nibble at the top of the lane's low
-    // 32 bits and its high nibble at the top of the high 32 bits; an arithmetic shift
-    // sign-extends both.
-    const __m256i wide = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
-    q = _mm256_srai_epi32(_mm256_or_si256(_mm256_slli_epi64(wide, 28), _mm256_slli_epi64(wide, 56)), 28);
+    // Low and high nibbles of 8 bytes, interleaved back into value order, then sign-extended
+    // from 4 bits: (v ^ 8) - 8.
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + i / 2));
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m128i values = _mm_unpacklo_epi8(_mm_and_si128(bytes, nibble),
+                                             _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble));
+    const __m128i eight = _mm_set1_epi8(8);
+    return _mm_sub_epi8(_mm_xor_si128(values, eight), eight);
   }
-  return _mm256_cvtepi32_ps(q);
 }
 
-// fp32 -> bf16 bit patterns, as float_to_bf16 does it, 8 lanes into 16 bytes. Its NaN case is
-// left out: a dequantized value is an integer times a finite scale (scales are checked).
-STRATA_AVX2 inline __m128i to_bf16(__m256 value) {
+// fp32 -> bf16 bit patterns in 32-bit lanes, as float_to_bf16 does it. Its NaN case is left
+// out: a dequantized value is an integer times a finite scale (scales are checked).
+STRATA_AVX2 inline __m256i to_bf16(__m256 value) {
   const __m256i bits = _mm256_castps_si256(value);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
-  return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
 }
 
 template <Sink K, QuantBits B>
@@ -173,20 +170,27 @@ STRATA_AVX2 void dequantize_range(const std::uint8_t* data, const float* scales,
                                   std::size_t bs, std::size_t first, std::size_t last, void* dst) {
   const std::size_t stride = block_bytes(QuantSpec{B, static_cast<int>(bs)});
   for (std::size_t b = first; b < last; ++b) {
-    const std::size_t begin = b * bs, len = block_length(n, bs, b), full = len & ~std::size_t{7};
+    const std::size_t begin = b * bs, len = block_length(n, bs, b), full = len & ~std::size_t{15};
     const std::uint8_t* in = data + b * stride;
     const float scale = scales[b];
     const __m256 scale_v = _mm256_set1_ps(scale);
-    for (std::size_t i = 0; i < full; i += 8) {
-      const __m256 value = _mm256_mul_ps(load_q8<B>(in, i), scale_v);
+    for (std::size_t i = 0; i < full; i += 16) {
+      const __m128i q = load_q16<B>(in, i);
+      const __m256 low = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale_v);
+      const __m256 high = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), scale_v);
       if constexpr (K == Sink::F32) {
-        _mm256_storeu_ps(static_cast<float*>(dst) + begin + i, value);
+        float* p = static_cast<float*>(dst) + begin + i;
+        _mm256_storeu_ps(p, low);
+        _mm256_storeu_ps(p + 8, high);
       } else if constexpr (K == Sink::AddF32) {
         float* p = static_cast<float*>(dst) + begin + i;
-        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), value));
+        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), low));
+        _mm256_storeu_ps(p + 8, _mm256_add_ps(_mm256_loadu_ps(p + 8), high));
       } else {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + begin + i),
-                         to_bf16(value));
+        // The in-lane pack interleaves 4-value groups of the halves; a qword permute restores order.
+        const __m256i packed = _mm256_packus_epi32(to_bf16(low), to_bf16(high));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(dst) + begin + i),
+                            _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
       }
     }
     for (std::size_t i = full; i < len; ++i) {
