@@ -91,7 +91,7 @@ inline std::uint32_t widen_abs_bits(Source source, std::uint16_t abs16) {
   return source == Source::BF16 ? std::uint32_t{abs16} << 16 : abs_bits(fp16_to_float(abs16));
 }
 
-// q = rne(x * inverse). No clamp is needed: |x * inverse| <= qmax * (1 + 5 * 2^-24) for every
+// q = rne(x * inverse). No clamp is needed: |x * inverse| < qmax * (1 + 2^-21) for every
 // x of the block (docs/quantization.md), which rounds to at most qmax.
 inline int quantize_value(float x, float inverse) { return static_cast<int>(std::nearbyint(x * inverse)); }
 
