@@ -16,16 +16,8 @@ struct CommandRegistrar {
   CommandRegistrar(int order, CommandSetup setup);
 };
 
-// The `strata bench ...` group, shared by the benchmark commands of several files: returns
-// the existing "bench" subcommand or creates it.
-inline CLI::App* bench_group(CLI::App& app) {
-  try {
-    return app.get_subcommand("bench");
-  } catch (const CLI::OptionNotFound&) {
-    CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
-    bench->require_subcommand(1);
-    return bench;
-  }
-}
+// The `strata bench` group, created by whichever command file asks first; each benchmark
+// adds itself as a subcommand of it (bench step, bench collectives, bench quant, ...).
+CLI::App* bench_group(CLI::App& app);
 
 }  // namespace strata::cli

@@ -45,6 +45,9 @@ class Engine {
 
   // Mean of a per-rank value over all ranks (the logged loss is the global mean).
   virtual double all_mean(double local) = 0;
+  // Every rank's string, in rank order, on every rank. Checkpoints use it to collect the
+  // shard records into one manifest and to agree on errors; it also orders file writes.
+  virtual std::vector<std::string> all_gather_strings(const std::string& local) = 0;
 
   // Optimizer state this rank owns, for checkpoints. Together the shards of all ranks
   // cover the arena exactly once.
