@@ -61,6 +61,13 @@ void WireBuffer::reset(Wire w, int block_size, std::size_t n) {
   scales.resize(wire_quantized(w) ? (n + block_size - 1) / block_size : 0);
 }
 
+void WireBuffer::reserve_any(int block_size, std::size_t n) {
+  block = block_size;
+  count = n;
+  data.resize(4 * n);                            // fp32 is the widest format
+  scales.resize(n / std::max(block_size, 1) + 1);  // int8/int4 with the smallest blocks
+}
+
 comm::Buf WireBuffer::view(std::size_t offset, std::size_t n) {
   comm::Buf b(dtype_of(wire), data.data() + byte_offset(wire, offset), n);
   if (wire_quantized(wire)) {
@@ -143,7 +150,7 @@ struct ShardedEngine::Unit {
 
 // Comm-thread scratch, shared by every chain: chains run one at a time on that thread.
 struct ShardedEngine::Chain {
-  WireBuffer wire_a, wire_b;
+  WireBuffer wire_a, wire_b, wire_c;
   AlignedBuffer<float> f32_a, f32_b;
 };
 
@@ -194,10 +201,11 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
   if (L.weights == 0 && spec.weight_wire != Wire::F32) replicated_params_.resize(padded_total);
   if (L.grads == 0) replicated_grads_.resize(padded_total);
 
+  largest_unit_ = largest;
   chain_ = std::make_unique<Chain>();
-  Wire widest = Wire::F32;  // scratch sized for fp32 holds any wire format
-  chain_->wire_a.reset(widest, spec.block_size, largest);
-  chain_->wire_b.reset(widest, spec.block_size, largest);
+  chain_->wire_a.reserve_any(spec.block_size, largest);
+  chain_->wire_b.reserve_any(spec.block_size, largest);
+  chain_->wire_c.reserve_any(spec.block_size, largest);
   chain_->f32_a.resize(largest);
   chain_->f32_b.resize(largest);
 
@@ -239,25 +247,20 @@ comm::Communicator& ShardedEngine::level_comm(int level) {
 
 // ---- Chains: a run of per-level ops, executed on the communication thread -------------------
 
-namespace {
-
-// Gathers level by level from `src` (elements_in of the first op) and leaves the result in
-// one of the scratch buffers, which it returns.
-WireBuffer* run_gathers(const std::vector<const ScheduledOp*>& ops, const WireBuffer& src, WireBuffer& a, WireBuffer& b,
-                        comm::Communicator& (*comm_of)(void*, int), void* self) {
+// Gathers level by level from `src` (elements_in of the first op), ping-ponging between the
+// scratch buffers a and b (neither may be `src`), and returns where the result landed.
+const WireBuffer* ShardedEngine::gather_chain(const std::vector<const ScheduledOp*>& ops, const WireBuffer& src,
+                                              WireBuffer& a, WireBuffer& b) {
   const WireBuffer* cur = &src;
   WireBuffer* out = &a;
   for (const ScheduledOp* op : ops) {
-    out->wire = src.wire;
-    out->block = src.block;
-    comm_of(self, op->level).run_all_gather(cur->cview(0, op->elements_in), out->view(0, op->elements_out));
+    out->set_format(src.wire, src.block);
+    level_comm(op->level).run_all_gather(cur->cview(0, op->elements_in), out->view(0, op->elements_out));
     cur = out;
     out = out == &a ? &b : &a;
   }
-  return const_cast<WireBuffer*>(cur);
+  return cur;
 }
-
-}  // namespace
 
 void ShardedEngine::start_gather(int unit, model::Phase phase) {
   Unit& U = *units_[unit];
@@ -269,14 +272,11 @@ void ShardedEngine::start_gather(int unit, model::Phase phase) {
   float* full = U.full;
   U.gather = ctx_.run("shard:weight_gather", [this, &U, &ops, &src, full, keep_secondary] {
     omp_set_num_threads(1);  // the compute thread owns the cores
-    WireBuffer* got = run_gathers(
-        ops, src, chain_->wire_a, chain_->wire_b,
-        [](void* self, int level) -> comm::Communicator& { return static_cast<ShardedEngine*>(self)->level_comm(level); },
-        this);
+    const WireBuffer* got = gather_chain(ops, src, chain_->wire_a, chain_->wire_b);
     if (keep_secondary) {
       // hpZ: keep this rank's secondary slice of what was just gathered.
       std::memcpy(U.secondary.data.data(), got->data.data() + byte_offset(got->wire, U.s.offset), U.secondary.data.size());
-      if (!U.secondary.scales.empty())
+      if (U.secondary.scales.size() != 0)
         std::memcpy(U.secondary.scales.data(), got->scales.data() + U.s.offset / got->block,
                     4 * U.secondary.scales.size());
     }
@@ -287,14 +287,20 @@ void ShardedEngine::start_gather(int unit, model::Phase phase) {
 void ShardedEngine::wait(comm::Work& work) {
   auto t0 = std::chrono::steady_clock::now();
   work.wait();
-  timing_.exposed_comm_s += seconds_since(t0);
+  exposed_s_ += seconds_since(t0);
+}
+
+void ShardedEngine::drain_reductions(std::size_t keep) {
+  while (pending_reductions_.size() > keep) {
+    wait(pending_reductions_.front().first);
+    give_back(pending_reductions_.front().second);
+    pending_reductions_.pop_front();
+  }
 }
 
 float* ShardedEngine::borrow_full() {
   if (free_buffers_.empty()) {
-    std::size_t largest = 0;
-    for (auto& U : units_) largest = std::max(largest, U->padded);
-    pool_.emplace_back(largest);
+    pool_.emplace_back(largest_unit_);
     free_buffers_.push_back(pool_.back().data());
   }
   float* b = free_buffers_.back();
@@ -340,12 +346,7 @@ float* ShardedEngine::grads(int unit) {
   Unit& U = *units_[unit];
   if (schedule_.levels().grads == 0) return replicated_grads_.data() + U.padded_offset;
   if (!U.grad_full) {
-    // Bound the buffers held by reductions still in flight.
-    while (pending_reductions_.size() > 2) {
-      wait(pending_reductions_.front().first);
-      give_back(pending_reductions_.front().second);
-      pending_reductions_.pop_front();
-    }
+    drain_reductions(2);  // bound the buffers held by reductions still in flight
     U.grad_full = borrow_full();
     std::memset(U.grad_full, 0, 4 * U.padded);
   }
@@ -376,23 +377,24 @@ const float* ShardedEngine::reduce_chain(const std::vector<const ScheduledOp*>& 
     const std::size_t n = op->elements_in, chunk = op->elements_out;
     if (op->kind == OpKind::AllGather) {
       // The all-gather half of a hierarchical all-reduce.
-      c.wire_a.wire = c.wire_b.wire = op->wire;
-      c.wire_a.block = c.wire_b.block = schedule_.spec().block_size;
+      c.wire_a.set_format(op->wire, schedule_.spec().block_size);
+      c.wire_b.set_format(op->wire, schedule_.spec().block_size);
       c.wire_a.encode(cur, 0, n);
       comm.run_all_gather(c.wire_a.cview(0, n), c.wire_b.view(0, chunk));
       c.wire_b.decode(0, chunk, out);
     } else if (op->wire == Wire::F32) {
       comm.run_reduce_scatter(comm::f32(cur, n), comm::f32(out, chunk), 1.0f);
     } else if (!wire_quantized(op->wire)) {
-      c.wire_a.wire = c.wire_b.wire = op->wire;
+      c.wire_a.set_format(op->wire, 0);
+      c.wire_b.set_format(op->wire, 0);
       c.wire_a.encode(cur, 0, n);
       comm.run_reduce_scatter(c.wire_a.cview(0, n), c.wire_b.view(0, chunk), 1.0f);
       c.wire_b.decode(0, chunk, out);
     } else {
       // ZeRO++ qgZ hop: quantize every chunk, all-to-all, dequantize and sum in fp32 in
       // member order (the same order on every rank).
-      c.wire_a.wire = c.wire_b.wire = op->wire;
-      c.wire_a.block = c.wire_b.block = schedule_.spec().block_size;
+      c.wire_a.set_format(op->wire, schedule_.spec().block_size);
+      c.wire_b.set_format(op->wire, schedule_.spec().block_size);
       c.wire_a.encode(cur, 0, n);
       comm.run_all_to_all(c.wire_a.cview(0, n), c.wire_b.view(0, n));
       std::memset(out, 0, 4 * chunk);
@@ -410,16 +412,13 @@ float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* 
   training_ = true;
   next_acquire_ = 0;
   float loss = model_.forward_backward(*this, tokens, targets, grad_scale);
-  while (!pending_reductions_.empty()) {
-    wait(pending_reductions_.front().first);
-    give_back(pending_reductions_.front().second);
-    pending_reductions_.pop_front();
-  }
-  timing_.wall_s += seconds_since(t0);
+  drain_reductions(0);
+  wall_s_ += seconds_since(t0);
   return loss;
 }
 
 float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
+  evaluated_since_report_ = true;
   training_ = false;
   next_acquire_ = 0;
   float loss = model_.forward(*this, tokens, targets);
@@ -462,7 +461,7 @@ double ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, float lr, std
   refresh_weights_from_master();
   for (auto& U : units_) U->grad_accum.zero();
   replicated_grads_.zero();
-  timing_.wall_s += seconds_since(t0);
+  wall_s_ += seconds_since(t0);
   return norm;
 }
 
@@ -476,17 +475,12 @@ void ShardedEngine::refresh_weights_from_master() {
       if (U->weight_step.empty()) {
         U->weights.encode(U->master.data(), 0, U->o.count);  // OS slice == W slice
       } else {
-        c.wire_a.wire = U->weights.wire;
-        c.wire_a.block = U->weights.block;
-        c.wire_a.encode(U->master.data(), 0, U->o.count);
-        const WireBuffer* got = run_gathers(
-            U->weight_step, c.wire_a, c.wire_b, c.wire_a,
-            [](void* self, int level) -> comm::Communicator& {
-              return static_cast<ShardedEngine*>(self)->level_comm(level);
-            },
-            this);
+        // wire_c holds the encoded OS slice; the gathers ping-pong through wire_a and wire_b.
+        c.wire_c.set_format(U->weights.wire, U->weights.block);
+        c.wire_c.encode(U->master.data(), 0, U->o.count);
+        const WireBuffer* got = gather_chain(U->weight_step, c.wire_c, c.wire_a, c.wire_b);
         std::memcpy(U->weights.data.data(), got->data.data(), U->weights.data.size());
-        if (!U->weights.scales.empty())
+        if (U->weights.scales.size() != 0)
           std::memcpy(U->weights.scales.data(), got->scales.data(), 4 * U->weights.scales.size());
       }
       if (replicated_params_.size()) U->weights.decode(0, U->padded, replicated_params_.data() + U->padded_offset);
@@ -592,10 +586,72 @@ StateMemory ShardedEngine::memory_bytes() const {
 
 StepTiming ShardedEngine::take_timing() {
   StepTiming t;
-  t.exposed_comm_s = timing_.exposed_comm_s;
-  t.compute_s = std::max(0.0, timing_.wall_s - timing_.exposed_comm_s);
-  timing_ = {};
+  t.exposed_comm_s = exposed_s_;
+  t.compute_s = std::max(0.0, wall_s_ - exposed_s_);
+  wall_s_ = exposed_s_ = 0;
   return t;
+}
+
+static nlohmann::json per_tier_json(const std::vector<std::string>& names, const std::vector<comm::TierTraffic>& t) {
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    j[names[i]] = {{"bytes_sent", t[i].bytes_sent}, {"bytes_received", t[i].bytes_received}, {"messages", t[i].messages}};
+  return j;
+}
+
+nlohmann::json ShardedEngine::step_report() {
+  comm::CommStats now = ctx_.accounting().snapshot();
+  comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
+  last_stats_ = now;
+  StepTiming t = take_timing();
+  nlohmann::json j = {{"compute_s", t.compute_s},
+                      {"exposed_comm_s", t.exposed_comm_s},
+                      {"comm", per_tier_json(delta.tier_names, delta.tiers)},
+                      {"includes_eval", evaluated_since_report_}};
+  evaluated_since_report_ = false;
+  step_reports_.push_back(j);
+  return j;
+}
+
+nlohmann::json ShardedEngine::summary_report() {
+  // Mean over steps without evaluation traffic and after the first (which also carries the
+  // initial weight distribution).
+  std::vector<std::string> names;
+  for (auto& t : schedule_.topology().tiers()) names.push_back(t.name);
+  std::vector<double> sent(names.size()), recv(names.size()), msgs(names.size());
+  double compute = 0, exposed = 0;
+  int counted = 0;
+  for (std::size_t s = 1; s < step_reports_.size(); ++s) {
+    const auto& r = step_reports_[s];
+    if (r["includes_eval"].get<bool>()) continue;
+    ++counted;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      sent[i] += r["comm"][names[i]]["bytes_sent"].get<double>();
+      recv[i] += r["comm"][names[i]]["bytes_received"].get<double>();
+      msgs[i] += r["comm"][names[i]]["messages"].get<double>();
+    }
+    compute += r["compute_s"].get<double>();
+    exposed += r["exposed_comm_s"].get<double>();
+  }
+  nlohmann::json measured = nlohmann::json::object(), scheduled = nlohmann::json::object();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (counted)
+      measured[names[i]] = {{"bytes_sent", sent[i] / counted}, {"bytes_received", recv[i] / counted},
+                            {"messages", msgs[i] / counted}};
+  for (auto& t : schedule_.traffic_per_step())
+    scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
+  StateMemory m = memory_bytes();
+  return {{"strategy", schedule_.spec().preset},
+          {"shard_spec", schedule_.spec().to_json()},
+          {"world_size", world_size()},
+          {"topology", schedule_.topology().to_json()},
+          {"link_emulation", ctx_.emulation().enabled},
+          {"comm", {{"per_step", measured}, {"scheduled_per_step", scheduled}, {"steps_measured", counted}}},
+          {"compute_s", counted ? compute / counted : 0.0},
+          {"exposed_comm_s", counted ? exposed / counted : 0.0},
+          {"memory_bytes",
+           {{"weights", m.weights}, {"secondary", m.secondary}, {"grads", m.grads}, {"optimizer", m.optimizer},
+            {"gathered", m.gathered}}}};
 }
 
 }  // namespace strata::shard

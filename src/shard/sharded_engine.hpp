@@ -8,8 +8,8 @@
 // thread (comm::Context), so it overlaps with the model's compute; the compute thread only
 // waits when it needs the result. Time spent waiting is the step's exposed communication.
 #include <cstdint>
+#include <deque>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "base/aligned.hpp"
@@ -29,7 +29,10 @@ struct WireBuffer {
   AlignedBuffer<std::uint8_t> data;
   AlignedBuffer<float> scales;
 
-  void reset(Wire w, int block_size, std::size_t n);
+  void reset(Wire w, int block_size, std::size_t n);  // allocates exactly n elements
+  // Scratch use: room for n elements of any wire format, then retyped with set_format.
+  void reserve_any(int block_size, std::size_t n);
+  void set_format(Wire w, int block_size) { wire = w; block = block_size; }
   std::size_t bytes() const { return data.size() + 4 * scales.size(); }
   // Elements [offset, offset + n) as a comm buffer; offsets and n are whole blocks.
   comm::Buf view(std::size_t offset, std::size_t n);
@@ -64,6 +67,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   std::vector<train::StateShard> saved_shards() override;
   void state_loaded() override;
   void gather_params(float* full) override;
+  nlohmann::json step_report() override;
+  nlohmann::json summary_report() override;
 
   const Schedule& schedule() const { return schedule_; }
   StateMemory memory_bytes() const;            // what this rank actually allocated, by state
@@ -82,9 +87,14 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
 
   comm::Communicator& level_comm(int level);
   std::vector<const ScheduledOp*> ops_for(const std::vector<ScheduledOp>& ops, Purpose purpose, int unit) const;
+  // Comm-thread chains: runs of per-level ops.
+  const WireBuffer* gather_chain(const std::vector<const ScheduledOp*>& ops, const WireBuffer& src, WireBuffer& a,
+                                 WireBuffer& b);
+  const float* reduce_chain(const std::vector<const ScheduledOp*>& ops, const float* input);
   void start_gather(int unit, model::Phase phase);
   void wait(comm::Work& work);
-  void refresh_weights_from_master(bool communicate);
+  void drain_reductions(std::size_t keep);
+  void refresh_weights_from_master();
   double scalar_sum(double local, Purpose purpose);
   float* borrow_full();
   void give_back(float* buffer);
@@ -95,16 +105,22 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   Schedule schedule_;
   int rank_ = 0;
   std::vector<std::unique_ptr<Unit>> units_;
-  std::vector<std::pair<int, model::Phase>> acquire_order_;  // one micro-batch's acquires
+  std::unique_ptr<Chain> chain_;
+  std::vector<std::pair<int, model::Phase>> acquire_order_;  // one training micro-batch's acquires
+  std::vector<std::pair<int, model::Phase>> eval_order_;     // forward only
   std::size_t next_acquire_ = 0;
+  std::size_t largest_unit_ = 0;
   std::vector<AlignedBuffer<float>> pool_;
   std::vector<float*> free_buffers_;
-  AlignedBuffer<float> replicated_params_;  // W replicated: the full fp32 weights, all units
+  AlignedBuffer<float> replicated_params_;  // W replicated in a non-fp32 wire: decoded weights
   AlignedBuffer<float> replicated_grads_;   // G replicated: the full fp32 gradients
-  std::vector<comm::Work> pending_reductions_;
-  float micro_grad_scale_ = 1.0f;
+  std::deque<std::pair<comm::Work, float*>> pending_reductions_;
   bool training_ = true;
-  StepTiming timing_;
+  double wall_s_ = 0, exposed_s_ = 0;
+  // Step reports: traffic since the last report, and whether an evaluation ran in it.
+  comm::CommStats last_stats_;
+  bool evaluated_since_report_ = false;
+  std::vector<nlohmann::json> step_reports_;
 };
 
 }  // namespace strata::shard

@@ -181,7 +181,7 @@ fs::path save_checkpoint(Engine& engine, const fs::path& root, const CheckpointI
   std::vector<ShardRecord> mine;
   std::string local_error;
   try {
-    mine = write_rank_file(tmp_dir, engine.rank(), engine.state_shards());
+    mine = write_rank_file(tmp_dir, engine.rank(), engine.saved_shards());
   } catch (const Error& e) {
     local_error = e.what();
   }
