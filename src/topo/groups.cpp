@@ -17,10 +17,12 @@ ProcessGroups::ProcessGroups(const Topology& topology, MPI_Comm base) : topology
   MPI_Comm_size(base, &base_size);
   MPI_Comm_rank(base, &rank_);
   if (!topology_.resolved())
-    throw Error(fmt::format("process groups: topology '{}' is not resolved for a world size", topology_.name()));
+    throw Error(
+        fmt::format("process groups: topology '{}' is not resolved for a world size", topology_.name()));
   if (topology_.world_size() != base_size)
-    throw Error(fmt::format("process groups: topology '{}' is resolved for {} ranks but the communicator has {}",
-                            topology_.name(), topology_.world_size(), base_size));
+    throw Error(
+        fmt::format("process groups: topology '{}' is resolved for {} ranks but the communicator has {}",
+                    topology_.name(), topology_.world_size(), base_size));
   MPI_Group base_group;
   MPI_Comm_group(base, &base_group);
 
@@ -82,7 +84,9 @@ const Group& ProcessGroups::across_group(int t) const {
 nlohmann::json ProcessGroups::to_json() const {
   nlohmann::json tiers = nlohmann::json::array();
   for (int t = 0; t < num_tiers(); ++t)
-    tiers.push_back({{"tier", topology_.tier(t).name}, {"within", within_[t].to_json()}, {"across", across_[t].to_json()}});
+    tiers.push_back({{"tier", topology_.tier(t).name},
+                     {"within", within_[t].to_json()},
+                     {"across", across_[t].to_json()}});
   return {{"rank", rank_}, {"tiers", std::move(tiers)}};
 }
 

@@ -23,8 +23,8 @@
 namespace strata::topo {
 
 struct Group {
-  std::string name;          // "node#1" (within) or "across-node#1.0" (across)
-  int tier = 0;              // index into the topology's tiers
+  std::string name;  // "node#1" (within) or "across-node#1.0" (across)
+  int tier = 0;      // index into the topology's tiers
   bool across = false;
   std::vector<int> members;  // ranks of the base communicator, ascending
   int index = 0;             // this rank's position in members (its rank in comm)

@@ -51,7 +51,8 @@ HostFacts detect_host(MPI_Comm comm) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
-    throw Error("preset 'host': needs MPI initialised (strata commands start it; test mains hold an MpiSession)");
+    throw Error(
+        "preset 'host': needs MPI initialised (strata commands start it; test mains hold an MpiSession)");
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm node;
@@ -88,15 +89,16 @@ HostFacts detect_host(MPI_Comm comm) {
     throw Error(fmt::format("preset 'host': nodes hold {} to {} ranks; every node must hold the same number",
                             checks[0], -checks[1]));
   if (!checks[2])
-    throw Error(fmt::format("preset 'host': the ranks sharing a node are not contiguous in rank order ({} holds "
-                            "ranks {}); place ranks by slot (mpirun --map-by slot)",
-                            facts.hostname, fmt::join(node_ranks, ",")));
+    throw Error(
+        fmt::format("preset 'host': the ranks sharing a node are not contiguous in rank order ({} holds "
+                    "ranks {}); place ranks by slot (mpirun --map-by slot)",
+                    facts.hostname, fmt::join(node_ranks, ",")));
   return facts;
 }
 
 std::vector<Tier> host_tiers(const HostFacts& f) {
-  const std::string seen = fmt::format("detected on {}: {} package(s), {} cores, {} rank(s) a node", f.hostname,
-                                       f.packages, f.cores, f.ranks_per_node);
+  const std::string seen = fmt::format("detected on {}: {} package(s), {} cores, {} rank(s) a node",
+                                       f.hostname, f.packages, f.cores, f.ranks_per_node);
   std::vector<Tier> tiers;
   if (int block = socket_block(f)) {
     tiers.push_back({"socket", block, 20, 0.5, 1.0,

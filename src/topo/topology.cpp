@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
@@ -19,8 +19,8 @@ namespace strata::topo {
 
 namespace {
 
-constexpr std::string_view kTierFields[] = {"name", "size", "bandwidth_GBps", "latency_us", "efficiency",
-                                            "source"};
+constexpr std::string_view kTierFields[] = {"name",       "size",       "bandwidth_GBps",
+                                            "latency_us", "efficiency", "source"};
 // Larger worlds than this are surely a typo, and keep every rank product inside an int.
 constexpr std::int64_t kMaxRanks = std::int64_t{1} << 30;
 
@@ -54,7 +54,11 @@ constexpr std::string_view kEfficiencyNote =
 
 Tier preset_tier(std::string name, int size, double bandwidth, double latency, std::string_view link,
                  std::string_view latency_note) {
-  return Tier{std::move(name), size, bandwidth, latency, kPresetEfficiency,
+  return Tier{std::move(name),
+              size,
+              bandwidth,
+              latency,
+              kPresetEfficiency,
               fmt::format("{}; latency {} us: {}; {}", link, latency, latency_note, kEfficiencyNote)};
 }
 
@@ -66,7 +70,7 @@ std::vector<Tier> frontier_tiers() {
                   "estimate for an on-package GPU-to-GPU message"),
       preset_tier("node", 4, 50, 3,
                   "OLCF Frontier User Guide: 1-2 Infinity Fabric links of 50 GB/s between MI250X packages "
-                  "(50-100 GB/s); the low end is taken",
+                  "(50-100 GB/s); the low end, ~50 GB/s, is taken",
                   "estimate for an intra-node GPU-to-GPU message"),
       preset_tier("cluster", 0, 25, 5,
                   "OLCF Frontier User Guide: Slingshot-11, 4 NICs of 200 Gb/s a node, one per MI250X: "
@@ -137,9 +141,10 @@ void Topology::validate() const {
   for (int t = 0; t < num_tiers(); ++t) {
     const Tier& tier = tiers_[t];
     if (!valid_tier_name(tier.name))
-      throw Error(fmt::format("{}: tiers[{}]: name '{}' must be non-empty letters, digits, '_' or '-' "
-                              "(and not 'none', which means replicated)",
-                              origin_, t, tier.name));
+      throw Error(
+          fmt::format("{}: tiers[{}]: name '{}' must be non-empty letters, digits, '_' or '-' "
+                      "(and not 'none', which means replicated)",
+                      origin_, t, tier.name));
     if (!seen.insert(tier.name).second)
       throw Error(fmt::format("{}: duplicate tier name (tiers: {})", where(t), tier_names(tiers_)));
     bool outer = t == outermost();
@@ -148,7 +153,8 @@ void Topology::validate() const {
     if (!outer) {
       inner_ranks *= tier.size;
       if (inner_ranks > kMaxRanks)
-        throw Error(fmt::format("{}: size = {}: the tiers up to here hold over 2^30 ranks", where(t), tier.size));
+        throw Error(
+            fmt::format("{}: size = {}: the tiers up to here hold over 2^30 ranks", where(t), tier.size));
     }
     if (!(tier.bandwidth_GBps > 0) || !std::isfinite(tier.bandwidth_GBps))
       throw Error(fmt::format("{}: bandwidth_GBps = {} must be positive", where(t), tier.bandwidth_GBps));
@@ -180,8 +186,8 @@ Topology Topology::from_toml_string(std::string_view text, std::string_view orig
   try {
     doc = toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
-    throw Error(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column,
-                            e.description()));
+    throw Error(
+        fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column, e.description()));
   }
   for (auto&& [key, node] : doc) {
     if (key.str() != "tiers")
@@ -225,8 +231,8 @@ Topology Topology::from_toml_string(std::string_view text, std::string_view orig
       if (v > kMaxRanks) throw Error(fmt::format("{}: size = {} is too large", where, v));
       tier.size = static_cast<int>(v);
     } else if (!outer) {
-      throw Error(fmt::format("{}: missing size (only the outermost tier may leave it to the world size)",
-                              where));
+      throw Error(
+          fmt::format("{}: missing size (only the outermost tier may leave it to the world size)", where));
     }
     tier.bandwidth_GBps = *number("bandwidth_GBps", true);
     tier.latency_us = *number("latency_us", true);
@@ -254,7 +260,9 @@ Topology Topology::load(std::string_view name_or_path) {
 void Topology::apply_override(const TierOverride& o) {
   const std::string spec = fmt::format("--tier {}.{}={}", o.tier, o.field, o.value);
   auto t = find_tier(o.tier);
-  if (!t) throw Error(fmt::format("{}: {}: unknown tier '{}' (tiers: {})", origin_, spec, o.tier, tier_names(tiers_)));
+  if (!t)
+    throw Error(
+        fmt::format("{}: {}: unknown tier '{}' (tiers: {})", origin_, spec, o.tier, tier_names(tiers_)));
   Topology changed = *this;
   Tier& tier = changed.tiers_[*t];
   auto number = [&](double& field) {
@@ -279,9 +287,10 @@ void Topology::apply_override(const TierOverride& o) {
   } else if (o.field == "source") {
     tier.source = o.value;
   } else {
-    throw Error(fmt::format("{}: {}: unknown field '{}' (fields: size, bandwidth_GBps, latency_us, efficiency, "
-                            "source)",
-                            origin_, spec, o.field));
+    throw Error(
+        fmt::format("{}: {}: unknown field '{}' (fields: size, bandwidth_GBps, latency_us, efficiency, "
+                    "source)",
+                    origin_, spec, o.field));
   }
   changed.origin_ = fmt::format("{} with {}", origin_, spec);
   changed.validate();
@@ -297,11 +306,11 @@ void Topology::resolve(int world_size) {
   const Tier& outer = tiers_.back();
   const std::string per = num_tiers() > 1 ? tiers_[outermost() - 1].name : "rank";
   if (world_size % inner != 0)
-    throw Error(fmt::format("{}: world size {} is not a multiple of {} ranks per {} ({})", origin_, world_size,
-                            inner, per, size_breakdown(tiers_, outermost())));
+    throw Error(fmt::format("{}: world size {} is not a multiple of {} ranks per {} ({})", origin_,
+                            world_size, inner, per, size_breakdown(tiers_, outermost())));
   if (outermost_size_given_ > 0 && outermost_size_given_ != world_size / inner)
-    throw Error(fmt::format("{}: tier '{}' size = {} needs world size {} ({} ranks per {} x {}), not {}", origin_,
-                            outer.name, outermost_size_given_,
+    throw Error(fmt::format("{}: tier '{}' size = {} needs world size {} ({} ranks per {} x {}), not {}",
+                            origin_, outer.name, outermost_size_given_,
                             static_cast<std::int64_t>(inner) * outermost_size_given_, inner, per,
                             outermost_size_given_, world_size));
   tiers_.back().size = world_size / inner;
@@ -310,8 +319,9 @@ void Topology::resolve(int world_size) {
 
 int Topology::world_size_for_nodes(int nodes) const {
   if (num_tiers() < 2)
-    throw Error(fmt::format("{}: --nodes needs at least two tiers (nodes are domains of the tier inside '{}')",
-                            origin_, tiers_.back().name));
+    throw Error(
+        fmt::format("{}: --nodes needs at least two tiers (nodes are domains of the tier inside '{}')",
+                    origin_, tiers_.back().name));
   if (nodes <= 0) throw Error(fmt::format("{}: --nodes {} must be positive", origin_, nodes));
   const std::int64_t world = static_cast<std::int64_t>(nodes) * ranks_per_outer_domain();
   if (world > kMaxRanks)
@@ -334,7 +344,8 @@ int Topology::domain_ranks(int t) const {
   if (t < -1 || t >= num_tiers())
     throw Error(fmt::format("{}: tier index {} out of range [-1, {})", origin_, t, num_tiers()));
   if (t == outermost() && !resolved())
-    throw Error(fmt::format("{}: the outermost tier's size is not known before resolve(world size)", origin_));
+    throw Error(
+        fmt::format("{}: the outermost tier's size is not known before resolve(world size)", origin_));
   int ranks = 1;
   for (int i = 0; i <= t; ++i) ranks *= tiers_[i].size;
   return ranks;
@@ -355,14 +366,15 @@ nlohmann::json Topology::to_json() const {
   for (int t = 0; t < num_tiers(); ++t) {
     const Tier& tier = tiers_[t];
     bool known = t < outermost() || resolved();
-    nlohmann::json j = {{"name", tier.name},
-                        {"size", known ? nlohmann::json(tier.size) : nlohmann::json(nullptr)},
-                        {"bandwidth_GBps", tier.bandwidth_GBps},
-                        {"latency_us", tier.latency_us},
-                        {"efficiency", tier.efficiency},
-                        {"source", tier.source},
-                        {"domain_ranks", known ? nlohmann::json(domain_ranks(t)) : nlohmann::json(nullptr)},
-                        {"num_domains", resolved() ? nlohmann::json(num_domains(t)) : nlohmann::json(nullptr)}};
+    nlohmann::json j = {
+        {"name", tier.name},
+        {"size", known ? nlohmann::json(tier.size) : nlohmann::json(nullptr)},
+        {"bandwidth_GBps", tier.bandwidth_GBps},
+        {"latency_us", tier.latency_us},
+        {"efficiency", tier.efficiency},
+        {"source", tier.source},
+        {"domain_ranks", known ? nlohmann::json(domain_ranks(t)) : nlohmann::json(nullptr)},
+        {"num_domains", resolved() ? nlohmann::json(num_domains(t)) : nlohmann::json(nullptr)}};
     tiers.push_back(std::move(j));
   }
   return {{"name", name_},

@@ -68,10 +68,11 @@ class Topology {
   int tier_index(std::string_view name) const;
   std::optional<int> find_tier(std::string_view name) const;
 
-  int domain_ranks(int t) const;               // ranks in one domain of tier t; t = -1: 1
+  int domain_ranks(int t) const;  // ranks in one domain of tier t; t = -1: 1
   int domain_of(int rank, int t) const { return rank / domain_ranks(t); }
   int num_domains(int t) const { return world_size_ / domain_ranks(t); }
-  // The innermost tier whose domain holds both ranks: the outermost link a message crosses.
+  // The innermost tier whose domain holds both ranks: the outermost link a message crosses
+  // (0 for a rank and itself). Throws Error for a rank outside the world.
   int tier_between(int rank_a, int rank_b) const;
 
   nlohmann::json to_json() const;
