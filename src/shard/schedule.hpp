@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"

@@ -136,8 +136,11 @@ TEST(Schedule, QuantizedReductionsUseAllToAllAndChunksAreWholeBlocks) {
   }
   EXPECT_TRUE(saw_a2a);
   // hpZ: the backward gathers never leave the node.
-  for (auto& op : s.micro_batch_ops())
-    if (op.purpose == Purpose::WeightGatherBackward) EXPECT_LT(op.level, 2);
+  for (auto& op : s.micro_batch_ops()) {
+    if (op.purpose == Purpose::WeightGatherBackward) {
+      EXPECT_LT(op.level, 2);
+    }
+  }
 }
 
 TEST(Schedule, RefusesNonPositiveAccumulation) {
