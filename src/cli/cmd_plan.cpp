@@ -42,7 +42,7 @@ struct PlanOptions {
   std::string compare_summary;
   bool json = false;
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
-  CLI::Option *nodes_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
+  CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
               *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr;
 };
 
@@ -89,7 +89,8 @@ std::string tier_sizes(const topo::Topology& t) {
   return fmt::format("{}", fmt::join(parts, " x "));
 }
 
-void print_header(const plan::PlanContext& c, const std::string& nodes_text) {
+// sweeping: the outermost tier's size changes with the node count, so it is not printed.
+void print_header(const plan::PlanContext& c, const std::string& nodes_text, bool sweeping = false) {
   const plan::ModelShape& m = c.model();
   const plan::Workload& w = c.workload();
   const plan::DeviceFacts& d = c.device();
@@ -101,9 +102,12 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text) {
              "attention {}\n",
              w.micro_batch, w.seq, w.accumulation_steps, plan::precision_name(w.precision),
              w.recompute ? "on" : "off", w.flash_attention ? "flash" : "dense (seq x seq kept)");
-  for (const topo::Tier& t : c.topology().tiers())
-    fmt::print("tier {:<9} {:>6} x   {:g} GB/s x efficiency {:g}, latency {:g} us\n", t.name, t.size,
-               t.bandwidth_GBps, t.efficiency, t.latency_us);
+  for (const topo::Tier& t : c.topology().tiers()) {
+    const bool outer = &t == &c.topology().tiers().back();
+    fmt::print("tier {:<9} {:>6} x   {:g} GB/s x efficiency {:g}, latency {:g} us\n", t.name,
+               sweeping && outer ? std::string("nodes") : std::to_string(t.size), t.bandwidth_GBps, t.efficiency,
+               t.latency_us);
+  }
 }
 
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
@@ -146,18 +150,18 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
   if (r.fitting.empty()) {
     fmt::print("nothing fits; the least memory needed:\n");
   } else {
-    fmt::print("\n{:>3}  {:<52} {:>9} {:>10} {:>8} {:>6} {:>9} {:>11}\n", "#", "spec", "name", "step s", "TFLOP/s",
+    fmt::print("\n{:>3}  {:<60} {:>9} {:>10} {:>8} {:>6} {:>9} {:>11}\n", "#", "spec", "name", "step s", "TFLOP/s",
                "MFU", "memory GB", outer + " GB");
     for (int i = 0; i < std::min<int>(top, static_cast<int>(r.fitting.size())); ++i) {
       const plan::Estimate& e = r.fitting[i];
-      fmt::print("{:>3}  {:<52} {:>9} {:>10.4g} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1, plan::spec_label(e.spec),
+      fmt::print("{:>3}  {:<60} {:>9} {:>10.4g} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1, plan::spec_label(e.spec),
                  e.strategy, e.step_time_s, e.tflops_per_device, e.mfu * 100, e.total_memory_bytes / 1e9,
                  e.bytes_on(outer) / 1e9);
     }
     const int others = std::min<int>(top, static_cast<int>(r.fitting.size()) - top);
     if (others > 0) fmt::print("\nnext {} and why they lost to #1:\n", others);
     for (int i = top; i < top + others; ++i)
-      fmt::print("{:>3}  {:<52} {:>9}  {}\n", i + 1, plan::spec_label(r.fitting[i].spec), r.fitting[i].strategy,
+      fmt::print("{:>3}  {:<60} {:>9}  {}\n", i + 1, plan::spec_label(r.fitting[i].spec), r.fitting[i].strategy,
                  plan::why_lost(r.fitting[i], r.fitting[0]));
   }
   // The fastest specs that do not fit are the ones a user is most tempted by.
@@ -165,7 +169,7 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
   if (shown > 0) fmt::print("\nfastest that do not fit:\n");
   for (int i = 0; i < shown; ++i) {
     const plan::Estimate& e = r.not_fitting[i];
-    fmt::print("     {:<52} {:>9}  {}\n", plan::spec_label(e.spec), e.strategy,
+    fmt::print("     {:<60} {:>9}  {}\n", plan::spec_label(e.spec), e.strategy,
                r.fitting.empty() ? e.memory_verdict() : plan::why_lost(e, r.fitting[0]));
   }
   std::vector<std::string> presets;
@@ -265,8 +269,7 @@ void run_plan(const PlanOptions& o) {
 
   plan::Workload workload;
   workload.micro_batch = o.micro_batch;
-  workload.seq = o.seq > 0 ? o.seq : model.seq;
-  if (o.seq < 0) throw Error(fmt::format("--seq {}: must be positive", o.seq));
+  workload.seq = o.seq_opt->count() ? o.seq : model.seq;
   workload.accumulation_steps = o.accum;
   workload.recompute = o.recompute;
   workload.flash_attention = o.flash_attention;
@@ -281,13 +284,15 @@ void run_plan(const PlanOptions& o) {
   if (!o.sweep_nodes.empty()) {
     if (o.nodes_opt->count()) throw Error("--nodes: not with --sweep-nodes (the sweep sets the node count)");
     if (o.search) throw Error("--search: not with --sweep-nodes");
+    if (!o.compare_summary.empty()) throw Error("--compare-summary: not with --sweep-nodes");
     const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
     topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
     topo::Topology first = topology;
     first.resolve(first.world_size_for_nodes(nodes.front()));
     const auto strategies = chosen_strategies(o, first, workload.precision);
     const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes);
-    const std::string title = fmt::format("{} on {}, micro-batch {} x {}, {} a step", model.name, topology.name(),
+    const std::string title = fmt::format("{} on {}, micro-batch {} x {}, {} micro-batch(es) a step", model.name,
+                                          topology.name(),
                                           workload.micro_batch, workload.seq, workload.accumulation_steps);
     if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
     const plan::PlanContext context(model, first, device, workload, leave_out);
@@ -299,7 +304,7 @@ void run_plan(const PlanOptions& o) {
                                         {"sweep", plan::sweep_json(series, outer)}}
                              .dump(2));
     } else {
-      print_header(context, fmt::format("nodes {}", o.sweep_nodes));
+      print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
       print_sweep(series, outer);
       if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
     }
@@ -312,6 +317,10 @@ void run_plan(const PlanOptions& o) {
   const plan::PlanContext context(model, topology, device, workload, leave_out);
 
   if (o.search) {
+    if (!o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() || !o.grad_wire.empty() ||
+        !o.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
+      throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
+                  "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
     plan::SearchSpace space;
     if (o.block_opt->count()) space.block_size = o.block_size;
     if (o.prefetch_opt->count()) space.prefetch = o.prefetch;
@@ -375,7 +384,7 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   o->block_opt = cmd->add_option("--block-size", o->block_size, "elements per quantization scale");
   o->prefetch_opt = cmd->add_option("--prefetch", o->prefetch, "units gathered ahead of the one computing");
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();
-  cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
+  o->seq_opt = cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
   cmd->add_flag("--recompute", o->recompute, "full activation recomputation");
   cmd->add_flag("--flash-attention", o->flash_attention, "attention keeps no seq x seq probabilities");

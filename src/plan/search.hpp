@@ -54,7 +54,8 @@ struct SweepSeries {
   std::string strategy;
   std::vector<SweepPoint> points;
 };
-// `base` is the context of the first node count; each count re-resolves its topology.
+// Each node count resolves its own copy of `topology` (unresolved or not) and prices every
+// strategy there.
 std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
                                const Workload& workload, const std::vector<LeaveOut>& leave_out,
                                const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes);

@@ -98,6 +98,9 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --grad-wire int3", "--grad-wire = 'int3'"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --shard W=cluster,G=node",
                              "degree(G) >= degree(W)"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --seq 0", "--seq 0: must be positive"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --search --strategy zero3", "--search"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
                         Case{"plan --model llama2-7b --topology " + test_topology() + " --nodes 2", "--peak-tflops"}}) {
     Result r = run(c.args, true);
     EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.out;
