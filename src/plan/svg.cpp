@@ -97,13 +97,16 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
           "<line x1=\"{0}\" y1=\"{2:.1f}\" x2=\"{1}\" y2=\"{2:.1f}\" stroke=\"#e0e0e0\"/>\n"
           "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
           x0, x1, py(y), x0 - 8, py(y) + 4, tick_label(y));
-    // One tick per x value in the data, thinned so labels do not collide.
-    const std::size_t stride = std::max<std::size_t>(1, (xs.size() + 11) / 12);
-    for (std::size_t i = 0; i < xs.size(); i += stride)
-      s += fmt::format(
-          "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e0e0e0\"/>\n"
-          "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-          px(xs[i]), y0, y1, y0 + 20, tick_label(xs[i]));
+    // A grid line at every x in the data; a label where it keeps clear of the previous one.
+    double last_label = -1e9;
+    for (double x : xs) {
+      s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e0e0e0\"/>\n", px(x), y0,
+                       y1);
+      if (px(x) - last_label < 42) continue;
+      last_label = px(x);
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(x), y0 + 20,
+                       tick_label(x));
+    }
     s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", x0, y1,
                      x1 - x0, y0 - y1);
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", (x0 + x1) / 2, y0 + 45,
