@@ -119,6 +119,10 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
   const int prefetch = schedule.spec().prefetch;
   const int levels = schedule.topology().num_tiers();
 
+  if (op_seconds.size() != ops.size() || forward_s.size() != schedule.units().numel.size() ||
+      backward_s.size() != forward_s.size())
+    throw Error(fmt::format("replay: {} op times for {} ops, {}/{} unit times for {} units", op_seconds.size(),
+                            ops.size(), forward_s.size(), backward_s.size(), schedule.units().numel.size()));
   std::vector<std::vector<int>> ops_of_event(events.size());
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     if (ops[i].event < 0 || ops[i].event >= static_cast<int>(events.size()))
@@ -200,8 +204,6 @@ std::uint64_t Estimate::bytes_on(std::string_view tier) const {
     if (t.traffic.tier == tier) return t.traffic.bytes_sent;
   throw Error(fmt::format("estimate: no tier '{}'", tier));
 }
-
-std::string gigabytes(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
 std::string Estimate::memory_verdict() const {
   const double have = static_cast<double>(device_memory_bytes) / 1e9;

@@ -132,7 +132,4 @@ class PlanContext {
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
 };
 
-// fmt helpers shared by the plan's text outputs: "12.3 GB", "1.25 s".
-std::string gigabytes(double bytes);
-
 }  // namespace strata::plan

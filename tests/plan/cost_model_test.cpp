@@ -199,6 +199,27 @@ latency_us = 0
 
 }  // namespace
 
+TEST(CostModel, EveryMicroBatchOpNamesTheEventItServes) {
+  PlanContext c = neox_on_frontier(2);
+  for (const char* name : {"zero3", "zeropp", "topo"}) {
+    shard::Schedule s(c.units(), c.topology(), strategy_spec(name, c.topology()), 1);
+    for (const shard::ScheduledOp& op : s.micro_batch_ops()) {
+      ASSERT_GE(op.event, 0);
+      const model::UnitEvent& ev = c.units().events.at(op.event);
+      EXPECT_EQ(ev.unit, op.unit) << name;
+      if (op.purpose == Purpose::GradReduce) {
+        EXPECT_EQ(ev.kind, model::UnitEvent::GradsReady) << name;
+      } else {
+        EXPECT_EQ(ev.kind, model::UnitEvent::Acquire) << name;
+        EXPECT_EQ(ev.phase == model::Phase::Forward, op.purpose == Purpose::WeightGatherForward) << name;
+      }
+    }
+  }
+  shard::Schedule s(c.units(), c.topology(), strategy_spec("zero3", c.topology()), 1);
+  EXPECT_NE(error_of([&] { s.memory_per_rank(3); }).find("compute_bytes = 3"), std::string::npos);
+  EXPECT_NE(error_of([&] { replay_micro_batch(s, {1}, {1}, {}); }).find("replay:"), std::string::npos);
+}
+
 TEST(CostModel, ReplayHidesPrefetchedGathersBehindCompute) {
   shard::Schedule s = two_unit_schedule(1);
   ASSERT_EQ(s.micro_batch_ops().size(), 6u);
