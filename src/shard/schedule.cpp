@@ -27,6 +27,7 @@ std::string_view to_string(Purpose p) {
     case Purpose::WeightGatherBackward: return "W gather (backward)";
     case Purpose::GradReduce: return "G reduce";
     case Purpose::StepGradReduce: return "G -> OS reduce";
+    case Purpose::StepGradGather: return "OS -> G gather";
     case Purpose::ReplicaReduce: return "replica reduce";
     case Purpose::ReplicaGather: return "replica gather";
     case Purpose::WeightGatherStep: return "W gather (after step)";
@@ -99,7 +100,9 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   };
 
   // Per micro-batch, in the order the model walks the units.
-  for (const model::UnitEvent& e : units_.events) {
+  for (int event = 0; event < static_cast<int>(units_.events.size()); ++event) {
+    const model::UnitEvent& e = units_.events[event];
+    const std::size_t first = micro_.size();
     if (e.kind == model::UnitEvent::Acquire && L.weights > 0) {
       if (e.phase == model::Phase::Forward) {
         gather(micro_, When::Forward, Purpose::WeightGatherForward, e.unit, L.weights, 0, spec.weight_wire);
@@ -110,6 +113,7 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
     } else if (e.kind == model::UnitEvent::GradsReady) {
       reduce(micro_, When::Backward, Purpose::GradReduce, e.unit, 0, L.grads, spec.grad_wire);
     }
+    for (std::size_t i = first; i < micro_.size(); ++i) micro_[i].event = event;
   }
 
   // Once per optimizer step, unit by unit.
@@ -119,6 +123,8 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
     // all-reduce: reduce-scatter up the remaining levels, gather back down).
     reduce(step_, When::Step, Purpose::ReplicaReduce, u, L.optimizer, L.num_levels, spec.step_grad_wire);
     gather(step_, When::Step, Purpose::ReplicaGather, u, L.num_levels, L.optimizer, spec.step_grad_wire);
+    if (spec.step_grad_allreduce)
+      gather(step_, When::Step, Purpose::StepGradGather, u, L.optimizer, L.grads, spec.step_grad_wire);
   }
   // Scalars are all-gathered level by level and summed in member order, so every rank gets
   // the same bits. The squared gradient norm needs one OS domain (it covers the model
@@ -170,7 +176,9 @@ std::vector<TierTraffic> Schedule::traffic_per_step() const {
   return out;
 }
 
-StateMemory Schedule::memory_per_rank() const {
+StateMemory Schedule::memory_per_rank(int compute_bytes) const {
+  if (compute_bytes != 2 && compute_bytes != 4)
+    throw Error(fmt::format("memory_per_rank: compute_bytes = {}: expected 2 (bf16) or 4 (fp32)", compute_bytes));
   const LevelSpec& L = levels_;
   StateMemory m;
   std::size_t largest = 0;
@@ -179,13 +187,13 @@ StateMemory Schedule::memory_per_rank() const {
     largest = std::max(largest, n);
     m.weights += wire_bytes(n / L.degree(L.weights), spec_.weight_wire, spec_.block_size);
     if (L.secondary > 0) m.secondary += wire_bytes(n / L.degree(L.secondary), spec_.weight_wire, spec_.block_size);
-    m.grads += 4 * (n / L.degree(L.grads));
+    m.grads += compute_bytes * (n / L.degree(L.grads));
     m.optimizer += 12 * (n / L.degree(L.optimizer));
   }
-  // Full-unit fp32 buffers: weights for the computing unit and those prefetched, plus one
+  // Full-unit compute buffers: weights for the computing unit and those prefetched, plus one
   // gradient buffer, when weights or gradients are sharded.
-  if (L.weights > 0) m.gathered += 4 * largest * static_cast<std::uint64_t>(spec_.prefetch + 1);
-  if (L.grads > 0) m.gathered += 4 * largest;
+  if (L.weights > 0) m.gathered += compute_bytes * largest * static_cast<std::uint64_t>(spec_.prefetch + 1);
+  if (L.grads > 0) m.gathered += compute_bytes * largest;
   return m;
 }
 

@@ -30,6 +30,7 @@ enum class Purpose {
   WeightGatherBackward,   // W (or secondary) shard -> full unit before its backward
   GradReduce,             // full unit gradient -> G shard, per micro-batch
   StepGradReduce,         // G shard -> OS shard, once per step
+  StepGradGather,         //   ... and back to the G shard (ShardSpec::step_grad_allreduce only)
   ReplicaReduce,          // OS shard summed over replicas: reduce-scatter half
   ReplicaGather,          //   ... and all-gather half
   WeightGatherStep,       // updated OS shard -> W shard after the optimizer step
@@ -47,6 +48,8 @@ struct ScheduledOp {
   OpKind kind;
   Algorithm algorithm = Algorithm::Ring;
   int unit = -1;          // -1: not tied to a unit (scalars)
+  int event = -1;         // micro-batch ops: index in UnitPlan::events of the Acquire or
+                          // GradsReady it serves (what a cost model overlaps with compute)
   int level = 0;          // tier index; the group is that tier's across-group
   int group_size = 1;
   Wire wire = Wire::F32;
@@ -66,7 +69,7 @@ struct TierTraffic {
 struct StateMemory {
   std::uint64_t weights = 0;    // W shard in its wire format
   std::uint64_t secondary = 0;  // hpZ copy
-  std::uint64_t grads = 0;      // fp32 G shard (the accumulator)
+  std::uint64_t grads = 0;      // G shard (the accumulator), compute_bytes an element
   std::uint64_t optimizer = 0;  // fp32 master + two Adam moments of the OS shard
   std::uint64_t gathered = 0;   // full-unit buffers alive at once (prefetch + 1), weights and grads
 };
@@ -113,7 +116,9 @@ class Schedule {
 
   // Bytes per rank per optimizer step, by tier: accumulation_steps x micro ops + step ops.
   std::vector<TierTraffic> traffic_per_step() const;
-  StateMemory memory_per_rank() const;
+  // compute_bytes: bytes of one element of the gradient accumulator and the full-unit
+  // compute buffers: 4 for strata's fp32 runtime, 2 for a bf16 mixed-precision system.
+  StateMemory memory_per_rank(int compute_bytes = 4) const;
 
   nlohmann::json to_json() const;
   std::string table() const;  // --print-schedule: ops in order, then totals per tier

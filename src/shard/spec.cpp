@@ -126,7 +126,8 @@ nlohmann::json ShardSpec::to_json() const {
           {"step_grad_wire", wire_name(step_grad_wire)},
           {"block_size", block_size},
           {"prefetch", prefetch},
-          {"free_after_forward", free_after_forward}};
+          {"free_after_forward", free_after_forward},
+          {"step_grad_allreduce", step_grad_allreduce}};
 }
 
 int LevelSpec::degree(int levels) const {

@@ -41,6 +41,12 @@ struct ShardSpec {
   int block_size = 256;             // elements per scale for quantized wires
   int prefetch = 1;                 // units gathered ahead of the one computing
   bool free_after_forward = true;   // drop gathered weights after forward (re-gather in backward)
+  // The once-per-step reduction from the G shard down to the OS shard as an all-reduce
+  // (reduce-scatter, then all-gather back to the G shard) instead of a reduce-scatter: how
+  // ZeRO-topo's paper reduces gradients across nodes. Every rank then holds the whole summed
+  // G shard but updates only its OS slice, so the all-gather half carries bytes no rank uses;
+  // it exists to price that account, strata's own presets leave it off.
+  bool step_grad_allreduce = false;
 
   // Presets: ddp, zero1, zero2, zero3, hsdp, zeropp, topo. Tier choices depend on the
   // topology (outermost tier = all ranks; hsdp/zeropp use the tier just inside it).
