@@ -28,16 +28,6 @@ namespace strata::cli {
 
 // Shared with the other benchmarks; a single definition for whichever lands first. (The
 // trainer's cmd_bench.cpp defines the same function: keep one when both are merged.)
-CLI::App* bench_group(CLI::App& app) {
-  try {
-    return app.get_subcommand("bench");
-  } catch (const CLI::OptionNotFound&) {
-    CLI::App* bench = app.add_subcommand("bench", "Measure strata's speed");
-    bench->require_subcommand(1);
-    return bench;
-  }
-}
-
 namespace {
 
 struct Options {
