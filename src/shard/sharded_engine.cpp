@@ -166,6 +166,9 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
       rank_(ctx.world_rank()) {
   const LevelSpec& L = schedule_.levels();
   const model::ParamLayout& layout = model_.layout();
+  if (spec.step_grad_allreduce)
+    throw Error("shard.step_grad_allreduce: models ZeRO-topo's published cross-node all-reduce for the planner; "
+                "the runtime reduces gradient slices straight to the optimizer slice instead");
 
   std::size_t padded_total = 0, largest = 0;
   for (int u = 0; u < schedule_.num_units(); ++u) {
