@@ -2,6 +2,7 @@
 // model, the unit access order, accumulation, grad_scale, determinism, every instruction
 // set, initialisation and bad input.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -35,13 +36,15 @@ GPTConfig test_config() {
 }
 
 struct Problem {
-  static constexpr int B = 2, T = 16;
+  static constexpr int B = 2;
+  int T = 16;
   GPTConfig config = test_config();
   ParamLayout layout{config};
   std::vector<float> params;
   std::vector<std::int32_t> tokens, targets;
 
-  explicit Problem(std::uint64_t seed = 11) : params(layout.total_floats()), tokens(B * T), targets(B * T) {
+  explicit Problem(int seq = 16, std::uint64_t seed = 11)
+      : T(seq), params(layout.total_floats()), tokens(B * T), targets(B * T) {
     GPT::init_params(layout, params.data(), seed);
     // Give every norm gain and bias a non-trivial value, so each term of every gradient matters.
     Rng rng(seed, 1);
@@ -77,17 +80,17 @@ void expect_grads_close(const ParamLayout& layout, const float* got, const Vec& 
 
 TEST(Gpt, MatchesFloat64ReferenceAndFiniteDifferences) {
   Problem pb;
-  GPT gpt(pb.config, Problem::B, Problem::T);
+  GPT gpt(pb.config, Problem::B, pb.T);
   auto grads = pb.zero_grads();
   const float loss = pb.run(gpt, grads);
 
   Vec pd(pb.params.begin(), pb.params.end()), ref_logits;
   const double ref_loss = ref::gpt_loss(pb.layout, pd.data(), pb.tokens.data(), pb.targets.data(), Problem::B,
-                                        Problem::T, &ref_logits);
+                                        pb.T, &ref_logits);
   EXPECT_NEAR(loss, ref_loss, 2e-6 * ref_loss);
   ref::expect_close(gpt.logits(), ref_logits.data(), ref_logits.size(), 1e-4, 2e-5, "logits");
 
-  auto f = [&] { return ref::gpt_loss(pb.layout, pd.data(), pb.tokens.data(), pb.targets.data(), Problem::B, Problem::T); };
+  auto f = [&] { return ref::gpt_loss(pb.layout, pd.data(), pb.tokens.data(), pb.targets.data(), Problem::B, pb.T); };
   Rng rng(5);
   for (auto& t : pb.layout.tensors()) {
     SCOPED_TRACE(t.name);
@@ -127,7 +130,7 @@ TEST(Gpt, MatchesFloat64ReferenceAndFiniteDifferences) {
   for (std::size_t i = static_cast<std::size_t>(pb.config.vocab_size) * pb.config.n_embd; i < wte.numel; ++i)
     ASSERT_EQ(grads[wte.offset + i], 0.f) << "padded wte row";
   const TensorInfo& wpe = pb.layout.find("wpe.weight");
-  for (std::size_t i = static_cast<std::size_t>(Problem::T) * pb.config.n_embd; i < wpe.numel; ++i)
+  for (std::size_t i = static_cast<std::size_t>(pb.T) * pb.config.n_embd; i < wpe.numel; ++i)
     ASSERT_EQ(grads[wpe.offset + i], 0.f) << "unused wpe row";
 }
 
@@ -205,7 +208,7 @@ TEST(Gpt, UnitEventOrderIsTheDocumentedWalk) {
 
 TEST(Gpt, ForwardBackwardFollowsTheUnitOrderAndReadsOnlyAcquiredUnits) {
   Problem pb;
-  GPT gpt(pb.config, Problem::B, Problem::T);
+  GPT gpt(pb.config, Problem::B, pb.T);
   auto grads = pb.zero_grads();
   const float loss = pb.run(gpt, grads);
 
@@ -226,8 +229,8 @@ TEST(Gpt, ForwardBackwardFollowsTheUnitOrderAndReadsOnlyAcquiredUnits) {
 }
 
 TEST(Gpt, RunsAreBitIdentical) {
-  Problem pb;
-  GPT a(pb.config, Problem::B, Problem::T), b(pb.config, Problem::B, Problem::T);
+  Problem pb(40);
+  GPT a(pb.config, Problem::B, pb.T), b(pb.config, Problem::B, pb.T);
   auto ga = pb.zero_grads(), gb = pb.zero_grads(), ga2 = pb.zero_grads();
   const float la = pb.run(a, ga), lb = pb.run(b, gb), la2 = pb.run(a, ga2);
   EXPECT_EQ(la, lb);
@@ -235,12 +238,33 @@ TEST(Gpt, RunsAreBitIdentical) {
   EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(ga.data(), ga2.data(), ga.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(a.logits(), b.logits(),
-                           sizeof(float) * Problem::B * Problem::T * pb.config.padded_vocab_size));
+                           sizeof(float) * Problem::B * pb.T * pb.config.padded_vocab_size));
+}
+
+// 1 and 2 threads split the batch of 2 into whole sequences; 3 threads take uneven row
+// shares and synchronise around attention. All agree to rounding.
+TEST(Gpt, ThreadCountsAgree) {
+  Problem pb(40);
+  std::vector<std::vector<float>> grads;
+  std::vector<float> losses;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    GPT gpt(pb.config, Problem::B, pb.T);
+    grads.push_back(pb.zero_grads());
+    losses.push_back(pb.run(gpt, grads.back()));
+  }
+  omp_set_num_threads(saved);
+  const Vec want(grads[0].begin(), grads[0].end());
+  for (int i : {1, 2}) {
+    EXPECT_NEAR(losses[i], losses[0], 1e-6 * losses[0]);
+    expect_grads_close(pb.layout, grads[i].data(), want, 1e-5, 1e-6, std::to_string(i + 1) + " threads");
+  }
 }
 
 TEST(Gpt, GradientsAccumulate) {
   Problem pb;
-  GPT gpt(pb.config, Problem::B, Problem::T);
+  GPT gpt(pb.config, Problem::B, pb.T);
   auto fresh = pb.zero_grads();
   pb.run(gpt, fresh);
   Rng rng(3);
@@ -254,7 +278,7 @@ TEST(Gpt, GradientsAccumulate) {
 
 TEST(Gpt, GradScaleScalesEveryGradient) {
   Problem pb;
-  GPT gpt(pb.config, Problem::B, Problem::T);
+  GPT gpt(pb.config, Problem::B, pb.T);
   auto g1 = pb.zero_grads(), g4 = pb.zero_grads(), g03 = pb.zero_grads();
   const float l1 = pb.run(gpt, g1, 1.f), l4 = pb.run(gpt, g4, 4.f), l03 = pb.run(gpt, g03, 0.3f);
   EXPECT_EQ(l1, l4);
@@ -271,7 +295,7 @@ TEST(Gpt, GradScaleScalesEveryGradient) {
 
 TEST(Gpt, BadInputIsRefusedBeforeAnyUnitIsAcquired) {
   Problem pb;
-  GPT gpt(pb.config, Problem::B, Problem::T);
+  GPT gpt(pb.config, Problem::B, pb.T);
   auto expect_refused = [&](std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets, const char* what) {
     RecordingAccess rec(pb.layout, pb.params.data());
     try {
@@ -340,8 +364,8 @@ TEST(Gpt, InitParamsFollowsGpt2) {
 TEST(GptIsaChild, DISABLED_DumpLossAndGradients) {
   const char* path = std::getenv("STRATA_TEST_DUMP");
   ASSERT_NE(path, nullptr) << "run by GptIsa.PathsAgree";
-  Problem pb;
-  GPT gpt(pb.config, Problem::B, Problem::T);
+  Problem pb(40);  // two attention row blocks
+  GPT gpt(pb.config, Problem::B, pb.T);
   auto grads = pb.zero_grads();
   const float loss = pb.run(gpt, grads);
   std::ofstream out(path, std::ios::binary);
@@ -351,7 +375,7 @@ TEST(GptIsaChild, DISABLED_DumpLossAndGradients) {
 }
 
 TEST(GptIsa, PathsAgree) {
-  const Problem pb;
+  const Problem pb(40);
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::map<Isa, std::vector<float>> results;  // loss, then gradients
