@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "base/cpu.hpp"
 #include "cli/command.hpp"
 #include "train/config.hpp"
@@ -46,6 +48,20 @@ train::Settings collect_settings(const TrainArgs& args) {
   return settings;
 }
 
+// "[default: 4]" for a key, read from a default TrainConfig (so help and code cannot disagree).
+std::string default_note(const std::string& key) {
+  static const nlohmann::json defaults = train::TrainConfig{}.to_json();
+  // Their defaults depend on other settings, which their help text already says.
+  if (key == "train.seq" || key == "train.threads") return "";
+  const auto dot = key.find('.');
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  const nlohmann::json& group = section == "model" && name != "preset" ? defaults["model"]["config"] : defaults[section];
+  if (!group.contains(name)) return "";
+  const nlohmann::json& v = group[name];
+  if (v.is_string()) return v.get<std::string>().empty() ? "" : fmt::format(" [default: {}]", v.get<std::string>());
+  return fmt::format(" [default: {}]", v.dump());
+}
+
 void run_train(const TrainArgs& args) {
   train::TrainConfig config = train::build_config(collect_settings(args));
   config.resume = args.resume;
@@ -80,7 +96,7 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   for (const train::SettingInfo& info : train::setting_infos()) {
     auto f = std::make_unique<SettingFlag>();
     f->info = &info;
-    const std::string help = fmt::format("{} ({})", info.help, info.key);
+    const std::string help = fmt::format("{} ({}){}", info.help, info.key, default_note(info.key));
     switch (info.kind) {
       case train::SettingKind::Int: f->option = cmd->add_option(info.flag, f->int_value, help); break;
       case train::SettingKind::Float: f->option = cmd->add_option(info.flag, f->float_value, help); break;

@@ -233,8 +233,8 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     throw Error(fmt::format("{}: malformed: {}", mr.origin, e.what()));
   }
   if (!m.is_object()) throw Error(fmt::format("{}: malformed: expected a JSON object", mr.origin));
-  if (mr.str(m, "format") != "strata-checkpoint")
-    throw Error(fmt::format("{}: not a strata checkpoint manifest (format '{}')", mr.origin, m["format"].get<std::string>()));
+  if (const std::string format = mr.str(m, "format"); format != "strata-checkpoint")
+    throw Error(fmt::format("{}: not a strata checkpoint manifest (format '{}')", mr.origin, format));
   if (auto v = mr.uint(m, "version"); v != kCheckpointVersion)
     throw Error(fmt::format("{}: format version {} is not supported (this strata reads version {})", mr.origin, v,
                             kCheckpointVersion));

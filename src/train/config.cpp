@@ -245,18 +245,21 @@ void TrainConfig::validate() const {
     throw Error(fmt::format("--stop-after {}: must lie in [1, train.steps = {}]", stop_after, steps));
 }
 
+// A float as the shortest decimal that reads back as it (0.0006, not 0.0006000000284984708).
+static double shortest(float f) { return std::stod(fmt::format("{}", f)); }
+
 nlohmann::json TrainConfig::to_json() const {
   return {{"model", {{"preset", model_name}, {"config", model.to_json()}}},
           {"data", {{"train", train_data}, {"val", val_data}}},
           {"optim",
-           {{"lr", lr},
-            {"min_lr", min_lr},
+           {{"lr", shortest(lr)},
+            {"min_lr", shortest(min_lr)},
             {"warmup", warmup},
-            {"weight_decay", adamw.weight_decay},
-            {"beta1", adamw.beta1},
-            {"beta2", adamw.beta2},
-            {"eps", adamw.eps},
-            {"grad_clip", adamw.grad_clip}}},
+            {"weight_decay", shortest(adamw.weight_decay)},
+            {"beta1", shortest(adamw.beta1)},
+            {"beta2", shortest(adamw.beta2)},
+            {"eps", shortest(adamw.eps)},
+            {"grad_clip", shortest(adamw.grad_clip)}}},
           {"train",
            {{"batch", batch},
             {"seq", seq_len()},
@@ -267,6 +270,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"val_every", val_every},
             {"val_batches", val_batches},
             {"save_every", save_every},
+            {"log_every", log_every},
             {"out", out_dir}}}};
 }
 

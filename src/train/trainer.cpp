@@ -217,6 +217,7 @@ TrainResult Trainer::run() {
       if (metrics_.is_open()) {
         metrics_ << m.to_json().dump() << "\n";
         metrics_.flush();
+        if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
       }
       const double per_step = seconds_since(t_loop) / static_cast<double>(step - start_step_);
       progress.update({step, last, loss, lr, grad_norm, m.tokens_per_s, per_step * static_cast<double>(last - step)});

@@ -190,6 +190,19 @@ TEST(Cli, ConfigFileValuesAreOverriddenByFlags) {
   EXPECT_TRUE(contains(r.output, "step 5/5 | loss ")) << r.output;
 }
 
+TEST(Cli, ShowsOneUpdatingProgressLineOnATerminal) {
+  test::ScratchDir dir;
+  Corpus c = write_corpus(dir);
+  auto r = test::run_strata_on_terminal(tiny_args(c, dir / "out", "--steps 30 --val-every 10"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Each update returns to the start of the line and clears it; validation notes stay above.
+  EXPECT_TRUE(contains(r.output, "\r\033[Kstep 1/30 [")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\r\033[Kstep 30/30 [########################] loss ")) << r.output;
+  EXPECT_TRUE(contains(r.output, " tok/s | ETA ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\r\033[Kstep 20: val loss ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "step 10/30 | loss")) << r.output;  // no plain lines
+}
+
 TEST(Cli, ExportWritesEveryTensorUnderItsGpt2Name) {
   test::ScratchDir dir;
   Corpus c = write_corpus(dir);

@@ -89,7 +89,7 @@ TEST(Trainer, LearnsTheTextBelowItsUnigramEntropy) {
   test::ScratchDir dir;
   TrainConfig c = tiny_config(dir);
   c.batch = 4;
-  c.steps = 80;
+  c.steps = 60;
   TrainResult r = run_training(c);
   const double entropy = data::unigram_entropy(dir / "train.bin");
   ASSERT_TRUE(r.steps.back().val_loss);

@@ -1,5 +1,6 @@
 #pragma once
 // Shared by the train tests: scratch folders, token files, and running the strata binary.
+#include <pty.h>
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -75,6 +76,35 @@ inline CommandResult run_strata(const std::string& args) {
   std::size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
   const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Runs the strata binary on a pseudo-terminal, as a person at a shell would: `args` split on spaces.
+inline CommandResult run_strata_on_terminal(const std::string& args) {
+  std::vector<std::string> words{STRATA_BIN};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  CommandResult r;
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) return r;
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::array<char, 4096> buf;
+  for (;;) {
+    const ssize_t n = ::read(master, buf.data(), buf.size());
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    r.output.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
