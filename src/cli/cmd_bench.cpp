@@ -18,16 +18,6 @@
 
 namespace strata::cli {
 
-CLI::App* bench_group(CLI::App& app) {
-  try {
-    return app.get_subcommand("bench");
-  } catch (const CLI::OptionNotFound&) {
-    CLI::App* bench = app.add_subcommand("bench", "Measure strata's speed");
-    bench->require_subcommand(1);
-    return bench;
-  }
-}
-
 namespace {
 
 struct ModelOverride {

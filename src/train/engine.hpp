@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "optim/adamw.hpp"
@@ -52,12 +55,41 @@ class Engine {
   // Optimizer state this rank owns, for checkpoints. Together the shards of all ranks
   // cover the arena exactly once.
   virtual std::vector<StateShard> state_shards() = 0;
+  // The shards this rank writes into a checkpoint: those of state_shards() that no other
+  // rank writes (ranks holding replicas of a slice leave it to one of them).
+  virtual std::vector<StateShard> saved_shards() { return state_shards(); }
   // After the shards were overwritten from a checkpoint: rebuild every derived copy of
   // the weights (gathered or low-precision ones) from the master shards.
   virtual void state_loaded() = 0;
 
   // The full fp32 parameters, assembled on every rank (for export and tests).
   virtual void gather_params(float* full) = 0;
+
+  // What engines that communicate add to the step's metrics line (called once after each
+  // step's all_mean) and to summary.json (called once at the end): strategy, traffic per
+  // tier, compute and exposed communication time, memory per state. Empty by default.
+  virtual nlohmann::json step_report() { return nlohmann::json::object(); }
+  virtual nlohmann::json summary_report() { return nlohmann::json::object(); }
 };
+
+// Runs `work` on every rank, then agrees: if it threw an Error on any rank, every rank
+// throws (the lowest failing rank's message, prefixed "rank N: " when there are several), so
+// no rank walks into a collective the others have left. Also a barrier.
+template <class F>
+void agree(Engine& engine, F&& work) {
+  std::string local;
+  try {
+    work();
+  } catch (const Error& e) {
+    local = e.what();
+    if (local.empty()) local = "unknown error";
+  }
+  auto all = engine.all_gather_strings(local);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    if (all.size() == 1) throw Error(all[r]);
+    throw Error("rank " + std::to_string(r) + ": " + all[r]);
+  }
+}
 
 }  // namespace strata::train
