@@ -421,11 +421,13 @@ float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* 
 }
 
 float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
+  auto t0 = std::chrono::steady_clock::now();
   evaluated_since_report_ = true;
   training_ = false;
   next_acquire_ = 0;
   float loss = model_.forward(*this, tokens, targets);
   training_ = true;
+  wall_s_ += seconds_since(t0);
   return loss;
 }
 
@@ -513,7 +515,11 @@ double ShardedEngine::scalar_sum(double local, Purpose purpose) {
 }
 
 double ShardedEngine::all_mean(double local) {
-  return scalar_sum(local, Purpose::LossAllReduce) / world_size();
+  // Part of the step: its wait counts as exposed communication, so its time counts as step time.
+  auto t0 = std::chrono::steady_clock::now();
+  double mean = scalar_sum(local, Purpose::LossAllReduce) / world_size();
+  wall_s_ += seconds_since(t0);
+  return mean;
 }
 
 std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& local) {
