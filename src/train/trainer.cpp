@@ -117,9 +117,6 @@ void Trainer::resume_from(const fs::path& dir) {
       throw Error(fmt::format("{}: {} = {} in the checkpoint, {} in this run; a resumed run must keep it",
                               dir.string(), key, info.run[key].dump(), value.dump()));
   }
-  if (info.world_size != engine_.world_size())
-    throw Error(fmt::format("{}: world size {} in the checkpoint, {} in this run", dir.string(), info.world_size,
-                            engine_.world_size()));
   if (info.step >= config_.last_step())
     throw Error(fmt::format("{}: the checkpoint is at step {}; nothing left to train up to step {} (train.steps)",
                             dir.string(), info.step, config_.last_step()));
