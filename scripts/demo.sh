@@ -2,7 +2,9 @@
 # From a fresh clone to a trained model: installs the Debian packages, builds strata, turns the
 # fortunes corpus (English text installed by the set-up) into byte tokens, trains GPT `small`
 # on it (scripts/demo.toml; `strata train` ends by printing the validation loss next to the
-# corpus's unigram entropy), and exports the weights as safetensors. Re-running replaces runs/demo.
+# corpus's unigram entropy), exports the weights as safetensors, and ends with the strategy
+# comparison (scripts/compare_strategies.sh: ddp, zero3, zeropp and topo on 8 emulated ranks, one
+# table). Re-running replaces runs/demo and runs/compare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -14,5 +16,6 @@ ninja -C build strata
 ./build/strata data prepare --input /usr/share/games/fortunes --out data/fortunes
 ./build/strata train --config scripts/demo.toml --overwrite
 ./build/strata export runs/demo --safetensors runs/demo/model.safetensors
+./scripts/compare_strategies.sh
 
-echo "demo: finished in $(( $(date +%s) - start )) s; results in runs/demo/"
+echo "demo: finished in $(( $(date +%s) - start )) s; results in runs/demo/ and runs/compare/"
