@@ -16,11 +16,8 @@ ninja -C build strata
 ./build/strata train --config scripts/demo.toml --overwrite
 ./build/strata export runs/demo --safetensors runs/demo/model.safetensors
 
-<<<<<<< HEAD
 # The same model under four strategies on 8 ranks of the 2-node test topology, emulated links.
 echo
 ./scripts/compare_strategies.sh 6
 
-=======
->>>>>>> wip/train
 echo "demo: finished in $(( $(date +%s) - start )) s; results in runs/demo/ and runs/compare/"
