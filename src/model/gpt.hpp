@@ -9,9 +9,9 @@
 // A training micro-step walks the units in the order UnitAccess documents; forward_backward()
 // drives that walk and is what every engine calls.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "base/aligned.hpp"
 #include "model/config.hpp"
 #include "model/layout.hpp"
 
@@ -48,7 +48,8 @@ std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
 
 class GPT {
  public:
-  // Activations for micro-batches of up to `batch` x `seq` tokens.
+  // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
+  // (seq <= config.seq_len); throws Error on other sizes.
   GPT(const GPTConfig& config, int batch, int seq);
 
   const GPTConfig& config() const { return layout_.config(); }
@@ -80,13 +81,15 @@ class GPT {
   void block_backward(int layer, const float* block_params, float* block_grads);
   void embed_backward(float* embed_grads);
 
+ ~GPT();
+  GPT(GPT&&) noexcept;
+  GPT& operator=(GPT&&) noexcept;
+
  private:
   ParamLayout layout_;
   int B_, T_;
-  struct Impl;
-  std::vector<std::int32_t> tokens_, targets_;
-  // Implementation-owned activation storage; see gpt.cpp.
-  AlignedBuffer<float> acts_, grad_acts_;
+  struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp
+  std::unique_ptr<Impl> impl_;
 };
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.

@@ -1,0 +1,303 @@
+#include "model/gpt.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "base/aligned.hpp"
+#include "base/cpu.hpp"
+#include "base/error.hpp"
+#include "base/rng.hpp"
+#include "model/kernels.hpp"
+
+namespace strata::model {
+
+namespace {
+
+void check_ids(const std::int32_t* ids, std::size_t n, int vocab, const char* what) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error(fmt::format("model: {} id {} at position {} is outside the vocabulary [0, {})", what, ids[i], i,
+                              vocab));
+}
+
+}  // namespace
+
+// Activation storage. Everything backward needs is kept per layer; gradient buffers are
+// reused from layer to layer.
+struct GPT::Impl {
+  struct Layer {
+    float *ln1, *ln1_mean, *ln1_rstd;  // LayerNorm 1 output and statistics
+    float* qkv;                         // [BT, 3C]
+    float* att;                         // [B, NH, T, T] probabilities
+    float* atty;                        // [BT, C] heads' outputs, before c_proj
+    float* res2;                        // [BT, C] x + attention
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float* fch;       // [BT, 4C] c_fc output (GELU input)
+    float* fch_gelu;  // [BT, 4C]
+    float* res3;      // [BT, C] block output
+  };
+
+  const Kernels* k = nullptr;
+  BlockOffsets block{};
+  EmbeddingOffsets embed{};
+  FinalNormOffsets lnf_off{};
+
+  AlignedBuffer<float> storage;
+  std::vector<Layer> layers;
+  float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  float *logits = nullptr, *lse = nullptr, *losses = nullptr;
+  // Gradients: dres is the residual stream's gradient, walked from the head to the embeddings.
+  float *dres = nullptr, *dlogits = nullptr, *dln = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
+  AlignedBuffer<float> attention_scratch;
+
+  std::vector<std::int32_t> tokens, targets;
+
+  // The input of block `layer`, also the input of ln_f when layer == n_layer.
+  const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
+};
+
+GPT::GPT(const GPTConfig& config, int batch, int seq)
+    : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
+  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
+  if (seq <= 0 || seq > config.seq_len)
+    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+  Impl& m = *impl_;
+  m.k = &kernels_for(detected_isa());
+  m.block = block_offsets(layout_);
+  m.embed = embedding_offsets(layout_);
+  m.lnf_off = final_norm_offsets(layout_);
+
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_, C = config.n_embd, L = config.n_layer;
+  const std::size_t NH = config.n_head, Vp = config.padded_vocab_size;
+  // Two passes over the same list: first sum the sizes, then hand out pointers.
+  std::size_t cursor = 0;
+  float* base = nullptr;
+  auto take = [&](float*& p, std::size_t n) {
+    p = base ? base + cursor : nullptr;
+    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
+  };
+  m.layers.resize(L);
+  for (int pass = 0; pass < 2; ++pass) {
+    cursor = 0;
+    for (auto& la : m.layers) {
+      take(la.ln1, BT * C); take(la.ln1_mean, BT); take(la.ln1_rstd, BT);
+      take(la.qkv, BT * 3 * C);
+      take(la.att, static_cast<std::size_t>(B_) * NH * T_ * T_);
+      take(la.atty, BT * C); take(la.res2, BT * C);
+      take(la.ln2, BT * C); take(la.ln2_mean, BT); take(la.ln2_rstd, BT);
+      take(la.fch, BT * 4 * C); take(la.fch_gelu, BT * 4 * C); take(la.res3, BT * C);
+    }
+    take(m.encoded, BT * C); take(m.lnf, BT * C); take(m.lnf_mean, BT); take(m.lnf_rstd, BT);
+    take(m.logits, BT * Vp); take(m.lse, BT); take(m.losses, BT);
+    take(m.dres, BT * C); take(m.dlogits, BT * Vp); take(m.dln, BT * C); take(m.dfch, BT * 4 * C);
+    take(m.datty, BT * C); take(m.dqkv, BT * 3 * C);
+    if (pass == 0) {
+      m.storage.resize(cursor);
+      base = m.storage.data();
+    }
+  }
+  m.tokens.resize(BT);
+  m.targets.resize(BT);
+}
+
+GPT::~GPT() = default;
+GPT::GPT(GPT&&) noexcept = default;
+GPT& GPT::operator=(GPT&&) noexcept = default;
+
+const float* GPT::logits() const { return impl_->logits; }
+
+void GPT::init_params(const ParamLayout& layout, float* params, std::uint64_t seed) {
+  const GPTConfig& cfg = layout.config();
+  std::fill(params, params + layout.total_floats(), 0.f);  // biases, LN biases, padding
+  const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
+  constexpr std::size_t kChunk = 1 << 16;  // each chunk of a tensor draws from its own stream
+  for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
+    const TensorInfo& t = layout.tensors()[ti];
+    const std::string_view name = t.name;
+    float* dst = params + t.offset;
+    if (t.shape.size() == 1) {
+      if (name.ends_with(".weight")) std::fill(dst, dst + t.numel, 1.f);  // LayerNorm gains
+      continue;
+    }
+    const double stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02;
+    // Padded vocabulary rows never receive a gradient; they stay zero.
+    const std::size_t n = name == "wte.weight" ? static_cast<std::size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
+    const std::int64_t chunks = static_cast<std::int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      Rng rng(seed, (static_cast<std::uint64_t>(ti) << 32) | static_cast<std::uint64_t>(c));
+      const std::size_t begin = static_cast<std::size_t>(c) * kChunk, end = std::min(n, begin + kChunk);
+      for (std::size_t i = begin; i < end; i += 2) {
+        const auto z = rng.normal_pair();
+        dst[i] = static_cast<float>(stddev * z[0]);
+        if (i + 1 < end) dst[i + 1] = static_cast<float>(stddev * z[1]);
+      }
+    }
+  }
+}
+
+void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
+  Impl& m = *impl_;
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
+  check_ids(tokens, BT, config().vocab_size, "token");
+  std::copy(tokens, tokens + BT, m.tokens.begin());
+  m.k->embed_forward(m.encoded, m.tokens.data(), embed_params + m.embed.wte, embed_params + m.embed.wpe, B_, T_,
+                     config().n_embd);
+}
+
+void GPT::block_forward(int layer, const float* p) {
+  Impl& m = *impl_;
+  const Kernels& k = *m.k;
+  const BlockOffsets& o = m.block;
+  Impl::Layer& la = m.layers[layer];
+  const int BT = B_ * T_, C = config().n_embd;
+  // Biases are pre-broadcast into the outputs so the GEMMs (beta = 1) add onto them; the
+  // residual stream likewise starts as input + projection bias.
+  k.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, m.block_input(layer), p + o.ln1_w, p + o.ln1_b, BT, C,
+                      la.res2, p + o.attn_proj_b);
+  k.broadcast_rows(la.qkv, p + o.attn_b, BT, 3 * C);
+  matmul_forward(la.qkv, la.ln1, p + o.attn_w, BT, C, 3 * C, true);
+  k.attention_forward(la.atty, la.att, la.qkv, B_, T_, C, config().n_head);
+  matmul_forward(la.res2, la.atty, p + o.attn_proj_w, BT, C, C, true);
+  k.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, BT, C, la.res3,
+                      p + o.fc_proj_b);
+  matmul_forward(la.fch, la.ln2, p + o.fc_w, BT, C, 4 * C, false);
+  k.bias_gelu_forward(la.fch, la.fch_gelu, p + o.fc_b, BT, 4 * C);
+  matmul_forward(la.res3, la.fch_gelu, p + o.fc_proj_w, BT, 4 * C, C, true);
+}
+
+float GPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) {
+  Impl& m = *impl_;
+  const GPTConfig& cfg = config();
+  const int BT = B_ * T_, C = cfg.n_embd;
+  check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
+  std::copy(targets, targets + BT, m.targets.begin());
+  m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, m.block_input(cfg.n_layer), lnf_params + m.lnf_off.w,
+                         lnf_params + m.lnf_off.b, BT, C, nullptr, nullptr);
+  matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, BT, C, cfg.padded_vocab_size, false);
+  const double total = m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), BT, cfg.vocab_size,
+                                                 cfg.padded_vocab_size);
+  return static_cast<float>(total / BT);
+}
+
+void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
+                        float grad_scale) {
+  Impl& m = *impl_;
+  const GPTConfig& cfg = config();
+  const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), BT, V, Vp, grad_scale / BT);
+  // Logits past V carry no gradient: only the first V rows of wte take part below.
+  matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, Vp, m.lnf, BT, C, V);
+  matmul_backward_input(m.dln, m.dlogits, Vp, embed_params + m.embed.wte, BT, C, V);
+  m.k->layernorm_backward(m.dres, lnf_grads + m.lnf_off.w, lnf_grads + m.lnf_off.b, m.dln,
+                          m.block_input(cfg.n_layer), lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, BT, C,
+                          /*accumulate=*/false, nullptr);
+}
+
+void GPT::block_backward(int layer, const float* p, float* g) {
+  Impl& m = *impl_;
+  const Kernels& k = *m.k;
+  const BlockOffsets& o = m.block;
+  Impl::Layer& la = m.layers[layer];
+  const int BT = B_ * T_, C = config().n_embd, NH = config().n_head;
+  // m.dres holds dL/d(block output) and leaves holding dL/d(block input).
+  k.column_sums(g + o.fc_proj_b, m.dres, BT, C, C);
+  matmul_backward_weight(g + o.fc_proj_w, m.dres, C, la.fch_gelu, BT, 4 * C, C);
+  matmul_backward_input(m.dfch, m.dres, C, p + o.fc_proj_w, BT, 4 * C, C);
+  k.gelu_backward(m.dfch, g + o.fc_b, la.fch, BT, 4 * C);
+  matmul_backward_weight(g + o.fc_w, m.dfch, 4 * C, la.ln2, BT, C, 4 * C);
+  matmul_backward_input(m.dln, m.dfch, 4 * C, p + o.fc_w, BT, C, 4 * C);
+  // Residual: dres += LN2 backward; the sum's column sums are c_proj's bias gradient.
+  k.layernorm_backward(m.dres, g + o.ln2_w, g + o.ln2_b, m.dln, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, BT,
+                       C, /*accumulate=*/true, g + o.attn_proj_b);
+  matmul_backward_weight(g + o.attn_proj_w, m.dres, C, la.atty, BT, C, C);
+  matmul_backward_input(m.datty, m.dres, C, p + o.attn_proj_w, BT, C, C);
+  const std::size_t scratch = attention_scratch_floats(T_, omp_get_max_threads());
+  if (m.attention_scratch.size() < scratch) m.attention_scratch.resize(scratch);
+  k.attention_backward(m.dqkv, m.datty, la.att, la.qkv, B_, T_, C, NH, m.attention_scratch.data());
+  k.column_sums(g + o.attn_b, m.dqkv, BT, 3 * C, 3 * C);
+  matmul_backward_weight(g + o.attn_w, m.dqkv, 3 * C, la.ln1, BT, C, 3 * C);
+  matmul_backward_input(m.dln, m.dqkv, 3 * C, p + o.attn_w, BT, C, 3 * C);
+  k.layernorm_backward(m.dres, g + o.ln1_w, g + o.ln1_b, m.dln, m.block_input(layer), p + o.ln1_w, la.ln1_mean,
+                       la.ln1_rstd, BT, C, /*accumulate=*/true, nullptr);
+}
+
+void GPT::embed_backward(float* embed_grads) {
+  Impl& m = *impl_;
+  m.k->embed_backward(embed_grads + m.embed.wte, embed_grads + m.embed.wpe, m.dres, m.tokens.data(), B_, T_,
+                      config().n_embd);
+}
+
+float GPT::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
+  const int L = config().n_layer, E = layout_.embeddings_unit(), F = layout_.final_norm_unit();
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
+  // Refuse bad ids before acquiring anything, so no unit is left acquired.
+  check_ids(tokens, BT, config().vocab_size, "token");
+  check_ids(targets, BT, config().vocab_size, "target");
+  const float* embed = access.acquire(E, Phase::Forward);
+  embed_forward(embed, tokens);
+  for (int l = 0; l < L; ++l) {
+    block_forward(l, access.acquire(layout_.block_unit(l), Phase::Forward));
+    access.release(layout_.block_unit(l), Phase::Forward);
+  }
+  const float loss = head_forward(access.acquire(F, Phase::Forward), embed, targets);
+  access.release(F, Phase::Forward);
+  access.release(E, Phase::Forward);
+  return loss;
+}
+
+float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                            float grad_scale) {
+  const int L = config().n_layer, E = layout_.embeddings_unit(), F = layout_.final_norm_unit();
+  const float loss = forward(access, tokens, targets);
+
+  const float* lnf = access.acquire(F, Phase::Backward);
+  const float* embed = access.acquire(E, Phase::Backward);
+  head_backward(lnf, embed, access.grads(F), access.grads(E), grad_scale);
+  access.release(E, Phase::Backward);
+  access.release(F, Phase::Backward);
+  access.grads_ready(F);
+  for (int l = L - 1; l >= 0; --l) {
+    const int unit = layout_.block_unit(l);
+    block_backward(l, access.acquire(unit, Phase::Backward), access.grads(unit));
+    access.release(unit, Phase::Backward);
+    access.grads_ready(unit);
+  }
+  embed_backward(access.grads(E));
+  access.grads_ready(E);
+  return loss;
+}
+
+std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
+  using K = UnitEvent;
+  const int L = config.n_layer, E = 0, F = L + 1;
+  const Phase fwd = Phase::Forward, bwd = Phase::Backward;
+  std::vector<UnitEvent> ev;
+  ev.push_back({K::Acquire, E, fwd});
+  for (int l = 0; l < L; ++l) {
+    ev.push_back({K::Acquire, 1 + l, fwd});
+    ev.push_back({K::Release, 1 + l, fwd});
+  }
+  ev.push_back({K::Acquire, F, fwd});
+  ev.push_back({K::Release, F, fwd});
+  ev.push_back({K::Release, E, fwd});
+  ev.push_back({K::Acquire, F, bwd});
+  ev.push_back({K::Acquire, E, bwd});
+  ev.push_back({K::Release, E, bwd});
+  ev.push_back({K::Release, F, bwd});
+  ev.push_back({K::GradsReady, F, bwd});
+  for (int l = L - 1; l >= 0; --l) {
+    ev.push_back({K::Acquire, 1 + l, bwd});
+    ev.push_back({K::Release, 1 + l, bwd});
+    ev.push_back({K::GradsReady, 1 + l, bwd});
+  }
+  ev.push_back({K::GradsReady, E, bwd});
+  return ev;
+}
+
+}  // namespace strata::model
