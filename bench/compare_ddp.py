@@ -169,8 +169,8 @@ def main():
     for s in STRATA_STRATEGIES:
         st = results["strata"].get(s, {}).get("tokens_per_s")
         pt = results["pytorch"].get(s, {}).get("tokens_per_s")
-        print(f"{s:8} {st or float('nan'):9.0f} {pt or float('nan'):9.0f} "
-              f"{(st / pt) if st and pt else float('nan'):15.2f}")
+        print(f"{s:8} {f'{st:.0f}' if st else '-':>9} {f'{pt:.0f}' if pt else '-':>9} "
+              f"{f'{st / pt:.2f}' if st and pt else '-':>15}")
     load_after = os.getloadavg()[0]
     print(f"(1-minute load average {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} cores)")
     if args.json:
