@@ -33,7 +33,10 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(f"{sys.executable} has no numpy: run this with Debian's /usr/bin/python3")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -139,6 +142,7 @@ def main():
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--json", help="also write every measurement to this file")
     args = p.parse_args()
+    torch_gpt.require_torch()
 
     load_before = os.getloadavg()[0]
     results = {"pytorch": {}, "strata": {}}

@@ -71,6 +71,7 @@ def main():
     p.add_argument("--llmc-dir", default=os.environ.get("LLMC_DIR"), help="llm.c checkout (default $LLMC_DIR)")
     p.add_argument("--json", help="also write every measurement to this file")
     args = p.parse_args()
+    torch_gpt.require_torch()
     if not os.access(args.strata, os.X_OK):
         sys.exit(f"compare_step: no strata binary at {args.strata}: build it first (ninja -C build) or pass --strata")
     names = args.configs.split(",")

@@ -47,8 +47,16 @@ GRAD_CLIP = 1.0
 
 def _torch():
     # Imported lazily: --sweep must set each child's environment before OpenMP starts.
-    import torch
+    try:
+        import torch
+    except ImportError:
+        sys.exit(f"{sys.executable} has no torch: run this with Debian's /usr/bin/python3 (python3-torch)")
     return torch
+
+
+def require_torch():
+    """Fail early, with the fix, when this python cannot run the twin."""
+    _torch()
 
 
 def build_model(cfg, dtype=None):
