@@ -1,6 +1,7 @@
 // Forward + backward of one micro-batch, the bulk of a training step, on the two shapes the
-// foundation's speed targets name. Counters: tokens/s and model GFLOP/s (6 x matmul
-// parameters + attention per token). Run: OMP_NUM_THREADS=2 bench/model_bench
+// foundation's speed targets name, with 2 OpenMP threads. Counters: tokens/s and model
+// GFLOP/s (6 x matmul parameters + attention per token). Run: build/bench/model_bench on an
+// otherwise idle machine (2 threads sharing 2 busy cores measure the scheduler, not us).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 

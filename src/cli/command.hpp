@@ -16,4 +16,8 @@ struct CommandRegistrar {
   CommandRegistrar(int order, CommandSetup setup);
 };
 
+// The `strata bench` group, created by whichever command file asks first; each benchmark
+// adds itself as a subcommand of it (bench step, bench collectives, bench quant, ...).
+CLI::App* bench_group(CLI::App& app);
+
 }  // namespace strata::cli

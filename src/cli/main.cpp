@@ -21,6 +21,16 @@ CommandRegistrar::CommandRegistrar(int order, CommandSetup setup) {
   registry().emplace_back(order, std::move(setup));
 }
 
+CLI::App* bench_group(CLI::App& app) {
+  try {
+    return app.get_subcommand("bench");
+  } catch (const CLI::OptionNotFound&) {
+    CLI::App* bench = app.add_subcommand("bench", "Measure strata's speed");
+    bench->require_subcommand(1);
+    return bench;
+  }
+}
+
 }  // namespace strata::cli
 
 int main(int argc, char** argv) {

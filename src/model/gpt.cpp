@@ -25,6 +25,25 @@ void check_ids(const std::int32_t* ids, std::size_t n, int vocab, const char* wh
                               vocab));
 }
 
+// One OpenMP parallel region per unit: f(team) runs on every thread, which works on its
+// share of rows, columns or (batch, head) pairs.
+struct Team {
+  int id, size;
+  Range share(int n, int align = 1) const { return model::share(n, size, id, align); }
+  // When the batch divides evenly, a thread's share of the B*T rows is whole sequences and
+  // its share of the (batch, head) pairs is theirs: attention then reads only rows this
+  // thread wrote, and the barriers around it can go.
+  bool owns_whole_sequences(int B) const { return B % size == 0; }
+};
+template <class F>
+void in_parallel(F&& f) {
+#pragma omp parallel
+  f(Team{omp_get_thread_num(), omp_get_num_threads()});
+}
+void barrier() {
+#pragma omp barrier
+}
+
 }  // namespace
 
 // Activation storage. Everything backward needs is kept per layer; gradient buffers are
@@ -51,9 +70,16 @@ struct GPT::Impl {
   std::vector<Layer> layers;
   float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
   float *logits = nullptr, *lse = nullptr, *losses = nullptr;
-  // Gradients: dres is the residual stream's gradient, walked from the head to the embeddings.
-  float *dres = nullptr, *dlogits = nullptr, *dln = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
-  AlignedBuffer<float> attention_scratch;
+  // Gradients: dres is the residual stream's gradient, walked from the head to the
+  // embeddings; a block also fills dres_mid (after its attention) and dres_in (its input).
+  float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
+  float *dln1 = nullptr, *dln2 = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
+  AlignedBuffer<float> attention_scratch;  // T x T per thread
+
+  void reserve_attention_scratch(int T) {
+    const std::size_t n = static_cast<std::size_t>(T) * T * omp_get_max_threads();
+    if (attention_scratch.size() < n) attention_scratch.resize(n);
+  }
 
   std::vector<std::int32_t> tokens, targets;
 
@@ -94,7 +120,8 @@ GPT::GPT(const GPTConfig& config, int batch, int seq)
     }
     take(m.encoded, BT * C); take(m.lnf, BT * C); take(m.lnf_mean, BT); take(m.lnf_rstd, BT);
     take(m.logits, BT * Vp); take(m.lse, BT); take(m.losses, BT);
-    take(m.dres, BT * C); take(m.dlogits, BT * Vp); take(m.dln, BT * C); take(m.dfch, BT * 4 * C);
+    take(m.dres, BT * C); take(m.dres_mid, BT * C); take(m.dres_in, BT * C); take(m.dlogits, BT * Vp);
+    take(m.dln1, BT * C); take(m.dln2, BT * C); take(m.dfch, BT * 4 * C);
     take(m.datty, BT * C); take(m.dqkv, BT * 3 * C);
     if (pass == 0) {
       m.storage.resize(cursor);
@@ -143,11 +170,13 @@ void GPT::init_params(const ParamLayout& layout, float* params, std::uint64_t se
 
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  check_ids(tokens, BT, config().vocab_size, "token");
+  const int BT = B_ * T_;
+  check_ids(tokens, static_cast<std::size_t>(BT), config().vocab_size, "token");
   std::copy(tokens, tokens + BT, m.tokens.begin());
-  m.k->embed_forward(m.encoded, m.tokens.data(), embed_params + m.embed.wte, embed_params + m.embed.wpe, B_, T_,
-                     config().n_embd);
+  in_parallel([&](const Team& team) {
+    m.k->embed_forward(m.encoded, m.tokens.data(), embed_params + m.embed.wte, embed_params + m.embed.wpe, T_,
+                       config().n_embd, team.share(BT));
+  });
 }
 
 void GPT::block_forward(int layer, const float* p) {
@@ -155,20 +184,27 @@ void GPT::block_forward(int layer, const float* p) {
   const Kernels& k = *m.k;
   const BlockOffsets& o = m.block;
   Impl::Layer& la = m.layers[layer];
-  const int BT = B_ * T_, C = config().n_embd;
-  // Biases are pre-broadcast into the outputs so the GEMMs (beta = 1) add onto them; the
-  // residual stream likewise starts as input + projection bias.
-  k.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, m.block_input(layer), p + o.ln1_w, p + o.ln1_b, BT, C,
-                      la.res2, p + o.attn_proj_b);
-  k.broadcast_rows(la.qkv, p + o.attn_b, BT, 3 * C);
-  matmul_forward(la.qkv, la.ln1, p + o.attn_w, BT, C, 3 * C, true);
-  k.attention_forward(la.atty, la.att, la.qkv, B_, T_, C, config().n_head);
-  matmul_forward(la.res2, la.atty, p + o.attn_proj_w, BT, C, C, true);
-  k.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, BT, C, la.res3,
-                      p + o.fc_proj_b);
-  matmul_forward(la.fch, la.ln2, p + o.fc_w, BT, C, 4 * C, false);
-  k.bias_gelu_forward(la.fch, la.fch_gelu, p + o.fc_b, BT, 4 * C);
-  matmul_forward(la.res3, la.fch_gelu, p + o.fc_proj_w, BT, 4 * C, C, true);
+  const int BT = B_ * T_, C = config().n_embd, NH = config().n_head;
+  const float* x = m.block_input(layer);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    // Biases are pre-broadcast into the outputs so the GEMMs add onto them; the residual
+    // stream likewise starts as input + projection bias.
+    k.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, p + o.ln1_w, p + o.ln1_b, C, rows, la.res2,
+                        p + o.attn_proj_b);
+    k.broadcast_rows(la.qkv, p + o.attn_b, 3 * C, rows);
+    matmul_forward(la.qkv, la.ln1, p + o.attn_w, C, 3 * C, true, rows);
+    const bool sync = !team.owns_whole_sequences(B_);
+    if (sync) barrier();  // attention reads whole sequences
+    k.attention_forward(la.atty, la.att, la.qkv, T_, C, NH, team.share(B_ * NH));
+    if (sync) barrier();  // c_proj reads every head of its rows
+    matmul_forward(la.res2, la.atty, p + o.attn_proj_w, C, C, true, rows);
+    k.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, C, rows, la.res3,
+                        p + o.fc_proj_b);
+    matmul_forward(la.fch, la.ln2, p + o.fc_w, C, 4 * C, false, rows);
+    k.bias_gelu_forward(la.fch, la.fch_gelu, p + o.fc_b, 4 * C, rows);
+    matmul_forward(la.res3, la.fch_gelu, p + o.fc_proj_w, 4 * C, C, true, rows);
+  });
 }
 
 float GPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) {
@@ -177,26 +213,39 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
   const int BT = B_ * T_, C = cfg.n_embd;
   check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
   std::copy(targets, targets + BT, m.targets.begin());
-  m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, m.block_input(cfg.n_layer), lnf_params + m.lnf_off.w,
-                         lnf_params + m.lnf_off.b, BT, C, nullptr, nullptr);
-  matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, BT, C, cfg.padded_vocab_size, false);
-  const double total = m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), BT, cfg.vocab_size,
-                                                 cfg.padded_vocab_size);
+  const float* x = m.block_input(cfg.n_layer);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
+                           rows, nullptr, nullptr);
+    matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, C, cfg.padded_vocab_size, false, rows);
+    m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, cfg.padded_vocab_size,
+                              rows);
+  });
+  double total = 0;  // in row order: deterministic
+  for (int i = 0; i < BT; ++i) total += m.losses[i];
   return static_cast<float>(total / BT);
 }
 
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
                         float grad_scale) {
   Impl& m = *impl_;
+  const Kernels& k = *m.k;
   const GPTConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
-  m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), BT, V, Vp, grad_scale / BT);
-  // Logits past V carry no gradient: only the first V rows of wte take part below.
-  matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, Vp, m.lnf, BT, C, V);
-  matmul_backward_input(m.dln, m.dlogits, Vp, embed_params + m.embed.wte, BT, C, V);
-  m.k->layernorm_backward(m.dres, lnf_grads + m.lnf_off.w, lnf_grads + m.lnf_off.b, m.dln,
-                          m.block_input(cfg.n_layer), lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, BT, C,
-                          /*accumulate=*/false, nullptr);
+  const float* x = m.block_input(cfg.n_layer);
+  float* dlnf = m.dln1;
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    k.crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), V, Vp, grad_scale / BT, rows);
+    // Logits past V carry no gradient: only the first V rows of wte take part.
+    matmul_backward_input(dlnf, m.dlogits, Vp, embed_params + m.embed.wte, C, V, rows);
+    k.layernorm_backward_input(m.dres, nullptr, dlnf, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C, rows);
+    barrier();  // parameter gradients sum over every row
+    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, Vp, m.lnf, BT, C, team.share(V));
+    k.layernorm_backward_params(lnf_grads + m.lnf_off.w, lnf_grads + m.lnf_off.b, dlnf, x, m.lnf_mean, m.lnf_rstd,
+                                BT, C, team.share(C, kColumnAlign));
+  });
 }
 
 void GPT::block_backward(int layer, const float* p, float* g) {
@@ -205,32 +254,50 @@ void GPT::block_backward(int layer, const float* p, float* g) {
   const BlockOffsets& o = m.block;
   Impl::Layer& la = m.layers[layer];
   const int BT = B_ * T_, C = config().n_embd, NH = config().n_head;
-  // m.dres holds dL/d(block output) and leaves holding dL/d(block input).
-  k.column_sums(g + o.fc_proj_b, m.dres, BT, C, C);
-  matmul_backward_weight(g + o.fc_proj_w, m.dres, C, la.fch_gelu, BT, 4 * C, C);
-  matmul_backward_input(m.dfch, m.dres, C, p + o.fc_proj_w, BT, 4 * C, C);
-  k.gelu_backward(m.dfch, g + o.fc_b, la.fch, BT, 4 * C);
-  matmul_backward_weight(g + o.fc_w, m.dfch, 4 * C, la.ln2, BT, C, 4 * C);
-  matmul_backward_input(m.dln, m.dfch, 4 * C, p + o.fc_w, BT, C, 4 * C);
-  // Residual: dres += LN2 backward; the sum's column sums are c_proj's bias gradient.
-  k.layernorm_backward(m.dres, g + o.ln2_w, g + o.ln2_b, m.dln, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, BT,
-                       C, /*accumulate=*/true, g + o.attn_proj_b);
-  matmul_backward_weight(g + o.attn_proj_w, m.dres, C, la.atty, BT, C, C);
-  matmul_backward_input(m.datty, m.dres, C, p + o.attn_proj_w, BT, C, C);
-  const std::size_t scratch = attention_scratch_floats(T_, omp_get_max_threads());
-  if (m.attention_scratch.size() < scratch) m.attention_scratch.resize(scratch);
-  k.attention_backward(m.dqkv, m.datty, la.att, la.qkv, B_, T_, C, NH, m.attention_scratch.data());
-  k.column_sums(g + o.attn_b, m.dqkv, BT, 3 * C, 3 * C);
-  matmul_backward_weight(g + o.attn_w, m.dqkv, 3 * C, la.ln1, BT, C, 3 * C);
-  matmul_backward_input(m.dln, m.dqkv, 3 * C, p + o.attn_w, BT, C, 3 * C);
-  k.layernorm_backward(m.dres, g + o.ln1_w, g + o.ln1_b, m.dln, m.block_input(layer), p + o.ln1_w, la.ln1_mean,
-                       la.ln1_rstd, BT, C, /*accumulate=*/true, nullptr);
+  const float* x = m.block_input(layer);
+  // Gradients of the residual stream at the block's output (given), after attention, and at
+  // its input (computed): all three are needed until the parameter gradients are done.
+  const float* d_out = m.dres;
+  float* d_mid = m.dres_mid;
+  float* d_in = m.dres_in;
+  m.reserve_attention_scratch(T_);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    matmul_backward_input(m.dfch, d_out, C, p + o.fc_proj_w, 4 * C, C, rows);
+    k.gelu_backward(m.dfch, la.fch, 4 * C, rows);
+    matmul_backward_input(m.dln2, m.dfch, 4 * C, p + o.fc_w, C, 4 * C, rows);
+    k.layernorm_backward_input(d_mid, d_out, m.dln2, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, C, rows);
+    matmul_backward_input(m.datty, d_mid, C, p + o.attn_proj_w, C, C, rows);
+    const bool sync = !team.owns_whole_sequences(B_);
+    if (sync) barrier();  // attention reads whole sequences
+    k.attention_backward(m.dqkv, m.datty, la.att, la.qkv, T_, C, NH, team.share(B_ * NH),
+                         m.attention_scratch.data() + static_cast<std::size_t>(team.id) * T_ * T_);
+    if (sync) barrier();  // c_attn reads every head of its rows
+    matmul_backward_input(m.dln1, m.dqkv, 3 * C, p + o.attn_w, C, 3 * C, rows);
+    k.layernorm_backward_input(d_in, d_mid, m.dln1, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, C, rows);
+    barrier();  // parameter gradients sum over every row
+    const Range cols = team.share(C, kColumnAlign);
+    matmul_backward_weight(g + o.fc_proj_w, d_out, C, la.fch_gelu, BT, 4 * C, team.share(C));
+    k.column_sums(g + o.fc_proj_b, d_out, BT, C, cols);
+    matmul_backward_weight(g + o.fc_w, m.dfch, 4 * C, la.ln2, BT, C, team.share(4 * C));
+    k.column_sums(g + o.fc_b, m.dfch, BT, 4 * C, team.share(4 * C, kColumnAlign));
+    k.layernorm_backward_params(g + o.ln2_w, g + o.ln2_b, m.dln2, la.res2, la.ln2_mean, la.ln2_rstd, BT, C, cols);
+    matmul_backward_weight(g + o.attn_proj_w, d_mid, C, la.atty, BT, C, team.share(C));
+    k.column_sums(g + o.attn_proj_b, d_mid, BT, C, cols);
+    matmul_backward_weight(g + o.attn_w, m.dqkv, 3 * C, la.ln1, BT, C, team.share(3 * C));
+    k.column_sums(g + o.attn_b, m.dqkv, BT, 3 * C, team.share(3 * C, kColumnAlign));
+    k.layernorm_backward_params(g + o.ln1_w, g + o.ln1_b, m.dln1, x, la.ln1_mean, la.ln1_rstd, BT, C, cols);
+  });
+  std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
 }
 
 void GPT::embed_backward(float* embed_grads) {
   Impl& m = *impl_;
-  m.k->embed_backward(embed_grads + m.embed.wte, embed_grads + m.embed.wpe, m.dres, m.tokens.data(), B_, T_,
-                      config().n_embd);
+  const int C = config().n_embd;
+  in_parallel([&](const Team& team) {
+    m.k->embed_backward(embed_grads + m.embed.wte, embed_grads + m.embed.wpe, m.dres, m.tokens.data(), B_, T_, C,
+                        team.share(C, kColumnAlign));
+  });
 }
 
 float GPT::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {

@@ -1,7 +1,6 @@
 // AVX2 + FMA build of the kernels (8 floats a vector).
 #include <cblas.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstddef>

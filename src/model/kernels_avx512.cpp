@@ -6,7 +6,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <cblas.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstddef>

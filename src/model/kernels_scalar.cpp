@@ -1,7 +1,6 @@
 // Scalar build of the kernels: the path for x86-64 CPUs without AVX2 (and the reference the
 // vector paths are compared with in tests).
 #include <cblas.h>
-#include <omp.h>
 
 #include <bit>
 #include <cmath>
@@ -20,9 +19,7 @@ constexpr int kW = 1;
 
 inline V vzero() { return {0.f}; }
 inline V vset(float x) { return {x}; }
-inline V vload(const float* p) { return {*p}; }
 inline V vload_n(const float* p, int, float = 0.f) { return {*p}; }  // n is always kW here
-inline void vstore(float* p, V a) { *p = a.v; }
 inline void vstore_n(float* p, V a, int) { *p = a.v; }
 inline V vkeep_n(V a, int) { return a; }
 inline V operator+(V a, V b) { return {a.v + b.v}; }

@@ -30,6 +30,8 @@ struct Tier {
 struct TierOverride {  // --tier NAME.FIELD=VALUE on the command line
   std::string tier, field, value;
 };
+// Splits "NAME.FIELD=VALUE"; throws Error quoting the spec when it is not of that form.
+TierOverride parse_tier_override(std::string_view spec);
 
 class Topology {
  public:
@@ -47,12 +49,14 @@ class Topology {
 
   void apply_override(const TierOverride& o);  // throws Error naming tier and field
   // Fixes the outermost tier's size for a world of `world_size` ranks (or checks it, if it
-  // was set). `nodes` > 0 asks for that many domains of the tier just inside the outermost.
-  // Refuses a world size the inner tiers do not divide, with the arithmetic in the message.
+  // was set). Refuses a world size the inner tiers do not divide, with the arithmetic in
+  // the message. May be called again with another world size.
   void resolve(int world_size);
   bool resolved() const { return world_size_ > 0; }
-  // A world size that makes `nodes` domains of the second-outermost tier.
+  // A world size that makes `nodes` domains of the second-outermost tier (--nodes N).
   int world_size_for_nodes(int nodes) const;
+  // Ranks in one domain of the second-outermost tier ("ranks per node"); 1 for one tier.
+  int ranks_per_outer_domain() const;
 
   const std::string& name() const { return name_; }
   int num_tiers() const { return static_cast<int>(tiers_.size()); }
@@ -64,17 +68,24 @@ class Topology {
   int tier_index(std::string_view name) const;
   std::optional<int> find_tier(std::string_view name) const;
 
-  int domain_ranks(int t) const;               // ranks in one domain of tier t
+  int domain_ranks(int t) const;  // ranks in one domain of tier t; t = -1: 1
   int domain_of(int rank, int t) const { return rank / domain_ranks(t); }
   int num_domains(int t) const { return world_size_ / domain_ranks(t); }
-  // The innermost tier whose domain holds both ranks: the outermost link a message crosses.
+  // The innermost tier whose domain holds both ranks: the outermost link a message crosses
+  // (0 for a rank and itself). Throws Error for a rank outside the world.
   int tier_between(int rank_a, int rank_b) const;
 
   nlohmann::json to_json() const;
 
  private:
+  Topology(std::vector<Tier> tiers, std::string name, std::string origin);
+  void validate() const;
+  std::string where(int t) const;  // "FILE: tiers[1] ('node')" for error messages
+
   std::string name_ = "custom";
+  std::string origin_ = "topology 'custom'";  // the file or preset, for error messages
   std::vector<Tier> tiers_;
+  int outermost_size_given_ = 0;  // the outermost size the file or an override asked for; 0: any
   int world_size_ = 0;
 };
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "optim/adamw.hpp"
@@ -45,16 +47,28 @@ class Engine {
 
   // Mean of a per-rank value over all ranks (the logged loss is the global mean).
   virtual double all_mean(double local) = 0;
+  // Every rank's string, in rank order, on every rank. Checkpoints use it to collect the
+  // shard records into one manifest and to agree on errors; it also orders file writes.
+  virtual std::vector<std::string> all_gather_strings(const std::string& local) = 0;
 
   // Optimizer state this rank owns, for checkpoints. Together the shards of all ranks
   // cover the arena exactly once.
   virtual std::vector<StateShard> state_shards() = 0;
+  // The shards this rank writes into a checkpoint: those of state_shards() that no other
+  // rank writes (ranks holding replicas of a slice leave it to one of them).
+  virtual std::vector<StateShard> saved_shards() { return state_shards(); }
   // After the shards were overwritten from a checkpoint: rebuild every derived copy of
   // the weights (gathered or low-precision ones) from the master shards.
   virtual void state_loaded() = 0;
 
   // The full fp32 parameters, assembled on every rank (for export and tests).
   virtual void gather_params(float* full) = 0;
+
+  // What engines that communicate add to the step's metrics line (called once after each
+  // step's all_mean) and to summary.json (called once at the end): strategy, traffic per
+  // tier, compute and exposed communication time, memory per state. Empty by default.
+  virtual nlohmann::json step_report() { return nlohmann::json::object(); }
+  virtual nlohmann::json summary_report() { return nlohmann::json::object(); }
 };
 
 }  // namespace strata::train

@@ -2,6 +2,7 @@
 // model, the unit access order, accumulation, grad_scale, determinism, every instruction
 // set, initialisation and bad input.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -238,6 +239,27 @@ TEST(Gpt, RunsAreBitIdentical) {
   EXPECT_EQ(0, std::memcmp(ga.data(), ga2.data(), ga.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(a.logits(), b.logits(),
                            sizeof(float) * Problem::B * pb.T * pb.config.padded_vocab_size));
+}
+
+// 1 and 2 threads split the batch of 2 into whole sequences; 3 threads take uneven row
+// shares and synchronise around attention. All agree to rounding.
+TEST(Gpt, ThreadCountsAgree) {
+  Problem pb(40);
+  std::vector<std::vector<float>> grads;
+  std::vector<float> losses;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    GPT gpt(pb.config, Problem::B, pb.T);
+    grads.push_back(pb.zero_grads());
+    losses.push_back(pb.run(gpt, grads.back()));
+  }
+  omp_set_num_threads(saved);
+  const Vec want(grads[0].begin(), grads[0].end());
+  for (int i : {1, 2}) {
+    EXPECT_NEAR(losses[i], losses[0], 1e-6 * losses[0]);
+    expect_grads_close(pb.layout, grads[i].data(), want, 1e-5, 1e-6, std::to_string(i + 1) + " threads");
+  }
 }
 
 TEST(Gpt, GradientsAccumulate) {

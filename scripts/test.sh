@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (.ci/run):
+#   1. set-up (Debian packages),
+#   2. Release build in build/ and the `unit` and `mpi` tests (`slow` ones are left out),
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build of the unit tests in build-asan/.
+# Ends with a summary of both test runs; exits non-zero if anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/setup.sh
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+ninja -C build
+release_log=build/ctest-release.log
+release_status=0
+(cd build && ctest -L 'unit|mpi' -LE slow --output-on-failure) 2>&1 | tee "$release_log" || release_status=$?
+
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF
+ninja -C build-asan
+asan_log=build-asan/ctest-asan.log
+asan_status=0
+(cd build-asan && ctest -L unit -LE slow --output-on-failure) 2>&1 | tee "$asan_log" || asan_status=$?
+
+echo
+echo "=== test summary ==="
+echo "release (unit + mpi): $(grep -E 'tests passed|tests failed' "$release_log" | tail -1)"
+grep -A1000 -E '^The following tests FAILED' "$release_log" || true
+echo "asan+ubsan (unit):    $(grep -E 'tests passed|tests failed' "$asan_log" | tail -1)"
+grep -A1000 -E '^The following tests FAILED' "$asan_log" || true
+if ((release_status || asan_status)); then
+  echo "FAILED"
+  exit 1
+fi
+echo "all passed"

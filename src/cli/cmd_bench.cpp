@@ -1,0 +1,128 @@
+// strata bench: the benchmark group, and `bench step`, the speed of a full training step.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/cpu.hpp"
+#include "base/error.hpp"
+#include "cli/command.hpp"
+#include "train/config.hpp"
+#include "train/local_engine.hpp"
+
+namespace strata::cli {
+
+namespace {
+
+struct ModelOverride {
+  const char* key;
+  CLI::Option* option = nullptr;
+  std::int64_t value = 0;
+};
+
+struct StepArgs {
+  std::string model = "small";
+  ModelOverride overrides[5] = {{"model.n_layer"}, {"model.n_head"}, {"model.n_embd"}, {"model.seq_len"},
+                                {"model.vocab_size"}};
+  int batch = 4, seq = 0, threads = 0, steps = 10, warmup = 3;
+  bool json = false;
+};
+
+void run_bench_step(const StepArgs& a) {
+  train::Settings settings{{"model.preset", a.model}};
+  for (auto& o : a.overrides)
+    if (o.option->count() > 0) settings[o.key] = o.value;
+  const model::GPTConfig config = train::build_model(settings);
+  const int seq = a.seq > 0 ? a.seq : config.seq_len;
+  auto positive = [](const char* flag, int v) {
+    if (v <= 0) throw strata::Error(fmt::format("bench step: {} = {}: must be positive", flag, v));
+  };
+  positive("--batch", a.batch);
+  positive("--seq", seq);
+  positive("--steps", a.steps);
+  if (a.warmup < 0) throw strata::Error(fmt::format("bench step: --warmup = {}: must not be negative", a.warmup));
+  if (seq > config.seq_len)
+    throw strata::Error(fmt::format("bench step: --seq = {} exceeds model.seq_len = {}", seq, config.seq_len));
+  if (a.threads < 0) throw strata::Error(fmt::format("bench step: --threads = {}: must be positive", a.threads));
+  if (a.threads > 0) omp_set_num_threads(a.threads);  // OpenBLAS (OpenMP build) follows
+
+  train::LocalEngine engine(config, a.batch, seq, /*seed=*/1);
+  const std::size_t n = static_cast<std::size_t>(a.batch) * seq;
+  std::vector<std::int32_t> tokens(n), targets(n);
+  std::mt19937_64 rng(42);  // the standard fixes mt19937_64's output: the same tokens everywhere
+  for (std::size_t i = 0; i < n; ++i) {
+    tokens[i] = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
+    targets[i] = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
+  }
+  const optim::AdamWConfig hp;
+  std::vector<double> step_s;
+  for (int i = 0; i < a.warmup + a.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    engine.micro_step(tokens.data(), targets.data(), 1.0f);
+    engine.optimizer_step(hp, 1e-4f, i + 1);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= a.warmup) step_s.push_back(dt);
+  }
+  double total = 0;
+  for (double s : step_s) total += s;
+  std::vector<double> sorted = step_s;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double tokens_per_s = static_cast<double>(n) * a.steps / total;
+  const double flops_per_token = config.flops_per_token(seq);
+  const double gflops = tokens_per_s * flops_per_token / 1e9;
+
+  if (a.json) {
+    nlohmann::json j = {{"bench", "step"},
+                        {"model", a.model},
+                        {"config", config.to_json()},
+                        {"params", config.num_params()},
+                        {"batch", a.batch},
+                        {"seq", seq},
+                        {"threads", omp_get_max_threads()},
+                        {"isa", std::string(isa_name(detected_isa()))},
+                        {"warmup_steps", a.warmup},
+                        {"steps", a.steps},
+                        {"step_s", {{"mean", total / a.steps}, {"median", median}, {"min", sorted.front()}}},
+                        {"tokens_per_s", tokens_per_s},
+                        {"flops_per_token", flops_per_token},
+                        {"gflops", gflops}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("bench step: model {} ({:.2f}M parameters), batch {} x seq {}, {} threads, {}\n", a.model,
+               static_cast<double>(config.num_params()) / 1e6, a.batch, seq, omp_get_max_threads(),
+               isa_name(detected_isa()));
+    fmt::print("  {} steps after {} warm-up: {:.1f} ms/step mean, {:.1f} median, {:.1f} min\n", a.steps, a.warmup,
+               1e3 * total / a.steps, 1e3 * median, 1e3 * sorted.front());
+    fmt::print("  {:.0f} tokens/s, {:.1f} GFLOP/s (forward + backward + AdamW)\n", tokens_per_s, gflops);
+  }
+}
+
+CommandRegistrar registrar(90, [](CLI::App& app) {
+  auto a = std::make_shared<StepArgs>();
+  CLI::App* cmd = bench_group(app)->add_subcommand(
+      "step", "Time full training steps (forward, backward, AdamW) on random tokens after warm-up");
+  cmd->add_option("--model", a->model, "model preset: tiny, small, gpt2-124m");
+  const char* flags[5][2] = {{"--n-layer", "override the preset's transformer blocks"},
+                             {"--n-head", "override the preset's attention heads"},
+                             {"--n-embd", "override the preset's hidden size"},
+                             {"--seq-len", "override the preset's longest sequence"},
+                             {"--vocab-size", "override the preset's vocabulary"}};
+  for (int i = 0; i < 5; ++i) a->overrides[i].option = cmd->add_option(flags[i][0], a->overrides[i].value, flags[i][1]);
+  cmd->add_option("--batch", a->batch, "sequences per step");
+  cmd->add_option("--seq", a->seq, "tokens per sequence (default: the model's seq_len)");
+  cmd->add_option("--threads", a->threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--steps", a->steps, "timed steps");
+  cmd->add_option("--warmup", a->warmup, "untimed steps first");
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->callback([a] { run_bench_step(*a); });
+});
+
+}  // namespace
+}  // namespace strata::cli

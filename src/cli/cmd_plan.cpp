@@ -1,0 +1,414 @@
+// strata plan: what each sharding strategy costs on a cluster, priced from the schedule the
+// runtime executes (docs/planner.md).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+#include "cli/command.hpp"
+#include "comm/mpi_session.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/device.hpp"
+#include "plan/model_shapes.hpp"
+#include "plan/search.hpp"
+#include "shard/spec.hpp"
+#include "topo/topology.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct PlanOptions {
+  std::string model, topology;
+  std::vector<std::string> shape_fields, tier_overrides, leave_out;
+  int nodes = 0;
+  std::string strategy = "all";
+  std::string shard, secondary, weight_wire, grad_wire, step_grad_wire;
+  int block_size = 0, prefetch = 0;
+  int micro_batch = 1, seq = 0, accum = 1;
+  bool recompute = false, flash_attention = false;
+  std::string precision = "bf16";
+  double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0;
+  bool search = false;
+  int top = 5;
+  std::string sweep_nodes, svg;
+  std::string compare_summary;
+  bool json = false;
+  // Which options were given (CLI11 counts), for overrides that must not apply by default.
+  CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
+              *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr;
+};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) out.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// The strategies asked for, with precision and command-line overrides applied; a name gets
+// a '*' when an override changed its preset.
+std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo::Topology& topology,
+                                               plan::Precision precision) {
+  std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
+  if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
+  const bool overridden = !o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() ||
+                          !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
+                          o.prefetch_opt->count() > 0;
+  std::vector<plan::NamedSpec> out;
+  for (const std::string& name : names) {
+    shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
+    if (!o.shard.empty()) spec.apply_shard_string(o.shard);
+    if (!o.secondary.empty()) spec.secondary = o.secondary;
+    if (!o.weight_wire.empty()) spec.weight_wire = shard::parse_wire(o.weight_wire, "--weight-wire");
+    if (!o.grad_wire.empty()) spec.grad_wire = shard::parse_wire(o.grad_wire, "--grad-wire");
+    if (!o.step_grad_wire.empty()) spec.step_grad_wire = shard::parse_wire(o.step_grad_wire, "--step-grad-wire");
+    if (o.block_opt->count() > 0) spec.block_size = o.block_size;
+    if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
+    shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
+    out.push_back({overridden ? name + "*" : name, spec});
+  }
+  return out;
+}
+
+std::string tier_sizes(const topo::Topology& t) {
+  std::vector<std::string> parts;
+  for (const topo::Tier& tier : t.tiers()) parts.push_back(fmt::format("{} {}", tier.name, tier.size));
+  return fmt::format("{}", fmt::join(parts, " x "));
+}
+
+// sweeping: the outermost tier's size changes with the node count, so it is not printed.
+void print_header(const plan::PlanContext& c, const std::string& nodes_text, bool sweeping = false) {
+  const plan::ModelShape& m = c.model();
+  const plan::Workload& w = c.workload();
+  const plan::DeviceFacts& d = c.device();
+  fmt::print("strata plan: {} ({:.2f} B parameters) on '{}', {}\n", m.name, static_cast<double>(m.num_params()) / 1e9,
+             c.topology().name(), nodes_text);
+  fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM\n", d.name,
+             d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps);
+  fmt::print("workload: micro-batch {} x {} tokens, {} micro-batch(es) a step; precision {}; recompute {}; "
+             "attention {}\n",
+             w.micro_batch, w.seq, w.accumulation_steps, plan::precision_name(w.precision),
+             w.recompute ? "on" : "off", w.flash_attention ? "flash" : "dense (seq x seq kept)");
+  for (const topo::Tier& t : c.topology().tiers()) {
+    const bool outer = &t == &c.topology().tiers().back();
+    fmt::print("tier {:<9} {:>6} x   {:g} GB/s x efficiency {:g}, latency {:g} us\n", t.name,
+               sweeping && outer ? std::string("nodes") : std::to_string(t.size), t.bandwidth_GBps, t.efficiency,
+               t.latency_us);
+  }
+}
+
+void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
+  print_header(c, fmt::format("{} ranks ({})", c.topology().world_size(), tier_sizes(c.topology())));
+  const auto& tiers = c.topology().tiers();
+  std::string head = fmt::format("\n{:<12} {:>9} {:>11} {:>9} {:>6} {:>9} {:>9} {:>9}", "strategy", "step s",
+                                 "tokens/s", "TFLOP/s", "MFU", "compute s", "exposed s", "step s*");
+  for (const topo::Tier& t : tiers) head += fmt::format(" {:>10}", fmt::format("{} GB", t.name));
+  fmt::print("{}\n", head);
+  for (const plan::Estimate& e : estimates) {
+    std::string row = fmt::format("{:<12} {:>9.4g} {:>11.5g} {:>9.1f} {:>5.1f}% {:>9.4g} {:>9.4g} {:>9.4g}",
+                                  e.strategy, e.step_time_s, e.tokens_per_s, e.tflops_per_device, e.mfu * 100,
+                                  e.compute_s, e.exposed_micro_s, e.step_comm_s + e.optimizer_s);
+    for (const plan::TierCost& t : e.tiers)
+      row += fmt::format(" {:>10.3f}", static_cast<double>(t.traffic.bytes_sent) / 1e9);
+    fmt::print("{}\n", row);
+  }
+  fmt::print("  exposed s: micro-batch communication not hidden by compute; step s*: optimizer-step phase "
+             "(communication + Adam), never hidden; GB: bytes a rank sends over each tier a step\n");
+  fmt::print("\nmemory per rank (GB) {:>8} {:>9} {:>8} {:>9} {:>8} {:>11}  verdict\n", "weights", "secondary", "grads",
+             "optimizer", "gathered", "activations");
+  for (const plan::Estimate& e : estimates)
+    fmt::print("  {:<18} {:>8.2f} {:>9.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>11.2f}  {}\n", e.strategy,
+               e.memory.weights / 1e9, e.memory.secondary / 1e9, e.memory.grads / 1e9, e.memory.optimizer / 1e9,
+               e.memory.gathered / 1e9, e.activation_bytes / 1e9, e.memory_verdict());
+  bool starred = false;
+  for (const plan::Estimate& e : estimates) starred = starred || e.strategy.back() == '*';
+  if (starred) fmt::print("  * preset changed by command-line overrides\n");
+  for (const plan::Estimate& e : estimates)
+    if (!e.left_out.empty())
+      fmt::print("  {}: left out of the account: {}\n", e.strategy, fmt::join(e.left_out, ", "));
+  fmt::print("(assumptions in full: --json)\n");
+}
+
+void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int top) {
+  print_header(c, fmt::format("{} ranks ({})", c.topology().world_size(), tier_sizes(c.topology())));
+  const std::string outer = c.topology().tiers().back().name;
+  fmt::print("\nsearched {} specs: {} fit in {:g} GB, {} do not\n", r.fitting.size() + r.not_fitting.size(),
+             r.fitting.size(), c.device().memory_gb, r.not_fitting.size());
+  if (r.fitting.empty()) {
+    fmt::print("nothing fits; the least memory needed:\n");
+  } else {
+    fmt::print("\n{:>3}  {:<60} {:>9} {:>10} {:>8} {:>6} {:>9} {:>11}\n", "#", "spec", "name", "step s", "TFLOP/s",
+               "MFU", "memory GB", outer + " GB");
+    for (int i = 0; i < std::min<int>(top, static_cast<int>(r.fitting.size())); ++i) {
+      const plan::Estimate& e = r.fitting[i];
+      fmt::print("{:>3}  {:<60} {:>9} {:>10.4g} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1, plan::spec_label(e.spec),
+                 e.strategy, e.step_time_s, e.tflops_per_device, e.mfu * 100, e.total_memory_bytes / 1e9,
+                 e.bytes_on(outer) / 1e9);
+    }
+    const int others = std::min<int>(top, static_cast<int>(r.fitting.size()) - top);
+    if (others > 0) fmt::print("\nnext {} and why they lost to #1:\n", others);
+    for (int i = top; i < top + others; ++i)
+      fmt::print("{:>3}  {:<60} {:>9}  {}\n", i + 1, plan::spec_label(r.fitting[i].spec), r.fitting[i].strategy,
+                 plan::why_lost(r.fitting[i], r.fitting[0]));
+  }
+  // The fastest specs that do not fit are the ones a user is most tempted by.
+  const int shown = std::min<int>(top, static_cast<int>(r.not_fitting.size()));
+  if (shown > 0) fmt::print("\nfastest that do not fit:\n");
+  for (int i = 0; i < shown; ++i) {
+    const plan::Estimate& e = r.not_fitting[i];
+    fmt::print("     {:<60} {:>9}  {}\n", plan::spec_label(e.spec), e.strategy,
+               r.fitting.empty() ? e.memory_verdict() : plan::why_lost(e, r.fitting[0]));
+  }
+  std::vector<std::string> presets;
+  for (const auto* list : {&r.fitting, &r.not_fitting})
+    for (std::size_t i = 0; i < list->size(); ++i)
+      if ((*list)[i].strategy != "custom")
+        presets.push_back(list == &r.fitting ? fmt::format("{} #{}", (*list)[i].strategy, i + 1)
+                                             : fmt::format("{} (does not fit)", (*list)[i].strategy));
+  fmt::print("\npresets among them: {}\n", fmt::join(presets, ", "));
+}
+
+void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string& outer) {
+  if (series.empty()) return;
+  fmt::print("\nTFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
+             "'!' = does not fit)\n",
+             series.front().points.front().estimate.world_size);
+  std::string head = fmt::format("{:>6} {:>8}", "nodes", "devices");
+  for (const auto& s : series) head += fmt::format(" {:>18}", s.strategy);
+  fmt::print("{}\n", head);
+  for (std::size_t i = 0; i < series.front().points.size(); ++i) {
+    const auto& first = series.front().points[i];
+    std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
+    for (const auto& s : series) {
+      const auto& p = s.points[i];
+      row += fmt::format(" {:>18}", fmt::format("{:.1f} E={:.2f}{}", p.estimate.tflops_per_device,
+                                                p.scaling_efficiency, p.estimate.fits ? " " : "!"));
+    }
+    fmt::print("{}\n", row);
+  }
+  fmt::print("\nGB a rank sends over '{}' per step\n{}\n", outer, head);
+  for (std::size_t i = 0; i < series.front().points.size(); ++i) {
+    const auto& first = series.front().points[i];
+    std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
+    for (const auto& s : series) row += fmt::format(" {:>18.3f}", s.points[i].estimate.bytes_on(outer) / 1e9);
+    fmt::print("{}\n", row);
+  }
+}
+
+// Planner bytes per tier against a training run's summary.json (comm.scheduled_per_step and,
+// when present, the measured comm.per_step): equal, or an Error naming the first difference.
+void compare_summary(const std::string& path, const plan::Estimate& e, plan::Precision precision) {
+  nlohmann::json summary;
+  try {
+    summary = nlohmann::json::parse(read_file_text(path));
+  } catch (const nlohmann::json::exception& ex) {
+    throw Error(fmt::format("--compare-summary {}: not JSON ({})", path, ex.what()));
+  }
+  if (summary.contains("world_size") && summary["world_size"] != e.world_size)
+    throw Error(fmt::format("--compare-summary {}: world_size {} but the plan has {} ranks", path,
+                            summary["world_size"].dump(), e.world_size));
+  if (!summary.contains("comm") || !summary["comm"].contains("scheduled_per_step"))
+    throw Error(fmt::format("--compare-summary {}: no comm.scheduled_per_step", path));
+  std::vector<std::string> sections{"scheduled_per_step"};
+  if (summary["comm"].contains("per_step")) sections.push_back("per_step");
+  fmt::print("\nbytes a rank a step, planner vs {} ({}):\n", path, fmt::join(sections, ", "));
+  for (const plan::TierCost& t : e.tiers) {
+    const std::pair<const char*, std::uint64_t> fields[] = {{"bytes_sent", t.traffic.bytes_sent},
+                                                            {"bytes_received", t.traffic.bytes_received},
+                                                            {"messages", t.traffic.messages}};
+    for (const std::string& section : sections) {
+      const nlohmann::json& per_tier = summary["comm"][section];
+      if (!per_tier.contains(t.traffic.tier))
+        throw Error(fmt::format("--compare-summary {}: comm.{} has no tier '{}'", path, section, t.traffic.tier));
+      for (auto [field, planned] : fields) {
+        const nlohmann::json& v = per_tier[t.traffic.tier][field];
+        if (!v.is_number())
+          throw Error(fmt::format("--compare-summary {}: comm.{}.{}.{} is not a number", path, section,
+                                  t.traffic.tier, field));
+        const double got = v.get<double>();
+        fmt::print("  {:<10} {:<15} {:<19} planner {:>14}  summary {:>16.1f}  {}\n", t.traffic.tier, field, section,
+                   planned, got, got == static_cast<double>(planned) ? "equal" : "DIFFERENT");
+        if (got != static_cast<double>(planned))
+          throw Error(fmt::format("--compare-summary {}: comm.{}.{}.{} = {} but the planner prices {}{}", path, section,
+                                  t.traffic.tier, field, v.dump(), planned,
+                                  precision == plan::Precision::BF16 ? " (the runtime runs fp32: --precision fp32)"
+                                                                     : ""));
+      }
+    }
+  }
+  fmt::print("all equal\n");
+}
+
+void run_plan(const PlanOptions& o) {
+  if (o.model.empty()) throw Error("--model: required (a preset or custom with --shape FIELD=VALUE)");
+  if (o.topology.empty()) throw Error("--topology: required (frontier, dgx-a100, dgx-h100, host, or a TOML file)");
+  const plan::ModelShape model = plan::ModelShape::from_name_and_fields(o.model, o.shape_fields);
+  if (o.topology == "host") comm::mpi_session();  // detecting the host needs MPI
+  topo::Topology topology = topo::Topology::load(o.topology);
+  for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
+
+  plan::DeviceOverrides overrides;
+  if (o.peak_opt->count()) overrides.peak_tflops = o.peak_tflops;
+  if (o.memory_opt->count()) overrides.memory_gb = o.memory_gb;
+  if (o.hbm_opt->count()) overrides.hbm_GBps = o.hbm_GBps;
+  if (o.efficiency_opt->count()) overrides.compute_efficiency = o.compute_efficiency;
+  const plan::DeviceFacts device = plan::resolve_device(o.topology, overrides);
+
+  plan::Workload workload;
+  workload.micro_batch = o.micro_batch;
+  workload.seq = o.seq_opt->count() ? o.seq : model.seq;
+  workload.accumulation_steps = o.accum;
+  workload.recompute = o.recompute;
+  workload.flash_attention = o.flash_attention;
+  workload.precision = plan::parse_precision(o.precision);
+  workload.validate(model);
+  if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
+
+  std::vector<plan::LeaveOut> leave_out;
+  for (const auto& l : o.leave_out) leave_out.push_back(plan::parse_leave_out(l, topology));
+  const std::string outer = topology.tiers().back().name;
+
+  if (!o.sweep_nodes.empty()) {
+    if (o.nodes_opt->count()) throw Error("--nodes: not with --sweep-nodes (the sweep sets the node count)");
+    if (o.search) throw Error("--search: not with --sweep-nodes");
+    if (!o.compare_summary.empty()) throw Error("--compare-summary: not with --sweep-nodes");
+    const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
+    topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
+    topo::Topology first = topology;
+    first.resolve(first.world_size_for_nodes(nodes.front()));
+    const auto strategies = chosen_strategies(o, first, workload.precision);
+    const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes);
+    const std::string title = fmt::format("{} on {}, micro-batch {} x {}, {} micro-batch(es) a step", model.name,
+                                          topology.name(),
+                                          workload.micro_batch, workload.seq, workload.accumulation_steps);
+    if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
+    const plan::PlanContext context(model, first, device, workload, leave_out);
+    if (o.json) {
+      fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
+                                        {"topology", first.to_json()},
+                                        {"assumptions", context.assumptions()},
+                                        {"outer_tier", outer},
+                                        {"sweep", plan::sweep_json(series, outer)}}
+                             .dump(2));
+    } else {
+      print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
+      print_sweep(series, outer);
+      if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
+    }
+    std::fflush(stdout);
+    return;
+  }
+  if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
+  if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
+  topology.resolve(topology.world_size_for_nodes(o.nodes));
+  const plan::PlanContext context(model, topology, device, workload, leave_out);
+
+  if (o.search) {
+    if (!o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() || !o.grad_wire.empty() ||
+        !o.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
+      throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
+                  "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
+    plan::SearchSpace space;
+    if (o.block_opt->count()) space.block_size = o.block_size;
+    if (o.prefetch_opt->count()) space.prefetch = o.prefetch;
+    const plan::SearchResult result = plan::search(context, space);
+    if (o.json) {
+      fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
+                                        {"topology", topology.to_json()},
+                                        {"assumptions", context.assumptions()},
+                                        {"search", plan::search_json(result, o.top)}}
+                             .dump(2));
+    } else {
+      print_search(context, result, o.top);
+    }
+    std::fflush(stdout);
+    return;
+  }
+
+  std::vector<plan::Estimate> estimates;
+  for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision))
+    estimates.push_back(context.estimate(s.name, s.spec));
+  if (!o.compare_summary.empty() && estimates.size() != 1)
+    throw Error("--compare-summary: give one --strategy (the one the run trained with)");
+  if (o.json) {
+    nlohmann::json strategies = nlohmann::json::object();
+    for (const plan::Estimate& e : estimates) strategies[e.strategy] = e.to_json();
+    fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
+                                      {"topology", topology.to_json()},
+                                      {"assumptions", context.assumptions()},
+                                      {"strategies", strategies}}
+                           .dump(2));
+  } else {
+    print_estimates(context, estimates);
+  }
+  std::fflush(stdout);
+  if (!o.compare_summary.empty()) compare_summary(o.compare_summary, estimates.front(), workload.precision);
+}
+
+const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Predict step time, throughput, traffic per tier and memory of sharding strategies on a cluster");
+  cmd->add_option("--model", o->model, "gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, gpt2-124m, "
+                                       "tiny, small, or custom");
+  cmd->add_option("--shape", o->shape_fields,
+                  "model field override FIELD=VALUE (repeatable): layers hidden heads kv_heads ffn vocab seq "
+                  "learned_positions mlp norm biases tied_head")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--topology", o->topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
+  o->nodes_opt = cmd->add_option("--nodes", o->nodes, "nodes (domains of the tier inside the outermost one)");
+  cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--strategy", o->strategy, "a strategy, a comma list, or all (presets and topo-paper)")
+      ->capture_default_str();
+  cmd->add_option("--shard", o->shard, "W=TIER,G=TIER,OS=TIER,S=TIER over the strategy");
+  cmd->add_option("--secondary", o->secondary, "tier of the secondary weight copy (hpZ)");
+  cmd->add_option("--weight-wire", o->weight_wire, "fp32, bf16, fp16 or int8");
+  cmd->add_option("--grad-wire", o->grad_wire, "fp32, bf16, int8 or int4 (per micro-batch reduction)");
+  cmd->add_option("--step-grad-wire", o->step_grad_wire, "fp32, bf16, int8 or int4 (once-a-step reduction)");
+  o->block_opt = cmd->add_option("--block-size", o->block_size, "elements per quantization scale");
+  o->prefetch_opt = cmd->add_option("--prefetch", o->prefetch, "units gathered ahead of the one computing");
+  cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();
+  o->seq_opt = cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
+  cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
+  cmd->add_flag("--recompute", o->recompute, "full activation recomputation");
+  cmd->add_flag("--flash-attention", o->flash_attention, "attention keeps no seq x seq probabilities");
+  cmd->add_option("--precision", o->precision, "bf16 (published systems) or fp32 (strata's runtime)")
+      ->capture_default_str();
+  o->peak_opt = cmd->add_option("--peak-tflops", o->peak_tflops, "peak dense bf16 TFLOP/s a device");
+  o->memory_opt = cmd->add_option("--device-memory-gb", o->memory_gb, "memory a device, GB (1e9 bytes)");
+  o->hbm_opt = cmd->add_option("--hbm-gbps", o->hbm_GBps, "memory bandwidth a device, GB/s");
+  o->efficiency_opt =
+      cmd->add_option("--compute-efficiency", o->compute_efficiency, "achieved fraction of peak for compute");
+  cmd->add_option("--leave-out", o->leave_out,
+                  "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--search", o->search, "rank every valid spec of the topology");
+  cmd->add_option("--top", o->top, "specs shown by --search (and as many runners-up)")->capture_default_str();
+  cmd->add_option("--sweep-nodes", o->sweep_nodes, "node counts, e.g. 1,2,4,8");
+  cmd->add_option("--svg", o->svg, "write the sweep's plots to this SVG file");
+  cmd->add_option("--compare-summary", o->compare_summary,
+                  "check the planner's bytes per tier against a run's summary.json (comm.scheduled_per_step, "
+                  "comm.per_step)");
+  cmd->add_flag("--json", o->json, "print one JSON document");
+  cmd->callback([o] { run_plan(*o); });
+});
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,116 @@
+// strata train: flags and an optional TOML config file (flags win) -> Trainer.
+#include <omp.h>
+
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/cpu.hpp"
+#include "cli/command.hpp"
+#include "train/config.hpp"
+#include "train/local_engine.hpp"
+#include "train/trainer.hpp"
+
+namespace strata::cli {
+namespace {
+
+// One command-line flag per config setting, so both spell the same things.
+struct SettingFlag {
+  const train::SettingInfo* info;
+  CLI::Option* option = nullptr;
+  std::int64_t int_value = 0;
+  double float_value = 0;
+  std::string string_value;
+};
+
+struct TrainArgs {
+  std::string config_path;
+  std::string resume;
+  bool overwrite = false;
+  std::int64_t stop_after = 0;
+  std::vector<std::unique_ptr<SettingFlag>> flags;
+};
+
+train::Settings collect_settings(const TrainArgs& args) {
+  train::Settings settings;
+  if (!args.config_path.empty()) settings = train::read_config_file(args.config_path);
+  for (auto& f : args.flags) {
+    if (f->option->count() == 0) continue;
+    switch (f->info->kind) {
+      case train::SettingKind::Int: settings[f->info->key] = f->int_value; break;
+      case train::SettingKind::Float: settings[f->info->key] = f->float_value; break;
+      case train::SettingKind::String: settings[f->info->key] = f->string_value; break;
+    }
+  }
+  return settings;
+}
+
+// "[default: 4]" for a key, read from a default TrainConfig (so help and code cannot disagree).
+std::string default_note(const std::string& key) {
+  static const nlohmann::json defaults = train::TrainConfig{}.to_json();
+  // Their defaults depend on other settings, which their help text already says.
+  if (key == "train.seq" || key == "train.threads") return "";
+  const auto dot = key.find('.');
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  const nlohmann::json& group = section == "model" && name != "preset" ? defaults["model"]["config"] : defaults[section];
+  if (!group.contains(name)) return "";
+  const nlohmann::json& v = group[name];
+  if (v.is_string()) return v.get<std::string>().empty() ? "" : fmt::format(" [default: {}]", v.get<std::string>());
+  return fmt::format(" [default: {}]", v.dump());
+}
+
+void run_train(const TrainArgs& args) {
+  train::TrainConfig config = train::build_config(collect_settings(args));
+  config.resume = args.resume;
+  config.overwrite = args.overwrite;
+  config.stop_after = args.stop_after;
+  config.validate();
+  if (config.threads > 0) omp_set_num_threads(config.threads);  // OpenBLAS (OpenMP build) follows
+
+  train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
+  train::Trainer trainer(config, engine);
+  fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}..{}, {} threads, {}\n",
+             config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
+             config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
+             omp_get_max_threads(), isa_name(detected_isa()));
+  std::fflush(stdout);
+  train::TrainResult result = trainer.run();
+
+  const auto& s = result.summary;
+  fmt::print("done: step {}, loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n", s["steps"].get<std::int64_t>(),
+             s["loss"]["first"].get<double>(), s["loss"]["final"].get<double>(), s["tokens_per_s"].get<double>());
+  if (!s["val_loss"].is_null())
+    fmt::print("validation loss {:.4f} nats/token; unigram entropy of the training data {:.4f} nats/token\n",
+               s["val_loss"].get<double>(), s["data"]["unigram_entropy"].get<double>());
+  if (!config.out_dir.empty()) fmt::print("results in {}/ (summary.json, metrics.jsonl, ckpt/)\n", config.out_dir);
+}
+
+CommandRegistrar registrar(10, [](CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT on token files (flags override --config values)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+  cmd->add_option("--config", args->config_path, "TOML config file: [model], [data], [optim], [train] sections");
+  for (const train::SettingInfo& info : train::setting_infos()) {
+    auto f = std::make_unique<SettingFlag>();
+    f->info = &info;
+    const std::string help = fmt::format("{} ({}){}", info.help, info.key, default_note(info.key));
+    switch (info.kind) {
+      case train::SettingKind::Int: f->option = cmd->add_option(info.flag, f->int_value, help); break;
+      case train::SettingKind::Float: f->option = cmd->add_option(info.flag, f->float_value, help); break;
+      case train::SettingKind::String: f->option = cmd->add_option(info.flag, f->string_value, help); break;
+    }
+    args->flags.push_back(std::move(f));
+  }
+  cmd->add_option("--resume", args->resume,
+                  "continue from a checkpoint folder, or from the newest checkpoint of an output folder");
+  cmd->add_flag("--overwrite", args->overwrite, "replace the results of an earlier run in --out");
+  cmd->add_option("--stop-after", args->stop_after,
+                  "end this invocation after that step, with a checkpoint (the schedule still spans --steps)");
+  cmd->callback([args] { run_train(*args); });
+});
+
+}  // namespace
+}  // namespace strata::cli

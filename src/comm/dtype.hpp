@@ -1,0 +1,100 @@
+#pragma once
+// Element types a collective can carry, typed buffer views, the padding rule every
+// collective shares, and the bf16/fp16 <-> fp32 conversions the reductions use.
+//
+// Quantized buffers (int8, int4 packed two per byte, low nibble first) travel as (data
+// bytes, fp32 scales): one scale per `block` consecutive elements. Collectives move both and
+// never look inside; the quantize/dequantize kernels live in src/quant.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+
+namespace strata::comm {
+
+enum class DType : std::uint8_t { F32, BF16, F16, I8, I4 };
+
+std::string_view dtype_name(DType t);
+DType parse_dtype(std::string_view name);  // "fp32", "bf16", "fp16", "int8", "int4"; throws Error
+
+inline bool is_quantized(DType t) { return t == DType::I8 || t == DType::I4; }
+inline bool is_reducible(DType t) { return !is_quantized(t); }
+
+// Bytes that `count` elements occupy (int4: two per byte, an odd count rounds up).
+std::size_t data_bytes(DType t, std::size_t count);
+// Scales that `count` elements of a quantized type carry: ceil(count / block); 0 otherwise.
+std::size_t scale_count(DType t, std::size_t count, std::size_t block);
+// Throws Error unless `block` suits `t`: quantized types need block > 0, int4 an even block
+// (so that every block starts on a byte boundary).
+void check_block(DType t, std::size_t block, std::string_view what);
+
+// ---- Padding rule (one for every collective, flat or hierarchical) -------------------
+// A buffer of n elements over a group of d ranks is cut into d chunks of
+//   c = round_up(ceil(n / d), granule)   elements,
+// granule = 1 for fp32/bf16/fp16 and `block` for int8/int4 (so every chunk holds whole
+// scale blocks). Chunk k covers elements [k*c, (k+1)*c); the part past n is zero padding
+// that travels on the wire but is never read from or written to the caller's buffers.
+// So d*c >= n, and the last chunks may be partly or wholly padding.
+std::size_t granule(DType t, std::size_t block);
+std::size_t chunk_count(std::size_t n, int d, std::size_t granule);
+// Elements of chunk k that lie inside [0, n): min(c, max(0, n - k*c)).
+std::size_t chunk_valid(std::size_t n, std::size_t c, int k);
+
+// ---- Typed views -----------------------------------------------------------------------
+template <bool Const>
+struct BufView {
+  using Ptr = std::conditional_t<Const, const void*, void*>;
+  using ScalePtr = std::conditional_t<Const, const float*, float*>;
+
+  DType dtype = DType::F32;
+  Ptr data = nullptr;
+  std::size_t count = 0;      // elements
+  ScalePtr scales = nullptr;  // int8/int4 only: scale_count(dtype, count, block) floats
+  std::size_t block = 0;      // int8/int4 only: elements per scale
+
+  BufView() = default;
+  BufView(DType t, Ptr d, std::size_t n, ScalePtr s = nullptr, std::size_t b = 0)
+      : dtype(t), data(d), count(n), scales(s), block(b) {}
+  template <bool C = Const, class = std::enable_if_t<C>>
+  BufView(const BufView<false>& o)  // a mutable view converts to a read-only one
+      : dtype(o.dtype), data(o.data), count(o.count), scales(o.scales), block(o.block) {}
+
+  std::size_t bytes() const { return data_bytes(dtype, count); }
+  std::size_t n_scales() const { return scale_count(dtype, count, block); }
+  std::size_t granule() const { return comm::granule(dtype, block); }
+};
+using Buf = BufView<false>;
+using CBuf = BufView<true>;
+
+inline Buf f32(float* p, std::size_t n) { return {DType::F32, p, n}; }
+inline CBuf f32(const float* p, std::size_t n) { return {DType::F32, p, n}; }
+inline Buf bf16(std::uint16_t* p, std::size_t n) { return {DType::BF16, p, n}; }
+inline CBuf bf16(const std::uint16_t* p, std::size_t n) { return {DType::BF16, p, n}; }
+inline Buf f16(std::uint16_t* p, std::size_t n) { return {DType::F16, p, n}; }
+inline CBuf f16(const std::uint16_t* p, std::size_t n) { return {DType::F16, p, n}; }
+inline Buf quantized(DType t, std::uint8_t* p, std::size_t n, float* scales, std::size_t block) {
+  return {t, p, n, scales, block};
+}
+inline CBuf quantized(DType t, const std::uint8_t* p, std::size_t n, const float* scales, std::size_t block) {
+  return {t, p, n, scales, block};
+}
+
+// ---- bf16 / fp16 conversions (round to nearest, ties to even; NaN stays NaN) -----------
+inline float bf16_to_f32(std::uint16_t h) {
+  std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // carries into the exponent round up to the next binade / inf
+  return std::uint16_t(u >> 16);
+}
+float f16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_f16(float f);
+
+}  // namespace strata::comm

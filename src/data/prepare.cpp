@@ -1,0 +1,157 @@
+#include "data/prepare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+#include "data/tokens.hpp"
+
+namespace strata::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Length of the UTF-8 sequence starting at s[i], or 0 if it is malformed (overlong forms,
+// surrogates and code points past U+10FFFF included).
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  std::size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    len = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    len = 3;
+    if (lead == 0xE0) lo = 0xA0;
+    if (lead == 0xED) hi = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    len = 4;
+    if (lead == 0xF0) lo = 0x90;
+    if (lead == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < len; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  return len;
+}
+
+fs::path resolved(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::canonical(path, ec);
+  return ec ? fs::absolute(path) : p;
+}
+
+}  // namespace
+
+bool looks_like_text(std::string_view bytes) {
+  for (std::size_t i = 0; i < bytes.size();) {
+    if (bytes[i] == '\0') return false;
+    const std::size_t len = utf8_sequence_length(bytes, i);
+    if (len == 0) return false;
+    i += len;
+  }
+  return true;
+}
+
+PrepareReport prepare_text(const PrepareOptions& options) {
+  if (!(options.val_fraction > 0.0 && options.val_fraction < 1.0))
+    throw Error(fmt::format("data prepare: --val-fraction = {}: must be in (0, 1)", options.val_fraction));
+  if (options.chunk_bytes == 0) throw Error("data prepare: --chunk-bytes = 0: must be positive");
+  if (options.inputs.empty()) throw Error("data prepare: no --input given");
+  if (options.out_dir.empty()) throw Error("data prepare: no --out directory given");
+
+  PrepareReport report;
+  std::set<fs::path> taken;
+  std::string text;
+  auto take = [&](const fs::path& path, std::string bytes) {
+    report.files.push_back(path);
+    text += bytes;
+    if (!bytes.empty() && bytes.back() != '\n') text += '\n';
+  };
+
+  for (const fs::path& input : options.inputs) {
+    std::error_code ec;
+    const fs::file_status status = fs::status(input, ec);
+    if (ec || !fs::exists(status))
+      throw Error(fmt::format("data prepare: {}: no such file or directory", input.string()));
+    if (fs::is_directory(status)) {
+      std::vector<fs::path> files;
+      for (fs::recursive_directory_iterator it(input, fs::directory_options::skip_permission_denied, ec), end;
+           !ec && it != end; it.increment(ec)) {
+        if (it->is_regular_file()) files.push_back(it->path());
+      }
+      if (ec) throw Error(fmt::format("data prepare: {}: cannot list: {}", input.string(), ec.message()));
+      std::sort(files.begin(), files.end());
+      for (const fs::path& f : files) {
+        if (!taken.insert(resolved(f)).second) {
+          ++report.skipped_duplicates;
+          continue;
+        }
+        std::string bytes = read_file_text(f);
+        if (!looks_like_text(bytes)) {
+          ++report.skipped_not_text;
+          continue;
+        }
+        take(f, std::move(bytes));
+      }
+    } else if (fs::is_regular_file(status)) {
+      if (!taken.insert(resolved(input)).second) {
+        ++report.skipped_duplicates;
+        continue;
+      }
+      std::string bytes = read_file_text(input);
+      if (!looks_like_text(bytes))
+        throw Error(fmt::format("data prepare: {}: does not look like text (a NUL byte or invalid UTF-8); "
+                                "name its directory instead to skip such files",
+                                input.string()));
+      take(input, std::move(bytes));
+    } else {
+      throw Error(fmt::format("data prepare: {}: neither a regular file nor a directory", input.string()));
+    }
+  }
+  if (text.empty()) {
+    std::string names;
+    for (const fs::path& input : options.inputs) names += (names.empty() ? "" : ", ") + input.string();
+    throw Error(fmt::format("data prepare: no text found in {} ({} files skipped as not text)", names,
+                            report.skipped_not_text));
+  }
+
+  std::vector<std::uint16_t> train, val;
+  train.reserve(text.size());
+  const double f = options.val_fraction;
+  for (std::size_t begin = 0, chunk = 0; begin < text.size(); begin += options.chunk_bytes, ++chunk) {
+    const bool to_val = std::floor(static_cast<double>(chunk + 1) * f) > std::floor(static_cast<double>(chunk) * f);
+    auto& dst = to_val ? val : train;
+    const std::size_t end = std::min(text.size(), begin + options.chunk_bytes);
+    for (std::size_t i = begin; i < end; ++i) dst.push_back(static_cast<unsigned char>(text[i]));
+  }
+  if (train.empty() || val.empty())
+    throw Error(fmt::format("data prepare: {} bytes of text are too few to split: --val-fraction {} with {}-byte "
+                            "chunks gives {} validation and {} training bytes (use more text, a larger "
+                            "--val-fraction or smaller --chunk-bytes)",
+                            text.size(), f, options.chunk_bytes, val.size(), train.size()));
+
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) throw Error(fmt::format("data prepare: {}: cannot create directory: {}", options.out_dir.string(), ec.message()));
+  report.train_path = options.out_dir / "train.bin";
+  report.val_path = options.out_dir / "val.bin";
+  write_token_file(report.train_path, train);
+  write_token_file(report.val_path, val);
+  report.train_tokens = train.size();
+  report.val_tokens = val.size();
+  return report;
+}
+
+}  // namespace strata::data

@@ -1,0 +1,401 @@
+#include "plan/cost_model.hpp"
+
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+
+namespace strata::plan {
+
+using shard::Purpose;
+using shard::ScheduledOp;
+using shard::Wire;
+
+Precision parse_precision(std::string_view text) {
+  if (text == "bf16") return Precision::BF16;
+  if (text == "fp32") return Precision::FP32;
+  throw Error(fmt::format("--precision '{}': expected bf16 or fp32", text));
+}
+
+std::string_view precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
+
+int compute_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
+
+shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision) {
+  if (precision == Precision::BF16)
+    for (Wire* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
+      if (*w == Wire::F32) *w = Wire::BF16;
+  return spec;
+}
+
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> names = shard::ShardSpec::preset_names();
+  names.push_back("topo-paper");
+  return names;
+}
+
+shard::ShardSpec strategy_spec(std::string_view name, const topo::Topology& topology) {
+  const std::vector<std::string> known = strategy_names();
+  if (std::find(known.begin(), known.end(), name) == known.end())
+    throw Error(fmt::format("--strategy '{}': unknown (known: {}, all)", name, fmt::join(known, ", ")));
+  if (name != "topo-paper") return shard::ShardSpec::preset_for(name, topology);
+  shard::ShardSpec spec = shard::ShardSpec::preset_for("topo", topology);
+  spec.preset = "topo-paper";
+  spec.step_grad_allreduce = true;
+  return spec;
+}
+
+void Workload::validate(const ModelShape& model) const {
+  if (micro_batch <= 0) throw Error(fmt::format("--micro-batch {}: must be positive", micro_batch));
+  if (seq <= 0) throw Error(fmt::format("--seq {}: must be positive", seq));
+  if (accumulation_steps <= 0) throw Error(fmt::format("--accum {}: must be positive", accumulation_steps));
+  if (model.learned_positions > 0 && seq > model.learned_positions)
+    throw Error(fmt::format("--seq {}: model '{}' has {} learned positions", seq, model.name,
+                            model.learned_positions));
+}
+
+namespace {
+
+struct PurposeFlag {
+  Purpose purpose;
+  std::string_view flag;
+};
+constexpr PurposeFlag kPurposeFlags[] = {
+    {Purpose::WeightGatherForward, "weight-gather-forward"},
+    {Purpose::WeightGatherBackward, "weight-gather-backward"},
+    {Purpose::GradReduce, "grad-reduce"},
+    {Purpose::StepGradReduce, "step-grad-reduce"},
+    {Purpose::StepGradGather, "step-grad-gather"},
+    {Purpose::ReplicaReduce, "replica-reduce"},
+    {Purpose::ReplicaGather, "replica-gather"},
+    {Purpose::WeightGatherStep, "weight-gather-step"},
+    {Purpose::GradNormAllReduce, "grad-norm"},
+    {Purpose::LossAllReduce, "loss"},
+};
+
+}  // namespace
+
+std::string_view purpose_flag(Purpose p) {
+  for (auto& f : kPurposeFlags)
+    if (f.purpose == p) return f.flag;
+  return "?";
+}
+
+LeaveOut parse_leave_out(std::string_view text, const topo::Topology& topology) {
+  const std::size_t at = text.find('@');
+  const std::string_view name = text.substr(0, at);
+  LeaveOut out{};
+  bool found = false;
+  std::vector<std::string_view> flags;
+  for (auto& f : kPurposeFlags) {
+    flags.push_back(f.flag);
+    if (f.flag == name) out.purpose = f.purpose, found = true;
+  }
+  if (!found)
+    throw Error(fmt::format("--leave-out '{}': unknown collective '{}' (known: {})", text, name, fmt::join(flags, ", ")));
+  if (at != std::string_view::npos) {
+    out.tier = std::string(text.substr(at + 1));
+    if (!topology.find_tier(out.tier))
+      throw Error(fmt::format("--leave-out '{}': topology '{}' has no tier '{}'", text, topology.name(), out.tier));
+  }
+  return out;
+}
+
+double op_time_s(const ScheduledOp& op, const topo::Tier& tier) {
+  const double alpha = tier.latency_us * 1e-6;
+  const double beta = tier.bandwidth_GBps * tier.efficiency * 1e9;
+  return op.messages * alpha + static_cast<double>(op.bytes_sent) / beta;
+}
+
+Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
+                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds) {
+  const std::vector<model::UnitEvent>& events = schedule.units().events;
+  const std::vector<ScheduledOp>& ops = schedule.micro_batch_ops();
+  const int prefetch = schedule.spec().prefetch;
+  const int levels = schedule.topology().num_tiers();
+
+  if (op_seconds.size() != ops.size() || forward_s.size() != schedule.units().numel.size() ||
+      backward_s.size() != forward_s.size())
+    throw Error(fmt::format("replay: {} op times for {} ops, {}/{} unit times for {} units", op_seconds.size(),
+                            ops.size(), forward_s.size(), backward_s.size(), schedule.units().numel.size()));
+  std::vector<std::vector<int>> ops_of_event(events.size());
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    if (ops[i].event < 0 || ops[i].event >= static_cast<int>(events.size()))
+      throw Error(fmt::format("schedule: micro-batch op {} names no event", i));
+    ops_of_event[ops[i].event].push_back(i);
+  }
+
+  // The communication stream serves issued ops one at a time, earliest issued first (ties in
+  // schedule order). Ops enter the queue lazily, but never after one issued later has run:
+  // a gather is queued before compute waits on it, and everything queued after that is
+  // issued no earlier (see docs/planner.md).
+  using Issued = std::tuple<double, int, int>;  // issue time, order, op
+  std::priority_queue<Issued, std::vector<Issued>, std::greater<>> queue;
+  int order = 0;
+  double comm_free = 0;
+  std::vector<double> start(ops.size(), 0), end(ops.size(), 0);
+  auto issue = [&](int event, double at) {
+    for (int i : ops_of_event[event]) queue.emplace(at, order++, i);
+  };
+  auto run_through = [&](int target) {  // -1: everything queued
+    while (!queue.empty()) {
+      auto [at, unused, i] = queue.top();
+      queue.pop();
+      start[i] = std::max(comm_free, at);
+      end[i] = start[i] + op_seconds[i];
+      comm_free = end[i];
+      if (i == target) return;
+    }
+  };
+
+  Timeline t;
+  t.busy_by_level.assign(levels, 0);
+  t.exposed_by_level.assign(levels, 0);
+  std::vector<std::pair<double, double>> waits;
+  std::vector<double> passed;  // when compute got each acquired unit's weights
+  double clock = 0, run = 0;
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    const model::UnitEvent& ev = events[e];
+    if (ev.kind == model::UnitEvent::Acquire) {
+      const int j = static_cast<int>(passed.size());
+      const double at = prefetch == 0 ? clock : (j < prefetch ? 0.0 : passed[j - prefetch]);
+      issue(static_cast<int>(e), at);
+      double ready = 0;
+      if (!ops_of_event[e].empty()) {
+        run_through(ops_of_event[e].back());
+        ready = end[ops_of_event[e].back()];
+      }
+      if (ready > clock) waits.emplace_back(clock, ready);
+      clock = std::max(clock, ready);
+      passed.push_back(clock);
+      run += ev.phase == model::Phase::Forward ? forward_s[ev.unit] : backward_s[ev.unit];
+      // The compute that needs these weights runs once the last of a run of acquires is in.
+      const bool run_ends = e + 1 == events.size() || events[e + 1].kind != model::UnitEvent::Acquire;
+      if (run_ends) {
+        clock += run;
+        t.compute_s += run;
+        run = 0;
+      }
+    } else if (ev.kind == model::UnitEvent::GradsReady) {
+      issue(static_cast<int>(e), clock);
+    }
+  }
+  run_through(-1);
+  if (comm_free > clock) waits.emplace_back(clock, comm_free);
+  t.makespan_s = std::max(clock, comm_free);
+
+  // The stream is busy through every wait (compute waits only on an issued gather, and the
+  // tail only on queued reductions), so each wait splits exactly over the ops it overlaps.
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    t.busy_by_level[ops[i].level] += op_seconds[i];
+    for (auto [from, to] : waits)
+      t.exposed_by_level[ops[i].level] += std::max(0.0, std::min(to, end[i]) - std::max(from, start[i]));
+  }
+  return t;
+}
+
+std::uint64_t Estimate::bytes_on(std::string_view tier) const {
+  for (const TierCost& t : tiers)
+    if (t.traffic.tier == tier) return t.traffic.bytes_sent;
+  throw Error(fmt::format("estimate: no tier '{}'", tier));
+}
+
+std::string Estimate::memory_verdict() const {
+  const double have = static_cast<double>(device_memory_bytes) / 1e9;
+  if (fits) return fmt::format("fits: {:.1f} of {:g} GB", static_cast<double>(total_memory_bytes) / 1e9, have);
+  return fmt::format("does not fit: needs {:.1f} GB of {:g} GB", static_cast<double>(total_memory_bytes) / 1e9, have);
+}
+
+nlohmann::json Estimate::to_json() const {
+  nlohmann::json bytes = nlohmann::json::object(), time = nlohmann::json::object();
+  for (const TierCost& t : tiers) {
+    bytes[t.traffic.tier] = {{"bytes_sent", t.traffic.bytes_sent},
+                             {"bytes_received", t.traffic.bytes_received},
+                             {"messages", t.traffic.messages}};
+    time[t.traffic.tier] = {{"busy_s", t.busy_s}, {"exposed_micro_batch_s", t.exposed_micro_s},
+                            {"step_phase_s", t.step_phase_s}};
+  }
+  return {{"strategy", strategy},
+          {"spec", spec.to_json()},
+          {"world_size", world_size},
+          {"bytes_per_step", bytes},
+          {"comm_time_per_step", time},
+          {"memory_bytes",
+           {{"weights", memory.weights},
+            {"secondary", memory.secondary},
+            {"grads", memory.grads},
+            {"optimizer", memory.optimizer},
+            {"gathered", memory.gathered},
+            {"activations", activation_bytes},
+            {"total", total_memory_bytes}}},
+          {"device_memory_bytes", device_memory_bytes},
+          {"fits", fits},
+          {"memory_verdict", memory_verdict()},
+          {"tokens_per_step", tokens_per_step},
+          {"compute_s", compute_s},
+          {"exposed_micro_batch_comm_s", exposed_micro_s},
+          {"step_phase_comm_s", step_comm_s},
+          {"optimizer_s", optimizer_s},
+          {"step_time_s", step_time_s},
+          {"tokens_per_s", tokens_per_s},
+          {"tflops_per_device", tflops_per_device},
+          {"mfu", mfu},
+          {"hfu", hfu},
+          {"left_out", left_out}};
+}
+
+PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
+                         std::vector<LeaveOut> leave_out)
+    : model_(std::move(model)),
+      topology_(std::move(topology)),
+      device_(std::move(device)),
+      workload_(workload),
+      leave_out_(std::move(leave_out)),
+      units_(model_.unit_plan()) {
+  if (!topology_.resolved()) throw Error("plan: the topology must be resolved for a world size (--nodes)");
+  model_.validate();
+  device_.validate();
+  workload_.validate(model_);
+  const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
+  const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
+  const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
+  const std::vector<bool> again = model_.recomputed_units();
+  for (std::size_t u = 0; u < flops.size(); ++u) {
+    forward_s_.push_back(flops[u] * tokens / flops_per_s);
+    backward_s_.push_back(forward_s_.back() * (2 + (workload_.recompute && again[u] ? 1 : 0)));
+  }
+}
+
+bool PlanContext::left_out(const ScheduledOp& op) const {
+  for (const LeaveOut& l : leave_out_)
+    if (l.purpose == op.purpose && (l.tier.empty() || l.tier == topology_.tier(op.level).name)) return true;
+  return false;
+}
+
+Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spec) const {
+  const shard::Schedule schedule(units_, topology_, spec, workload_.accumulation_steps);
+  const int K = workload_.accumulation_steps;
+  Estimate e;
+  e.strategy = std::move(strategy);
+  e.spec = spec;
+  e.world_size = schedule.world_size();
+
+  // Bytes: the schedule's own totals, less any op the account is told to leave out.
+  for (const shard::TierTraffic& t : schedule.traffic_per_step()) e.tiers.push_back({t});
+  auto drop = [&](const ScheduledOp& op, std::uint64_t times) {
+    shard::TierTraffic& t = e.tiers[op.level].traffic;
+    t.bytes_sent -= times * op.bytes_sent;
+    t.bytes_received -= times * op.bytes_received;
+    t.messages -= times * op.messages;
+  };
+  std::vector<std::string> dropped;
+  auto note = [&](const ScheduledOp& op) {
+    std::string what = fmt::format("{}@{}", purpose_flag(op.purpose), topology_.tier(op.level).name);
+    if (std::find(dropped.begin(), dropped.end(), what) == dropped.end()) dropped.push_back(what);
+  };
+
+  std::vector<double> op_seconds;
+  for (const ScheduledOp& op : schedule.micro_batch_ops()) {
+    const bool out = left_out(op);
+    if (out) drop(op, K), note(op);
+    op_seconds.push_back(out ? 0.0 : op_time_s(op, topology_.tier(op.level)));
+  }
+  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds);
+  for (const ScheduledOp& op : schedule.step_ops()) {
+    if (left_out(op)) {
+      drop(op, 1), note(op);
+      continue;
+    }
+    const double s = op_time_s(op, topology_.tier(op.level));
+    e.tiers[op.level].step_phase_s += s;
+    e.tiers[op.level].busy_s += s;
+    e.step_comm_s += s;
+  }
+  for (std::size_t t = 0; t < e.tiers.size(); ++t) {
+    e.tiers[t].busy_s += K * mb.busy_by_level[t];
+    e.tiers[t].exposed_micro_s = K * mb.exposed_by_level[t];
+  }
+  e.left_out = dropped;
+
+  // Adam on the OS shard streams master weight, m and v in and out (24 bytes), reads the
+  // gradient and writes the new weight (an element each in compute precision).
+  const int cb = compute_bytes(workload_.precision);
+  const double os_elements =
+      static_cast<double>(schedule.total_padded()) / schedule.levels().degree(schedule.levels().optimizer);
+  e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (device_.hbm_GBps * 1e9);
+
+  e.compute_s = K * mb.compute_s;
+  e.exposed_micro_s = K * (mb.makespan_s - mb.compute_s);
+  e.step_time_s = K * mb.makespan_s + e.step_comm_s + e.optimizer_s;
+  e.tokens_per_step = static_cast<double>(workload_.micro_batch) * workload_.seq * K * e.world_size;
+  e.tokens_per_s = e.tokens_per_step / e.step_time_s;
+  const double per_device_tokens = e.tokens_per_s / e.world_size;
+  e.tflops_per_device = model_.model_flops_per_token(workload_.seq) * per_device_tokens / 1e12;
+  e.mfu = e.tflops_per_device / device_.peak_tflops;
+  e.hfu = model_.hardware_flops_per_token(workload_.seq, workload_.recompute) * per_device_tokens / 1e12 /
+          device_.peak_tflops;
+
+  e.memory = schedule.memory_per_rank(cb);
+  e.activation_bytes = model_.activation_bytes(workload_.micro_batch, workload_.seq, cb, workload_.recompute,
+                                               workload_.flash_attention);
+  e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
+                         e.memory.gathered + e.activation_bytes;
+  e.device_memory_bytes = static_cast<std::uint64_t>(device_.memory_gb * 1e9);
+  e.fits = e.total_memory_bytes <= e.device_memory_bytes;
+  return e;
+}
+
+nlohmann::json PlanContext::assumptions() const {
+  nlohmann::json tiers = nlohmann::json::array();
+  for (const topo::Tier& t : topology_.tiers())
+    tiers.push_back({{"tier", t.name},
+                     {"size", t.size},
+                     {"bandwidth_GBps", t.bandwidth_GBps},
+                     {"efficiency", t.efficiency},
+                     {"latency_us", t.latency_us},
+                     {"source", t.source}});
+  std::vector<std::string> left;
+  for (const LeaveOut& l : leave_out_)
+    left.push_back(l.tier.empty() ? std::string(purpose_flag(l.purpose))
+                                  : fmt::format("{}@{}", purpose_flag(l.purpose), l.tier));
+  const bool bf16 = workload_.precision == Precision::BF16;
+  return {
+      {"precision", precision_name(workload_.precision)},
+      {"precision_means",
+       bf16 ? "bf16 mixed precision as published systems run it: the presets' fp32 wires become bf16 (int8/int4 "
+              "stay), weights, gradients, gathered buffers and activations take 2 bytes; optimizer state is fp32 "
+              "master weight + Adam m and v (12 bytes)"
+            : "fp32 as strata's runtime runs: wires as the presets say, 4-byte weights, gradients and "
+              "activations; optimizer state 12 bytes"},
+      {"device", device_.to_json()},
+      {"tiers", tiers},
+      {"comm_time", "per op: messages x latency + bytes_sent / (bandwidth x efficiency); ring and all-to-all "
+                    "both send group_size-1 chunks in group_size-1 messages"},
+      {"overlap",
+       "one compute and one communication stream, ops served one at a time in issue order; a unit's weight "
+       "gather is issued when the unit `prefetch` acquires earlier (the spec's prefetch depth) has its weights, "
+       "a gradient reduction when its backward ends; the first gathers of a micro-batch and the whole "
+       "optimizer-step phase (step reductions, post-step weight gather, scalars, Adam) are never hidden"},
+      {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; with recomputation the "
+                "hardware runs each block's forward twice (counted in hfu, not mfu)"},
+      {"compute_time", "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
+      {"activations",
+       "per block and token: 6 x hidden + 2 x kv_dim + (2 or 3 for SwiGLU) x ffn elements, plus heads x seq "
+       "unless flash attention; with recomputation only each block's input plus one block's set; plus the final "
+       "norm's input and output and fp32 logits"},
+      {"optimizer_time", "OS shard elements x (24 + 2 x element bytes) / HBM bandwidth"},
+      {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations"},
+      {"micro_batch", workload_.micro_batch},
+      {"seq", workload_.seq},
+      {"accumulation_steps", workload_.accumulation_steps},
+      {"recompute", workload_.recompute},
+      {"flash_attention", workload_.flash_attention},
+      {"left_out", left}};
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,135 @@
+#pragma once
+// Prices a shard::Schedule: the same list of collectives the runtime executes, timed by an
+// α-β model per tier and replayed against the model's compute with the overlap the runtime
+// does (docs/planner.md). Nothing here decides what moves where; the schedule does.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "plan/device.hpp"
+#include "plan/model_shapes.hpp"
+#include "shard/schedule.hpp"
+#include "shard/spec.hpp"
+#include "topo/topology.hpp"
+
+namespace strata::plan {
+
+// bf16: weights and gradients as published mixed-precision systems keep them (2 bytes in
+// memory and on the wire; int8/int4 wires stay); fp32: exactly what strata's runtime does.
+enum class Precision { BF16, FP32 };
+Precision parse_precision(std::string_view text);  // throws Error naming --precision
+std::string_view precision_name(Precision p);
+int compute_bytes(Precision p);  // bytes of a weight/gradient/activation element in compute
+// Under bf16, every fp32 wire of the spec becomes bf16; other wires are kept.
+shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision);
+
+// The strategies the planner prices: shard presets, plus "topo-paper": topo with the
+// cross-node gradient reduction as an all-reduce, as ZeRO-topo's paper describes it.
+std::vector<std::string> strategy_names();
+shard::ShardSpec strategy_spec(std::string_view name, const topo::Topology& topology);  // Error names --strategy
+
+struct Workload {
+  int micro_batch = 1;          // sequences a rank runs per micro-batch
+  int seq = 0;                  // tokens a sequence
+  int accumulation_steps = 1;   // micro-batches per optimizer step
+  bool recompute = false;       // full activation recomputation of every block
+  bool flash_attention = false; // attention keeps no seq x seq probabilities
+  Precision precision = Precision::BF16;
+  void validate(const ModelShape& model) const;  // throws Error naming the flag
+};
+
+// Ops the account leaves out, to reproduce an account that omits them (--leave-out
+// PURPOSE[@TIER]); the output lists them.
+struct LeaveOut {
+  shard::Purpose purpose;
+  std::string tier;  // empty: on every tier
+};
+LeaveOut parse_leave_out(std::string_view text, const topo::Topology& topology);
+std::string_view purpose_flag(shard::Purpose p);  // "step-grad-reduce", ...
+
+// α-β time of one op over its tier: messages·α + bytes_sent/β, with α = latency_us and
+// β = bandwidth_GBps x efficiency. A ring takes group_size-1 steps of one chunk each; an
+// all-to-all sends group_size-1 chunks; both are what the schedule's messages and bytes say.
+double op_time_s(const shard::ScheduledOp& op, const topo::Tier& tier);
+
+// One micro-batch replayed on two streams (docs/planner.md "Overlap"): compute walks the
+// unit events; communication runs one op at a time in the order ops are issued. A unit's
+// weight gather is issued when the unit `prefetch` acquires earlier has its weights (at
+// once for the first `prefetch` acquires; on demand with prefetch 0); a gradient reduction
+// is issued when the backward that fills it ends. Compute waits for a unit's gather.
+struct Timeline {
+  double makespan_s = 0;               // until both streams are idle
+  double compute_s = 0;
+  std::vector<double> busy_by_level;   // time ops of each tier occupy the stream
+  std::vector<double> exposed_by_level;  // time compute waits (or the micro-batch runs on) per tier
+};
+Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
+                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds);
+
+struct TierCost {
+  shard::TierTraffic traffic;   // bytes and messages a rank sends and receives per step
+  double busy_s = 0;            // time its ops occupy the communication stream, per step
+  double exposed_micro_s = 0;   // per-micro-batch communication not hidden by compute, per step
+  double step_phase_s = 0;      // optimizer-step phase communication (never hidden)
+};
+
+struct Estimate {
+  std::string strategy;
+  shard::ShardSpec spec;
+  int world_size = 0;
+  std::vector<TierCost> tiers;       // topology order, innermost first
+  shard::StateMemory memory;
+  std::uint64_t activation_bytes = 0;
+  std::uint64_t total_memory_bytes = 0;
+  std::uint64_t device_memory_bytes = 0;
+  bool fits = false;
+  double tokens_per_step = 0;        // all ranks
+  double compute_s = 0;              // per step: every micro-batch's forward and backward
+  double exposed_micro_s = 0;        // per step
+  double step_comm_s = 0;            // per step
+  double optimizer_s = 0;            // Adam over the OS shard, bound by memory bandwidth
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_device = 0;      // model FLOPs (6·ψ + attention) achieved
+  double mfu = 0;                    // tflops_per_device / peak
+  double hfu = 0;                    // with recomputed FLOPs counted
+  std::vector<std::string> left_out;
+
+  std::uint64_t bytes_on(std::string_view tier) const;  // bytes sent a rank a step over that tier
+  std::string memory_verdict() const;  // "fits: 40.1 of 64 GB" / "does not fit: needs 71.2 GB of 64 GB"
+  nlohmann::json to_json() const;
+};
+
+// What every estimate of one plan shares; the model's units are built once.
+class PlanContext {
+ public:
+  PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
+              std::vector<LeaveOut> leave_out = {});
+
+  const ModelShape& model() const { return model_; }
+  const topo::Topology& topology() const { return topology_; }
+  const DeviceFacts& device() const { return device_; }
+  const Workload& workload() const { return workload_; }
+  const shard::UnitPlan& units() const { return units_; }
+
+  // The schedule of `spec` on this topology, priced. `spec` is taken as given (apply
+  // precision and overrides before).
+  Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
+  nlohmann::json assumptions() const;
+
+ private:
+  bool left_out(const shard::ScheduledOp& op) const;
+
+  ModelShape model_;
+  topo::Topology topology_;
+  DeviceFacts device_;
+  Workload workload_;
+  std::vector<LeaveOut> leave_out_;
+  shard::UnitPlan units_;
+  std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
+};
+
+}  // namespace strata::plan

@@ -1,0 +1,309 @@
+#include "plan/model_shapes.hpp"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "model/gpt.hpp"
+#include "model/layout.hpp"
+
+namespace strata::plan {
+
+namespace {
+
+// Shapes from shared/reference/systems.md ("Model shapes that the papers used") and the
+// models' published configurations: GPT-NeoX uses rotary positions, untied input and output
+// embeddings, LayerNorm and biases; Llama 2 uses rotary positions, RMSNorm, SwiGLU, no
+// biases, untied head, and 8 K/V heads at 70B.
+ModelShape neox(std::string name, int layers, int hidden, int heads) {
+  ModelShape m;
+  m.name = std::move(name);
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = m.kv_heads = heads;
+  m.ffn = 4 * hidden;
+  m.vocab = 50432;
+  m.seq = 2048;
+  return m;
+}
+
+ModelShape llama(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
+  ModelShape m;
+  m.name = std::move(name);
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.ffn = ffn;
+  m.vocab = 32000;
+  m.seq = 4096;
+  m.mlp = Mlp::SwiGlu;
+  m.norm = Norm::RmsNorm;
+  m.biases = false;
+  return m;
+}
+
+ModelShape from_gpt(std::string name, const model::GPTConfig& c) {
+  ModelShape m;
+  m.name = std::move(name);
+  m.layers = c.n_layer;
+  m.hidden = c.n_embd;
+  m.heads = m.kv_heads = c.n_head;
+  m.ffn = 4 * c.n_embd;
+  m.vocab = c.padded_vocab_size;
+  m.seq = c.seq_len;
+  m.learned_positions = c.seq_len;
+  m.tied_head = true;
+  m.gpt = c;
+  return m;
+}
+
+int parse_int(std::string_view field, std::string_view value) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty())
+    throw Error(fmt::format("--shape {}={}: not an integer", field, value));
+  return v;
+}
+
+bool parse_bool(std::string_view field, std::string_view value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  throw Error(fmt::format("--shape {}={}: expected true or false", field, value));
+}
+
+std::int64_t norm_params(const ModelShape& m) { return m.norm == Norm::LayerNorm ? 2LL * m.hidden : m.hidden; }
+
+std::int64_t block_params(const ModelShape& m) {
+  const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn;
+  std::int64_t block = 2 * norm_params(m) + 2 * h * h + 2 * h * kv;  // two norms; Q and O; K and V
+  block += (m.mlp == Mlp::Gelu ? 2 : 3) * h * f;
+  if (m.biases) block += h + 2 * kv + h + (m.mlp == Mlp::Gelu ? f : 2 * f) + h;
+  return block;
+}
+
+}  // namespace
+
+std::vector<std::string> ModelShape::preset_names() {
+  return {"gpt-neox-20b", "gpt-neox-10b", "llama2-7b", "llama2-13b", "llama2-70b", "gpt2-124m", "tiny", "small"};
+}
+
+ModelShape ModelShape::preset(std::string_view name) {
+  if (name == "gpt-neox-20b") return neox("gpt-neox-20b", 44, 6144, 64);
+  if (name == "gpt-neox-10b") return neox("gpt-neox-10b", 32, 5120, 40);
+  if (name == "llama2-7b") return llama("llama2-7b", 32, 4096, 32, 32, 11008);
+  if (name == "llama2-13b") return llama("llama2-13b", 40, 5120, 40, 40, 13824);
+  if (name == "llama2-70b") return llama("llama2-70b", 80, 8192, 64, 8, 28672);
+  if (name == "gpt2-124m" || name == "tiny" || name == "small")
+    return from_gpt(std::string(name), model::GPTConfig::preset(name));
+  throw Error(fmt::format("--model '{}': unknown model (known: {}, or custom with --shape FIELD=VALUE)", name,
+                          fmt::join(preset_names(), ", ")));
+}
+
+ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::vector<std::string>& fields) {
+  ModelShape m;
+  if (name == "custom") {
+    m.kv_heads = 0;  // defaults to heads below
+  } else {
+    m = preset(name);
+  }
+  bool kv_given = false;
+  for (const std::string& item : fields) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw Error(fmt::format("--shape '{}': expected FIELD=VALUE (e.g. layers=44)", item));
+    const std::string field = item.substr(0, eq), value = item.substr(eq + 1);
+    if (field == "layers") m.layers = parse_int(field, value);
+    else if (field == "hidden") m.hidden = parse_int(field, value);
+    else if (field == "heads") m.heads = parse_int(field, value);
+    else if (field == "kv_heads") m.kv_heads = parse_int(field, value), kv_given = true;
+    else if (field == "ffn") m.ffn = parse_int(field, value);
+    else if (field == "vocab") m.vocab = parse_int(field, value);
+    else if (field == "seq") m.seq = parse_int(field, value);
+    else if (field == "learned_positions") m.learned_positions = parse_int(field, value);
+    else if (field == "biases") m.biases = parse_bool(field, value);
+    else if (field == "tied_head") m.tied_head = parse_bool(field, value);
+    else if (field == "mlp") {
+      if (value == "gelu") m.mlp = Mlp::Gelu;
+      else if (value == "swiglu") m.mlp = Mlp::SwiGlu;
+      else throw Error(fmt::format("--shape mlp={}: expected gelu or swiglu", value));
+    } else if (field == "norm") {
+      if (value == "layernorm") m.norm = Norm::LayerNorm;
+      else if (value == "rmsnorm") m.norm = Norm::RmsNorm;
+      else throw Error(fmt::format("--shape norm={}: expected layernorm or rmsnorm", value));
+    } else {
+      throw Error(fmt::format("--shape {}: unknown field (fields: layers, hidden, heads, kv_heads, ffn, vocab, seq, "
+                              "learned_positions, mlp, norm, biases, tied_head)",
+                              field));
+    }
+    // Changing a strata model's shape leaves its layout behind: it is priced as a shape.
+    if (field != "seq") m.gpt.reset();
+  }
+  if (!fields.empty() && !m.gpt) m.name = fmt::format("{}*", name);
+  if (name == "custom") {
+    m.name = "custom";
+    if (!kv_given) m.kv_heads = m.heads;
+    if (m.ffn == 0) m.ffn = 4 * m.hidden;
+  }
+  m.validate();
+  return m;
+}
+
+void ModelShape::validate() const {
+  auto positive = [](const char* field, int v) {
+    if (v <= 0) throw Error(fmt::format("model.{} = {}: must be positive", field, v));
+  };
+  positive("layers", layers);
+  positive("hidden", hidden);
+  positive("heads", heads);
+  positive("kv_heads", kv_heads);
+  positive("ffn", ffn);
+  positive("vocab", vocab);
+  positive("seq", seq);
+  if (learned_positions < 0)
+    throw Error(fmt::format("model.learned_positions = {}: must be zero (rotary) or positive", learned_positions));
+  if (hidden % heads != 0)
+    throw Error(fmt::format("model.heads = {} does not divide model.hidden = {}", heads, hidden));
+  if (heads % kv_heads != 0)
+    throw Error(fmt::format("model.kv_heads = {} does not divide model.heads = {}", kv_heads, heads));
+  if (learned_positions > 0 && seq > learned_positions)
+    throw Error(fmt::format("model.seq = {} exceeds model.learned_positions = {}", seq, learned_positions));
+}
+
+std::int64_t ModelShape::num_params() const {
+  if (gpt) return gpt->num_params();
+  const std::int64_t h = hidden, V = vocab;
+  std::int64_t total = V * h + learned_positions * h + layers * block_params(*this) + norm_params(*this);
+  if (!tied_head) total += V * h;
+  return total;
+}
+
+std::int64_t ModelShape::matmul_params() const {
+  const std::int64_t h = hidden, kv = kv_dim(), f = ffn;
+  const std::int64_t block = 2 * h * h + 2 * h * kv + (mlp == Mlp::Gelu ? 2 : 3) * h * f;
+  return layers * block + static_cast<std::int64_t>(vocab) * h;
+}
+
+shard::UnitPlan ModelShape::unit_plan() const {
+  if (gpt) return shard::unit_plan(model::ParamLayout(*gpt));
+  shard::UnitPlan p;
+  const std::size_t h = hidden, V = vocab;
+  p.names.push_back("embeddings");
+  p.numel.push_back(V * h + static_cast<std::size_t>(learned_positions) * h);
+  for (int l = 0; l < layers; ++l) {
+    p.names.push_back(fmt::format("h.{}", l));
+    p.numel.push_back(static_cast<std::size_t>(block_params(*this)));
+  }
+  p.names.push_back("ln_f");
+  p.numel.push_back(static_cast<std::size_t>(norm_params(*this)));
+  if (tied_head) {
+    // The runtime's own order: the head reuses the embedding unit (model/gpt.hpp).
+    model::GPTConfig order_of;
+    order_of.n_layer = layers;
+    p.events = model::unit_event_order(order_of);
+    return p;
+  }
+  p.names.push_back("lm_head");
+  p.numel.push_back(V * h);
+  // Untied head: the embedding is a lookup, needed in forward only (its backward scatters the
+  // incoming gradient by token id); the final norm and the head run together.
+  using K = model::UnitEvent;
+  const model::Phase fwd = model::Phase::Forward, bwd = model::Phase::Backward;
+  const int E = 0, N = layers + 1, H = layers + 2;
+  auto& ev = p.events;
+  ev.push_back({K::Acquire, E, fwd});
+  ev.push_back({K::Release, E, fwd});
+  for (int l = 0; l < layers; ++l) {
+    ev.push_back({K::Acquire, 1 + l, fwd});
+    ev.push_back({K::Release, 1 + l, fwd});
+  }
+  ev.push_back({K::Acquire, N, fwd});
+  ev.push_back({K::Acquire, H, fwd});
+  ev.push_back({K::Release, H, fwd});
+  ev.push_back({K::Release, N, fwd});
+  ev.push_back({K::Acquire, N, bwd});
+  ev.push_back({K::Acquire, H, bwd});
+  ev.push_back({K::Release, H, bwd});
+  ev.push_back({K::Release, N, bwd});
+  ev.push_back({K::GradsReady, H, bwd});
+  ev.push_back({K::GradsReady, N, bwd});
+  for (int l = layers - 1; l >= 0; --l) {
+    ev.push_back({K::Acquire, 1 + l, bwd});
+    ev.push_back({K::Release, 1 + l, bwd});
+    ev.push_back({K::GradsReady, 1 + l, bwd});
+  }
+  ev.push_back({K::GradsReady, E, bwd});
+  return p;
+}
+
+std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
+  const double h = hidden, kv = kv_dim(), f = ffn;
+  const double block_matmul = 2 * h * h + 2 * h * kv + (mlp == Mlp::Gelu ? 2 : 3) * h * f;
+  const double block = 2 * block_matmul + 4 * h * seq_tokens;
+  const double head = 2.0 * vocab * h;
+  std::vector<double> flops(layers + (tied_head ? 2 : 3), 0.0);
+  for (int l = 0; l < layers; ++l) flops[1 + l] = block;
+  flops[tied_head ? layers + 1 : layers + 2] = head;
+  return flops;
+}
+
+std::vector<bool> ModelShape::recomputed_units() const {
+  std::vector<bool> r(layers + (tied_head ? 2 : 3), false);
+  for (int l = 0; l < layers; ++l) r[1 + l] = true;
+  return r;
+}
+
+double ModelShape::model_flops_per_token(int seq_tokens) const {
+  return 6.0 * static_cast<double>(matmul_params()) + 12.0 * layers * static_cast<double>(hidden) * seq_tokens;
+}
+
+double ModelShape::hardware_flops_per_token(int seq_tokens, bool recompute) const {
+  double flops = 0;
+  const std::vector<double> fwd = forward_flops_per_token(seq_tokens);
+  const std::vector<bool> again = recomputed_units();
+  for (std::size_t u = 0; u < fwd.size(); ++u) flops += fwd[u] * (3 + (recompute && again[u] ? 1 : 0));
+  return flops;
+}
+
+std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int act_bytes, bool recompute,
+                                           bool flash_attention) const {
+  const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
+  // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the
+  // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors
+  // (GELU: pre-activation and activation; SwiGLU: gate, up and their product), and unless
+  // attention is flash, one softmax row of seq per head.
+  std::uint64_t block = 6 * h + 2 * static_cast<std::uint64_t>(kv_dim()) +
+                        (mlp == Mlp::Gelu ? 2u : 3u) * static_cast<std::uint64_t>(ffn);
+  if (!flash_attention) block += static_cast<std::uint64_t>(heads) * seq_tokens;
+  // Final norm input and output, and the fp32 logits the loss works on (its gradient is
+  // written over them).
+  const std::uint64_t head = 2 * h * act_bytes + 4 * static_cast<std::uint64_t>(vocab);
+  // With recomputation only each block's input is kept, plus one block's full set while
+  // that block is recomputed in backward.
+  const std::uint64_t blocks = recompute ? (layers * h + block) * act_bytes : layers * block * act_bytes;
+  return tokens * (blocks + head);
+}
+
+nlohmann::json ModelShape::to_json() const {
+  return {{"name", name},
+          {"layers", layers},
+          {"hidden", hidden},
+          {"heads", heads},
+          {"kv_heads", kv_heads},
+          {"ffn", ffn},
+          {"vocab", vocab},
+          {"seq", seq},
+          {"learned_positions", learned_positions},
+          {"mlp", mlp == Mlp::Gelu ? "gelu" : "swiglu"},
+          {"norm", norm == Norm::LayerNorm ? "layernorm" : "rmsnorm"},
+          {"biases", biases},
+          {"tied_head", tied_head},
+          {"units_from", gpt ? "model::ParamLayout (as the runtime)" : "shape"},
+          {"params", num_params()},
+          {"matmul_params", matmul_params()}};
+}
+
+}  // namespace strata::plan

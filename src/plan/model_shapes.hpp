@@ -1,0 +1,78 @@
+#pragma once
+// The shape of a dense decoder the planner prices: its units for the schedule, its FLOPs
+// and its activation memory. Presets cover the models the papers trained (GPT-NeoX, Llama 2)
+// and strata's own runnable models; strata's own take their units from model::ParamLayout
+// through shard::unit_plan, so the planner prices exactly the UnitPlan the runtime executes.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.hpp"
+#include "shard/schedule.hpp"
+
+namespace strata::plan {
+
+enum class Mlp { Gelu, SwiGlu };  // GELU: up + down (ffn wide); SwiGLU: gate + up + down
+enum class Norm { LayerNorm, RmsNorm };
+
+struct ModelShape {
+  std::string name = "custom";
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;          // grouped-query attention: heads sharing one K/V head = heads / kv_heads
+  int ffn = 0;               // width of the MLP's hidden layer
+  int vocab = 0;             // rows of the embedding (and of the LM head)
+  int seq = 0;               // default tokens a sequence (the papers' training length)
+  int learned_positions = 0; // rows of a learned position embedding (GPT-2); 0: rotary, no parameters
+  Mlp mlp = Mlp::Gelu;
+  Norm norm = Norm::LayerNorm;
+  bool biases = true;        // linear layers carry biases
+  bool tied_head = false;    // LM head reuses the token embedding
+  // strata's own models: units come from model::ParamLayout of this config.
+  std::optional<model::GPTConfig> gpt;
+
+  // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, gpt2-124m, and
+  // strata's tiny and small. Throws Error listing them.
+  static ModelShape preset(std::string_view name);
+  static std::vector<std::string> preset_names();
+  // "custom" (all of layers, hidden, heads, vocab, seq must then be set) or a preset, then
+  // FIELD=VALUE overrides (fields: layers hidden heads kv_heads ffn vocab seq learned_positions
+  // mlp norm biases tied_head). A changed strata model is priced as a shape, not a layout.
+  static ModelShape from_name_and_fields(std::string_view name, const std::vector<std::string>& fields);
+
+  void validate() const;  // throws Error naming the field
+
+  int head_dim() const { return hidden / heads; }
+  int kv_dim() const { return kv_heads * head_dim(); }
+  std::int64_t num_params() const;         // every parameter, embeddings included
+  std::int64_t matmul_params() const;      // parameters a token multiplies: blocks' matrices + LM head
+
+  // Units and the order a micro-batch touches them: embeddings, blocks, final norm, and an
+  // LM head unit when the head is untied.
+  shard::UnitPlan unit_plan() const;
+  // Forward FLOPs a token attributed to each unit of unit_plan(): a block's matmuls and
+  // attention (QK^T and AV: 4·hidden·seq), the LM head's matmul to the unit whose compute
+  // segment runs it (ln_f when tied, the head unit when untied), embeddings none.
+  std::vector<double> forward_flops_per_token(int seq) const;
+  // Units whose forward is recomputed in backward under activation recomputation (blocks).
+  std::vector<bool> recomputed_units() const;
+
+  // Model FLOPs a token, forward + backward: 6·matmul_params + 12·layers·hidden·seq.
+  double model_flops_per_token(int seq) const;
+  // FLOPs the hardware runs: with recomputation each block's forward runs twice
+  // (8·block params + 6·head params + 16·layers·hidden·seq).
+  double hardware_flops_per_token(int seq, bool recompute) const;
+
+  // Activation bytes a rank holds for one micro-batch of `micro_batch` x `seq` tokens
+  // (docs/planner.md): act_bytes an element; flash attention keeps no seq x seq matrix.
+  std::uint64_t activation_bytes(int micro_batch, int seq, int act_bytes, bool recompute, bool flash_attention) const;
+
+  nlohmann::json to_json() const;
+};
+
+}  // namespace strata::plan

@@ -1,0 +1,248 @@
+#include "plan/search.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "plan/svg.hpp"
+
+namespace strata::plan {
+
+using shard::ShardSpec;
+using shard::Wire;
+
+namespace {
+
+bool same_spec(const ShardSpec& a, const ShardSpec& b) {
+  return a.weights == b.weights && a.grads == b.grads && a.optimizer == b.optimizer && a.secondary == b.secondary &&
+         a.weight_wire == b.weight_wire && a.grad_wire == b.grad_wire && a.step_grad_wire == b.step_grad_wire &&
+         a.block_size == b.block_size && a.prefetch == b.prefetch && a.free_after_forward == b.free_after_forward &&
+         a.step_grad_allreduce == b.step_grad_allreduce;
+}
+
+// Faster first; ties go to less memory, then to fewer bytes over the outermost tier.
+bool ranks_before(const Estimate& a, const Estimate& b) {
+  if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
+  if (a.total_memory_bytes != b.total_memory_bytes) return a.total_memory_bytes < b.total_memory_bytes;
+  return a.tiers.back().traffic.bytes_sent < b.tiers.back().traffic.bytes_sent;
+}
+
+}  // namespace
+
+std::string spec_label(const ShardSpec& spec) {
+  auto tier = [](const std::string& t) { return t == "none" ? std::string("-") : t; };
+  return fmt::format("W={} G={} OS={} S={} w:{} g:{} s:{}{}", tier(spec.weights), tier(spec.grads),
+                     tier(spec.optimizer), tier(spec.secondary), shard::wire_name(spec.weight_wire),
+                     shard::wire_name(spec.grad_wire), shard::wire_name(spec.step_grad_wire),
+                     spec.step_grad_allreduce ? " step-allreduce" : "");
+}
+
+std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision precision, const SearchSpace& space) {
+  const int n = topology.num_tiers();
+  const Wire base = precision == Precision::BF16 ? Wire::BF16 : Wire::F32;
+  std::vector<NamedSpec> presets;
+  for (const std::string& name : strategy_names()) {
+    try {
+      ShardSpec p = apply_precision(strategy_spec(name, topology), precision);
+      p.prefetch = space.prefetch;
+      p.block_size = space.block_size;
+      p.free_after_forward = space.free_after_forward;
+      presets.push_back({name, p});
+    } catch (const Error&) {
+      // A preset this topology cannot hold (e.g. hsdp on one tier) names nothing here.
+    }
+  }
+  auto tier_name = [&](int levels) { return levels == 0 ? std::string("none") : topology.tier(levels - 1).name; };
+
+  std::vector<NamedSpec> out;
+  for (int w = 0; w <= n; ++w)
+    for (int g = w; g <= n; ++g)
+      for (int o = g; o <= n; ++o)
+        for (int s = 0; s < std::max(1, w); ++s) {
+          // Weights travel in gathers when sharded or regathered after the step.
+          const bool weight_gathers = w > 0 || o > w;
+          std::vector<Wire> weight_wires{base};
+          if (weight_gathers) weight_wires.push_back(Wire::I8);
+          std::vector<Wire> grad_wires{base};
+          if (g > 0) grad_wires.insert(grad_wires.end(), {Wire::I8, Wire::I4});
+          for (Wire ww : weight_wires)
+            for (Wire gw : grad_wires) {
+              ShardSpec spec;
+              spec.preset = "custom";
+              spec.weights = tier_name(w);
+              spec.grads = tier_name(g);
+              spec.optimizer = tier_name(o);
+              spec.secondary = tier_name(s);
+              spec.weight_wire = ww;
+              spec.grad_wire = gw;
+              spec.step_grad_wire = base;
+              spec.prefetch = space.prefetch;
+              spec.block_size = space.block_size;
+              spec.free_after_forward = space.free_after_forward;
+              std::string name = "custom";
+              for (const NamedSpec& p : presets)
+                if (same_spec(p.spec, spec)) {
+                  name = p.name;
+                  spec.preset = p.name;
+                }
+              shard::resolve(spec, topology);  // every spec built here must be valid
+              out.push_back({name, spec});
+            }
+        }
+  return out;
+}
+
+SearchResult search(const PlanContext& context, const SearchSpace& space) {
+  SearchResult r;
+  for (const NamedSpec& s : enumerate_specs(context.topology(), context.workload().precision, space)) {
+    Estimate e = context.estimate(s.name, s.spec);
+    (e.fits ? r.fitting : r.not_fitting).push_back(std::move(e));
+  }
+  std::stable_sort(r.fitting.begin(), r.fitting.end(), ranks_before);
+  std::stable_sort(r.not_fitting.begin(), r.not_fitting.end(), ranks_before);
+  return r;
+}
+
+std::string why_lost(const Estimate& loser, const Estimate& best) {
+  const double faster = best.step_time_s / loser.step_time_s - 1;
+  if (!loser.fits)
+    return fmt::format("does not fit: needs {:.1f} GB of {:g} GB ({})",
+                       static_cast<double>(loser.total_memory_bytes) / 1e9,
+                       static_cast<double>(loser.device_memory_bytes) / 1e9,
+                       faster < 0 ? fmt::format("would be {:.1f}% faster", -faster * 100)
+                                  : fmt::format("would be {:.1f}% slower anyway", faster * 100));
+  const double delta = loser.step_time_s - best.step_time_s;
+  if (delta <= 0) {
+    return fmt::format("same predicted step time; holds {:.2f} GB more a rank",
+                       (static_cast<double>(loser.total_memory_bytes) - static_cast<double>(best.total_memory_bytes)) /
+                           1e9);
+  }
+  // Where the extra time comes from: compute, optimizer, and each tier's unhidden communication.
+  std::vector<std::pair<double, std::string>> parts{{loser.compute_s - best.compute_s, "compute"},
+                                                    {loser.optimizer_s - best.optimizer_s, "optimizer step"}};
+  for (std::size_t t = 0; t < loser.tiers.size(); ++t) {
+    const TierCost& a = loser.tiers[t];
+    const TierCost& b = best.tiers[t];
+    parts.push_back({a.exposed_micro_s + a.step_phase_s - b.exposed_micro_s - b.step_phase_s,
+                     fmt::format("{} comm", a.traffic.tier)});
+  }
+  std::sort(parts.begin(), parts.end(), [](auto& x, auto& y) { return x.first > y.first; });
+  std::vector<std::string> named;
+  for (auto& [seconds, what] : parts)
+    if (seconds > 0.05 * delta && named.size() < 2) named.push_back(fmt::format("{} +{:.3g} s", what, seconds));
+  return fmt::format("+{:.1f}% step time (+{:.3g} s): {}", delta / best.step_time_s * 100, delta,
+                     fmt::join(named, ", "));
+}
+
+nlohmann::json search_json(const SearchResult& result, int top) {
+  nlohmann::json ranked = nlohmann::json::array(), lost = nlohmann::json::array();
+  for (std::size_t i = 0; i < result.fitting.size(); ++i) {
+    nlohmann::json j = result.fitting[i].to_json();
+    j["rank"] = i + 1;
+    j["label"] = spec_label(result.fitting[i].spec);
+    if (i > 0) j["why_lost"] = why_lost(result.fitting[i], result.fitting[0]);
+    (static_cast<int>(i) < top ? ranked : lost).push_back(std::move(j));
+  }
+  nlohmann::json unfit = nlohmann::json::array();
+  for (const Estimate& e : result.not_fitting) {
+    nlohmann::json j = {{"label", spec_label(e.spec)},
+                        {"strategy", e.strategy},
+                        {"step_time_s", e.step_time_s},
+                        {"memory_bytes_total", e.total_memory_bytes},
+                        {"device_memory_bytes", e.device_memory_bytes}};
+    if (!result.fitting.empty()) j["why_lost"] = why_lost(e, result.fitting[0]);
+    unfit.push_back(std::move(j));
+  }
+  return {{"evaluated", result.fitting.size() + result.not_fitting.size()},
+          {"fitting", result.fitting.size()},
+          {"best", ranked},
+          {"others", lost},
+          {"not_fitting", unfit}};
+}
+
+std::vector<int> parse_node_list(std::string_view text) {
+  std::vector<int> nodes;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t comma = text.find(',', pos);
+    std::string_view item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    pos = comma == std::string_view::npos ? text.size() + 1 : comma + 1;
+    int v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v <= 0)
+      throw Error(fmt::format("--sweep-nodes '{}': '{}' is not a positive node count", text, item));
+    if (!nodes.empty() && v <= nodes.back())
+      throw Error(fmt::format("--sweep-nodes '{}': node counts must increase ({} after {})", text, v, nodes.back()));
+    nodes.push_back(v);
+  }
+  return nodes;
+}
+
+std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
+                               const Workload& workload, const std::vector<LeaveOut>& leave_out,
+                               const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes) {
+  std::vector<SweepSeries> out;
+  for (const NamedSpec& s : strategies) out.push_back({s.name, {}});
+  for (int n : nodes) {
+    topo::Topology t = topology;
+    t.resolve(t.world_size_for_nodes(n));
+    const PlanContext context(model, t, device, workload, leave_out);
+    for (std::size_t k = 0; k < strategies.size(); ++k) {
+      SweepPoint p{n, context.estimate(strategies[k].name, strategies[k].spec)};
+      const SweepPoint& first = out[k].points.empty() ? p : out[k].points.front();
+      p.scaling_efficiency = (p.estimate.tokens_per_s / p.estimate.world_size) /
+                             (first.estimate.tokens_per_s / first.estimate.world_size);
+      out[k].points.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string& title, const std::string& outer_tier) {
+  Chart speed{title + ": TFLOP/s per device", "devices", "model TFLOP/s per device", true, {}};
+  Chart bytes{"Bytes a rank sends over '" + outer_tier + "' per optimizer step", "devices", "GB per rank per step",
+              true, {}};
+  for (const SweepSeries& s : series) {
+    Series a{s.strategy, {}, {}, {}}, b{s.strategy, {}, {}, {}};
+    for (const SweepPoint& p : s.points) {
+      a.x.push_back(p.estimate.world_size);
+      a.y.push_back(p.estimate.tflops_per_device);
+      a.hollow.push_back(!p.estimate.fits);
+      b.x.push_back(p.estimate.world_size);
+      b.y.push_back(static_cast<double>(p.estimate.bytes_on(outer_tier)) / 1e9);
+      b.hollow.push_back(!p.estimate.fits);
+    }
+    speed.series.push_back(std::move(a));
+    bytes.series.push_back(std::move(b));
+  }
+  return svg_document({speed, bytes}, "open markers: does not fit in device memory; strata plan (cost model of "
+                                      "the runtime's schedule, docs/planner.md)");
+}
+
+nlohmann::json sweep_json(const std::vector<SweepSeries>& series, const std::string& outer_tier) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const SweepSeries& s : series) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const SweepPoint& p : s.points)
+      points.push_back({{"nodes", p.nodes},
+                        {"devices", p.estimate.world_size},
+                        {"step_time_s", p.estimate.step_time_s},
+                        {"tokens_per_s", p.estimate.tokens_per_s},
+                        {"tflops_per_device", p.estimate.tflops_per_device},
+                        {"mfu", p.estimate.mfu},
+                        {"scaling_efficiency", p.scaling_efficiency},
+                        {"outer_tier_bytes_per_step", p.estimate.bytes_on(outer_tier)},
+                        {"fits", p.estimate.fits},
+                        {"memory_verdict", p.estimate.memory_verdict()}});
+    out.push_back({{"strategy", s.strategy},
+                   {"n0_devices", s.points.empty() ? 0 : s.points.front().estimate.world_size},
+                   {"points", points}});
+  }
+  return out;
+}
+
+}  // namespace strata::plan

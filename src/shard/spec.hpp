@@ -1,0 +1,77 @@
+#pragma once
+// What is sharded over which tier. For weights (W), gradients (G) and optimizer state (OS)
+// the user names a tier of the topology, or `none` (replicated). A state sharded over tier
+// t is split across the ranks of one tier-t domain; the outermost tier means all ranks.
+//
+// Internally a tier choice becomes a number of *levels*: sharding over tier t uses levels
+// 0..t (each level is one tier's across-group, see topo/groups.hpp), `none` is 0 levels.
+// Rank r's slice of a unit is found by reading r's position inside each tier as a digit,
+// innermost digit most significant (docs/sharding.md). With that order every slice is
+// nested in the coarser one: OS slice ⊂ G slice ⊂ W slice ⊂ secondary slice, so each
+// collective is a run of per-level steps and never a permutation.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "topo/topology.hpp"
+
+namespace strata::shard {
+
+// How a state travels on the wire. Quantized formats carry one fp32 scale per block.
+enum class Wire { F32, BF16, F16, I8, I4 };
+Wire parse_wire(std::string_view name, std::string_view field);  // throws Error naming field
+std::string_view wire_name(Wire w);
+bool wire_quantized(Wire w);
+// Bytes for n elements on the wire, scales included (block_size elements per scale).
+std::size_t wire_bytes(std::size_t n, Wire w, int block_size);
+
+struct ShardSpec {
+  std::string preset = "custom";
+  std::string weights = "none";     // tier name or "none"
+  std::string grads = "none";
+  std::string optimizer = "none";
+  std::string secondary = "none";   // hpZ: tier of the secondary weight copy for backward
+  Wire weight_wire = Wire::F32;     // weight gathers (forward, backward, after the step)
+  Wire grad_wire = Wire::F32;       // per-micro-batch gradient reduction inside the G tier
+  Wire step_grad_wire = Wire::F32;  // once-per-step reduction down to the OS shard and replicas
+  int block_size = 256;             // elements per scale for quantized wires
+  int prefetch = 1;                 // units gathered ahead of the one computing
+  bool free_after_forward = true;   // drop gathered weights after forward (re-gather in backward)
+  // The once-per-step reduction from the G shard down to the OS shard as an all-reduce
+  // (reduce-scatter, then all-gather back to the G shard) instead of a reduce-scatter: how
+  // ZeRO-topo's paper reduces gradients across nodes. Every rank then holds the whole summed
+  // G shard but updates only its OS slice, so the all-gather half carries bytes no rank uses;
+  // it exists to price that account, strata's own presets leave it off.
+  bool step_grad_allreduce = false;
+
+  // Presets: ddp, zero1, zero2, zero3, hsdp, zeropp, topo. Tier choices depend on the
+  // topology (outermost tier = all ranks; hsdp/zeropp use the tier just inside it).
+  static ShardSpec preset_for(std::string_view name, const topo::Topology& topology);
+  static std::vector<std::string> preset_names();
+
+  // "W=gpu,G=node,OS=cluster" (any subset, keys W/G/OS/S, case-insensitive).
+  void apply_shard_string(std::string_view text);
+
+  nlohmann::json to_json() const;
+};
+
+// A spec resolved against a topology: tier names become level counts.
+struct LevelSpec {
+  int num_levels = 0;   // tiers in the topology
+  int weights = 0;      // levels W is sharded over (0 = replicated)
+  int grads = 0;
+  int optimizer = 0;
+  int secondary = 0;    // 0 = no secondary copy
+  std::vector<int> level_size;  // ranks per across-group at each level (= tier sizes)
+  int degree(int levels) const;  // ranks sharing one slice's domain: product of the first `levels` sizes
+};
+
+// Checks degree(OS) >= degree(G) >= degree(W), secondary inside W, wire formats each
+// collective can carry, block size; throws Error naming the field and the tiers.
+LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology);
+
+}  // namespace strata::shard

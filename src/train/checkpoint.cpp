@@ -1,0 +1,395 @@
+#include "train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+
+namespace strata::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kStates = 3;                     // master, exp_avg, exp_avg_sq
+constexpr std::size_t kChunkFloats = 1 << 20;  // 4 MB of file I/O at a time
+
+std::string rank_file_name(int rank) { return fmt::format("rank{:05d}.bin", rank); }
+
+// An open file descriptor that closes itself.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+struct Hasher {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state{XXH3_createState(), &XXH3_freeState};
+  Hasher() {
+    if (!state) throw std::bad_alloc();
+    XXH3_64bits_reset(state.get());
+  }
+  void update(const void* p, std::size_t n) { XXH3_64bits_update(state.get(), p, n); }
+  std::string hex() { return fmt::format("{:016x}", XXH3_64bits_digest(state.get())); }
+};
+
+void write_all(int fd, const void* data, std::size_t n, const fs::path& path) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw Error(fmt::format("{}: write failed: {}", path.string(), std::strerror(errno)));
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void read_exact(int fd, void* data, std::size_t n, std::uint64_t offset, const fs::path& path) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw Error(fmt::format("{}: read failed: {}", path.string(), std::strerror(errno)));
+    }
+    if (r == 0) throw Error(fmt::format("{}: truncated (ends at byte {})", path.string(), offset));
+    p += r;
+    offset += static_cast<std::uint64_t>(r);
+    n -= static_cast<std::size_t>(r);
+  }
+}
+
+// Writes this rank's shards into `dir` and returns their records.
+std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const std::vector<StateShard>& shards) {
+  const std::string name = rank_file_name(rank);
+  const fs::path path = dir / name;
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.fd < 0) throw Error(fmt::format("{}: cannot create: {}", path.string(), std::strerror(errno)));
+  std::vector<ShardRecord> records;
+  std::uint64_t offset = 0;
+  for (const StateShard& s : shards) {
+    const std::size_t n = s.end - s.begin;
+    Hasher hash;
+    for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
+      write_all(fd.fd, state, n * sizeof(float), path);
+      hash.update(state, n * sizeof(float));
+    }
+    const std::uint64_t bytes = std::uint64_t{kStates} * n * sizeof(float);
+    records.push_back({rank, name, offset, s.begin, s.end, bytes, hash.hex()});
+    offset += bytes;
+  }
+  if (::fsync(fd.fd) != 0) throw Error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
+  return records;
+}
+
+nlohmann::json record_to_json(const ShardRecord& r) {
+  return {{"rank", r.rank}, {"file", r.file}, {"offset", r.offset}, {"begin", r.begin},
+          {"end", r.end},   {"bytes", r.bytes}, {"xxh3", r.xxh3}};
+}
+
+// Reads manifest fields, naming the manifest and the field when one is missing or mistyped.
+struct ManifestReader {
+  std::string origin;  // path of manifest.json
+  const nlohmann::json& at(const nlohmann::json& obj, const std::string& key, const std::string& where) const {
+    if (!obj.is_object() || !obj.contains(key))
+      throw Error(fmt::format("{}: malformed: field '{}{}' missing", origin, where, key));
+    return obj[key];
+  }
+  std::uint64_t uint(const nlohmann::json& obj, const std::string& key, const std::string& where = "") const {
+    auto& v = at(obj, key, where);
+    if (!v.is_number_unsigned())
+      throw Error(fmt::format("{}: malformed: field '{}{}' must be a non-negative integer", origin, where, key));
+    return v.get<std::uint64_t>();
+  }
+  std::string str(const nlohmann::json& obj, const std::string& key, const std::string& where = "") const {
+    auto& v = at(obj, key, where);
+    if (!v.is_string()) throw Error(fmt::format("{}: malformed: field '{}{}' must be a string", origin, where, key));
+    return v.get<std::string>();
+  }
+};
+
+// Renames `from` to `to`; an existing `to` (a checkpoint of the same step from an earlier
+// attempt) is swapped out atomically and then deleted, so the name never points at nothing.
+void rename_into_place(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  if (errno == EEXIST &&
+      ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(from);  // now holds the replaced checkpoint
+    return;
+  }
+  throw Error(fmt::format("{}: cannot rename into place as {}: {}", from.string(), to.string(), std::strerror(errno)));
+}
+
+// Runs `work` on every rank; if any rank throws Error, every rank throws it (naming the rank
+// when there are several) so that no rank goes on alone.
+template <class F>
+void agree(Engine& engine, F&& work) {
+  std::string local;
+  try {
+    work();
+  } catch (const Error& e) {
+    local = e.what();
+    if (local.empty()) local = "unknown error";
+  }
+  auto all = engine.all_gather_strings(local);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    if (all.size() == 1) throw Error(all[r]);
+    throw Error(fmt::format("rank {}: {}", r, all[r]));
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_name(std::int64_t step) { return fmt::format("step_{:08d}", step); }
+
+fs::path save_checkpoint(Engine& engine, const fs::path& root, const CheckpointInfo& info) {
+  const std::string name = checkpoint_name(info.step);
+  const fs::path final_dir = root / name;
+  const fs::path tmp_dir = root / (name + ".tmp");
+  const bool leader = engine.rank() == 0;
+
+  agree(engine, [&] {
+    if (!leader) return;
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    if (ec) throw Error(fmt::format("{}: cannot create: {}", root.string(), ec.message()));
+    fs::remove_all(tmp_dir, ec);  // left over from a save that crashed
+    if (!fs::create_directory(tmp_dir, ec) || ec)
+      throw Error(fmt::format("{}: cannot create: {}", tmp_dir.string(), ec.message()));
+  });
+
+  std::vector<ShardRecord> mine;
+  std::string local_error;
+  try {
+    mine = write_rank_file(tmp_dir, engine.rank(), engine.saved_shards());
+  } catch (const Error& e) {
+    local_error = e.what();
+  }
+  nlohmann::json mine_json = nlohmann::json::array();
+  for (auto& r : mine) mine_json.push_back(record_to_json(r));
+  auto gathered = engine.all_gather_strings(local_error.empty() ? mine_json.dump() : "!" + local_error);
+
+  agree(engine, [&] {
+    if (!leader) return;
+    nlohmann::json shards = nlohmann::json::array();
+    for (std::size_t r = 0; r < gathered.size(); ++r) {
+      if (gathered[r].starts_with("!")) {
+        std::error_code ec;
+        fs::remove_all(tmp_dir, ec);
+        throw Error(gathered.size() == 1 ? gathered[r].substr(1) : fmt::format("rank {}: {}", r, gathered[r].substr(1)));
+      }
+      for (auto& rec : nlohmann::json::parse(gathered[r])) shards.push_back(rec);
+    }
+    nlohmann::json manifest = {{"format", "strata-checkpoint"},
+                               {"version", kCheckpointVersion},
+                               {"step", info.step},
+                               {"world_size", info.world_size},
+                               {"model", info.model.to_json()},
+                               {"arena_floats", engine.layout().total_floats()},
+                               {"states", {"master", "exp_avg", "exp_avg_sq"}},
+                               {"run", info.run},
+                               {"data", info.data},
+                               {"rng", info.rng},
+                               {"shards", shards}};
+    atomic_write_file(tmp_dir / kManifestName, manifest.dump(2) + "\n");
+    fsync_directory(tmp_dir);
+    rename_into_place(tmp_dir, final_dir);
+    fsync_directory(root);
+  });
+  return final_dir;
+}
+
+Checkpoint Checkpoint::open(const fs::path& dir) {
+  Checkpoint c;
+  c.dir_ = dir;
+  const fs::path manifest_path = dir / kManifestName;
+  if (!fs::exists(manifest_path))
+    throw Error(fmt::format("{}: missing: {} is not a complete checkpoint", manifest_path.string(), dir.string()));
+  ManifestReader mr{manifest_path.string()};
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_file_text(manifest_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: malformed: {}", mr.origin, e.what()));
+  }
+  if (!m.is_object()) throw Error(fmt::format("{}: malformed: expected a JSON object", mr.origin));
+  if (const std::string format = mr.str(m, "format"); format != "strata-checkpoint")
+    throw Error(fmt::format("{}: not a strata checkpoint manifest (format '{}')", mr.origin, format));
+  if (auto v = mr.uint(m, "version"); v != kCheckpointVersion)
+    throw Error(fmt::format("{}: format version {} is not supported (this strata reads version {})", mr.origin, v,
+                            kCheckpointVersion));
+
+  c.info_.step = static_cast<std::int64_t>(mr.uint(m, "step"));
+  c.info_.world_size = static_cast<int>(mr.uint(m, "world_size"));
+  try {
+    c.info_.model = model::GPTConfig::from_json(mr.at(m, "model", ""));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: malformed: {}", mr.origin, e.what()));
+  }
+  c.arena_floats_ = mr.uint(m, "arena_floats");
+  c.info_.run = mr.at(m, "run", "");
+  c.info_.data = mr.at(m, "data", "");
+  c.info_.rng = mr.at(m, "rng", "");
+
+  const auto& shards = mr.at(m, "shards", "");
+  if (!shards.is_array() || shards.empty())
+    throw Error(fmt::format("{}: malformed: 'shards' must be a non-empty array", mr.origin));
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::string where = fmt::format("shards[{}].", i);
+    const auto& s = shards[i];
+    ShardRecord r;
+    r.rank = static_cast<int>(mr.uint(s, "rank", where));
+    r.file = mr.str(s, "file", where);
+    r.offset = mr.uint(s, "offset", where);
+    r.begin = mr.uint(s, "begin", where);
+    r.end = mr.uint(s, "end", where);
+    r.bytes = mr.uint(s, "bytes", where);
+    r.xxh3 = mr.str(s, "xxh3", where);
+    // Shard files live inside the checkpoint folder; a path elsewhere is not ours to read.
+    if (r.file.empty() || r.file.find('/') != std::string::npos || r.file == "." || r.file == "..")
+      throw Error(fmt::format("{}: malformed: {}file '{}' is not a file name", mr.origin, where, r.file));
+    if (r.end < r.begin || r.bytes != std::uint64_t{kStates} * (r.end - r.begin) * sizeof(float))
+      throw Error(fmt::format("{}: malformed: {}bytes = {} does not hold 3 states of [{}, {})", mr.origin, where,
+                              r.bytes, r.begin, r.end));
+    c.shards_.push_back(std::move(r));
+  }
+
+  // The shards must tile the arena exactly once.
+  std::sort(c.shards_.begin(), c.shards_.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  std::size_t cursor = 0;
+  for (auto& r : c.shards_) {
+    if (r.begin != cursor)
+      throw Error(fmt::format("{}: malformed: the shards do not cover the arena exactly once (gap or overlap at "
+                              "float {})",
+                              mr.origin, cursor));
+    cursor = r.end;
+  }
+  if (cursor != c.arena_floats_)
+    throw Error(fmt::format("{}: malformed: the shards cover {} floats, arena_floats = {}", mr.origin, cursor,
+                            c.arena_floats_));
+  if (c.arena_floats_ != model::ParamLayout(c.info_.model).total_floats())
+    throw Error(fmt::format("{}: malformed: arena_floats = {} does not match the model ({} floats)", mr.origin,
+                            c.arena_floats_, model::ParamLayout(c.info_.model).total_floats()));
+
+  // Each shard file must hold exactly its records, back to back.
+  std::map<std::string, std::vector<const ShardRecord*>> by_file;
+  for (auto& r : c.shards_) by_file[r.file].push_back(&r);
+  for (auto& [file, recs] : by_file) {
+    std::sort(recs.begin(), recs.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    std::uint64_t expected = 0;
+    for (auto* r : recs) {
+      if (r->offset != expected)
+        throw Error(fmt::format("{}: malformed: records of {} are not back to back", mr.origin, file));
+      expected += r->bytes;
+    }
+    const fs::path path = dir / file;
+    std::error_code ec;
+    auto size = fs::file_size(path, ec);
+    if (ec) throw Error(fmt::format("{}: missing shard file (rank {}): {}", path.string(), recs.front()->rank,
+                                    ec.message()));
+    if (size < expected)
+      throw Error(fmt::format("{}: truncated shard file (rank {}): {} bytes, the manifest says {}", path.string(),
+                              recs.front()->rank, size, expected));
+    if (size > expected)
+      throw Error(fmt::format("{}: shard file (rank {}) has {} bytes, the manifest says {}", path.string(),
+                              recs.front()->rank, size, expected));
+  }
+  return c;
+}
+
+void Checkpoint::read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const {
+  if (end > arena_floats_ || begin > end)
+    throw Error(fmt::format("{}: range [{}, {}) lies outside the arena of {} floats", dir_.string(), begin, end,
+                            arena_floats_));
+  float* const dst[kStates] = {master, exp_avg, exp_avg_sq};
+  std::vector<float> buf;
+  for (const ShardRecord& r : shards_) {
+    if (r.end <= begin || r.begin >= end) continue;
+    const fs::path path = dir_ / r.file;
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) throw Error(fmt::format("{}: cannot open shard file (rank {}): {}", path.string(), r.rank,
+                                           std::strerror(errno)));
+    const std::size_t n = r.end - r.begin;
+    const std::size_t lo = std::max(begin, r.begin), hi = std::min(end, r.end);
+    Hasher hash;
+    std::uint64_t offset = r.offset;
+    // The whole shard is read (its checksum covers all of it); the overlap is copied out.
+    for (int s = 0; s < kStates; ++s) {
+      for (std::size_t i = 0; i < n; i += kChunkFloats) {
+        const std::size_t m = std::min(kChunkFloats, n - i);
+        buf.resize(m);
+        read_exact(fd.fd, buf.data(), m * sizeof(float), offset, path);
+        offset += m * sizeof(float);
+        hash.update(buf.data(), m * sizeof(float));
+        if (!dst[s]) continue;
+        // Chunk covers arena [r.begin + i, r.begin + i + m).
+        const std::size_t c_lo = std::max(lo, r.begin + i), c_hi = std::min(hi, r.begin + i + m);
+        if (c_lo < c_hi)
+          std::memcpy(dst[s] + (c_lo - begin), buf.data() + (c_lo - r.begin - i), (c_hi - c_lo) * sizeof(float));
+      }
+    }
+    if (std::string got = hash.hex(); got != r.xxh3)
+      throw Error(fmt::format("{}: checksum mismatch in the shard of rank {} at byte {}: xxh3 {}, the manifest says "
+                              "{}; the file is corrupt",
+                              path.string(), r.rank, r.offset, got, r.xxh3));
+  }
+}
+
+void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config) {
+  const auto saved = ckpt.info().model.to_json(), want = config.to_json();
+  for (auto& [key, value] : saved.items()) {
+    if (want[key] != value)
+      throw Error(fmt::format("{}: checkpoint of another model shape: model.{} = {} in the checkpoint, {} in this run",
+                              ckpt.dir().string(), key, value.dump(), want[key].dump()));
+  }
+}
+
+void load_checkpoint(Engine& engine, const Checkpoint& ckpt) {
+  agree(engine, [&] {
+    check_same_model(ckpt, engine.layout().config());
+    for (const StateShard& s : engine.state_shards()) ckpt.read(s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq);
+  });
+  engine.state_loaded();
+}
+
+fs::path find_checkpoint(const fs::path& path) {
+  if (fs::exists(path / kManifestName)) return path;
+  if (!fs::is_directory(path)) throw Error(fmt::format("{}: no such checkpoint or output folder", path.string()));
+  const fs::path root = fs::is_directory(path / "ckpt") ? path / "ckpt" : path;
+  std::optional<std::int64_t> newest;
+  for (auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    // step_<digits> exactly: step_X.tmp folders are saves that never finished.
+    if (!name.starts_with("step_") || name.size() == 5) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) continue;
+    if (!fs::exists(entry.path() / kManifestName)) continue;
+    std::int64_t step = std::stoll(name.substr(5));
+    if (!newest || step > *newest) newest = step;
+  }
+  if (!newest)
+    throw Error(fmt::format("{}: no complete checkpoint in it (expected step_*/manifest.json under {})",
+                            path.string(), root.string()));
+  return root / checkpoint_name(*newest);
+}
+
+}  // namespace strata::train

@@ -1,0 +1,277 @@
+#include "train/config.hpp"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+
+namespace strata::train {
+
+namespace {
+
+using Apply = std::function<void(TrainConfig&, const std::string& key, const SettingValue&)>;
+struct Entry {
+  SettingInfo info;
+  Apply apply;  // empty for model.* keys, which build_config applies as one model
+};
+
+std::int64_t as_int(const std::string& key, const SettingValue& v) {
+  if (auto* i = std::get_if<std::int64_t>(&v)) return *i;
+  throw Error(fmt::format("{}: must be an integer", key));
+}
+
+// Sizes and counts: a value given explicitly must be positive (0 never means "default" there).
+int positive_int(const std::string& key, const SettingValue& v) {
+  std::int64_t i = as_int(key, v);
+  if (i <= 0) throw Error(fmt::format("{} = {}: must be positive", key, i));
+  if (i > std::numeric_limits<int>::max()) throw Error(fmt::format("{} = {}: too large", key, i));
+  return static_cast<int>(i);
+}
+std::int64_t positive_int64(const std::string& key, const SettingValue& v) {
+  std::int64_t i = as_int(key, v);
+  if (i <= 0) throw Error(fmt::format("{} = {}: must be positive", key, i));
+  return i;
+}
+std::int64_t non_negative_int64(const std::string& key, const SettingValue& v) {
+  std::int64_t i = as_int(key, v);
+  if (i < 0) throw Error(fmt::format("{} = {}: must not be negative", key, i));
+  return i;
+}
+float as_float(const std::string& key, const SettingValue& v) {
+  double d;
+  if (auto* f = std::get_if<double>(&v))
+    d = *f;
+  else if (auto* i = std::get_if<std::int64_t>(&v))
+    d = static_cast<double>(*i);
+  else
+    throw Error(fmt::format("{}: must be a number", key));
+  if (!std::isfinite(d)) throw Error(fmt::format("{} = {}: must be finite", key, d));
+  return static_cast<float>(d);
+}
+std::string as_string(const std::string& key, const SettingValue& v) {
+  if (auto* s = std::get_if<std::string>(&v)) return *s;
+  throw Error(fmt::format("{}: must be a string", key));
+}
+
+const std::vector<Entry>& entries() {
+  using K = SettingKind;
+  static const std::vector<Entry> table = {
+      {{"model.preset", "--model", K::String, "model preset: tiny, small, gpt2-124m"}, {}},
+      {{"model.n_layer", "--n-layer", K::Int, "transformer blocks"}, {}},
+      {{"model.n_head", "--n-head", K::Int, "attention heads (must divide n_embd)"}, {}},
+      {{"model.n_embd", "--n-embd", K::Int, "hidden size"}, {}},
+      {{"model.seq_len", "--seq-len", K::Int, "longest sequence the model takes (rows of wpe)"}, {}},
+      {{"model.vocab_size", "--vocab-size", K::Int, "vocabulary size (the padded size follows unless given)"}, {}},
+      {{"model.padded_vocab_size", "--padded-vocab-size", K::Int, "rows of wte, >= vocab_size"}, {}},
+
+      {{"data.train", "--train-data", K::String, "training tokens (.bin, llm.c format)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.train_data = as_string(k, v); }},
+      {{"data.val", "--val-data", K::String, "validation tokens (.bin); none: no validation"},
+       [](TrainConfig& c, auto& k, auto& v) { c.val_data = as_string(k, v); }},
+
+      {{"optim.lr", "--lr", K::Float, "peak learning rate"},
+       [](TrainConfig& c, auto& k, auto& v) { c.lr = as_float(k, v); }},
+      {{"optim.min_lr", "--min-lr", K::Float, "learning rate at the end of the cosine decay"},
+       [](TrainConfig& c, auto& k, auto& v) { c.min_lr = as_float(k, v); }},
+      {{"optim.warmup", "--warmup", K::Int, "linear warm-up steps"},
+       [](TrainConfig& c, auto& k, auto& v) { c.warmup = non_negative_int64(k, v); }},
+      {{"optim.weight_decay", "--weight-decay", K::Float, "decoupled weight decay (matrices and embeddings)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.adamw.weight_decay = as_float(k, v); }},
+      {{"optim.beta1", "--beta1", K::Float, "Adam beta1"},
+       [](TrainConfig& c, auto& k, auto& v) { c.adamw.beta1 = as_float(k, v); }},
+      {{"optim.beta2", "--beta2", K::Float, "Adam beta2"},
+       [](TrainConfig& c, auto& k, auto& v) { c.adamw.beta2 = as_float(k, v); }},
+      {{"optim.eps", "--eps", K::Float, "Adam epsilon"},
+       [](TrainConfig& c, auto& k, auto& v) { c.adamw.eps = as_float(k, v); }},
+      {{"optim.grad_clip", "--grad-clip", K::Float, "clip the global gradient norm to this (0: off)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.adamw.grad_clip = as_float(k, v); }},
+
+      {{"train.batch", "--batch", K::Int, "sequences per micro-batch (per rank)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.batch = positive_int(k, v); }},
+      {{"train.seq", "--seq", K::Int, "tokens per training sequence (default: model.seq_len)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.seq = positive_int(k, v); }},
+      {{"train.grad_accum", "--grad-accum", K::Int, "micro-batches per optimizer step"},
+       [](TrainConfig& c, auto& k, auto& v) { c.grad_accum = positive_int(k, v); }},
+      {{"train.steps", "--steps", K::Int, "optimizer steps in the whole run"},
+       [](TrainConfig& c, auto& k, auto& v) { c.steps = positive_int64(k, v); }},
+      {{"train.seed", "--seed", K::Int, "initialisation and data-order seed"},
+       [](TrainConfig& c, auto& k, auto& v) { c.seed = static_cast<std::uint64_t>(non_negative_int64(k, v)); }},
+      {{"train.threads", "--threads", K::Int, "OpenMP threads (default: OMP_NUM_THREADS or all cores)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.threads = positive_int(k, v); }},
+      {{"train.val_every", "--val-every", K::Int, "validate every N steps (0: only at the end)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.val_every = non_negative_int64(k, v); }},
+      {{"train.val_batches", "--val-batches", K::Int, "micro-batches per validation (per rank)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.val_batches = positive_int(k, v); }},
+      {{"train.save_every", "--save-every", K::Int, "checkpoint every N steps (0: only at the end)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.save_every = non_negative_int64(k, v); }},
+      {{"train.log_every", "--log-every", K::Int, "steps between progress lines when not on a terminal"},
+       [](TrainConfig& c, auto& k, auto& v) { c.log_every = positive_int64(k, v); }},
+      {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
+       [](TrainConfig& c, auto& k, auto& v) { c.out_dir = as_string(k, v); }},
+  };
+  return table;
+}
+
+const Entry* find_entry(std::string_view key) {
+  for (auto& e : entries())
+    if (key == e.info.key) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<SettingInfo>& setting_infos() {
+  static const std::vector<SettingInfo> infos = [] {
+    std::vector<SettingInfo> v;
+    for (auto& e : entries()) v.push_back(e.info);
+    return v;
+  }();
+  return infos;
+}
+
+Settings parse_config_toml(std::string_view text, std::string_view origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw Error(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column,
+                            e.description()));
+  }
+  Settings out;
+  for (auto&& [section, node] : root) {
+    const toml::table* tbl = node.as_table();
+    if (!tbl) throw Error(fmt::format("{}: {}: expected a section ([{}]), not a value", origin, section.str(), section.str()));
+    for (auto&& [name, value] : *tbl) {
+      std::string key = fmt::format("{}.{}", section.str(), name.str());
+      const Entry* e = find_entry(key);
+      if (!e) throw Error(fmt::format("{}: {}: unknown key", origin, key));
+      switch (e->info.kind) {
+        case SettingKind::Int:
+          if (!value.is_integer()) throw Error(fmt::format("{}: {}: must be an integer", origin, key));
+          out[key] = value.as_integer()->get();
+          break;
+        case SettingKind::Float:
+          if (value.is_integer())
+            out[key] = static_cast<double>(value.as_integer()->get());
+          else if (value.is_floating_point())
+            out[key] = value.as_floating_point()->get();
+          else
+            throw Error(fmt::format("{}: {}: must be a number", origin, key));
+          break;
+        case SettingKind::String:
+          if (!value.is_string()) throw Error(fmt::format("{}: {}: must be a string", origin, key));
+          out[key] = value.as_string()->get();
+          break;
+      }
+    }
+  }
+  return out;
+}
+
+Settings read_config_file(const std::filesystem::path& path) {
+  return parse_config_toml(read_file_text(path), path.string());
+}
+
+model::GPTConfig build_model(const Settings& settings, std::string* preset_name) {
+  std::string name = "tiny";
+  if (auto it = settings.find("model.preset"); it != settings.end()) name = as_string(it->first, it->second);
+  nlohmann::json model = model::GPTConfig::preset(name).to_json();
+  bool padded_given = false, vocab_given = false;
+  for (auto& [key, value] : settings) {
+    if (!key.starts_with("model.") || key == "model.preset") continue;
+    if (!find_entry(key)) throw Error(fmt::format("{}: unknown setting", key));
+    model[key.substr(6)] = positive_int(key, value);
+    padded_given |= key == "model.padded_vocab_size";
+    vocab_given |= key == "model.vocab_size";
+  }
+  if (vocab_given && !padded_given) model["padded_vocab_size"] = model::pad_vocab(model["vocab_size"].get<int>());
+  if (preset_name) *preset_name = name;
+  return model::GPTConfig::from_json(model);
+}
+
+TrainConfig build_config(const Settings& settings) {
+  TrainConfig c;
+  for (auto& [key, value] : settings)
+    if (!find_entry(key)) throw Error(fmt::format("{}: unknown setting", key));
+
+  c.model = build_model(settings, &c.model_name);
+
+  for (auto& [key, value] : settings) {
+    const Entry* e = find_entry(key);
+    if (e->apply) e->apply(c, key, value);
+  }
+  // The decay floor follows the peak unless given, so --lr alone never conflicts with it.
+  if (!settings.contains("optim.min_lr")) c.min_lr = c.lr * 0.1f;
+  c.validate();
+  return c;
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  auto positive = [](const char* key, std::int64_t v) {
+    if (v <= 0) throw Error(fmt::format("{} = {}: must be positive", key, v));
+  };
+  positive("train.batch", batch);
+  positive("train.grad_accum", grad_accum);
+  positive("train.steps", steps);
+  positive("train.val_batches", val_batches);
+  positive("train.log_every", log_every);
+  if (seq < 0) throw Error(fmt::format("train.seq = {}: must be positive", seq));
+  if (seq_len() > model.seq_len)
+    throw Error(fmt::format("train.seq = {} exceeds model.seq_len = {}", seq_len(), model.seq_len));
+  if (threads < 0) throw Error(fmt::format("train.threads = {}: must be positive", threads));
+  if (!(lr > 0)) throw Error(fmt::format("optim.lr = {}: must be positive", lr));
+  if (!(min_lr >= 0 && min_lr <= lr))
+    throw Error(fmt::format("optim.min_lr = {}: must lie in [0, optim.lr = {}]", min_lr, lr));
+  if (warmup < 0) throw Error(fmt::format("optim.warmup = {}: must not be negative", warmup));
+  if (!(adamw.weight_decay >= 0))
+    throw Error(fmt::format("optim.weight_decay = {}: must not be negative", adamw.weight_decay));
+  if (!(adamw.beta1 >= 0 && adamw.beta1 < 1)) throw Error(fmt::format("optim.beta1 = {}: must lie in [0, 1)", adamw.beta1));
+  if (!(adamw.beta2 >= 0 && adamw.beta2 < 1)) throw Error(fmt::format("optim.beta2 = {}: must lie in [0, 1)", adamw.beta2));
+  if (!(adamw.eps > 0)) throw Error(fmt::format("optim.eps = {}: must be positive", adamw.eps));
+  if (!(adamw.grad_clip >= 0)) throw Error(fmt::format("optim.grad_clip = {}: must not be negative", adamw.grad_clip));
+  if (train_data.empty()) throw Error("data.train: missing (give --train-data or [data] train in the config file)");
+  if (val_every < 0) throw Error(fmt::format("train.val_every = {}: must not be negative", val_every));
+  if (save_every < 0) throw Error(fmt::format("train.save_every = {}: must not be negative", save_every));
+  if (save_every > 0 && out_dir.empty()) throw Error("train.save_every: checkpoints need an output folder (--out)");
+  if (stop_after < 0 || stop_after > steps)
+    throw Error(fmt::format("--stop-after {}: must lie in [1, train.steps = {}]", stop_after, steps));
+}
+
+// A float as the shortest decimal that reads back as it (0.0006, not 0.0006000000284984708).
+static double shortest(float f) { return std::stod(fmt::format("{}", f)); }
+
+nlohmann::json TrainConfig::to_json() const {
+  return {{"model", {{"preset", model_name}, {"config", model.to_json()}}},
+          {"data", {{"train", train_data}, {"val", val_data}}},
+          {"optim",
+           {{"lr", shortest(lr)},
+            {"min_lr", shortest(min_lr)},
+            {"warmup", warmup},
+            {"weight_decay", shortest(adamw.weight_decay)},
+            {"beta1", shortest(adamw.beta1)},
+            {"beta2", shortest(adamw.beta2)},
+            {"eps", shortest(adamw.eps)},
+            {"grad_clip", shortest(adamw.grad_clip)}}},
+          {"train",
+           {{"batch", batch},
+            {"seq", seq_len()},
+            {"grad_accum", grad_accum},
+            {"steps", steps},
+            {"seed", seed},
+            {"threads", threads},
+            {"val_every", val_every},
+            {"val_batches", val_batches},
+            {"save_every", save_every},
+            {"log_every", log_every},
+            {"out", out_dir}}}};
+}
+
+}  // namespace strata::train

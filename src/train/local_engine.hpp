@@ -1,0 +1,41 @@
+#pragma once
+// The single-process engine: one full parameter arena, one gradient arena and the AdamW
+// moments, all in the layout's order. Its one state shard is the whole arena.
+#include <cstdint>
+
+#include "base/aligned.hpp"
+#include "model/gpt.hpp"
+#include "train/engine.hpp"
+
+namespace strata::train {
+
+class LocalEngine final : public Engine {
+ public:
+  // Activations for micro-batches of `batch` x `seq` tokens; parameters initialised from `seed`.
+  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed);
+
+  const model::ParamLayout& layout() const override { return gpt_.layout(); }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+
+  float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
+  float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
+  double optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) override;
+
+  double all_mean(double local) override { return local; }
+  std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
+
+  std::vector<StateShard> state_shards() override;
+  void state_loaded() override {}  // the master weights are the weights the forward reads
+  void gather_params(float* full) override;
+
+  const float* params() const { return params_.data(); }
+  const float* grads() const { return grads_.data(); }
+
+ private:
+  model::GPT gpt_;
+  AlignedBuffer<float> params_, grads_, exp_avg_, exp_avg_sq_;
+  model::ArenaAccess access_;
+};
+
+}  // namespace strata::train

@@ -1,0 +1,401 @@
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <numeric>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/search.hpp"
+#include "plan/svg.hpp"
+
+using namespace strata;
+using namespace strata::plan;
+using shard::Purpose;
+using shard::Wire;
+
+namespace {
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+topo::Topology frontier(int nodes) {
+  topo::Topology t = topo::Topology::preset("frontier");
+  t.resolve(t.world_size_for_nodes(nodes));
+  return t;
+}
+
+PlanContext neox_on_frontier(int nodes, std::vector<LeaveOut> leave_out = {}, Workload w = {}) {
+  if (w.seq == 0) w.seq = 2048;
+  topo::Topology t = frontier(nodes);
+  return PlanContext(ModelShape::preset("gpt-neox-20b"), t, *device_for_topology("frontier"), w,
+                     std::move(leave_out));
+}
+
+// The scalar all-gathers (gradient norm, loss) are left out where a closed form counts only
+// the model's bytes.
+std::vector<LeaveOut> no_scalars() { return {{Purpose::GradNormAllReduce, ""}, {Purpose::LossAllReduce, ""}}; }
+
+double padded_params(const PlanContext& c, const shard::ShardSpec& spec) {
+  return static_cast<double>(shard::Schedule(c.units(), c.topology(), spec, 1).total_padded());
+}
+
+Estimate priced(const PlanContext& c, const std::string& strategy) {
+  return c.estimate(strategy, apply_precision(strategy_spec(strategy, c.topology()), c.workload().precision));
+}
+
+double total_sent(const Estimate& e) {
+  double n = 0;
+  for (const TierCost& t : e.tiers) n += static_cast<double>(t.traffic.bytes_sent);
+  return n;
+}
+
+}  // namespace
+
+TEST(CostModel, PrecisionMapsFp32WiresToBf16AndKeepsQuantizedOnes) {
+  topo::Topology t = frontier(2);
+  shard::ShardSpec z3 = apply_precision(strategy_spec("zero3", t), Precision::BF16);
+  EXPECT_EQ(z3.weight_wire, Wire::BF16);
+  EXPECT_EQ(z3.grad_wire, Wire::BF16);
+  EXPECT_EQ(z3.step_grad_wire, Wire::BF16);
+  shard::ShardSpec zpp = apply_precision(strategy_spec("zeropp", t), Precision::BF16);
+  EXPECT_EQ(zpp.weight_wire, Wire::I8);
+  EXPECT_EQ(zpp.grad_wire, Wire::I4);
+  EXPECT_EQ(zpp.step_grad_wire, Wire::BF16);
+  EXPECT_EQ(apply_precision(strategy_spec("zero3", t), Precision::FP32).weight_wire, Wire::F32);
+}
+
+TEST(CostModel, Zero3MovesThreeTimesTwoPsiPerRankPerStep) {
+  PlanContext c = neox_on_frontier(48, no_scalars());
+  Estimate e = priced(c, "zero3");
+  const double d = 384, psi = padded_params(c, e.spec);
+  // NeoX's input embedding is a lookup: its backward needs no weights, so it is gathered
+  // once a micro-batch, every other unit twice.
+  const double embedding = static_cast<double>(shard::Schedule(c.units(), c.topology(), e.spec, 1).padded_numel(0));
+  EXPECT_DOUBLE_EQ(total_sent(e), (3 * 2 * psi - 2 * embedding) * (d - 1) / d);
+  // Padding aside, that is 3 x 2ψ of the real model.
+  EXPECT_NEAR(total_sent(e) / (6.0 * static_cast<double>(c.model().num_params())), 1.0, 0.01);
+}
+
+TEST(CostModel, HsdpCrossNodeIsARingAllReduceOfTheNodeShard) {
+  PlanContext c = neox_on_frontier(48, no_scalars());
+  Estimate e = priced(c, "hsdp");
+  const double g = 8, R = 48, psi = padded_params(c, e.spec);
+  EXPECT_DOUBLE_EQ(static_cast<double>(e.bytes_on("cluster")), 2 * (2 * psi / g) * (R - 1) / R);
+}
+
+TEST(CostModel, ZeroppCrossNodeIsAboutAQuarterOfZero3) {
+  PlanContext c = neox_on_frontier(48);
+  const double ratio = static_cast<double>(priced(c, "zeropp").bytes_on("cluster")) /
+                       static_cast<double>(priced(c, "zero3").bytes_on("cluster"));
+  EXPECT_NEAR(ratio, 0.25, 0.01);  // int8 weights (+ scales) and int4 gradients (+ scales), no backward gather
+}
+
+TEST(CostModel, TopoPaperAllReducesTheNodeShardAndStrataReduceScattersIt) {
+  PlanContext c = neox_on_frontier(48, no_scalars());
+  Estimate paper = priced(c, "topo-paper"), strata_topo = priced(c, "topo");
+  double reduce = 0, gather = 0;  // bytes of one cluster-level reduce-scatter (bf16) and weight gather (int8)
+  shard::Schedule s(c.units(), c.topology(), paper.spec, 1);
+  for (int u = 0; u < s.num_units(); ++u) {
+    const std::size_t os_slice = s.padded_numel(u) / 384;
+    reduce += 47.0 * static_cast<double>(shard::wire_bytes(os_slice, Wire::BF16, 256));
+    gather += 47.0 * static_cast<double>(shard::wire_bytes(os_slice, Wire::I8, 256));
+  }
+  EXPECT_DOUBLE_EQ(static_cast<double>(paper.bytes_on("cluster")), 2 * reduce + gather);
+  EXPECT_DOUBLE_EQ(static_cast<double>(strata_topo.bytes_on("cluster")), reduce + gather);
+  // The paper's table: leave both step collectives out and nothing crosses nodes.
+  PlanContext table = neox_on_frontier(
+      48, {{Purpose::StepGradReduce, ""}, {Purpose::StepGradGather, ""}, {Purpose::WeightGatherStep, ""},
+           {Purpose::GradNormAllReduce, ""}, {Purpose::LossAllReduce, ""}});
+  Estimate t = priced(table, "topo-paper");
+  EXPECT_EQ(t.bytes_on("cluster"), 0u);
+  // Named once for each tier they ran on: reduce and all-gather over cluster, the weight
+  // gather over cluster and node, the two scalars over all three tiers.
+  EXPECT_EQ(t.left_out.size(), 10u);
+  EXPECT_LT(t.step_time_s, priced(c, "topo-paper").step_time_s);
+}
+
+TEST(CostModel, MemoryByStateFollowsTheSpecFormula) {
+  PlanContext c = neox_on_frontier(48);
+  Estimate e = priced(c, "topo");
+  shard::Schedule s(c.units(), c.topology(), e.spec, 1);
+  std::uint64_t weights = 0, grads = 0, optimizer = 0;
+  for (int u = 0; u < s.num_units(); ++u) {
+    const std::size_t n = s.padded_numel(u);
+    weights += shard::wire_bytes(n / 2, Wire::I8, 256);  // W over the 2 GCDs, int8 with scales
+    grads += 2 * (n / 8);                                // G over the node's 8, bf16
+    optimizer += 12 * (n / 384);                         // OS over all: master, m, v in fp32
+  }
+  EXPECT_EQ(e.memory.weights, weights);
+  EXPECT_EQ(e.memory.grads, grads);
+  EXPECT_EQ(e.memory.optimizer, optimizer);
+  EXPECT_EQ(e.memory.secondary, 0u);
+  EXPECT_EQ(e.activation_bytes, c.model().activation_bytes(1, 2048, 2, false, false));
+  EXPECT_EQ(e.total_memory_bytes, e.memory.weights + e.memory.grads + e.memory.optimizer + e.memory.gathered +
+                                      e.activation_bytes);
+  EXPECT_EQ(e.device_memory_bytes, 64'000'000'000u);
+}
+
+TEST(CostModel, AModelThatDoesNotFitSaysWhatItNeedsAgainstWhatTheDeviceHas) {
+  topo::Topology t = topo::Topology::preset("dgx-a100");
+  t.resolve(8);
+  Workload w;
+  w.seq = 4096;
+  PlanContext c(ModelShape::preset("llama2-70b"), t, *device_for_topology("dgx-a100"), w);
+  Estimate ddp = priced(c, "ddp");
+  EXPECT_FALSE(ddp.fits);
+  // ddp keeps every state whole: 2 + 2 + 12 bytes a parameter before activations.
+  EXPECT_GT(ddp.total_memory_bytes, 16u * static_cast<std::uint64_t>(c.model().num_params()));
+  const std::string verdict = ddp.memory_verdict();
+  EXPECT_NE(verdict.find(fmt::format("does not fit: needs {:.1f} GB of 80 GB", ddp.total_memory_bytes / 1e9)),
+            std::string::npos)
+      << verdict;
+  EXPECT_EQ(ddp.to_json()["fits"], false);
+}
+
+TEST(CostModel, AlphaBetaTimeOfOneOp) {
+  topo::Tier tier{"cluster", 4, 25, 5, 0.8, ""};
+  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  op.group_size = 4;
+  op.messages = 3;
+  op.bytes_sent = 3'000'000;
+  // 3 messages x 5 us + 3 MB / (25 GB/s x 0.8)
+  EXPECT_DOUBLE_EQ(op_time_s(op, tier), 3 * 5e-6 + 3e6 / 20e9);
+}
+
+namespace {
+
+// Two units A, B on two ranks of one tier, every state sharded: gathers before each forward
+// and backward, reductions after each backward; each op takes 1 s in the tests below.
+shard::Schedule two_unit_schedule(int prefetch) {
+  topo::Topology t = topo::Topology::from_toml_string(R"(
+[[tiers]]
+name = "node"
+bandwidth_GBps = 1
+latency_us = 0
+)");
+  t.resolve(2);
+  using K = model::UnitEvent;
+  const auto F = model::Phase::Forward, B = model::Phase::Backward;
+  shard::UnitPlan p{{"A", "B"},
+                    {1024, 1024},
+                    {{K::Acquire, 0, F}, {K::Release, 0, F}, {K::Acquire, 1, F}, {K::Release, 1, F},
+                     {K::Acquire, 1, B}, {K::Release, 1, B}, {K::GradsReady, 1, B}, {K::Acquire, 0, B},
+                     {K::Release, 0, B}, {K::GradsReady, 0, B}}};
+  shard::ShardSpec spec;
+  spec.weights = spec.grads = spec.optimizer = "node";
+  spec.prefetch = prefetch;
+  return shard::Schedule(p, t, spec, 1);
+}
+
+}  // namespace
+
+TEST(CostModel, EveryMicroBatchOpNamesTheEventItServes) {
+  PlanContext c = neox_on_frontier(2);
+  for (const char* name : {"zero3", "zeropp", "topo"}) {
+    shard::Schedule s(c.units(), c.topology(), strategy_spec(name, c.topology()), 1);
+    for (const shard::ScheduledOp& op : s.micro_batch_ops()) {
+      ASSERT_GE(op.event, 0);
+      const model::UnitEvent& ev = c.units().events.at(op.event);
+      EXPECT_EQ(ev.unit, op.unit) << name;
+      if (op.purpose == Purpose::GradReduce) {
+        EXPECT_EQ(ev.kind, model::UnitEvent::GradsReady) << name;
+      } else {
+        EXPECT_EQ(ev.kind, model::UnitEvent::Acquire) << name;
+        EXPECT_EQ(ev.phase == model::Phase::Forward, op.purpose == Purpose::WeightGatherForward) << name;
+      }
+    }
+  }
+  shard::Schedule s(c.units(), c.topology(), strategy_spec("zero3", c.topology()), 1);
+  EXPECT_NE(error_of([&] { s.memory_per_rank(3); }).find("compute_bytes = 3"), std::string::npos);
+  EXPECT_NE(error_of([&] { replay_micro_batch(s, {1}, {1}, {}); }).find("replay:"), std::string::npos);
+}
+
+TEST(CostModel, ReplayHidesPrefetchedGathersBehindCompute) {
+  shard::Schedule s = two_unit_schedule(1);
+  ASSERT_EQ(s.micro_batch_ops().size(), 6u);
+  std::vector<double> ones(6, 1.0);
+  // forward 2 s a unit, backward 4 s. Prefetch 1 by hand: gather A [0,1] (compute waits),
+  // A fwd [1,3] while gather B [1,2]; B fwd [3,5] while gather B' [3,4]; B bwd [5,9] while
+  // gather A' [5,6]; reduce B issued at 9 runs [9,10] under A bwd [9,13]; reduce A [13,14]
+  // runs after compute: exposed 1 + 1.
+  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones);
+  EXPECT_DOUBLE_EQ(t.compute_s, 12);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 14);
+  EXPECT_DOUBLE_EQ(t.exposed_by_level[0], 2);
+  EXPECT_DOUBLE_EQ(t.busy_by_level[0], 6);
+}
+
+TEST(CostModel, ReplayWithoutPrefetchWaitsForEveryGather) {
+  shard::Schedule s = two_unit_schedule(0);
+  std::vector<double> ones(6, 1.0);
+  // On demand: gather A [0,1], A fwd [1,3]; gather B [3,4], B fwd [4,6]; gather B' [6,7],
+  // B bwd [7,11]; reduce B and gather A' are both issued at 11, reduce B first (schedule
+  // order): [11,12], [12,13]; A bwd [13,17]; reduce A [17,18].
+  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones);
+  EXPECT_DOUBLE_EQ(t.compute_s, 12);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 18);
+  EXPECT_DOUBLE_EQ(t.exposed_by_level[0], 6);
+}
+
+TEST(CostModel, StepTimeIsComputePlusExposedPlusTheUnhiddenStepPhase) {
+  Workload w;
+  w.accumulation_steps = 4;
+  PlanContext c = neox_on_frontier(48, {}, w);
+  for (const char* name : {"zero3", "zeropp", "topo", "hsdp"}) {
+    Estimate e = priced(c, name);
+    EXPECT_NEAR(e.step_time_s, e.compute_s + e.exposed_micro_s + e.step_comm_s + e.optimizer_s, 1e-9 * e.step_time_s)
+        << name;
+    // The step phase is every step op's α-β time, none hidden.
+    shard::Schedule s(c.units(), c.topology(), e.spec, 4);
+    double step = 0;
+    for (const auto& op : s.step_ops()) step += op_time_s(op, c.topology().tier(op.level));
+    EXPECT_DOUBLE_EQ(e.step_comm_s, step) << name;
+    // The first gather of a micro-batch is never hidden.
+    double first = 0;
+    for (const auto& op : s.micro_batch_ops())
+      if (op.event == s.micro_batch_ops().front().event) first += op_time_s(op, c.topology().tier(op.level));
+    EXPECT_GE(e.exposed_micro_s, 4 * first * (1 - 1e-12)) << name;
+    EXPECT_DOUBLE_EQ(e.tokens_per_s, 2048.0 * 4 * 384 / e.step_time_s) << name;
+    EXPECT_DOUBLE_EQ(e.mfu, e.tflops_per_device / 191.5) << name;
+  }
+}
+
+TEST(CostModel, ComputeTimeIsFlopsOverPeakTimesEfficiency) {
+  PlanContext c = neox_on_frontier(1);
+  Estimate ddp = priced(c, "ddp");  // nothing overlaps in ddp's micro-batch: it is pure compute
+  const double flops = c.model().model_flops_per_token(2048) * 2048;
+  EXPECT_NEAR(ddp.compute_s, flops / (191.5e12 * 0.5), 1e-9 * ddp.compute_s);
+  EXPECT_DOUBLE_EQ(ddp.exposed_micro_s, 0);
+}
+
+TEST(CostModel, JsonCarriesTheFieldsAUserReads) {
+  PlanContext c = neox_on_frontier(48);
+  nlohmann::json j = priced(c, "zeropp").to_json();
+  for (const char* key : {"bytes_per_step", "memory_bytes", "step_time_s", "tflops_per_device", "mfu", "fits",
+                          "tokens_per_s", "comm_time_per_step", "spec"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* tier : {"gpu", "node", "cluster"})
+    for (const char* f : {"bytes_sent", "bytes_received", "messages"}) EXPECT_TRUE(j["bytes_per_step"][tier].contains(f));
+  for (const char* state : {"weights", "secondary", "grads", "optimizer", "activations", "total"})
+    EXPECT_TRUE(j["memory_bytes"].contains(state)) << state;
+  nlohmann::json a = c.assumptions();
+  for (const char* key : {"precision", "device", "tiers", "overlap", "flops", "activations", "comm_time"})
+    EXPECT_TRUE(a.contains(key)) << key;
+}
+
+TEST(CostModel, BadInputIsRefusedNamingTheField) {
+  topo::Topology t = frontier(2);
+  EXPECT_NE(error_of([&] { strategy_spec("zero4", t); }).find("--strategy 'zero4'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_precision("fp8"); }).find("--precision 'fp8'"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_leave_out("weight-gather", t); }).find("--leave-out 'weight-gather'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_leave_out("loss@rack", t); }).find("no tier 'rack'"), std::string::npos);
+  EXPECT_NE(error_of([] { topo::Topology::preset("frontier").world_size_for_nodes(0); }).find("--nodes 0"),
+            std::string::npos);
+  Workload w;
+  w.seq = 2048;
+  w.micro_batch = 0;
+  EXPECT_NE(error_of([&] { w.validate(ModelShape::preset("llama2-7b")); }).find("--micro-batch 0"),
+            std::string::npos);
+  w.micro_batch = 1;
+  w.seq = 2048;
+  EXPECT_NE(error_of([&] { w.validate(ModelShape::preset("gpt2-124m")); }).find("--seq 2048"), std::string::npos);
+  EXPECT_NE(error_of([] { resolve_device("my-cluster", {}); })
+                .find("give --peak-tflops, --device-memory-gb, --hbm-gbps"),
+            std::string::npos);
+  DeviceOverrides bad;
+  bad.compute_efficiency = 1.5;
+  EXPECT_NE(error_of([&] { resolve_device("frontier", bad); }).find("--compute-efficiency = 1.5"), std::string::npos);
+}
+
+TEST(Search, EnumeratesEveryValidSpecAndNamesThePresets) {
+  topo::Topology t = frontier(4);
+  std::vector<NamedSpec> specs = enumerate_specs(t, Precision::BF16, {});
+  // (W, G, OS) with W <= G <= OS over {none, gpu, node, cluster}: 20 triples; secondary tiers
+  // inside W; int8 weights where weights are gathered; 3 gradient wires where G is sharded.
+  std::size_t expected = 0;
+  for (int w = 0; w <= 3; ++w)
+    for (int g = w; g <= 3; ++g)
+      for (int o = g; o <= 3; ++o)
+        expected += static_cast<std::size_t>(std::max(1, w)) * (w > 0 || o > w ? 2 : 1) * (g > 0 ? 3 : 1);
+  EXPECT_EQ(specs.size(), expected);
+  std::set<std::string> names;
+  for (const NamedSpec& s : specs) names.insert(s.name);
+  for (const char* preset : {"ddp", "zero1", "zero2", "zero3", "hsdp", "zeropp", "topo"})
+    EXPECT_TRUE(names.count(preset)) << preset;
+}
+
+TEST(Search, RanksFittingSpecsByThroughputAndSaysWhyOthersLost) {
+  Workload w;
+  w.seq = 2048;
+  w.recompute = true;
+  topo::Topology t = frontier(48);
+  PlanContext c(ModelShape::preset("gpt-neox-20b"), t, *device_for_topology("frontier"), w);
+  SearchResult r = search(c, {});
+  ASSERT_FALSE(r.fitting.empty());
+  ASSERT_FALSE(r.not_fitting.empty());  // ddp keeps 16 bytes of 20.6B parameters a rank
+  for (std::size_t i = 1; i < r.fitting.size(); ++i) EXPECT_LE(r.fitting[i - 1].step_time_s, r.fitting[i].step_time_s);
+  for (const Estimate& e : r.fitting) EXPECT_LE(e.total_memory_bytes, e.device_memory_bytes);
+  for (const Estimate& e : r.not_fitting) EXPECT_GT(e.total_memory_bytes, e.device_memory_bytes);
+  const std::string slower = why_lost(r.fitting.back(), r.fitting.front());
+  EXPECT_EQ(slower.rfind("+", 0), 0u) << slower;
+  EXPECT_NE(slower.find("% step time"), std::string::npos) << slower;
+  const std::string unfit = why_lost(r.not_fitting.front(), r.fitting.front());
+  EXPECT_NE(unfit.find("does not fit: needs"), std::string::npos) << unfit;
+  EXPECT_NE(unfit.find("of 64 GB"), std::string::npos) << unfit;
+  nlohmann::json j = search_json(r, 3);
+  EXPECT_EQ(j["best"].size(), 3u);
+  EXPECT_EQ(j["evaluated"], r.fitting.size() + r.not_fitting.size());
+}
+
+TEST(Sweep, ScalingEfficiencyIsRelativeToTheFirstNodeCount) {
+  topo::Topology t = topo::Topology::preset("frontier");
+  Workload w;
+  w.seq = 2048;
+  w.recompute = true;
+  std::vector<NamedSpec> strategies;
+  for (const char* name : {"zero3", "topo"}) {
+    strategies.push_back({name, apply_precision(strategy_spec(name, t), Precision::BF16)});
+  }
+  auto series = sweep(ModelShape::preset("gpt-neox-20b"), topo::Topology::preset("frontier"),
+                      *device_for_topology("frontier"), w, {}, strategies, {1, 4, 16});
+  ASSERT_EQ(series.size(), 2u);
+  for (const SweepSeries& s : series) {
+    ASSERT_EQ(s.points.size(), 3u);
+    EXPECT_DOUBLE_EQ(s.points[0].scaling_efficiency, 1.0);
+    EXPECT_EQ(s.points[2].estimate.world_size, 128);
+    const auto& p = s.points[2];
+    EXPECT_DOUBLE_EQ(p.scaling_efficiency,
+                     (p.estimate.tokens_per_s / 128) / (s.points[0].estimate.tokens_per_s / 8));
+  }
+  // One node: nothing crosses nodes.
+  EXPECT_EQ(series[0].points[0].estimate.bytes_on("cluster"), 0u);
+  EXPECT_GT(series[0].points[1].estimate.bytes_on("cluster"), 0u);
+  const std::string svg = sweep_svg(series, "NeoX <20B> & co", "cluster");
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("NeoX &lt;20B&gt; &amp; co"), std::string::npos);  // escaped
+  std::size_t lines = 0;
+  for (std::size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
+  EXPECT_EQ(lines, 4u);  // two strategies on two charts
+  EXPECT_NE(error_of([] { parse_node_list("1,2,x"); }).find("--sweep-nodes '1,2,x'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_node_list("4,2"); }).find("must increase"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_node_list("0,2"); }).find("'0' is not a positive"), std::string::npos);
+}
+
+TEST(Svg, NiceTicksCoverTheRange) {
+  EXPECT_EQ(nice_ticks(10, 5), (std::vector<double>{0, 2, 4, 6, 8, 10}));
+  std::vector<double> t = nice_ticks(0.37, 6);
+  EXPECT_GE(t.back(), 0.37);
+  EXPECT_EQ(t.front(), 0);
+}

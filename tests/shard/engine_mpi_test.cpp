@@ -1,0 +1,255 @@
+// Multi-rank tests of the sharding runtime on the test topology (2 nodes x 2 GPUs x 2 dies):
+// unquantized strategies train to ddp's losses and weights, every strategy's measured bytes
+// per tier equal its schedule's, and each state's memory follows the spec's formula.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "base/aligned.hpp"
+#include "comm/context.hpp"
+#include "comm/mpi_session.hpp"
+#include "comm/tier_comms.hpp"
+#include "shard/sharded_engine.hpp"
+#include "train/local_engine.hpp"
+#include "test_topologies.hpp"
+#include "topo/groups.hpp"
+
+using namespace strata;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<float> params;
+  std::vector<comm::CommStats> step_traffic;  // per step, this rank
+  shard::StateMemory memory;
+  shard::StateMemory scheduled_memory;
+  std::vector<shard::TierTraffic> scheduled;
+};
+
+constexpr int kBatch = 2, kSeq = 32;
+
+// Deterministic tokens for (step, micro, rank), the same under every strategy: a learnable
+// stream ("next byte = previous + 1") with random jumps.
+void make_batch(int step, int micro, int rank, std::vector<std::int32_t>& tok, std::vector<std::int32_t>& tgt) {
+  std::uint64_t x = 0x9E3779B97F4A7C15ull * (1 + step * 1315423911ull + micro * 2654435761ull + rank * 97531ull);
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const int n = kBatch * kSeq;
+  std::vector<std::int32_t> stream(n + 1);
+  stream[0] = static_cast<std::int32_t>(next() % 256);
+  for (int i = 1; i <= n; ++i)
+    stream[i] = next() % 5 == 0 ? static_cast<std::int32_t>(x % 256) : (stream[i - 1] + 1) % 256;
+  tok.assign(stream.begin(), stream.begin() + n);
+  tgt.assign(stream.begin() + 1, stream.end());
+}
+
+TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim::AdamWConfig hp = {}) {
+  topo::Topology topology = two_node_topology(8);
+  comm::Context ctx(topology);
+  topo::ProcessGroups groups(topology);
+  comm::TierComms comms(ctx, groups);
+  model::GPTConfig config = model::GPTConfig::preset("tiny");
+  shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, accum, 1234);
+  TrainRun run;
+  run.scheduled = engine.schedule().traffic_per_step();
+  run.scheduled_memory = engine.schedule().memory_per_rank();
+  std::vector<std::int32_t> tok, tgt;
+  for (int step = 1; step <= steps; ++step) {
+    comm::CommStats before = ctx.accounting().snapshot();
+    double loss = 0;
+    for (int m = 0; m < accum; ++m) {
+      make_batch(step, m, engine.rank(), tok, tgt);
+      loss += engine.micro_step(tok.data(), tgt.data(), 1.0f / accum);
+    }
+    engine.optimizer_step(hp, 1e-3f, step);
+    run.losses.push_back(engine.all_mean(loss / accum));
+    run.step_traffic.push_back(ctx.accounting().snapshot() - before);
+  }
+  run.params.resize(engine.layout().total_floats());
+  engine.gather_params(run.params.data());
+  run.memory = engine.memory_bytes();
+  return run;
+}
+
+shard::ShardSpec preset(const char* name) { return shard::ShardSpec::preset_for(name, two_node_topology(8)); }
+
+shard::ShardSpec unquantized(shard::ShardSpec s) {
+  s.weight_wire = s.grad_wire = s.step_grad_wire = shard::Wire::F32;
+  return s;
+}
+
+const TrainRun& ddp_run() {
+  static TrainRun run = train_run(preset("ddp"), 30);
+  return run;
+}
+
+// The key biases: their gradient is zero in exact arithmetic (adding a constant to every
+// score of a softmax row changes nothing), so what Adam does with them is amplified
+// rounding noise, different for any other summation order. Compared to a differently
+// reduced baseline, they are left out.
+std::vector<bool> key_bias_mask() {
+  model::ParamLayout layout(model::GPTConfig::preset("tiny"));
+  std::vector<bool> mask(layout.total_floats(), false);
+  const std::size_t C = layout.config().n_embd;
+  for (int l = 0; l < layout.config().n_layer; ++l) {
+    const auto& t = layout.find("h." + std::to_string(l) + ".attn.c_attn.bias");
+    for (std::size_t i = C; i < 2 * C; ++i) mask[t.offset + i] = true;
+  }
+  return mask;
+}
+
+void expect_same_training(const TrainRun& a, const TrainRun& b, const std::string& name, bool skip_key_bias = false,
+                          double weight_tolerance = 1e-5) {
+  static const std::vector<bool> key_bias = key_bias_mask();
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * std::abs(a.losses[i])) << name << " step " << i + 1;
+  double max_rel = 0;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < a.params.size(); ++i) {
+    if (skip_key_bias && key_bias[i]) continue;
+    double d = std::abs(double(a.params[i]) - b.params[i]);
+    double rel = d / std::max(1e-2, std::abs(double(a.params[i])));
+    if (rel > max_rel) max_rel = rel, worst = i;
+  }
+  EXPECT_LT(max_rel, weight_tolerance) << name << ": largest relative weight difference at arena index " << worst << ": "
+                           << a.params[worst] << " vs " << b.params[worst];
+}
+
+// The single-process trainer on the whole global batch (every rank's micro-batch, in rank
+// order): the independent baseline that ddp itself must match.
+TrainRun train_local(int steps, int world, optim::AdamWConfig hp = {}) {
+  train::LocalEngine engine(model::GPTConfig::preset("tiny"), kBatch * world, kSeq, 1234);
+  TrainRun run;
+  std::vector<std::int32_t> tok, tgt, all_tok, all_tgt;
+  for (int step = 1; step <= steps; ++step) {
+    all_tok.clear();
+    all_tgt.clear();
+    for (int r = 0; r < world; ++r) {
+      make_batch(step, 0, r, tok, tgt);
+      all_tok.insert(all_tok.end(), tok.begin(), tok.end());
+      all_tgt.insert(all_tgt.end(), tgt.begin(), tgt.end());
+    }
+    double loss = engine.micro_step(all_tok.data(), all_tgt.data(), 1.0f);
+    engine.optimizer_step(hp, 1e-3f, step);
+    run.losses.push_back(loss);
+  }
+  run.params.resize(engine.layout().total_floats());
+  engine.gather_params(run.params.data());
+  return run;
+}
+
+}  // namespace
+
+TEST(ShardedEngine, DdpMatchesTheSingleProcessTrainerOnTheGlobalBatch) {
+  // The reduced gradient itself: with eps = 1 one Adam step moves each weight by about
+  // lr x gradient, so the weight changes of the two runs must agree to fp32 rounding.
+  optim::AdamWConfig linear;
+  linear.eps = 1.0f;
+  linear.weight_decay = 0;
+  linear.grad_clip = 0;
+  TrainRun a = train_local(1, 8, linear), b = train_run(preset("ddp"), 1, 1, linear);
+  std::vector<float> init(a.params.size());
+  model::GPT::init_params(model::ParamLayout(model::GPTConfig::preset("tiny")), init.data(), 1234);
+  double largest = 0, worst = 0;
+  for (std::size_t i = 0; i < init.size(); ++i) {
+    largest = std::max(largest, std::abs(double(a.params[i]) - init[i]));
+    worst = std::max(worst, std::abs((double(a.params[i]) - init[i]) - (double(b.params[i]) - init[i])));
+  }
+  EXPECT_GT(largest, 0);
+  EXPECT_LT(worst, 1e-4 * largest) << "gradient of ddp differs from the single-process one";
+  // Thirty steps of the real optimizer: the same losses, and weights close; Adam divides each
+  // weight's tiny, differently rounded gradient by its own magnitude, so weights of rarely
+  // seen tokens drift apart by more than fp32 rounding.
+  expect_same_training(train_local(30, 8), ddp_run(), "ddp vs single process, 30 steps", true, 2e-3);
+}
+
+TEST(ShardedEngine, DdpLearns) {
+  const TrainRun& ddp = ddp_run();
+  EXPECT_LT(ddp.losses.back(), ddp.losses.front() - 0.5);
+}
+
+TEST(ShardedEngine, UnquantizedPresetsTrainToDdpLosses) {
+  for (const char* name : {"zero1", "zero2", "zero3", "hsdp", "topo"}) {
+    TrainRun run = train_run(unquantized(preset(name)), 30);
+    expect_same_training(ddp_run(), run, name);
+  }
+}
+
+TEST(ShardedEngine, HandMadeCombinationsTrainToDdpLosses) {
+  shard::ShardSpec a;  // weights in the GPU, gradients in the node, optimizer everywhere, no prefetch
+  a.apply_shard_string("W=gpu,G=node,OS=cluster");
+  a.prefetch = 0;
+  expect_same_training(ddp_run(), train_run(a, 30), "W=gpu,G=node,OS=cluster");
+  shard::ShardSpec b;  // gradients replicated, optimizer over the node; weights kept after forward
+  b.apply_shard_string("W=none,G=none,OS=node");
+  expect_same_training(ddp_run(), train_run(b, 30), "OS=node");
+  shard::ShardSpec c;  // zero3 with an fp32 secondary copy in the GPU
+  c.apply_shard_string("W=cluster,G=cluster,OS=cluster,S=gpu");
+  c.free_after_forward = true;
+  expect_same_training(ddp_run(), train_run(c, 30), "zero3+hpZ(gpu)");
+}
+
+TEST(ShardedEngine, MeasuredBytesEqualTheScheduleForEveryPreset) {
+  for (const char* name : {"ddp", "zero1", "zero2", "zero3", "hsdp", "zeropp", "topo"}) {
+    for (int accum : {1, 2}) {
+      TrainRun run = train_run(preset(name), 3, accum);
+      // Step 1 also carries nothing extra: initial weights are placed before it starts.
+      for (std::size_t s = 0; s < run.step_traffic.size(); ++s) {
+        const comm::CommStats& got = run.step_traffic[s];
+        for (std::size_t t = 0; t < run.scheduled.size(); ++t) {
+          EXPECT_EQ(got.tiers[t].bytes_sent, run.scheduled[t].bytes_sent)
+              << name << " accum " << accum << " step " << s + 1 << " tier " << run.scheduled[t].tier;
+          EXPECT_EQ(got.tiers[t].bytes_received, run.scheduled[t].bytes_received) << name;
+          EXPECT_EQ(got.tiers[t].messages, run.scheduled[t].messages) << name;
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardedEngine, StateMemoryFollowsTheSpecFormula) {
+  for (const char* name : {"ddp", "zero1", "zero2", "zero3", "hsdp", "zeropp", "topo"}) {
+    TrainRun run = train_run(preset(name), 1);
+    EXPECT_EQ(run.memory.weights, run.scheduled_memory.weights) << name;
+    EXPECT_EQ(run.memory.secondary, run.scheduled_memory.secondary) << name;
+    EXPECT_EQ(run.memory.grads, run.scheduled_memory.grads) << name;
+    EXPECT_EQ(run.memory.optimizer, run.scheduled_memory.optimizer) << name;
+  }
+}
+
+TEST(ShardedEngine, QuantizedPresetsStayCloseToTheirUnquantizedTwins) {
+  for (const char* name : {"zeropp", "topo"}) {
+    TrainRun q = train_run(preset(name), 30);
+    TrainRun twin = train_run(unquantized(preset(name)), 30);
+    EXPECT_NEAR(q.losses.back(), twin.losses.back(), 0.05 * twin.losses.back()) << name;
+    EXPECT_NE(q.losses.back(), twin.losses.back()) << name << ": quantization changed nothing?";
+  }
+}
+
+int main(int argc, char** argv) {
+  comm::MpiSession session(&argc, &argv);
+  testing::InitGoogleTest(&argc, argv);
+  if (world_rank() != 0) {
+    auto& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && world_rank() != 0 && failed) std::fprintf(stderr, "rank %d failed\n", world_rank());
+  return any;
+}

@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "base/error.hpp"
+#include "model/layout.hpp"
+#include "shard/schedule.hpp"
+#include "test_topologies.hpp"
+
+using namespace strata;
+using namespace strata::shard;
+
+namespace {
+
+const model::ParamLayout& tiny_layout() {
+  static model::ParamLayout l(model::GPTConfig::preset("tiny"));
+  return l;
+}
+
+std::uint64_t tier_bytes(const Schedule& s, const std::string& tier) {
+  for (auto& t : s.traffic_per_step())
+    if (t.tier == tier) return t.bytes_sent;
+  ADD_FAILURE() << "no tier " << tier;
+  return 0;
+}
+
+std::uint64_t total_bytes(const Schedule& s) {
+  std::uint64_t n = 0;
+  for (auto& t : s.traffic_per_step()) n += t.bytes_sent;
+  return n;
+}
+
+// Bytes of the 8-byte scalar all-reduces in the step (norm and loss).
+std::uint64_t scalar_bytes(const Schedule& s) {
+  std::uint64_t n = 0;
+  for (auto& op : s.step_ops())
+    if (op.purpose == Purpose::GradNormAllReduce || op.purpose == Purpose::LossAllReduce) n += op.bytes_sent;
+  return n;
+}
+
+Schedule make(const char* preset, int accum = 1, int world = 8) {
+  auto topo = two_node_topology(world);
+  return Schedule(tiny_layout(), topo, ShardSpec::preset_for(preset, topo), accum);
+}
+
+}  // namespace
+
+TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
+  // zero3 per rank per step: gather forward, gather backward, reduce-scatter: 3 x M (d-1)/d.
+  for (int world : {8, 16}) {
+    auto topo = two_node_topology(world);
+    ShardSpec spec = ShardSpec::preset_for("zero3", topo);
+    spec.weight_wire = spec.grad_wire = spec.step_grad_wire = Wire::BF16;
+    Schedule s(tiny_layout(), topo, spec, 1);
+    double psi = static_cast<double>(s.total_padded());
+    double expect = 3 * 2 * psi * (world - 1) / world;
+    EXPECT_DOUBLE_EQ(static_cast<double>(total_bytes(s) - scalar_bytes(s)), expect) << world;
+  }
+}
+
+TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
+  auto topo = two_node_topology(16);  // 4 nodes of 4 ranks
+  ShardSpec spec = ShardSpec::preset_for("hsdp", topo);
+  spec.weight_wire = spec.grad_wire = spec.step_grad_wire = Wire::BF16;
+  Schedule s(tiny_layout(), topo, spec, 1);
+  const double psi = static_cast<double>(s.total_padded()), g = 4, R = 4;
+  EXPECT_DOUBLE_EQ(static_cast<double>(tier_bytes(s, "cluster") - 8 * (R - 1)), 2 * (2 * psi / g) * (R - 1) / R);
+}
+
+TEST(Schedule, ZeroppCrossNodeIsAboutAQuarterOfZero3) {
+  auto topo = two_node_topology();
+  ShardSpec z3 = ShardSpec::preset_for("zero3", topo);
+  z3.weight_wire = z3.grad_wire = z3.step_grad_wire = Wire::BF16;
+  Schedule a(tiny_layout(), topo, z3, 1);
+  Schedule b(tiny_layout(), topo, ShardSpec::preset_for("zeropp", topo), 1);
+  double ratio = static_cast<double>(tier_bytes(b, "cluster")) / static_cast<double>(tier_bytes(a, "cluster"));
+  EXPECT_NEAR(ratio, 0.25, 0.02);
+}
+
+TEST(Schedule, CrossNodeBytesOrderTopoZeroppZero3WithAccumulation) {
+  // topo crosses nodes only once per optimizer step; zeropp and zero3 every micro-batch.
+  std::uint64_t topo = tier_bytes(make("topo", 4), "cluster");
+  std::uint64_t zpp = tier_bytes(make("zeropp", 4), "cluster");
+  std::uint64_t z3 = tier_bytes(make("zero3", 4), "cluster");
+  EXPECT_LT(topo, zpp);
+  EXPECT_LT(zpp, z3);
+}
+
+TEST(Schedule, DdpAndZeroStagesMoveTheSameGradientBytes) {
+  // ddp's hierarchical all-reduce = zero1's reduce-scatter + weight all-gather.
+  EXPECT_EQ(total_bytes(make("ddp")) - scalar_bytes(make("ddp")),
+            total_bytes(make("zero1")) - scalar_bytes(make("zero1")));
+  EXPECT_EQ(total_bytes(make("zero1")), total_bytes(make("zero2")));
+  EXPECT_TRUE(make("ddp").micro_batch_ops().empty());
+}
+
+TEST(Schedule, SlicesNestAndCoverEachUnitOnce) {
+  auto topo = two_node_topology();
+  Schedule s(tiny_layout(), topo, ShardSpec::preset_for("topo", topo), 1);
+  const LevelSpec& L = s.levels();
+  for (int u = 0; u < static_cast<int>(tiny_layout().units().size()); ++u) {
+    std::set<std::size_t> os_offsets;
+    for (int r = 0; r < 8; ++r) {
+      Slice w = s.slice(u, r, L.weights), g = s.slice(u, r, L.grads), o = s.slice(u, r, L.optimizer);
+      EXPECT_LE(w.offset, g.offset);
+      EXPECT_LE(g.offset + g.count, w.offset + w.count);
+      EXPECT_LE(g.offset, o.offset);
+      EXPECT_LE(o.offset + o.count, g.offset + g.count);
+      os_offsets.insert(o.offset);
+    }
+    EXPECT_EQ(os_offsets.size(), 8u);  // OS over all ranks: 8 distinct slices of equal size
+    EXPECT_EQ(*os_offsets.rbegin() + s.slice(u, 0, L.optimizer).count, s.padded_numel(u));
+  }
+}
+
+TEST(Schedule, MemoryFollowsTheSpecFormula) {
+  auto topo = two_node_topology();
+  Schedule s(tiny_layout(), topo, ShardSpec::preset_for("topo", topo), 1);
+  StateMemory m = s.memory_per_rank();
+  std::uint64_t n = s.total_padded();
+  EXPECT_EQ(m.weights, wire_bytes(n / 2, Wire::I8, 256));  // W over gpu: degree 2, int8 + scales
+  EXPECT_EQ(m.grads, 4 * n / 4);                           // G over node: degree 4
+  EXPECT_EQ(m.optimizer, 12 * n / 8);                      // OS over all 8
+  EXPECT_EQ(m.secondary, 0u);
+}
+
+TEST(Schedule, QuantizedReductionsUseAllToAllAndChunksAreWholeBlocks) {
+  Schedule s = make("zeropp");
+  bool saw_a2a = false;
+  for (auto& op : s.micro_batch_ops()) {
+    if (op.purpose == Purpose::GradReduce) {
+      EXPECT_EQ(op.algorithm, Algorithm::AllToAll);
+      saw_a2a = true;
+      EXPECT_EQ(op.elements_out % 256, 0u);
+    }
+  }
+  EXPECT_TRUE(saw_a2a);
+  // hpZ: the backward gathers never leave the node.
+  for (auto& op : s.micro_batch_ops()) {
+    if (op.purpose == Purpose::WeightGatherBackward) {
+      EXPECT_LT(op.level, 2);
+    }
+  }
+}
+
+TEST(Schedule, RefusesNonPositiveAccumulation) {
+  auto topo = two_node_topology();
+  EXPECT_THROW(Schedule(tiny_layout(), topo, ShardSpec::preset_for("ddp", topo), 0), Error);
+}

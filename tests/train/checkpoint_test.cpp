@@ -1,0 +1,267 @@
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+#include "base/aligned.hpp"
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+#include "train/checkpoint.hpp"
+#include "util.hpp"
+
+using namespace strata;
+using namespace strata::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+// An engine holding the whole arena but owning it as several state shards, the way one rank
+// of a sharding engine may own several runs. Only the state side of Engine is used here.
+class ShardedStateEngine final : public Engine {
+ public:
+  ShardedStateEngine(const model::GPTConfig& config, std::vector<std::size_t> cuts)
+      : layout_(config), cuts_(std::move(cuts)) {
+    for (auto* b : {&master_, &exp_avg_, &exp_avg_sq_}) b->resize(layout_.total_floats());
+    cuts_.insert(cuts_.begin(), 0);
+    cuts_.push_back(layout_.total_floats());
+  }
+  ~ShardedStateEngine() override {
+    if (page_) ::munmap(page_, page_bytes_);
+  }
+  void fill(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal;
+    for (auto* b : {&master_, &exp_avg_, &exp_avg_sq_})
+      for (auto& x : *b) x = normal(rng);
+  }
+  // The master weights of shard `k` come from unreadable memory, so writing it fails.
+  void poison_shard(int k) { poisoned_ = k; }
+
+  const model::ParamLayout& layout() const override { return layout_; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  float micro_step(const std::int32_t*, const std::int32_t*, float) override { throw std::logic_error("unused"); }
+  float eval_loss(const std::int32_t*, const std::int32_t*) override { throw std::logic_error("unused"); }
+  double optimizer_step(const optim::AdamWConfig&, float, std::int64_t) override { throw std::logic_error("unused"); }
+  double all_mean(double local) override { return local; }
+  std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
+  std::vector<StateShard> state_shards() override {
+    std::vector<StateShard> out;
+    for (std::size_t k = 0; k + 1 < cuts_.size(); ++k) {
+      const std::size_t b = cuts_[k];
+      out.push_back({b, cuts_[k + 1], master_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
+      if (static_cast<int>(k) == poisoned_) out.back().master = poisoned_page();
+    }
+    return out;
+  }
+  void state_loaded() override { ++loaded_; }
+  void gather_params(float* full) override { std::memcpy(full, master_.data(), master_.size() * sizeof(float)); }
+
+  AlignedBuffer<float> master_, exp_avg_, exp_avg_sq_;
+  int loaded_ = 0;
+
+ private:
+  float* poisoned_page() {
+    if (!page_) {
+      page_bytes_ = (layout_.total_floats() * sizeof(float) + 4095) / 4096 * 4096;
+      page_ = ::mmap(nullptr, page_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    return static_cast<float*>(page_);
+  }
+
+  model::ParamLayout layout_;
+  std::vector<std::size_t> cuts_;
+  int poisoned_ = -1;
+  void* page_ = nullptr;
+  std::size_t page_bytes_ = 0;
+};
+
+CheckpointInfo info_at(std::int64_t step, const model::GPTConfig& config) {
+  CheckpointInfo info;
+  info.step = step;
+  info.model = config;
+  info.run = {{"train.batch", 4}};
+  info.data = {{"train_position", 17}};
+  info.rng = {{"data_shuffle_seed", 5}};
+  return info;
+}
+
+bool same_bits(const AlignedBuffer<float>& a, const AlignedBuffer<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const model::GPTConfig kTiny = model::GPTConfig::preset("tiny");
+
+}  // namespace
+
+TEST(Checkpoint, SavesAndLoadsEveryStateBitExactAcrossDifferentShardings) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {1000, 5000, 20000});
+  writer.fill(1);
+  fs::path saved = save_checkpoint(writer, dir / "ckpt", info_at(50, kTiny));
+  EXPECT_EQ(saved, dir / "ckpt" / "step_00000050");
+  EXPECT_TRUE(fs::exists(saved / "manifest.json"));
+  EXPECT_TRUE(fs::exists(saved / "rank00000.bin"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt" / "step_00000050.tmp"));
+
+  Checkpoint ckpt = Checkpoint::open(saved);
+  EXPECT_EQ(ckpt.info().step, 50);
+  EXPECT_EQ(ckpt.info().model, kTiny);
+  EXPECT_EQ(ckpt.info().data["train_position"], 17);
+  EXPECT_EQ(ckpt.info().run["train.batch"], 4);
+  EXPECT_EQ(ckpt.shards().size(), 4u);
+
+  ShardedStateEngine reader(kTiny, {3000});
+  load_checkpoint(reader, ckpt);
+  EXPECT_TRUE(same_bits(reader.master_, writer.master_));
+  EXPECT_TRUE(same_bits(reader.exp_avg_, writer.exp_avg_));
+  EXPECT_TRUE(same_bits(reader.exp_avg_sq_, writer.exp_avg_sq_));
+  EXPECT_EQ(reader.loaded_, 1);
+}
+
+TEST(Checkpoint, ReadsAnyRangeFromTheShardsThatCoverIt) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {1000, 5000});
+  writer.fill(2);
+  Checkpoint ckpt = Checkpoint::open(save_checkpoint(writer, dir.path(), info_at(1, kTiny)));
+  std::vector<float> v(4500);
+  ckpt.read(700, 5200, nullptr, nullptr, v.data());
+  EXPECT_EQ(std::memcmp(v.data(), writer.exp_avg_sq_.data() + 700, v.size() * sizeof(float)), 0);
+  EXPECT_NE(error_of([&] { ckpt.read(0, ckpt.arena_floats() + 1, v.data(), nullptr, nullptr); }), "");
+}
+
+TEST(Checkpoint, CorruptShardIsRefusedNamingTheFile) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  writer.fill(3);
+  fs::path saved = save_checkpoint(writer, dir.path(), info_at(1, kTiny));
+  {
+    std::fstream f(saved / "rank00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(12345);
+    f.put('\x5a');
+  }
+  ShardedStateEngine reader(kTiny, {});
+  std::string e = error_of([&] { load_checkpoint(reader, Checkpoint::open(saved)); });
+  EXPECT_NE(e.find((saved / "rank00000.bin").string()), std::string::npos) << e;
+  EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
+  EXPECT_EQ(reader.loaded_, 0);
+}
+
+TEST(Checkpoint, TruncatedOrMissingShardIsRefusedNamingTheFile) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  writer.fill(4);
+  fs::path saved = save_checkpoint(writer, dir.path(), info_at(1, kTiny));
+  const fs::path shard = saved / "rank00000.bin";
+  const auto size = fs::file_size(shard);
+  fs::resize_file(shard, size - 4);
+  std::string e = error_of([&] { Checkpoint::open(saved); });
+  EXPECT_NE(e.find(shard.string() + ": truncated shard file (rank 0)"), std::string::npos) << e;
+  fs::remove(shard);
+  e = error_of([&] { Checkpoint::open(saved); });
+  EXPECT_NE(e.find(shard.string() + ": missing shard file (rank 0)"), std::string::npos) << e;
+}
+
+TEST(Checkpoint, MalformedManifestIsRefusedNamingTheField) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  fs::path saved = save_checkpoint(writer, dir.path(), info_at(1, kTiny));
+  const fs::path manifest = saved / "manifest.json";
+  const std::string good = read_file_text(manifest);
+
+  atomic_write_file(manifest, std::string_view("{\"format\": \"strata-checkpoint\", "));
+  EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find(manifest.string() + ": malformed:"), std::string::npos);
+
+  auto j = nlohmann::json::parse(good);
+  j["shards"][0].erase("xxh3");
+  atomic_write_file(manifest, j.dump());
+  EXPECT_EQ(error_of([&] { Checkpoint::open(saved); }),
+            manifest.string() + ": malformed: field 'shards[0].xxh3' missing");
+
+  j = nlohmann::json::parse(good);
+  j["shards"][0]["file"] = "../elsewhere.bin";
+  atomic_write_file(manifest, j.dump());
+  EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find("is not a file name"), std::string::npos);
+
+  j = nlohmann::json::parse(good);
+  j["version"] = 99;
+  atomic_write_file(manifest, j.dump());
+  EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find("format version 99 is not supported"), std::string::npos);
+
+  fs::remove(manifest);
+  EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find("is not a complete checkpoint"), std::string::npos);
+}
+
+TEST(Checkpoint, CheckpointOfAnotherShapeIsRefusedNamingFieldAndBothValues) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  fs::path saved = save_checkpoint(writer, dir.path(), info_at(1, kTiny));
+  model::GPTConfig wider = kTiny;
+  wider.n_embd = 128;
+  ShardedStateEngine reader(wider, {});
+  EXPECT_EQ(error_of([&] { load_checkpoint(reader, Checkpoint::open(saved)); }),
+            saved.string() + ": checkpoint of another model shape: model.n_embd = 64 in the checkpoint, 128 in this run");
+}
+
+TEST(Checkpoint, FailedSaveLeavesOlderCheckpointsWhole) {
+  test::ScratchDir dir;
+  ShardedStateEngine engine(kTiny, {2000});
+  engine.fill(5);
+  fs::path older = save_checkpoint(engine, dir.path(), info_at(10, kTiny));
+  const std::string older_manifest = read_file_text(older / "manifest.json");
+
+  engine.fill(6);
+  engine.poison_shard(1);  // the write of the second shard fails (EFAULT)
+  std::string e = error_of([&] { save_checkpoint(engine, dir.path(), info_at(20, kTiny)); });
+  EXPECT_NE(e.find("rank00000.bin: write failed"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "step_00000020"));
+  EXPECT_FALSE(fs::exists(dir / "step_00000020.tmp"));
+  EXPECT_EQ(find_checkpoint(dir.path()), older);
+  EXPECT_EQ(read_file_text(older / "manifest.json"), older_manifest);
+
+  ShardedStateEngine reader(kTiny, {});
+  load_checkpoint(reader, Checkpoint::open(older));  // still loads, checksums intact
+  EXPECT_EQ(reader.loaded_, 1);
+}
+
+TEST(Checkpoint, SavingTheSameStepAgainReplacesItWhole) {
+  test::ScratchDir dir;
+  ShardedStateEngine engine(kTiny, {});
+  engine.fill(7);
+  save_checkpoint(engine, dir.path(), info_at(10, kTiny));
+  engine.fill(8);
+  fs::path again = save_checkpoint(engine, dir.path(), info_at(10, kTiny));
+  ShardedStateEngine reader(kTiny, {});
+  load_checkpoint(reader, Checkpoint::open(again));
+  EXPECT_TRUE(same_bits(reader.master_, engine.master_));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+TEST(Checkpoint, FindsTheNewestCompleteCheckpoint) {
+  test::ScratchDir dir;
+  ShardedStateEngine engine(kTiny, {});
+  const fs::path root = dir / "ckpt";
+  save_checkpoint(engine, root, info_at(10, kTiny));
+  save_checkpoint(engine, root, info_at(20, kTiny));
+  fs::create_directories(root / "step_00000030.tmp");  // a save that never finished
+  fs::create_directories(root / "step_00000040");      // no manifest: incomplete
+  EXPECT_EQ(find_checkpoint(dir.path()), root / "step_00000020");
+  EXPECT_EQ(find_checkpoint(root), root / "step_00000020");
+  EXPECT_EQ(find_checkpoint(root / "step_00000010"), root / "step_00000010");
+  EXPECT_NE(error_of([&] { find_checkpoint(dir / "nothing_here"); }), "");
+  fs::create_directories(dir / "empty");
+  EXPECT_NE(error_of([&] { find_checkpoint(dir / "empty"); }).find("no complete checkpoint"), std::string::npos);
+}

@@ -1,0 +1,139 @@
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "base/error.hpp"
+#include "train/config.hpp"
+
+using namespace strata;
+using namespace strata::train;
+
+namespace {
+
+// The message of the Error that `f` throws, or "" if it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TrainConfig from_toml(const std::string& text) { return build_config(parse_config_toml(text, "run.toml")); }
+
+}  // namespace
+
+TEST(TrainConfig, ReadsEverySectionAndFlagsReplaceFileValues) {
+  Settings s = parse_config_toml(R"(
+[model]
+preset = "tiny"
+n_layer = 3
+[data]
+train = "t.bin"
+val = "v.bin"
+[optim]
+lr = 1e-3
+warmup = 5
+grad_clip = 0
+[train]
+batch = 2
+steps = 7
+grad_accum = 3
+out = "runs/x"
+)",
+                                 "run.toml");
+  s["train.batch"] = std::int64_t{5};  // what a --batch 5 flag does
+  TrainConfig c = build_config(s);
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.n_embd, 64);
+  EXPECT_EQ(c.batch, 5);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.grad_accum, 3);
+  EXPECT_EQ(c.seq_len(), 64);
+  EXPECT_FLOAT_EQ(c.lr, 1e-3f);
+  EXPECT_FLOAT_EQ(c.min_lr, 1e-4f);  // follows lr when not given
+  EXPECT_EQ(c.warmup, 5);
+  EXPECT_EQ(c.adamw.grad_clip, 0.0f);
+  EXPECT_EQ(c.train_data, "t.bin");
+  EXPECT_EQ(c.val_data, "v.bin");
+  EXPECT_EQ(c.out_dir, "runs/x");
+}
+
+TEST(TrainConfig, PresetFlagKeepsTheFilesFieldOverrides) {
+  Settings s = parse_config_toml("[model]\npreset = \"tiny\"\nn_layer = 4\n[data]\ntrain = \"t.bin\"\n", "run.toml");
+  s["model.preset"] = std::string("small");
+  TrainConfig c = build_config(s);
+  EXPECT_EQ(c.model_name, "small");
+  EXPECT_EQ(c.model.n_embd, 384);
+  EXPECT_EQ(c.model.n_layer, 4);
+}
+
+TEST(TrainConfig, NewVocabularyBringsItsPaddedSize) {
+  TrainConfig c = from_toml("[model]\nvocab_size = 50257\n[data]\ntrain = \"t.bin\"\n");
+  EXPECT_EQ(c.model.padded_vocab_size, 50304);
+}
+
+TEST(TrainConfig, UnknownKeyIsRefusedNamingFileAndKey) {
+  EXPECT_EQ(error_of([] { from_toml("[train]\nlerning_rate = 0.1\n"); }), "run.toml: train.lerning_rate: unknown key");
+  EXPECT_EQ(error_of([] { from_toml("[trian]\nbatch = 1\n"); }), "run.toml: trian.batch: unknown key");
+  EXPECT_EQ(error_of([] { from_toml("batch = 1\n"); }), "run.toml: batch: expected a section ([batch]), not a value");
+}
+
+TEST(TrainConfig, WrongTypesAreRefusedNamingTheKey) {
+  EXPECT_EQ(error_of([] { from_toml("[train]\nbatch = \"four\"\n"); }), "run.toml: train.batch: must be an integer");
+  EXPECT_EQ(error_of([] { from_toml("[optim]\nlr = \"fast\"\n"); }), "run.toml: optim.lr: must be a number");
+  EXPECT_EQ(error_of([] { from_toml("[data]\ntrain = 3\n"); }), "run.toml: data.train: must be a string");
+}
+
+TEST(TrainConfig, SyntaxErrorNamesFileAndLine) {
+  std::string e = error_of([] { from_toml("[train]\nbatch = = 3\n"); });
+  EXPECT_EQ(e.rfind("run.toml:2:", 0), 0u) << e;
+}
+
+TEST(TrainConfig, ZeroAndNegativeSizesAreRefusedNamingTheField) {
+  const char* data = "[data]\ntrain = \"t.bin\"\n";
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[train]\nbatch = 0\n"); }),
+            "train.batch = 0: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[train]\nsteps = -3\n"); }),
+            "train.steps = -3: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[train]\nseq = 0\n"); }), "train.seq = 0: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[train]\ngrad_accum = 0\n"); }),
+            "train.grad_accum = 0: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[model]\nn_embd = 0\n"); }),
+            "model.n_embd = 0: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[model]\nn_layer = -1\n"); }),
+            "model.n_layer = -1: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[optim]\nlr = 0\n"); }), "optim.lr = 0: must be positive");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[optim]\nwarmup = -1\n"); }),
+            "optim.warmup = -1: must not be negative");
+}
+
+TEST(TrainConfig, HeadsThatDoNotDivideHiddenAreRefused) {
+  EXPECT_EQ(error_of([] { from_toml("[model]\nn_head = 5\n[data]\ntrain = \"t.bin\"\n"); }),
+            "model.n_head = 5 does not divide model.n_embd = 64");
+}
+
+TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
+  EXPECT_EQ(error_of([] { from_toml("[train]\nseq = 65\n[data]\ntrain = \"t.bin\"\n"); }),
+            "train.seq = 65 exceeds model.seq_len = 64");
+  EXPECT_EQ(error_of([] { from_toml("[train]\nsteps = 3\n"); }),
+            "data.train: missing (give --train-data or [data] train in the config file)");
+  EXPECT_EQ(error_of([] { from_toml("[optim]\nbeta2 = 1.0\n[data]\ntrain = \"t.bin\"\n"); }),
+            "optim.beta2 = 1: must lie in [0, 1)");
+  EXPECT_EQ(error_of([] { from_toml("[train]\nsave_every = 5\n[data]\ntrain = \"t.bin\"\n"); }),
+            "train.save_every: checkpoints need an output folder (--out)");
+  EXPECT_EQ(error_of([] { from_toml("[model]\npreset = \"huge\"\n[data]\ntrain = \"t.bin\"\n"); }),
+            "model: unknown preset 'huge' (known: tiny, small, gpt2-124m)");
+}
+
+TEST(TrainConfig, EverySettingHasOneKeyAndOneFlag) {
+  std::set<std::string> keys, flags;
+  for (auto& info : setting_infos()) {
+    EXPECT_TRUE(keys.insert(info.key).second) << info.key;
+    EXPECT_TRUE(flags.insert(info.flag).second) << info.flag;
+    EXPECT_EQ(std::string(info.flag).rfind("--", 0), 0u) << info.flag;
+  }
+}
