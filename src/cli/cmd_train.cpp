@@ -1,6 +1,8 @@
 // strata train: flags and an optional TOML config file (flags win) -> Trainer.
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -9,8 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "base/cpu.hpp"
+#include "base/error.hpp"
 #include "cli/command.hpp"
 #include "train/config.hpp"
+#include "comm/mpi_session.hpp"
+#include "shard/runtime.hpp"
 #include "train/local_engine.hpp"
 #include "train/trainer.hpp"
 
@@ -28,6 +33,10 @@ struct SettingFlag {
 
 struct TrainArgs {
   std::string config_path;
+  bool emulate_links = false;
+  bool keep_weights = false;
+  bool print_schedule = false;
+  std::vector<std::string> tier_overrides;
   std::string resume;
   bool overwrite = false;
   std::int64_t stop_after = 0;
@@ -62,30 +71,82 @@ std::string default_note(const std::string& key) {
   return fmt::format(" [default: {}]", v.dump());
 }
 
-void run_train(const TrainArgs& args) {
-  train::TrainConfig config = train::build_config(collect_settings(args));
-  config.resume = args.resume;
-  config.overwrite = args.overwrite;
-  config.stop_after = args.stop_after;
-  config.validate();
-  if (config.threads > 0) omp_set_num_threads(config.threads);  // OpenBLAS (OpenMP build) follows
+// Ranks of this job on this machine, as mpirun tells its processes (1 outside mpirun).
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
 
-  train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
-  train::Trainer trainer(config, engine);
-  fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}..{}, {} threads, {}\n",
-             config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
-             config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
-             omp_get_max_threads(), isa_name(detected_isa()));
-  std::fflush(stdout);
-  train::TrainResult result = trainer.run();
-
+void report(const train::TrainConfig& config, const train::TrainResult& result) {
   const auto& s = result.summary;
   fmt::print("done: step {}, loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n", s["steps"].get<std::int64_t>(),
              s["loss"]["first"].get<double>(), s["loss"]["final"].get<double>(), s["tokens_per_s"].get<double>());
   if (!s["val_loss"].is_null())
     fmt::print("validation loss {:.4f} nats/token; unigram entropy of the training data {:.4f} nats/token\n",
                s["val_loss"].get<double>(), s["data"]["unigram_entropy"].get<double>());
+  if (s.contains("strategy"))
+    fmt::print("strategy {} on {} ranks{}: compute {:.3f} s, exposed communication {:.3f} s per step\n",
+               s["strategy"].get<std::string>(), s["world_size"].get<int>(),
+               s["link_emulation"].get<bool>() ? " (link emulation on)" : "", s["compute_s"].get<double>(),
+               s["exposed_comm_s"].get<double>());
   if (!config.out_dir.empty()) fmt::print("results in {}/ (summary.json, metrics.jsonl, ckpt/)\n", config.out_dir);
+}
+
+void run_train(const TrainArgs& args) {
+  train::TrainConfig config = train::build_config(collect_settings(args));
+  config.resume = args.resume;
+  config.overwrite = args.overwrite;
+  config.stop_after = args.stop_after;
+  config.shard.emulate_links = args.emulate_links;
+  config.shard.keep_weights_after_forward = args.keep_weights;
+  config.shard.tier_overrides = args.tier_overrides;
+  const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  if (config.shard.strategy.empty() && launched_ranks > 1) config.shard.strategy = "ddp";
+  if (!config.shard.sharded() && (args.emulate_links || args.print_schedule || !args.tier_overrides.empty()))
+    throw Error("--emulate-links, --print-schedule and --tier need a sharded run: give --strategy");
+  if (config.threads == 0 && launched_ranks > 1) {
+    // Share the cores among the ranks of this machine rather than oversubscribe them.
+    const int local = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", launched_ranks));
+    config.threads = std::max(1, omp_get_num_procs() / local);
+  }
+  config.validate();
+  if (config.threads > 0) omp_set_num_threads(config.threads);  // OpenBLAS (OpenMP build) follows
+
+  if (!config.shard.sharded()) {
+    train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
+    train::Trainer trainer(config, engine);
+    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}..{}, {} threads, {}\n",
+               config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
+               config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
+               omp_get_max_threads(), isa_name(detected_isa()));
+    std::fflush(stdout);
+    report(config, trainer.run());
+    return;
+  }
+
+  comm::mpi_session();
+  shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
+                                config.seed);
+  shard::ShardedEngine& engine = runtime.engine();
+  const bool leader = engine.rank() == 0;
+  if (args.print_schedule) {
+    if (leader) fmt::print("{}", engine.schedule().table());
+    return;
+  }
+  train::Trainer trainer(config, engine);
+  if (leader) {
+    fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} ranks of topology '{}'{}, "
+               "batch {} x seq {} x accum {} per rank, steps {}..{}, {} threads a rank, {}\n",
+               config.model_name, static_cast<double>(config.model.num_params()) / 1e6,
+               engine.schedule().spec().preset, engine.world_size(), runtime.topology().name(),
+               config.shard.emulate_links ? fmt::format(" (link emulation on, scale {})", config.shard.emulate_scale)
+                                          : "",
+               config.batch, config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
+               omp_get_max_threads(), isa_name(detected_isa()));
+    std::fflush(stdout);
+  }
+  train::TrainResult result = trainer.run();
+  if (leader) report(config, result);
 }
 
 CommandRegistrar registrar(10, [](CLI::App& app) {
@@ -107,6 +168,14 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   cmd->add_option("--resume", args->resume,
                   "continue from a checkpoint folder, or from the newest checkpoint of an output folder");
   cmd->add_flag("--overwrite", args->overwrite, "replace the results of an earlier run in --out");
+  cmd->add_flag("--emulate-links", args->emulate_links,
+                "hold every message back to the time the topology's bandwidth and latency give its tier");
+  cmd->add_flag("--keep-weights-after-forward", args->keep_weights,
+                "keep gathered weights from forward to backward instead of gathering them again");
+  cmd->add_flag("--print-schedule", args->print_schedule,
+                "print the step's schedule of collectives, per tier, and exit");
+  cmd->add_option("--tier", args->tier_overrides, "override a topology figure: NAME.FIELD=VALUE (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--stop-after", args->stop_after,
                   "end this invocation after that step, with a checkpoint (the schedule still spans --steps)");
   cmd->callback([args] { run_train(*args); });

@@ -10,29 +10,13 @@
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
 #include "model/config.hpp"
+#include "shard/options.hpp"
 #include "shard/sharded_engine.hpp"
 #include "shard/spec.hpp"
 #include "topo/groups.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::shard {
-
-// What a user chooses for a sharded run ([shard] in a config file, or flags).
-struct ShardOptions {
-  std::string strategy;                  // preset name; empty = single process, no sharding
-  std::string topology = "host";         // preset name or TOML file
-  std::vector<std::string> tier_overrides;  // NAME.FIELD=VALUE
-  std::string shard;                     // "W=gpu,G=node,OS=cluster" on top of the preset
-  std::string secondary;                 // tier or "none"; empty = the preset's
-  std::string weight_wire, grad_wire, step_grad_wire;  // empty = the preset's
-  int block_size = 0;                    // 0 = the preset's (256)
-  int prefetch = -1;                     // -1 = the preset's (1)
-  bool keep_weights_after_forward = false;
-  bool emulate_links = false;
-  double emulate_scale = 1.0;
-
-  bool sharded() const { return !strategy.empty(); }
-};
 
 // The topology and spec the options describe, for a world of `world_size` ranks. Throws
 // Error naming the option and the problem.

@@ -636,6 +636,14 @@ nlohmann::json ShardedEngine::summary_report() {
     compute += r["compute_s"].get<double>();
     exposed += r["exposed_comm_s"].get<double>();
   }
+  // Mean per rank over the world (collective: every rank calls summary_report).
+  for (auto* v : {&sent, &recv, &msgs})
+    MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    sent[i] /= world_size();
+    recv[i] /= world_size();
+    msgs[i] /= world_size();
+  }
   nlohmann::json measured = nlohmann::json::object(), scheduled = nlohmann::json::object();
   for (std::size_t i = 0; i < names.size(); ++i)
     if (counted)

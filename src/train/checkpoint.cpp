@@ -139,24 +139,6 @@ void rename_into_place(const fs::path& from, const fs::path& to) {
   throw Error(fmt::format("{}: cannot rename into place as {}: {}", from.string(), to.string(), std::strerror(errno)));
 }
 
-// Runs `work` on every rank; if any rank throws Error, every rank throws it (naming the rank
-// when there are several) so that no rank goes on alone.
-template <class F>
-void agree(Engine& engine, F&& work) {
-  std::string local;
-  try {
-    work();
-  } catch (const Error& e) {
-    local = e.what();
-    if (local.empty()) local = "unknown error";
-  }
-  auto all = engine.all_gather_strings(local);
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    if (all.size() == 1) throw Error(all[r]);
-    throw Error(fmt::format("rank {}: {}", r, all[r]));
-  }
-}
 
 }  // namespace
 

@@ -115,6 +115,31 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.log_every = positive_int64(k, v); }},
       {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
        [](TrainConfig& c, auto& k, auto& v) { c.out_dir = as_string(k, v); }},
+
+      {{"shard.strategy", "--strategy", K::String,
+        "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo (default under mpirun: ddp)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.strategy = as_string(k, v); }},
+      {{"shard.topology", "--topology", K::String, "tiers of the cluster: host, frontier, dgx-a100, dgx-h100, or a "
+                                                   "TOML file"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.topology = as_string(k, v); }},
+      {{"shard.shard", "--shard", K::String, "tier of each state on top of the strategy, e.g. W=gpu,G=node,OS=cluster"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.shard = as_string(k, v); }},
+      {{"shard.secondary", "--secondary", K::String, "tier of the secondary weight copy for backward (hpZ), or none"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.secondary = as_string(k, v); }},
+      {{"shard.weight_wire", "--weight-wire", K::String, "weight gathers: fp32, bf16, fp16, int8"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.weight_wire = as_string(k, v); }},
+      {{"shard.grad_wire", "--grad-wire", K::String, "per-micro-batch gradient reduction: fp32, bf16, int8, int4"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.grad_wire = as_string(k, v); }},
+      {{"shard.step_grad_wire", "--step-grad-wire", K::String,
+        "once-per-step gradient reduction across the wider tiers: fp32, bf16, int8, int4"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.step_grad_wire = as_string(k, v); }},
+      {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires (default 256)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
+      {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing (default 1)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.prefetch = static_cast<int>(non_negative_int64(k, v)); }},
+      {{"shard.emulate_scale", "--emulate-scale", K::Float,
+        "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
   };
   return table;
 }
@@ -241,6 +266,8 @@ void TrainConfig::validate() const {
   if (val_every < 0) throw Error(fmt::format("train.val_every = {}: must not be negative", val_every));
   if (save_every < 0) throw Error(fmt::format("train.save_every = {}: must not be negative", save_every));
   if (save_every > 0 && out_dir.empty()) throw Error("train.save_every: checkpoints need an output folder (--out)");
+  if (!(shard.emulate_scale > 0))
+    throw Error(fmt::format("shard.emulate_scale = {}: must be positive", shard.emulate_scale));
   if (stop_after < 0 || stop_after > steps)
     throw Error(fmt::format("--stop-after {}: must lie in [1, train.steps = {}]", stop_after, steps));
 }
@@ -271,7 +298,19 @@ nlohmann::json TrainConfig::to_json() const {
             {"val_batches", val_batches},
             {"save_every", save_every},
             {"log_every", log_every},
-            {"out", out_dir}}}};
+            {"out", out_dir}}},
+          {"shard",
+           {{"strategy", shard.strategy},
+            {"topology", shard.topology},
+            {"shard", shard.shard},
+            {"secondary", shard.secondary},
+            {"weight_wire", shard.weight_wire},
+            {"grad_wire", shard.grad_wire},
+            {"step_grad_wire", shard.step_grad_wire},
+            {"block_size", shard.block_size},
+            {"prefetch", shard.prefetch},
+            {"emulate_links", shard.emulate_links},
+            {"emulate_scale", shard.emulate_scale}}}};
 }
 
 }  // namespace strata::train

@@ -13,6 +13,7 @@
 
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
+#include "shard/options.hpp"
 
 namespace strata::train {
 
@@ -38,6 +39,7 @@ struct TrainConfig {
   std::int64_t save_every = 0;       // checkpoint every N steps (0: only at the end)
   std::int64_t log_every = 10;       // plain progress lines when not on a terminal
   std::string out_dir;               // metrics, summary, checkpoints; empty: no files
+  shard::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
 
   // Per invocation, never in a config file.
   std::string resume;                // a checkpoint dir, or an out dir (its newest checkpoint)

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "optim/adamw.hpp"
@@ -70,5 +71,25 @@ class Engine {
   virtual nlohmann::json step_report() { return nlohmann::json::object(); }
   virtual nlohmann::json summary_report() { return nlohmann::json::object(); }
 };
+
+// Runs `work` on every rank, then agrees: if it threw an Error on any rank, every rank
+// throws (the lowest failing rank's message, prefixed "rank N: " when there are several), so
+// no rank walks into a collective the others have left. Also a barrier.
+template <class F>
+void agree(Engine& engine, F&& work) {
+  std::string local;
+  try {
+    work();
+  } catch (const Error& e) {
+    local = e.what();
+    if (local.empty()) local = "unknown error";
+  }
+  auto all = engine.all_gather_strings(local);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    if (all.size() == 1) throw Error(all[r]);
+    throw Error("rank " + std::to_string(r) + ": " + all[r]);
+  }
+}
 
 }  // namespace strata::train

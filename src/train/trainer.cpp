@@ -71,22 +71,26 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
     val_batches_ = static_cast<int>(std::min<std::int64_t>(config_.val_batches, val_loader_->batches_per_epoch()));
   }
   // The output folder first: refusing it costs nothing, reading a checkpoint may take a while.
+  // Every rank checks, then all agree: a rank must not find the files the leader has begun
+  // to write, nor leave the others waiting in a collective.
   fs::path ckpt_dir;
-  if (!config_.resume.empty()) ckpt_dir = find_checkpoint(config_.resume);
-  if (!out_.empty()) {
-    if (fs::exists(out_) && !fs::is_directory(out_))
-      throw Error(fmt::format("{}: exists and is not a folder (train.out)", out_.string()));
-    continue_output_ = !ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt");
-    if (continue_output_ && config_.overwrite)
-      throw Error(fmt::format("--overwrite would delete {}, the checkpoint --resume continues from; drop one of them",
-                              ckpt_dir.string()));
-    const bool earlier_results = fs::exists(out_ / "summary.json") || fs::exists(out_ / "metrics.jsonl") ||
-                                 fs::exists(out_ / "ckpt");
-    if (earlier_results && !continue_output_ && !config_.overwrite)
-      throw Error(fmt::format("{}: holds the results of an earlier run; continue it with --resume {} or replace "
-                              "them with --overwrite",
-                              out_.string(), out_.string()));
-  }
+  agree(engine_, [&] {
+    if (!config_.resume.empty()) ckpt_dir = find_checkpoint(config_.resume);
+    if (!out_.empty()) {
+      if (fs::exists(out_) && !fs::is_directory(out_))
+        throw Error(fmt::format("{}: exists and is not a folder (train.out)", out_.string()));
+      continue_output_ = !ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt");
+      if (continue_output_ && config_.overwrite)
+        throw Error(fmt::format("--overwrite would delete {}, the checkpoint --resume continues from; drop one of them",
+                                ckpt_dir.string()));
+      const bool earlier_results = fs::exists(out_ / "summary.json") || fs::exists(out_ / "metrics.jsonl") ||
+                                   fs::exists(out_ / "ckpt");
+      if (earlier_results && !continue_output_ && !config_.overwrite)
+        throw Error(fmt::format("{}: holds the results of an earlier run; continue it with --resume {} or replace "
+                                "them with --overwrite",
+                                out_.string(), out_.string()));
+    }
+  });
   if (!ckpt_dir.empty()) resume_from(ckpt_dir);
   if (continue_output_) earlier_metrics_ = read_metrics_until(out_ / "metrics.jsonl", start_step_);
 }
@@ -97,6 +101,7 @@ nlohmann::json Trainer::run_identity() const {
           {"train.seq", config_.seq_len()},
           {"train.grad_accum", config_.grad_accum},
           {"train.seed", config_.seed},
+          {"world_size", engine_.world_size()},
           {"data.train_tokens", train_loader_.file().size()}};
 }
 
@@ -198,6 +203,7 @@ TrainResult Trainer::run() {
     const double grad_norm = engine_.optimizer_step(config_.adamw, lr, step);
     const double loss = engine_.all_mean(loss_sum / config_.grad_accum);
     const double dt = seconds_since(t0);
+    const nlohmann::json report = engine_.step_report();  // traffic and timing of this step
     if (!std::isfinite(loss) || !std::isfinite(grad_norm))
       throw Error(fmt::format("step {}: loss = {}, gradient norm = {}: not finite; training diverged (try a lower "
                               "optim.lr)",
@@ -215,7 +221,9 @@ TrainResult Trainer::run() {
     }
     if (leader_) {
       if (metrics_.is_open()) {
-        metrics_ << m.to_json().dump() << "\n";
+        nlohmann::json line = m.to_json();
+        line.update(report);
+        metrics_ << line.dump() << "\n";
         metrics_.flush();
         if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
       }
@@ -260,6 +268,7 @@ TrainResult Trainer::run() {
       {"config", config_.to_json()},
       {"version", STRATA_VERSION},
   };
+  result.summary.update(engine_.summary_report());
   if (leader_ && !out_.empty()) atomic_write_file(out_ / "summary.json", result.summary.dump(2) + "\n");
   return result;
 }

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -80,6 +82,8 @@ inline CommandResult run_strata(const std::string& args) {
   return r;
 }
 
+inline constexpr int kNoTerminal = -2;  // this machine gives no pseudo-terminal
+
 // Runs the strata binary on a pseudo-terminal, as a person at a shell would: `args` split on spaces.
 inline CommandResult run_strata_on_terminal(const std::string& args) {
   std::vector<std::string> words{STRATA_BIN};
@@ -88,7 +92,11 @@ inline CommandResult run_strata_on_terminal(const std::string& args) {
   CommandResult r;
   int master = -1;
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
-  if (pid < 0) return r;
+  if (pid < 0) {
+    r.exit_code = kNoTerminal;
+    r.output = std::strerror(errno);
+    return r;
+  }
   if (pid == 0) {
     std::vector<char*> argv;
     for (auto& w : words) argv.push_back(w.data());
