@@ -111,14 +111,17 @@ def strata_has_strategies(strata):
 
 def measure_strata(strata, strategy, world, batch, warmup, steps, data, workdir):
     out_dir = os.path.join(workdir, f"strata-{strategy}")
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(world), "-x", "OMP_NUM_THREADS=1"]
+    # Launched as scripts/compare_strategies.sh does: ranks yield while they wait, since 4
+    # ranks share 2 cores here, and talk through shared memory.
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1", "--mca", "btl",
+           "self,vader", "-np", str(world), "-x", "OMP_NUM_THREADS=1"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     cmd += [strata, "train", "--strategy", strategy, "--model", "small"]
     for field in ("n_layer", "n_head", "n_embd", "seq_len", "vocab_size"):
         cmd += ["--" + field.replace("_", "-"), str(H128[field])]
     cmd += ["--batch", str(batch), "--steps", str(warmup + steps), "--threads", "1", "--train-data", data,
-            "--log-every", str(warmup + steps), "--out", out_dir]
+            "--log-every", str(warmup + steps), "--out", out_dir, "--overwrite"]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"compare_ddp: {' '.join(cmd)} failed ({run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
