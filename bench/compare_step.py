@@ -45,7 +45,9 @@ def run_json(cmd, env=None):
 def measure_strata(strata, preset, overrides, batch, threads, steps):
     cmd = [strata, "bench", "step"] + model_flags(preset, overrides) + [
         "--batch", str(batch), "--threads", str(threads), "--steps", str(steps), "--warmup", "3", "--json"]
-    return run_json(cmd)
+    # The same wait policy as the peers run with: OpenMP's spinning threads collapse when
+    # anything else shares the cores (unless the caller chose a policy).
+    return run_json(cmd, env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")})
 
 
 def measure_pytorch(preset, overrides, batch, threads, full_sweep):
