@@ -66,12 +66,12 @@ def torch_rank(rank, world, port, strategy, batch, warmup, steps, queue):
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
         opt = ZeroRedundancyOptimizer(
-            [{"params": decay, "weight_decay": torch_gpt.WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+            [{"params": decay, "weight_decay": torch_gpt.WEIGHT_DECAY},
+             {"params": no_decay, "weight_decay": 0.0}],
             optimizer_class=torch.optim.AdamW, lr=3e-4, betas=torch_gpt.ADAMW_BETAS, eps=torch_gpt.ADAMW_EPS)
     gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own slice of the data
     T, V = H128["seq_len"], H128["vocab_size"]
-    batches = [(torch.randint(0, V, (batch, T), generator=gen), torch.randint(0, V, (batch, T), generator=gen))
-               for _ in range(4)]
+    batches = [tuple(torch.randint(0, V, (batch, T), generator=gen) for _ in range(2)) for _ in range(4)]
     for i in range(warmup):
         torch_gpt.train_step(ddp, opt, *batches[i % 4])
     dist.barrier()
@@ -95,7 +95,7 @@ def measure_torch(strategy, world, batch, warmup, steps):
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.spawn(torch_rank, args=(world, free_port(), strategy, batch, warmup, steps, queue), nprocs=world, join=True)
+    mp.spawn(torch_rank, args=(world, free_port(), strategy, batch, warmup, steps, queue), nprocs=world)
     r = queue.get()
     if not math.isfinite(r["loss"]):
         sys.exit(f"compare_ddp: PyTorch {strategy} loss is not finite")
@@ -113,8 +113,8 @@ def measure_strata(strata, strategy, world, batch, warmup, steps, data, workdir)
     out_dir = os.path.join(workdir, f"strata-{strategy}")
     # Launched as scripts/compare_strategies.sh does: ranks yield while they wait, since 4
     # ranks share 2 cores here, and talk through shared memory.
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1", "--mca", "btl",
-           "self,vader", "-np", str(world), "-x", "OMP_NUM_THREADS=1"]
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
+           "--mca", "btl", "self,vader", "-np", str(world), "-x", "OMP_NUM_THREADS=1"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     cmd += [strata, "train", "--strategy", strategy, "--model", "small"]
@@ -124,7 +124,8 @@ def measure_strata(strata, strategy, world, batch, warmup, steps, data, workdir)
             "--log-every", str(warmup + steps), "--out", out_dir, "--overwrite"]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
-        sys.exit(f"compare_ddp: {' '.join(cmd)} failed ({run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
+        sys.exit(f"compare_ddp: {' '.join(cmd)} failed ({run.returncode}):\n"
+                 f"{run.stdout[-2000:]}{run.stderr[-4000:]}")
     # Steps after the warm-up, as for PyTorch: the harmonic mean of the per-step rates is
     # tokens over time of those steps.
     with open(os.path.join(out_dir, "metrics.jsonl")) as f:
@@ -132,7 +133,8 @@ def measure_strata(strata, strategy, world, batch, warmup, steps, data, workdir)
     with open(os.path.join(out_dir, "summary.json")) as f:
         summary = json.load(f)
     return {"impl": "strata", "strategy": strategy, "world": summary.get("world_size", world),
-            "batch_per_rank": batch, "steps": len(rates), "tokens_per_s": len(rates) / sum(1 / r for r in rates),
+            "batch_per_rank": batch, "steps": len(rates),
+            "tokens_per_s": len(rates) / sum(1 / r for r in rates),
             "exposed_comm_s": summary.get("exposed_comm_s")}
 
 
@@ -156,7 +158,8 @@ def main():
     if not os.access(args.strata, os.X_OK):
         print(f"strata: not measured, no binary at {args.strata} (build it: ninja -C build)")
     elif not strata_has_strategies(args.strata):
-        print("strata: not measured, `strata train --help` lists no --strategy yet (the sharding engine of issue 4)")
+        print("strata: not measured, `strata train --help` lists no --strategy yet "
+              "(the sharding engine of issue 4)")
     else:
         workdir = tempfile.mkdtemp(prefix="strata-compare-ddp-")
         try:
@@ -170,8 +173,8 @@ def main():
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\n{args.world} ranks x 1 thread, hidden-128 model, batch {args.batch} x seq {H128['seq_len']} per rank; "
-          "global tokens/s")
+    print(f"\n{args.world} ranks x 1 thread, hidden-128 model, batch {args.batch} x seq {H128['seq_len']} "
+          "per rank; global tokens/s")
     print(f"{'strategy':8} {'strata':>9} {'pytorch':>9} {'strata/pytorch':>15}")
     for s in STRATA_STRATEGIES:
         st = results["strata"].get(s, {}).get("tokens_per_s")
@@ -179,7 +182,8 @@ def main():
         print(f"{s:8} {f'{st:.0f}' if st else '-':>9} {f'{pt:.0f}' if pt else '-':>9} "
               f"{f'{st / pt:.2f}' if st and pt else '-':>15}")
     load_after = os.getloadavg()[0]
-    print(f"(1-minute load average {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} cores)")
+    print(f"(1-minute load average {load_before:.1f} before, {load_after:.1f} after, "
+          f"on {os.cpu_count()} cores)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"load_before": load_before, "load_after": load_after, "results": results}, f, indent=2)

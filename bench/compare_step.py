@@ -38,7 +38,8 @@ def model_flags(preset, overrides):
 def run_json(cmd, env=None):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        sys.exit(f"compare_step: {' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-4000:]}")
+        sys.exit(f"compare_step: {' '.join(cmd)} failed ({out.returncode}):\n"
+                 f"{out.stdout[-2000:]}{out.stderr[-4000:]}")
     return json.loads(out.stdout)
 
 
@@ -51,8 +52,8 @@ def measure_strata(strata, preset, overrides, batch, threads, steps):
 
 
 def measure_pytorch(preset, overrides, batch, threads, full_sweep):
-    cmd = [sys.executable, os.path.join(HERE, "torch_gpt.py"), "--sweep"] + (["--full"] if full_sweep else []) + \
-        model_flags(preset, overrides) + ["--batch", str(batch), "--threads", str(threads)]
+    cmd = [sys.executable, os.path.join(HERE, "torch_gpt.py"), "--sweep"] + (["--full"] if full_sweep else [])
+    cmd += model_flags(preset, overrides) + ["--batch", str(batch), "--threads", str(threads)]
     return run_json(cmd)
 
 
@@ -69,13 +70,16 @@ def main():
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--strata-steps", type=int, default=20, help="timed steps of `strata bench step`")
-    p.add_argument("--full-sweep", action="store_true", help="PyTorch over every thread setting, not the quick grid")
-    p.add_argument("--llmc-dir", default=os.environ.get("LLMC_DIR"), help="llm.c checkout (default $LLMC_DIR)")
+    p.add_argument("--full-sweep", action="store_true",
+                   help="PyTorch over every thread setting, not the quick grid")
+    p.add_argument("--llmc-dir", default=os.environ.get("LLMC_DIR"),
+                   help="llm.c checkout (default $LLMC_DIR)")
     p.add_argument("--json", help="also write every measurement to this file")
     args = p.parse_args()
     torch_gpt.require_torch()
     if not os.access(args.strata, os.X_OK):
-        sys.exit(f"compare_step: no strata binary at {args.strata}: build it first (ninja -C build) or pass --strata")
+        sys.exit(f"compare_step: no strata binary at {args.strata}: "
+                 "build it first (ninja -C build) or pass --strata")
     names = args.configs.split(",")
     for n in names:
         if n not in CONFIGS:
@@ -98,7 +102,8 @@ def main():
             print(f"  llm.c   {r['llm.c']['tokens_per_s']:9.0f} tokens/s", flush=True)
         results[name] = r
 
-    print(f"\n{'config':8} {'strata':>9} {'pytorch':>9} {'llm.c':>9} {'strata/pytorch':>15} {'strata/llm.c':>13}")
+    print(f"\n{'config':8} {'strata':>9} {'pytorch':>9} {'llm.c':>9} {'strata/pytorch':>15} "
+          f"{'strata/llm.c':>13}")
     for name, r in results.items():
         s = r["strata"]["tokens_per_s"]
         t = r["pytorch"]["tokens_per_s"]
@@ -108,8 +113,8 @@ def main():
         line += f" {s / r['llm.c']['tokens_per_s']:13.2f}" if "llm.c" in r else f" {'-':>13}"
         print(line)
     load_after = os.getloadavg()[0]
-    print(f"(tokens/s of full training steps; 1-minute load average {load_before:.1f} before, {load_after:.1f} after "
-          f"on {os.cpu_count()} cores: anything else running skews all three)")
+    print(f"(tokens/s of full training steps; 1-minute load average {load_before:.1f} before, "
+          f"{load_after:.1f} after on {os.cpu_count()} cores: anything else running skews all three)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": args.threads, "load_before": load_before, "load_after": load_after,

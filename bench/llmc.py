@@ -120,7 +120,8 @@ def measure(llmc_dir, cfg, batch, seq, threads, seed=1234, keep=None):
         steps = [(int(s), float(ms)) for s, ms in
                  re.findall(r"^step (\d+): train loss [-+.\w]+ \(took ([\d.]+) ms\)", out.stdout, re.M)]
         if len(steps) != MAX_STEP + 1:
-            raise SystemExit(f"llmc: expected {MAX_STEP + 1} step lines, got {len(steps)}:\n{out.stdout[-2000:]}")
+            raise SystemExit(f"llmc: expected {MAX_STEP + 1} step lines, got {len(steps)}:\n"
+                             f"{out.stdout[-2000:]}")
         timed = [ms for s, ms in steps if s > 0]
         return {"impl": "llm.c", "config": cfg, "batch": batch, "seq": seq, "threads": threads,
                 "steps": len(timed), "step_ms_median": sorted(timed)[len(timed) // 2],
@@ -132,7 +133,8 @@ def measure(llmc_dir, cfg, batch, seq, threads, seed=1234, keep=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--llmc-dir", default=os.environ.get("LLMC_DIR"), help="llm.c checkout (default $LLMC_DIR)")
+    p.add_argument("--llmc-dir", default=os.environ.get("LLMC_DIR"),
+                   help="llm.c checkout (default $LLMC_DIR)")
     torch_gpt.add_model_args(p)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, help="default: the model's seq_len")
@@ -142,8 +144,8 @@ def main():
     if not args.llmc_dir:
         raise SystemExit("llmc: point LLMC_DIR (or --llmc-dir) at a checkout of karpathy/llm.c")
     cfg = torch_gpt.resolve_config(args)
-    result = measure(os.path.abspath(args.llmc_dir), cfg, args.batch, args.seq or cfg["seq_len"], args.threads,
-                     keep=args.keep)
+    result = measure(os.path.abspath(args.llmc_dir), cfg, args.batch, args.seq or cfg["seq_len"],
+                     args.threads, keep=args.keep)
     print(json.dumps(dict(result, model=args.model)))
 
 

@@ -14,7 +14,7 @@ and embeddings only), global gradient-norm clipping at 1.0.
 
 Run with Debian's PyTorch 1.13 (/usr/bin/python3), not a python first on PATH:
   /usr/bin/python3 bench/torch_gpt.py --bench --model small --batch 4 --threads 2
-  /usr/bin/python3 bench/torch_gpt.py --sweep --model h128 --batch 8 --threads 2
+  /usr/bin/python3 bench/torch_gpt.py --sweep --n-layer 4 --n-head 4 --n-embd 128 --seq-len 128 --batch 8
 --bench times full training steps at the thread settings of this process (set
 OMP_WAIT_POLICY / OPENBLAS_NUM_THREADS in the environment, --intra/--interop/--foreach on the
 command line) and prints one JSON object. --sweep runs --bench in a fresh process for each
@@ -247,8 +247,9 @@ def sweep_grid(threads, full):
     threads are not its OpenMP threads) and AdamW's foreach. The quick grid holds PyTorch's
     defaults and the settings that came out on top in full sweeps (bench/README.md)."""
     if full:
-        return [dict(intra=i, interop=j, wait=w, blas=b, foreach=f) for i, j, w, b, f in itertools.product(
-            sorted({1, threads}), sorted({1, threads}), ["PASSIVE", "ACTIVE", None], [None, "1"], [False, True])]
+        grid = itertools.product(sorted({1, threads}), sorted({1, threads}), ["PASSIVE", "ACTIVE", None],
+                                 [None, "1"], [False, True])
+        return [dict(intra=i, interop=j, wait=w, blas=b, foreach=f) for i, j, w, b, f in grid]
     return [dict(intra=threads, interop=1, wait=None, blas=None, foreach=False),  # PyTorch's defaults
             dict(intra=threads, interop=1, wait="PASSIVE", blas=None, foreach=False),
             dict(intra=threads, interop=1, wait="PASSIVE", blas=None, foreach=True),
@@ -258,7 +259,8 @@ def sweep_grid(threads, full):
 def child_args(args):
     """The command line of one --bench run with args' model, shape and step counts."""
     out = ["--model", args.model, "--batch", str(args.batch), "--threads", str(args.threads),
-           "--warmup", str(args.warmup), "--steps", str(args.steps), "--min-time", str(args.min_time), "--seed", str(args.seed)]
+           "--warmup", str(args.warmup), "--steps", str(args.steps), "--min-time", str(args.min_time),
+           "--seed", str(args.seed)]
     for field in CONFIG_FIELDS + ("seq",):
         if getattr(args, field) is not None:
             out += ["--" + field.replace("_", "-"), str(getattr(args, field))]

@@ -101,7 +101,8 @@ def main():
     twin_params = dict(model.named_parameters())
     index_names = [t["name"] for t in index["tensors"]]
     if sorted(index_names) != sorted(twin_params):
-        sys.exit(f"torch_reference: tensor names differ\n strata: {sorted(index_names)}\n twin: {sorted(twin_params)}")
+        sys.exit(f"torch_reference: tensor names differ\n strata: {sorted(index_names)}\n"
+                 f" twin: {sorted(twin_params)}")
 
     chk = Checker()
     strata_params, strata_grads = {}, {}
@@ -110,7 +111,8 @@ def main():
         shape, off = tuple(t["shape"]), t["offset"]
         n = math.prod(shape)
         if tuple(twin_params[t["name"]].shape) != shape:
-            sys.exit(f"torch_reference: {t['name']} is {shape} in strata, {tuple(twin_params[t['name']].shape)} in the twin")
+            sys.exit(f"torch_reference: {t['name']} is {shape} in strata, "
+                     f"{tuple(twin_params[t['name']].shape)} in the twin")
         strata_params[t["name"]] = params[off:off + n].reshape(shape)
         strata_grads[t["name"]] = grads[off:off + n].reshape(shape)
         covered[off:off + n] = True
