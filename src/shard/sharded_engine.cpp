@@ -18,32 +18,14 @@ namespace strata::shard {
 
 namespace {
 
-comm::DType dtype_of(Wire w) {
-  switch (w) {
-    case Wire::F32: return comm::DType::F32;
-    case Wire::BF16: return comm::DType::BF16;
-    case Wire::F16: return comm::DType::F16;
-    case Wire::I8: return comm::DType::I8;
-    case Wire::I4: return comm::DType::I4;
-  }
-  return comm::DType::F32;
-}
+comm::DType dtype_of(Wire w) { return static_cast<comm::DType>(w); }
 
 quant::QuantSpec qspec(Wire w, int block) {
   return {w == Wire::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, block};
 }
 
-// Bytes of element `offset` in a wire buffer (offsets are whole blocks, so int4 is even).
-std::size_t byte_offset(Wire w, std::size_t offset) {
-  switch (w) {
-    case Wire::F32: return 4 * offset;
-    case Wire::BF16:
-    case Wire::F16: return 2 * offset;
-    case Wire::I8: return offset;
-    case Wire::I4: return offset / 2;
-  }
-  return 0;
-}
+// Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
+std::size_t byte_offset(Wire w, std::size_t offset) { return comm::data_bytes(dtype_of(w), offset); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -57,7 +39,7 @@ void WireBuffer::reset(Wire w, int block_size, std::size_t n) {
   wire = w;
   block = block_size;
   count = n;
-  data.resize(byte_offset(w, n) + (w == Wire::I4 ? n % 2 : 0));
+  data.resize(comm::data_bytes(dtype_of(w), n));
   scales.resize(wire_quantized(w) ? (n + block_size - 1) / block_size : 0);
 }
 

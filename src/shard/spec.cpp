@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "comm/dtype.hpp"
 
 namespace strata::shard {
 
@@ -35,16 +36,15 @@ std::string_view wire_name(Wire w) {
 
 bool wire_quantized(Wire w) { return w == Wire::I8 || w == Wire::I4; }
 
+static_assert(int(Wire::F32) == int(comm::DType::F32) && int(Wire::BF16) == int(comm::DType::BF16) &&
+                  int(Wire::F16) == int(comm::DType::F16) && int(Wire::I8) == int(comm::DType::I8) &&
+                  int(Wire::I4) == int(comm::DType::I4),
+              "shard::Wire and comm::DType must list the formats in the same order");
+
 std::size_t wire_bytes(std::size_t n, Wire w, int block_size) {
-  std::size_t blocks = wire_quantized(w) ? (n + block_size - 1) / block_size : 0;
-  switch (w) {
-    case Wire::F32: return 4 * n;
-    case Wire::BF16:
-    case Wire::F16: return 2 * n;
-    case Wire::I8: return n + 4 * blocks;
-    case Wire::I4: return (n + 1) / 2 + 4 * blocks;
-  }
-  return 0;
+  // The comm layer's sizes: one source for what a buffer of n elements occupies.
+  const auto t = static_cast<comm::DType>(w);
+  return comm::data_bytes(t, n) + 4 * comm::scale_count(t, n, static_cast<std::size_t>(block_size));
 }
 
 std::vector<std::string> ShardSpec::preset_names() {

@@ -22,6 +22,7 @@
 namespace strata::shard {
 
 // How a state travels on the wire. Quantized formats carry one fp32 scale per block.
+// Same order as comm::DType, which carries it.
 enum class Wire { F32, BF16, F16, I8, I4 };
 Wire parse_wire(std::string_view name, std::string_view field);  // throws Error naming field
 std::string_view wire_name(Wire w);
