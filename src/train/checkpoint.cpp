@@ -26,6 +26,8 @@ namespace {
 
 constexpr int kStates = 3;                     // master, exp_avg, exp_avg_sq
 constexpr std::size_t kChunkFloats = 1 << 20;  // 4 MB of file I/O at a time
+// The most floats a checkpoint may hold: their 3 states still count in 64-bit bytes.
+constexpr std::uint64_t kMaxArenaFloats = UINT64_MAX / (kStates * sizeof(float));
 
 std::string rank_file_name(int rank) { return fmt::format("rank{:05d}.bin", rank); }
 
@@ -250,7 +252,9 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     // Shard files live inside the checkpoint folder; a path elsewhere is not ours to read.
     if (r.file.empty() || r.file.find('/') != std::string::npos || r.file == "." || r.file == "..")
       throw Error(fmt::format("{}: malformed: {}file '{}' is not a file name", mr.origin, where, r.file));
-    if (r.end < r.begin || r.bytes != std::uint64_t{kStates} * (r.end - r.begin) * sizeof(float))
+    // The size limit keeps bytes = 12 x floats (and the sum over all shards) from wrapping.
+    if (r.end < r.begin || r.end - r.begin > kMaxArenaFloats ||
+        r.bytes != std::uint64_t{kStates} * (r.end - r.begin) * sizeof(float))
       throw Error(fmt::format("{}: malformed: {}bytes = {} does not hold 3 states of [{}, {})", mr.origin, where,
                               r.bytes, r.begin, r.end));
     c.shards_.push_back(std::move(r));
@@ -266,12 +270,9 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
                               mr.origin, cursor));
     cursor = r.end;
   }
-  if (cursor != c.arena_floats_)
+  if (cursor != c.arena_floats_ || cursor > kMaxArenaFloats)
     throw Error(fmt::format("{}: malformed: the shards cover {} floats, arena_floats = {}", mr.origin, cursor,
                             c.arena_floats_));
-  if (c.arena_floats_ != model::ParamLayout(c.info_.model).total_floats())
-    throw Error(fmt::format("{}: malformed: arena_floats = {} does not match the model ({} floats)", mr.origin,
-                            c.arena_floats_, model::ParamLayout(c.info_.model).total_floats()));
 
   // Each shard file must hold exactly its records, back to back.
   std::map<std::string, std::vector<const ShardRecord*>> by_file;
@@ -296,6 +297,15 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
       throw Error(fmt::format("{}: shard file (rank {}) has {} bytes, the manifest says {}", path.string(),
                               recs.front()->rank, size, expected));
   }
+  // Only now, with arena_floats backed by that many bytes on disk, is the model's layout built:
+  // it costs time and memory in n_layer, and every layer holds at least one float.
+  if (static_cast<std::size_t>(c.info_.model.n_layer) > c.arena_floats_)
+    throw Error(fmt::format("{}: malformed: model.n_layer = {} cannot fit arena_floats = {}", mr.origin,
+                            c.info_.model.n_layer, c.arena_floats_));
+  if (const std::size_t model_floats = model::ParamLayout(c.info_.model).total_floats();
+      c.arena_floats_ != model_floats)
+    throw Error(fmt::format("{}: malformed: arena_floats = {} does not match the model ({} floats)", mr.origin,
+                            c.arena_floats_, model_floats));
   return c;
 }
 

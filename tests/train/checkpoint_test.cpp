@@ -6,6 +6,8 @@
 #include <random>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "base/fileio.hpp"
@@ -203,6 +205,48 @@ TEST(Checkpoint, MalformedManifestIsRefusedNamingTheField) {
 
   fs::remove(manifest);
   EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find("is not a complete checkpoint"), std::string::npos);
+}
+
+// Found by tests/fuzz/fuzz_checkpoint: a manifest's model was laid out (time and memory in
+// n_layer) before its size was checked against the shard files, so one edited number made
+// open() run out of memory; and bytes = 12 x floats could wrap around 2^64 and pass.
+TEST(Checkpoint, ManifestSizesBeyondTheShardFilesAreRefusedBeforeTheModelIsLaidOut) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  fs::path saved = save_checkpoint(writer, dir.path(), info_at(1, kTiny));
+  const fs::path manifest = saved / "manifest.json";
+  const auto good = nlohmann::json::parse(read_file_text(manifest));
+  const std::uint64_t floats = good["arena_floats"];
+
+  // More layers than the arena has floats (each layer holds some): refused without laying
+  // out 200000 layers.
+  auto j = good;
+  j["model"]["n_layer"] = 200000;
+  atomic_write_file(manifest, j.dump());
+  EXPECT_EQ(error_of([&] { Checkpoint::open(saved); }),
+            fmt::format("{}: malformed: model.n_layer = 200000 cannot fit arena_floats = {}", manifest.string(),
+                        floats));
+
+  // An arena of 2^40 floats the shard file does not hold: the file is checked first.
+  j = good;
+  const std::uint64_t big = std::uint64_t{1} << 40;
+  j["arena_floats"] = big;
+  j["shards"][0]["end"] = big;
+  j["shards"][0]["bytes"] = 12 * big;
+  atomic_write_file(manifest, j.dump());
+  std::string e = error_of([&] { Checkpoint::open(saved); });
+  EXPECT_NE(e.find((saved / "rank00000.bin").string() + ": truncated shard file (rank 0)"), std::string::npos) << e;
+
+  // 2^62 floats make 12 x 2^62 = 3 x 2^64 bytes, which wraps to the 0 claimed here.
+  j = good;
+  const std::uint64_t wrapping = std::uint64_t{1} << 62;
+  j["arena_floats"] = wrapping;
+  j["shards"][0]["end"] = wrapping;
+  j["shards"][0]["bytes"] = 0;
+  atomic_write_file(manifest, j.dump());
+  EXPECT_EQ(error_of([&] { Checkpoint::open(saved); }),
+            fmt::format("{}: malformed: shards[0].bytes = 0 does not hold 3 states of [0, {})", manifest.string(),
+                        wrapping));
 }
 
 TEST(Checkpoint, CheckpointOfAnotherShapeIsRefusedNamingFieldAndBothValues) {
