@@ -222,7 +222,9 @@ Topology Topology::from_toml_string(std::string_view text, std::string_view orig
         return std::nullopt;
       }
       if (!node.is_number()) throw Error(fmt::format("{}: {} must be a number", where, field));
-      return node.value<double>();
+      // Not node.value<double>(): it is empty for an integer that a double cannot hold exactly.
+      if (const auto* integer = node.as_integer()) return static_cast<double>(integer->get());
+      return node.as_floating_point()->get();
     };
     if (const auto size = (*table)["size"]; size) {
       if (!size.is_integer()) throw Error(fmt::format("{}: size must be an integer", where));

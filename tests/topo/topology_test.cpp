@@ -87,6 +87,19 @@ TEST(Topology, OptionalFieldsAndFloats) {
   EXPECT_EQ(topo.num_domains(0), 3);
 }
 
+// Found by tests/fuzz/fuzz_topology: an integer above 2^53 has no exact double, and the figure
+// became whatever an empty std::optional<double> held (4.6e-310 GB/s, accepted as positive).
+TEST(Topology, IntegerFiguresBeyondDoublePrecisionAreRounded) {
+  Topology topo = Topology::from_toml_string(
+      "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 9007199254740993\nlatency_us = 9007199254740993\n"
+      "efficiency = 1\n[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 9223372036854775807\nlatency_us = 0\n",
+      "x.toml");
+  EXPECT_EQ(topo.tier(0).bandwidth_GBps, 9007199254740992.0);
+  EXPECT_EQ(topo.tier(0).latency_us, 9007199254740992.0);
+  EXPECT_EQ(topo.tier(0).efficiency, 1.0);
+  EXPECT_EQ(topo.tier(1).bandwidth_GBps, 9223372036854775808.0);
+}
+
 TEST(Topology, RankArithmeticOfTheExample) {
   Topology topo = Topology::from_toml_file(example_file());
   topo.resolve(8);
