@@ -1,5 +1,6 @@
 #include "data/loader.hpp"
 
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -83,6 +84,9 @@ std::size_t DataLoader::window_at(std::int64_t epoch, std::size_t slot) {
 }
 
 void DataLoader::next(std::int32_t* tokens, std::int32_t* targets) {
+  // Only a position restored from a corrupt checkpoint gets here; advancing would overflow.
+  if (position_ == std::numeric_limits<std::int64_t>::max())
+    throw Error(fmt::format("data loader: position = {}: the last one there is, no batch follows it", position_));
   const std::int64_t epoch = position_ / batches_per_epoch_;
   const auto in_epoch = static_cast<std::size_t>(position_ % batches_per_epoch_);
   const std::size_t B = static_cast<std::size_t>(batch_), T = static_cast<std::size_t>(seq_);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -148,6 +149,22 @@ TEST(DataLoader, PositionRestoresTheStream) {
     resumed.set_position(saved);
     for (int i = 0; i < 40; ++i) ASSERT_EQ(next_batch(resumed), expected[static_cast<std::size_t>(i)]) << i;
   }
+}
+
+// Found by tests/fuzz/fuzz_tokens: a position (as a checkpoint restores it) at the end of the
+// int64 range overflowed on the next batch, and the wrapped negative position indexed outside
+// the file on the one after.
+TEST(DataLoader, LastPositionThereIsIsRefusedInsteadOfWrapping) {
+  TempDir dir;
+  auto path = counting_file(dir, 50);
+  DataLoader loader(path, 1, 4, 0, 1);  // 10 windows of 5, one a batch
+  const std::int64_t last = std::numeric_limits<std::int64_t>::max();
+  loader.set_position(last - 1);
+  // (2^63 - 2) mod 10 = 6: window 6, tokens 30..34.
+  EXPECT_EQ(next_batch(loader).tokens, (std::vector<std::int32_t>{30, 31, 32, 33}));
+  EXPECT_EQ(loader.position(), last);
+  expect_error([&] { next_batch(loader); }, {"position = 9223372036854775807"});
+  EXPECT_EQ(loader.position(), last);
 }
 
 TEST(DataLoader, RefusesBadArgumentsAndShortFiles) {

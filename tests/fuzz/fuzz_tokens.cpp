@@ -1,10 +1,8 @@
-// Token files and the data loader: bytes -> a .bin file -> TokenFile, token_stats, and a
-// DataLoader drawing a few batches from it.
+// Token files and the data loader: bytes -> a .bin file -> TokenFile, and a DataLoader
+// drawing a few batches from it.
 // Input: a 16-byte loader set-up, then the token file's bytes:
 //   [0] batch - 1 (mod 8)   [1] seq - 1 (mod 64)   [2] world - 1 (mod 4)   [3] rank (mod world + 1)
-//   [4..5] vocab_size, little-endian (0: no id check)
-//   [6] bit 0: shuffle, with seed [7]; bit 1: also token_stats (`data inspect`), which costs
-//       a pass over all 65536 ids, so only some inputs pay for it
+//   [4..5] vocab_size, little-endian (0: no id check)   [6] shuffle if odd, seed [7]
 //   [8..15] start position, little-endian int64
 // All-zero set-up bytes give batch 1, seq 1, one rank, no id check, file order, position 0.
 // A strata::Error is the expected answer to bad input; anything else is a finding.
@@ -26,7 +24,6 @@ constexpr std::size_t kSetupBytes = 16;
 struct LoaderSetup {
   int batch, seq, world, rank, vocab_size;
   std::optional<std::uint64_t> shuffle_seed;
-  bool stats;
   std::int64_t position;
 };
 
@@ -38,11 +35,12 @@ LoaderSetup decode_setup(const std::uint8_t* p) {
   s.rank = p[3] % (s.world + 1);  // rank == world: one past the last, refused
   s.vocab_size = p[4] | (p[5] << 8);
   if (p[6] & 1) s.shuffle_seed = p[7];
-  s.stats = p[6] & 2;
   std::memcpy(&s.position, p + 8, sizeof(s.position));
   return s;
 }
 
+// The loader reads the file (TokenFile) before it checks its own arguments, so every input
+// goes through the file's checks.
 void load_batches(const std::filesystem::path& path, const LoaderSetup& s) {
   strata::data::DataLoader loader(path, s.batch, s.seq, s.rank, s.world, s.shuffle_seed, s.vocab_size);
   loader.set_position(s.position);
@@ -62,11 +60,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const LoaderSetup setup = decode_setup(data);
   const std::filesystem::path path = strata::fuzz::scratch_dir() / "tokens.bin";
   strata::fuzz::write_whole_file(path, data + kSetupBytes, size - kSetupBytes);
-  try {
-    const strata::data::TokenFile file(path);
-    if (setup.stats) (void)strata::data::token_stats(file.tokens());
-  } catch (const strata::Error&) {
-  }
   try {
     load_batches(path, setup);
   } catch (const strata::Error&) {

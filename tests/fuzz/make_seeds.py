@@ -178,10 +178,10 @@ def checkpoint_seeds(out, ckpt):
 def token_seeds(out, val_bin):
     seeds = out / "seeds" / "tokens"
     data = val_bin.read_bytes()
-    # (batch-1, seq-1, world-1, rank, vocab_size, shuffle | stats << 1, seed, position): see fuzz_tokens.cpp.
+    # (batch-1, seq-1, world-1, rank, vocab_size, shuffle, seed, position): see fuzz_tokens.cpp.
     setups = {
         "plain": (0, 0, 0, 0, 0, 0, 0, 0),
-        "sharded_shuffled_stats": (1, 7, 1, 1, 256, 3, 7, 5),
+        "sharded_shuffled": (1, 7, 1, 1, 256, 1, 7, 5),
         "small_vocab": (3, 31, 0, 0, 64, 0, 0, 0),
     }
     for name, s in setups.items():
