@@ -29,10 +29,12 @@ if [ ! -x "$strata" ]; then
 fi
 
 out=build-fuzz
+mkdir -p "$out/logs"
+rm -f "$out/fuzz-summary.txt"
+# Debug: assertions on; tests/fuzz/CMakeLists.txt sets the optimisation and the sanitizers.
 cmake -S . -B "$out" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
       -DCMAKE_BUILD_TYPE=Debug -DSTRATA_FUZZ=ON -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF \
-      -DSTRATA_CUDA=OFF > "$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
-mv "$out.configure.log" "$out/configure.log"
+      -DSTRATA_CUDA=OFF > "$out/logs/configure.log" 2>&1 || { cat "$out/logs/configure.log"; exit 1; }
 ninja -C "$out" $(printf 'fuzz_%s ' "${targets[@]}")
 
 python3 tests/fuzz/make_seeds.py "$strata" "$out"
@@ -56,7 +58,6 @@ fuzz_one() {
 
 jobs=${STRATA_FUZZ_JOBS:-$(nproc)}
 echo "fuzz: ${targets[*]}, ${seconds} s each, $jobs at a time"
-mkdir -p "$out/logs"
 running=0
 for t in "${targets[@]}"; do
   rm -f "$out/logs/$t.status"
@@ -85,7 +86,7 @@ for t in "${targets[@]}"; do
     input=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -1)
     printf 'fuzz_%-10s FAILED  exit %s; input: %s; log: %s\n' "$t" "$status" "${input:-none saved}" \
       "$log" | tee -a "$out/fuzz-summary.txt"
-    grep -m1 -E 'ERROR: |runtime error|terminate called|uncaught' "$log" | sed 's/^/    /' || true
+    grep -m3 -E 'ERROR: |runtime error|Assertion|terminate called' "$log" | sed 's/^/    /' || true
   fi
 done
 if ((failed)); then

@@ -17,6 +17,8 @@ packages=(
   libbenchmark-dev                  # micro-benchmarks
   python3-torch python3-numpy       # test reference and benchmark peer only, never at run time
   fortunes                          # demo corpus: real English text (fortune files), installed, never downloaded
+  clang libclang-rt-14-dev          # fuzzing (scripts/fuzz.sh): clang-14 and its libFuzzer + sanitizer runtimes
+  libomp-dev                        # OpenMP for clang, which configures the fuzz build (build-fuzz/)
 )
 
 missing=()

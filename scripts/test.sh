@@ -2,8 +2,10 @@
 # The whole test suite, exactly as CI runs it (.ci/run):
 #   1. set-up (Debian packages),
 #   2. Release build in build/ and the `unit` and `mpi` tests (`slow` ones are left out),
-#   3. AddressSanitizer + UndefinedBehaviorSanitizer build of the unit tests in build-asan/.
-# Ends with a summary of both test runs; exits non-zero if anything failed.
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build of the unit tests in build-asan/,
+#   4. libFuzzer run of every fuzz target, 60 s each, in build-fuzz/ (scripts/fuzz.sh; its seeds
+#      come from build/strata).
+# Ends with a summary of all three; exits non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,13 +23,20 @@ asan_log=build-asan/ctest-asan.log
 asan_status=0
 (cd build-asan && ctest -L unit -LE slow --output-on-failure) 2>&1 | tee "$asan_log" || asan_status=$?
 
+fuzz_status=0
+fuzz_start=$(date +%s)
+./scripts/fuzz.sh 60 || fuzz_status=$?
+fuzz_seconds=$(( $(date +%s) - fuzz_start ))
+
 echo
 echo "=== test summary ==="
 echo "release (unit + mpi): $(grep -E 'tests passed|tests failed' "$release_log" | tail -1)"
 grep -A1000 -E '^The following tests FAILED' "$release_log" || true
 echo "asan+ubsan (unit):    $(grep -E 'tests passed|tests failed' "$asan_log" | tail -1)"
 grep -A1000 -E '^The following tests FAILED' "$asan_log" || true
-if ((release_status || asan_status)); then
+echo "fuzz (60 s a target):  $( ((fuzz_status)) && echo FAILED || echo "no findings"), ${fuzz_seconds} s with build and seeds"
+sed 's/^/  /' build-fuzz/fuzz-summary.txt 2>/dev/null || true
+if ((release_status || asan_status || fuzz_status)); then
   echo "FAILED"
   exit 1
 fi
