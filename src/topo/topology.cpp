@@ -287,6 +287,12 @@ void Topology::apply_override(const TierOverride& o) {
   } else if (o.field == "efficiency") {
     number(tier.efficiency);
   } else if (o.field == "source") {
+    // The source goes into JSON (`strata topo --json`, run summaries), which holds only UTF-8.
+    try {
+      (void)nlohmann::json(o.value).dump();
+    } catch (const nlohmann::json::type_error&) {
+      throw Error(fmt::format("{}: --tier {}.source: not UTF-8 text", origin_, o.tier));
+    }
     tier.source = o.value;
   } else {
     throw Error(

@@ -56,8 +56,16 @@ float as_float(const std::string& key, const SettingValue& v) {
   return static_cast<float>(d);
 }
 std::string as_string(const std::string& key, const SettingValue& v) {
-  if (auto* s = std::get_if<std::string>(&v)) return *s;
-  throw Error(fmt::format("{}: must be a string", key));
+  auto* s = std::get_if<std::string>(&v);
+  if (!s) throw Error(fmt::format("{}: must be a string", key));
+  // Settings are recorded as JSON (summary.json, checkpoint manifests), which holds only UTF-8;
+  // a flag may carry any bytes.
+  try {
+    (void)nlohmann::json(*s).dump();
+  } catch (const nlohmann::json::type_error&) {
+    throw Error(fmt::format("{}: not UTF-8 text", key));
+  }
+  return *s;
 }
 
 const std::vector<Entry>& entries() {

@@ -26,19 +26,21 @@ inline std::filesystem::path scratch_base() {
 // A folder that lives as long as the process. Setup failures abort: they are not findings,
 // but a target that cannot write its inputs must not report a clean run either.
 inline const std::filesystem::path& scratch_dir() {
-  static const std::filesystem::path dir = [] {
+  // Never destroyed: the exit handler that removes the folder may run after static destructors.
+  static const std::filesystem::path* const dir = [] {
     std::string templ = (scratch_base() / "strata-fuzz-XXXXXX").string();
     if (!::mkdtemp(templ.data())) {
       std::fprintf(stderr, "fuzz: cannot create a scratch folder from %s: %s\n", templ.c_str(), std::strerror(errno));
       std::abort();
     }
+    auto* path = new std::filesystem::path(templ);
     std::atexit([] {
       std::error_code ec;
       std::filesystem::remove_all(scratch_dir(), ec);
     });
-    return std::filesystem::path(templ);
+    return path;
   }();
-  return dir;
+  return *dir;
 }
 
 // Replaces `path` with exactly these bytes.

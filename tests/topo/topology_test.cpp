@@ -358,10 +358,15 @@ TEST(TopologyOverride, Errors) {
         topo.apply_override({"gpu", "efficiency", "0"});
       },
       {"efficiency = 0 must be in (0, 1]"});
+  // Found by tests/fuzz/fuzz_topology: bytes that are not UTF-8 made to_json().dump() throw
+  // nlohmann's type_error, and `strata topo --json` abort.
+  expect_error([&] { topo.apply_override(parse_tier_override("gpu.source=lab \x8f")); },
+               {"--tier gpu.source: not UTF-8 text"});
   // A refused override leaves the topology as it was.
   EXPECT_EQ(topo.tier(1).size, 2);
   EXPECT_EQ(topo.tier(1).bandwidth_GBps, 50);
   EXPECT_EQ(topo.tier(0).efficiency, 1.0);
+  EXPECT_EQ(topo.tier(0).source, "");
 }
 
 TEST(TopologyPresets, FiguresAndSources) {

@@ -88,6 +88,15 @@ TEST(TrainConfig, WrongTypesAreRefusedNamingTheKey) {
   EXPECT_EQ(error_of([] { from_toml("[data]\ntrain = 3\n"); }), "run.toml: data.train: must be a string");
 }
 
+// Found from fuzz_topology's finding of the same kind: a flag such as --out with bytes that are
+// not UTF-8 made the run abort at its end, when summary.json was written.
+TEST(TrainConfig, StringsThatAreNotUtf8AreRefusedNamingTheKey) {
+  Settings s = {{"data.train", std::string("t.bin")}, {"train.out", std::string("runs/\x8f")}};
+  EXPECT_EQ(error_of([&] { build_config(s); }), "train.out: not UTF-8 text");
+  s["train.out"] = std::string("runs/\xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(build_config(s).out_dir, "runs/\xc3\xa9t\xc3\xa9");
+}
+
 TEST(TrainConfig, SyntaxErrorNamesFileAndLine) {
   std::string e = error_of([] { from_toml("[train]\nbatch = = 3\n"); });
   EXPECT_EQ(e.rfind("run.toml:2:", 0), 0u) << e;
