@@ -34,7 +34,7 @@ echo "release (unit + mpi): $(grep -E 'tests passed|tests failed' "$release_log"
 grep -A1000 -E '^The following tests FAILED' "$release_log" || true
 echo "asan+ubsan (unit):    $(grep -E 'tests passed|tests failed' "$asan_log" | tail -1)"
 grep -A1000 -E '^The following tests FAILED' "$asan_log" || true
-echo "fuzz (60 s a target):  $( ((fuzz_status)) && echo FAILED || echo "no findings"), ${fuzz_seconds} s with build and seeds"
+echo "fuzz (60 s a target): $( ((fuzz_status)) && echo FAILED || echo "no findings"), ${fuzz_seconds} s with build and seeds"
 sed 's/^/  /' build-fuzz/fuzz-summary.txt 2>/dev/null || true
 if ((release_status || asan_status || fuzz_status)); then
   echo "FAILED"
