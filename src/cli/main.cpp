@@ -1,6 +1,7 @@
 // strata: train transformer language models data-parallel, each state sharded over its tier.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include <fmt/format.h>
@@ -44,7 +45,17 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const strata::AgreedError& e) {
+    // Thrown alike on every rank of an MPI job: rank 0 speaks for all.
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    std::fflush(stdout);
+    if (!rank || std::atoi(rank) == 0) fmt::print(stderr, "strata: error: {}\n", e.what());
+    return 2;
   } catch (const strata::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "strata: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // a library's own error (filesystem, allocation): still a clear exit
     std::fflush(stdout);
     fmt::print(stderr, "strata: error: {}\n", e.what());
     return 2;
