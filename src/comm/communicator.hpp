@@ -70,7 +70,14 @@ class Communicator final : public Collectives {
   void before_send(const WireChunk& out, int dst);
   void after_send(const WireChunk& out, int dst);
   void after_recv(const WireChunk& in, int src);
-  void wait_all(MPI_Request* requests, int n);
+  // Who a request exchanges with: member index, and whether it receives (else sends).
+  struct Peer {
+    int member;
+    bool receive;
+  };
+  // Polls until all complete, under the collective timeout (wait.hpp); past it, aborts the
+  // job naming the peers of the requests still pending.
+  void wait_all(MPI_Request* requests, int n, const Peer* peers);
   void check_thread() const;  // Error unless on the communication thread
 
   Context& ctx_;

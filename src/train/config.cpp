@@ -115,6 +115,9 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.log_every = positive_int64(k, v); }},
       {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
        [](TrainConfig& c, auto& k, auto& v) { c.out_dir = as_string(k, v); }},
+      {{"train.collective_timeout", "--collective-timeout", K::Float,
+        "seconds a sharded run waits for a peer before aborting every rank (a rank died or stalls)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo (default under mpirun: ddp)"},
@@ -266,6 +269,8 @@ void TrainConfig::validate() const {
   if (val_every < 0) throw Error(fmt::format("train.val_every = {}: must not be negative", val_every));
   if (save_every < 0) throw Error(fmt::format("train.save_every = {}: must not be negative", save_every));
   if (save_every > 0 && out_dir.empty()) throw Error("train.save_every: checkpoints need an output folder (--out)");
+  if (!(collective_timeout > 0))
+    throw Error(fmt::format("train.collective_timeout = {}: must be positive", collective_timeout));
   if (!(shard.emulate_scale > 0))
     throw Error(fmt::format("shard.emulate_scale = {}: must be positive", shard.emulate_scale));
   if (stop_after < 0 || stop_after > steps)
@@ -298,7 +303,8 @@ nlohmann::json TrainConfig::to_json() const {
             {"val_batches", val_batches},
             {"save_every", save_every},
             {"log_every", log_every},
-            {"out", out_dir}}},
+            {"out", out_dir},
+            {"collective_timeout", collective_timeout}}},
           {"shard",
            {{"strategy", shard.strategy},
             {"topology", shard.topology},
