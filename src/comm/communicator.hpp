@@ -7,7 +7,8 @@
 //
 // Every message goes through sendrecv/send/recv below, which charge it to the tier it
 // crosses in the context's Accounting and, with link emulation on, hold it back (see
-// emulation.hpp). Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
+// emulation.hpp), and every wait for one has the collective timeout's deadline (wait.hpp).
+// Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
 // Closed forms, c = chunk bytes (data + scales) after padding, d = size():
 //   all_gather, reduce_scatter: d-1 messages of c to the right neighbour
 //   all_reduce: 2(d-1) messages of c to the right neighbour

@@ -101,10 +101,11 @@ void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view c
   std::vector<int> others;
   for (int r : world_ranks_of(comm))
     if (r != me) others.push_back(r);
-  abort_timed_out({me, collective, group,
-                   {fmt::format("any of ranks {} ({}: MPI does not say which one is late)", rank_ranges(others),
-                                mpi_call)},
-                   waited, timeout});
+  std::string peers = others.size() == 1
+                          ? fmt::format("rank {} ({})", others[0], mpi_call)
+                          : fmt::format("any of ranks {} ({}: MPI does not say which one is late)",
+                                        rank_ranges(others), mpi_call);
+  abort_timed_out({me, collective, group, {peers}, waited, timeout});
 }
 
 }  // namespace strata::comm
