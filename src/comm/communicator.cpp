@@ -151,7 +151,8 @@ void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
     MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
     if (done) continue;
     const char* role = peers[i].receive ? "receive" : "send";
-    auto same = std::find_if(pending.begin(), pending.end(), [&](auto& p) { return p.first == peers[i].member; });
+    auto same =
+        std::find_if(pending.begin(), pending.end(), [&](auto& p) { return p.first == peers[i].member; });
     if (same != pending.end())
       same->second += fmt::format(" and {}", role);
     else

@@ -69,10 +69,10 @@ std::string rank_ranges(std::vector<int> ranks) {
 }
 
 std::string timeout_message(const TimedOutWait& w) {
-  return fmt::format("strata: rank {}: collective timeout after {:.1f} s in {} on group '{}', waiting for {}. "
-                     "A rank died or stalls; if the job is only slow, raise train.collective_timeout (now {:g} s). "
-                     "Aborting the job.",
-                     w.world_rank, w.waited_s, w.collective, w.group, fmt::join(w.peers, " and "), w.timeout_s);
+  return fmt::format(
+      "strata: rank {}: collective timeout after {:.1f} s in {} on group '{}', waiting for {}. A rank died "
+      "or stalls; if the job is only slow, raise train.collective_timeout (now {:g} s). Aborting the job.",
+      w.world_rank, w.waited_s, w.collective, w.group, fmt::join(w.peers, " and "), w.timeout_s);
 }
 
 void abort_timed_out(const TimedOutWait& w) {
@@ -88,8 +88,8 @@ void abort_timed_out(const TimedOutWait& w) {
   std::abort();  // MPI_Abort does not return; should it, the job still must not hang
 }
 
-void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective, std::string_view group,
-                         std::string_view mpi_call) {
+void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective,
+                         std::string_view group, std::string_view mpi_call) {
   double waited = 0;
   const double timeout = collective_timeout();
   if (poll_requests(&request, 1, timeout, &waited)) return;

@@ -58,7 +58,7 @@ std::string rank_ranges(std::vector<int> ranks);
 // calling thread started, under the collective timeout. On timeout the message names
 // `collective` (`mpi_call` in brackets) on `group` and, since MPI does not say which member
 // is late, all the other members.
-void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective, std::string_view group,
-                         std::string_view mpi_call);
+void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective,
+                         std::string_view group, std::string_view mpi_call);
 
 }  // namespace strata::comm

@@ -519,8 +519,8 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
     total += lens[i];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Iallgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD,
-                  &request);
+  MPI_Iallgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                  MPI_COMM_WORLD, &request);
   comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgatherv");
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(all.substr(displs[i], lens[i]));

@@ -16,10 +16,11 @@ check() {  # mode, expected message part
   [ "$status" = 124 ] || fail "$mode: exit status $status, want 124: $out"
   grep -Fq "$want" <<<"$out" || fail "$mode: no line '$want' in: $out"
   waited=$(sed -nE 's/^strata: rank 0: collective timeout after ([0-9.]+) s .*/\1/p' <<<"$out")
-  awk -v w="$waited" 'BEGIN { exit !(w >= 1.0) }' || fail "$mode: waited '$waited' s, not at least the 1 s timeout"
+  awk -v w="$waited" 'BEGIN { exit !(w >= 1.0) }' ||
+    fail "$mode: waited '$waited' s, not at least the 1 s timeout"
   if grep -q "the wait returned" <<<"$out"; then fail "$mode: the wait returned: $out"; fi
   echo "$mode: $(grep '^strata: rank 0' <<<"$out")"
 }
-mode=p2p want="s in all_reduce on group 'cluster#0', waiting for rank 1 (receive, tier cluster). A rank died" check "$@"
-mode=mpi want="s in test:sum on group 'world', waiting for rank 1 (MPI_Iallreduce). A rank died" check "$@"
+mode=p2p want="in all_reduce on group 'cluster#0', waiting for rank 1 (receive, tier cluster). A" check "$@"
+mode=mpi want="in test:sum on group 'world', waiting for rank 1 (MPI_Iallreduce). A" check "$@"
 echo "timeout abort: all checks passed"

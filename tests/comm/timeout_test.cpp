@@ -29,13 +29,13 @@ TEST(CollectiveTimeout, DefaultsToTenMinutesAndRefusesNonPositiveValues) {
 TEST(CollectiveTimeout, MessageNamesRankCollectiveGroupPeersAndTime) {
   TimedOutWait w{5, "shard:step_reduce", "across-node#1.0", {"rank 3 (receive, tier node)"}, 10.04, 10};
   EXPECT_EQ(timeout_message(w),
-            "strata: rank 5: collective timeout after 10.0 s in shard:step_reduce on group 'across-node#1.0', "
-            "waiting for rank 3 (receive, tier node). A rank died or stalls; if the job is only slow, raise "
-            "train.collective_timeout (now 10 s). Aborting the job.");
+            "strata: rank 5: collective timeout after 10.0 s in shard:step_reduce on group "
+            "'across-node#1.0', waiting for rank 3 (receive, tier node). A rank died or stalls; if the job "
+            "is only slow, raise train.collective_timeout (now 10 s). Aborting the job.");
   w.peers.push_back("rank 7 (receive and send, tier gpu)");
   w.timeout_s = 0.5;
-  EXPECT_NE(timeout_message(w).find("waiting for rank 3 (receive, tier node) and rank 7 (receive and send, tier gpu)."),
-            std::string::npos);
+  const std::string both = "waiting for rank 3 (receive, tier node) and rank 7 (receive and send, tier gpu).";
+  EXPECT_NE(timeout_message(w).find(both), std::string::npos);
   EXPECT_NE(timeout_message(w).find("(now 0.5 s)"), std::string::npos);
 }
 

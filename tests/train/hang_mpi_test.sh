@@ -48,9 +48,18 @@ now() { echo "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 over() { awk -v x="$1" -v y="$2" 'BEGIN { exit !(x > y) }'; }
 
-"$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
+"$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 \
+  > /dev/null
 common=(--strategy zero3 --topology "$src/configs/topology/2node-2gpu-2die.toml" --model tiny
         --train-data "$work/data/train.bin" --batch 2 --seq 32 --steps 100000000 --log-every 100000000)
+
+# ---- 0. the setting is validated, naming its key -------------------------------------------
+printf '[train]\ncollective_timeout = 0\n' > "$work/zero.toml"
+for bad in "--collective-timeout -1" "--collective-timeout 0" "--config $work/zero.toml"; do
+  # shellcheck disable=SC2086  # the flag and its value are two words
+  if out=$("$strata" train "${common[@]}" $bad 2>&1); then fail "accepted $bad"; fi
+  grep -q "train.collective_timeout = .*: must be positive" <<<"$out" || fail "$bad: refused with '$out'"
+done
 
 # Starts an 8-rank run in $work/NAME (train flags after NAME) and returns once every rank
 # recorded its pid and training made 5 steps.
@@ -120,14 +129,15 @@ all_gone_within $((timeout_s + 30)) "$t0"
 gone=$(since "$t0")
 wait_mpirun
 [ "$status" = 124 ] || fail "stall: mpirun exit status $status, want 124 (the collective timeout's)"
-pattern="^strata: rank [0-9]+: collective timeout after [0-9.]+ s in shard:[a-z_]+ on group '[^']+', waiting for rank [0-9]+ \((receive|send)"
+pattern="^strata: rank [0-9]+: collective timeout after [0-9.]+ s in shard:[a-z_]+ on group '[^']+', "
+pattern+="waiting for rank [0-9]+ \((receive|send)"
 grep -Eq "$pattern" "$run/log" || fail "stall: no timeout message naming a collective and a waited-for rank"
 for waited in $(grep -E "$pattern" "$run/log" | sed -E 's/.* after ([0-9.]+) s .*/\1/'); do
-  over "$timeout_s" "$waited" && fail "stall: a rank timed out after $waited s, before the $timeout_s s timeout"
+  over "$timeout_s" "$waited" && fail "stall: a rank gave up after $waited s, under the $timeout_s s timeout"
 done
 grep -Eq "^strata: rank [0-9]+: .*waiting for (.* and )?rank 3 \(" "$run/log" ||
   fail "stall: no timeout message names the stalled rank 3"
 if grep -Eq "^strata: rank 3: " "$run/log"; then fail "stall: the stopped rank 3 reported a timeout"; fi
-echo "SIGSTOP of rank 3 with a ${timeout_s} s timeout: every rank gone after $gone s, mpirun exit status $status"
+echo "SIGSTOP of rank 3, ${timeout_s} s timeout: every rank gone after $gone s, mpirun exit status $status"
 grep -E "$pattern" "$run/log" | sed 's/^/  /'
 echo "hang tests: all checks passed"
