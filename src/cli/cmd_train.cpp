@@ -15,6 +15,7 @@
 #include "cli/command.hpp"
 #include "train/config.hpp"
 #include "comm/mpi_session.hpp"
+#include "comm/wait.hpp"
 #include "shard/runtime.hpp"
 #include "train/local_engine.hpp"
 #include "train/preemption.hpp"
@@ -135,6 +136,7 @@ void run_train(const TrainArgs& args) {
   }
 
   comm::mpi_session();
+  comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                 config.seed);
   shard::ShardedEngine& engine = runtime.engine();

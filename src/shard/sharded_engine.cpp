@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/wait.hpp"
 #include "optim/adamw.hpp"
 #include "quant/convert.hpp"
 #include "quant/quant.hpp"
@@ -529,14 +530,19 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
   int n = world_size();
   int len = static_cast<int>(local.size());
   std::vector<int> lens(n), displs(n);
-  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  // Non-blocking forms, waited for under the collective timeout (comm/wait.hpp).
+  MPI_Request request;
+  MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &request);
+  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgather");
   int total = 0;
   for (int i = 0; i < n; ++i) {
     displs[i] = total;
     total += lens[i];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Iallgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                  MPI_COMM_WORLD, &request);
+  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgatherv");
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(all.substr(displs[i], lens[i]));
   return out;
@@ -643,8 +649,12 @@ nlohmann::json ShardedEngine::summary_report() {
     exposed += r["exposed_comm_s"].get<double>();
   }
   // Mean per rank over the world (collective: every rank calls summary_report).
-  for (auto* v : {&sent, &recv, &msgs})
-    MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (auto* v : {&sent, &recv, &msgs}) {
+    MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
+    MPI_Iallreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                   &request);
+    comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
+  }
   for (std::size_t i = 0; i < names.size(); ++i) {
     sent[i] /= world_size();
     recv[i] /= world_size();

@@ -131,6 +131,9 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.log_every = positive_int64(k, v); }},
       {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
        [](TrainConfig& c, auto& k, auto& v) { c.out_dir = as_string(k, v); }},
+      {{"train.collective_timeout", "--collective-timeout", K::Float,
+        "seconds a sharded run waits for a peer before aborting every rank (a rank died or stalls)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo (default under mpirun: ddp)"},
@@ -294,6 +297,8 @@ void TrainConfig::validate() const {
   }
   if (loss_scale_window <= 0)
     throw Error(fmt::format("train.loss_scale_window = {}: must be positive", loss_scale_window));
+  if (!(collective_timeout > 0))
+    throw Error(fmt::format("train.collective_timeout = {}: must be positive", collective_timeout));
   if (!(shard.emulate_scale > 0))
     throw Error(fmt::format("shard.emulate_scale = {}: must be positive", shard.emulate_scale));
   if (stop_after < 0 || stop_after > steps)
@@ -331,7 +336,8 @@ nlohmann::json TrainConfig::to_json() const {
             {"initial_loss_scale", shortest(initial_loss_scale)},
             {"loss_scale_window", loss_scale_window},
             {"log_every", log_every},
-            {"out", out_dir}}},
+            {"out", out_dir},
+            {"collective_timeout", collective_timeout}}},
           {"shard",
            {{"strategy", shard.strategy},
             {"topology", shard.topology},

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "comm/wait.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 #include "shard/options.hpp"
@@ -44,6 +45,7 @@ struct TrainConfig {
   std::int64_t loss_scale_window = 1000;  // good steps in a row before the scale doubles
   std::int64_t log_every = 10;       // plain progress lines when not on a terminal
   std::string out_dir;               // metrics, summary, checkpoints; empty: no files
+  double collective_timeout = comm::kDefaultCollectiveTimeout;  // seconds; sharded runs (comm/wait.hpp)
   shard::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
 
   // Per invocation, never in a config file.

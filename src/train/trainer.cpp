@@ -83,7 +83,11 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
   // The checkpoint to resume from: rank 0 verifies it shard by shard (and, given an output
   // folder, falls back past damaged ones), then tells the others.
   fs::path ckpt_dir;
-  if (!config_.resume.empty()) {
+  // `--resume latest` before the first checkpoint exists starts from step 0, so a job script
+  // can pass it from its first submission on; what an attempt left without a checkpoint is
+  // replaced like the steps after a checkpoint are.
+  const bool fresh_latest = config_.resume == "latest" && !out_.empty() && checkpoint_steps(out_ / "ckpt").empty();
+  if (!config_.resume.empty() && !fresh_latest) {
     std::string chosen;
     agree(engine_, [&] {
       if (!leader_) return;
@@ -104,8 +108,8 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
     if (!out_.empty()) {
       if (fs::exists(out_) && !fs::is_directory(out_))
         throw Error(fmt::format("{}: exists and is not a folder (train.out)", out_.string()));
-      continue_output_ = !ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt");
-      if (continue_output_ && config_.overwrite)
+      continue_output_ = fresh_latest || (!ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt"));
+      if (continue_output_ && config_.overwrite && !ckpt_dir.empty())
         throw Error(fmt::format("--overwrite would delete {}, the checkpoint --resume continues from; drop one of them",
                                 ckpt_dir.string()));
       const bool earlier_results = fs::exists(out_ / "summary.json") || fs::exists(out_ / "metrics.jsonl") ||
@@ -116,6 +120,8 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
                                 out_.string(), out_.string()));
     }
   });
+  if (fresh_latest && leader_)
+    fmt::print(stderr, "strata: --resume latest: no checkpoint in {} yet; starting from step 0\n", out_.string());
   if (!ckpt_dir.empty()) resume_from(ckpt_dir);
   if (continue_output_) earlier_metrics_ = read_metrics_until(out_ / "metrics.jsonl", start_step_);
 }

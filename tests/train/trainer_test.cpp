@@ -379,3 +379,26 @@ TEST(Trainer, StopRequestEndsTheRunAfterTheStepWithACheckpointAndResumeContinues
   EXPECT_EQ(rest.steps.front().step, 5);
   EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
 }
+
+TEST(Trainer, ResumeLatestBeforeAnyCheckpointStartsFromStepZero) {
+  // A job script passes --resume latest from its first submission on; an attempt killed
+  // before its first checkpoint left metrics that the new attempt replaces.
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  c.val_data.clear();
+  c.out_dir = (dir / "out").string();
+  fs::create_directories(dir / "out" / "ckpt" / "step_00000002.tmp");
+  atomic_write_file(dir / "out" / "metrics.jsonl", std::string("{\"step\": 1, \"loss\": 9.0}\n"));
+  c.resume = "latest";
+  LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
+  Trainer trainer(c, engine);
+  EXPECT_EQ(trainer.start_step(), 0);
+  trainer.run();
+  EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl").size(), 12u);
+  EXPECT_EQ(checkpoint_steps(dir / "out" / "ckpt"), (std::vector<std::int64_t>{12}));
+
+  // Without --out there is nothing to look in.
+  c.out_dir.clear();
+  EXPECT_EQ(error_of([&] { run_training(c); }),
+            "--resume latest: needs --out, the output folder whose newest checkpoint to continue");
+}
