@@ -244,6 +244,17 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
+// Runs the 12 steps uninterrupted into dir/straight (the losses to reproduce) and returns the
+// configuration pointed at dir/out.
+TrainConfig after_a_straight_run(const test::ScratchDir& dir) {
+  TrainConfig c = tiny_config(dir);
+  c.val_data.clear();
+  c.out_dir = (dir / "straight").string();
+  run_training(c);
+  c.out_dir = (dir / "out").string();
+  return c;
+}
+
 }  // namespace
 
 TEST(Trainer, NonFiniteStepIsSkippedAndLeavesTheStateUntouched) {
@@ -321,12 +332,7 @@ TEST(Trainer, KeepLastDeletesOnlyOlderCheckpointsOnceANewerOneIsComplete) {
 
 TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
   test::ScratchDir dir;
-  TrainConfig c = tiny_config(dir);
-  c.val_data.clear();
-  c.out_dir = (dir / "straight").string();
-  run_training(c);
-
-  c.out_dir = (dir / "out").string();
+  TrainConfig c = after_a_straight_run(dir);
   c.save_every = 3;
   c.stop_after = 6;
   run_training(c);
@@ -356,12 +362,7 @@ TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
 
 TEST(Trainer, StopRequestEndsTheRunAfterTheStepWithACheckpointAndResumeContinues) {
   test::ScratchDir dir;
-  TrainConfig c = tiny_config(dir);
-  c.val_data.clear();
-  c.out_dir = (dir / "straight").string();
-  run_training(c);
-
-  c.out_dir = (dir / "out").string();
+  TrainConfig c = after_a_straight_run(dir);
   {
     LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
     Trainer trainer(c, engine);
