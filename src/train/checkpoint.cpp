@@ -168,6 +168,7 @@ std::uint64_t engine_state_digest(Engine& engine) {
 }
 
 std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const std::vector<StateShard>& shards) {
+  if (shards.empty()) return {};  // a rank holding only replicas writes no file
   const std::string name = rank_file_name(rank);
   const fs::path path = dir / name;
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));

@@ -98,6 +98,14 @@ assert a[:6] == b[:6], "identical until the first move"
 for i in range(6, 12):
     assert abs(a[i] - b[i]) <= 1e-6 * abs(a[i]), (i + 1, a[i], b[i])
 PY
+# Ranks holding replicas write nothing: hsdp's second node leaves its slices to the first.
+"${mpi[@]}" -np 8 "$strata" train --strategy hsdp --topology "$topo" "${common[@]}" --batch 1 --steps 12 \
+  --stop-after 4 --out hsdp8 > /dev/null
+[[ $(ls hsdp8/ckpt/step_00000004/rank*.bin | wc -l) == 4 ]] || fail "hsdp: replica ranks wrote shard files"
+"${mpi[@]}" -np 4 "$strata" train --strategy zero2 "${common[@]}" --batch 2 --steps 12 --stop-after 6 \
+  --resume hsdp8 --out zero2_4 > /dev/null
+[[ "$(field zero2_4/summary.json resumed_state_digest)" == "$(digest_of hsdp8/ckpt/step_00000004)" ]] ||
+  fail "zero2 did not load hsdp's state"
 if out=$("${mpi[@]}" -np 4 "$strata" train --strategy zero3 "${common[@]}" --batch 1 --steps 12 --resume hop8 \
            --out wrong 2>&1); then fail "resumed with another global batch"; fi
 grep -q "train.global_batch = 8 in the checkpoint (batch x world size), 4 in this run (batch 1 x 4 ranks); a resumed run must keep it: give --batch 2" <<<"$out" ||
