@@ -11,4 +11,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An Error every rank of a job throws alike (after agreeing on it): one rank reporting it
+// is enough.
+class AgreedError : public Error {
+ public:
+  explicit AgreedError(const std::string& what) : Error(what) {}
+};
+
 }  // namespace strata

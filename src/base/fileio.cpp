@@ -16,7 +16,8 @@ namespace strata {
 
 namespace fs = std::filesystem;
 
-static void write_all(int fd, const std::byte* p, std::size_t n, const fs::path& path) {
+void write_all(int fd, const void* data, std::size_t n, const fs::path& path) {
+  auto* p = static_cast<const char*>(data);
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0) {

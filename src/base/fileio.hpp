@@ -12,6 +12,8 @@
 namespace strata {
 
 void atomic_write_file(const std::filesystem::path& path, std::span<const std::byte> bytes);
+// write(2) until all n bytes are out (retrying short writes and EINTR); errors name `path`.
+void write_all(int fd, const void* data, std::size_t n, const std::filesystem::path& path);
 void atomic_write_file(const std::filesystem::path& path, std::string_view text);
 void fsync_directory(const std::filesystem::path& dir);
 

@@ -65,7 +65,7 @@ void run_bench_step(const StepArgs& a) {
   for (int i = 0; i < a.warmup + a.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     engine.micro_step(tokens.data(), targets.data(), 1.0f);
-    engine.optimizer_step(hp, 1e-4f, i + 1);
+    engine.optimizer_step(hp, train::StepArgs{1e-4f, i + 1});
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= a.warmup) step_s.push_back(dt);
   }

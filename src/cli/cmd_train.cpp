@@ -15,8 +15,10 @@
 #include "cli/command.hpp"
 #include "train/config.hpp"
 #include "comm/mpi_session.hpp"
+#include "comm/wait.hpp"
 #include "shard/runtime.hpp"
 #include "train/local_engine.hpp"
+#include "train/preemption.hpp"
 #include "train/trainer.hpp"
 
 namespace strata::cli {
@@ -79,6 +81,14 @@ int env_int(const char* name, int fallback) {
 
 void report(const train::TrainConfig& config, const train::TrainResult& result) {
   const auto& s = result.summary;
+  if (result.preempted) {
+    fmt::print("preempted: stopped after step {} on request (SIGTERM/SIGUSR1){}\n", s["steps"].get<std::int64_t>(),
+               s["checkpoint"].is_null() ? std::string("; no --out, nothing saved")
+                                         : fmt::format("; checkpoint {}; continue with --resume latest",
+                                                       s["checkpoint"].get<std::string>()));
+  }
+  if (s["skipped_steps"].get<std::int64_t>() > 0)
+    fmt::print("skipped {} steps with a non-finite loss or gradient norm\n", s["skipped_steps"].get<std::int64_t>());
   fmt::print("done: step {}, loss {:.4f} -> {:.4f}, {:.0f} tokens/s\n", s["steps"].get<std::int64_t>(),
              s["loss"]["first"].get<double>(), s["loss"]["final"].get<double>(), s["tokens_per_s"].get<double>());
   if (!s["val_loss"].is_null())
@@ -113,6 +123,7 @@ void run_train(const TrainArgs& args) {
   if (config.threads > 0) omp_set_num_threads(config.threads);  // OpenBLAS (OpenMP build) follows
 
   if (!config.shard.sharded()) {
+    train::PreemptionHandler preemption;
     train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
     train::Trainer trainer(config, engine);
     fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}..{}, {} threads, {}\n",
@@ -125,6 +136,7 @@ void run_train(const TrainArgs& args) {
   }
 
   comm::mpi_session();
+  comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                 config.seed);
   shard::ShardedEngine& engine = runtime.engine();
@@ -133,6 +145,7 @@ void run_train(const TrainArgs& args) {
     if (leader) fmt::print("{}", engine.schedule().table());
     return;
   }
+  train::PreemptionHandler preemption;  // after MPI_Init: ours, not the MPI library's
   train::Trainer trainer(config, engine);
   if (leader) {
     fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} ranks of topology '{}'{}, "
@@ -166,7 +179,8 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
     args->flags.push_back(std::move(f));
   }
   cmd->add_option("--resume", args->resume,
-                  "continue from a checkpoint folder, or from the newest checkpoint of an output folder");
+                  "continue from a checkpoint folder, or from the newest intact checkpoint of an output folder "
+                  "('latest': of --out)");
   cmd->add_flag("--overwrite", args->overwrite, "replace the results of an earlier run in --out");
   cmd->add_flag("--emulate-links", args->emulate_links,
                 "hold every message back to the time the topology's bandwidth and latency give its tier");

@@ -1,13 +1,13 @@
 #include "comm/communicator.hpp"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <climits>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/wait.hpp"
 
 namespace strata::comm {
 
@@ -113,7 +113,8 @@ void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, 
   MPI_Request req[2];
   MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req[0]);
   MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req[1]);
-  wait_all(req, 2);
+  const Peer peers[2] = {{src, true}, {dst, false}};
+  wait_all(req, 2, peers);
   after_send(out, dst);
   after_recv(in, src);
 }
@@ -124,7 +125,8 @@ void Communicator::send(const WireChunk& out, int dst) {
   MessageType st(out);
   MPI_Request req;
   MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req);
-  wait_all(&req, 1);
+  const Peer peer{dst, false};
+  wait_all(&req, 1, &peer);
   after_send(out, dst);
 }
 
@@ -133,25 +135,35 @@ void Communicator::recv(const WireChunk& in, int src) {
   MessageType rt(in);
   MPI_Request req;
   MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req);
-  wait_all(&req, 1);
+  const Peer peer{src, true};
+  wait_all(&req, 1, &peer);
   after_recv(in, src);
 }
 
-void Communicator::wait_all(MPI_Request* requests, int n) {
-  // Poll a little, then sleep between polls with a growing pause: a rank waiting for a
-  // slow peer leaves the core to computation (and to the peer, when ranks outnumber cores)
-  // instead of spinning inside MPI. Each poll also drives MPI's progress.
-  constexpr int kSpinPolls = 64;
-  constexpr auto kMaxPause = std::chrono::microseconds(64);
-  auto pause = std::chrono::microseconds(2);
-  for (int polls = 0;; ++polls) {
+void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
+  double waited = 0;
+  const double timeout = collective_timeout();
+  if (poll_requests(requests, n, timeout, &waited)) return;
+  // The peers of the requests still pending, in request order, one entry per member.
+  std::vector<std::pair<int, std::string>> pending;
+  for (int i = 0; i < n; ++i) {
     int done = 0;
-    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
-    if (done) return;
-    if (polls < kSpinPolls) continue;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(2 * pause, kMaxPause);
+    MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
+    if (done) continue;
+    const char* role = peers[i].receive ? "receive" : "send";
+    auto same =
+        std::find_if(pending.begin(), pending.end(), [&](auto& p) { return p.first == peers[i].member; });
+    if (same != pending.end())
+      same->second += fmt::format(" and {}", role);
+    else
+      pending.emplace_back(peers[i].member, role);
   }
+  if (pending.empty()) return;  // the last one completed just now
+  TimedOutWait report{ctx_.world_rank(), ctx_.running_kind(), name_, {}, waited, timeout};
+  for (auto& [m, roles] : pending)
+    report.peers.push_back(
+        fmt::format("rank {} ({}, tier {})", world_ranks_[m], roles, ctx_.topology().tier(tiers_[m]).name));
+  abort_timed_out(report);
 }
 
 // ---- padding rule ---------------------------------------------------------------------

@@ -7,7 +7,8 @@
 //
 // Every message goes through sendrecv/send/recv below, which charge it to the tier it
 // crosses in the context's Accounting and, with link emulation on, hold it back (see
-// emulation.hpp). Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
+// emulation.hpp), and every wait for one has the collective timeout's deadline (wait.hpp).
+// Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
 // Closed forms, c = chunk bytes (data + scales) after padding, d = size():
 //   all_gather, reduce_scatter: d-1 messages of c to the right neighbour
 //   all_reduce: 2(d-1) messages of c to the right neighbour
@@ -70,7 +71,14 @@ class Communicator final : public Collectives {
   void before_send(const WireChunk& out, int dst);
   void after_send(const WireChunk& out, int dst);
   void after_recv(const WireChunk& in, int src);
-  void wait_all(MPI_Request* requests, int n);
+  // Who a request exchanges with: member index, and whether it receives (else sends).
+  struct Peer {
+    int member;
+    bool receive;
+  };
+  // Polls until all complete, under the collective timeout (wait.hpp); past it, aborts the
+  // job naming the peers of the requests still pending.
+  void wait_all(MPI_Request* requests, int n, const Peer* peers);
   void check_thread() const;  // Error unless on the communication thread
 
   Context& ctx_;

@@ -50,6 +50,11 @@ Work Context::run(std::string_view kind, std::function<void()> fn) {
   if (executor_.on_comm_thread())
     throw Error(fmt::format("comm: {} was started from the communication thread itself", kind));
   return executor_.submit([this, kind = std::string(kind), fn = std::move(fn)] {
+    running_kind_ = &kind;
+    struct Clear {  // however fn ends
+      const std::string*& slot;
+      ~Clear() { slot = nullptr; }
+    } clear{running_kind_};
     auto t0 = std::chrono::steady_clock::now();
     fn();
     accounting_.record_time(kind, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -5,6 +5,7 @@
 // mpi_session.hpp), before any Communicator, and destroy it after them and before MPI is
 // finalised.
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include "comm/accounting.hpp"
@@ -32,12 +33,18 @@ class Context {
   // Queues `fn` on the communication thread; its wall time there is recorded under `kind`.
   // Throws Error if called from the communication thread itself (it would wait on itself).
   Work run(std::string_view kind, std::function<void()> fn);
+  // On the communication thread: the kind of the task running there (a timed-out wait
+  // names it), or "(no collective)" outside a task of run().
+  std::string_view running_kind() const {
+    return running_kind_ ? std::string_view(*running_kind_) : std::string_view("(no collective)");
+  }
 
  private:
   topo::Topology topology_;
   EmulationOptions emulation_;
   Accounting accounting_;
   int world_rank_ = 0;
+  const std::string* running_kind_ = nullptr;  // the running task's own copy; comm thread only
   Executor executor_;  // last: its thread stops before the members it uses go away
 };
 

@@ -309,6 +309,12 @@ void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std
   run_pieces(detected_isa(), pieces, params, grads, exp_avg, exp_avg_sq, decay, no_decay);
 }
 
+float gradient_multiplier(const AdamWConfig& hp, double grad_norm, double loss_scale) {
+  double m = 1.0 / loss_scale;
+  if (hp.grad_clip > 0 && grad_norm > hp.grad_clip) m *= hp.grad_clip / grad_norm;
+  return static_cast<float>(m);
+}
+
 double sum_squares(const float* x, std::size_t n) { return detail::sum_squares_isa(detected_isa(), x, n); }
 
 void AdamWConfig::validate() const {

@@ -38,6 +38,11 @@ void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std
                         const float* grads, float* exp_avg, float* exp_avg_sq, const AdamWConfig& hp, float lr,
                         std::int64_t step, float grad_scale);
 
+// The factor the update multiplies every gradient by: 1 / loss_scale (gradients computed from
+// a scaled loss), times grad_clip / grad_norm when clipping applies. grad_norm is the global
+// norm of the unscaled gradients.
+float gradient_multiplier(const AdamWConfig& hp, double grad_norm, double loss_scale);
+
 // Sum of squares in double. Deterministic for a given n: the summation order is fixed by n
 // alone, not by the thread count or instruction set.
 double sum_squares(const float* x, std::size_t n);

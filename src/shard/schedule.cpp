@@ -32,7 +32,7 @@ std::string_view to_string(Purpose p) {
     case Purpose::ReplicaGather: return "replica gather";
     case Purpose::WeightGatherStep: return "W gather (after step)";
     case Purpose::GradNormAllReduce: return "grad-norm all-reduce";
-    case Purpose::LossAllReduce: return "loss all-reduce";
+    case Purpose::LossAllReduce: return "loss all-reduce";  // with the stop flag
   }
   return "?";
 }
@@ -128,21 +128,21 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   }
   // Scalars are all-gathered level by level and summed in member order, so every rank gets
   // the same bits. The squared gradient norm needs one OS domain (it covers the model
-  // once); the logged loss needs every rank.
-  auto scalar = [&](Purpose purpose, int levels) {
+  // once); the logged loss needs every rank, and carries each rank's stop request with it.
+  auto scalar = [&](Purpose purpose, int levels, int values) {
     for (int t = 0; t < levels; ++t) {
       ScheduledOp op{When::Step, purpose, OpKind::AllGather};
       op.level = t;
       op.group_size = L.level_size[t];
-      op.elements_in = 1;
-      op.elements_out = L.level_size[t];
+      op.elements_in = static_cast<std::size_t>(values);  // fp64 values a rank
+      op.elements_out = static_cast<std::size_t>(values) * L.level_size[t];
       op.messages = L.level_size[t] - 1;
-      op.bytes_sent = op.bytes_received = 8u * (L.level_size[t] - 1);
+      op.bytes_sent = op.bytes_received = 8u * values * (L.level_size[t] - 1);
       step_.push_back(op);
     }
   };
-  scalar(Purpose::GradNormAllReduce, L.optimizer);
-  scalar(Purpose::LossAllReduce, L.num_levels);
+  scalar(Purpose::GradNormAllReduce, L.optimizer, 1);
+  scalar(Purpose::LossAllReduce, L.num_levels, 2);
   for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
     gather(step_, When::Step, Purpose::WeightGatherStep, u, L.optimizer, L.weights, spec.weight_wire);
 }
@@ -255,6 +255,26 @@ std::string Schedule::table() const {
   s += fmt::format("memory per rank: weights {} B, secondary {} B, grads {} B, optimizer {} B, gathered {} B\n",
                    m.weights, m.secondary, m.grads, m.optimizer, m.gathered);
   return s;
+}
+
+std::vector<ArenaRun> optimizer_runs(const Schedule& schedule, const model::ParamLayout& layout, int rank) {
+  if (layout.units().size() != static_cast<std::size_t>(schedule.num_units()))
+    throw Error(fmt::format("shard: the layout has {} units, the schedule {}", layout.units().size(),
+                            schedule.num_units()));
+  std::vector<ArenaRun> runs;
+  const int levels = schedule.levels().optimizer;
+  for (int u = 0; u < schedule.num_units(); ++u) {
+    const Slice o = schedule.slice(u, rank, levels);
+    const std::size_t numel = schedule.units().numel[u];
+    if (o.offset >= numel) continue;  // all padding
+    const std::size_t begin = layout.units()[u].offset + o.offset;
+    runs.push_back({u, begin, begin + std::min(o.count, numel - o.offset)});
+  }
+  return runs;
+}
+
+bool saves_optimizer_state(const Schedule& schedule, int rank) {
+  return rank < schedule.levels().degree(schedule.levels().optimizer);
 }
 
 }  // namespace strata::shard

@@ -35,7 +35,7 @@ enum class Purpose {
   ReplicaGather,          //   ... and all-gather half
   WeightGatherStep,       // updated OS shard -> W shard after the optimizer step
   GradNormAllReduce,      // squared gradient norm over one OS domain: one fp64 a rank, gathered, summed
-  LossAllReduce,          // the logged loss, averaged over all ranks the same way
+  LossAllReduce,          // the logged loss and the stop (preemption) flag: two fp64 a rank, over all ranks
 };
 std::string_view to_string(OpKind k);
 std::string_view to_string(Algorithm a);
@@ -132,5 +132,18 @@ class Schedule {
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_;
 };
+
+// A run [begin, end) of the flat parameter arena inside one unit.
+struct ArenaRun {
+  int unit = 0;
+  std::size_t begin = 0, end = 0;
+};
+// The arena runs whose optimizer state rank `rank` holds: its OS slice of each unit with the
+// padding cut off (units whose slice is all padding give none). The runtime allocates them;
+// checkpoints and `strata ckpt convert` lay shards out by them.
+std::vector<ArenaRun> optimizer_runs(const Schedule& schedule, const model::ParamLayout& layout, int rank);
+// Ranks outside the first OS domain hold replicas of its slices: only the first domain's
+// ranks write optimizer state into checkpoints.
+bool saves_optimizer_state(const Schedule& schedule, int rank);
 
 }  // namespace strata::shard

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/wait.hpp"
 #include "optim/adamw.hpp"
 #include "quant/convert.hpp"
 #include "quant/quant.hpp"
@@ -413,7 +414,7 @@ float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* t
   return loss;
 }
 
-double ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) {
+train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
   auto t0 = std::chrono::steady_clock::now();
   const LevelSpec& L = schedule_.levels();
   std::vector<comm::Work> works;
@@ -435,21 +436,27 @@ double ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, float lr, std
     for (std::size_t i = 0; i < U->o.count; ++i) U->os_grad[i] *= inv_world;
     local += optim::sum_squares(U->os_grad.data(), U->o.count);
   }
-  const double norm = std::sqrt(scalar_sum(local, Purpose::GradNormAllReduce));
-  const float clip = hp.grad_clip > 0 && norm > hp.grad_clip ? static_cast<float>(hp.grad_clip / norm) : 1.0f;
-
-  for (auto& U : units_) {
-    if (U->o.offset >= U->numel) continue;  // all padding
-    std::size_t n = std::min(U->o.count, U->numel - U->o.offset);
-    std::size_t begin = U->arena_offset + U->o.offset;
-    optim::adamw_update_range(layout(), begin, begin + n, U->master.data(), U->os_grad.data(), U->exp_avg.data(),
-                              U->exp_avg_sq.data(), hp, lr, step, clip);
+  // Every rank sums the same values in the same order: the same norm, the same verdict.
+  train::StepOutcome out;
+  out.grad_norm = std::sqrt(scalar_sum({local}, Purpose::GradNormAllReduce)[0]) / args.loss_scale;
+  out.applied = !args.skip && std::isfinite(out.grad_norm);
+  if (out.applied) {
+    const float multiplier = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
+    for (auto& U : units_) {
+      if (U->o.offset >= U->numel) continue;  // all padding
+      std::size_t n = std::min(U->o.count, U->numel - U->o.offset);
+      std::size_t begin = U->arena_offset + U->o.offset;
+      optim::adamw_update_range(layout(), begin, begin + n, U->master.data(), U->os_grad.data(), U->exp_avg.data(),
+                                U->exp_avg_sq.data(), hp, args.lr, args.update, multiplier);
+    }
   }
+  // A skipped step still runs the post-step weight gather: the schedule (and every rank)
+  // expects it, and it hands out the unchanged weights.
   refresh_weights_from_master();
   for (auto& U : units_) U->grad_accum.zero();
   replicated_grads_.zero();
   wall_s_ += seconds_since(t0);
-  return norm;
+  return out;
 }
 
 void ShardedEngine::refresh_weights_from_master() {
@@ -476,46 +483,66 @@ void ShardedEngine::refresh_weights_from_master() {
   for (auto& w : works) wait(w);
 }
 
-// One fp64 per rank, all-gathered level by level and summed in member order: every rank of
-// the levels gets the same bits.
-double ShardedEngine::scalar_sum(double local, Purpose purpose) {
+// A few fp64 per rank (as many as the schedule's op carries), all-gathered level by level and
+// summed in member order: every rank of the levels gets the same bits.
+std::vector<double> ShardedEngine::scalar_sum(std::vector<double> local, Purpose purpose) {
   std::vector<const ScheduledOp*> ops = ops_for(schedule_.step_ops(), purpose, -1);
-  if (ops.empty()) return local;
-  double value = local;
-  comm::Work w = ctx_.run("shard:scalar", [this, &ops, &value] {
+  for (const ScheduledOp* op : ops)
+    if (op->elements_in != local.size())
+      throw Error(fmt::format("shard: {} carries {} values, the runtime has {}", to_string(purpose), op->elements_in,
+                              local.size()));
+  comm::Work w = ctx_.run("shard:scalar", [this, &ops, &local] {
+    const std::size_t k = local.size();
     for (const ScheduledOp* op : ops) {
-      std::vector<double> all(op->group_size);
-      level_comm(op->level).run_all_gather(comm::f32(reinterpret_cast<const float*>(&value), 2),
+      std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
+      level_comm(op->level).run_all_gather(comm::f32(reinterpret_cast<const float*>(local.data()), 2 * k),
                                            comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
-      double sum = 0;
-      for (double v : all) sum += v;
-      value = sum;
+      std::fill(local.begin(), local.end(), 0.0);
+      for (std::size_t m = 0; m < all.size(); m += k)
+        for (std::size_t i = 0; i < k; ++i) local[i] += all[m + i];
     }
   });
   wait(w);
-  return value;
+  return local;
 }
 
-double ShardedEngine::all_mean(double local) {
+std::pair<double, bool> ShardedEngine::all_mean_and_any(double local, bool flag) {
   // Part of the step: its wait counts as exposed communication, so its time counts as step time.
   auto t0 = std::chrono::steady_clock::now();
-  double mean = scalar_sum(local, Purpose::LossAllReduce) / world_size();
+  const std::vector<double> sum = scalar_sum({local, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
   wall_s_ += seconds_since(t0);
-  return mean;
+  return {sum[0] / world_size(), sum[1] > 0};
+}
+
+nlohmann::json ShardedEngine::describe() const {
+  return {{"strategy", schedule_.spec().preset},
+          {"world_size", world_size()},
+          {"shard_spec", schedule_.spec().to_json()},
+          {"topology", schedule_.topology().to_json()}};
+}
+
+bool ShardedEngine::fp16_gradients() const {
+  const ShardSpec& spec = schedule_.spec();
+  return spec.grad_wire == Wire::F16 || spec.step_grad_wire == Wire::F16;
 }
 
 std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& local) {
   int n = world_size();
   int len = static_cast<int>(local.size());
   std::vector<int> lens(n), displs(n);
-  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  // Non-blocking forms, waited for under the collective timeout (comm/wait.hpp).
+  MPI_Request request;
+  MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &request);
+  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgather");
   int total = 0;
   for (int i = 0; i < n; ++i) {
     displs[i] = total;
     total += lens[i];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Allgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Iallgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                  MPI_COMM_WORLD, &request);
+  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgatherv");
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(all.substr(displs[i], lens[i]));
   return out;
@@ -523,18 +550,15 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
 
 std::vector<train::StateShard> ShardedEngine::state_shards() {
   std::vector<train::StateShard> out;
-  for (auto& U : units_) {
-    if (U->o.offset >= U->numel) continue;
-    std::size_t n = std::min(U->o.count, U->numel - U->o.offset);
-    std::size_t begin = U->arena_offset + U->o.offset;
-    out.push_back({begin, begin + n, U->master.data(), U->exp_avg.data(), U->exp_avg_sq.data()});
+  for (const ArenaRun& run : optimizer_runs(schedule_, layout(), rank_)) {
+    Unit& U = *units_[run.unit];  // its OS slice starts at run.begin
+    out.push_back({run.begin, run.end, U.master.data(), U.exp_avg.data(), U.exp_avg_sq.data()});
   }
   return out;
 }
 
 std::vector<train::StateShard> ShardedEngine::saved_shards() {
-  // Ranks outside the first OS domain hold replicas of its slices: only it writes them.
-  if (rank_ >= schedule_.levels().degree(schedule_.levels().optimizer)) return {};
+  if (!saves_optimizer_state(schedule_, rank_)) return {};
   return state_shards();
 }
 
@@ -625,8 +649,12 @@ nlohmann::json ShardedEngine::summary_report() {
     exposed += r["exposed_comm_s"].get<double>();
   }
   // Mean per rank over the world (collective: every rank calls summary_report).
-  for (auto* v : {&sent, &recv, &msgs})
-    MPI_Allreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (auto* v : {&sent, &recv, &msgs}) {
+    MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
+    MPI_Iallreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                   &request);
+    comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
+  }
   for (std::size_t i = 0; i < names.size(); ++i) {
     sent[i] /= world_size();
     recv[i] /= world_size();

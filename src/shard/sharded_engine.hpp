@@ -60,8 +60,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   int world_size() const override { return schedule_.world_size(); }
   float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
   float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
-  double optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) override;
-  double all_mean(double local) override;
+  train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
+  std::pair<double, bool> all_mean_and_any(double local, bool flag) override;
   std::vector<std::string> all_gather_strings(const std::string& local) override;
   std::vector<train::StateShard> state_shards() override;
   std::vector<train::StateShard> saved_shards() override;
@@ -69,6 +69,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   void gather_params(float* full) override;
   nlohmann::json step_report() override;
   nlohmann::json summary_report() override;
+  nlohmann::json describe() const override;
+  bool fp16_gradients() const override;
 
   const Schedule& schedule() const { return schedule_; }
   StateMemory memory_bytes() const;            // what this rank actually allocated, by state
@@ -95,7 +97,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   void wait(comm::Work& work);
   void drain_reductions(std::size_t keep);
   void refresh_weights_from_master();
-  double scalar_sum(double local, Purpose purpose);
+  std::vector<double> scalar_sum(std::vector<double> local, Purpose purpose);
   float* borrow_full();
   void give_back(float* buffer);
 

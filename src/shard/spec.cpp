@@ -177,9 +177,6 @@ LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology) {
                             spec.block_size));
   if (spec.weight_wire == Wire::I4)
     throw Error("shard.weight_wire = int4: weight gathers carry fp32, bf16, fp16 or int8");
-  if (spec.grad_wire == Wire::F16 || spec.step_grad_wire == Wire::F16)
-    throw Error("shard.grad_wire = fp16: gradient reductions carry fp32, bf16, int8 or int4 "
-                "(fp16 overflows without loss scaling)");
   if (spec.prefetch < 0) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", spec.prefetch));
   return l;
 }

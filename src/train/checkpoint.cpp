@@ -6,7 +6,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
+#include <csignal>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -17,6 +20,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "train/faults.hpp"
 
 namespace strata::train {
 
@@ -28,8 +32,6 @@ constexpr int kStates = 3;                     // master, exp_avg, exp_avg_sq
 constexpr std::size_t kChunkFloats = 1 << 20;  // 4 MB of file I/O at a time
 // The most floats a checkpoint may hold: their 3 states still count in 64-bit bytes.
 constexpr std::uint64_t kMaxArenaFloats = UINT64_MAX / (kStates * sizeof(float));
-
-std::string rank_file_name(int rank) { return fmt::format("rank{:05d}.bin", rank); }
 
 // An open file descriptor that closes itself.
 struct Fd {
@@ -52,17 +54,31 @@ struct Hasher {
   std::string hex() { return fmt::format("{:016x}", XXH3_64bits_digest(state.get())); }
 };
 
-void write_all(int fd, const void* data, std::size_t n, const fs::path& path) {
-  auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error(fmt::format("{}: write failed: {}", path.string(), std::strerror(errno)));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Digest terms of n floats of state k that sit at arena positions first, first + 1, ...
+std::uint64_t digest_run(const float* values, std::size_t n, std::size_t first, int k) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof bits);
+    sum += mix64(mix64(3 * static_cast<std::uint64_t>(first + i) + static_cast<std::uint64_t>(k)) ^ bits);
   }
+  return sum;
+}
+
+std::uint64_t parse_digest(const std::string& hex, const std::string& origin, const std::string& field) {
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  if (hex.size() != 16 || ec != std::errc() || end != hex.data() + hex.size())
+    throw Error(fmt::format("{}: malformed: field '{}' must be 16 hex digits, not '{}'", origin, field, hex));
+  return v;
 }
 
 void read_exact(int fd, void* data, std::size_t n, std::uint64_t offset, const fs::path& path) {
@@ -80,32 +96,22 @@ void read_exact(int fd, void* data, std::size_t n, std::uint64_t offset, const f
   }
 }
 
-// Writes this rank's shards into `dir` and returns their records.
-std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const std::vector<StateShard>& shards) {
-  const std::string name = rank_file_name(rank);
-  const fs::path path = dir / name;
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.fd < 0) throw Error(fmt::format("{}: cannot create: {}", path.string(), std::strerror(errno)));
-  std::vector<ShardRecord> records;
-  std::uint64_t offset = 0;
-  for (const StateShard& s : shards) {
-    const std::size_t n = s.end - s.begin;
-    Hasher hash;
-    for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
-      write_all(fd.fd, state, n * sizeof(float), path);
-      hash.update(state, n * sizeof(float));
-    }
-    const std::uint64_t bytes = std::uint64_t{kStates} * n * sizeof(float);
-    records.push_back({rank, name, offset, s.begin, s.end, bytes, hash.hex()});
-    offset += bytes;
-  }
-  if (::fsync(fd.fd) != 0) throw Error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
-  return records;
+nlohmann::json record_to_json(const ShardRecord& r) {
+  return {{"rank", r.rank},   {"file", r.file},   {"offset", r.offset},          {"begin", r.begin},
+          {"end", r.end},     {"bytes", r.bytes}, {"xxh3", r.xxh3},              {"digest", digest_hex(r.digest)}};
 }
 
-nlohmann::json record_to_json(const ShardRecord& r) {
-  return {{"rank", r.rank}, {"file", r.file}, {"offset", r.offset}, {"begin", r.begin},
-          {"end", r.end},   {"bytes", r.bytes}, {"xxh3", r.xxh3}};
+ShardRecord record_from_json(const nlohmann::json& j) {
+  return {j.at("rank").get<int>(),          j.at("file").get<std::string>(),   j.at("offset").get<std::uint64_t>(),
+          j.at("begin").get<std::size_t>(), j.at("end").get<std::size_t>(),    j.at("bytes").get<std::uint64_t>(),
+          j.at("xxh3").get<std::string>(),  std::stoull(j.at("digest").get<std::string>(), nullptr, 16)};
+}
+
+// A step_<digits> folder name -> its step; anything else (step_X.tmp, other files) -> -1.
+std::int64_t step_of(const std::string& name) {
+  if (!name.starts_with("step_") || name.size() == 5 || name.size() > 5 + 18) return -1;
+  if (!std::all_of(name.begin() + 5, name.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return -1;
+  return std::stoll(name.substr(5));
 }
 
 // Reads manifest fields, naming the manifest and the field when one is missing or mistyped.
@@ -145,6 +151,77 @@ void rename_into_place(const fs::path& from, const fs::path& to) {
 }  // namespace
 
 std::string checkpoint_name(std::int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string rank_file_name(int rank) { return fmt::format("rank{:05d}.bin", rank); }
+
+std::uint64_t state_digest(const StateShard& s) {
+  const std::size_t n = s.end - s.begin;
+  return digest_run(s.master, n, s.begin, 0) + digest_run(s.exp_avg, n, s.begin, 1) +
+         digest_run(s.exp_avg_sq, n, s.begin, 2);
+}
+
+std::string digest_hex(std::uint64_t digest) { return fmt::format("{:016x}", digest); }
+
+std::uint64_t engine_state_digest(Engine& engine) {
+  std::uint64_t mine = 0;
+  for (const StateShard& s : engine.saved_shards()) mine += state_digest(s);
+  std::uint64_t total = 0;
+  for (const std::string& d : engine.all_gather_strings(std::to_string(mine))) total += std::stoull(d);
+  return total;
+}
+
+std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const std::vector<StateShard>& shards) {
+  if (shards.empty()) return {};  // a rank holding only replicas writes no file
+  const std::string name = rank_file_name(rank);
+  const fs::path path = dir / name;
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.fd < 0) throw Error(fmt::format("{}: cannot create: {}", path.string(), std::strerror(errno)));
+  std::vector<ShardRecord> records;
+  std::uint64_t offset = 0;
+  for (const StateShard& s : shards) {
+    const std::size_t n = s.end - s.begin;
+    Hasher hash;
+    for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
+      write_all(fd.fd, state, n * sizeof(float), path);
+      hash.update(state, n * sizeof(float));
+    }
+    const std::uint64_t bytes = std::uint64_t{kStates} * n * sizeof(float);
+    records.push_back({rank, name, offset, s.begin, s.end, bytes, hash.hex(), state_digest(s)});
+    offset += bytes;
+  }
+  if (::fsync(fd.fd) != 0) throw Error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
+  return records;
+}
+
+void write_manifest(const fs::path& dir, const CheckpointInfo& info, std::size_t arena_floats,
+                    const std::vector<ShardRecord>& shards) {
+  nlohmann::json records = nlohmann::json::array();
+  std::uint64_t digest = 0;
+  for (const ShardRecord& r : shards) {
+    records.push_back(record_to_json(r));
+    digest += r.digest;
+  }
+  nlohmann::json manifest = {{"format", "strata-checkpoint"},
+                             {"version", kCheckpointVersion},
+                             {"step", info.step},
+                             {"world_size", info.world_size},
+                             {"model", info.model.to_json()},
+                             {"engine", info.engine},
+                             {"arena_floats", arena_floats},
+                             {"states", {"master", "exp_avg", "exp_avg_sq"}},
+                             {"state_digest", digest_hex(digest)},
+                             {"run", info.run},
+                             {"data", info.data},
+                             {"rng", info.rng},
+                             {"trainer", info.trainer},
+                             {"shards", records}};
+  atomic_write_file(dir / kManifestName, manifest.dump(2) + "\n");
+}
+
+void commit_checkpoint_dir(const fs::path& tmp_dir, const fs::path& final_dir) {
+  fsync_directory(tmp_dir);
+  rename_into_place(tmp_dir, final_dir);
+  fsync_directory(final_dir.parent_path());
+}
 
 fs::path save_checkpoint(Engine& engine, const fs::path& root, const CheckpointInfo& info) {
   const std::string name = checkpoint_name(info.step);
@@ -169,36 +246,24 @@ fs::path save_checkpoint(Engine& engine, const fs::path& root, const CheckpointI
   } catch (const Error& e) {
     local_error = e.what();
   }
+  if (FaultPlan::from_environment().fires(FaultAction::KillInSave, info.step, engine.rank())) ::raise(SIGKILL);
   nlohmann::json mine_json = nlohmann::json::array();
   for (auto& r : mine) mine_json.push_back(record_to_json(r));
   auto gathered = engine.all_gather_strings(local_error.empty() ? mine_json.dump() : "!" + local_error);
 
   agree(engine, [&] {
     if (!leader) return;
-    nlohmann::json shards = nlohmann::json::array();
+    std::vector<ShardRecord> shards;
     for (std::size_t r = 0; r < gathered.size(); ++r) {
       if (gathered[r].starts_with("!")) {
         std::error_code ec;
         fs::remove_all(tmp_dir, ec);
         throw Error(gathered.size() == 1 ? gathered[r].substr(1) : fmt::format("rank {}: {}", r, gathered[r].substr(1)));
       }
-      for (auto& rec : nlohmann::json::parse(gathered[r])) shards.push_back(rec);
+      for (auto& rec : nlohmann::json::parse(gathered[r])) shards.push_back(record_from_json(rec));
     }
-    nlohmann::json manifest = {{"format", "strata-checkpoint"},
-                               {"version", kCheckpointVersion},
-                               {"step", info.step},
-                               {"world_size", info.world_size},
-                               {"model", info.model.to_json()},
-                               {"arena_floats", engine.layout().total_floats()},
-                               {"states", {"master", "exp_avg", "exp_avg_sq"}},
-                               {"run", info.run},
-                               {"data", info.data},
-                               {"rng", info.rng},
-                               {"shards", shards}};
-    atomic_write_file(tmp_dir / kManifestName, manifest.dump(2) + "\n");
-    fsync_directory(tmp_dir);
-    rename_into_place(tmp_dir, final_dir);
-    fsync_directory(root);
+    write_manifest(tmp_dir, info, engine.layout().total_floats(), shards);
+    commit_checkpoint_dir(tmp_dir, final_dir);
   });
   return final_dir;
 }
@@ -234,6 +299,9 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   c.info_.run = mr.at(m, "run", "");
   c.info_.data = mr.at(m, "data", "");
   c.info_.rng = mr.at(m, "rng", "");
+  c.info_.engine = mr.at(m, "engine", "");
+  c.info_.trainer = mr.at(m, "trainer", "");
+  c.state_digest_ = parse_digest(mr.str(m, "state_digest"), mr.origin, "state_digest");
 
   const auto& shards = mr.at(m, "shards", "");
   if (!shards.is_array() || shards.empty())
@@ -249,6 +317,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     r.end = mr.uint(s, "end", where);
     r.bytes = mr.uint(s, "bytes", where);
     r.xxh3 = mr.str(s, "xxh3", where);
+    r.digest = parse_digest(mr.str(s, "digest", where), mr.origin, where + "digest");
     // Shard files live inside the checkpoint folder; a path elsewhere is not ours to read.
     if (r.file.empty() || r.file.find('/') != std::string::npos || r.file == "." || r.file == "..")
       throw Error(fmt::format("{}: malformed: {}file '{}' is not a file name", mr.origin, where, r.file));
@@ -309,42 +378,70 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   return c;
 }
 
+namespace {
+
+// Streams one shard's bytes in chunks, state by state, handing each chunk to `fn(k, first,
+// values, n)` (state k, arena position of values[0]), and checks the shard's checksum at
+// the end. Errors name the file and the rank that wrote it.
+void scan_shard(const fs::path& dir, const ShardRecord& r,
+                const std::function<void(int, std::size_t, const float*, std::size_t)>& fn) {
+  const fs::path path = dir / r.file;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0)
+    throw Error(fmt::format("{}: cannot open shard file (rank {}): {}", path.string(), r.rank, std::strerror(errno)));
+  const std::size_t n = r.end - r.begin;
+  std::vector<float> buf(std::min(n, kChunkFloats));
+  Hasher hash;
+  std::uint64_t offset = r.offset;
+  for (int k = 0; k < kStates; ++k) {
+    for (std::size_t i = 0; i < n; i += kChunkFloats) {
+      const std::size_t m = std::min(kChunkFloats, n - i);
+      read_exact(fd.fd, buf.data(), m * sizeof(float), offset, path);
+      offset += m * sizeof(float);
+      hash.update(buf.data(), m * sizeof(float));
+      fn(k, r.begin + i, buf.data(), m);
+    }
+  }
+  if (std::string got = hash.hex(); got != r.xxh3)
+    throw Error(fmt::format("{}: checksum mismatch in the shard of rank {} at byte {}: xxh3 {}, the manifest says "
+                            "{}; the file is corrupt",
+                            path.string(), r.rank, r.offset, got, r.xxh3));
+}
+
+}  // namespace
+
 void Checkpoint::read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const {
   if (end > arena_floats_ || begin > end)
     throw Error(fmt::format("{}: range [{}, {}) lies outside the arena of {} floats", dir_.string(), begin, end,
                             arena_floats_));
   float* const dst[kStates] = {master, exp_avg, exp_avg_sq};
-  std::vector<float> buf;
   for (const ShardRecord& r : shards_) {
     if (r.end <= begin || r.begin >= end) continue;
-    const fs::path path = dir_ / r.file;
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.fd < 0) throw Error(fmt::format("{}: cannot open shard file (rank {}): {}", path.string(), r.rank,
-                                           std::strerror(errno)));
-    const std::size_t n = r.end - r.begin;
-    const std::size_t lo = std::max(begin, r.begin), hi = std::min(end, r.end);
-    Hasher hash;
-    std::uint64_t offset = r.offset;
     // The whole shard is read (its checksum covers all of it); the overlap is copied out.
-    for (int s = 0; s < kStates; ++s) {
-      for (std::size_t i = 0; i < n; i += kChunkFloats) {
-        const std::size_t m = std::min(kChunkFloats, n - i);
-        buf.resize(m);
-        read_exact(fd.fd, buf.data(), m * sizeof(float), offset, path);
-        offset += m * sizeof(float);
-        hash.update(buf.data(), m * sizeof(float));
-        if (!dst[s]) continue;
-        // Chunk covers arena [r.begin + i, r.begin + i + m).
-        const std::size_t c_lo = std::max(lo, r.begin + i), c_hi = std::min(hi, r.begin + i + m);
-        if (c_lo < c_hi)
-          std::memcpy(dst[s] + (c_lo - begin), buf.data() + (c_lo - r.begin - i), (c_hi - c_lo) * sizeof(float));
-      }
-    }
-    if (std::string got = hash.hex(); got != r.xxh3)
-      throw Error(fmt::format("{}: checksum mismatch in the shard of rank {} at byte {}: xxh3 {}, the manifest says "
-                              "{}; the file is corrupt",
-                              path.string(), r.rank, r.offset, got, r.xxh3));
+    scan_shard(dir_, r, [&](int k, std::size_t first, const float* values, std::size_t m) {
+      if (!dst[k]) return;
+      const std::size_t lo = std::max(begin, first), hi = std::min(end, first + m);
+      if (lo < hi) std::memcpy(dst[k] + (lo - begin), values + (lo - first), (hi - lo) * sizeof(float));
+    });
   }
+}
+
+void Checkpoint::verify() const {
+  std::uint64_t total = 0;
+  for (const ShardRecord& r : shards_) {
+    std::uint64_t digest = 0;
+    scan_shard(dir_, r, [&](int k, std::size_t first, const float* values, std::size_t m) {
+      digest += digest_run(values, m, first, k);
+    });
+    if (digest != r.digest)
+      throw Error(fmt::format("{}: the shard of rank {} at byte {} has content digest {}, the manifest says {}; the "
+                              "file or the manifest is corrupt",
+                              (dir_ / r.file).string(), r.rank, r.offset, digest_hex(digest), digest_hex(r.digest)));
+    total += digest;
+  }
+  if (total != state_digest_)
+    throw Error(fmt::format("{}/{}: state_digest {} is not the sum of the shards' digests ({})", dir_.string(),
+                            kManifestName, digest_hex(state_digest_), digest_hex(total)));
 }
 
 void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config) {
@@ -361,27 +458,94 @@ void load_checkpoint(Engine& engine, const Checkpoint& ckpt) {
     check_same_model(ckpt, engine.layout().config());
     for (const StateShard& s : engine.state_shards()) ckpt.read(s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq);
   });
+  // Whatever the two layouts, the loaded slices must add up to the saved state.
+  const std::uint64_t loaded = engine_state_digest(engine);
+  if (loaded != ckpt.state_digest())
+    throw AgreedError(fmt::format("{}: the state loaded into {} ranks has digest {}, the checkpoint {}", ckpt.dir().string(),
+                            engine.world_size(), digest_hex(loaded), digest_hex(ckpt.state_digest())));
   engine.state_loaded();
 }
 
+std::vector<std::int64_t> checkpoint_steps(const fs::path& root) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return steps;
+  for (auto& entry : fs::directory_iterator(root)) {
+    const std::int64_t step = step_of(entry.path().filename().string());
+    if (step >= 0 && fs::exists(entry.path() / kManifestName)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+namespace {
+fs::path checkpoint_root(const fs::path& path) {
+  if (!fs::is_directory(path)) throw Error(fmt::format("{}: no such checkpoint or output folder", path.string()));
+  return fs::is_directory(path / "ckpt") ? path / "ckpt" : path;
+}
+}  // namespace
+
 fs::path find_checkpoint(const fs::path& path) {
   if (fs::exists(path / kManifestName)) return path;
-  if (!fs::is_directory(path)) throw Error(fmt::format("{}: no such checkpoint or output folder", path.string()));
-  const fs::path root = fs::is_directory(path / "ckpt") ? path / "ckpt" : path;
-  std::optional<std::int64_t> newest;
-  for (auto& entry : fs::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    // step_<digits> exactly: step_X.tmp folders are saves that never finished.
-    if (!name.starts_with("step_") || name.size() == 5) continue;
-    if (!std::all_of(name.begin() + 5, name.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) continue;
-    if (!fs::exists(entry.path() / kManifestName)) continue;
-    std::int64_t step = std::stoll(name.substr(5));
-    if (!newest || step > *newest) newest = step;
-  }
-  if (!newest)
+  const fs::path root = checkpoint_root(path);
+  const auto steps = checkpoint_steps(root);
+  if (steps.empty())
     throw Error(fmt::format("{}: no complete checkpoint in it (expected step_*/manifest.json under {})",
                             path.string(), root.string()));
-  return root / checkpoint_name(*newest);
+  return root / checkpoint_name(steps.back());
+}
+
+ResumeChoice choose_checkpoint(const fs::path& path) {
+  if (fs::exists(path / kManifestName)) {
+    Checkpoint::open(path).verify();
+    return {path, {}};
+  }
+  const fs::path root = checkpoint_root(path);
+  const auto steps = checkpoint_steps(root);
+  ResumeChoice choice;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const fs::path dir = root / checkpoint_name(*it);
+    try {
+      Checkpoint::open(dir).verify();
+      choice.dir = dir;
+      return choice;
+    } catch (const Error& e) {
+      choice.passed_over.push_back(e.what());
+    }
+  }
+  std::string why;
+  for (auto& p : choice.passed_over) why += "\n  " + p;
+  throw Error(fmt::format("{}: no intact checkpoint in it (expected step_*/manifest.json under {}){}", path.string(),
+                          root.string(), why));
+}
+
+std::vector<fs::path> prune_checkpoints(const fs::path& root, std::int64_t newest, int keep_last) {
+  std::vector<fs::path> deleted;
+  if (keep_last <= 0) return deleted;
+  std::vector<std::int64_t> older;
+  for (std::int64_t step : checkpoint_steps(root))
+    if (step < newest) older.push_back(step);
+  // The newest counts as one of the kept.
+  const std::size_t keep_older = static_cast<std::size_t>(keep_last - 1);
+  const std::size_t drop = older.size() > keep_older ? older.size() - keep_older : 0;
+  for (std::size_t i = 0; i < drop; ++i) deleted.push_back(root / checkpoint_name(older[i]));
+  for (auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".tmp")) {
+      const std::int64_t step = step_of(name.substr(0, name.size() - 4));
+      if (step >= 0 && step < newest) deleted.push_back(entry.path());
+    }
+  }
+  for (const fs::path& p : deleted) {
+    // Remove the manifest first: a folder cut short by a crash is then an unfinished one.
+    std::error_code ec;
+    fs::remove(p / kManifestName, ec);
+    fsync_directory(p);
+    fs::remove_all(p, ec);
+    if (ec) throw Error(fmt::format("{}: cannot delete (train.keep_last): {}", p.string(), ec.message()));
+  }
+  if (!deleted.empty()) fsync_directory(root);
+  return deleted;
 }
 
 }  // namespace strata::train

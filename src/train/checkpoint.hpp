@@ -1,17 +1,24 @@
 #pragma once
-// Checkpoints, laid out for sharded engines from the start:
+// Checkpoints, laid out for sharded engines and readable by any other layout:
 //
 //   OUT/ckpt/step_00000050/
 //     rank00000.bin   each StateShard of rank 0 in turn: master weights, exp_avg, exp_avg_sq of
 //     rank00001.bin   its arena run [begin, end), fp32 little-endian, no header
-//     manifest.json   written last: format version, step, model config, world size, the run
-//                     settings a resume must match, data position, RNG state, and per shard
-//                     its rank, file, byte offset, [begin, end), bytes and XXH3-64 checksum
+//     manifest.json   written last: format version, step, model config, world size, the
+//                     writer's layout (strategy, shard spec, topology), the run settings a
+//                     resume must match, data position, RNG and trainer state, per shard its
+//                     rank, file, byte offset, [begin, end), bytes, XXH3-64 checksum and
+//                     content digest, and the digest of the whole state
 //
 // A save writes into step_00000050.tmp/, fsyncs every file and the folder, then renames the
-// folder into place, so a checkpoint folder with a manifest is always whole and a failed save
-// leaves every older checkpoint untouched. Loading copies any arena range from whichever
-// shards cover it, so the reader does not depend on how the writer was sharded.
+// folder into place, so a checkpoint folder with a manifest is always whole and a failed or
+// killed save leaves every older checkpoint untouched. Loading copies any arena range from
+// whichever shards cover it, so a checkpoint written by one strategy and world size loads
+// into any other (the "universal checkpoint" of DeepSpeed, without a conversion step).
+//
+// The state digest is a sum over every arena position i and state k of mix(i, k, bits),
+// modulo 2^64: it does not depend on how the arena is cut into shards, so the digest a
+// loading engine computes over its own slices must equal the writer's, whatever the layouts.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -25,7 +32,7 @@
 
 namespace strata::train {
 
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
 
 // Everything a checkpoint records besides the state shards.
@@ -33,9 +40,11 @@ struct CheckpointInfo {
   std::int64_t step = 0;           // optimizer steps completed
   model::GPTConfig model;
   int world_size = 1;
+  nlohmann::json engine;           // Engine::describe() of the writer
   nlohmann::json run;              // settings a resume must match; compared key by key
   nlohmann::json data;             // data loader position
   nlohmann::json rng;              // random state the run still draws from
+  nlohmann::json trainer;          // trainer counters: skipped steps, loss scale
 };
 
 struct ShardRecord {
@@ -45,9 +54,29 @@ struct ShardRecord {
   std::size_t begin = 0, end = 0;  // arena run, in floats
   std::uint64_t bytes = 0;         // 3 states x (end - begin) x 4
   std::string xxh3;                // of those bytes, 16 hex digits
+  std::uint64_t digest = 0;        // this run's part of the state digest
 };
 
 std::string checkpoint_name(std::int64_t step);  // "step_00000050"
+std::string rank_file_name(int rank);            // "rank00003.bin"
+
+// The state digest of one arena run (see above); digests of disjoint runs add up.
+std::uint64_t state_digest(const StateShard& shard);
+std::string digest_hex(std::uint64_t digest);
+// Sum over ranks of the digests of their saved_shards(): the digest of the engine's state.
+// Collective.
+std::uint64_t engine_state_digest(Engine& engine);
+
+// The pieces of a save, also used by `strata ckpt convert` to write another layout offline.
+// Writes `shards` into dir/rank_file_name(rank), fsynced, and returns their records.
+std::vector<ShardRecord> write_rank_file(const std::filesystem::path& dir, int rank,
+                                         const std::vector<StateShard>& shards);
+// Writes dir/manifest.json (atomically) for the given shards, which must tile the arena.
+void write_manifest(const std::filesystem::path& dir, const CheckpointInfo& info, std::size_t arena_floats,
+                    const std::vector<ShardRecord>& shards);
+// Renames a finished tmp folder to its final name (replacing one of the same name) and
+// fsyncs the parent, so the checkpoint appears whole or not at all.
+void commit_checkpoint_dir(const std::filesystem::path& tmp_dir, const std::filesystem::path& final_dir);
 
 // Collective over the engine's ranks: each writes its shards, rank 0 the manifest. Returns the
 // checkpoint folder root/step_XXXXXXXX. Throws the same Error on every rank if any rank fails.
@@ -55,7 +84,7 @@ std::filesystem::path save_checkpoint(Engine& engine, const std::filesystem::pat
                                       const CheckpointInfo& info);
 
 // A complete checkpoint on disk, its manifest parsed and checked against the shard files'
-// sizes. Errors name the file and what is wrong with it.
+// sizes. Errors name the file (and for shard files the rank) and what is wrong with it.
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& dir);
@@ -64,27 +93,53 @@ class Checkpoint {
   const CheckpointInfo& info() const { return info_; }
   const std::vector<ShardRecord>& shards() const { return shards_; }
   std::size_t arena_floats() const { return arena_floats_; }
+  std::uint64_t state_digest() const { return state_digest_; }
 
   // Copies the arena run [begin, end) of each state (null: skip it) out of the shards that
   // cover it, verifying the checksum of every shard it reads.
   void read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const;
+  // Reads every shard: checksums, per-shard digests and the state digest. Throws naming
+  // the first bad shard file and its rank.
+  void verify() const;
 
  private:
   std::filesystem::path dir_;
   CheckpointInfo info_;
   std::vector<ShardRecord> shards_;  // sorted by begin; they tile [0, arena_floats)
   std::size_t arena_floats_ = 0;
+  std::uint64_t state_digest_ = 0;
 };
 
 // Throws Error naming the first model field that differs, with both values.
 void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config);
 
-// Collective: fills every rank's state shards from the checkpoint and calls state_loaded().
-// The checkpoint's model must equal the engine's. Every rank throws the same Error if any fails.
+// Collective: fills every rank's state shards from the checkpoint, checks that the state
+// digest of what was loaded equals the checkpoint's, and calls state_loaded(). The
+// checkpoint's model must equal the engine's. Every rank throws the same Error if any fails.
 void load_checkpoint(Engine& engine, const Checkpoint& ckpt);
 
+// The steps of the complete checkpoints (folders step_<digits> with a manifest) under
+// `root`, ascending.
+std::vector<std::int64_t> checkpoint_steps(const std::filesystem::path& root);
 // A checkpoint folder (one with a manifest) as is; an output folder or its ckpt/ folder: the
 // newest complete checkpoint in it. Throws Error if there is none.
 std::filesystem::path find_checkpoint(const std::filesystem::path& path);
+
+// What --resume starts from. A checkpoint folder must be intact (else Error naming the bad
+// shard). An output folder or ckpt/ folder gives its newest intact checkpoint, verified
+// shard by shard; each newer one passed over is listed in `passed_over` with the reason.
+struct ResumeChoice {
+  std::filesystem::path dir;
+  std::vector<std::string> passed_over;
+};
+ResumeChoice choose_checkpoint(const std::filesystem::path& path);
+
+// After the checkpoint of step `newest` is complete: deletes the complete checkpoints of
+// older steps beyond the `keep_last` - 1 newest of them, and unfinished step_*.tmp folders of
+// older steps. Checkpoints of later steps (from an attempt that was abandoned by a resume)
+// are left alone; saving their step again replaces them. keep_last <= 0 keeps everything.
+// Returns the folders deleted.
+std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& root, std::int64_t newest,
+                                                     int keep_last);
 
 }  // namespace strata::train

@@ -1,5 +1,6 @@
 #include "train/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -119,10 +120,28 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.val_batches = positive_int(k, v); }},
       {{"train.save_every", "--save-every", K::Int, "checkpoint every N steps (0: only at the end)"},
        [](TrainConfig& c, auto& k, auto& v) { c.save_every = non_negative_int64(k, v); }},
+      {{"train.keep_last", "--keep-last", K::Int,
+        "checkpoints to keep (0: all); older ones go only once a newer one is complete"},
+       [](TrainConfig& c, auto& k, auto& v) { c.keep_last = static_cast<int>(std::min<std::int64_t>(
+                                                  non_negative_int64(k, v), std::numeric_limits<int>::max())); }},
+      {{"train.max_skipped_steps", "--max-skipped-steps", K::Int,
+        "steps in a row with a non-finite loss or gradient norm (skipped) that stop the run"},
+       [](TrainConfig& c, auto& k, auto& v) { c.max_skipped_steps = positive_int(k, v); }},
+      {{"train.loss_scale", "--loss-scale", K::String,
+        "auto (dynamic when gradients cross an fp16 wire), dynamic, or off"},
+       [](TrainConfig& c, auto& k, auto& v) { c.loss_scale = as_string(k, v); }},
+      {{"train.initial_loss_scale", "--initial-loss-scale", K::Float, "first dynamic loss scale (a power of two)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.initial_loss_scale = as_float(k, v); }},
+      {{"train.loss_scale_window", "--loss-scale-window", K::Int,
+        "good steps in a row after which the dynamic loss scale doubles"},
+       [](TrainConfig& c, auto& k, auto& v) { c.loss_scale_window = positive_int64(k, v); }},
       {{"train.log_every", "--log-every", K::Int, "steps between progress lines when not on a terminal"},
        [](TrainConfig& c, auto& k, auto& v) { c.log_every = positive_int64(k, v); }},
       {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
        [](TrainConfig& c, auto& k, auto& v) { c.out_dir = as_string(k, v); }},
+      {{"train.collective_timeout", "--collective-timeout", K::Float,
+        "seconds a sharded run waits for a peer before aborting every rank (a rank died or stalls)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo (default under mpirun: ddp)"},
@@ -136,10 +155,10 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.shard.secondary = as_string(k, v); }},
       {{"shard.weight_wire", "--weight-wire", K::String, "weight gathers: fp32, bf16, fp16, int8"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.weight_wire = as_string(k, v); }},
-      {{"shard.grad_wire", "--grad-wire", K::String, "per-micro-batch gradient reduction: fp32, bf16, int8, int4"},
+      {{"shard.grad_wire", "--grad-wire", K::String, "per-micro-batch gradient reduction: fp32, bf16, fp16 (the loss is then scaled), int8, int4"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.grad_wire = as_string(k, v); }},
       {{"shard.step_grad_wire", "--step-grad-wire", K::String,
-        "once-per-step gradient reduction across the wider tiers: fp32, bf16, int8, int4"},
+        "once-per-step gradient reduction across the wider tiers: fp32, bf16, fp16, int8, int4"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.step_grad_wire = as_string(k, v); }},
       {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires (default 256)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
@@ -274,6 +293,20 @@ void TrainConfig::validate() const {
   if (val_every < 0) throw Error(fmt::format("train.val_every = {}: must not be negative", val_every));
   if (save_every < 0) throw Error(fmt::format("train.save_every = {}: must not be negative", save_every));
   if (save_every > 0 && out_dir.empty()) throw Error("train.save_every: checkpoints need an output folder (--out)");
+  if (keep_last < 0) throw Error(fmt::format("train.keep_last = {}: must not be negative", keep_last));
+  if (max_skipped_steps <= 0)
+    throw Error(fmt::format("train.max_skipped_steps = {}: must be positive", max_skipped_steps));
+  if (loss_scale != "auto" && loss_scale != "dynamic" && loss_scale != "off")
+    throw Error(fmt::format("train.loss_scale = '{}': must be auto, dynamic or off", loss_scale));
+  {
+    int exp = 0;
+    if (!(initial_loss_scale >= 1) || std::frexp(initial_loss_scale, &exp) != 0.5f)
+      throw Error(fmt::format("train.initial_loss_scale = {}: must be a power of two >= 1", initial_loss_scale));
+  }
+  if (loss_scale_window <= 0)
+    throw Error(fmt::format("train.loss_scale_window = {}: must be positive", loss_scale_window));
+  if (!(collective_timeout > 0))
+    throw Error(fmt::format("train.collective_timeout = {}: must be positive", collective_timeout));
   if (!(shard.emulate_scale > 0))
     throw Error(fmt::format("shard.emulate_scale = {}: must be positive", shard.emulate_scale));
   if (stop_after < 0 || stop_after > steps)
@@ -305,8 +338,14 @@ nlohmann::json TrainConfig::to_json() const {
             {"val_every", val_every},
             {"val_batches", val_batches},
             {"save_every", save_every},
+            {"keep_last", keep_last},
+            {"max_skipped_steps", max_skipped_steps},
+            {"loss_scale", loss_scale},
+            {"initial_loss_scale", shortest(initial_loss_scale)},
+            {"loss_scale_window", loss_scale_window},
             {"log_every", log_every},
-            {"out", out_dir}}},
+            {"out", out_dir},
+            {"collective_timeout", collective_timeout}}},
           {"shard",
            {{"strategy", shard.strategy},
             {"topology", shard.topology},

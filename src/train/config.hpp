@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "comm/wait.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 #include "shard/options.hpp"
@@ -37,8 +38,14 @@ struct TrainConfig {
   std::int64_t val_every = 0;        // validate every N steps (0: only at the end)
   int val_batches = 8;               // micro-batches per validation, per rank
   std::int64_t save_every = 0;       // checkpoint every N steps (0: only at the end)
+  int keep_last = 0;                 // checkpoints kept in out_dir/ckpt (0: all)
+  int max_skipped_steps = 10;        // non-finite steps in a row that stop the run
+  std::string loss_scale = "auto";   // auto (dynamic when gradients cross fp16), dynamic, off
+  float initial_loss_scale = 65536;  // dynamic scaling starts here (a power of two)
+  std::int64_t loss_scale_window = 1000;  // good steps in a row before the scale doubles
   std::int64_t log_every = 10;       // plain progress lines when not on a terminal
   std::string out_dir;               // metrics, summary, checkpoints; empty: no files
+  double collective_timeout = comm::kDefaultCollectiveTimeout;  // seconds; sharded runs (comm/wait.hpp)
   shard::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
 
   // Per invocation, never in a config file.

@@ -5,7 +5,9 @@
 // checkpoints are the same for all of them.
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,20 @@
 #include "optim/adamw.hpp"
 
 namespace strata::train {
+
+// One optimizer step's inputs besides the AdamW hyper-parameters.
+struct StepArgs {
+  float lr = 0;
+  std::int64_t update = 1;  // 1-based number of this update among those applied (bias correction)
+  double loss_scale = 1;    // the gradients carry this factor (grad_scale of micro_step); it is
+                            // divided out before the norm, clipping and the update
+  bool skip = false;        // finish the step's reductions but change nothing (all ranks agree)
+};
+
+struct StepOutcome {
+  double grad_norm = 0;  // global L2 norm of the unscaled gradients, before clipping
+  bool applied = false;  // false: skipped (asked to, or grad_norm is not finite)
+};
 
 // A run [begin, end) of the flat parameter arena whose optimizer state this rank owns:
 // fp32 master weights and the two Adam moments, each `end - begin` floats.
@@ -41,13 +57,16 @@ class Engine {
   virtual float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) = 0;
 
   // Finishes gradient reduction, computes the global gradient L2 norm, clips to
-  // hp.grad_clip (0 = off), applies AdamW with learning rate lr as update number `step`
-  // (1-based), brings the updated weights to wherever the forward reads them, and zeroes
-  // the gradients. Returns the global gradient norm before clipping.
-  virtual double optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) = 0;
+  // hp.grad_clip (0 = off), applies AdamW with args.lr as update number args.update, brings
+  // the updated weights to wherever the forward reads them, and zeroes the gradients. A
+  // non-finite norm (every rank computes the same bits) or args.skip leaves weights and
+  // optimizer state untouched: the step's gradients are dropped on every rank alike.
+  virtual StepOutcome optimizer_step(const optim::AdamWConfig& hp, const StepArgs& args) = 0;
 
-  // Mean of a per-rank value over all ranks (the logged loss is the global mean).
-  virtual double all_mean(double local) = 0;
+  // Mean of a per-rank value over all ranks and whether any rank's flag is set, in one
+  // collective: each step's logged loss and its stop request (preemption) travel together.
+  virtual std::pair<double, bool> all_mean_and_any(double local, bool flag) = 0;
+  double all_mean(double local) { return all_mean_and_any(local, false).first; }
   // Every rank's string, in rank order, on every rank. Checkpoints use it to collect the
   // shard records into one manifest and to agree on errors; it also orders file writes.
   virtual std::vector<std::string> all_gather_strings(const std::string& local) = 0;
@@ -69,27 +88,42 @@ class Engine {
   // step's all_mean) and to summary.json (called once at the end): strategy, traffic per
   // tier, compute and exposed communication time, memory per state. Empty by default.
   virtual nlohmann::json step_report() { return nlohmann::json::object(); }
+  // How the state is laid out, for checkpoint manifests: {"strategy": ...} and, for sharding
+  // engines, the shard spec and topology.
+  virtual nlohmann::json describe() const = 0;
+  // True when gradients cross an fp16 wire, where small values flush to zero and large ones
+  // overflow: the trainer then scales the loss dynamically.
+  virtual bool fp16_gradients() const { return false; }
   virtual nlohmann::json summary_report() { return nlohmann::json::object(); }
 };
 
-// Runs `work` on every rank, then agrees: if it threw an Error on any rank, every rank
-// throws (the lowest failing rank's message, prefixed "rank N: " when there are several), so
-// no rank walks into a collective the others have left. Also a barrier.
+// Runs `work` on every rank, then agrees: if it threw on any rank, every rank
+// throws AgreedError: the message itself when every rank failed alike, else the lowest failing
+// rank's, prefixed "rank N: ". So no rank walks into a collective the others have left. Also a
+// barrier.
 template <class F>
 void agree(Engine& engine, F&& work) {
   std::string local;
   try {
     work();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // Error, and the standard library's (filesystem, allocation)
     local = e.what();
     if (local.empty()) local = "unknown error";
   }
   auto all = engine.all_gather_strings(local);
+  std::size_t first = all.size(), failed = 0;
+  bool same = true;
   for (std::size_t r = 0; r < all.size(); ++r) {
     if (all[r].empty()) continue;
-    if (all.size() == 1) throw Error(all[r]);
-    throw Error("rank " + std::to_string(r) + ": " + all[r]);
+    if (first == all.size()) first = r;
+    same = same && all[r] == all[first];
+    ++failed;
   }
+  if (failed == 0) return;
+  // The same refusal everywhere (a bad setting, a bad file all ranks read) needs no rank.
+  if (same && failed == all.size()) throw AgreedError(all[first]);
+  throw AgreedError("rank " + std::to_string(first) + ": " + all[first] +
+                    (failed > 1 ? " (and " + std::to_string(failed - 1) + " more ranks failed)" : ""));
 }
 
 }  // namespace strata::train

@@ -23,16 +23,19 @@ float LocalEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* tar
   return gpt_.forward(access_, tokens, targets);
 }
 
-double LocalEngine::optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) {
+StepOutcome LocalEngine::optimizer_step(const optim::AdamWConfig& hp, const StepArgs& args) {
   const std::size_t n = params_.size();
-  const double norm = std::sqrt(optim::sum_squares(grads_.data(), n));
-  // Clip by scaling inside the update rather than rewriting the gradients first: one pass.
-  float clip_scale = 1.0f;
-  if (hp.grad_clip > 0 && norm > hp.grad_clip) clip_scale = static_cast<float>(hp.grad_clip / norm);
-  optim::adamw_update_range(layout(), 0, n, params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), hp,
-                            lr, step, clip_scale);
+  StepOutcome out;
+  out.grad_norm = std::sqrt(optim::sum_squares(grads_.data(), n)) / args.loss_scale;
+  out.applied = !args.skip && std::isfinite(out.grad_norm);
+  if (out.applied) {
+    // Unscale and clip inside the update rather than rewriting the gradients first: one pass.
+    const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
+    optim::adamw_update_range(layout(), 0, n, params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
+                              hp, args.lr, args.update, scale);
+  }
   grads_.zero();
-  return norm;
+  return out;
 }
 
 std::vector<StateShard> LocalEngine::state_shards() {

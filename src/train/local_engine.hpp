@@ -20,14 +20,15 @@ class LocalEngine final : public Engine {
 
   float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
   float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
-  double optimizer_step(const optim::AdamWConfig& hp, float lr, std::int64_t step) override;
+  StepOutcome optimizer_step(const optim::AdamWConfig& hp, const StepArgs& args) override;
 
-  double all_mean(double local) override { return local; }
+  std::pair<double, bool> all_mean_and_any(double local, bool flag) override { return {local, flag}; }
   std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
 
   std::vector<StateShard> state_shards() override;
   void state_loaded() override {}  // the master weights are the weights the forward reads
   void gather_params(float* full) override;
+  nlohmann::json describe() const override { return {{"strategy", "single"}, {"world_size", 1}}; }
 
   const float* params() const { return params_.data(); }
   const float* grads() const { return grads_.data(); }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +13,8 @@
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "train/checkpoint.hpp"
+#include "train/faults.hpp"
+#include "train/preemption.hpp"
 #include "train/progress.hpp"
 
 namespace strata::train {
@@ -43,7 +46,8 @@ std::vector<nlohmann::json> read_metrics_until(const fs::path& path, std::int64_
 }
 
 bool same_folder(const fs::path& a, const fs::path& b) {
-  return fs::weakly_canonical(fs::absolute(a)) == fs::weakly_canonical(fs::absolute(b));
+  auto full = [](const fs::path& p) { return fs::weakly_canonical(fs::absolute(p.empty() ? fs::path(".") : p)); };
+  return full(a) == full(b);
 }
 
 }  // namespace
@@ -52,6 +56,8 @@ nlohmann::json StepMetrics::to_json() const {
   nlohmann::json j = {{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                       {"tokens_per_s", tokens_per_s}};
   if (val_loss) j["val_loss"] = *val_loss;
+  if (skipped) j["skipped"] = true;
+  if (loss_scale != 1) j["loss_scale"] = loss_scale;
   return j;
 }
 
@@ -70,17 +76,40 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
     // A small validation file holds fewer batches than asked for; never count one twice.
     val_batches_ = static_cast<int>(std::min<std::int64_t>(config_.val_batches, val_loader_->batches_per_epoch()));
   }
-  // The output folder first: refusing it costs nothing, reading a checkpoint may take a while.
-  // Every rank checks, then all agree: a rank must not find the files the leader has begun
-  // to write, nor leave the others waiting in a collective.
+  if (config_.loss_scale == "dynamic" || (config_.loss_scale == "auto" && engine_.fp16_gradients()))
+    scaler_ = optim::LossScaler(config_.initial_loss_scale, config_.loss_scale_window);
+  stop_request_ = [] { return PreemptionHandler::requested() != 0; };
+
+  // The checkpoint to resume from: rank 0 verifies it shard by shard (and, given an output
+  // folder, falls back past damaged ones), then tells the others.
   fs::path ckpt_dir;
+  // `--resume latest` before the first checkpoint exists starts from step 0, so a job script
+  // can pass it from its first submission on; what an attempt left without a checkpoint is
+  // replaced like the steps after a checkpoint are.
+  const bool fresh_latest = config_.resume == "latest" && !out_.empty() && checkpoint_steps(out_ / "ckpt").empty();
+  if (!config_.resume.empty() && !fresh_latest) {
+    std::string chosen;
+    agree(engine_, [&] {
+      if (!leader_) return;
+      ResumeChoice choice = choose_checkpoint(resume_source());
+      chosen = choice.dir.string();
+      passed_over_ = std::move(choice.passed_over);
+    });
+    ckpt_dir = engine_.all_gather_strings(chosen).front();
+    if (leader_)
+      for (const std::string& why : passed_over_)
+        fmt::print(stderr, "strata: --resume passes over a damaged checkpoint: {}\n", why);
+    if (leader_ && !passed_over_.empty())
+      fmt::print(stderr, "strata: --resume falls back to {}, the newest intact checkpoint\n", ckpt_dir.string());
+  }
+  // Every rank checks the output folder, then all agree: a rank must not find the files the
+  // leader has begun to write, nor leave the others waiting in a collective.
   agree(engine_, [&] {
-    if (!config_.resume.empty()) ckpt_dir = find_checkpoint(config_.resume);
     if (!out_.empty()) {
       if (fs::exists(out_) && !fs::is_directory(out_))
         throw Error(fmt::format("{}: exists and is not a folder (train.out)", out_.string()));
-      continue_output_ = !ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt");
-      if (continue_output_ && config_.overwrite)
+      continue_output_ = fresh_latest || (!ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt"));
+      if (continue_output_ && config_.overwrite && !ckpt_dir.empty())
         throw Error(fmt::format("--overwrite would delete {}, the checkpoint --resume continues from; drop one of them",
                                 ckpt_dir.string()));
       const bool earlier_results = fs::exists(out_ / "summary.json") || fs::exists(out_ / "metrics.jsonl") ||
@@ -91,42 +120,80 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
                                 out_.string(), out_.string()));
     }
   });
+  if (fresh_latest && leader_)
+    fmt::print(stderr, "strata: --resume latest: no checkpoint in {} yet; starting from step 0\n", out_.string());
   if (!ckpt_dir.empty()) resume_from(ckpt_dir);
   if (continue_output_) earlier_metrics_ = read_metrics_until(out_ / "metrics.jsonl", start_step_);
 }
 
+fs::path Trainer::resume_source() const {
+  if (config_.resume != "latest") return config_.resume;
+  if (out_.empty()) throw Error("--resume latest: needs --out, the output folder whose newest checkpoint to continue");
+  return out_;
+}
+
 nlohmann::json Trainer::run_identity() const {
-  // What fixes the data stream and the meaning of a step: a resume must keep these.
-  return {{"train.batch", config_.batch},
+  // What fixes the data stream and the meaning of a step: a resume must keep these. The
+  // loader's stream depends on batch x world only (data/loader.hpp), so a checkpoint moves
+  // between world sizes and strategies as long as that product stays.
+  return {{"train.global_batch", static_cast<std::int64_t>(config_.batch) * engine_.world_size()},
           {"train.seq", config_.seq_len()},
           {"train.grad_accum", config_.grad_accum},
           {"train.seed", config_.seed},
-          {"world_size", engine_.world_size()},
           {"data.train_tokens", train_loader_.file().size()}};
 }
 
 void Trainer::resume_from(const fs::path& dir) {
-  Checkpoint ckpt = Checkpoint::open(dir);
+  // Every rank reads the manifest and checks it against this run (the same verdict
+  // everywhere), then all load their slices together.
+  std::optional<Checkpoint> opened;
+  agree(engine_, [&] { check_resumable(opened.emplace(Checkpoint::open(dir))); });
+  const Checkpoint& ckpt = *opened;
   const CheckpointInfo& info = ckpt.info();
+  load_checkpoint(engine_, ckpt);
+  train_loader_.set_position(info.data["train_position"].get<std::int64_t>());
+  const nlohmann::json& t = info.trainer;
+  skipped_steps_ = t["skipped_steps"].get<std::int64_t>();
+  if (scaler_.dynamic() && t["loss_scale"].get<double>() > 1)  // a run that scaled before keeps its scale
+    scaler_.restore(t["loss_scale"].get<double>(), t["good_steps"].get<std::int64_t>());
+  start_step_ = info.step;
+  resumed_from_ = dir;
+  resumed_digest_ = ckpt.state_digest();
+}
+
+void Trainer::check_resumable(const Checkpoint& ckpt) const {
+  const fs::path& dir = ckpt.dir();
+  const CheckpointInfo& info = ckpt.info();
+  const std::string manifest = (dir / kManifestName).string();
   check_same_model(ckpt, config_.model);
   const nlohmann::json want = run_identity();
   for (auto& [key, value] : want.items()) {
-    if (!info.run.contains(key))
-      throw Error(fmt::format("{}/{}: malformed: field 'run.{}' missing", dir.string(), kManifestName, key));
-    if (info.run[key] != value)
-      throw Error(fmt::format("{}: {} = {} in the checkpoint, {} in this run; a resumed run must keep it",
-                              dir.string(), key, info.run[key].dump(), value.dump()));
+    if (!info.run.is_object() || !info.run.contains(key))
+      throw Error(fmt::format("{}: malformed: field 'run.{}' missing", manifest, key));
+    if (info.run[key] == value) continue;
+    if (key == "train.global_batch")
+      throw Error(fmt::format("{}: train.global_batch = {} in the checkpoint (batch x world size), {} in this run "
+                              "(batch {} x {} ranks); a resumed run must keep it: give --batch {}",
+                              dir.string(), info.run[key].dump(), value.dump(), config_.batch, engine_.world_size(),
+                              info.run[key].is_number_integer() &&
+                                      info.run[key].get<std::int64_t>() % engine_.world_size() == 0
+                                  ? std::to_string(info.run[key].get<std::int64_t>() / engine_.world_size())
+                                  : std::string("a batch that divides it")));
+    throw Error(fmt::format("{}: {} = {} in the checkpoint, {} in this run; a resumed run must keep it", dir.string(),
+                            key, info.run[key].dump(), value.dump()));
   }
   if (info.step >= config_.last_step())
     throw Error(fmt::format("{}: the checkpoint is at step {}; nothing left to train up to step {} (train.steps)",
                             dir.string(), info.step, config_.last_step()));
-  if (!info.data.contains("train_position") || !info.data["train_position"].is_number_unsigned())
-    throw Error(fmt::format("{}/{}: malformed: field 'data.train_position' missing or not a non-negative integer",
-                            dir.string(), kManifestName));
-  load_checkpoint(engine_, ckpt);
-  train_loader_.set_position(info.data["train_position"].get<std::int64_t>());
-  start_step_ = info.step;
-  resumed_from_ = dir;
+  if (!info.data.is_object() || !info.data.contains("train_position") || !info.data["train_position"].is_number_unsigned())
+    throw Error(fmt::format("{}: malformed: field 'data.train_position' missing or not a non-negative integer",
+                            manifest));
+  const nlohmann::json& t = info.trainer;
+  if (!t.is_object() || !t.contains("skipped_steps") || !t["skipped_steps"].is_number_unsigned() ||
+      !t.contains("loss_scale") || !t["loss_scale"].is_number() || !t.contains("good_steps") ||
+      !t["good_steps"].is_number_unsigned())
+    throw Error(fmt::format("{}: malformed: field 'trainer' needs skipped_steps, loss_scale and good_steps",
+                            manifest));
 }
 
 void Trainer::prepare_output_folder() {
@@ -159,12 +226,23 @@ fs::path Trainer::save(std::int64_t step) {
   info.step = step;
   info.model = config_.model;
   info.world_size = engine_.world_size();
+  info.engine = engine_.describe();
   info.run = run_identity();
   info.data = {{"train_position", train_loader_.position()}, {"train_epoch", train_loader_.epoch()}};
   // Training draws no random numbers after initialisation except the data order, which
   // (seed, position) fixes: the loader permutes each epoch from the seed and the epoch number.
   info.rng = {{"data_shuffle_seed", config_.seed}};
-  return save_checkpoint(engine_, out_ / "ckpt", info);
+  info.trainer = {{"skipped_steps", skipped_steps_},
+                  {"loss_scale", scaler_.scale()},
+                  {"good_steps", scaler_.good_steps()},
+                  {"loss_scaling", scaler_.dynamic() ? "dynamic" : "off"}};
+  const fs::path root = out_ / "ckpt";
+  fs::path dir = save_checkpoint(engine_, root, info);
+  // Only now that the new checkpoint is complete may older ones go.
+  agree(engine_, [&] {
+    if (leader_) prune_checkpoints(root, step, config_.keep_last);
+  });
+  return dir;
 }
 
 TrainResult Trainer::run() {
@@ -188,30 +266,57 @@ TrainResult Trainer::run() {
   double train_seconds = 0, timed_tokens = 0;
   std::optional<double> last_val;
   fs::path last_checkpoint;
+  std::int64_t skipped_in_a_row = 0;
+  const FaultPlan& faults = FaultPlan::from_environment();
   const auto t_loop = Clock::now();
   for (std::int64_t step = start_step_ + 1; step <= last; ++step) {
+    faults.at_step_start(step, engine_.rank());
     const auto t0 = Clock::now();
+    const double loss_scale = scaler_.scale();
+    float scale = grad_scale * static_cast<float>(loss_scale);
+    if (faults.fires(FaultAction::NanGrad, step, engine_.rank())) scale = std::numeric_limits<float>::quiet_NaN();
     double loss_sum = 0;
     for (int micro = 0; micro < config_.grad_accum; ++micro) {
       train_loader_.next(tokens.data(), targets.data());
-      loss_sum += engine_.micro_step(tokens.data(), targets.data(), grad_scale);
+      loss_sum += engine_.micro_step(tokens.data(), targets.data(), scale);
     }
+    // One collective gives every rank the global loss and whether any rank must stop.
+    const auto [loss, stop] = engine_.all_mean_and_any(loss_sum / config_.grad_accum, stop_request_());
     const float lr = schedule.at(step);
-    const double grad_norm = engine_.optimizer_step(config_.adamw, lr, step);
-    const double loss = engine_.all_mean(loss_sum / config_.grad_accum);
+    StepArgs args{lr, step - skipped_steps_, loss_scale, !std::isfinite(loss)};
+    const StepOutcome outcome = engine_.optimizer_step(config_.adamw, args);
     const double dt = seconds_since(t0);
     const nlohmann::json report = engine_.step_report();  // traffic and timing of this step
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm))
-      throw Error(fmt::format("step {}: loss = {}, gradient norm = {}: not finite; training diverged (try a lower "
-                              "optim.lr)",
-                              step, loss, grad_norm));
+    // An overflow the scaler can still answer by lowering the scale is its normal work; only
+    // steps it cannot help (no scaling, or the scale already at its floor) make a streak.
+    const bool scaler_absorbs = scaler_.dynamic() && loss_scale > optim::LossScaler::kMinScale;
+    scaler_.update(outcome.applied);
+    if (outcome.applied) {
+      skipped_in_a_row = 0;
+    } else {
+      ++skipped_steps_;
+      if (!scaler_absorbs) ++skipped_in_a_row;
+      if (leader_)
+        progress.note(fmt::format("step {}: skipped: loss = {}, gradient norm = {}{} ({} in a row)", step, loss,
+                                  outcome.grad_norm,
+                                  scaler_.dynamic() ? fmt::format("; loss scale now {}", scaler_.scale()) : "",
+                                  skipped_in_a_row));
+      if (skipped_in_a_row >= config_.max_skipped_steps)
+        throw AgreedError(fmt::format("steps {}-{}: loss or gradient norm not finite {} steps in a row "
+                                "(train.max_skipped_steps = {}); training diverged (try a lower optim.lr); the last "
+                                "checkpoint is {}",
+                                step - skipped_in_a_row + 1, step, skipped_in_a_row, config_.max_skipped_steps,
+                                last_checkpoint.empty() ? (resumed_from_.empty() ? std::string("none")
+                                                                                 : resumed_from_.string())
+                                                        : last_checkpoint.string()));
+    }
     // The first step of an invocation pays for page faults and thread start-up: not timed.
     if (step > start_step_ + 1 || last == start_step_ + 1) {
       train_seconds += dt;
       timed_tokens += tokens_per_step;
     }
 
-    StepMetrics m{step, loss, lr, grad_norm, tokens_per_step / dt, std::nullopt};
+    StepMetrics m{step, loss, lr, outcome.grad_norm, tokens_per_step / dt, std::nullopt, !outcome.applied, loss_scale};
     if (val_loader_ && ((config_.val_every > 0 && step % config_.val_every == 0) || step == last)) {
       m.val_loss = validate();
       last_val = m.val_loss;
@@ -225,14 +330,25 @@ TrainResult Trainer::run() {
         if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
       }
       const double per_step = seconds_since(t_loop) / static_cast<double>(step - start_step_);
-      progress.update({step, last, loss, lr, grad_norm, m.tokens_per_s, per_step * static_cast<double>(last - step)});
+      progress.update({step, last, loss, lr, outcome.grad_norm, m.tokens_per_s,
+                       per_step * static_cast<double>(last - step)});
       if (m.val_loss) note(fmt::format("step {}: val loss {:.4f}", step, *m.val_loss));
+    }
+    result.steps.push_back(m);
+    if (stop && step < last) {
+      result.preempted = true;
+      if (!out_.empty()) {
+        last_checkpoint = save(step);
+        note(fmt::format("step {}: stop requested (preemption): checkpoint {}", step, last_checkpoint.string()));
+      } else {
+        note(fmt::format("step {}: stop requested (preemption); no --out, so no checkpoint", step));
+      }
+      break;
     }
     if (!out_.empty() && ((config_.save_every > 0 && step % config_.save_every == 0) || step == last)) {
       last_checkpoint = save(step);
       note(fmt::format("step {}: checkpoint {}", step, last_checkpoint.string()));
     }
-    result.steps.push_back(m);
   }
   progress.finish();
 
@@ -246,9 +362,15 @@ TrainResult Trainer::run() {
                          {"val_tokens", val_loader_ ? nlohmann::json(val_loader_->file().size()) : nlohmann::json(nullptr)},
                          {"val_batches", val_batches_}};
   result.summary = {
-      {"steps", last},
+      {"steps", result.steps.back().step},
       {"start_step", start_step_},
       {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_from_.string())},
+      {"resumed_state_digest",
+       resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(digest_hex(resumed_digest_))},
+      {"passed_over", passed_over_},
+      {"preempted", result.preempted},
+      {"skipped_steps", skipped_steps_},
+      {"loss_scale", scaler_.scale()},
       {"loss", {{"first", first_loss}, {"final", result.steps.back().loss}}},
       {"val_loss", last_val ? nlohmann::json(*last_val) : nlohmann::json(nullptr)},
       {"tokens_per_s", train_seconds > 0 ? timed_tokens / train_seconds : 0.0},

@@ -8,13 +8,20 @@
 //                  val_loss on the steps that validate
 //   summary.json   written at the end: loss.first/final, val_loss, tokens_per_s, steps, model,
 //                  data (with the unigram entropy of the training tokens), timing, threads, isa
-//   ckpt/          checkpoints (checkpoint.hpp)
+//   ckpt/          checkpoints (checkpoint.hpp); train.keep_last prunes old ones
+//
+// Faults: a step whose loss or gradient norm is not finite (every rank sees the same global
+// values) is skipped and counted; train.max_skipped_steps of them in a row stop the run with
+// an Error, the last checkpoint left as it was. With gradients on an fp16 wire the loss is
+// scaled dynamically (optim/loss_scaler.hpp). A preemption signal (preemption.hpp) ends the
+// run after the current step with a checkpoint.
 // A folder holding an earlier run's results is refused unless the run continues it (--resume
 // from one of its checkpoints) or --overwrite replaces them. Every check, including reading
 // the checkpoint, happens in the constructor, before anything is written.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -22,10 +29,13 @@
 #include <nlohmann/json.hpp>
 
 #include "data/loader.hpp"
+#include "optim/loss_scaler.hpp"
 #include "train/config.hpp"
 #include "train/engine.hpp"
 
 namespace strata::train {
+
+class Checkpoint;
 
 struct StepMetrics {
   std::int64_t step = 0;
@@ -34,12 +44,15 @@ struct StepMetrics {
   double grad_norm = 0;   // global, before clipping
   double tokens_per_s = 0;
   std::optional<double> val_loss;
+  bool skipped = false;   // not applied: the loss or gradient norm was not finite
+  double loss_scale = 1;  // the dynamic loss scale the step ran with
   nlohmann::json to_json() const;
 };
 
 struct TrainResult {
   std::vector<StepMetrics> steps;  // the steps this invocation ran
   nlohmann::json summary;
+  bool preempted = false;          // stopped early by a preemption signal, after a checkpoint
 };
 
 class Trainer {
@@ -48,10 +61,15 @@ class Trainer {
   Trainer(const TrainConfig& config, Engine& engine);
 
   std::int64_t start_step() const { return start_step_; }  // steps done before this invocation
+  // Polled once per step on every rank; true on any rank stops the run after that step
+  // (with a checkpoint). The default reads PreemptionHandler::requested().
+  void set_stop_request(std::function<bool()> poll) { stop_request_ = std::move(poll); }
   TrainResult run();
 
  private:
+  std::filesystem::path resume_source() const;
   void resume_from(const std::filesystem::path& path);
+  void check_resumable(const Checkpoint& ckpt) const;  // throws Error naming what differs
   void prepare_output_folder();
   double validate();
   std::filesystem::path save(std::int64_t step);
@@ -66,6 +84,11 @@ class Trainer {
   int val_batches_ = 0;
   std::int64_t start_step_ = 0;
   std::filesystem::path resumed_from_;
+  std::vector<std::string> passed_over_;  // newer checkpoints --resume found damaged
+  std::uint64_t resumed_digest_ = 0;
+  std::int64_t skipped_steps_ = 0;        // over the whole run, resumed ones included
+  optim::LossScaler scaler_;
+  std::function<bool()> stop_request_;
   bool continue_output_ = false;  // resuming into the folder that holds the checkpoint
   std::vector<nlohmann::json> earlier_metrics_;  // lines of the resumed run up to start_step_
   std::ofstream metrics_;

@@ -74,7 +74,7 @@ TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim
       make_batch(step, m, engine.rank(), tok, tgt);
       loss += engine.micro_step(tok.data(), tgt.data(), 1.0f / accum);
     }
-    engine.optimizer_step(hp, 1e-3f, step);
+    engine.optimizer_step(hp, train::StepArgs{1e-3f, step});
     run.losses.push_back(engine.all_mean(loss / accum));
     run.step_traffic.push_back(ctx.accounting().snapshot() - before);
   }
@@ -144,7 +144,7 @@ TrainRun train_local(int steps, int world, optim::AdamWConfig hp = {}) {
       all_tgt.insert(all_tgt.end(), tgt.begin(), tgt.end());
     }
     double loss = engine.micro_step(all_tok.data(), all_tgt.data(), 1.0f);
-    engine.optimizer_step(hp, 1e-3f, step);
+    engine.optimizer_step(hp, train::StepArgs{1e-3f, step});
     run.losses.push_back(loss);
   }
   run.params.resize(engine.layout().total_floats());

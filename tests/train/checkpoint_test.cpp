@@ -47,8 +47,9 @@ class ShardedStateEngine final : public Engine {
   int world_size() const override { return 1; }
   float micro_step(const std::int32_t*, const std::int32_t*, float) override { throw std::logic_error("unused"); }
   float eval_loss(const std::int32_t*, const std::int32_t*) override { throw std::logic_error("unused"); }
-  double optimizer_step(const optim::AdamWConfig&, float, std::int64_t) override { throw std::logic_error("unused"); }
-  double all_mean(double local) override { return local; }
+  StepOutcome optimizer_step(const optim::AdamWConfig&, const StepArgs&) override { throw std::logic_error("unused"); }
+  std::pair<double, bool> all_mean_and_any(double local, bool flag) override { return {local, flag}; }
+  nlohmann::json describe() const override { return {{"strategy", "test"}}; }
   std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
   std::vector<StateShard> state_shards() override {
     std::vector<StateShard> out;
@@ -308,4 +309,65 @@ TEST(Checkpoint, FindsTheNewestCompleteCheckpoint) {
   EXPECT_NE(error_of([&] { find_checkpoint(dir / "nothing_here"); }), "");
   fs::create_directories(dir / "empty");
   EXPECT_NE(error_of([&] { find_checkpoint(dir / "empty"); }).find("no complete checkpoint"), std::string::npos);
+}
+
+TEST(Checkpoint, StateDigestIsTheSameWhateverTheSharding) {
+  test::ScratchDir dir;
+  ShardedStateEngine a(kTiny, {1000, 5000, 20000}), b(kTiny, {77});
+  a.fill(9);
+  b.fill(9);
+  EXPECT_EQ(engine_state_digest(a), engine_state_digest(b));
+  b.exp_avg_sq_[100000] = std::nextafter(b.exp_avg_sq_[100000], 1e9f);  // one bit of one state
+  EXPECT_NE(engine_state_digest(a), engine_state_digest(b));
+
+  const Checkpoint ckpt = Checkpoint::open(save_checkpoint(a, dir.path(), info_at(3, kTiny)));
+  EXPECT_EQ(ckpt.state_digest(), engine_state_digest(a));
+  ckpt.verify();
+  load_checkpoint(b, ckpt);  // checks the loaded digest against the manifest's
+  EXPECT_TRUE(same_bits(a.exp_avg_sq_, b.exp_avg_sq_));
+}
+
+TEST(Checkpoint, VerifyReadsEveryShardAndNamesTheDamagedOneAndItsRank) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {5000});
+  writer.fill(4);
+  const fs::path saved = save_checkpoint(writer, dir.path(), info_at(2, kTiny));
+  {
+    std::fstream f(saved / "rank00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000000);
+    f.put('\x01');
+  }
+  std::string e = error_of([&] { Checkpoint::open(saved).verify(); });
+  EXPECT_NE(e.find((saved / "rank00000.bin").string() + ": checksum mismatch in the shard of rank 0"),
+            std::string::npos)
+      << e;
+
+  // A manifest whose digest was edited: the shard reads fine but does not add up.
+  ShardedStateEngine again(kTiny, {5000});
+  again.fill(4);
+  const fs::path other = save_checkpoint(again, dir / "b", info_at(2, kTiny));
+  nlohmann::json m = nlohmann::json::parse(read_file_text(other / kManifestName));
+  m["shards"][1]["digest"] = "0123456789abcdef";
+  atomic_write_file(other / kManifestName, m.dump());
+  e = error_of([&] { Checkpoint::open(other).verify(); });
+  EXPECT_NE(e.find("content digest"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 0"), std::string::npos) << e;
+}
+
+TEST(Checkpoint, PruneKeepsTheNewestAndLeavesLaterStepsAlone) {
+  test::ScratchDir dir;
+  const fs::path root = dir / "ckpt";
+  for (int step : {2, 4, 6, 8, 10}) {
+    fs::create_directories(root / checkpoint_name(step));
+    atomic_write_file(root / checkpoint_name(step) / kManifestName, std::string("{}"));
+  }
+  fs::create_directories(root / "step_00000003.tmp");
+  fs::create_directories(root / "step_00000009.tmp");
+  auto deleted = prune_checkpoints(root, 8, 2);
+  EXPECT_EQ(deleted.size(), 3u);
+  // 10 is from an attempt a resume abandoned: saving step 10 again replaces it.
+  EXPECT_EQ(checkpoint_steps(root), (std::vector<std::int64_t>{6, 8, 10}));
+  EXPECT_FALSE(fs::exists(root / "step_00000003.tmp"));
+  EXPECT_TRUE(fs::exists(root / "step_00000009.tmp"));
+  EXPECT_TRUE(prune_checkpoints(root, 8, 0).empty());  // 0 keeps everything
 }

@@ -266,3 +266,15 @@ TEST(Cli, BenchStepReportsTokensPerSecondAndFlops) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.output, "--batch = 0: must be positive")) << r.output;
 }
+
+TEST(Cli, BenchCkptTimesSaveVerifyAndLoadAndCleansUp) {
+  test::ScratchDir dir;
+  auto r = test::run_strata("bench ckpt --model tiny --repeats 1 --json --dir " + dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["state_bytes"].get<double>(), 3.0 * 4 * model::ParamLayout(model::GPTConfig::preset("tiny")).total_floats());
+  for (const char* k : {"memcpy_GBps", "digest_GBps", "xxh3_GBps", "save_GBps", "verify_GBps", "load_GBps"})
+    EXPECT_GT(j[k].get<double>(), 0) << k;
+  EXPECT_FALSE(fs::exists(dir / "ckpt"));  // its checkpoints are removed, the folder given is kept
+  EXPECT_TRUE(fs::exists(dir.path()));
+}

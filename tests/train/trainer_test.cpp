@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "data/tokens.hpp"
+#include "train/checkpoint.hpp"
 #include "train/local_engine.hpp"
 #include "train/trainer.hpp"
 #include "util.hpp"
@@ -170,7 +173,15 @@ TEST(Trainer, ResumeRefusesChangedRunSettingsAndFinishedCheckpoints) {
   wider.batch = 4;
   wider.resume = c.out_dir;
   EXPECT_EQ(error_of([&] { run_training(wider); }),
-            ckpt.string() + ": train.batch = 2 in the checkpoint, 4 in this run; a resumed run must keep it");
+            ckpt.string() + ": train.global_batch = 2 in the checkpoint (batch x world size), 4 in this run (batch 4 x 1 "
+                            "ranks); a resumed run must keep it: give --batch 2");
+
+  TrainConfig longer = c;
+  longer.steps = 8;
+  longer.seq = 16;
+  longer.resume = c.out_dir;
+  EXPECT_EQ(error_of([&] { run_training(longer); }),
+            ckpt.string() + ": train.seq = 32 in the checkpoint, 16 in this run; a resumed run must keep it");
 
   TrainConfig done = c;
   done.resume = c.out_dir;
@@ -182,4 +193,213 @@ TEST(Trainer, ResumeRefusesChangedRunSettingsAndFinishedCheckpoints) {
   both.resume = c.out_dir;
   both.overwrite = true;
   EXPECT_NE(error_of([&] { run_training(both); }).find("--overwrite would delete"), std::string::npos);
+}
+
+namespace {
+
+// A LocalEngine whose gradients become NaN on the listed micro-steps (1-based, counted over
+// this engine's life): what an overflow or a bad batch does to one step.
+class PoisonedEngine final : public Engine {
+ public:
+  PoisonedEngine(const TrainConfig& c, std::vector<int> poisoned)
+      : inner_(c.model, c.batch, c.seq_len(), c.seed), poisoned_(std::move(poisoned)) {}
+  const model::ParamLayout& layout() const override { return inner_.layout(); }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override {
+    ++calls_;
+    if (std::find(poisoned_.begin(), poisoned_.end(), calls_) != poisoned_.end()) grad_scale = NAN;
+    return inner_.micro_step(tokens, targets, grad_scale);
+  }
+  float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override {
+    return inner_.eval_loss(tokens, targets);
+  }
+  StepOutcome optimizer_step(const optim::AdamWConfig& hp, const StepArgs& args) override {
+    return inner_.optimizer_step(hp, args);
+  }
+  std::pair<double, bool> all_mean_and_any(double local, bool flag) override { return {local, flag}; }
+  std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
+  std::vector<StateShard> state_shards() override { return inner_.state_shards(); }
+  void state_loaded() override {}
+  void gather_params(float* full) override { inner_.gather_params(full); }
+  nlohmann::json describe() const override { return inner_.describe(); }
+
+ private:
+  LocalEngine inner_;
+  std::vector<int> poisoned_;
+  int calls_ = 0;
+};
+
+std::vector<float> params_of(Engine& e) {
+  std::vector<float> p(e.layout().total_floats());
+  e.gather_params(p.data());
+  return p;
+}
+
+std::vector<double> losses_of(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+// Runs the 12 steps uninterrupted into dir/straight (the losses to reproduce) and returns the
+// configuration pointed at dir/out.
+TrainConfig after_a_straight_run(const test::ScratchDir& dir) {
+  TrainConfig c = tiny_config(dir);
+  c.val_data.clear();
+  c.out_dir = (dir / "straight").string();
+  run_training(c);
+  c.out_dir = (dir / "out").string();
+  return c;
+}
+
+}  // namespace
+
+TEST(Trainer, NonFiniteStepIsSkippedAndLeavesTheStateUntouched) {
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  c.val_data.clear();
+  c.stop_after = 2;
+  LocalEngine two_steps(c.model, c.batch, c.seq_len(), c.seed);
+  Trainer(c, two_steps).run();
+
+  c.stop_after = 3;
+  PoisonedEngine poisoned(c, {3});
+  TrainResult r = Trainer(c, poisoned).run();
+  ASSERT_EQ(r.steps.size(), 3u);
+  EXPECT_FALSE(r.steps[1].skipped);
+  EXPECT_TRUE(r.steps[2].skipped);
+  EXPECT_TRUE(std::isnan(r.steps[2].grad_norm));
+  EXPECT_TRUE(std::isfinite(r.steps[2].loss));  // only the gradients were poisoned
+  EXPECT_EQ(r.summary["skipped_steps"], 1);
+  EXPECT_EQ(params_of(poisoned), params_of(two_steps));  // bit for bit: the update never happened
+}
+
+TEST(Trainer, TooManySkippedStepsInARowStopWithAClearError) {
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  c.out_dir = (dir / "out").string();
+  c.save_every = 2;
+  c.max_skipped_steps = 3;
+  PoisonedEngine poisoned(c, {3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  const std::string e = error_of([&] { Trainer(c, poisoned).run(); });
+  EXPECT_NE(e.find("steps 3-5: loss or gradient norm not finite 3 steps in a row (train.max_skipped_steps = 3)"),
+            std::string::npos)
+      << e;
+  // The checkpoint of step 4 holds the state of step 2 (step 3 and 4 changed nothing); it is whole.
+  EXPECT_NE(e.find("step_00000004"), std::string::npos) << e;
+  Checkpoint::open(dir / "out" / "ckpt" / "step_00000004").verify();
+}
+
+TEST(Trainer, DynamicLossScalingOfAnFp32EngineChangesNoBit) {
+  // Scaling by a power of two commutes with fp32 rounding (no overflow, no subnormals here):
+  // the scaled run must give the very same losses.
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  TrainResult plain = run_training(c);
+  c.loss_scale = "dynamic";
+  c.initial_loss_scale = 1024;
+  c.loss_scale_window = 4;  // and it doubles along the way
+  TrainResult scaled = run_training(c);
+  ASSERT_EQ(plain.steps.size(), scaled.steps.size());
+  for (std::size_t i = 0; i < plain.steps.size(); ++i) {
+    EXPECT_EQ(plain.steps[i].loss, scaled.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(plain.steps[i].grad_norm, scaled.steps[i].grad_norm) << "step " << i + 1;
+  }
+  EXPECT_EQ(scaled.steps.back().loss_scale, 1024 * 4);  // doubled after steps 4 and 8
+  EXPECT_EQ(scaled.summary["loss_scale"], 1024 * 8);     // and after step 12
+}
+
+TEST(Trainer, KeepLastDeletesOnlyOlderCheckpointsOnceANewerOneIsComplete) {
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  c.out_dir = (dir / "out").string();
+  c.save_every = 2;
+  c.keep_last = 2;
+  c.stop_after = 6;
+  run_training(c);
+  const fs::path ckpt = dir / "out" / "ckpt";
+  EXPECT_EQ(checkpoint_steps(ckpt), (std::vector<std::int64_t>{4, 6}));
+  fs::create_directories(ckpt / "step_00000005.tmp");  // a save that crashed
+  c.stop_after = 0;
+  c.resume = "latest";
+  run_training(c);
+  EXPECT_EQ(checkpoint_steps(ckpt), (std::vector<std::int64_t>{10, 12}));
+  EXPECT_FALSE(fs::exists(ckpt / "step_00000005.tmp"));
+}
+
+TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
+  test::ScratchDir dir;
+  TrainConfig c = after_a_straight_run(dir);
+  c.save_every = 3;
+  c.stop_after = 6;
+  run_training(c);
+  const fs::path newest = dir / "out" / "ckpt" / "step_00000006";
+  {
+    std::fstream f(newest / "rank00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4321);
+    f.put('\x33');
+  }
+  // Named explicitly, a damaged checkpoint is refused, naming the shard file and its rank.
+  c.stop_after = 0;
+  c.resume = newest.string();
+  const std::string e = error_of([&] { run_training(c); });
+  EXPECT_NE(e.find((newest / "rank00000.bin").string() + ": checksum mismatch in the shard of rank 0"),
+            std::string::npos)
+      << e;
+
+  c.resume = "latest";
+  LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
+  Trainer trainer(c, engine);
+  EXPECT_EQ(trainer.start_step(), 3);
+  TrainResult r = trainer.run();
+  ASSERT_EQ(r.summary["passed_over"].size(), 1u);
+  EXPECT_NE(r.summary["passed_over"][0].get<std::string>().find("checksum mismatch"), std::string::npos);
+  EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
+}
+
+TEST(Trainer, StopRequestEndsTheRunAfterTheStepWithACheckpointAndResumeContinues) {
+  test::ScratchDir dir;
+  TrainConfig c = after_a_straight_run(dir);
+  {
+    LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
+    Trainer trainer(c, engine);
+    int polls = 0;
+    trainer.set_stop_request([&] { return ++polls == 4; });  // the signal arrives during step 4
+    TrainResult r = trainer.run();
+    EXPECT_TRUE(r.preempted);
+    EXPECT_EQ(r.steps.size(), 4u);
+    EXPECT_EQ(r.summary["preempted"], true);
+    EXPECT_EQ(r.summary["steps"], 4);
+  }
+  EXPECT_EQ(checkpoint_steps(dir / "out" / "ckpt"), (std::vector<std::int64_t>{4}));
+  c.resume = "latest";
+  TrainResult rest = run_training(c);
+  EXPECT_EQ(rest.steps.front().step, 5);
+  EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
+}
+
+TEST(Trainer, ResumeLatestBeforeAnyCheckpointStartsFromStepZero) {
+  // A job script passes --resume latest from its first submission on; an attempt killed
+  // before its first checkpoint left metrics that the new attempt replaces.
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  c.val_data.clear();
+  c.out_dir = (dir / "out").string();
+  fs::create_directories(dir / "out" / "ckpt" / "step_00000002.tmp");
+  atomic_write_file(dir / "out" / "metrics.jsonl", std::string("{\"step\": 1, \"loss\": 9.0}\n"));
+  c.resume = "latest";
+  LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
+  Trainer trainer(c, engine);
+  EXPECT_EQ(trainer.start_step(), 0);
+  trainer.run();
+  EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl").size(), 12u);
+  EXPECT_EQ(checkpoint_steps(dir / "out" / "ckpt"), (std::vector<std::int64_t>{12}));
+
+  // Without --out there is nothing to look in.
+  c.out_dir.clear();
+  EXPECT_EQ(error_of([&] { run_training(c); }),
+            "--resume latest: needs --out, the output folder whose newest checkpoint to continue");
 }

@@ -1,0 +1,111 @@
+#include "comm/wait.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "comm/communicator.hpp"
+
+namespace strata::comm {
+
+namespace {
+std::atomic<double> g_timeout_s{kDefaultCollectiveTimeout};
+}  // namespace
+
+void set_collective_timeout(double seconds) {
+  if (!std::isfinite(seconds) || !(seconds > 0))
+    throw Error(fmt::format("comm: collective timeout {} s: must be a positive number of seconds", seconds));
+  g_timeout_s.store(seconds, std::memory_order_relaxed);
+}
+
+double collective_timeout() { return g_timeout_s.load(std::memory_order_relaxed); }
+
+bool poll_requests(MPI_Request* requests, int n, double timeout_s, double* waited_s) {
+  using clock = std::chrono::steady_clock;
+  constexpr int kSpinPolls = 64;
+  constexpr unsigned kSleepsPerClockRead = 16;  // >= 1 ms of sleeping once the pause is at its maximum
+  constexpr auto kMaxPause = std::chrono::microseconds(64);
+  auto all_done = [&] {
+    int done = 0;
+    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  };
+  for (int i = 0; i < kSpinPolls; ++i)
+    if (all_done()) return true;
+  // Only waits that get this far read the clock: the fast path costs what it did before.
+  const clock::time_point started = clock::now();
+  auto pause = std::chrono::microseconds(2);
+  for (unsigned sleeps = 1;; ++sleeps) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, kMaxPause);
+    if (all_done()) return true;
+    if (sleeps % kSleepsPerClockRead != 0) continue;
+    const double waited = std::chrono::duration<double>(clock::now() - started).count();
+    if (waited >= timeout_s) {
+      *waited_s = waited;
+      return false;
+    }
+  }
+}
+
+std::string rank_ranges(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string timeout_message(const TimedOutWait& w) {
+  return fmt::format(
+      "strata: rank {}: collective timeout after {:.1f} s in {} on group '{}', waiting for {}. A rank died "
+      "or stalls; if the job is only slow, raise train.collective_timeout (now {:g} s). Aborting the job.",
+      w.world_rank, w.waited_s, w.collective, w.group, fmt::join(w.peers, " and "), w.timeout_s);
+}
+
+void abort_timed_out(const TimedOutWait& w) {
+  const std::string line = timeout_message(w) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);  // one write: ranks' lines do not interleave
+  std::fflush(stderr);
+  // Ranks stuck behind the same dead or stalled rank time out within moments of each
+  // other; a short pause lets them print their lines too before mpirun ends the job, so
+  // the rank that is waited for but reports nothing stands out. At most half the timeout:
+  // no wait that starts during the pause (on this now silent rank) times out before it ends.
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(kTimeoutReportGrace, w.timeout_s / 2)));
+  MPI_Abort(MPI_COMM_WORLD, kCollectiveTimeoutExitCode);
+  std::abort();  // MPI_Abort does not return; should it, the job still must not hang
+}
+
+void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective,
+                         std::string_view group, std::string_view mpi_call) {
+  double waited = 0;
+  const double timeout = collective_timeout();
+  if (poll_requests(&request, 1, timeout, &waited)) return;
+  int done = 0;
+  MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  if (done) return;  // completed just now
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  std::vector<int> others;
+  for (int r : world_ranks_of(comm))
+    if (r != me) others.push_back(r);
+  std::string peers = others.size() == 1
+                          ? fmt::format("rank {} ({})", others[0], mpi_call)
+                          : fmt::format("any of ranks {} ({}: MPI does not say which one is late)",
+                                        rank_ranges(others), mpi_call);
+  abort_timed_out({me, collective, group, {peers}, waited, timeout});
+}
+
+}  // namespace strata::comm

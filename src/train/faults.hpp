@@ -1,0 +1,46 @@
+#pragma once
+// Fault injection for the fault-tolerance tests: the environment variable STRATA_FAULT lists
+// faults to raise at given steps and ranks, so a test can kill a run at an exact point of a
+// checkpoint write, or poison one rank's gradients, instead of racing a timer.
+//
+//   STRATA_FAULT="ACTION@STEP[-LAST][/RANK][;...]"     (RANK defaults to every rank)
+//
+//   kill        SIGKILL this rank at the start of the step
+//   term        send this rank SIGTERM at the start of the step (what a scheduler sends)
+//   stop        SIGSTOP this rank at the start of the step (a stalled rank)
+//   nan_grad    the step's gradients on this rank become NaN (the loss stays finite)
+//   kill_in_save  SIGKILL this rank while it saves the checkpoint of that step: after its
+//               shard file is written, before the manifest exists
+//
+// Unset or empty: no faults, and no cost beyond one lookup per step.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata::train {
+
+enum class FaultAction { Kill, Term, Stop, NanGrad, KillInSave };
+
+struct Fault {
+  FaultAction action;
+  std::int64_t first_step = 0, last_step = 0;
+  int rank = -1;  // -1: every rank
+};
+
+class FaultPlan {
+ public:
+  // Parses the STRATA_FAULT syntax; throws Error naming the variable and the bad entry.
+  static FaultPlan parse(std::string_view text);
+  static const FaultPlan& from_environment();  // STRATA_FAULT, parsed once
+
+  bool fires(FaultAction action, std::int64_t step, int rank) const;
+  // Raises the signal of a kill, term or stop fault due at this step on this rank.
+  void at_step_start(std::int64_t step, int rank) const;
+  bool empty() const { return faults_.empty(); }
+
+ private:
+  std::vector<Fault> faults_;
+};
+
+}  // namespace strata::train
