@@ -12,6 +12,7 @@
 #include <functional>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -122,11 +123,14 @@ struct ManifestReader {
       throw Error(fmt::format("{}: malformed: field '{}{}' missing", origin, where, key));
     return obj[key];
   }
-  std::uint64_t uint(const nlohmann::json& obj, const std::string& key, const std::string& where = "") const {
+  std::uint64_t uint(const nlohmann::json& obj, const std::string& key, const std::string& where = "",
+                     std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) const {
     auto& v = at(obj, key, where);
     if (!v.is_number_unsigned())
       throw Error(fmt::format("{}: malformed: field '{}{}' must be a non-negative integer", origin, where, key));
-    return v.get<std::uint64_t>();
+    const auto u = v.get<std::uint64_t>();
+    if (u > max) throw Error(fmt::format("{}: malformed: field '{}{}' = {} exceeds {}", origin, where, key, u, max));
+    return u;
   }
   std::string str(const nlohmann::json& obj, const std::string& key, const std::string& where = "") const {
     auto& v = at(obj, key, where);
@@ -288,8 +292,10 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     throw Error(fmt::format("{}: format version {} is not supported (this strata reads version {})", mr.origin, v,
                             kCheckpointVersion));
 
-  c.info_.step = static_cast<std::int64_t>(mr.uint(m, "step"));
-  c.info_.world_size = static_cast<int>(mr.uint(m, "world_size"));
+  constexpr auto kMaxInt = static_cast<std::uint64_t>(std::numeric_limits<int>::max());
+  c.info_.step = static_cast<std::int64_t>(
+      mr.uint(m, "step", "", static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())));
+  c.info_.world_size = static_cast<int>(mr.uint(m, "world_size", "", kMaxInt));
   try {
     c.info_.model = model::GPTConfig::from_json(mr.at(m, "model", ""));
   } catch (const Error& e) {
@@ -310,7 +316,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     const std::string where = fmt::format("shards[{}].", i);
     const auto& s = shards[i];
     ShardRecord r;
-    r.rank = static_cast<int>(mr.uint(s, "rank", where));
+    r.rank = static_cast<int>(mr.uint(s, "rank", where, kMaxInt));
     r.file = mr.str(s, "file", where);
     r.offset = mr.uint(s, "offset", where);
     r.begin = mr.uint(s, "begin", where);

@@ -200,6 +200,18 @@ TEST(Checkpoint, MalformedManifestIsRefusedNamingTheField) {
   EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find("is not a file name"), std::string::npos);
 
   j = nlohmann::json::parse(good);
+  j["step"] = std::uint64_t{1} << 63;  // would wrap to a negative step
+  atomic_write_file(manifest, j.dump());
+  EXPECT_EQ(error_of([&] { Checkpoint::open(saved); }),
+            manifest.string() + ": malformed: field 'step' = 9223372036854775808 exceeds 9223372036854775807");
+
+  j = nlohmann::json::parse(good);
+  j["shards"][0]["rank"] = std::uint64_t{1} << 31;
+  atomic_write_file(manifest, j.dump());
+  EXPECT_EQ(error_of([&] { Checkpoint::open(saved); }),
+            manifest.string() + ": malformed: field 'shards[0].rank' = 2147483648 exceeds 2147483647");
+
+  j = nlohmann::json::parse(good);
   j["version"] = 99;
   atomic_write_file(manifest, j.dump());
   EXPECT_NE(error_of([&] { Checkpoint::open(saved); }).find("format version 99 is not supported"), std::string::npos);
