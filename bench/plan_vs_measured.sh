@@ -9,14 +9,8 @@
 # Environment: SCALE (emulation scale, default 10000), STEPS (optimizer steps a run, default 6),
 # KEEP_WORK=1 keeps the runs' folder.
 set -euo pipefail
-strata=$1 src=$2
-shift 2
-markdown=""
-if [[ ${1:-} == --markdown ]]; then markdown=$2; shift 2; fi
-[[ ${1:-} == -- ]] && shift
-mpi=("$@")
-[[ ${#mpi[@]} -eq 0 ]] && mpi=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader
-                               $( [[ $(id -u) == 0 ]] && echo --allow-run-as-root ))
+source "$(dirname "$0")/common.sh"
+parse_bench_args "$@"
 scale=${SCALE:-10000}
 steps=${STEPS:-6}
 strategies=(ddp zero1 zero3 hsdp zeropp topo)

@@ -5,14 +5,8 @@
 # within 2% of its twin's loss. With --markdown FILE it writes the loss curves as a table.
 # Usage: bench/quantized_curves.sh STRATA_BIN SOURCE_DIR [--markdown FILE] [-- MPIEXEC FLAGS...]
 set -euo pipefail
-strata=$1 src=$2
-shift 2
-markdown=""
-if [[ ${1:-} == --markdown ]]; then markdown=$2; shift 2; fi
-[[ ${1:-} == -- ]] && shift
-mpi=("$@")
-[[ ${#mpi[@]} -eq 0 ]] && mpi=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader
-                               $( [[ $(id -u) == 0 ]] && echo --allow-run-as-root ))
+source "$(dirname "$0")/common.sh"
+parse_bench_args "$@"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -15,11 +15,15 @@ bool power_of_two(double x) {
 }
 }  // namespace
 
-LossScaler::LossScaler(double initial_scale, std::int64_t window)
-    : dynamic_(true), scale_(initial_scale), window_(window) {
+void LossScaler::validate(double initial_scale, std::int64_t window) {
   if (!(initial_scale >= kMinScale) || !power_of_two(initial_scale))
     throw Error(fmt::format("train.initial_loss_scale = {}: must be a power of two >= 1", initial_scale));
   if (window <= 0) throw Error(fmt::format("train.loss_scale_window = {}: must be positive", window));
+}
+
+LossScaler::LossScaler(double initial_scale, std::int64_t window)
+    : dynamic_(true), scale_(initial_scale), window_(window) {
+  validate(initial_scale, window);
 }
 
 void LossScaler::update(bool finite) {

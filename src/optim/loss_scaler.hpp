@@ -11,7 +11,10 @@ namespace strata::optim {
 class LossScaler {
  public:
   LossScaler() = default;  // disabled: scale 1 forever
-  LossScaler(double initial_scale, std::int64_t window);  // dynamic; throws Error on bad values
+  LossScaler(double initial_scale, std::int64_t window);  // dynamic; validated as below
+  // Throws Error naming train.initial_loss_scale (not a power of two >= 1) or
+  // train.loss_scale_window (not positive).
+  static void validate(double initial_scale, std::int64_t window);
 
   bool dynamic() const { return dynamic_; }
   double scale() const { return scale_; }

@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "optim/loss_scaler.hpp"
 
 namespace strata::train {
 
@@ -39,6 +40,12 @@ std::int64_t positive_int64(const std::string& key, const SettingValue& v) {
   std::int64_t i = as_int(key, v);
   if (i <= 0) throw Error(fmt::format("{} = {}: must be positive", key, i));
   return i;
+}
+int non_negative_int(const std::string& key, const SettingValue& v) {
+  std::int64_t i = as_int(key, v);
+  if (i < 0) throw Error(fmt::format("{} = {}: must not be negative", key, i));
+  if (i > std::numeric_limits<int>::max()) throw Error(fmt::format("{} = {}: too large", key, i));
+  return static_cast<int>(i);
 }
 std::int64_t non_negative_int64(const std::string& key, const SettingValue& v) {
   std::int64_t i = as_int(key, v);
@@ -122,8 +129,7 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.save_every = non_negative_int64(k, v); }},
       {{"train.keep_last", "--keep-last", K::Int,
         "checkpoints to keep (0: all); older ones go only once a newer one is complete"},
-       [](TrainConfig& c, auto& k, auto& v) { c.keep_last = static_cast<int>(std::min<std::int64_t>(
-                                                  non_negative_int64(k, v), std::numeric_limits<int>::max())); }},
+       [](TrainConfig& c, auto& k, auto& v) { c.keep_last = non_negative_int(k, v); }},
       {{"train.max_skipped_steps", "--max-skipped-steps", K::Int,
         "steps in a row with a non-finite loss or gradient norm (skipped) that stop the run"},
        [](TrainConfig& c, auto& k, auto& v) { c.max_skipped_steps = positive_int(k, v); }},
@@ -163,7 +169,7 @@ const std::vector<Entry>& entries() {
       {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires (default 256)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
       {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing (default 1)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.prefetch = static_cast<int>(non_negative_int64(k, v)); }},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.prefetch = non_negative_int(k, v); }},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
@@ -298,13 +304,7 @@ void TrainConfig::validate() const {
     throw Error(fmt::format("train.max_skipped_steps = {}: must be positive", max_skipped_steps));
   if (loss_scale != "auto" && loss_scale != "dynamic" && loss_scale != "off")
     throw Error(fmt::format("train.loss_scale = '{}': must be auto, dynamic or off", loss_scale));
-  {
-    int exp = 0;
-    if (!(initial_loss_scale >= 1) || std::frexp(initial_loss_scale, &exp) != 0.5f)
-      throw Error(fmt::format("train.initial_loss_scale = {}: must be a power of two >= 1", initial_loss_scale));
-  }
-  if (loss_scale_window <= 0)
-    throw Error(fmt::format("train.loss_scale_window = {}: must be positive", loss_scale_window));
+  optim::LossScaler::validate(initial_loss_scale, loss_scale_window);
   if (!(collective_timeout > 0))
     throw Error(fmt::format("train.collective_timeout = {}: must be positive", collective_timeout));
   if (!(shard.emulate_scale > 0))

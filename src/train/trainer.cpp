@@ -154,7 +154,7 @@ void Trainer::resume_from(const fs::path& dir) {
   train_loader_.set_position(info.data["train_position"].get<std::int64_t>());
   const nlohmann::json& t = info.trainer;
   skipped_steps_ = t["skipped_steps"].get<std::int64_t>();
-  if (scaler_.dynamic() && t["loss_scale"].get<double>() > 1)  // a run that scaled before keeps its scale
+  if (scaler_.dynamic() && t["loss_scaling"] == "dynamic")  // a run that scaled before keeps its scale
     scaler_.restore(t["loss_scale"].get<double>(), t["good_steps"].get<std::int64_t>());
   start_step_ = info.step;
   resumed_from_ = dir;
@@ -191,8 +191,9 @@ void Trainer::check_resumable(const Checkpoint& ckpt) const {
   const nlohmann::json& t = info.trainer;
   if (!t.is_object() || !t.contains("skipped_steps") || !t["skipped_steps"].is_number_unsigned() ||
       !t.contains("loss_scale") || !t["loss_scale"].is_number() || !t.contains("good_steps") ||
-      !t["good_steps"].is_number_unsigned())
-    throw Error(fmt::format("{}: malformed: field 'trainer' needs skipped_steps, loss_scale and good_steps",
+      !t["good_steps"].is_number_unsigned() || !t.contains("loss_scaling") || !t["loss_scaling"].is_string())
+    throw Error(fmt::format("{}: malformed: field 'trainer' needs skipped_steps, loss_scale, good_steps and "
+                            "loss_scaling",
                             manifest));
 }
 
@@ -296,6 +297,7 @@ TrainResult Trainer::run() {
     } else {
       ++skipped_steps_;
       if (!scaler_absorbs) ++skipped_in_a_row;
+      const fs::path& last_good = last_checkpoint.empty() ? resumed_from_ : last_checkpoint;
       if (leader_)
         progress.note(fmt::format("step {}: skipped: loss = {}, gradient norm = {}{} ({} in a row)", step, loss,
                                   outcome.grad_norm,
@@ -306,9 +308,7 @@ TrainResult Trainer::run() {
                                 "(train.max_skipped_steps = {}); training diverged (try a lower optim.lr); the last "
                                 "checkpoint is {}",
                                 step - skipped_in_a_row + 1, step, skipped_in_a_row, config_.max_skipped_steps,
-                                last_checkpoint.empty() ? (resumed_from_.empty() ? std::string("none")
-                                                                                 : resumed_from_.string())
-                                                        : last_checkpoint.string()));
+                                last_good.empty() ? std::string("none") : last_good.string()));
     }
     // The first step of an invocation pays for page faults and thread start-up: not timed.
     if (step > start_step_ + 1 || last == start_step_ + 1) {
