@@ -28,31 +28,13 @@ void set_collective_timeout(double seconds) {
 double collective_timeout() { return g_timeout_s.load(std::memory_order_relaxed); }
 
 bool poll_requests(MPI_Request* requests, int n, double timeout_s, double* waited_s) {
-  using clock = std::chrono::steady_clock;
-  constexpr int kSpinPolls = 64;
-  constexpr unsigned kSleepsPerClockRead = 16;  // >= 1 ms of sleeping once the pause is at its maximum
-  constexpr auto kMaxPause = std::chrono::microseconds(64);
-  auto all_done = [&] {
-    int done = 0;
-    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
-    return done != 0;
-  };
-  for (int i = 0; i < kSpinPolls; ++i)
-    if (all_done()) return true;
-  // Only waits that get this far read the clock: the fast path costs what it did before.
-  const clock::time_point started = clock::now();
-  auto pause = std::chrono::microseconds(2);
-  for (unsigned sleeps = 1;; ++sleeps) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(2 * pause, kMaxPause);
-    if (all_done()) return true;
-    if (sleeps % kSleepsPerClockRead != 0) continue;
-    const double waited = std::chrono::duration<double>(clock::now() - started).count();
-    if (waited >= timeout_s) {
-      *waited_s = waited;
-      return false;
-    }
-  }
+  return poll_until(
+      [&] {
+        int done = 0;
+        MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
+        return done != 0;
+      },
+      timeout_s, waited_s);
 }
 
 std::string rank_ranges(std::vector<int> ranks) {

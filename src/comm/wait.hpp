@@ -1,19 +1,23 @@
 #pragma once
 // The collective timeout: a job whose rank died or stalls must end, never hang. Every wait
-// for peers polls MPI with a deadline: the point-to-point waits of strata's host
-// collectives (Communicator, on the communication thread) and the MPI collectives issued
-// on the main thread (wait_mpi_collective). A wait that outlasts the timeout prints one
-// line to stderr naming this rank, the collective, the group, the peers still awaited and
-// the time waited, then (a moment later) calls MPI_Abort on MPI_COMM_WORLD so that mpirun
-// ends every rank.
+// for peers polls with a deadline: the point-to-point waits of strata's host collectives
+// (Communicator, on the communication thread), the MPI collectives issued on the main
+// thread (wait_mpi_collective) and NcclCommunicator's waits on its CUDA events. A wait that
+// outlasts the timeout prints one line to stderr naming this rank, the collective, the
+// group, the peers still awaited and the time waited, then (a moment later) calls MPI_Abort
+// on MPI_COMM_WORLD so that mpirun ends every rank.
 // The deadline bounds each single wait, not a whole collective: a collective that keeps
 // progressing, however slowly, never times out.
-// Not covered (they block inside MPI): MpiFlat (Open MPI's own collectives, a benchmark
-// baseline), communicator creation at start-up, and MPI_Finalize.
+// Not covered (they block inside MPI or NCCL): MpiFlat (Open MPI's own collectives, a
+// benchmark baseline), communicator creation at start-up (ncclCommInitRank too), and
+// MPI_Finalize.
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace strata::comm {
@@ -30,11 +34,35 @@ inline constexpr double kTimeoutReportGrace = 1.0;
 void set_collective_timeout(double seconds);
 double collective_timeout();
 
-// Polls until every request completes (each poll also drives MPI's progress). Returns
-// true then; false once `timeout_s` passed first, with `*waited_s` set and the requests
-// still pending. A few polls spin; then it sleeps between polls with a growing pause, so a
-// rank waiting for a slow peer leaves the core to computation (and to the peer, when ranks
-// outnumber cores), and reads the clock only every few sleeps.
+// Polls `done()` until it returns true (then returns true) or `timeout_s` passed first
+// (then returns false with `*waited_s` set). A few polls spin; then it sleeps between polls
+// with a growing pause, so a rank waiting for a slow peer leaves the core to computation
+// (and to the peer, when ranks outnumber cores), and reads the clock only every few sleeps.
+template <class Done>
+bool poll_until(Done&& done, double timeout_s, double* waited_s) {
+  using clock = std::chrono::steady_clock;
+  constexpr int kSpinPolls = 64;
+  constexpr unsigned kSleepsPerClockRead = 16;  // >= 1 ms of sleeping once the pause is at its maximum
+  constexpr auto kMaxPause = std::chrono::microseconds(64);
+  for (int i = 0; i < kSpinPolls; ++i)
+    if (done()) return true;
+  // Only waits that get this far read the clock: the fast path costs no clock read.
+  const clock::time_point started = clock::now();
+  auto pause = std::chrono::microseconds(2);
+  for (unsigned sleeps = 1;; ++sleeps) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, kMaxPause);
+    if (done()) return true;
+    if (sleeps % kSleepsPerClockRead != 0) continue;
+    const double waited = std::chrono::duration<double>(clock::now() - started).count();
+    if (waited >= timeout_s) {
+      *waited_s = waited;
+      return false;
+    }
+  }
+}
+
+// poll_until every request completes (each poll also drives MPI's progress).
 bool poll_requests(MPI_Request* requests, int n, double timeout_s, double* waited_s);
 
 // A wait that timed out, as reported.

@@ -8,15 +8,13 @@
 
 namespace strata::optim {
 
-namespace {
-bool power_of_two(double x) {
+bool LossScaler::valid_scale(double scale) {
   int exp = 0;
-  return std::isfinite(x) && std::frexp(x, &exp) == 0.5;
+  return scale >= kMinScale && std::isfinite(scale) && std::frexp(scale, &exp) == 0.5;
 }
-}  // namespace
 
 void LossScaler::validate(double initial_scale, std::int64_t window) {
-  if (!(initial_scale >= kMinScale) || !power_of_two(initial_scale))
+  if (!valid_scale(initial_scale))
     throw Error(fmt::format("train.initial_loss_scale = {}: must be a power of two >= 1", initial_scale));
   if (window <= 0) throw Error(fmt::format("train.loss_scale_window = {}: must be positive", window));
 }
@@ -41,7 +39,7 @@ void LossScaler::update(bool finite) {
 
 void LossScaler::restore(double scale, std::int64_t good_steps) {
   if (!dynamic_) return;
-  if (!(scale >= kMinScale) || !power_of_two(scale) || good_steps < 0)
+  if (!valid_scale(scale) || good_steps < 0)
     throw Error(fmt::format("loss scaler state (scale {}, good steps {}) is not valid", scale, good_steps));
   scale_ = scale;
   good_steps_ = good_steps;

@@ -15,6 +15,8 @@ class LossScaler {
   // Throws Error naming train.initial_loss_scale (not a power of two >= 1) or
   // train.loss_scale_window (not positive).
   static void validate(double initial_scale, std::int64_t window);
+  // A scale this scaler can hold: a power of two >= kMinScale.
+  static bool valid_scale(double scale);
 
   bool dynamic() const { return dynamic_; }
   double scale() const { return scale_; }

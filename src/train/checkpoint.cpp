@@ -21,6 +21,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "optim/loss_scaler.hpp"
 #include "train/faults.hpp"
 
 namespace strata::train {
@@ -459,6 +460,29 @@ void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config) {
       throw Error(fmt::format("{}: checkpoint of another model shape: model.{} = {} in the checkpoint, {} in this run",
                               ckpt.dir().string(), key, value.dump(), want[key].dump()));
   }
+}
+
+TrainerState read_trainer_state(const Checkpoint& ckpt) {
+  const ManifestReader mr{(ckpt.dir() / kManifestName).string()};
+  const CheckpointInfo& info = ckpt.info();
+  constexpr auto kMaxInt64 = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  TrainerState state;
+  state.train_position = static_cast<std::int64_t>(mr.uint(info.data, "train_position", "data.", kMaxInt64));
+  state.skipped_steps = static_cast<std::int64_t>(mr.uint(info.trainer, "skipped_steps", "trainer.", kMaxInt64));
+  state.good_steps = static_cast<std::int64_t>(mr.uint(info.trainer, "good_steps", "trainer.", kMaxInt64));
+  const std::string scaling = mr.str(info.trainer, "loss_scaling", "trainer.");
+  if (scaling != "dynamic" && scaling != "off")
+    throw Error(fmt::format("{}: malformed: field 'trainer.loss_scaling' = '{}': expected 'dynamic' or 'off'",
+                            mr.origin, scaling));
+  state.dynamic_loss_scaling = scaling == "dynamic";
+  const nlohmann::json& scale = mr.at(info.trainer, "loss_scale", "trainer.");
+  if (!scale.is_number())
+    throw Error(fmt::format("{}: malformed: field 'trainer.loss_scale' must be a number", mr.origin));
+  state.loss_scale = scale.get<double>();
+  if (state.dynamic_loss_scaling && !optim::LossScaler::valid_scale(state.loss_scale))
+    throw Error(fmt::format("{}: malformed: field 'trainer.loss_scale' = {}: a dynamic scale is a power of two >= 1",
+                            mr.origin, scale.dump()));
+  return state;
 }
 
 void load_checkpoint(Engine& engine, const Checkpoint& ckpt) {

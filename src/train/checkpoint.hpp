@@ -113,6 +113,17 @@ class Checkpoint {
 // Throws Error naming the first model field that differs, with both values.
 void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config);
 
+// What the trainer continues from, read from the manifest's data and trainer fields.
+struct TrainerState {
+  std::int64_t train_position = 0;     // data.train_position: windows the loader has served
+  std::int64_t skipped_steps = 0;      // trainer.skipped_steps: non-finite steps so far
+  bool dynamic_loss_scaling = false;   // trainer.loss_scaling: "dynamic" or "off"
+  double loss_scale = 1;               // trainer.loss_scale: a power of two >= 1 when dynamic
+  std::int64_t good_steps = 0;         // trainer.good_steps: finite steps since the last change
+};
+// Throws Error naming manifest.json and the field that is missing, mistyped or out of range.
+TrainerState read_trainer_state(const Checkpoint& ckpt);
+
 // Collective: fills every rank's state shards from the checkpoint, checks that the state
 // digest of what was loaded equals the checkpoint's, and calls state_loaded(). The
 // checkpoint's model must equal the engine's. Every rank throws the same Error if any fails.

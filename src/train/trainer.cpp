@@ -147,21 +147,20 @@ void Trainer::resume_from(const fs::path& dir) {
   // Every rank reads the manifest and checks it against this run (the same verdict
   // everywhere), then all load their slices together.
   std::optional<Checkpoint> opened;
-  agree(engine_, [&] { check_resumable(opened.emplace(Checkpoint::open(dir))); });
+  TrainerState state;
+  agree(engine_, [&] { state = check_resumable(opened.emplace(Checkpoint::open(dir))); });
   const Checkpoint& ckpt = *opened;
-  const CheckpointInfo& info = ckpt.info();
   load_checkpoint(engine_, ckpt);
-  train_loader_.set_position(info.data["train_position"].get<std::int64_t>());
-  const nlohmann::json& t = info.trainer;
-  skipped_steps_ = t["skipped_steps"].get<std::int64_t>();
-  if (scaler_.dynamic() && t["loss_scaling"] == "dynamic")  // a run that scaled before keeps its scale
-    scaler_.restore(t["loss_scale"].get<double>(), t["good_steps"].get<std::int64_t>());
-  start_step_ = info.step;
+  train_loader_.set_position(state.train_position);
+  skipped_steps_ = state.skipped_steps;
+  if (scaler_.dynamic() && state.dynamic_loss_scaling)  // a run that scaled before keeps its scale
+    scaler_.restore(state.loss_scale, state.good_steps);
+  start_step_ = ckpt.info().step;
   resumed_from_ = dir;
   resumed_digest_ = ckpt.state_digest();
 }
 
-void Trainer::check_resumable(const Checkpoint& ckpt) const {
+TrainerState Trainer::check_resumable(const Checkpoint& ckpt) const {
   const fs::path& dir = ckpt.dir();
   const CheckpointInfo& info = ckpt.info();
   const std::string manifest = (dir / kManifestName).string();
@@ -185,16 +184,7 @@ void Trainer::check_resumable(const Checkpoint& ckpt) const {
   if (info.step >= config_.last_step())
     throw Error(fmt::format("{}: the checkpoint is at step {}; nothing left to train up to step {} (train.steps)",
                             dir.string(), info.step, config_.last_step()));
-  if (!info.data.is_object() || !info.data.contains("train_position") || !info.data["train_position"].is_number_unsigned())
-    throw Error(fmt::format("{}: malformed: field 'data.train_position' missing or not a non-negative integer",
-                            manifest));
-  const nlohmann::json& t = info.trainer;
-  if (!t.is_object() || !t.contains("skipped_steps") || !t["skipped_steps"].is_number_unsigned() ||
-      !t.contains("loss_scale") || !t["loss_scale"].is_number() || !t.contains("good_steps") ||
-      !t["good_steps"].is_number_unsigned() || !t.contains("loss_scaling") || !t["loss_scaling"].is_string())
-    throw Error(fmt::format("{}: malformed: field 'trainer' needs skipped_steps, loss_scale, good_steps and "
-                            "loss_scaling",
-                            manifest));
+  return read_trainer_state(ckpt);
 }
 
 void Trainer::prepare_output_folder() {

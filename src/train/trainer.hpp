@@ -36,6 +36,7 @@
 namespace strata::train {
 
 class Checkpoint;
+struct TrainerState;
 
 struct StepMetrics {
   std::int64_t step = 0;
@@ -69,7 +70,8 @@ class Trainer {
  private:
   std::filesystem::path resume_source() const;
   void resume_from(const std::filesystem::path& path);
-  void check_resumable(const Checkpoint& ckpt) const;  // throws Error naming what differs
+  // Throws Error naming what differs from this run or is malformed; returns what to continue from.
+  TrainerState check_resumable(const Checkpoint& ckpt) const;
   void prepare_output_folder();
   double validate();
   std::filesystem::path save(std::int64_t step);

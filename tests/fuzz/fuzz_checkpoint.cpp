@@ -1,4 +1,5 @@
 // The checkpoint manifest reader: manifest.json -> Checkpoint::open -> read() of the arena.
+// Also reads the trainer's state (data position, loss scaler) as a resume does.
 // Input: the text of manifest.json. It is written into a scratch checkpoint folder that
 // also holds shard files: those of the real checkpoint named by $STRATA_FUZZ_CHECKPOINT
 // (scripts/fuzz.sh makes one with a 2-step training run), copied once at start-up, so
@@ -61,6 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const strata::train::Checkpoint ckpt = strata::train::Checkpoint::open(dir);
     try {
       strata::train::check_same_model(ckpt, strata::model::GPTConfig::preset("tiny"));
+    } catch (const strata::Error&) {
+    }
+    try {
+      strata::train::read_trainer_state(ckpt);
     } catch (const strata::Error&) {
     }
     read_back(ckpt);

@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -223,6 +224,49 @@ TEST(Checkpoint, MalformedManifestIsRefusedNamingTheField) {
 // Found by tests/fuzz/fuzz_checkpoint: a manifest's model was laid out (time and memory in
 // n_layer) before its size was checked against the shard files, so one edited number made
 // open() run out of memory; and bytes = 12 x floats could wrap around 2^64 and pass.
+TEST(Checkpoint, TrainerStateIsReadWithRangesAndBadFieldsAreNamed) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  CheckpointInfo info = info_at(1, kTiny);
+  info.trainer = {{"skipped_steps", 2}, {"loss_scale", 4096.0}, {"good_steps", 7}, {"loss_scaling", "dynamic"}};
+  fs::path saved = save_checkpoint(writer, dir.path(), info);
+  const fs::path manifest = saved / "manifest.json";
+  const TrainerState state = read_trainer_state(Checkpoint::open(saved));
+  EXPECT_EQ(state.train_position, 17);
+  EXPECT_EQ(state.skipped_steps, 2);
+  EXPECT_TRUE(state.dynamic_loss_scaling);
+  EXPECT_EQ(state.loss_scale, 4096.0);
+  EXPECT_EQ(state.good_steps, 7);
+
+  const auto good = nlohmann::json::parse(read_file_text(manifest));
+  auto refused = [&](const char* section, const char* key, const nlohmann::json& value) {
+    auto j = good;
+    if (value.is_null())
+      j[section].erase(key);
+    else
+      j[section][key] = value;
+    atomic_write_file(manifest, j.dump());
+    return error_of([&] { read_trainer_state(Checkpoint::open(saved)); });
+  };
+  const std::string m = manifest.string() + ": malformed: field ";
+  EXPECT_EQ(refused("data", "train_position", nullptr), m + "'data.train_position' missing");
+  EXPECT_EQ(refused("data", "train_position", -1), m + "'data.train_position' must be a non-negative integer");
+  // 2^63 would wrap to a negative position.
+  EXPECT_EQ(refused("data", "train_position", std::uint64_t{1} << 63),
+            m + "'data.train_position' = 9223372036854775808 exceeds 9223372036854775807");
+  EXPECT_EQ(refused("trainer", "skipped_steps", 1.5), m + "'trainer.skipped_steps' must be a non-negative integer");
+  EXPECT_EQ(refused("trainer", "good_steps", nullptr), m + "'trainer.good_steps' missing");
+  EXPECT_EQ(refused("trainer", "loss_scaling", "static"),
+            m + "'trainer.loss_scaling' = 'static': expected 'dynamic' or 'off'");
+  EXPECT_EQ(refused("trainer", "loss_scale", "big"), m + "'trainer.loss_scale' must be a number");
+  EXPECT_EQ(refused("trainer", "loss_scale", 3.0),
+            m + "'trainer.loss_scale' = 3.0: a dynamic scale is a power of two >= 1");
+  EXPECT_EQ(refused("trainer", "loss_scale", 0.5),
+            m + "'trainer.loss_scale' = 0.5: a dynamic scale is a power of two >= 1");
+  // JSON has no infinity: it is written as null.
+  EXPECT_EQ(refused("trainer", "loss_scale", std::numeric_limits<double>::infinity()), m + "'trainer.loss_scale' must be a number");
+}
+
 TEST(Checkpoint, ManifestSizesBeyondTheShardFilesAreRefusedBeforeTheModelIsLaidOut) {
   test::ScratchDir dir;
   ShardedStateEngine writer(kTiny, {});

@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "comm/communicator.hpp"
+#include "comm/wait.hpp"
 
 namespace strata::comm {
 
@@ -32,21 +33,40 @@ std::byte* bytes_at(const void* p, std::size_t offset) {
 }
 
 // Completion of one enqueued operation: the event after it, and one before it for timing.
+// A wait polls the event under the collective timeout (comm/wait.hpp): a peer that died or
+// stalls leaves NCCL's kernel spinning on the GPU for ever, and cudaEventSynchronize with it.
 class EventWork final : public WorkState {
  public:
-  EventWork(cudaEvent_t start, cudaEvent_t done, Accounting* acc, std::string kind)
-      : start_(start), done_(done), acc_(acc), kind_(std::move(kind)) {}
+  EventWork(cudaEvent_t start, cudaEvent_t done, const NcclCommunicator& comm, Accounting* acc, std::string kind)
+      : start_(start), done_(done), comm_(comm), acc_(acc), kind_(std::move(kind)) {}
   ~EventWork() override {
     cudaEventDestroy(start_);
     cudaEventDestroy(done_);
   }
   void wait() override {
-    check(cudaEventSynchronize(done_), "cudaEventSynchronize");
-    record();
+    double waited = 0;
+    const double timeout = collective_timeout();
+    if (!poll_until([&] { return test(); }, timeout, &waited)) {
+      int me = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &me);
+      std::vector<int> others;
+      for (int i = 0; i < comm_.size(); ++i)
+        if (comm_.world_rank_of(i) != me) others.push_back(comm_.world_rank_of(i));
+      abort_timed_out({me, kind_, comm_.name(),
+                       {fmt::format("any of ranks {} (NCCL does not say which one is late)", rank_ranges(others))},
+                       waited, timeout});
+    }
   }
   bool test() override {
     cudaError_t e = cudaEventQuery(done_);
-    if (e == cudaErrorNotReady) return false;
+    if (e == cudaErrorNotReady) {
+      // NCCL reports a failure it detects (a network error, a peer gone) here, not on the event.
+      ncclResult_t async = ncclSuccess;
+      check(ncclCommGetAsyncError(comm_.nccl_comm(), &async), "ncclCommGetAsyncError");
+      if (async != ncclSuccess && async != ncclInProgress)
+        throw Error(fmt::format("nccl: {} on '{}': {}", kind_, comm_.name(), ncclGetErrorString(async)));
+      return false;
+    }
     check(e, "cudaEventQuery");
     record();
     return true;
@@ -61,6 +81,7 @@ class EventWork final : public WorkState {
     acc_->record_time(kind_, double(ms) * 1e-3);
   }
   cudaEvent_t start_, done_;
+  const NcclCommunicator& comm_;
   Accounting* acc_;
   std::string kind_;
   bool recorded_ = false;
@@ -110,7 +131,7 @@ Work NcclCommunicator::finish(std::string kind, cudaEvent_t start) {
   cudaEvent_t done;
   check(cudaEventCreate(&done), "cudaEventCreate");
   check(cudaEventRecord(done, stream_), "cudaEventRecord");
-  return Work(std::make_shared<EventWork>(start, done, accounting_, std::move(kind)));
+  return Work(std::make_shared<EventWork>(start, done, *this, accounting_, std::move(kind)));
 }
 
 Buf NcclCommunicator::device_scratch(DType t, std::size_t count, std::size_t block) {

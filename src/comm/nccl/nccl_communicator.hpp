@@ -5,8 +5,8 @@
 // bootstrapped over MPI: member 0 draws an ncclUniqueId and broadcasts it on `comm`.
 //
 // Non-blocking: each operation is enqueued on this communicator's own CUDA stream and its
-// Work completes when an event recorded after it does (wait = cudaEventSynchronize,
-// test = cudaEventQuery). Operations run in submission order.
+// Work completes when an event recorded after it does (test = cudaEventQuery; wait polls
+// it under the collective timeout of comm/wait.hpp). Operations run in submission order.
 // Differences from the host backend, by NCCL's design: NCCL picks its own algorithm (ring
 // or tree) and accumulates bf16/fp16 its own way, so per-tier bytes are not accounted
 // (only GPU time, under "nccl.<kind>", when an Accounting is given) and link emulation
@@ -36,6 +36,7 @@ class NcclCommunicator final : public Collectives {
   int index() const override { return position_; }
   int world_rank_of(int index) const override { return world_ranks_.at(index); }
   cudaStream_t stream() const { return stream_; }
+  ncclComm_t nccl_comm() const { return comm_; }
 
   Work all_gather_async(CBuf shard, Buf full) override;
   Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;
