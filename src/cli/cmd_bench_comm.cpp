@@ -26,8 +26,6 @@
 
 namespace strata::cli {
 
-// Shared with the other benchmarks; a single definition for whichever lands first. (The
-// trainer's cmd_bench.cpp defines the same function: keep one when both are merged.)
 namespace {
 
 struct Options {
