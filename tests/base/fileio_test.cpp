@@ -4,30 +4,25 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "support.hpp"
 
 namespace fs = std::filesystem;
 using namespace strata;
 
 TEST(FileIo, AtomicWriteReplacesWholeAndLeavesNoTemporary) {
-  fs::path dir = fs::temp_directory_path() / "strata_fileio_test";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  test::ScratchDir dir;
   fs::path p = dir / "a.txt";
   atomic_write_file(p, std::string_view("first"));
   atomic_write_file(p, std::string_view("second version"));
   EXPECT_EQ(read_file_text(p), "second version");
   int entries = 0;
-  for (auto& e : fs::directory_iterator(dir)) entries += e.is_regular_file();
+  for (auto& e : fs::directory_iterator(dir.path())) entries += e.is_regular_file();
   EXPECT_EQ(entries, 1);
-  fs::remove_all(dir);
 }
 
 TEST(FileIo, FailedWriteKeepsTheOldFile) {
-  fs::path dir = fs::temp_directory_path() / "strata_fileio_test2";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  test::ScratchDir dir;
   EXPECT_THROW(atomic_write_file(dir / "missing_dir" / "x", std::string_view("y")), Error);
-  fs::remove_all(dir);
 }
 
 TEST(FileIo, ReadMissingFileNamesThePath) {

@@ -1,51 +1,24 @@
 // Drives `strata bench collectives` under mpirun -np 8 as a user would and checks its JSON:
 // every collective timed three ways, the per-tier traffic of one call against the ring and
 // hierarchical closed forms, and emulated times never below the alpha-beta prediction.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support.hpp"
+
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;
-};
+using strata::test::CommandResult;
+using strata::test::parse_json_output;
 
-Result run(const std::string& command) {
-  Result r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string bench(const std::string& args) {
-  const char* root = std::getenv("STRATA_SOURCE_DIR");
-  std::string file = (std::filesystem::path(root ? root : ".") / "configs/topology/2node-2gpu-2die.toml").string();
-  return std::string(STRATA_MPIEXEC_LINE) + " -np 8 " + STRATA_EXE + " bench collectives --topology " + file +
-         " --iterations 1 --warmup 0 " + args;
-}
-
-nlohmann::json parse(const Result& r) {
-  EXPECT_EQ(r.rc, 0) << r.out;
-  try {
-    return nlohmann::json::parse(r.out);
-  } catch (const nlohmann::json::exception& e) {
-    ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.out;
-    return {};
-  }
+// The bench's messages go into the output: the refusals below are checked there.
+CommandResult bench(const std::string& args) {
+  const std::string topology = strata::test::source_path("configs/topology/2node-2gpu-2die.toml").string();
+  const std::string command = std::string(STRATA_MPIEXEC_LINE) + " -np 8 " + STRATA_EXE +
+                              " bench collectives --topology " + topology + " --iterations 1 --warmup 0 " + args;
+  return strata::test::run_command(command, strata::test::Stderr::Capture);
 }
 
 const nlohmann::json& result(const nlohmann::json& doc, const std::string& kind) {
@@ -57,7 +30,7 @@ const nlohmann::json& result(const nlohmann::json& doc, const std::string& kind)
 }
 
 TEST(BenchCollectivesCli, TimesEveryCollectiveAndCountsTrafficPerTier) {
-  nlohmann::json doc = parse(run(bench("--sizes-mib 0.25 --json")));
+  nlohmann::json doc = parse_json_output(bench("--sizes-mib 0.25 --json"));
   ASSERT_EQ(doc["world_size"], 8);
   EXPECT_EQ(doc["emulated"], false);
   ASSERT_EQ(doc["results"].size(), 4u);
@@ -88,7 +61,7 @@ TEST(BenchCollectivesCli, TimesEveryCollectiveAndCountsTrafficPerTier) {
 
 TEST(BenchCollectivesCli, EmulatedTimesAreNeverBelowTheAlphaBetaPrediction) {
   // Scale 200: the cluster tier runs at 125 MB/s, so emulated link time dominates.
-  nlohmann::json doc = parse(run(bench("--sizes-mib 0.5 --emulate-links --emulate-scale 200 --json")));
+  nlohmann::json doc = parse_json_output(bench("--sizes-mib 0.5 --emulate-links --emulate-scale 200 --json"));
   EXPECT_EQ(doc["emulated"], true);
   EXPECT_EQ(doc["emulate_scale"], 200.0);
   for (const char* kind : {"all_gather", "reduce_scatter", "all_reduce"})
@@ -103,17 +76,17 @@ TEST(BenchCollectivesCli, EmulatedTimesAreNeverBelowTheAlphaBetaPrediction) {
 }
 
 TEST(BenchCollectivesCli, TextSaysWhetherLinksAreEmulatedAndBadOptionsAreRefused) {
-  Result text = run(bench("--sizes-mib 0.0625 --emulate-links --emulate-scale 2"));
-  EXPECT_EQ(text.rc, 0) << text.out;
-  EXPECT_NE(text.out.find("link emulation ON (scale 2)"), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("all_to_all"), std::string::npos) << text.out;
+  CommandResult text = bench("--sizes-mib 0.0625 --emulate-links --emulate-scale 2");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("link emulation ON (scale 2)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("all_to_all"), std::string::npos) << text.output;
 
-  Result int8 = run(bench("--sizes-mib 1 --dtype int8"));
-  EXPECT_NE(int8.rc, 0);
-  EXPECT_NE(int8.out.find("--dtype int8"), std::string::npos) << int8.out;
-  Result scale_alone = run(bench("--sizes-mib 1 --emulate-scale 2"));
-  EXPECT_NE(scale_alone.rc, 0);
-  EXPECT_NE(scale_alone.out.find("--emulate-links"), std::string::npos) << scale_alone.out;
+  CommandResult int8 = bench("--sizes-mib 1 --dtype int8");
+  EXPECT_NE(int8.exit_code, 0);
+  EXPECT_NE(int8.output.find("--dtype int8"), std::string::npos) << int8.output;
+  CommandResult scale_alone = bench("--sizes-mib 1 --emulate-scale 2");
+  EXPECT_NE(scale_alone.exit_code, 0);
+  EXPECT_NE(scale_alone.output.find("--emulate-links"), std::string::npos) << scale_alone.output;
 }
 
 }  // namespace

@@ -8,17 +8,17 @@
 #include "base/error.hpp"
 #include "data/loader.hpp"
 #include "data/tokens.hpp"
-#include "temp_dir.hpp"
+#include "support.hpp"
 
 using namespace strata;
 using namespace strata::data;
-using strata::testing::expect_error;
-using strata::testing::TempDir;
+using strata::test::expect_error;
+using strata::test::ScratchDir;
 
 namespace {
 
 // Token i is i (mod 65536), so a batch shows exactly which windows it came from.
-std::filesystem::path counting_file(const TempDir& dir, std::size_t n, const char* name = "count.bin") {
+std::filesystem::path counting_file(const ScratchDir& dir, std::size_t n, const char* name = "count.bin") {
   std::vector<std::uint16_t> tokens(n);
   for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>(i % 65536);
   write_token_file(dir / name, tokens);
@@ -48,7 +48,7 @@ Batch rows_of(const Batch& b, int seq, int first_row, int rows) {
 }  // namespace
 
 TEST(DataLoader, WindowsOfSeqPlusOneWithShiftedTargets) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 100);
   DataLoader loader(path, 2, 4, 0, 1);
   EXPECT_EQ(loader.batches_per_epoch(), 10);  // 100 / 5 = 20 windows, 2 per batch
@@ -61,7 +61,7 @@ TEST(DataLoader, WindowsOfSeqPlusOneWithShiftedTargets) {
 }
 
 TEST(DataLoader, EachRankGetsItsSliceOfTheWorldOneBatch) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 5000);
   const int B = 3, T = 7;
   for (int world : {2, 4}) {
@@ -82,7 +82,7 @@ TEST(DataLoader, EachRankGetsItsSliceOfTheWorldOneBatch) {
 }
 
 TEST(DataLoader, SameSeedSameStreamOtherSeedOtherStream) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 4000);
   DataLoader a(path, 2, 8, 0, 1, 7), b(path, 2, 8, 0, 1, 7), c(path, 2, 8, 0, 1, 8), plain(path, 2, 8, 0, 1);
   bool differs_from_other_seed = false, differs_from_file_order = false;
@@ -97,7 +97,7 @@ TEST(DataLoader, SameSeedSameStreamOtherSeedOtherStream) {
 }
 
 TEST(DataLoader, WrapsAroundWithAnEpochCounter) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 103);  // 20 windows of 5 and 3 stray tokens
   DataLoader loader(path, 3, 4, 0, 1);
   ASSERT_EQ(loader.batches_per_epoch(), 6);  // 18 windows used, 2 left over
@@ -110,7 +110,7 @@ TEST(DataLoader, WrapsAroundWithAnEpochCounter) {
 }
 
 TEST(DataLoader, ShuffledEpochsArePermutationsThatDiffer) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 60 * 9);  // 60 windows of 9
   DataLoader loader(path, 4, 8, 0, 1, 123);
   ASSERT_EQ(loader.batches_per_epoch(), 15);
@@ -136,7 +136,7 @@ TEST(DataLoader, ShuffledEpochsArePermutationsThatDiffer) {
 }
 
 TEST(DataLoader, PositionRestoresTheStream) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 3000);
   for (std::optional<std::uint64_t> seed : {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{5}}) {
     DataLoader loader(path, 2, 16, 1, 2, seed);
@@ -155,7 +155,7 @@ TEST(DataLoader, PositionRestoresTheStream) {
 // int64 range overflowed on the next batch, and the wrapped negative position indexed outside
 // the file on the one after.
 TEST(DataLoader, LastPositionThereIsIsRefusedInsteadOfWrapping) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 50);
   DataLoader loader(path, 1, 4, 0, 1);  // 10 windows of 5, one a batch
   const std::int64_t last = std::numeric_limits<std::int64_t>::max();
@@ -168,7 +168,7 @@ TEST(DataLoader, LastPositionThereIsIsRefusedInsteadOfWrapping) {
 }
 
 TEST(DataLoader, RefusesBadArgumentsAndShortFiles) {
-  TempDir dir;
+  ScratchDir dir;
   auto path = counting_file(dir, 50);
   expect_error([&] { DataLoader(path, 0, 4, 0, 1); }, {"batch = 0"});
   expect_error([&] { DataLoader(path, 1, -4, 0, 1); }, {"seq = -4"});

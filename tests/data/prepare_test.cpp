@@ -8,13 +8,13 @@
 #include "base/fileio.hpp"
 #include "data/prepare.hpp"
 #include "data/tokens.hpp"
-#include "temp_dir.hpp"
+#include "support.hpp"
 
 using namespace strata;
 using namespace strata::data;
-using strata::testing::expect_error;
-using strata::testing::TempDir;
-using strata::testing::write_bytes;
+using strata::test::expect_error;
+using strata::test::ScratchDir;
+using strata::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
@@ -48,7 +48,7 @@ TEST(LooksLikeText, AcceptsUtf8AndRefusesBinary) {
 }
 
 TEST(Prepare, WalksDirectoriesSkipsBinaryAndDuplicatesAndSplitsByInterleaving) {
-  TempDir dir;
+  ScratchDir dir;
   const std::string a = lines("a", 40), b = lines("b", 30) + "no final newline", c = lines("c", 25);
   write_bytes(dir / "in/a.txt", a);
   write_bytes(dir / "in/sub/b", b);
@@ -92,7 +92,7 @@ TEST(Prepare, WalksDirectoriesSkipsBinaryAndDuplicatesAndSplitsByInterleaving) {
 }
 
 TEST(Prepare, DefaultSplitSendsEveryTwentiethChunkToValidation) {
-  TempDir dir;
+  ScratchDir dir;
   std::string text = lines("x", 4000);  // about 136 KB: 34 chunks of 4 KiB, so only chunk 19 is held out
   write_bytes(dir / "t.txt", text);
   PrepareOptions opt;
@@ -105,7 +105,7 @@ TEST(Prepare, DefaultSplitSendsEveryTwentiethChunkToValidation) {
 }
 
 TEST(Prepare, RefusesBadInputAndKeepsOldOutputs) {
-  TempDir dir;
+  ScratchDir dir;
   write_bytes(dir / "out/train.bin", "previous");
   write_bytes(dir / "bin.dat", std::string("\x01\x00\x02", 3));
   write_bytes(dir / "short.txt", "too short to split\n");

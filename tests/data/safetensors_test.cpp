@@ -11,13 +11,13 @@
 #include "base/fileio.hpp"
 #include "data/safetensors.hpp"
 #include "model/layout.hpp"
-#include "temp_dir.hpp"
+#include "support.hpp"
 
 using namespace strata;
 using namespace strata::data;
-using strata::testing::expect_error;
-using strata::testing::TempDir;
-using strata::testing::write_bytes;
+using strata::test::expect_error;
+using strata::test::ScratchDir;
+using strata::test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
@@ -52,7 +52,7 @@ std::vector<float> random_arena(const model::ParamLayout& layout, unsigned seed)
 }  // namespace
 
 TEST(Safetensors, WriterOutputFollowsTheFormat) {
-  TempDir dir;
+  ScratchDir dir;
   SafetensorsWriter w;
   const auto a = iota_floats(6, 1.0f), b = iota_floats(5, 100.0f), s = iota_floats(1, -7.0f);
   w.add("a", {2, 3}, a);
@@ -104,7 +104,7 @@ TEST(Safetensors, WriterRefusesInconsistentTensors) {
 }
 
 TEST(Safetensors, ReaderRefusesMalformedFilesNamingThem) {
-  TempDir dir;
+  ScratchDir dir;
   const std::string f8(8, '\0');  // two float zeros
   auto check = [&](const char* name, const std::string& contents, std::initializer_list<std::string_view> frags) {
     write_bytes(dir / name, contents);
@@ -143,7 +143,7 @@ TEST(Safetensors, ReaderRefusesMalformedFilesNamingThem) {
 }
 
 TEST(Gpt2Export, HuggingFaceNamesTransposedConv1DAndTruncatedVocab) {
-  TempDir dir;
+  ScratchDir dir;
   model::ParamLayout layout(tiny_with_real_vocab(250));  // padded to 256 rows
   const auto params = random_arena(layout, 3);
   export_gpt2_safetensors(layout, params.data(), dir / "m.safetensors");
@@ -184,7 +184,7 @@ TEST(Gpt2Export, HuggingFaceNamesTransposedConv1DAndTruncatedVocab) {
 }
 
 TEST(Gpt2Export, ImportRefusesAnotherModelAndLeavesParamsAlone) {
-  TempDir dir;
+  ScratchDir dir;
   model::ParamLayout tiny(model::GPTConfig::preset("tiny"));
   auto tiny_cfg = model::GPTConfig::preset("tiny");
   tiny_cfg.n_layer = 3;
@@ -214,7 +214,7 @@ TEST(Gpt2Export, ImportRefusesAnotherModelAndLeavesParamsAlone) {
 // An independent reader (Python's json + numpy, if present) agrees on names, shapes and values.
 TEST(Gpt2Export, ReadableByAnIndependentParser) {
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 numpy";
-  TempDir dir;
+  ScratchDir dir;
   model::ParamLayout layout(tiny_with_real_vocab(250));
   const auto params = random_arena(layout, 8);
   export_gpt2_safetensors(layout, params.data(), dir / "m.safetensors");

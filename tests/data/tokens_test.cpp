@@ -7,13 +7,13 @@
 
 #include "base/error.hpp"
 #include "data/tokens.hpp"
-#include "temp_dir.hpp"
+#include "support.hpp"
 
 using namespace strata;
 using namespace strata::data;
-using strata::testing::expect_error;
-using strata::testing::TempDir;
-using strata::testing::write_bytes;
+using strata::test::expect_error;
+using strata::test::ScratchDir;
+using strata::test::write_bytes;
 
 namespace {
 
@@ -51,7 +51,7 @@ TEST(ByteTokenizer, DecodeRefusesIdsOutsideTheByteRange) {
 }
 
 TEST(TokenFile, WritesLlmcFormatAndReadsItBack) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<std::uint16_t> tokens{0, 1, 255, 256, 50256, 65535, 7};
   write_token_file(dir / "t.bin", tokens);
   // Byte-exact llm.c layout: 256-int header, then the uint16 ids.
@@ -70,7 +70,7 @@ TEST(TokenFile, WritesLlmcFormatAndReadsItBack) {
 }
 
 TEST(TokenFile, ReadsAFileMadeByAnotherTool) {
-  TempDir dir;
+  ScratchDir dir;
   write_bytes(dir / "gpt2.bin", raw_token_file(20240520, 1, 3, {15496, 995, 50256}));
   TokenFile file(dir / "gpt2.bin", 50257);
   EXPECT_EQ(file.tokens()[0], 15496);
@@ -78,7 +78,7 @@ TEST(TokenFile, ReadsAFileMadeByAnotherTool) {
 }
 
 TEST(TokenFile, RefusesBadFilesNamingThem) {
-  TempDir dir;
+  ScratchDir dir;
   const auto path = [&](const char* name) { return (dir / name).string(); };
   expect_error([&] { TokenFile(dir / "missing.bin"); }, {path("missing.bin"), "cannot open"});
 
@@ -122,7 +122,7 @@ TEST(TokenStats, EntropyInNatsOfKnownDistributions) {
   std::vector<std::uint16_t> skewed{1, 1, 1, 2};  // p = 3/4, 1/4
   EXPECT_NEAR(token_stats(skewed).entropy_nats, -(0.75 * std::log(0.75) + 0.25 * std::log(0.25)), 1e-15);
 
-  TempDir dir;
+  ScratchDir dir;
   std::vector<std::uint16_t> uniform(256 * 3);
   for (std::size_t i = 0; i < uniform.size(); ++i) uniform[i] = static_cast<std::uint16_t>(i % 256);
   write_token_file(dir / "u.bin", uniform);

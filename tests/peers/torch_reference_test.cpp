@@ -5,8 +5,6 @@
 // loads the same weights into the twin and compares every number (see that script for the
 // checks and tolerances). Skipped when /usr/bin/python3 or its torch is missing.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +22,7 @@
 #include "base/cpu.hpp"
 #include "base/fileio.hpp"
 #include "model/gpt.hpp"
+#include "support.hpp"
 
 namespace fs = std::filesystem;
 using namespace strata;
@@ -83,44 +82,26 @@ void dump_strata_run(const Case& c, const fs::path& dir) {
   atomic_write_file(dir / "index.json", index.dump(2));
 }
 
-struct ScriptResult {
-  int exit_code;
-  std::string output;
-};
-
-ScriptResult run_reference(const fs::path& dir) {
-  std::string cmd = fmt::format("{} '{}' '{}' 2>&1", kPython, STRATA_PEERS_SCRIPT, dir.string());
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return {-1, "popen failed: " + cmd};
-  std::string output;
-  char buf[4096];
-  while (std::size_t got = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, got);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+test::CommandResult run_reference(const fs::path& dir) {
+  return test::run_command(fmt::format("{} '{}' '{}'", kPython, STRATA_PEERS_SCRIPT, dir.string()),
+                           test::Stderr::Capture);
 }
 
 class TorchReference : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(kPython)) GTEST_SKIP() << kPython << " is missing: no PyTorch reference to compare with";
-    dir_ = fs::temp_directory_path() /
-           fmt::format("strata-peers-{}-{}", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-                       getpid());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   void check(const Case& c) {
-    dump_strata_run(c, dir_);
-    ScriptResult r = run_reference(dir_);
+    dump_strata_run(c, dir_.path());
+    test::CommandResult r = run_reference(dir_.path());
     if (r.exit_code == kSkipExitCode) GTEST_SKIP() << r.output;
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::printf("%s", r.output.c_str());
   }
 
-  fs::path dir_;
+  test::ScratchDir dir_;
 };
 
 TEST_F(TorchReference, TinyMatchesFloat64Twin) { check({GPTConfig::preset("tiny"), 2, 64, 7}); }

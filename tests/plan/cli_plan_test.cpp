@@ -1,11 +1,4 @@
 // Drives `strata plan` as a user would and checks what it prints.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -14,54 +7,28 @@
 
 #include "model/layout.hpp"
 #include "shard/schedule.hpp"
+#include "support.hpp"
 #include "topo/topology.hpp"
 
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;
-};
+using strata::test::CommandResult;
+using strata::test::parse_json_output;
+using strata::test::Stderr;
 
-Result run(const std::string& args, bool with_stderr = false) {
-  Result r;
-  const std::string command = std::string(STRATA_EXE) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-nlohmann::json parse(const Result& r) {
-  EXPECT_EQ(r.rc, 0) << r.out;
-  try {
-    return nlohmann::json::parse(r.out);
-  } catch (const nlohmann::json::exception& e) {
-    ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.out;
-    return {};
-  }
+CommandResult run_strata(const std::string& args, Stderr stderr_mode) {
+  return strata::test::run_command(std::string(STRATA_EXE) + " " + args, stderr_mode);
 }
 
 std::string test_topology() {
-  const char* root = std::getenv("STRATA_SOURCE_DIR");
-  return (std::filesystem::path(root ? root : ".") / "configs/topology/2node-2gpu-2die.toml").string();
-}
-
-std::filesystem::path scratch(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("strata_plan_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  return strata::test::source_path("configs/topology/2node-2gpu-2die.toml").string();
 }
 
 }  // namespace
 
 TEST(PlanCli, NeoxOnFrontierJsonHasEveryStrategysAccount) {
-  nlohmann::json doc =
-      parse(run("plan --model gpt-neox-20b --topology frontier --nodes 48 --strategy all --json"));
+  nlohmann::json doc = parse_json_output(
+      run_strata("plan --model gpt-neox-20b --topology frontier --nodes 48 --strategy all --json", Stderr::Discard));
   ASSERT_TRUE(doc.contains("strategies"));
   for (const char* name : {"ddp", "zero1", "zero2", "zero3", "hsdp", "zeropp", "topo", "topo-paper"}) {
     ASSERT_TRUE(doc["strategies"].contains(name)) << name;
@@ -78,11 +45,12 @@ TEST(PlanCli, NeoxOnFrontierJsonHasEveryStrategysAccount) {
 }
 
 TEST(PlanCli, TextOutputShowsTheTableAndTheMemoryVerdicts) {
-  Result r = run("plan --model llama2-70b --topology dgx-h100 --nodes 2 --strategy ddp,zero3 --recompute", true);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("llama2-70b (68.98 B parameters)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("does not fit: needs"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("zero3"), std::string::npos);
+  CommandResult r =
+      run_strata("plan --model llama2-70b --topology dgx-h100 --nodes 2 --strategy ddp,zero3 --recompute", Stderr::Capture);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("llama2-70b (68.98 B parameters)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not fit: needs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zero3"), std::string::npos);
 }
 
 TEST(PlanCli, BadInputIsRefusedNamingTheField) {
@@ -102,10 +70,10 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --search --strategy zero3", "--search"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
                         Case{"plan --model llama2-7b --topology " + test_topology() + " --nodes 2", "--peak-tflops"}}) {
-    Result r = run(c.args, true);
-    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.out;
-    EXPECT_NE(r.out.find("strata: error: "), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    CommandResult r = run_strata(c.args, Stderr::Capture);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find("strata: error: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
   }
 }
 
@@ -115,6 +83,7 @@ TEST(PlanCli, Fp32PlanEqualsTheRuntimesScheduleForEveryPresetOnTheTestTopology) 
   auto topology = strata::topo::Topology::from_toml_file(test_topology());
   topology.resolve(8);
   const strata::model::ParamLayout layout(strata::model::GPTConfig::preset("tiny"));
+  strata::test::ScratchDir dir;
   for (const std::string& preset : strata::shard::ShardSpec::preset_names()) {
     strata::shard::Schedule s(layout, topology, strata::shard::ShardSpec::preset_for(preset, topology), 3);
     nlohmann::json per_tier = nlohmann::json::object();
@@ -123,57 +92,58 @@ TEST(PlanCli, Fp32PlanEqualsTheRuntimesScheduleForEveryPresetOnTheTestTopology) 
     nlohmann::json summary = {{"strategy", preset},
                               {"world_size", 8},
                               {"comm", {{"scheduled_per_step", per_tier}, {"per_step", per_tier}}}};
-    const auto path = scratch(preset + "_summary.json");
+    const auto path = dir / (preset + "_summary.json");
     std::ofstream(path) << summary.dump(2);
     const std::string args = "plan --model tiny --topology " + test_topology() + " --nodes 2 --strategy " + preset +
                              " --accum 3 --precision fp32 --peak-tflops 1 --device-memory-gb 8 --hbm-gbps 50"
                              " --compare-summary " + path.string();
-    Result ok = run(args, true);
-    EXPECT_EQ(ok.rc, 0) << ok.out;
-    EXPECT_NE(ok.out.find("all equal"), std::string::npos) << ok.out;
+    CommandResult ok = run_strata(args, Stderr::Capture);
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_NE(ok.output.find("all equal"), std::string::npos) << ok.output;
 
     // A byte off on the network is caught and named.
     summary["comm"]["per_step"]["cluster"]["bytes_sent"] = s.traffic_per_step().back().bytes_sent + 1;
     std::ofstream(path) << summary.dump(2);
-    Result off = run(args, true);
-    EXPECT_EQ(off.rc, 2) << off.out;
-    EXPECT_NE(off.out.find("comm.per_step.cluster.bytes_sent"), std::string::npos) << off.out;
+    CommandResult off = run_strata(args, Stderr::Capture);
+    EXPECT_EQ(off.exit_code, 2) << off.output;
+    EXPECT_NE(off.output.find("comm.per_step.cluster.bytes_sent"), std::string::npos) << off.output;
   }
   // bf16 planning does not price the fp32 runtime, and says so.
-  Result bf16 = run("plan --model tiny --topology " + test_topology() +
-                        " --nodes 2 --strategy zero3 --peak-tflops 1 --device-memory-gb 8 --hbm-gbps 50"
-                        " --compare-summary " + scratch("zero3_summary.json").string(),
-                    true);
-  EXPECT_EQ(bf16.rc, 2);
-  EXPECT_NE(bf16.out.find("--precision fp32"), std::string::npos) << bf16.out;
-  std::filesystem::remove_all(scratch("").parent_path());
+  CommandResult bf16 = run_strata("plan --model tiny --topology " + test_topology() +
+                                       " --nodes 2 --strategy zero3 --peak-tflops 1 --device-memory-gb 8 --hbm-gbps 50"
+                                       " --compare-summary " + (dir / "zero3_summary.json").string(),
+                                   Stderr::Capture);
+  EXPECT_EQ(bf16.exit_code, 2);
+  EXPECT_NE(bf16.output.find("--precision fp32"), std::string::npos) << bf16.output;
 }
 
 TEST(PlanCli, SearchRanksSpecsAndSaysWhyTheOthersLost) {
-  Result r = run("plan --model gpt-neox-20b --topology frontier --nodes 48 --recompute --search --top 3", true);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("next 3 and why they lost to #1"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("% step time"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("does not fit: needs"), std::string::npos) << r.out;
-  nlohmann::json doc =
-      parse(run("plan --model gpt-neox-20b --topology frontier --nodes 48 --recompute --search --top 3 --json"));
+  CommandResult r =
+      run_strata("plan --model gpt-neox-20b --topology frontier --nodes 48 --recompute --search --top 3", Stderr::Capture);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("next 3 and why they lost to #1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("% step time"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not fit: needs"), std::string::npos) << r.output;
+  nlohmann::json doc = parse_json_output(run_strata(
+      "plan --model gpt-neox-20b --topology frontier --nodes 48 --recompute --search --top 3 --json", Stderr::Discard));
   EXPECT_EQ(doc["search"]["best"].size(), 3u);
   EXPECT_LE(doc["search"]["best"][0]["step_time_s"].get<double>(), doc["search"]["best"][1]["step_time_s"].get<double>());
 }
 
 TEST(PlanCli, SweepPrintsScalingAndWritesAnSvg) {
-  const auto svg = scratch("sweep.svg");
-  Result r = run("plan --model llama2-7b --topology dgx-a100 --strategy zero3,hsdp,topo --sweep-nodes 1,2,4,8 --svg " +
-                     svg.string(),
-                 true);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("n0 = 8 devices"), std::string::npos) << r.out;
+  strata::test::ScratchDir dir;
+  const auto svg = dir / "sweep.svg";
+  CommandResult r = run_strata(
+      "plan --model llama2-7b --topology dgx-a100 --strategy zero3,hsdp,topo --sweep-nodes 1,2,4,8 --svg " + svg.string(),
+      Stderr::Capture);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("n0 = 8 devices"), std::string::npos) << r.output;
   std::ifstream in(svg);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text.rfind("<?xml", 0), 0u);
   EXPECT_NE(text.find("</svg>"), std::string::npos);
-  nlohmann::json doc = parse(run("plan --model llama2-7b --topology dgx-a100 --strategy zero3 --sweep-nodes 1,2 --json"));
+  nlohmann::json doc = parse_json_output(
+      run_strata("plan --model llama2-7b --topology dgx-a100 --strategy zero3 --sweep-nodes 1,2 --json", Stderr::Discard));
   EXPECT_EQ(doc["sweep"][0]["points"][0]["scaling_efficiency"], 1.0);
   EXPECT_EQ(doc["sweep"][0]["n0_devices"], 8);
-  std::filesystem::remove_all(svg.parent_path());
 }

@@ -11,22 +11,15 @@
 #include "plan/cost_model.hpp"
 #include "plan/search.hpp"
 #include "plan/svg.hpp"
+#include "support.hpp"
 
 using namespace strata;
 using namespace strata::plan;
 using shard::Purpose;
 using shard::Wire;
+using strata::test::error_of;
 
 namespace {
-
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 topo::Topology frontier(int nodes) {
   topo::Topology t = topo::Topology::preset("frontier");

@@ -3,22 +3,11 @@
 #include "base/error.hpp"
 #include "model/layout.hpp"
 #include "plan/model_shapes.hpp"
+#include "support.hpp"
 
 using namespace strata;
 using namespace strata::plan;
-
-namespace {
-
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using strata::test::error_of;
 
 TEST(ModelShapes, ParameterCountsMatchThePublishedModels) {
   // systems.md: ~20.6B, ~10B, ~6.7B, ~13B, ~69B, 124M; the exact figures are the models' own

@@ -1,7 +1,6 @@
 // strata ckpt convert's library side: a checkpoint rewritten in another layout holds the
 // same state, in the files the target's ranks would have written.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -9,22 +8,13 @@
 #include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "shard/reshard.hpp"
+#include "support.hpp"
 #include "train/local_engine.hpp"
 
 using namespace strata;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Scratch {
-  fs::path path = fs::temp_directory_path() / ("strata_reshard_" + std::to_string(::getpid()) + "_" +
-                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  Scratch() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Scratch() { fs::remove_all(path); }
-};
 
 // A single-process checkpoint of the tiny model with random optimizer state.
 train::Checkpoint single_checkpoint(const fs::path& root) {
@@ -54,8 +44,8 @@ std::vector<float> all_states(const train::Checkpoint& c) {
 }  // namespace
 
 TEST(Reshard, ConvertedCheckpointsHoldTheSameStateInTheTargetsFiles) {
-  Scratch dir;
-  const train::Checkpoint source = single_checkpoint(dir.path / "ckpt");
+  test::ScratchDir dir;
+  const train::Checkpoint source = single_checkpoint(dir / "ckpt");
   const model::ParamLayout layout(source.info().model);
 
   shard::ShardOptions zero3;
@@ -63,15 +53,15 @@ TEST(Reshard, ConvertedCheckpointsHoldTheSameStateInTheTargetsFiles) {
   zero3.topology = "dgx-a100";  // 8 GPUs a node: 16 ranks = 2 nodes
   const shard::CheckpointLayout target = shard::sharded_layout(layout, zero3, 16);
   EXPECT_EQ(target.runs.size(), 16u);  // OS over every rank: all of them write
-  shard::convert_checkpoint(source, dir.path / "zero3", target);
-  const train::Checkpoint z = train::Checkpoint::open(dir.path / "zero3");
+  shard::convert_checkpoint(source, dir / "zero3", target);
+  const train::Checkpoint z = train::Checkpoint::open(dir / "zero3");
   z.verify();
   EXPECT_EQ(z.state_digest(), source.state_digest());
   EXPECT_EQ(z.info().world_size, 16);
   EXPECT_EQ(z.info().engine["strategy"], "zero3");
   EXPECT_EQ(z.info().engine["converted_from"]["engine"]["strategy"], "single");
   EXPECT_EQ(z.info().data, source.info().data);
-  EXPECT_TRUE(fs::exists(dir.path / "zero3" / "rank00015.bin"));
+  EXPECT_TRUE(fs::exists(dir / "zero3" / "rank00015.bin"));
   EXPECT_EQ(all_states(z), all_states(source));
 
   // hsdp shards OS inside a node only: the first node's 8 ranks write, the rest hold replicas.
@@ -80,25 +70,25 @@ TEST(Reshard, ConvertedCheckpointsHoldTheSameStateInTheTargetsFiles) {
   EXPECT_EQ(shard::sharded_layout(layout, hsdp, 16).runs.size(), 8u);
 
   // And back to one file, bit for bit the state it started from.
-  shard::convert_checkpoint(z, dir.path / "single", shard::single_process_layout(layout));
-  const train::Checkpoint back = train::Checkpoint::open(dir.path / "single");
+  shard::convert_checkpoint(z, dir / "single", shard::single_process_layout(layout));
+  const train::Checkpoint back = train::Checkpoint::open(dir / "single");
   back.verify();
   ASSERT_EQ(back.shards().size(), 1u);
   EXPECT_EQ(back.shards()[0].xxh3, source.shards()[0].xxh3);
 }
 
 TEST(Reshard, RefusesAnExistingDestinationAndBadTargets) {
-  Scratch dir;
-  const train::Checkpoint source = single_checkpoint(dir.path / "ckpt");
+  test::ScratchDir dir;
+  const train::Checkpoint source = single_checkpoint(dir / "ckpt");
   const model::ParamLayout layout(source.info().model);
-  fs::create_directories(dir.path / "taken");
+  fs::create_directories(dir / "taken");
   try {
-    shard::convert_checkpoint(source, dir.path / "taken", shard::single_process_layout(layout));
+    shard::convert_checkpoint(source, dir / "taken", shard::single_process_layout(layout));
     FAIL() << "converted into an existing folder";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("exists"), std::string::npos) << e.what();
   }
-  EXPECT_TRUE(fs::is_empty(dir.path / "taken"));
+  EXPECT_TRUE(fs::is_empty(dir / "taken"));
   shard::ShardOptions bad;
   bad.strategy = "zero4";
   bad.topology = "dgx-a100";

@@ -2,19 +2,12 @@
 
 #include "base/error.hpp"
 #include "shard/spec.hpp"
+#include "support.hpp"
 #include "test_topologies.hpp"
 
 using namespace strata;
 using namespace strata::shard;
-
-static std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using strata::test::error_of;
 
 TEST(ShardSpec, PresetsResolveToTheDocumentedLevels) {
   auto topo = two_node_topology();

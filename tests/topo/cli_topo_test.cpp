@@ -1,10 +1,6 @@
 // Drives the strata executable: `strata topo` alone and under mpirun, checking its JSON.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,29 +9,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support.hpp"
+
 namespace {
 
-struct Result {
-  int rc = -1;
-  std::string out;
-};
-
-// Runs a shell command; stderr joins stdout when `with_stderr`.
-Result run(const std::string& command, bool with_stderr = false) {
-  Result r;
-  FILE* pipe = ::popen((command + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(pipe);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using strata::test::CommandResult;
+using strata::test::parse_json_output;
+using strata::test::run_command;
+using strata::test::Stderr;
 
 std::string example_file() {
-  const char* root = std::getenv("STRATA_SOURCE_DIR");
-  return (std::filesystem::path(root ? root : ".") / "configs/topology/2node-2gpu-2die.toml").string();
+  return strata::test::source_path("configs/topology/2node-2gpu-2die.toml").string();
 }
 
 std::string strata() { return STRATA_EXE; }
@@ -43,18 +27,9 @@ std::string mpirun(int np) {
   return std::string(STRATA_MPIEXEC_LINE) + " -np " + std::to_string(np) + " " + strata();
 }
 
-nlohmann::json parse(const Result& r) {
-  EXPECT_EQ(r.rc, 0) << r.out;
-  try {
-    return nlohmann::json::parse(r.out);
-  } catch (const nlohmann::json::exception& e) {
-    ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.out;
-    return {};
-  }
-}
-
 TEST(TopoCli, EightRanksPrintTheirGroups) {
-  nlohmann::json doc = parse(run(mpirun(8) + " topo --topology " + example_file() + " --json"));
+  nlohmann::json doc = parse_json_output(
+      run_command(mpirun(8) + " topo --topology " + example_file() + " --json", Stderr::Discard));
   EXPECT_EQ(doc["processes"], 8);
   EXPECT_EQ(doc["topology"]["name"], "2node-2gpu-2die");
   EXPECT_EQ(doc["topology"]["world_size"], 8);
@@ -96,20 +71,21 @@ TEST(TopoCli, EightRanksPrintTheirGroups) {
 }
 
 TEST(TopoCli, TextUnderMpirun) {
-  Result r = run(mpirun(8) + " topo --topology frontier");
-  EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("topology 'frontier': 8 ranks = gpu 2 x node 4 x cluster 1"), std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("gpu#2 {4,5} across-gpu#2.0 {4,5} | node#0 {0-7} across-node#0.1 {1,3,5,7}"),
+  CommandResult r = run_command(mpirun(8) + " topo --topology frontier", Stderr::Discard);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("topology 'frontier': 8 ranks = gpu 2 x node 4 x cluster 1"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("gpu#2 {4,5} across-gpu#2.0 {4,5} | node#0 {0-7} across-node#0.1 {1,3,5,7}"),
             std::string::npos)
-      << r.out;
+      << r.output;
   // Rank 0 prints once for everyone.
-  EXPECT_EQ(r.out.find("topology 'frontier'", r.out.find("topology 'frontier'") + 1), std::string::npos)
-      << r.out;
+  EXPECT_EQ(r.output.find("topology 'frontier'", r.output.find("topology 'frontier'") + 1), std::string::npos)
+      << r.output;
 }
 
 TEST(TopoCli, OneProcessWithNodes) {
-  nlohmann::json doc = parse(run(strata() + " topo --topology frontier --nodes 2 --json"));
+  nlohmann::json doc = parse_json_output(
+      run_command(strata() + " topo --topology frontier --nodes 2 --json", Stderr::Discard));
   EXPECT_EQ(doc["processes"], 1);
   EXPECT_EQ(doc["topology"]["world_size"], 16);
   EXPECT_EQ(doc["topology"]["tiers"][0]["size"], 2);
@@ -120,7 +96,8 @@ TEST(TopoCli, OneProcessWithNodes) {
 }
 
 TEST(TopoCli, OneProcessThatDoesNotFitSaysWhatItNeeds) {
-  nlohmann::json doc = parse(run(strata() + " topo --topology " + example_file() + " --json"));
+  nlohmann::json doc = parse_json_output(
+      run_command(strata() + " topo --topology " + example_file() + " --json", Stderr::Discard));
   EXPECT_TRUE(doc["topology"]["world_size"].is_null());
   EXPECT_NE(doc["note"].get<std::string>().find(
                 "world size 1 is not a multiple of 4 ranks per node (gpu 2 x node 2)"),
@@ -129,9 +106,10 @@ TEST(TopoCli, OneProcessThatDoesNotFitSaysWhatItNeeds) {
 }
 
 TEST(TopoCli, OverridesApply) {
-  nlohmann::json doc =
-      parse(run(strata() + " topo --topology " + example_file() +
-                " --nodes 3 --tier node.bandwidth_GBps=100 --tier cluster.efficiency=0.5 --json"));
+  nlohmann::json doc = parse_json_output(
+      run_command(strata() + " topo --topology " + example_file() +
+                      " --nodes 3 --tier node.bandwidth_GBps=100 --tier cluster.efficiency=0.5 --json",
+                  Stderr::Discard));
   EXPECT_EQ(doc["topology"]["world_size"], 12);
   EXPECT_EQ(doc["topology"]["tiers"][1]["bandwidth_GBps"], 100.0);
   EXPECT_EQ(doc["topology"]["tiers"][2]["efficiency"], 0.5);
@@ -145,27 +123,28 @@ TEST(TopoCli, BadInputIsRefusedWithTheFieldNamed) {
     out << "[[tiers]]\nname = \"node\"\nsize = 2\nlatency_us = 1\n[[tiers]]\nname = \"cluster\"\n"
            "bandwidth_GBps = 1\nlatency_us = 1\n";
   }
-  Result r = run(strata() + " topo --topology " + path.string(), true);
+  CommandResult r = run_command(strata() + " topo --topology " + path.string(), Stderr::Capture);
   std::filesystem::remove(path);
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find(path.string() + ": tiers[0] ('node'): missing bandwidth_GBps"), std::string::npos)
-      << r.out;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find(path.string() + ": tiers[0] ('node'): missing bandwidth_GBps"), std::string::npos)
+      << r.output;
 
-  r = run(strata() + " topo --topology frontier --tier nod.size=2", true);
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("unknown tier 'nod' (tiers: gpu, node, cluster)"), std::string::npos) << r.out;
+  r = run_command(strata() + " topo --topology frontier --tier nod.size=2", Stderr::Capture);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown tier 'nod' (tiers: gpu, node, cluster)"), std::string::npos) << r.output;
 
-  r = run(mpirun(2) + " topo --topology " + example_file() + " --nodes 1", true);
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--nodes 1 of topology '2node-2gpu-2die' makes 4 ranks, but 2 processes were started"),
+  r = run_command(mpirun(2) + " topo --topology " + example_file() + " --nodes 1", Stderr::Capture);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(
+      r.output.find("--nodes 1 of topology '2node-2gpu-2die' makes 4 ranks, but 2 processes were started"),
+      std::string::npos)
+      << r.output;
+
+  r = run_command(mpirun(2) + " topo --topology frontier", Stderr::Capture);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("world size 2 is not a multiple of 8 ranks per node (gpu 2 x node 4)"),
             std::string::npos)
-      << r.out;
-
-  r = run(mpirun(2) + " topo --topology frontier", true);
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("world size 2 is not a multiple of 8 ranks per node (gpu 2 x node 4)"),
-            std::string::npos)
-      << r.out;
+      << r.output;
 }
 
 }  // namespace

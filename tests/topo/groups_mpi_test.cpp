@@ -1,6 +1,5 @@
 #include "topo/groups.hpp"
 
-#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -10,19 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "support.hpp"
+#include "util.hpp"
 
 namespace strata::topo {
 namespace {
 
-// A tier with only the figures a test needs.
-Tier plain(std::string name, int size, double bandwidth_GBps, double latency_us) {
-  Tier t;
-  t.name = std::move(name);
-  t.size = size;
-  t.bandwidth_GBps = bandwidth_GBps;
-  t.latency_us = latency_us;
-  return t;
-}
+using test::plain_tier;
 
 int world_rank() {
   int r = 0;
@@ -37,9 +30,7 @@ int world_size() {
 }
 
 Topology example() {
-  const char* root = std::getenv("STRATA_SOURCE_DIR");
-  return Topology::load(
-      (std::filesystem::path(root ? root : ".") / "configs/topology/2node-2gpu-2die.toml").string());
+  return Topology::load(test::source_path("configs/topology/2node-2gpu-2die.toml").string());
 }
 
 // The members a communicator really has, in its rank order, as ranks of `base`.
@@ -119,8 +110,8 @@ TEST(ProcessGroups, MembersMatchTheArithmetic) {
     ++tried;
     std::vector<Tier> tiers;
     for (std::size_t t = 0; t < sizes.size(); ++t)
-      tiers.push_back(plain(fmt::format("t{}", t), sizes[t], 1, 1));
-    tiers.push_back(plain("cluster", 0, 1, 1));
+      tiers.push_back(plain_tier(fmt::format("t{}", t), sizes[t], 1, 1));
+    tiers.push_back(plain_tier("cluster", 0, 1, 1));
     Topology topo(tiers, "scan");
     topo.resolve(n);
     ProcessGroups groups(topo);
@@ -153,7 +144,7 @@ TEST(ProcessGroups, OnASubCommunicator) {
   MPI_Comm half;
   MPI_Comm_split(MPI_COMM_WORLD, rank < n / 2, rank, &half);
   {
-    Topology topo({plain("pair", 2, 1, 1), plain("rest", 0, 1, 1)}, "halves");
+    Topology topo({plain_tier("pair", 2, 1, 1), plain_tier("rest", 0, 1, 1)}, "halves");
     topo.resolve(n / 2);
     ProcessGroups groups(topo, half);
     const int local = rank % (n / 2);
@@ -168,7 +159,7 @@ TEST(ProcessGroups, OnASubCommunicator) {
 }
 
 TEST(ProcessGroups, MovedFromOwnsNothing) {
-  Topology topo = Topology({plain("all", 0, 1, 1)}, "flat");
+  Topology topo = Topology({plain_tier("all", 0, 1, 1)}, "flat");
   topo.resolve(world_size());
   ProcessGroups first(topo);
   ProcessGroups second(std::move(first));
@@ -178,7 +169,7 @@ TEST(ProcessGroups, MovedFromOwnsNothing) {
 }
 
 TEST(ProcessGroups, RefusesATopologyForAnotherWorld) {
-  Topology topo = Topology({plain("pair", 1, 1, 1), plain("rest", 0, 1, 1)}, "other");
+  Topology topo = Topology({plain_tier("pair", 1, 1, 1), plain_tier("rest", 0, 1, 1)}, "other");
   EXPECT_THROW(ProcessGroups{topo}, Error);
   topo.resolve(world_size() * 2);
   try {

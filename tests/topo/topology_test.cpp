@@ -2,55 +2,34 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
-#include <functional>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "support.hpp"
 #include "topo/host.hpp"
+#include "util.hpp"
 
 namespace strata::topo {
 namespace {
 
-// A tier with only the figures a test needs.
-Tier plain(std::string name, int size, double bandwidth_GBps, double latency_us) {
-  Tier t;
-  t.name = std::move(name);
-  t.size = size;
-  t.bandwidth_GBps = bandwidth_GBps;
-  t.latency_us = latency_us;
-  return t;
-}
+using test::expect_error;
+using test::plain_tier;
 
 // The issue-3 example, kept in the repository as configs/topology/2node-2gpu-2die.toml.
-std::filesystem::path example_file() {
-  const char* root = std::getenv("STRATA_SOURCE_DIR");
-  return std::filesystem::path(root ? root : ".") / "configs/topology/2node-2gpu-2die.toml";
-}
+std::filesystem::path example_file() { return test::source_path("configs/topology/2node-2gpu-2die.toml"); }
 
 constexpr const char* kGpu = "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n";
 constexpr const char* kNode = "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 50\nlatency_us = 3\n";
 constexpr const char* kCluster = "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n";
 
-// Runs `f`, expects a strata::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no Error thrown; expected one mentioning '" << *parts.begin() << "'";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
-  }
-}
-
-void expect_toml_error(const std::string& text, std::initializer_list<std::string> parts) {
+void expect_toml_error(const std::string& text, std::initializer_list<std::string_view> parts) {
   expect_error([&] { Topology::from_toml_string(text, "bad.toml"); }, parts);
 }
 
@@ -145,7 +124,9 @@ TEST(Topology, ResolveAgainForAnotherWorld) {
 }
 
 TEST(Topology, TierBetweenInFourTiers) {
-  Topology topo({plain("a", 3, 1, 0), plain("b", 2, 1, 0), plain("c", 2, 1, 0), plain("d", 0, 1, 0)}, "four");
+  Topology topo(
+      {plain_tier("a", 3, 1, 0), plain_tier("b", 2, 1, 0), plain_tier("c", 2, 1, 0), plain_tier("d", 0, 1, 0)},
+      "four");
   topo.resolve(36);
   // a-domains of 3 ranks, b-domains of 6, c-domains of 12.
   EXPECT_EQ(topo.tier_between(0, 2), 0);
@@ -270,7 +251,7 @@ TEST(TopologyErrors, DocumentShape) {
 TEST(TopologyErrors, ConstructorValidates) {
   expect_error(
       [] {
-        Topology({plain("node", 0, 1, 1), plain("cluster", 0, 1, 1)}, "mine");
+        Topology({plain_tier("node", 0, 1, 1), plain_tier("cluster", 0, 1, 1)}, "mine");
       },
       {"topology 'mine'", "tiers[0] ('node')", "size = 0 must be positive"});
   expect_error([] { Topology({}, "empty"); }, {"topology 'empty'", "no tiers"});

@@ -17,6 +17,7 @@
 
 using namespace strata;
 using namespace strata::train;
+using strata::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -95,16 +96,6 @@ CheckpointInfo info_at(std::int64_t step, const model::GPTConfig& config) {
 
 bool same_bits(const AlignedBuffer<float>& a, const AlignedBuffer<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 const model::GPTConfig kTiny = model::GPTConfig::preset("tiny");

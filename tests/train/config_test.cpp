@@ -4,23 +4,14 @@
 #include <string>
 
 #include "base/error.hpp"
+#include "support.hpp"
 #include "train/config.hpp"
 
 using namespace strata;
 using namespace strata::train;
+using strata::test::error_of;
 
 namespace {
-
-// The message of the Error that `f` throws, or "" if it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TrainConfig from_toml(const std::string& text) { return build_config(parse_config_toml(text, "run.toml")); }
 

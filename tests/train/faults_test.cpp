@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.hpp"
+#include "support.hpp"
 #include "train/faults.hpp"
 
 using namespace strata;
@@ -19,14 +20,7 @@ TEST(FaultPlan, FiresOnItsStepsAndRanksOnly) {
 }
 
 TEST(FaultPlan, BadEntriesAreRefusedNamingTheVariableAndTheEntry) {
-  auto error = [](const char* text) {
-    try {
-      FaultPlan::parse(text);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto error = [](const char* text) { return test::error_of([&] { FaultPlan::parse(text); }); };
   EXPECT_EQ(error("explode@3"),
             "STRATA_FAULT: 'explode@3': unknown action 'explode' (kill, term, stop, nan_grad, kill_in_save)");
   EXPECT_EQ(error("kill"), "STRATA_FAULT: 'kill': expected ACTION@STEP[-LAST][/RANK]");

@@ -15,6 +15,7 @@
 
 using namespace strata;
 using namespace strata::train;
+using strata::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -41,16 +42,6 @@ TrainResult run_training(const TrainConfig& c) {
   LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
   Trainer trainer(c, engine);
   return trainer.run();
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the train tests: scratch folders, token files, and running the strata binary.
+// Shared by the train tests: token files and running the strata binary; the generic helpers
+// (ScratchDir, run_command, read_json...) come from tests/support.hpp.
 #include <pty.h>
 #include <unistd.h>
 #include <sys/wait.h>
@@ -8,40 +9,17 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
-#include "base/fileio.hpp"
 #include "data/tokens.hpp"
+#include "support.hpp"
 
 namespace strata::test {
 
 namespace fs = std::filesystem;
-
-// A fresh folder per test, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("strata_train_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 // Byte tokens of text with structure a small model learns quickly: sentences drawn from a
 // short list by a fixed LCG.
@@ -63,23 +41,9 @@ inline void write_tokens(const fs::path& path, const std::vector<std::uint16_t>&
   data::write_token_file(path, tokens);
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs the strata binary with `args` (already shell-quoted where needed).
+// Runs the strata binary with `args` (already shell-quoted where needed), its messages in the output.
 inline CommandResult run_strata(const std::string& args) {
-  const std::string cmd = std::string(STRATA_BIN) + " " + args + " 2>&1";
-  CommandResult r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_command(std::string(STRATA_BIN) + " " + args, Stderr::Capture);
 }
 
 inline constexpr int kNoTerminal = -2;  // this machine gives no pseudo-terminal
@@ -116,15 +80,5 @@ inline CommandResult run_strata_on_terminal(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
-
-inline std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(read_file_text(path));
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-inline nlohmann::json read_json(const fs::path& path) { return nlohmann::json::parse(read_file_text(path)); }
 
 }  // namespace strata::test
