@@ -1,5 +1,7 @@
 #include "comm/mpi_session.hpp"
 
+#include "comm/wait.hpp"
+
 namespace strata::comm {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -19,7 +21,10 @@ MpiSession::~MpiSession() {
   if (!owns_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  // MPI_Finalize waits for every rank: one that died or stalls must not hang the others.
+  const BlockingCallWatchdog watchdog("MPI_Finalize", "world", MPI_COMM_WORLD);
+  MPI_Finalize();
 }
 
 MpiSession& mpi_session() {

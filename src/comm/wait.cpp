@@ -70,6 +70,25 @@ void abort_timed_out(const TimedOutWait& w) {
   std::abort();  // MPI_Abort does not return; should it, the job still must not hang
 }
 
+namespace {
+// The line's "waiting for" part for a wait on all of `comm`, which MPI does not say which
+// member holds up; `call` (e.g. "MPI_Iallreduce"), if any, in brackets.
+std::string others_awaited(MPI_Comm comm, int me, std::string_view call) {
+  std::vector<int> others;
+  for (int r : world_ranks_of(comm))
+    if (r != me) others.push_back(r);
+  const std::string prefix = call.empty() ? "" : fmt::format("{}: ", call);
+  if (others.size() == 1) return call.empty() ? fmt::format("rank {}", others[0]) : fmt::format("rank {} ({})", others[0], call);
+  return fmt::format("any of ranks {} ({}MPI does not say which one is late)", rank_ranges(others), prefix);
+}
+
+int world_rank() {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  return me;
+}
+}  // namespace
+
 void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective,
                          std::string_view group, std::string_view mpi_call) {
   double waited = 0;
@@ -78,16 +97,37 @@ void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view c
   int done = 0;
   MPI_Test(&request, &done, MPI_STATUS_IGNORE);
   if (done) return;  // completed just now
-  int me = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  std::vector<int> others;
-  for (int r : world_ranks_of(comm))
-    if (r != me) others.push_back(r);
-  std::string peers = others.size() == 1
-                          ? fmt::format("rank {} ({})", others[0], mpi_call)
-                          : fmt::format("any of ranks {} ({}: MPI does not say which one is late)",
-                                        rank_ranges(others), mpi_call);
-  abort_timed_out({me, collective, group, {peers}, waited, timeout});
+  const int me = world_rank();
+  abort_timed_out({me, collective, group, {others_awaited(comm, me, mpi_call)}, waited, timeout});
+}
+
+BlockingCallWatchdog::BlockingCallWatchdog(std::string call, std::string group, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return;  // nobody to wait for
+  const int me = world_rank();
+  const double timeout = collective_timeout();
+  std::string peers = others_awaited(comm, me, "");
+  thread_ = std::thread([this, me, timeout, call = std::move(call), group = std::move(group),
+                         peers = std::move(peers)] {
+    const auto started = std::chrono::steady_clock::now();
+    {
+      std::unique_lock lock(mutex_);
+      if (finished_.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return done_; })) return;
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    abort_timed_out({me, call, group, {peers}, waited, timeout});
+  });
+}
+
+BlockingCallWatchdog::~BlockingCallWatchdog() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  finished_.notify_one();
+  thread_.join();
 }
 
 }  // namespace strata::comm

@@ -8,13 +8,16 @@
 // on MPI_COMM_WORLD so that mpirun ends every rank.
 // The deadline bounds each single wait, not a whole collective: a collective that keeps
 // progressing, however slowly, never times out.
-// Not covered (they block inside MPI or NCCL): MpiFlat (Open MPI's own collectives, a
-// benchmark baseline), communicator creation at start-up (ncclCommInitRank too), and
-// MPI_Finalize.
+// Calls that block inside MPI or NCCL and cannot be polled - a sharded run's start-up
+// (communicator creation), ncclCommInitRank, MPI_Finalize - run under a
+// BlockingCallWatchdog with the same deadline. Not covered: MpiFlat (Open MPI's own
+// collectives, a benchmark baseline).
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -88,5 +91,23 @@ std::string rank_ranges(std::vector<int> ranks);
 // is late, all the other members.
 void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective,
                          std::string_view group, std::string_view mpi_call);
+
+// Bounds a blocking call that cannot be polled by the collective timeout: while the
+// watchdog lives, a thread waits; should it outlive the timeout (the call still blocked:
+// a member of `comm` died or stalls), the thread reports `call` on `group` as a timed-out
+// wait naming the other members of `comm`, and aborts the job. Costs a thread start.
+class BlockingCallWatchdog {
+ public:
+  BlockingCallWatchdog(std::string call, std::string group, MPI_Comm comm);
+  ~BlockingCallWatchdog();
+  BlockingCallWatchdog(const BlockingCallWatchdog&) = delete;
+  BlockingCallWatchdog& operator=(const BlockingCallWatchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable finished_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 }  // namespace strata::comm

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/wait.hpp"
 
 namespace strata::shard {
 
@@ -38,6 +39,8 @@ ShardSpec build_spec(const ShardOptions& options, const topo::Topology& topology
 
 ShardedRuntime::ShardedRuntime(const ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
                                int accumulation_steps, std::uint64_t seed) {
+  // Host detection and communicator creation block inside MPI until every rank takes part.
+  const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   topo::Topology topology = resolve_topology(options, world);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A wait whose peer never comes aborts the job after the collective timeout, with the
 # message naming the rank, the collective, the group, the peer (and tier), and mpirun
-# exiting 124; both for strata's own collectives and for a main-thread MPI collective.
+# exiting 124; for strata's own collectives, a main-thread MPI collective, and the blocking
+# calls under a watchdog (a sharded run's start-up, MPI_Finalize).
 # Usage: timeout_abort_test.sh TEST_BIN MPIEXEC [MPI FLAGS...]
 set -uo pipefail
 bin=$1
@@ -23,4 +24,6 @@ check() {  # mode, expected message part
 }
 mode=p2p want="in all_reduce on group 'cluster#0', waiting for rank 1 (receive, tier cluster). A" check "$@"
 mode=mpi want="in test:sum on group 'world', waiting for rank 1 (MPI_Iallreduce). A" check "$@"
+mode=startup want="in start-up (topology, communicators) on group 'world', waiting for rank 1. A" check "$@"
+mode=finalize want="in MPI_Finalize on group 'world', waiting for rank 1. A" check "$@"
 echo "timeout abort: all checks passed"

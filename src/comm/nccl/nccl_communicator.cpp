@@ -104,6 +104,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, Accounting* 
     : name_(std::move(name)), accounting_(accounting) {
   MPI_Comm_rank(comm, &position_);
   world_ranks_ = world_ranks_of(comm);
+  // The bootstrap waits for every member; NCCL's init cannot be polled.
+  const BlockingCallWatchdog watchdog("ncclCommInitRank", name_, comm);
   ncclUniqueId id{};
   if (position_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, comm);
