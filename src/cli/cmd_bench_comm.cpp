@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "comm/agree.hpp"
 #include "comm/context.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/predict.hpp"
@@ -123,19 +125,25 @@ nlohmann::json timing_json(const Timing& t, std::size_t bytes, bool emulated) {
 
 void run_bench(const Options& o) {
   const comm::MpiSession& mpi = comm::mpi_session();
-  if (o.iterations < 1) throw Error(fmt::format("bench collectives: --iterations {} must be at least 1", o.iterations));
-  if (o.warmup < 0) throw Error(fmt::format("bench collectives: --warmup {} must not be negative", o.warmup));
-  if (o.emulate && !(o.emulate_scale > 0))
-    throw Error(fmt::format("bench collectives: --emulate-scale {} must be positive", o.emulate_scale));
-  for (double s : o.sizes_mib)
-    if (!(s > 0)) throw Error(fmt::format("bench collectives: --sizes-mib {} must be positive", s));
-  const comm::DType dtype = comm::parse_dtype(o.dtype);
-  if (!comm::is_reducible(dtype))
-    throw Error(fmt::format("bench collectives: --dtype {} cannot be reduced; use fp32, bf16 or fp16", o.dtype));
+  // Every rank checks the same flags and reads the same topology: a refusal prints once.
+  std::optional<topo::Topology> loaded;
+  comm::DType dtype{};
+  comm::agree(MPI_COMM_WORLD, "world", [&] {
+    if (o.iterations < 1) throw Error(fmt::format("bench collectives: --iterations {} must be at least 1", o.iterations));
+    if (o.warmup < 0) throw Error(fmt::format("bench collectives: --warmup {} must not be negative", o.warmup));
+    if (o.emulate && !(o.emulate_scale > 0))
+      throw Error(fmt::format("bench collectives: --emulate-scale {} must be positive", o.emulate_scale));
+    for (double s : o.sizes_mib)
+      if (!(s > 0)) throw Error(fmt::format("bench collectives: --sizes-mib {} must be positive", s));
+    dtype = comm::parse_dtype(o.dtype);
+    if (!comm::is_reducible(dtype))
+      throw Error(fmt::format("bench collectives: --dtype {} cannot be reduced; use fp32, bf16 or fp16", o.dtype));
 
-  topo::Topology topology = topo::Topology::load(o.topology);
-  for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
-  topology.resolve(mpi.world_size());
+    loaded.emplace(topo::Topology::load(o.topology));
+    for (const auto& spec : o.tier_overrides) loaded->apply_override(topo::parse_tier_override(spec));
+    loaded->resolve(mpi.world_size());
+  });
+  const topo::Topology& topology = *loaded;
   comm::Context ctx(topology, comm::EmulationOptions{o.emulate, o.emulate_scale});
   topo::ProcessGroups groups(ctx.topology());
   comm::TierComms comms(ctx, groups);

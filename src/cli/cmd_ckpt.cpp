@@ -40,7 +40,10 @@ std::string str_or(const nlohmann::json& j, const char* key, const std::string& 
 void run_inspect(const InspectArgs& a) {
   const fs::path dir = train::find_checkpoint(a.checkpoint);
   const train::Checkpoint ckpt = train::Checkpoint::open(dir);
-  if (a.verify) ckpt.verify();
+  if (a.verify) {
+    ckpt.verify();
+    train::read_trainer_state(ckpt);  // what a resume reads besides the shards
+  }
   const train::CheckpointInfo& info = ckpt.info();
   if (a.json) {
     nlohmann::json j = nlohmann::json::parse(read_file_text(dir / train::kManifestName));

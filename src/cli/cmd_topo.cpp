@@ -2,6 +2,7 @@
 // process groups (gathered to rank 0, printed once).
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
 #include "topo/groups.hpp"
 #include "topo/topology.hpp"
@@ -95,13 +97,11 @@ void print_text(const topo::Topology& topology, const nlohmann::json& doc) {
   }
 }
 
-void run_topo(const TopoOptions& o) {
-  const comm::MpiSession& mpi = comm::mpi_session();
+// The topology as run_topo shows it: loaded, overridden, resolved for `processes` (or
+// --nodes); a topology that does not fit one process gets a note in `doc` instead.
+topo::Topology load_resolved(const TopoOptions& o, int processes, nlohmann::json& doc) {
   topo::Topology topology = topo::Topology::load(o.topology);
   for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
-
-  const int processes = mpi.world_size();
-  nlohmann::json doc;
   if (o.nodes > 0) {
     const int wanted = topology.world_size_for_nodes(o.nodes);
     if (processes > 1 && wanted != processes)
@@ -120,6 +120,17 @@ void run_topo(const TopoOptions& o) {
           fmt::format("{}; pass --nodes N or run under mpirun -np N with a world size that fits", e.what());
     }
   }
+  return topology;
+}
+
+void run_topo(const TopoOptions& o) {
+  const comm::MpiSession& mpi = comm::mpi_session();
+  const int processes = mpi.world_size();
+  nlohmann::json doc;
+  // Every rank reads the same file: a refusal is agreed on and printed once.
+  std::optional<topo::Topology> loaded;
+  comm::agree(MPI_COMM_WORLD, "world", [&] { loaded.emplace(load_resolved(o, processes, doc)); });
+  topo::Topology& topology = *loaded;
   doc["processes"] = processes;
   if (topology.resolved() && topology.world_size() == processes) {
     topo::ProcessGroups groups(topology);

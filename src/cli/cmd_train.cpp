@@ -13,10 +13,11 @@
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
-#include "train/config.hpp"
+#include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
 #include "shard/runtime.hpp"
+#include "train/config.hpp"
 #include "train/local_engine.hpp"
 #include "train/preemption.hpp"
 #include "train/trainer.hpp"
@@ -102,7 +103,7 @@ void report(const train::TrainConfig& config, const train::TrainResult& result) 
   if (!config.out_dir.empty()) fmt::print("results in {}/ (summary.json, metrics.jsonl, ckpt/)\n", config.out_dir);
 }
 
-void run_train(const TrainArgs& args) {
+train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   train::TrainConfig config = train::build_config(collect_settings(args));
   config.resume = args.resume;
   config.overwrite = args.overwrite;
@@ -110,7 +111,6 @@ void run_train(const TrainArgs& args) {
   config.shard.emulate_links = args.emulate_links;
   config.shard.keep_weights_after_forward = args.keep_weights;
   config.shard.tier_overrides = args.tier_overrides;
-  const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
   if (config.shard.strategy.empty() && launched_ranks > 1) config.shard.strategy = "ddp";
   if (!config.shard.sharded() && (args.emulate_links || args.print_schedule || !args.tier_overrides.empty()))
     throw Error("--emulate-links, --print-schedule and --tier need a sharded run: give --strategy");
@@ -120,6 +120,20 @@ void run_train(const TrainArgs& args) {
     config.threads = std::max(1, omp_get_num_procs() / local);
   }
   config.validate();
+  return config;
+}
+
+void run_train(const TrainArgs& args) {
+  const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  train::TrainConfig config;
+  if (launched_ranks > 1) {
+    // Every rank builds the same configuration from the same input: agreed, a refusal
+    // prints once, not once a rank.
+    comm::mpi_session();
+    comm::agree(MPI_COMM_WORLD, "world", [&] { config = build_run_config(args, launched_ranks); });
+  } else {
+    config = build_run_config(args, launched_ranks);
+  }
   if (config.threads > 0) omp_set_num_threads(config.threads);  // OpenBLAS (OpenMP build) follows
 
   if (!config.shard.sharded()) {

@@ -1,8 +1,11 @@
 #include "shard/runtime.hpp"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/agree.hpp"
 #include "comm/wait.hpp"
 
 namespace strata::shard {
@@ -43,14 +46,19 @@ ShardedRuntime::ShardedRuntime(const ShardOptions& options, const model::GPTConf
   const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  topo::Topology topology = resolve_topology(options, world);
-  ShardSpec spec = build_spec(options, topology);
-  if (options.emulate_scale <= 0)
-    throw Error(fmt::format("shard.emulate_scale = {}: must be positive", options.emulate_scale));
-  context_ = std::make_unique<comm::Context>(topology, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
+  // Every rank reads the same topology and settings: a refusal is agreed on and reported once.
+  std::optional<topo::Topology> topology;
+  std::optional<ShardSpec> spec;
+  comm::agree(MPI_COMM_WORLD, "world", [&] {
+    topology.emplace(resolve_topology(options, world));
+    spec.emplace(build_spec(options, *topology));
+    if (options.emulate_scale <= 0)
+      throw Error(fmt::format("shard.emulate_scale = {}: must be positive", options.emulate_scale));
+  });
+  context_ = std::make_unique<comm::Context>(*topology, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
   groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
   comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
-  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, spec, accumulation_steps, seed);
+  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, *spec, accumulation_steps, seed);
 }
 
 ShardedRuntime::~ShardedRuntime() {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/agree.hpp"
 #include "comm/wait.hpp"
 #include "optim/adamw.hpp"
 #include "quant/convert.hpp"
@@ -527,25 +528,7 @@ bool ShardedEngine::fp16_gradients() const {
 }
 
 std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& local) {
-  int n = world_size();
-  int len = static_cast<int>(local.size());
-  std::vector<int> lens(n), displs(n);
-  // Non-blocking forms, waited for under the collective timeout (comm/wait.hpp).
-  MPI_Request request;
-  MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD, &request);
-  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgather");
-  int total = 0;
-  for (int i = 0; i < n; ++i) {
-    displs[i] = total;
-    total += lens[i];
-  }
-  std::string all(static_cast<std::size_t>(total), '\0');
-  MPI_Iallgatherv(local.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
-                  MPI_COMM_WORLD, &request);
-  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:all_gather_strings", "world", "MPI_Iallgatherv");
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back(all.substr(displs[i], lens[i]));
-  return out;
+  return comm::all_gather_strings(MPI_COMM_WORLD, local, "shard:all_gather_strings", "world");
 }
 
 std::vector<train::StateShard> ShardedEngine::state_shards() {

@@ -527,9 +527,15 @@ fs::path find_checkpoint(const fs::path& path) {
   return root / checkpoint_name(steps.back());
 }
 
+void verify_resumable(const fs::path& dir) {
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  ckpt.verify();
+  read_trainer_state(ckpt);
+}
+
 ResumeChoice choose_checkpoint(const fs::path& path) {
   if (fs::exists(path / kManifestName)) {
-    Checkpoint::open(path).verify();
+    verify_resumable(path);
     return {path, {}};
   }
   const fs::path root = checkpoint_root(path);
@@ -538,7 +544,7 @@ ResumeChoice choose_checkpoint(const fs::path& path) {
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const fs::path dir = root / checkpoint_name(*it);
     try {
-      Checkpoint::open(dir).verify();
+      verify_resumable(dir);
       choice.dir = dir;
       return choice;
     } catch (const Error& e) {

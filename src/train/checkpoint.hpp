@@ -136,9 +136,13 @@ std::vector<std::int64_t> checkpoint_steps(const std::filesystem::path& root);
 // newest complete checkpoint in it. Throws Error if there is none.
 std::filesystem::path find_checkpoint(const std::filesystem::path& path);
 
-// What --resume starts from. A checkpoint folder must be intact (else Error naming the bad
-// shard). An output folder or ckpt/ folder gives its newest intact checkpoint, verified
-// shard by shard; each newer one passed over is listed in `passed_over` with the reason.
+// A checkpoint a resume can read: it opens, every shard verifies, its trainer state reads.
+// Throws Error naming the bad shard file or manifest field.
+void verify_resumable(const std::filesystem::path& dir);
+
+// What --resume starts from. A checkpoint folder must be intact (verify_resumable). An
+// output folder or ckpt/ folder gives its newest intact checkpoint; each newer one passed
+// over is listed in `passed_over` with the reason.
 struct ResumeChoice {
   std::filesystem::path dir;
   std::vector<std::string> passed_over;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/agree.hpp"
 #include "base/error.hpp"
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
@@ -97,33 +98,11 @@ class Engine {
   virtual nlohmann::json summary_report() { return nlohmann::json::object(); }
 };
 
-// Runs `work` on every rank, then agrees: if it threw on any rank, every rank
-// throws AgreedError: the message itself when every rank failed alike, else the lowest failing
-// rank's, prefixed "rank N: ". So no rank walks into a collective the others have left. Also a
-// barrier.
+// Runs `work` on every rank, then agrees (base/agree.hpp): if it threw on any rank, every
+// rank throws the same AgreedError. Also a barrier.
 template <class F>
 void agree(Engine& engine, F&& work) {
-  std::string local;
-  try {
-    work();
-  } catch (const std::exception& e) {  // Error, and the standard library's (filesystem, allocation)
-    local = e.what();
-    if (local.empty()) local = "unknown error";
-  }
-  auto all = engine.all_gather_strings(local);
-  std::size_t first = all.size(), failed = 0;
-  bool same = true;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    if (first == all.size()) first = r;
-    same = same && all[r] == all[first];
-    ++failed;
-  }
-  if (failed == 0) return;
-  // The same refusal everywhere (a bad setting, a bad file all ranks read) needs no rank.
-  if (same && failed == all.size()) throw AgreedError(all[first]);
-  throw AgreedError("rank " + std::to_string(first) + ": " + all[first] +
-                    (failed > 1 ? " (and " + std::to_string(failed - 1) + " more ranks failed)" : ""));
+  settle(engine.all_gather_strings(failure_of(work)));
 }
 
 }  // namespace strata::train

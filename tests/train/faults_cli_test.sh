@@ -11,7 +11,8 @@
 #      checkpoint, exit 0, and resuming continues from that step;
 #   5. numerics guard: a non-finite step is skipped on all ranks and counted; too many in a
 #      row stop the run naming the setting and the last checkpoint; fp16 gradient wires with
-#      dynamic loss scaling.
+#      dynamic loss scaling;
+#   6. a refusal every rank reaches alike (a bad flag, topology or file) is printed once.
 # Usage: faults_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 strata=$1 src=$2
@@ -201,4 +202,16 @@ f16 = [json.loads(l)["loss"] for l in open("f16/metrics.jsonl")]
 f32 = [json.loads(l)["loss"] for l in open("f32/metrics.jsonl")]
 assert all(abs(a - b) <= 2e-3 * b for a, b in zip(f16, f32)), max(abs(a - b) / b for a, b in zip(f16, f32))
 PY
+# ---- 6. a refusal every rank reaches alike prints once ------------------------------------
+once() {  # NP WANT ARGS...: the job fails and exactly one line is "strata: error: ...WANT..."
+  local np=$1 want=$2 out
+  shift 2
+  if out=$("${mpi[@]}" -np "$np" "$strata" "$@" 2>&1); then fail "$*: exited 0"; fi
+  [[ $(grep -c "^strata: error: .*$want" <<<"$out") == 1 ]] || fail "$*: want one line with '$want' in: $out"
+}
+once 4 "train.batch = 0: must be positive" train --strategy zero3 "${common[@]}" --batch 0
+once 2 "world size 2 is not a multiple of 4 ranks per node" train --strategy zero3 --topology "$topo" \
+  "${common[@]}" --batch 2
+once 4 "'nope.toml' is neither a preset" topo --topology nope.toml
+once 4 "--iterations 0 must be at least 1" bench collectives --iterations 0
 echo "faults CLI: all checks passed"

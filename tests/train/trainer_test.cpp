@@ -351,6 +351,31 @@ TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
   EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
 }
 
+TEST(Trainer, ResumeLatestFallsBackPastAManifestWhoseTrainerStateIsMalformed) {
+  test::ScratchDir dir;
+  TrainConfig c = after_a_straight_run(dir);
+  c.save_every = 3;
+  c.stop_after = 6;
+  run_training(c);
+  const fs::path manifest = dir / "out" / "ckpt" / "step_00000006" / "manifest.json";
+  auto j = test::read_json(manifest);
+  j["data"]["train_position"] = -6;  // shards intact, the manifest not
+  atomic_write_file(manifest, j.dump());
+
+  c.stop_after = 0;
+  c.resume = manifest.parent_path().string();
+  EXPECT_EQ(error_of([&] { run_training(c); }),
+            manifest.string() + ": malformed: field 'data.train_position' must be a non-negative integer");
+  c.resume = "latest";
+  LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
+  Trainer trainer(c, engine);
+  EXPECT_EQ(trainer.start_step(), 3);
+  TrainResult r = trainer.run();
+  ASSERT_EQ(r.summary["passed_over"].size(), 1u);
+  EXPECT_NE(r.summary["passed_over"][0].get<std::string>().find("'data.train_position'"), std::string::npos);
+  EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
+}
+
 TEST(Trainer, StopRequestEndsTheRunAfterTheStepWithACheckpointAndResumeContinues) {
   test::ScratchDir dir;
   TrainConfig c = after_a_straight_run(dir);
