@@ -321,25 +321,26 @@ TEST(Trainer, KeepLastDeletesOnlyOlderCheckpointsOnceANewerOneIsComplete) {
   EXPECT_FALSE(fs::exists(ckpt / "step_00000005.tmp"));
 }
 
-TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
+namespace {
+// A run stopped after step 6 with checkpoints of steps 3 and 6; then `damage` spoils step 6's
+// folder. Named explicitly it is refused, naming `file` in it: "<path of file><refusal>"; --resume latest
+// passes over it (the summary's passed_over says `reason`), resumes from step 3 and ends with
+// the losses of the straight run.
+template <class Damage>
+void expect_fallback_past_a_damaged_step_6(Damage&& damage, const std::string& file, const std::string& refusal,
+                                           const std::string& reason) {
   test::ScratchDir dir;
   TrainConfig c = after_a_straight_run(dir);
   c.save_every = 3;
   c.stop_after = 6;
   run_training(c);
   const fs::path newest = dir / "out" / "ckpt" / "step_00000006";
-  {
-    std::fstream f(newest / "rank00000.bin", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(4321);
-    f.put('\x33');
-  }
-  // Named explicitly, a damaged checkpoint is refused, naming the shard file and its rank.
+  damage(newest);
+
   c.stop_after = 0;
   c.resume = newest.string();
   const std::string e = error_of([&] { run_training(c); });
-  EXPECT_NE(e.find((newest / "rank00000.bin").string() + ": checksum mismatch in the shard of rank 0"),
-            std::string::npos)
-      << e;
+  EXPECT_NE(e.find((newest / file).string() + refusal), std::string::npos) << e;
 
   c.resume = "latest";
   LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
@@ -347,33 +348,30 @@ TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
   EXPECT_EQ(trainer.start_step(), 3);
   TrainResult r = trainer.run();
   ASSERT_EQ(r.summary["passed_over"].size(), 1u);
-  EXPECT_NE(r.summary["passed_over"][0].get<std::string>().find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(r.summary["passed_over"][0].get<std::string>().find(reason), std::string::npos);
   EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
+}
+}  // namespace
+
+TEST(Trainer, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
+  expect_fallback_past_a_damaged_step_6(
+      [](const fs::path& newest) {
+        std::fstream f(newest / "rank00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(4321);
+        f.put('\x33');
+      },
+      "rank00000.bin", ": checksum mismatch in the shard of rank 0", "checksum mismatch");
 }
 
 TEST(Trainer, ResumeLatestFallsBackPastAManifestWhoseTrainerStateIsMalformed) {
-  test::ScratchDir dir;
-  TrainConfig c = after_a_straight_run(dir);
-  c.save_every = 3;
-  c.stop_after = 6;
-  run_training(c);
-  const fs::path manifest = dir / "out" / "ckpt" / "step_00000006" / "manifest.json";
-  auto j = test::read_json(manifest);
-  j["data"]["train_position"] = -6;  // shards intact, the manifest not
-  atomic_write_file(manifest, j.dump());
-
-  c.stop_after = 0;
-  c.resume = manifest.parent_path().string();
-  EXPECT_EQ(error_of([&] { run_training(c); }),
-            manifest.string() + ": malformed: field 'data.train_position' must be a non-negative integer");
-  c.resume = "latest";
-  LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
-  Trainer trainer(c, engine);
-  EXPECT_EQ(trainer.start_step(), 3);
-  TrainResult r = trainer.run();
-  ASSERT_EQ(r.summary["passed_over"].size(), 1u);
-  EXPECT_NE(r.summary["passed_over"][0].get<std::string>().find("'data.train_position'"), std::string::npos);
-  EXPECT_EQ(losses_of(dir / "out" / "metrics.jsonl"), losses_of(dir / "straight" / "metrics.jsonl"));
+  expect_fallback_past_a_damaged_step_6(
+      [](const fs::path& newest) {
+        auto j = test::read_json(newest / "manifest.json");
+        j["data"]["train_position"] = -6;  // shards intact, the manifest not
+        atomic_write_file(newest / "manifest.json", j.dump());
+      },
+      "manifest.json", ": malformed: field 'data.train_position' must be a non-negative integer",
+      "'data.train_position'");
 }
 
 TEST(Trainer, StopRequestEndsTheRunAfterTheStepWithACheckpointAndResumeContinues) {
