@@ -273,8 +273,10 @@ TEST(Cli, BenchCkptTimesSaveVerifyAndLoadAndCleansUp) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["state_bytes"].get<double>(), 3.0 * 4 * model::ParamLayout(model::GPTConfig::preset("tiny")).total_floats());
-  for (const char* k : {"memcpy_GBps", "digest_GBps", "xxh3_GBps", "save_GBps", "verify_GBps", "load_GBps"})
+  for (const char* k :
+       {"memcpy_GBps", "digest_GBps", "xxh3_GBps", "write_fsync_GBps", "save_GBps", "verify_GBps", "load_GBps"})
     EXPECT_GT(j[k].get<double>(), 0) << k;
   EXPECT_FALSE(fs::exists(dir / "ckpt"));  // its checkpoints are removed, the folder given is kept
+  EXPECT_FALSE(fs::exists(dir / "raw.bin"));
   EXPECT_TRUE(fs::exists(dir.path()));
 }
