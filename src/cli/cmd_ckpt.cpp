@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "model/layout.hpp"
 #include "shard/reshard.hpp"
 #include "train/checkpoint.hpp"
@@ -25,13 +26,6 @@ struct InspectArgs {
   bool json = false;
   bool verify = false;
 };
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) b /= 1000, ++u;
-  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.2f} {}", b, units[u]);
-}
 
 std::string str_or(const nlohmann::json& j, const char* key, const std::string& fallback) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;

@@ -13,16 +13,10 @@
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 
 namespace strata::cli {
 namespace {
-
-std::string human_bytes(double b) {
-  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.2f} MB", b / 1e6);
-  if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
-  return fmt::format("{:.0f} B", b);
-}
 
 nlohmann::json read_summary(const std::filesystem::path& run) {
   std::filesystem::path file = std::filesystem::is_directory(run) ? run / "summary.json" : run;

@@ -71,23 +71,26 @@ void abort_timed_out(const TimedOutWait& w) {
 }
 
 namespace {
-// The line's "waiting for" part for a wait on all of `comm`, which MPI does not say which
-// member holds up; `call` (e.g. "MPI_Iallreduce"), if any, in brackets.
-std::string others_awaited(MPI_Comm comm, int me, std::string_view call) {
-  std::vector<int> others;
-  for (int r : world_ranks_of(comm))
-    if (r != me) others.push_back(r);
-  const std::string prefix = call.empty() ? "" : fmt::format("{}: ", call);
-  if (others.size() == 1) return call.empty() ? fmt::format("rank {}", others[0]) : fmt::format("rank {} ({})", others[0], call);
-  return fmt::format("any of ranks {} ({}MPI does not say which one is late)", rank_ranges(others), prefix);
-}
-
 int world_rank() {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   return me;
 }
+std::string others_awaited(MPI_Comm comm, int me, std::string_view call) {
+  return members_awaited(world_ranks_of(comm), me, call, "MPI");
+}
 }  // namespace
+
+std::string members_awaited(const std::vector<int>& members, int me, std::string_view call,
+                            std::string_view library) {
+  std::vector<int> others;
+  for (int r : members)
+    if (r != me) others.push_back(r);
+  if (others.size() == 1)
+    return call.empty() ? fmt::format("rank {}", others[0]) : fmt::format("rank {} ({})", others[0], call);
+  const std::string prefix = call.empty() ? "" : fmt::format("{}: ", call);
+  return fmt::format("any of ranks {} ({}{} does not say which one is late)", rank_ranges(others), prefix, library);
+}
 
 void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view collective,
                          std::string_view group, std::string_view mpi_call) {

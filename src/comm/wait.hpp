@@ -85,6 +85,13 @@ std::string timeout_message(const TimedOutWait& w);
 // "0-2, 4, 6-7": sorted world ranks in runs.
 std::string rank_ranges(std::vector<int> ranks);
 
+// The "waiting for" part of a report on a wait for every one of `members` (world ranks)
+// but `me`, when the library (MPI, NCCL) does not say which one is late; `call` (e.g.
+// "MPI_Iallreduce"), if any, in brackets: "rank 3 (call)" or "any of ranks 0-2, 4 (call:
+// MPI does not say which one is late)".
+std::string members_awaited(const std::vector<int>& members, int me, std::string_view call,
+                            std::string_view library);
+
 // Waits for a non-blocking MPI collective over `comm` (e.g. MPI_Iallreduce) that the
 // calling thread started, under the collective timeout. On timeout the message names
 // `collective` (`mpi_call` in brackets) on `group` and, since MPI does not say which member

@@ -485,6 +485,14 @@ TrainerState read_trainer_state(const Checkpoint& ckpt) {
   return state;
 }
 
+void put_trainer_state(CheckpointInfo& info, const TrainerState& state) {
+  info.data["train_position"] = state.train_position;
+  info.trainer = {{"skipped_steps", state.skipped_steps},
+                  {"loss_scale", state.loss_scale},
+                  {"good_steps", state.good_steps},
+                  {"loss_scaling", state.dynamic_loss_scaling ? "dynamic" : "off"}};
+}
+
 void load_checkpoint(Engine& engine, const Checkpoint& ckpt) {
   agree(engine, [&] {
     check_same_model(ckpt, engine.layout().config());

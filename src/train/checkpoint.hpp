@@ -123,6 +123,8 @@ struct TrainerState {
 };
 // Throws Error naming manifest.json and the field that is missing, mistyped or out of range.
 TrainerState read_trainer_state(const Checkpoint& ckpt);
+// Sets those fields of `info` (data.train_position and trainer): what read_trainer_state reads.
+void put_trainer_state(CheckpointInfo& info, const TrainerState& state);
 
 // Collective: fills every rank's state shards from the checkpoint, checks that the state
 // digest of what was loaded equals the checkpoint's, and calls state_loaded(). The

@@ -5,7 +5,6 @@
 // checkpoints are the same for all of them.
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <string>
 #include <utility>
 #include <vector>

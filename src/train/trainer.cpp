@@ -219,14 +219,12 @@ fs::path Trainer::save(std::int64_t step) {
   info.world_size = engine_.world_size();
   info.engine = engine_.describe();
   info.run = run_identity();
-  info.data = {{"train_position", train_loader_.position()}, {"train_epoch", train_loader_.epoch()}};
+  info.data = {{"train_epoch", train_loader_.epoch()}};
   // Training draws no random numbers after initialisation except the data order, which
   // (seed, position) fixes: the loader permutes each epoch from the seed and the epoch number.
   info.rng = {{"data_shuffle_seed", config_.seed}};
-  info.trainer = {{"skipped_steps", skipped_steps_},
-                  {"loss_scale", scaler_.scale()},
-                  {"good_steps", scaler_.good_steps()},
-                  {"loss_scaling", scaler_.dynamic() ? "dynamic" : "off"}};
+  put_trainer_state(info, {train_loader_.position(), skipped_steps_, scaler_.dynamic(), scaler_.scale(),
+                           scaler_.good_steps()});
   const fs::path root = out_ / "ckpt";
   fs::path dir = save_checkpoint(engine_, root, info);
   // Only now that the new checkpoint is complete may older ones go.

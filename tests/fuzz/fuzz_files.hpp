@@ -13,6 +13,9 @@
 #include <filesystem>
 #include <string>
 
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+
 namespace strata::fuzz {
 
 // $STRATA_FUZZ_TMPDIR, else /dev/shm, else the system's temporary folder.
@@ -46,19 +49,12 @@ inline const std::filesystem::path& scratch_dir() {
 // Replaces `path` with exactly these bytes.
 inline void write_whole_file(const std::filesystem::path& path, const std::uint8_t* data, std::size_t size) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  while (ok && size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) {
-      data += n;
-      size -= static_cast<std::size_t>(n);
-    }
-  }
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (!ok) {
-    std::fprintf(stderr, "fuzz: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+  try {
+    if (fd < 0) throw Error(std::strerror(errno));
+    write_all(fd, data, size, path);
+    if (::close(fd) != 0) throw Error(std::strerror(errno));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "fuzz: cannot write %s: %s\n", path.c_str(), e.what());
     std::abort();
   }
 }

@@ -49,12 +49,9 @@ class EventWork final : public WorkState {
     if (!poll_until([&] { return test(); }, timeout, &waited)) {
       int me = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &me);
-      std::vector<int> others;
-      for (int i = 0; i < comm_.size(); ++i)
-        if (comm_.world_rank_of(i) != me) others.push_back(comm_.world_rank_of(i));
-      abort_timed_out({me, kind_, comm_.name(),
-                       {fmt::format("any of ranks {} (NCCL does not say which one is late)", rank_ranges(others))},
-                       waited, timeout});
+      std::vector<int> members;
+      for (int i = 0; i < comm_.size(); ++i) members.push_back(comm_.world_rank_of(i));
+      abort_timed_out({me, kind_, comm_.name(), {members_awaited(members, me, "", "NCCL")}, waited, timeout});
     }
   }
   bool test() override {
