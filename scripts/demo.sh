@@ -4,16 +4,34 @@
 # on it (scripts/demo.toml; `strata train` ends by printing the validation loss next to the
 # corpus's unigram entropy), exports the weights as safetensors, and ends with the strategy
 # comparison (scripts/compare_strategies.sh). Re-running replaces runs/demo and runs/compare.
+#
+# The training run is sized by a speed probe, not by a fixed step count: 12 timed steps of the
+# same model and batch, then as many steps as fit DEMO_TRAIN_SECONDS (default 180) on this
+# machine, at least 150 and at most 1000, so the demo takes about the same time on any CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+budget=${DEMO_TRAIN_SECONDS:-180}
 
 ./scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 ninja -C build strata
 
 ./build/strata data prepare --input /usr/share/games/fortunes --out data/fortunes
-./build/strata train --config scripts/demo.toml --overwrite
+
+# Speed probe: the demo's model and batch for 12 steps, no validation, nothing kept.
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+./build/strata train --config scripts/demo.toml --steps 12 --warmup 2 --val-data "" --out "$probe/run" \
+  --log-every 100 > /dev/null
+read -r steps rate < <(/usr/bin/python3 -c '
+import json, sys
+summary = json.load(open(sys.argv[1]))
+steps = int(float(sys.argv[2]) * summary["tokens_per_s"] / summary["tokens_per_step"]) // 10 * 10
+print(min(1000, max(150, steps)), round(summary["tokens_per_s"]))' "$probe/run/summary.json" "$budget")
+echo "demo: speed probe $rate tokens/s: training $steps steps (about $budget s)"
+
+./build/strata train --config scripts/demo.toml --steps "$steps" --val-every $((steps / 4)) --overwrite
 ./build/strata export runs/demo --safetensors runs/demo/model.safetensors
 
 # The same model under four strategies on 8 ranks of the 2-node test topology, emulated links.
