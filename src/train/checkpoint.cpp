@@ -629,9 +629,28 @@ void verify_resumable(const fs::path& dir) {
   read_trainer_state(ckpt);
 }
 
+std::string intact_alternative(const fs::path& damaged) {
+  const fs::path root = damaged.parent_path();
+  const auto steps = checkpoint_steps(root);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const fs::path dir = root / checkpoint_name(*it);
+    if (fs::equivalent(dir, damaged)) continue;
+    try {
+      verify_resumable(dir);
+      return fmt::format("\n  the newest intact checkpoint beside it: {}", dir.string());
+    } catch (const Error&) {
+    }
+  }
+  return fmt::format("\n  no intact checkpoint beside it in {}", root.string());
+}
+
 ResumeChoice choose_checkpoint(const fs::path& path) {
   if (fs::exists(path / kManifestName)) {
-    verify_resumable(path);
+    try {
+      verify_resumable(path);
+    } catch (const Error& e) {
+      throw Error(e.what() + intact_alternative(path));
+    }
     return {path, {}};
   }
   const fs::path root = checkpoint_root(path);

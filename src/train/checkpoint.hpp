@@ -150,9 +150,14 @@ std::filesystem::path find_checkpoint(const std::filesystem::path& path);
 // Throws Error naming the bad shard file or manifest field.
 void verify_resumable(const std::filesystem::path& dir);
 
-// What --resume starts from. A checkpoint folder must be intact (verify_resumable). An
-// output folder or ckpt/ folder gives its newest intact checkpoint; each newer one passed
-// over is listed in `passed_over` with the reason.
+// The hint for a refusal of the damaged checkpoint `damaged`: a line naming the newest intact
+// checkpoint in the same folder (one verify_resumable accepts), or saying there is none.
+std::string intact_alternative(const std::filesystem::path& damaged);
+
+// What --resume, export and convert read. A checkpoint folder must be intact
+// (verify_resumable; its refusal names the newest intact one beside it). An output folder or
+// ckpt/ folder gives its newest intact checkpoint; each newer one passed over is listed in
+// `passed_over` with the reason.
 struct ResumeChoice {
   std::filesystem::path dir;
   std::vector<std::string> passed_over;
