@@ -1,6 +1,7 @@
 #include "cli/parse.hpp"
 
 #include <cctype>
+#include <regex>
 #include <set>
 #include <string_view>
 #include <vector>
@@ -174,7 +175,20 @@ std::string parse_error_message(CLI::App& app, const CLI::ParseError& e, int arg
     if (!extras.empty())
       return fmt::format("unexpected argument '{}' for '{}'{}", extras.front(), command_path(cmd), help_hint(cmd));
   }
-  return fmt::format("{}{}", e.what(), help_hint(cmd));
+  // CLI11's wording of a value it could not read, in strata's.
+  const std::string what = e.what();
+  std::smatch m;
+  if (dynamic_cast<const CLI::ConversionError*>(&e) &&
+      std::regex_match(what, m, std::regex(R"(Could not convert: (\S+) = (.*))"))) {
+    const CLI::Option* opt = cmd->get_option_no_throw(m[1].str());
+    const bool count = opt && (opt->get_type_name() == "INT" || opt->get_type_name() == "UINT");
+    return fmt::format("{}: '{}' {}{}", m[1].str(), m[2].str(), count ? "is out of range" : "is not a number",
+                       help_hint(cmd));
+  }
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) &&
+      std::regex_match(what, m, std::regex(R"((\S+): \d+ required (\S+) missing)")))
+    return fmt::format("{}: needs a value ({}){}", m[1].str(), m[2].str(), help_hint(cmd));
+  return fmt::format("{}{}", what, help_hint(cmd));
 }
 
 }  // namespace strata::cli

@@ -57,7 +57,9 @@ TEST(CliErrors, AnUnknownOptionNamesTheNearestFlagsOfItsCommand) {
 }
 
 TEST(CliErrors, EveryOtherParseErrorHasTheSameStyleAndStatus) {
-  expect_refusal("train --steps", "--steps");                      // a flag without its value
+  expect_refusal("train --steps", "--steps: needs a value (INT)");  // a flag without its value
+  expect_refusal("train --lr abc", "--lr: 'abc' is not a number");
+  expect_refusal("plan --nodes 9e9", "--nodes: '9000000000' is out of range");
   expect_refusal("export runs/x", "--safetensors is required");    // a required option missing
   expect_refusal("data inspect", "file is required");              // a required argument missing
   expect_refusal("train --steps 1.5e0", "--steps: '1.5e0': not a whole number: a count has no fraction");
