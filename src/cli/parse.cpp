@@ -1,5 +1,6 @@
 #include "cli/parse.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <regex>
 #include <set>
@@ -147,11 +148,11 @@ std::optional<std::string> command_name_error(CLI::App& app, int argc, const cha
     CLI::App* sub = nullptr;
     for (CLI::App* s : group->get_subcommands([](CLI::App*) { return true; }))
       if (s->get_name() == token) sub = s;
-    if (!sub)
+    if (!sub) {
+      const std::string near = did_you_mean(token, names);
       return fmt::format("unknown command '{}'{}{}", token, group == &app ? "" : " of '" + command_path(group) + "'",
-                         did_you_mean(token, names).empty()
-                             ? fmt::format(" (commands: {})", fmt::join(names, ", "))
-                             : did_you_mean(token, names));
+                         near.empty() ? fmt::format(" (commands: {})", fmt::join(names, ", ")) : near);
+    }
     group = sub;
   }
   const std::vector<std::string> names = command_names(*group);
