@@ -58,14 +58,14 @@ struct Hasher {
   void reset() { XXH3_64bits_reset(state.get()); }
 };
 
-// The checksum of a shard's bytes, whole and per block of kChecksumBlockBytes, as they stream
-// past; `on_block(i, xxh3)` sees each block as it completes.
+// The checksums of a shard's bytes as they stream past: whole (unless `whole` is false) and
+// per block of `block_bytes` (unless 0); `on_block(i, xxh3)` sees each block as it completes.
 class ShardHasher {
  public:
-  explicit ShardHasher(std::uint64_t block_bytes, std::function<void(std::size_t, std::uint64_t)> on_block = {})
-      : block_bytes_(block_bytes), on_block_(std::move(on_block)) {}
+  ShardHasher(bool whole, std::uint64_t block_bytes, std::function<void(std::size_t, std::uint64_t)> on_block = {})
+      : whole_wanted_(whole), block_bytes_(block_bytes), on_block_(std::move(on_block)) {}
   void update(const void* data, std::size_t n) {
-    whole_.update(data, n);
+    if (whole_wanted_) whole_.update(data, n);
     if (block_bytes_ == 0) return;
     const auto* p = static_cast<const char*>(data);
     while (n > 0) {
@@ -75,10 +75,10 @@ class ShardHasher {
       if (in_block_ == block_bytes_) end_block();
     }
   }
-  // The whole checksum, after the last (partial) block.
+  // The whole checksum ("" when not wanted), after the last (partial) block.
   std::string finish() {
     if (in_block_ > 0) end_block();
-    return whole_.hex();
+    return whole_wanted_ ? whole_.hex() : "";
   }
   const std::vector<std::uint64_t>& blocks() const { return blocks_; }
 
@@ -89,6 +89,7 @@ class ShardHasher {
     block_.reset();
     in_block_ = 0;
   }
+  bool whole_wanted_;
   std::uint64_t block_bytes_;
   std::function<void(std::size_t, std::uint64_t)> on_block_;
   Hasher whole_, block_;
@@ -236,7 +237,7 @@ std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const st
   std::uint64_t offset = 0;
   for (const StateShard& s : shards) {
     const std::size_t n = s.end - s.begin;
-    ShardHasher hash(kChecksumBlockBytes);
+    ShardHasher hash(/*whole=*/true, kChecksumBlockBytes);  // the whole one for readers without blocks
     for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
       write_all(fd.fd, state, n * sizeof(float), path);
       hash.update(state, n * sizeof(float));
@@ -468,7 +469,7 @@ namespace {
 
 // Streams one shard's bytes in chunks, state by state, handing each chunk to `fn(k, first,
 // values, n)` (state k, arena position of values[0]), checking each block's checksum as it
-// completes and the shard's at the end. Errors name the file, the rank that wrote it and the
+// completes (or, in a manifest without block checksums, the shard's at the end). Errors name the file, the rank that wrote it and the
 // bytes of the first damaged block (with block checksums; else the shard's bytes).
 void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_bytes,
                 const std::function<void(int, std::size_t, const float*, std::size_t)>& fn) {
@@ -478,7 +479,9 @@ void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_b
     throw Error(fmt::format("{}: cannot open shard file (rank {}): {}", path.string(), r.rank, std::strerror(errno)));
   const std::size_t n = r.end - r.begin;
   std::vector<float> buf(std::min(n, kChunkFloats));
-  ShardHasher hash(r.blocks.empty() ? 0 : block_bytes, [&](std::size_t b, std::uint64_t got) {
+  // The blocks cover every byte, so with them the whole checksum would only cost a second pass.
+  const bool by_blocks = !r.blocks.empty();
+  ShardHasher hash(!by_blocks, by_blocks ? block_bytes : 0, [&](std::size_t b, std::uint64_t got) {
     if (got == r.blocks[b]) return;
     const std::uint64_t first = b * block_bytes;
     throw Error(fmt::format("{}: checksum mismatch in the shard of rank {}: damage within {} (block {} of {}, "
@@ -496,12 +499,11 @@ void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_b
       fn(k, r.begin + i, buf.data(), m);
     }
   }
-  // Every block matching but not the whole: the manifest's checksum is what changed.
-  if (std::string got = hash.finish(); got != r.xxh3)
+  const std::string whole = hash.finish();
+  if (!by_blocks && whole != r.xxh3)
     throw Error(fmt::format("{}: checksum mismatch in the shard of rank {} ({}): xxh3 {}, the manifest says {}; the "
-                            "file {}is corrupt",
-                            path.string(), r.rank, byte_range(r.offset, r.bytes), got, r.xxh3,
-                            r.blocks.empty() ? "" : "or the manifest "));
+                            "file is corrupt",
+                            path.string(), r.rank, byte_range(r.offset, r.bytes), whole, r.xxh3));
 }
 
 }  // namespace
