@@ -108,18 +108,18 @@ CommandRegistrar registrar(90, [](CLI::App& app) {
   auto a = std::make_shared<StepArgs>();
   CLI::App* cmd = bench_group(app)->add_subcommand(
       "step", "Time full training steps (forward, backward, AdamW) on random tokens after warm-up");
-  cmd->add_option("--model", a->model, "model preset: tiny, small, gpt2-124m");
+  cmd->add_option("--model", a->model, "model preset: tiny, small, gpt2-124m")->capture_default_str();
   const char* flags[5][2] = {{"--n-layer", "override the preset's transformer blocks"},
                              {"--n-head", "override the preset's attention heads"},
                              {"--n-embd", "override the preset's hidden size"},
                              {"--seq-len", "override the preset's longest sequence"},
                              {"--vocab-size", "override the preset's vocabulary"}};
   for (int i = 0; i < 5; ++i) a->overrides[i].option = cmd->add_option(flags[i][0], a->overrides[i].value, flags[i][1]);
-  cmd->add_option("--batch", a->batch, "sequences per step");
+  cmd->add_option("--batch", a->batch, "sequences per step")->capture_default_str();
   cmd->add_option("--seq", a->seq, "tokens per sequence (default: the model's seq_len)");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)");
-  cmd->add_option("--steps", a->steps, "timed steps");
-  cmd->add_option("--warmup", a->warmup, "untimed steps first");
+  cmd->add_option("--steps", a->steps, "timed steps")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "untimed steps first")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a] { run_bench_step(*a); });
 });

@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "cli/checkpoints.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
 #include "model/layout.hpp"
@@ -31,13 +32,24 @@ std::string str_or(const nlohmann::json& j, const char* key, const std::string& 
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
 }
 
+// The newest checkpoint as it is, damage and all: a damaged one is refused (inspect shows
+// what is there, it does not pick another), naming the newest intact one beside it.
+train::Checkpoint open_for_inspection(const fs::path& dir, bool verify) {
+  try {
+    train::Checkpoint ckpt = train::Checkpoint::open(dir);
+    if (verify) {
+      ckpt.verify();
+      train::read_trainer_state(ckpt);  // what a resume reads besides the shards
+    }
+    return ckpt;
+  } catch (const Error& e) {
+    throw Error(e.what() + train::intact_alternative(dir));
+  }
+}
+
 void run_inspect(const InspectArgs& a) {
   const fs::path dir = train::find_checkpoint(a.checkpoint);
-  const train::Checkpoint ckpt = train::Checkpoint::open(dir);
-  if (a.verify) {
-    ckpt.verify();
-    train::read_trainer_state(ckpt);  // what a resume reads besides the shards
-  }
+  const train::Checkpoint ckpt = open_for_inspection(dir, a.verify);
   const train::CheckpointInfo& info = ckpt.info();
   if (a.json) {
     nlohmann::json j = nlohmann::json::parse(read_file_text(dir / train::kManifestName));
@@ -91,7 +103,7 @@ struct ConvertArgs {
 };
 
 void run_convert(ConvertArgs a) {
-  const fs::path dir = train::find_checkpoint(a.source);
+  const std::filesystem::path dir = intact_checkpoint("convert", a.source);
   const train::Checkpoint ckpt = train::Checkpoint::open(dir);
   const model::ParamLayout layout(ckpt.info().model);
   shard::CheckpointLayout target;
@@ -134,7 +146,8 @@ CommandRegistrar registrar(25, [](CLI::App& app) {
   CLI::App* convert = cmd->add_subcommand(
       "convert", "Write a checkpoint laid out as another strategy and world size would write it (any layout also "
                  "loads directly: this is for moving it ahead of a job)");
-  convert->add_option("source", c->source, "checkpoint folder, or an output folder (its newest checkpoint)")->required();
+  convert->add_option("source", c->source, "checkpoint folder, or an output folder (its newest intact checkpoint)")
+      ->required();
   convert->add_option("destination", c->destination, "new checkpoint folder (must not exist)")->required();
   convert->add_option("--strategy", c->strategy, "single (one file, the default), ddp, zero1, zero2, zero3, hsdp, "
                                                  "zeropp, topo");

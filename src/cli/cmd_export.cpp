@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/aligned.hpp"
+#include "cli/checkpoints.hpp"
 #include "cli/command.hpp"
 #include "data/safetensors.hpp"
 #include "model/layout.hpp"
@@ -18,7 +19,7 @@ struct ExportArgs {
 };
 
 void run_export(const ExportArgs& a) {
-  const auto dir = train::find_checkpoint(a.checkpoint);
+  const std::filesystem::path dir = intact_checkpoint("export", a.checkpoint);
   const train::Checkpoint ckpt = train::Checkpoint::open(dir);
   const model::ParamLayout layout(ckpt.info().model);
   AlignedBuffer<float> params(layout.total_floats());
@@ -31,7 +32,7 @@ void run_export(const ExportArgs& a) {
 CommandRegistrar registrar(20, [](CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export", "Write a checkpoint's weights in another format");
-  cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder, or an output folder (its newest checkpoint)")
+  cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder, or an output folder (its newest intact checkpoint)")
       ->required();
   cmd->add_option("--safetensors", a->safetensors, "write GPT-2 (Hugging Face) tensors to this .safetensors file")
       ->required();

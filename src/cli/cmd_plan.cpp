@@ -208,18 +208,57 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
   }
 }
 
+// The run's setup against the plan's, in the order a user would put it right: strategy,
+// world size, topology, precision. The first that differs is named with both values, since
+// no byte count can agree after it.
+void check_same_setup(const std::string& path, const nlohmann::json& summary, const plan::Estimate& e,
+                      const topo::Topology& topology, plan::Precision precision) {
+  auto differs = [&](const char* field, const std::string& run, const std::string& planned, const std::string& fix) {
+    return Error(fmt::format("--compare-summary {}: {} differs: the run has {}, the plan {} ({})", path, field, run,
+                             planned, fix));
+  };
+  if (!summary.contains("strategy") || !summary["strategy"].is_string())
+    throw Error(fmt::format("--compare-summary {}: no strategy: a single-process run, whose bytes the planner does "
+                            "not price (compare a run under mpirun with --strategy)",
+                            path));
+  // A preset changed by overrides: '*' in the plan, '+custom' in the run.
+  const std::string run_strategy = summary["strategy"].get<std::string>();
+  const std::string plan_strategy =
+      e.strategy.ends_with("*") ? e.strategy.substr(0, e.strategy.size() - 1) + "+custom" : e.strategy;
+  if (run_strategy != plan_strategy)
+    throw differs("strategy", run_strategy, plan_strategy,
+                  fmt::format("plan it with --strategy {}", run_strategy.substr(0, run_strategy.find('+'))));
+  if (summary.contains("world_size") && summary["world_size"] != e.world_size)
+    throw differs("world size", fmt::format("{} ranks", summary["world_size"].dump()),
+                  fmt::format("{} ranks", e.world_size), "choose --nodes to match");
+  if (summary.contains("topology") && summary["topology"].is_object()) {
+    const nlohmann::json& t = summary["topology"];
+    std::vector<std::string> tiers;
+    if (t.contains("tiers") && t["tiers"].is_array())
+      for (const nlohmann::json& tier : t["tiers"])
+        tiers.push_back(fmt::format("{} {}", tier.value("name", std::string("?")), tier.value("size", nlohmann::json()).dump()));
+    const std::string run_topology = fmt::format("'{}' ({})", t.value("name", std::string("?")), fmt::join(tiers, " x "));
+    const std::string plan_topology = fmt::format("'{}' ({})", topology.name(), tier_sizes(topology));
+    if (run_topology != plan_topology) throw differs("topology", run_topology, plan_topology, "give the run's --topology");
+  }
+  // strata's runtime computes, keeps and sends every state in fp32 unless a wire says otherwise.
+  if (precision != plan::Precision::FP32)
+    throw differs("precision", "fp32 (strata's runtime)", std::string(plan::precision_name(precision)),
+                  "give --precision fp32");
+}
+
 // Planner bytes per tier against a training run's summary.json (comm.scheduled_per_step and,
 // when present, the measured comm.per_step): equal, or an Error naming the first difference.
-void compare_summary(const std::string& path, const plan::Estimate& e, plan::Precision precision) {
+void compare_summary(const std::string& path, const plan::Estimate& e, const topo::Topology& topology,
+                     plan::Precision precision) {
   nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(read_file_text(path));
   } catch (const nlohmann::json::exception& ex) {
     throw Error(fmt::format("--compare-summary {}: not JSON ({})", path, ex.what()));
   }
-  if (summary.contains("world_size") && summary["world_size"] != e.world_size)
-    throw Error(fmt::format("--compare-summary {}: world_size {} but the plan has {} ranks", path,
-                            summary["world_size"].dump(), e.world_size));
+  if (!summary.is_object()) throw Error(fmt::format("--compare-summary {}: not a summary.json (a JSON object)", path));
+  check_same_setup(path, summary, e, topology, precision);
   if (!summary.contains("comm") || !summary["comm"].contains("scheduled_per_step"))
     throw Error(fmt::format("--compare-summary {}: no comm.scheduled_per_step", path));
   std::vector<std::string> sections{"scheduled_per_step"};
@@ -242,10 +281,8 @@ void compare_summary(const std::string& path, const plan::Estimate& e, plan::Pre
         fmt::print("  {:<10} {:<15} {:<19} planner {:>14}  summary {:>16.1f}  {}\n", t.traffic.tier, field, section,
                    planned, got, got == static_cast<double>(planned) ? "equal" : "DIFFERENT");
         if (got != static_cast<double>(planned))
-          throw Error(fmt::format("--compare-summary {}: comm.{}.{}.{} = {} but the planner prices {}{}", path, section,
-                                  t.traffic.tier, field, v.dump(), planned,
-                                  precision == plan::Precision::BF16 ? " (the runtime runs fp32: --precision fp32)"
-                                                                     : ""));
+          throw Error(fmt::format("--compare-summary {}: comm.{}.{}.{} = {} but the planner prices {}", path, section,
+                                  t.traffic.tier, field, v.dump(), planned));
       }
     }
   }
@@ -355,7 +392,7 @@ void run_plan(const PlanOptions& o) {
     print_estimates(context, estimates);
   }
   std::fflush(stdout);
-  if (!o.compare_summary.empty()) compare_summary(o.compare_summary, estimates.front(), workload.precision);
+  if (!o.compare_summary.empty()) compare_summary(o.compare_summary, estimates.front(), topology, workload.precision);
 }
 
 const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {

@@ -17,6 +17,7 @@
 #include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
 #include "shard/runtime.hpp"
+#include "shard/spec.hpp"
 #include "train/config.hpp"
 #include "train/local_engine.hpp"
 #include "train/preemption.hpp"
@@ -60,14 +61,29 @@ train::Settings collect_settings(const TrainArgs& args) {
   return settings;
 }
 
-// "[default: 4]" for a key, read from a default TrainConfig (so help and code cannot disagree).
+// " [default: 4]" for a key: what a run uses when neither flag nor config file gives it, read
+// from the code that decides it (a default TrainConfig, the model presets, the shard presets),
+// so help and code cannot disagree. Empty for settings without one (the training data).
 std::string default_note(const std::string& key) {
   static const nlohmann::json defaults = train::TrainConfig{}.to_json();
-  // Their defaults depend on other settings, which their help text already says.
-  if (key == "train.seq" || key == "train.threads") return "";
   const auto dot = key.find('.');
   const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
-  const nlohmann::json& group = section == "model" && name != "preset" ? defaults["model"]["config"] : defaults[section];
+  if (section == "model" && name != "preset") {
+    std::vector<std::string> per_preset;
+    for (const std::string& preset : model::GPTConfig::preset_names())
+      per_preset.push_back(fmt::format("{} {}", preset, model::GPTConfig::preset(preset).to_json()[name].dump()));
+    return fmt::format(" [default: the --model preset's: {}]", fmt::join(per_preset, ", "));
+  }
+  // Defaults that follow other settings: the rule, as build_config and the engine apply it.
+  if (key == "optim.min_lr") return " [default: optim.lr / 10]";
+  if (key == "train.seq") return " [default: model.seq_len]";
+  if (key == "train.threads") return " [default: OMP_NUM_THREADS or all cores; under mpirun, cores / local ranks]";
+  if (key == "shard.strategy") return " [default: none (one process); under mpirun, ddp]";
+  if (key == "shard.shard" || key == "shard.secondary" || key.ends_with("_wire")) return " [default: the strategy's]";
+  // The shard options keep 'unset' apart from a value; every preset takes ShardSpec's own.
+  if (key == "shard.block_size") return fmt::format(" [default: {}]", shard::ShardSpec{}.block_size);
+  if (key == "shard.prefetch") return fmt::format(" [default: {}]", shard::ShardSpec{}.prefetch);
+  const nlohmann::json& group = section == "model" ? defaults["model"] : defaults[section];
   if (!group.contains(name)) return "";
   const nlohmann::json& v = group[name];
   if (v.is_string()) return v.get<std::string>().empty() ? "" : fmt::format(" [default: {}]", v.get<std::string>());

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/parse.hpp"
 
 namespace strata::cli {
 
@@ -36,6 +38,19 @@ CLI::App* bench_group(CLI::App& app) {
 }  // namespace strata::cli
 
 namespace {
+// Under mpirun every rank reads the same command line and refuses it alike: rank 0 speaks for all.
+bool speaks_for_job() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return !rank || std::atoi(rank) == 0;
+}
+
+// A refusal of what the user typed: status 2, like every other refusal.
+int refuse(const std::string& message) {
+  std::fflush(stdout);
+  if (speaks_for_job()) fmt::print(stderr, "strata: error: {}\n", message);
+  return 2;
+}
+
 // A rank that fails alone must not leave the others waiting in their next collective (until
 // the collective timeout): in a job of several ranks it takes them all down at once.
 void abort_job_if_others_wait() {
@@ -59,16 +74,16 @@ int main(int argc, char** argv) {
   auto& reg = strata::cli::registry();
   std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
   for (auto& [order, setup] : reg) setup(app);
+  strata::cli::accept_count_forms(app);
+  if (auto refusal = strata::cli::command_name_error(app, argc, argv)) return refuse(*refusal);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return refuse(strata::cli::parse_error_message(app, e, argc, argv));
   } catch (const strata::AgreedError& e) {
-    // Thrown alike on every rank of an MPI job: rank 0 speaks for all.
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    std::fflush(stdout);
-    if (!rank || std::atoi(rank) == 0) fmt::print(stderr, "strata: error: {}\n", e.what());
-    return 2;
+    return refuse(e.what());  // thrown alike on every rank of an MPI job
   } catch (const std::exception& e) {  // Error, or a library's own (filesystem, allocation)
     std::fflush(stdout);
     fmt::print(stderr, "strata: error: {}\n", e.what());

@@ -1,12 +1,14 @@
 #include "plan/model_shapes.hpp"
 
 #include <charconv>
+#include <set>
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/suggest.hpp"
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
 
@@ -111,11 +113,13 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
     m = preset(name);
   }
   bool kv_given = false;
+  std::set<std::string> given;
   for (const std::string& item : fields) {
     const std::size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
       throw Error(fmt::format("--shape '{}': expected FIELD=VALUE (e.g. layers=44)", item));
     const std::string field = item.substr(0, eq), value = item.substr(eq + 1);
+    given.insert(field);
     if (field == "layers") m.layers = parse_int(field, value);
     else if (field == "hidden") m.hidden = parse_int(field, value);
     else if (field == "heads") m.heads = parse_int(field, value);
@@ -135,15 +139,24 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
       else if (value == "rmsnorm") m.norm = Norm::RmsNorm;
       else throw Error(fmt::format("--shape norm={}: expected layernorm or rmsnorm", value));
     } else {
-      throw Error(fmt::format("--shape {}: unknown field (fields: layers, hidden, heads, kv_heads, ffn, vocab, seq, "
-                              "learned_positions, mlp, norm, biases, tied_head)",
-                              field));
+      const std::vector<std::string> known{"layers", "hidden",           "heads", "kv_heads", "ffn",    "vocab",
+                                           "seq",    "learned_positions", "mlp",   "norm",     "biases", "tied_head"};
+      throw Error(fmt::format("--shape {}: unknown field{} (fields: {})", field, did_you_mean(field, known),
+                              fmt::join(known, ", ")));
     }
     // Changing a strata model's shape leaves its layout behind: it is priced as a shape.
     if (field != "seq") m.gpt.reset();
   }
   if (!fields.empty() && !m.gpt) m.name = fmt::format("{}*", name);
   if (name == "custom") {
+    // No preset to start from: the fields without a default must all be given.
+    std::vector<std::string> missing;
+    for (const char* field : {"layers", "hidden", "heads", "vocab", "seq"})
+      if (!given.contains(field)) missing.push_back(fmt::format("--shape {}=N", field));
+    if (!missing.empty())
+      throw Error(fmt::format("--model custom: its shape needs {} (optional: kv_heads, default heads; ffn, default "
+                              "4 x hidden; learned_positions, default 0 = rotary; mlp, norm, biases, tied_head)",
+                              fmt::join(missing, ", ")));
     m.name = "custom";
     if (!kv_given) m.kv_heads = m.heads;
     if (m.ffn == 0) m.ffn = 4 * m.hidden;

@@ -53,7 +53,48 @@ struct Hasher {
     XXH3_64bits_reset(state.get());
   }
   void update(const void* p, std::size_t n) { XXH3_64bits_update(state.get(), p, n); }
-  std::string hex() { return fmt::format("{:016x}", XXH3_64bits_digest(state.get())); }
+  std::uint64_t digest() { return XXH3_64bits_digest(state.get()); }
+  std::string hex() { return fmt::format("{:016x}", digest()); }
+  void reset() { XXH3_64bits_reset(state.get()); }
+};
+
+// The checksums of a shard's bytes as they stream past: whole (unless `whole` is false) and
+// per block of `block_bytes` (unless 0); `on_block(i, xxh3)` sees each block as it completes.
+class ShardHasher {
+ public:
+  ShardHasher(bool whole, std::uint64_t block_bytes, std::function<void(std::size_t, std::uint64_t)> on_block = {})
+      : whole_wanted_(whole), block_bytes_(block_bytes), on_block_(std::move(on_block)) {}
+  void update(const void* data, std::size_t n) {
+    if (whole_wanted_) whole_.update(data, n);
+    if (block_bytes_ == 0) return;
+    const auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n, block_bytes_ - in_block_));
+      block_.update(p, take);
+      p += take, n -= take, in_block_ += take;
+      if (in_block_ == block_bytes_) end_block();
+    }
+  }
+  // The whole checksum ("" when not wanted), after the last (partial) block.
+  std::string finish() {
+    if (in_block_ > 0) end_block();
+    return whole_wanted_ ? whole_.hex() : "";
+  }
+  const std::vector<std::uint64_t>& blocks() const { return blocks_; }
+
+ private:
+  void end_block() {
+    blocks_.push_back(block_.digest());
+    if (on_block_) on_block_(blocks_.size() - 1, blocks_.back());
+    block_.reset();
+    in_block_ = 0;
+  }
+  bool whole_wanted_;
+  std::uint64_t block_bytes_;
+  std::function<void(std::size_t, std::uint64_t)> on_block_;
+  Hasher whole_, block_;
+  std::uint64_t in_block_ = 0;
+  std::vector<std::uint64_t> blocks_;
 };
 
 std::uint64_t mix64(std::uint64_t x) {
@@ -101,14 +142,24 @@ void read_exact(int fd, void* data, std::size_t n, std::uint64_t offset, const f
 }
 
 nlohmann::json record_to_json(const ShardRecord& r) {
-  return {{"rank", r.rank},   {"file", r.file},   {"offset", r.offset},          {"begin", r.begin},
-          {"end", r.end},     {"bytes", r.bytes}, {"xxh3", r.xxh3},              {"digest", digest_hex(r.digest)}};
+  nlohmann::json blocks = nlohmann::json::array();
+  for (std::uint64_t b : r.blocks) blocks.push_back(digest_hex(b));
+  return {{"rank", r.rank},   {"file", r.file},   {"offset", r.offset}, {"begin", r.begin},
+          {"end", r.end},     {"bytes", r.bytes}, {"xxh3", r.xxh3},     {"blocks", blocks},
+          {"digest", digest_hex(r.digest)}};
 }
 
 ShardRecord record_from_json(const nlohmann::json& j) {
-  return {j.at("rank").get<int>(),          j.at("file").get<std::string>(),   j.at("offset").get<std::uint64_t>(),
-          j.at("begin").get<std::size_t>(), j.at("end").get<std::size_t>(),    j.at("bytes").get<std::uint64_t>(),
-          j.at("xxh3").get<std::string>(),  std::stoull(j.at("digest").get<std::string>(), nullptr, 16)};
+  ShardRecord r{j.at("rank").get<int>(),          j.at("file").get<std::string>(),   j.at("offset").get<std::uint64_t>(),
+                j.at("begin").get<std::size_t>(), j.at("end").get<std::size_t>(),    j.at("bytes").get<std::uint64_t>(),
+                j.at("xxh3").get<std::string>(),  {}, std::stoull(j.at("digest").get<std::string>(), nullptr, 16)};
+  for (const auto& b : j.at("blocks")) r.blocks.push_back(std::stoull(b.get<std::string>(), nullptr, 16));
+  return r;
+}
+
+// "bytes [60000, 1108576) of the file": where a shard, or a block of it, lies in its file.
+std::string byte_range(std::uint64_t first, std::uint64_t bytes) {
+  return fmt::format("bytes [{}, {}) of the file", first, first + bytes);
 }
 
 // A step_<digits> folder name -> its step; anything else (step_X.tmp, other files) -> -1.
@@ -186,13 +237,14 @@ std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const st
   std::uint64_t offset = 0;
   for (const StateShard& s : shards) {
     const std::size_t n = s.end - s.begin;
-    Hasher hash;
+    ShardHasher hash(/*whole=*/true, kChecksumBlockBytes);  // the whole one for readers without blocks
     for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
       write_all(fd.fd, state, n * sizeof(float), path);
       hash.update(state, n * sizeof(float));
     }
     const std::uint64_t bytes = std::uint64_t{kStates} * n * sizeof(float);
-    records.push_back({rank, name, offset, s.begin, s.end, bytes, hash.hex(), state_digest(s)});
+    const std::string xxh3 = hash.finish();
+    records.push_back({rank, name, offset, s.begin, s.end, bytes, xxh3, hash.blocks(), state_digest(s)});
     offset += bytes;
   }
   if (::fsync(fd.fd) != 0) throw Error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
@@ -216,6 +268,7 @@ void write_manifest(const fs::path& dir, const CheckpointInfo& info, std::size_t
                              {"arena_floats", arena_floats},
                              {"states", {"master", "exp_avg", "exp_avg_sq"}},
                              {"state_digest", digest_hex(digest)},
+                             {"block_bytes", kChecksumBlockBytes},
                              {"run", info.run},
                              {"data", info.data},
                              {"rng", info.rng},
@@ -312,6 +365,11 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   c.info_.trainer = mr.at(m, "trainer", "");
   c.state_digest_ = parse_digest(mr.str(m, "state_digest"), mr.origin, "state_digest");
 
+  // Block checksums came in after version 2 began; a manifest without them is read as before.
+  if (m.contains("block_bytes")) {
+    c.block_bytes_ = mr.uint(m, "block_bytes");
+    if (c.block_bytes_ == 0) throw Error(fmt::format("{}: malformed: field 'block_bytes' must be positive", mr.origin));
+  }
   const auto& shards = mr.at(m, "shards", "");
   if (!shards.is_array() || shards.empty())
     throw Error(fmt::format("{}: malformed: 'shards' must be a non-empty array", mr.origin));
@@ -327,6 +385,17 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     r.bytes = mr.uint(s, "bytes", where);
     r.xxh3 = mr.str(s, "xxh3", where);
     r.digest = parse_digest(mr.str(s, "digest", where), mr.origin, where + "digest");
+    if (c.block_bytes_ > 0) {
+      const nlohmann::json& blocks = mr.at(s, "blocks", where);
+      if (!blocks.is_array())
+        throw Error(fmt::format("{}: malformed: field '{}blocks' must be an array", mr.origin, where));
+      for (std::size_t b = 0; b < blocks.size(); ++b) {
+        const std::string field = fmt::format("{}blocks[{}]", where, b);
+        if (!blocks[b].is_string())
+          throw Error(fmt::format("{}: malformed: field '{}' must be a string", mr.origin, field));
+        r.blocks.push_back(parse_digest(blocks[b].get<std::string>(), mr.origin, field));
+      }
+    }
     // Shard files live inside the checkpoint folder; a path elsewhere is not ours to read.
     if (r.file.empty() || r.file.find('/') != std::string::npos || r.file == "." || r.file == "..")
       throw Error(fmt::format("{}: malformed: {}file '{}' is not a file name", mr.origin, where, r.file));
@@ -375,6 +444,15 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
       throw Error(fmt::format("{}: shard file (rank {}) has {} bytes, the manifest says {}", path.string(),
                               recs.front()->rank, size, expected));
   }
+  if (c.block_bytes_ > 0)
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const ShardRecord& r = c.shards_[i];
+      const std::uint64_t need = r.bytes / c.block_bytes_ + (r.bytes % c.block_bytes_ != 0);
+      if (r.blocks.size() != need)
+        throw Error(fmt::format("{}: malformed: the blocks of the shard at byte {} of {} are {} checksums; {} bytes in "
+                                "blocks of {} need {}",
+                                mr.origin, r.offset, r.file, r.blocks.size(), r.bytes, c.block_bytes_, need));
+    }
   // Only now, with arena_floats backed by that many bytes on disk, is the model's layout built:
   // it costs time and memory in n_layer, and every layer holds at least one float.
   if (static_cast<std::size_t>(c.info_.model.n_layer) > c.arena_floats_)
@@ -390,9 +468,10 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
 namespace {
 
 // Streams one shard's bytes in chunks, state by state, handing each chunk to `fn(k, first,
-// values, n)` (state k, arena position of values[0]), and checks the shard's checksum at
-// the end. Errors name the file and the rank that wrote it.
-void scan_shard(const fs::path& dir, const ShardRecord& r,
+// values, n)` (state k, arena position of values[0]), checking each block's checksum as it
+// completes (or, in a manifest without block checksums, the shard's at the end). Errors name the file, the rank that wrote it and the
+// bytes of the first damaged block (with block checksums; else the shard's bytes).
+void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_bytes,
                 const std::function<void(int, std::size_t, const float*, std::size_t)>& fn) {
   const fs::path path = dir / r.file;
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -400,7 +479,16 @@ void scan_shard(const fs::path& dir, const ShardRecord& r,
     throw Error(fmt::format("{}: cannot open shard file (rank {}): {}", path.string(), r.rank, std::strerror(errno)));
   const std::size_t n = r.end - r.begin;
   std::vector<float> buf(std::min(n, kChunkFloats));
-  Hasher hash;
+  // The blocks cover every byte, so with them the whole checksum would only cost a second pass.
+  const bool by_blocks = !r.blocks.empty();
+  ShardHasher hash(!by_blocks, by_blocks ? block_bytes : 0, [&](std::size_t b, std::uint64_t got) {
+    if (got == r.blocks[b]) return;
+    const std::uint64_t first = b * block_bytes;
+    throw Error(fmt::format("{}: checksum mismatch in the shard of rank {}: damage within {} (block {} of {}, "
+                            "xxh3 {}, the manifest says {}); the file is corrupt",
+                            path.string(), r.rank, byte_range(r.offset + first, std::min(block_bytes, r.bytes - first)),
+                            b, r.blocks.size(), digest_hex(got), digest_hex(r.blocks[b])));
+  });
   std::uint64_t offset = r.offset;
   for (int k = 0; k < kStates; ++k) {
     for (std::size_t i = 0; i < n; i += kChunkFloats) {
@@ -411,10 +499,11 @@ void scan_shard(const fs::path& dir, const ShardRecord& r,
       fn(k, r.begin + i, buf.data(), m);
     }
   }
-  if (std::string got = hash.hex(); got != r.xxh3)
-    throw Error(fmt::format("{}: checksum mismatch in the shard of rank {} at byte {}: xxh3 {}, the manifest says "
-                            "{}; the file is corrupt",
-                            path.string(), r.rank, r.offset, got, r.xxh3));
+  const std::string whole = hash.finish();
+  if (!by_blocks && whole != r.xxh3)
+    throw Error(fmt::format("{}: checksum mismatch in the shard of rank {} ({}): xxh3 {}, the manifest says {}; the "
+                            "file is corrupt",
+                            path.string(), r.rank, byte_range(r.offset, r.bytes), whole, r.xxh3));
 }
 
 }  // namespace
@@ -427,7 +516,7 @@ void Checkpoint::read(std::size_t begin, std::size_t end, float* master, float* 
   for (const ShardRecord& r : shards_) {
     if (r.end <= begin || r.begin >= end) continue;
     // The whole shard is read (its checksum covers all of it); the overlap is copied out.
-    scan_shard(dir_, r, [&](int k, std::size_t first, const float* values, std::size_t m) {
+    scan_shard(dir_, r, block_bytes_, [&](int k, std::size_t first, const float* values, std::size_t m) {
       if (!dst[k]) return;
       const std::size_t lo = std::max(begin, first), hi = std::min(end, first + m);
       if (lo < hi) std::memcpy(dst[k] + (lo - begin), values + (lo - first), (hi - lo) * sizeof(float));
@@ -439,13 +528,14 @@ void Checkpoint::verify() const {
   std::uint64_t total = 0;
   for (const ShardRecord& r : shards_) {
     std::uint64_t digest = 0;
-    scan_shard(dir_, r, [&](int k, std::size_t first, const float* values, std::size_t m) {
+    scan_shard(dir_, r, block_bytes_, [&](int k, std::size_t first, const float* values, std::size_t m) {
       digest += digest_run(values, m, first, k);
     });
     if (digest != r.digest)
-      throw Error(fmt::format("{}: the shard of rank {} at byte {} has content digest {}, the manifest says {}; the "
+      throw Error(fmt::format("{}: the shard of rank {} ({}) has content digest {}, the manifest says {}; the "
                               "file or the manifest is corrupt",
-                              (dir_ / r.file).string(), r.rank, r.offset, digest_hex(digest), digest_hex(r.digest)));
+                              (dir_ / r.file).string(), r.rank, byte_range(r.offset, r.bytes), digest_hex(digest),
+                              digest_hex(r.digest)));
     total += digest;
   }
   if (total != state_digest_)
@@ -541,9 +631,28 @@ void verify_resumable(const fs::path& dir) {
   read_trainer_state(ckpt);
 }
 
+std::string intact_alternative(const fs::path& damaged) {
+  const fs::path root = damaged.parent_path();
+  const auto steps = checkpoint_steps(root);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const fs::path dir = root / checkpoint_name(*it);
+    if (fs::equivalent(dir, damaged)) continue;
+    try {
+      verify_resumable(dir);
+      return fmt::format("\n  the newest intact checkpoint beside it: {}", dir.string());
+    } catch (const Error&) {
+    }
+  }
+  return fmt::format("\n  no intact checkpoint beside it in {}", root.string());
+}
+
 ResumeChoice choose_checkpoint(const fs::path& path) {
   if (fs::exists(path / kManifestName)) {
-    verify_resumable(path);
+    try {
+      verify_resumable(path);
+    } catch (const Error& e) {
+      throw Error(e.what() + intact_alternative(path));
+    }
     return {path, {}};
   }
   const fs::path root = checkpoint_root(path);

@@ -7,7 +7,8 @@
 //     manifest.json   written last: format version, step, model config, world size, the
 //                     writer's layout (strategy, shard spec, topology), the run settings a
 //                     resume must match, data position, RNG and trainer state, per shard its
-//                     rank, file, byte offset, [begin, end), bytes, XXH3-64 checksum and
+//                     rank, file, byte offset, [begin, end), bytes, XXH3-64 checksum, the
+//                     XXH3-64 of each MiB of it (so damage is placed within a MiB) and
 //                     content digest, and the digest of the whole state
 //
 // A save writes into step_00000050.tmp/, fsyncs every file and the folder, then renames the
@@ -34,6 +35,10 @@ namespace strata::train {
 
 inline constexpr int kCheckpointVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
+// A shard's bytes are checksummed block by block as well as whole, so that a damaged shard is
+// reported with the byte range of its first damaged block. Manifests record the size they used
+// ("block_bytes"); ones written before block checksums have none and are read as before.
+inline constexpr std::uint64_t kChecksumBlockBytes = std::uint64_t{1} << 20;
 
 // Everything a checkpoint records besides the state shards.
 struct CheckpointInfo {
@@ -54,6 +59,7 @@ struct ShardRecord {
   std::size_t begin = 0, end = 0;  // arena run, in floats
   std::uint64_t bytes = 0;         // 3 states x (end - begin) x 4
   std::string xxh3;                // of those bytes, 16 hex digits
+  std::vector<std::uint64_t> blocks;  // XXH3-64 of each block of those bytes; empty: not recorded
   std::uint64_t digest = 0;        // this run's part of the state digest
 };
 
@@ -94,12 +100,13 @@ class Checkpoint {
   const std::vector<ShardRecord>& shards() const { return shards_; }
   std::size_t arena_floats() const { return arena_floats_; }
   std::uint64_t state_digest() const { return state_digest_; }
+  std::uint64_t block_bytes() const { return block_bytes_; }  // of ShardRecord::blocks; 0: none
 
   // Copies the arena run [begin, end) of each state (null: skip it) out of the shards that
   // cover it, verifying the checksum of every shard it reads.
   void read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const;
   // Reads every shard: checksums, per-shard digests and the state digest. Throws naming
-  // the first bad shard file and its rank.
+  // the first bad shard file, its rank and the byte range of its first damaged block.
   void verify() const;
 
  private:
@@ -108,6 +115,7 @@ class Checkpoint {
   std::vector<ShardRecord> shards_;  // sorted by begin; they tile [0, arena_floats)
   std::size_t arena_floats_ = 0;
   std::uint64_t state_digest_ = 0;
+  std::uint64_t block_bytes_ = 0;
 };
 
 // Throws Error naming the first model field that differs, with both values.
@@ -142,9 +150,14 @@ std::filesystem::path find_checkpoint(const std::filesystem::path& path);
 // Throws Error naming the bad shard file or manifest field.
 void verify_resumable(const std::filesystem::path& dir);
 
-// What --resume starts from. A checkpoint folder must be intact (verify_resumable). An
-// output folder or ckpt/ folder gives its newest intact checkpoint; each newer one passed
-// over is listed in `passed_over` with the reason.
+// The hint for a refusal of the damaged checkpoint `damaged`: a line naming the newest intact
+// checkpoint in the same folder (one verify_resumable accepts), or saying there is none.
+std::string intact_alternative(const std::filesystem::path& damaged);
+
+// What --resume, export and convert read. A checkpoint folder must be intact
+// (verify_resumable; its refusal names the newest intact one beside it). An output folder or
+// ckpt/ folder gives its newest intact checkpoint; each newer one passed over is listed in
+// `passed_over` with the reason.
 struct ResumeChoice {
   std::filesystem::path dir;
   std::vector<std::string> passed_over;

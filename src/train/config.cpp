@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "base/suggest.hpp"
 #include "optim/loss_scaler.hpp"
 
 namespace strata::train {
@@ -111,7 +112,7 @@ const std::vector<Entry>& entries() {
 
       {{"train.batch", "--batch", K::Int, "sequences per micro-batch (per rank)"},
        [](TrainConfig& c, auto& k, auto& v) { c.batch = positive_int(k, v); }},
-      {{"train.seq", "--seq", K::Int, "tokens per training sequence (default: model.seq_len)"},
+      {{"train.seq", "--seq", K::Int, "tokens per training sequence"},
        [](TrainConfig& c, auto& k, auto& v) { c.seq = positive_int(k, v); }},
       {{"train.grad_accum", "--grad-accum", K::Int, "micro-batches per optimizer step"},
        [](TrainConfig& c, auto& k, auto& v) { c.grad_accum = positive_int(k, v); }},
@@ -119,7 +120,7 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.steps = positive_int64(k, v); }},
       {{"train.seed", "--seed", K::Int, "initialisation and data-order seed"},
        [](TrainConfig& c, auto& k, auto& v) { c.seed = static_cast<std::uint64_t>(non_negative_int64(k, v)); }},
-      {{"train.threads", "--threads", K::Int, "OpenMP threads (default: OMP_NUM_THREADS or all cores)"},
+      {{"train.threads", "--threads", K::Int, "OpenMP threads"},
        [](TrainConfig& c, auto& k, auto& v) { c.threads = positive_int(k, v); }},
       {{"train.val_every", "--val-every", K::Int, "validate every N steps (0: only at the end)"},
        [](TrainConfig& c, auto& k, auto& v) { c.val_every = non_negative_int64(k, v); }},
@@ -150,7 +151,7 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,
-        "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo (default under mpirun: ddp)"},
+        "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.strategy = as_string(k, v); }},
       {{"shard.topology", "--topology", K::String, "tiers of the cluster: host, frontier, dgx-a100, dgx-h100, or a "
                                                    "TOML file"},
@@ -166,9 +167,9 @@ const std::vector<Entry>& entries() {
       {{"shard.step_grad_wire", "--step-grad-wire", K::String,
         "once-per-step gradient reduction across the wider tiers: fp32, bf16, fp16, int8, int4"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.step_grad_wire = as_string(k, v); }},
-      {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires (default 256)"},
+      {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
-      {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing (default 1)"},
+      {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.prefetch = non_negative_int(k, v); }},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
@@ -209,7 +210,11 @@ Settings parse_config_toml(std::string_view text, std::string_view origin) {
     for (auto&& [name, value] : *tbl) {
       std::string key = fmt::format("{}.{}", section.str(), name.str());
       const Entry* e = find_entry(key);
-      if (!e) throw Error(fmt::format("{}: {}: unknown key", origin, key));
+      if (!e) {
+        std::vector<std::string> keys;
+        for (const Entry& known : entries()) keys.push_back(known.info.key);
+        throw Error(fmt::format("{}: {}: unknown key{}", origin, key, did_you_mean(key, keys)));
+      }
       switch (e->info.kind) {
         case SettingKind::Int:
           if (!value.is_integer()) throw Error(fmt::format("{}: {}: must be an integer", origin, key));

@@ -117,6 +117,57 @@ TEST(PlanCli, Fp32PlanEqualsTheRuntimesScheduleForEveryPresetOnTheTestTopology) 
   EXPECT_NE(bf16.output.find("--precision fp32"), std::string::npos) << bf16.output;
 }
 
+TEST(PlanCli, CompareSummaryNamesTheFirstSetupFieldThatDiffers) {
+  // A run's summary.json as strata writes it: strategy, world size, the topology it resolved.
+  auto topology = strata::topo::Topology::from_toml_file(test_topology());
+  topology.resolve(8);
+  strata::test::ScratchDir dir;
+  const auto path = dir / "summary.json";
+  auto compare = [&](const nlohmann::json& summary, const std::string& flags) {
+    std::ofstream(path) << summary.dump(2);
+    return run_strata("plan --model tiny --topology " + test_topology() + " --nodes 2 --peak-tflops 1 "
+                      "--device-memory-gb 8 --hbm-gbps 50 --compare-summary " + path.string() + " " + flags,
+                      Stderr::Capture);
+  };
+  const nlohmann::json ddp = {{"strategy", "ddp"}, {"world_size", 8}, {"topology", topology.to_json()}};
+  const std::string where = "strata: error: --compare-summary " + path.string() + ": ";
+
+  // A zero3 plan (bf16, the default) against a ddp run: the strategy, not the precision.
+  CommandResult r = compare(ddp, "--strategy zero3");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(where + "strategy differs: the run has ddp, the plan zero3 (plan it with --strategy ddp)"),
+            std::string::npos) << r.output;
+
+  auto other = ddp;
+  other["world_size"] = 16;
+  r = compare(other, "--strategy ddp");
+  EXPECT_NE(r.output.find(where + "world size differs: the run has 16 ranks, the plan 8 ranks"), std::string::npos)
+      << r.output;
+
+  auto frontier = strata::topo::Topology::load("frontier");
+  frontier.resolve(8);
+  other = ddp;
+  other["topology"] = frontier.to_json();
+  r = compare(other, "--strategy ddp");
+  EXPECT_NE(r.output.find(where + "topology differs: the run has 'frontier' (gpu 2 x node 4 x cluster 1), the plan "
+                                  "'2node-2gpu-2die' (gpu 2 x node 2 x cluster 2)"), std::string::npos)
+      << r.output;
+
+  r = compare(ddp, "--strategy ddp");
+  EXPECT_NE(r.output.find(where + "precision differs: the run has fp32 (strata's runtime), the plan bf16 (give "
+                                  "--precision fp32)"),
+            std::string::npos)
+      << r.output;
+
+  // Everything the same: on to the bytes (this summary has none).
+  r = compare(ddp, "--strategy ddp --precision fp32");
+  EXPECT_NE(r.output.find(where + "no comm.scheduled_per_step"), std::string::npos) << r.output;
+
+  // A single-process run has no strategy to compare.
+  r = compare(nlohmann::json{{"world_size", 1}}, "--strategy ddp --precision fp32");
+  EXPECT_NE(r.output.find(where + "no strategy: a single-process run"), std::string::npos) << r.output;
+}
+
 TEST(PlanCli, SearchRanksSpecsAndSaysWhyTheOthersLost) {
   CommandResult r =
       run_strata("plan --model gpt-neox-20b --topology frontier --nodes 48 --recompute --search --top 3", Stderr::Capture);

@@ -96,6 +96,19 @@ TEST(ModelShapes, FieldsOverridePresetsAndBadFieldsAreNamed) {
   EXPECT_NE(error_of([] { ModelShape::from_name_and_fields("llama2-7b", {"kv_heads=5"}); })
                 .find("model.kv_heads = 5 does not divide model.heads = 32"),
             std::string::npos);
-  EXPECT_NE(error_of([] { ModelShape::from_name_and_fields("custom", {"layers=2"}); }).find("model.hidden = 0"),
+  // custom has no preset to start from: the message lists the --shape fields it still needs.
+  EXPECT_EQ(error_of([] { ModelShape::from_name_and_fields("custom", {}); }),
+            "--model custom: its shape needs --shape layers=N, --shape hidden=N, --shape heads=N, --shape vocab=N, "
+            "--shape seq=N (optional: kv_heads, default heads; ffn, default 4 x hidden; learned_positions, default 0 "
+            "= rotary; mlp, norm, biases, tied_head)");
+  EXPECT_NE(error_of([] { ModelShape::from_name_and_fields("custom", {"layers=2", "seq=8", "vocab=10"}); })
+                .find("its shape needs --shape hidden=N, --shape heads=N ("),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ModelShape::from_name_and_fields("custom", {"layers=2", "hidden=8", "heads=2", "vocab=10",
+                                                                      "seq=0"}); })
+                .find("model.seq = 0: must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ModelShape::from_name_and_fields("llama2-7b", {"layer=3"}); })
+                .find("--shape layer: unknown field (did you mean 'layers'?)"),
             std::string::npos);
 }

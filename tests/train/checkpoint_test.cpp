@@ -401,6 +401,91 @@ TEST(Checkpoint, VerifyReadsEveryShardAndNamesTheDamagedOneAndItsRank) {
   EXPECT_NE(e.find("rank 0"), std::string::npos) << e;
 }
 
+// Flips one byte of `file` at `at`.
+void flip_byte(const fs::path& file, std::uint64_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  const char c = static_cast<char>(f.get());
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+TEST(Checkpoint, DamageIsPlacedWithinTheBlockThatHoldsIt) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {5000});  // two shards in one file: the second at byte 60000
+  writer.fill(6);
+  const fs::path saved = save_checkpoint(writer, dir.path(), info_at(2, kTiny));
+  const fs::path file = saved / "rank00000.bin";
+  const std::uint64_t size = fs::file_size(file), second = 3 * 5000 * sizeof(float), block = kChecksumBlockBytes;
+  ASSERT_GT(size, second + block + 100) << "the test needs a second shard of more than one block";
+
+  // Deep in the second block of the second shard: its block, not "byte 0" nor the shard's start.
+  const std::uint64_t at = second + block + 77;
+  flip_byte(file, at);
+  std::string e = error_of([&] { Checkpoint::open(saved).verify(); });
+  EXPECT_NE(e.find(fmt::format("{}: checksum mismatch in the shard of rank 0: damage within bytes [{}, {}) of the "
+                               "file (block 1 of 2,",
+                               file.string(), second + block, size)),
+            std::string::npos)
+      << e;
+  // Loading reads the same way and says the same.
+  ShardedStateEngine reader(kTiny, {});
+  EXPECT_EQ(error_of([&] { load_checkpoint(reader, Checkpoint::open(saved)); }), e);
+  flip_byte(file, at);  // mended
+
+  // In the first shard's only block.
+  flip_byte(file, 1234);
+  e = error_of([&] { Checkpoint::open(saved).verify(); });
+  EXPECT_NE(e.find(fmt::format("damage within bytes [0, {}) of the file (block 0 of 1,", second)), std::string::npos)
+      << e;
+  flip_byte(file, 1234);
+  Checkpoint::open(saved).verify();
+}
+
+TEST(Checkpoint, ManifestsWithoutBlockChecksumsStillReadAndPlaceDamageInTheShard) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {5000});
+  writer.fill(7);
+  const fs::path saved = save_checkpoint(writer, dir.path(), info_at(2, kTiny));
+  nlohmann::json m = nlohmann::json::parse(read_file_text(saved / kManifestName));
+  ASSERT_EQ(m["block_bytes"], kChecksumBlockBytes);
+  m.erase("block_bytes");  // as written before block checksums
+  for (auto& shard : m["shards"]) shard.erase("blocks");
+  atomic_write_file(saved / kManifestName, m.dump());
+  ShardedStateEngine reader(kTiny, {});
+  load_checkpoint(reader, Checkpoint::open(saved));
+  EXPECT_TRUE(same_bits(writer.exp_avg_sq_, reader.exp_avg_sq_));
+
+  const std::uint64_t second = 3 * 5000 * sizeof(float), size = fs::file_size(saved / "rank00000.bin");
+  flip_byte(saved / "rank00000.bin", second + 2 * kChecksumBlockBytes / 3);
+  const std::string e = error_of([&] { Checkpoint::open(saved).verify(); });
+  // Only the whole shard's checksum to go by: the shard's bytes, no byte claimed.
+  EXPECT_NE(e.find(fmt::format("checksum mismatch in the shard of rank 0 (bytes [{}, {}) of the file): xxh3", second,
+                               size)),
+            std::string::npos)
+      << e;
+}
+
+TEST(Checkpoint, BlockChecksumsThatDoNotFitTheShardAreRefused) {
+  test::ScratchDir dir;
+  ShardedStateEngine writer(kTiny, {});
+  const fs::path saved = save_checkpoint(writer, dir.path(), info_at(2, kTiny));
+  const fs::path manifest = saved / kManifestName;
+  const nlohmann::json good = nlohmann::json::parse(read_file_text(manifest));
+  auto j = good;
+  j["shards"][0]["blocks"].erase(0);
+  atomic_write_file(manifest, j.dump());
+  test::expect_error([&] { Checkpoint::open(saved); }, {manifest.string(), "malformed", "checksums", "need 2"});
+  j = good;
+  j["shards"][0]["blocks"][1] = "xyz";
+  atomic_write_file(manifest, j.dump());
+  test::expect_error([&] { Checkpoint::open(saved); }, {"'shards[0].blocks[1]' must be 16 hex digits"});
+  j = good;
+  j["block_bytes"] = 0;
+  atomic_write_file(manifest, j.dump());
+  test::expect_error([&] { Checkpoint::open(saved); }, {"'block_bytes' must be positive"});
+}
+
 TEST(Checkpoint, PruneKeepsTheNewestAndLeavesLaterStepsAlone) {
   test::ScratchDir dir;
   const fs::path root = dir / "ckpt";

@@ -248,6 +248,59 @@ TEST(Cli, ExportWritesEveryTensorUnderItsGpt2Name) {
   EXPECT_FALSE(fs::exists(dir / "x.st"));
 }
 
+TEST(Cli, ExportAndInspectOfAFolderWhoseNewestCheckpointIsDamagedNameTheIntactOne) {
+  test::ScratchDir dir;
+  Corpus c = write_corpus(dir);
+  const fs::path out = dir / "out";
+  ASSERT_EQ(test::run_strata(tiny_args(c, out, "--steps 4 --save-every 2")).exit_code, 0);
+  const fs::path older = out / "ckpt" / "step_00000002", newest = out / "ckpt" / "step_00000004";
+  const fs::path shard = newest / "rank00000.bin";
+  {  // one byte in the middle of the newest shard
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    f.put('\x77');
+  }
+
+  // export of the folder: the newest intact checkpoint, saying what it passed over and why.
+  const fs::path file = dir / "model.safetensors";
+  auto r = test::run_strata("export " + out.string() + " --safetensors " + file.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "strata: export passes over a damaged checkpoint: " + shard.string() +
+                                     ": checksum mismatch in the shard of rank 0: damage within bytes ["))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "strata: export uses " + older.string() + ", the newest intact checkpoint")) << r.output;
+  EXPECT_TRUE(contains(r.output, "exported " + older.string() + " (step 2,")) << r.output;
+  EXPECT_TRUE(fs::exists(file));
+
+  // export of the damaged checkpoint itself: refused, naming the intact one beside it.
+  r = test::run_strata("export " + newest.string() + " --safetensors " + (dir / "x.st").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "checksum mismatch")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the newest intact checkpoint beside it: " + older.string())) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "x.st"));
+
+  // inspect shows the newest as it is; --verify finds the damage and names the intact one.
+  r = test::run_strata("ckpt inspect " + out.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "checkpoint " + newest.string())) << r.output;
+  r = test::run_strata("ckpt inspect " + out.string() + " --verify");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "strata: error: " + shard.string() + ": checksum mismatch")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the newest intact checkpoint beside it: " + older.string())) << r.output;
+  // A shard cut short is found without --verify (the sizes are checked on opening).
+  fs::resize_file(shard, fs::file_size(shard) - 8);
+  r = test::run_strata("ckpt inspect " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "truncated shard file (rank 0)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the newest intact checkpoint beside it: " + older.string())) << r.output;
+
+  // With no intact checkpoint left, export says so, listing what it passed over.
+  fs::remove_all(older);
+  r = test::run_strata("export " + out.string() + " --safetensors " + (dir / "y.st").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "no intact checkpoint in it")) << r.output;
+}
+
 TEST(Cli, BenchStepReportsTokensPerSecondAndFlops) {
   auto r = test::run_strata("bench step --model tiny --batch 2 --seq 32 --steps 2 --warmup 1 --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;

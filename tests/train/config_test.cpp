@@ -69,7 +69,7 @@ TEST(TrainConfig, NewVocabularyBringsItsPaddedSize) {
 
 TEST(TrainConfig, UnknownKeyIsRefusedNamingFileAndKey) {
   EXPECT_EQ(error_of([] { from_toml("[train]\nlerning_rate = 0.1\n"); }), "run.toml: train.lerning_rate: unknown key");
-  EXPECT_EQ(error_of([] { from_toml("[trian]\nbatch = 1\n"); }), "run.toml: trian.batch: unknown key");
+  EXPECT_EQ(error_of([] { from_toml("[trian]\nbatch = 1\n"); }), "run.toml: trian.batch: unknown key (did you mean 'train.batch'?)");
   EXPECT_EQ(error_of([] { from_toml("batch = 1\n"); }), "run.toml: batch: expected a section ([batch]), not a value");
 }
 

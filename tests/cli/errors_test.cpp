@@ -1,0 +1,86 @@
+// What a user who mistypes sees: one style ("strata: error: ..."), one status (2), and the
+// nearest known name when there is one. Help and the version still print with status 0.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support.hpp"
+
+using namespace strata;
+
+namespace {
+
+test::CommandResult strata_run(const std::string& args) {
+  return test::run_command(std::string(STRATA_EXE) + " " + args, test::Stderr::Capture);
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Exit status 2 and a message that starts "strata: error: " and holds `part`.
+void expect_refusal(const std::string& args, const std::string& part) {
+  const auto r = strata_run(args);
+  EXPECT_EQ(r.exit_code, 2) << "strata " << args << "\n" << r.output;
+  EXPECT_TRUE(r.output.starts_with("strata: error: ")) << "strata " << args << "\n" << r.output;
+  EXPECT_TRUE(contains(r.output, part)) << "strata " << args << ": '" << part << "' not in\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "Usage:")) << "strata " << args << " printed help:\n" << r.output;
+}
+
+}  // namespace
+
+TEST(CliErrors, AnUnknownCommandNamesTheNearestOrListsThem) {
+  expect_refusal("trian", "strata: error: unknown command 'trian' (did you mean 'train'?)");
+  expect_refusal("plna --model tiny", "unknown command 'plna' (did you mean 'plan'?)");
+  expect_refusal("calibrate", "unknown command 'calibrate' (commands: train, compare, data, export, ckpt, topo, bench, plan)");
+  expect_refusal("bench stpe", "unknown command 'stpe' of 'strata bench' (did you mean 'step'?)");
+  expect_refusal("ckpt inspekt runs/x", "unknown command 'inspekt' of 'strata ckpt' (did you mean 'inspect'?)");
+}
+
+TEST(CliErrors, HelpAfterAnUnknownCommandIsAnErrorNotTheTopLevelHelp) {
+  expect_refusal("calibrate --help", "unknown command 'calibrate'");
+  expect_refusal("trian -h", "did you mean 'train'?");
+}
+
+TEST(CliErrors, AGroupWithoutItsCommandSaysWhichItTakes) {
+  expect_refusal("", "'strata' needs a command: train, compare, data, export, ckpt, topo, bench, plan");
+  expect_refusal("ckpt", "'strata ckpt' needs a command: inspect, convert");
+  expect_refusal("data --json", "'strata data' needs a command: prepare, inspect");
+}
+
+TEST(CliErrors, AnUnknownOptionNamesTheNearestFlagsOfItsCommand) {
+  expect_refusal("train --step 10", "strata: error: unknown option --step for 'strata train' (did you mean --steps?)");
+  expect_refusal("train --step=10", "unknown option --step for 'strata train' (did you mean --steps?)");
+  expect_refusal("plan --model tiny --topology frontier --nodse 4",
+                 "unknown option --nodse for 'strata plan' (did you mean --nodes?)");
+  expect_refusal("ckpt inspect runs/x --verfy", "unknown option --verfy for 'strata ckpt inspect' (did you mean --verify?)");
+  expect_refusal("train --no-such-flag", "unknown option --no-such-flag for 'strata train'\n  see 'strata train --help'");
+  expect_refusal("export a --safetensors b c", "unexpected argument 'c' for 'strata export'");
+}
+
+TEST(CliErrors, EveryOtherParseErrorHasTheSameStyleAndStatus) {
+  expect_refusal("train --steps", "--steps: needs a value (INT)");  // a flag without its value
+  expect_refusal("train --lr abc", "--lr: 'abc' is not a number");
+  expect_refusal("plan --nodes 9e9", "--nodes: '9000000000' is out of range");
+  expect_refusal("export runs/x", "--safetensors is required");    // a required option missing
+  expect_refusal("data inspect", "file is required");              // a required argument missing
+  expect_refusal("train --steps 1.5e0", "--steps: '1.5e0': not a whole number: a count has no fraction");
+  expect_refusal("train --batch lots", "--batch: 'lots': not a whole number (write 1000, 1_000 or 1e3)");
+  expect_refusal("plan --nodes 1e30", "--nodes: '1e30': too large");
+}
+
+TEST(CliErrors, CountsTakeExponentsAndDigitGroups) {
+  // Both counts read, as the check between them shows: 1e3 steps, stop after 2_000.
+  expect_refusal("train --train-data x.bin --steps 1e3 --stop-after 2_000",
+                 "--stop-after 2000: must lie in [1, train.steps = 1000]");
+  expect_refusal("train --train-data x.bin --steps 2.5e3 --batch 0", "train.batch = 0: must be positive");
+}
+
+TEST(CliErrors, HelpAndVersionStillPrintWithStatusZero) {
+  for (const char* args : {"--help", "train --help", "ckpt --help", "ckpt convert -h", "bench --help"}) {
+    const auto r = strata_run(args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "Usage:")) << args << "\n" << r.output;
+  }
+  const auto r = strata_run("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "strata " STRATA_VERSION)) << r.output;
+}
