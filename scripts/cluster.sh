@@ -5,23 +5,24 @@
 # through an rsh agent, so `mpirun --hostfile` runs exactly as on a real cluster: ranks of one
 # host share memory, ranks of different hosts talk TCP over the shaped links.
 #
-#   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME]
-#                 [--subnet K] [--dir DIR] [--replace]
-#   cluster.sh down   [--name NAME]       every namespace, link, process and file of NAME
-#   cluster.sh status [--name NAME]       hosts, addresses, shaping, bytes sent
-#   cluster.sh shape  [--name NAME] [--rate RATE] [--delay D] [--loss P]  reshape a running cluster
-#   cluster.sh link   [--name NAME] HOST up|down                       a host's cable
-#   cluster.sh flags  [--name NAME]       the mpirun flags (as `up` printed them)
+#   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME] [--replace]
+#   cluster.sh down   [--name NAME]     every namespace, link, process and file of NAME
+#   cluster.sh status [--name NAME]     hosts, addresses, shaping, bytes sent, processes
+#   cluster.sh shape  [--name NAME] [--host HOST] [--rate RATE] [--delay D] [--loss P]
+#                                       reshape every link (or HOST's) of a running cluster
+#   cluster.sh link   [--name NAME] HOST up|down   plug or unplug HOST's cable
+#   cluster.sh flags  [--name NAME]     the mpirun flags
 #
-# NAME (default "strata", at most 8 characters) prefixes everything made: namespaces NAME-h0..,
-# bridge NAME-br, host-side cable ends NAME-v0.. (their namespace end is each host's eth0), the
-# hostnames NAME-h0.., the state folder DIR (default /run/strata-cluster/NAME: hostfile,
-# rsh-agent, mpirun.flags, cluster.env). Hosts get 198.18.K.1.., the bridge (where mpirun runs,
-# like a login node) 198.18.K.254, K = --subnet (0-255, default 0) - the benchmarking range
-# 198.18.0.0/15, never a real network. RATE as tc writes it (100mbit, 1gbit, 10gbit), D as tc
-# (default 0ms, 1ms, 200us), P a percentage (default 0; 1, 30%).
-# Needs root, iproute2 and util-linux; nftables for --loss, a kernel with sch_netem for --delay
-# (scripts/setup.sh installs the packages); refused otherwise, with the reason.
+# NAME (default "strata", at most 8 characters) prefixes everything made: namespaces NAME-h0..
+# (hostnames too) and NAME-head, bridge NAME-br, cable ends NAME-v0.. and NAME-vh (their
+# namespace end is eth0), the state folder /run/strata-cluster/NAME (hostfile, rsh-agent,
+# mpirun.flags, mpirun, cluster.env). Hosts get 198.18.0.1.., the head 198.18.0.254: the
+# benchmarking range 198.18.0.0/15, on the cluster's own bridge, never routed. mpirun runs on the
+# head, as on a real cluster's login node: /run/strata-cluster/NAME/mpirun -np N ... RATE as tc
+# writes it (100mbit, 1gbit, 10gbit), D as tc (default 0ms; 1ms, 200us), P a percentage
+# (default 0; 1, 30%).
+# Needs root, iproute2, util-linux and ethtool; nftables for --loss, a kernel with sch_netem for
+# --delay (scripts/setup.sh installs the packages); refused otherwise, with the reason.
 set -euo pipefail
 
 die() {
@@ -36,7 +37,7 @@ usage() {
 ((${#})) || usage
 cmd=$1
 shift
-name=strata hosts= slots= rate= delay= loss= subnet=0 dir= replace=0
+name=strata hosts= slots= rate= delay= loss= only_host= replace=0
 pos=()
 while ((${#})); do
   case $1 in
@@ -46,8 +47,7 @@ while ((${#})); do
     --rate) rate=${2:?--rate needs a value}; shift 2 ;;
     --delay) delay=${2:?--delay needs a value}; shift 2 ;;
     --loss) loss=${2:?--loss needs a value}; shift 2 ;;
-    --subnet) subnet=${2:?--subnet needs a value}; shift 2 ;;
-    --dir) dir=${2:?--dir needs a value}; shift 2 ;;
+    --host) only_host=${2:?--host needs a value}; shift 2 ;;
     --replace) replace=1; shift ;;
     -h | --help) usage ;;
     -*) die "unknown option $1" ;;
@@ -56,7 +56,7 @@ while ((${#})); do
 done
 # Interface names are limited to 15 characters: NAME-v + up to 3 digits + room to spare.
 [[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "--name '$name': must be 1-8 lowercase letters or digits, starting with a letter"
-[ -n "$dir" ] || dir=/run/strata-cluster/$name
+dir=/run/strata-cluster/$name
 bridge=$name-br
 
 # What `up` needs, checked before anything is made.
@@ -65,11 +65,13 @@ require_root() {
   command -v ip > /dev/null || die "'ip' not found: install iproute2 (scripts/setup.sh)"
   command -v tc > /dev/null || die "'tc' not found: install iproute2 (scripts/setup.sh)"
   command -v unshare > /dev/null || die "'unshare' not found: install util-linux"
+  command -v ethtool > /dev/null || die "'ethtool' not found: install ethtool (scripts/setup.sh)"
   ip netns list > /dev/null 2>&1 || die "'ip netns' does not work here: $(ip netns list 2>&1 | head -1)"
 }
 
 # The namespaces of NAME, by prefix: whatever a crashed `up` or a killed test left too.
-namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-h[0-9]+$" | sort -V || true; }
+namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(h[0-9]+|head)$" | sort -V || true; }
+hosts_made() { namespaces | grep -E -- "-h[0-9]+$" || true; }
 
 check_shape() {
   [[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] || die "--rate '$rate': want a tc rate such as 100mbit, 1gbit, 10gbit"
@@ -143,10 +145,28 @@ teardown() {
   ip netns del "$name-probe" 2>/dev/null || true
   ip link del "$bridge" 2>/dev/null || true
   local link
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-v[0-9]+$" || true); do
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-v([0-9]+|h)$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
-  rm -rf "$dir" /run/strata-cluster/"$name"
+  rm -rf "$dir"
+}
+
+# Makes namespace NS with lo and an eth0 at ADDRESS, cabled by the veth pair CABLE-eth0 into
+# the bridge.
+plug() {
+  local ns=$1 cable=$2 address=$3
+  ip netns add "$ns"
+  # IPv4 only: no IPv6 autoconfiguration chatter in the counters.
+  ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
+  ip link add "$cable" type veth peer name eth0 netns "$ns"
+  # Segments of at most one MTU, as a real NIC puts them on the wire: veth would otherwise
+  # pass 64 KiB TCP super-packets, whose headers the counters and htb would see once.
+  ip netns exec "$ns" ethtool -K eth0 tso off gso off > /dev/null
+  ethtool -K "$cable" tso off gso off > /dev/null
+  ip link set "$cable" master "$bridge" up
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip addr add "$address/24" dev eth0
+  ip netns exec "$ns" ip link set eth0 up
 }
 
 up() {
@@ -156,31 +176,29 @@ up() {
   [ -n "$rate" ] || die "--rate is required (e.g. 1gbit)"
   delay=${delay:-0ms} loss=${loss:-0}
   check_shape
-  [[ $subnet =~ ^[0-9]+$ ]] && ((subnet <= 255)) || die "--subnet '$subnet': want 0 to 255 (198.18.K.0/24)"
-  local net=198.18.$subnet
-  if [ -n "$(namespaces)" ] || ip link show "$bridge" > /dev/null 2>&1; then
+  local net=198.18.0
+  if [ -n "$(namespaces)" ] || ip link show "$bridge" > /dev/null 2>&1 || [ -e "$dir" ]; then
     ((replace)) || die "a cluster named '$name' exists ($(namespaces | tr '\n' ' ')); 'cluster.sh down --name $name' or 'up --replace'"
     teardown
   fi
-  ip -o -4 addr show | grep -q " $net\." && die "subnet $net.0/24 is in use here (ip addr); pick another --subnet"
 
   # From here a failure removes whatever was made: never half a cluster.
   trap 'status=$?; teardown; exit $status' EXIT
   trap 'exit 1' INT TERM
   ip link add "$bridge" type bridge
-  ip addr add "$net.254/24" dev "$bridge"
   ip link set "$bridge" up
-  local i ns
+  local i
   for ((i = 0; i < hosts; i++)); do
-    ns=$name-h$i
-    ip netns add "$ns"
-    ip link add "$name-v$i" type veth peer name eth0 netns "$ns"
-    ip link set "$name-v$i" master "$bridge" up
-    ip netns exec "$ns" ip link set lo up
-    ip netns exec "$ns" ip addr add "$net.$((i + 1))/24" dev eth0
-    ip netns exec "$ns" ip link set eth0 up
+    plug "$name-h$i" "$name-v$i" "$net.$((i + 1))"
     shape_host "$i"
   done
+  # The head, where mpirun runs (a real cluster's login node). Its TCP gives up on
+  # unacknowledged data after about 3 s (net.ipv4.tcp_retries2 = 3 there, about 15 min by
+  # default), so mpirun, ending a job, does not wait that long for the daemon of a host whose
+  # link is dead. The hosts keep the default: a link that comes back does not break their
+  # connections.
+  plug "$name-head" "$name-vh" "$net.254"
+  ip netns exec "$name-head" sh -c 'echo 3 > /proc/sys/net/ipv4/tcp_retries2'
 
   mkdir -p "$dir"
   for ((i = 0; i < hosts; i++)); do echo "$name-h$i slots=$slots"; done > "$dir/hostfile"
@@ -198,27 +216,26 @@ shift
 exec ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
 EOF
   chmod +x "$dir/rsh-agent"
-  local root_flag=""
-  [ "$(id -u)" = 0 ] && root_flag="--allow-run-as-root "
-  echo "${root_flag}--hostfile $dir/hostfile --mca plm_rsh_agent $dir/rsh-agent" \
+  # Ranks of one host share memory (vader), hosts talk TCP on the cluster's subnet only.
+  echo "--allow-run-as-root --hostfile $dir/hostfile --mca plm_rsh_agent $dir/rsh-agent" \
        "--mca btl self,vader,tcp --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24" \
        > "$dir/mpirun.flags"
-  printf 'name=%s\nhosts=%s\nslots=%s\nsubnet=%s\nrate=%s\ndelay=%s\nloss=%s\n' \
-         "$name" "$hosts" "$slots" "$subnet" "$rate" "$delay" "$loss" > "$dir/cluster.env"
-  # The state folder of a cluster made with --dir elsewhere is found through the default place.
-  if [ "$dir" != /run/strata-cluster/"$name" ]; then
-    mkdir -p /run/strata-cluster
-    ln -sfn "$dir" /run/strata-cluster/"$name"
-  fi
+  cat > "$dir/mpirun" << EOF
+#!/usr/bin/env bash
+# Made by scripts/cluster.sh for cluster '$name': mpirun on the head with the cluster's flags.
+exec ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") "\$@"
+EOF
+  chmod +x "$dir/mpirun"
+  printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\n' \
+         "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" > "$dir/cluster.env"
   trap - EXIT INT TERM
   echo "cluster '$name': $hosts hosts x $slots slots ($name-h0..$name-h$((hosts - 1)), $net.1-$((hosts)))," \
        "each link $rate, delay $delay, loss ${loss%\%}%; state in $dir"
-  echo "mpirun $(cat "$dir/mpirun.flags") -np $((hosts * slots)) ..."
+  echo "run: $dir/mpirun -np $((hosts * slots)) ...   (= ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") ...)"
 }
 
 # The state folder of an existing cluster.
 state() {
-  [ -f "$dir/cluster.env" ] || dir=/run/strata-cluster/$name
   [ -f "$dir/cluster.env" ] || die "no cluster named '$name' (no $dir/cluster.env)"
   # shellcheck disable=SC1091
   source "$dir/cluster.env"
@@ -231,7 +248,7 @@ status() {
     echo "no cluster named '$name'"
     return 0
   fi
-  [ -f "$dir/cluster.env" ] || [ -f /run/strata-cluster/"$name"/cluster.env ] ||
+  [ -f "$dir/cluster.env" ] ||
     echo "cluster '$name': left over without its state folder (run 'cluster.sh down --name $name')"
   local ns
   for ns in $found; do
@@ -244,7 +261,7 @@ status() {
       "$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/tx_bytes 2>/dev/null)" \
       "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
   done
-  [ ! -f "$dir/mpirun.flags" ] || echo "mpirun $(cat "$dir/mpirun.flags") ..."
+  [ ! -f "$dir/mpirun" ] || echo "run: $dir/mpirun -np N ..."
 }
 
 case $cmd in
@@ -266,16 +283,23 @@ case $cmd in
     rate=${given_rate:-$rate} delay=${given_delay:-$delay} loss=${given_loss:-$loss}
     [ -n "$given_rate$given_delay$given_loss" ] || die "shape: give --rate, --delay or --loss"
     check_shape
-    for ((i = 0; i < hosts; i++)); do shape_host "$i"; done
-    sed -i -e "s/^rate=.*/rate=$rate/" -e "s/^delay=.*/delay=$delay/" -e "s/^loss=.*/loss=$loss/" "$dir/cluster.env"
-    echo "cluster '$name': each link $rate, delay $delay, loss ${loss%\%}%"
+    if [ -n "$only_host" ]; then
+      [[ $only_host =~ ^$name-h([0-9]+)$ ]] && ((BASH_REMATCH[1] < hosts)) ||
+        die "--host '$only_host': not a host of cluster '$name'"
+      shape_host "${BASH_REMATCH[1]}"
+      echo "cluster '$name': $only_host's link $rate, delay $delay, loss ${loss%\%}%"
+    else
+      for ((i = 0; i < hosts; i++)); do shape_host "$i"; done
+      sed -i -e "s/^rate=.*/rate=$rate/" -e "s/^delay=.*/delay=$delay/" -e "s/^loss=.*/loss=$loss/" "$dir/cluster.env"
+      echo "cluster '$name': each link $rate, delay $delay, loss ${loss%\%}%"
+    fi
     ;;
   link)
     require_root
     state
     ((${#pos[@]} == 2)) || die "link: want HOST up|down"
     host=${pos[0]} updown=${pos[1]}
-    [[ $host =~ ^$name-h([0-9]+)$ ]] || die "link: '$host' is not a host of cluster '$name'"
+    [[ $host =~ ^$name-h([0-9]+)$ ]] && ((BASH_REMATCH[1] < hosts)) || die "link: '$host' is not a host of cluster '$name'"
     [[ $updown == up || $updown == down ]] || die "link: '$updown': want up or down"
     ip link set "$name-v${BASH_REMATCH[1]}" "$updown"
     ;;
