@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A cluster on one machine (docs/cluster.md): N hosts as network namespaces, each with its own
-# NIC (a veth pair into one bridge), its own hostname and an egress link shaped by the kernel
-# (tc htb for the rate, tc netem for a delay, an nftables rule for loss). Open MPI starts its daemons inside the hosts
-# through an rsh agent, so `mpirun --hostfile` runs exactly as on a real cluster: ranks of one
-# host share memory, ranks of different hosts talk TCP over the shaped links.
+# NIC (a veth pair into one bridge), its own hostname and a link shaped by the kernel (tc htb
+# for the rate, tc netem for a delay, an nftables rule for loss). Open MPI starts its daemons
+# inside the hosts through an rsh agent, so `mpirun --hostfile` runs exactly as on a real
+# cluster: ranks of one host share memory, ranks of different hosts talk TCP over the links.
 #
 #   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME] [--replace]
 #   cluster.sh down   [--name NAME]     every namespace, link, process and file of NAME
@@ -37,7 +37,7 @@ usage() {
 ((${#})) || usage
 cmd=$1
 shift
-name=strata hosts= slots= rate= delay= loss= only_host= replace=0
+name=strata hosts='' slots='' rate='' delay='' loss='' only_host='' replace=0
 pos=()
 while ((${#})); do
   case $1 in
@@ -71,7 +71,6 @@ require_root() {
 
 # The namespaces of NAME, by prefix: whatever a crashed `up` or a killed test left too.
 namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(h[0-9]+|head)$" | sort -V || true; }
-hosts_made() { namespaces | grep -E -- "-h[0-9]+$" || true; }
 
 check_shape() {
   [[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] || die "--rate '$rate': want a tc rate such as 100mbit, 1gbit, 10gbit"

@@ -27,7 +27,7 @@ for preset in zero3 hsdp zeropp topo; do
   cluster_losses=$(losses "$work/cluster_$preset/metrics.jsonl")
   [ "$(wc -l <<<"$cluster_losses")" = 6 ] || fail "$preset: $(wc -l <<<"$cluster_losses") losses, want 6"
   [ "$cluster_losses" = "$(losses "$work/one_$preset/metrics.jsonl")" ] ||
-    fail "$preset: losses differ: across hosts $(echo $cluster_losses), one host $(echo "$(losses "$work/one_$preset/metrics.jsonl")")"
+    fail "$preset: losses differ: across hosts $(paste -sd' ' <<<"$cluster_losses"), one host $(losses "$work/one_$preset/metrics.jsonl" | paste -sd' ')"
   echo "$preset: 6 losses bit for bit across hosts and on one host (final $(tail -1 <<<"$cluster_losses"))"
 done
 

@@ -21,7 +21,7 @@ prepare_data
 lost=$cname-h1
 timeout_s=10
 common=(--strategy zero3 --topology host --model tiny --train-data "$work/data/train.bin" --batch 2 --seq 32
-        --steps 100000 --threads 1 --save-every 4 --log-every 100000 --collective-timeout $timeout_s)
+        --steps 100000 --threads 1 --save-every 4 --log-every 100000 --collective-timeout "$timeout_s")
 
 # start_run NAME [train flags...]: starts the job in the background; returns once it saved step 8.
 start_run() {
@@ -56,7 +56,11 @@ no_rank_left() {
   done
   fail "$(basename "$run"): strata processes left: $left"
 }
-last_checkpoint() { ls "$run/ckpt" | grep -E '^step_[0-9]+$' | tail -1 | sed 's/step_0*//'; }
+last_checkpoint() {  # complete ones only: an interrupted save leaves step_N.tmp
+  local last=
+  for d in "$run"/ckpt/step_*; do [[ $d =~ /step_0*([0-9]+)$ ]] && last=${BASH_REMATCH[1]}; done
+  echo "$last"
+}
 resumed=()  # "run step": checked against one reference run at the end
 resume() {
   local from
@@ -72,10 +76,10 @@ times=()
 # ---- 1. the daemon of host 1 dies --------------------------------------------------------
 start_run kill
 grep -q "^hosts: $cname-h0 (ranks 0-3), $lost (ranks 4-7)$" "$run.log" || fail "kill: no line placing the ranks: $(cat "$run.log")"
-orted=$(for pid in $(ip netns pids "$lost"); do [ "$(cat /proc/$pid/comm)" != orted ] || echo "$pid"; done)
+orted=$(for pid in $(ip netns pids "$lost"); do [ "$(cat "/proc/$pid/comm")" != orted ] || echo "$pid"; done)
 [ -n "$orted" ] || fail "kill: no orted in $lost"
 t0=$(now)
-kill -KILL $orted
+kill -KILL $orted  # one daemon a host
 wait_exit "$t0"
 [ "$status" != 0 ] || fail "kill: the job exited 0"
 grep -q "on node $lost" "$run.log" || fail "kill: the output does not name $lost: $(cat "$run.log")"

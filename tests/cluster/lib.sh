@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the cluster tests (label `cluster`): makes a namespace cluster with
 # scripts/cluster.sh under the test's own NAME, and always removes it, whatever happens.
 # The caller sets: strata (the binary), src (the source tree), cname (the cluster's name,
