@@ -102,8 +102,8 @@ shape_host() {
   local ns=$name-h$1
   # htb cannot change its root in place: a reshape makes it anew.
   ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
-  ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 1 r2q 1000
-  ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:1 htb rate "$rate" ceil "$rate"
+  ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 1
+  ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:1 htb rate "$rate" ceil "$rate" quantum 60000
   if delay_set; then
     ip netns exec "$ns" tc qdisc add dev eth0 parent 1:1 handle 10: netem delay "$delay" limit 100000
   fi
