@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # A cluster on one machine (docs/cluster.md): N hosts as network namespaces, each with its own
-# NIC (a veth pair into one bridge), its own hostname and a link shaped by the kernel (tc htb
-# for the rate, tc netem for a delay, an nftables rule for loss). Open MPI starts its daemons
-# inside the hosts through an rsh agent, so `mpirun --hostfile` runs exactly as on a real
-# cluster: ranks of one host share memory, ranks of different hosts talk TCP over the links.
+# hostname and two NICs, as on many real clusters: eth0 on the data network (a veth pair into
+# one bridge), shaped by the kernel (tc htb for the rate, tc netem for a delay, an nftables rule
+# for loss), and eth1 on a management network that the head (where mpirun runs) shares. Open MPI
+# starts its daemons inside the hosts through an rsh agent and talks to them over management;
+# the ranks talk over data: ranks of one host share memory, ranks of different hosts use TCP over
+# the shaped links. So `mpirun --hostfile` runs exactly as on a real cluster, and a fault of the
+# data link (pulled, lossy) never cuts mpirun off a host's daemon.
 #
 #   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME] [--replace]
 #   cluster.sh down   [--name NAME]     every namespace, link, process and file of NAME
 #   cluster.sh status [--name NAME]     hosts, addresses, shaping, bytes sent, processes
 #   cluster.sh shape  [--name NAME] [--host HOST] [--rate RATE] [--delay D] [--loss P]
 #                                       reshape every link (or HOST's) of a running cluster
-#   cluster.sh link   [--name NAME] HOST up|down   plug or unplug HOST's cable
+#   cluster.sh link   [--name NAME] HOST up|down   plug or unplug HOST's data cable
 #   cluster.sh flags  [--name NAME]     the mpirun flags
 #
 # NAME (default "strata", at most 8 characters) prefixes everything made: namespaces NAME-h0..
-# (hostnames too) and NAME-head, bridge NAME-br, cable ends NAME-v0.. and NAME-vh (their
-# namespace end is eth0), the state folder /run/strata-cluster/NAME (hostfile, rsh-agent,
-# mpirun.flags, mpirun, cluster.env). Hosts get 198.18.0.1.., the head 198.18.0.254: the
-# benchmarking range 198.18.0.0/15, on the cluster's own bridge, never routed. mpirun runs on the
-# head, as on a real cluster's login node: /run/strata-cluster/NAME/mpirun -np N ... RATE as tc
+# (hostnames too) and NAME-head, bridges NAME-br (data) and NAME-mg (management), cable ends
+# NAME-v0.. (data; eth0 inside) and NAME-m0.., NAME-mh (management; eth1 inside), the state
+# folder /run/strata-cluster/NAME (hostfile, rsh-agent, mpirun.flags, mpirun, cluster.env).
+# Hosts get 198.18.0.1.. on data and 198.19.0.1.. on management, the head 198.19.0.254: the
+# benchmarking range 198.18.0.0/15, on the cluster's own bridges, never routed. mpirun runs on
+# the head, as on a real cluster's login node: /run/strata-cluster/NAME/mpirun -np N ... RATE as tc
 # writes it (100mbit, 1gbit, 10gbit), D as tc (default 0ms; 1ms, 200us), P a percentage
 # (default 0; 1, 30%).
 # Needs root, iproute2, util-linux and ethtool; nftables for --loss, a kernel with sch_netem for
@@ -57,7 +61,7 @@ done
 # Interface names are limited to 15 characters: NAME-v + up to 3 digits + room to spare.
 [[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "--name '$name': must be 1-8 lowercase letters or digits, starting with a letter"
 dir=/run/strata-cluster/$name
-bridge=$name-br
+bridge=$name-br mgmt_bridge=$name-mg
 
 # What `up` needs, checked before anything is made.
 require_root() {
@@ -126,7 +130,7 @@ delay_set() { ! [[ $delay =~ ^0+(\.0+)?(us|ms|s)$ ]]; }
 loss_set() { awk -v p="${loss%\%}" 'BEGIN { exit !(p > 0) }'; }
 
 # Ends every process inside NAME's namespaces (ranks, orted daemons), then removes the
-# namespaces (their veth pairs go with them), the bridge and the state folder.
+# namespaces (their veth pairs go with them), the bridges and the state folder.
 teardown() {
   local ns pids
   for ns in $(namespaces); do
@@ -143,29 +147,32 @@ teardown() {
   done
   ip netns del "$name-probe" 2>/dev/null || true
   ip link del "$bridge" 2>/dev/null || true
+  ip link del "$mgmt_bridge" 2>/dev/null || true
   local link
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-v([0-9]+|h)$" || true); do
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-(v[0-9]+|m[0-9]+|mh)$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   rm -rf "$dir"
 }
 
-# Makes namespace NS with lo and an eth0 at ADDRESS, cabled by the veth pair CABLE-eth0 into
-# the bridge.
+# Makes namespace NS with lo up, IPv4 only (no IPv6 autoconfiguration chatter in the counters).
+add_namespace() {
+  ip netns add "$1"
+  ip netns exec "$1" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
+  ip netns exec "$1" ip link set lo up
+}
+
+# Gives namespace NS the NIC IFACE at ADDRESS, cabled by the veth pair CABLE-IFACE into BRIDGE.
 plug() {
-  local ns=$1 cable=$2 address=$3
-  ip netns add "$ns"
-  # IPv4 only: no IPv6 autoconfiguration chatter in the counters.
-  ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
-  ip link add "$cable" type veth peer name eth0 netns "$ns"
+  local ns=$1 iface=$2 cable=$3 into=$4 address=$5
+  ip link add "$cable" type veth peer name "$iface" netns "$ns"
   # Segments of at most one MTU, as a real NIC puts them on the wire: veth would otherwise
   # pass 64 KiB TCP super-packets, whose headers the counters and htb would see once.
-  ip netns exec "$ns" ethtool -K eth0 tso off gso off > /dev/null
+  ip netns exec "$ns" ethtool -K "$iface" tso off gso off > /dev/null
   ethtool -K "$cable" tso off gso off > /dev/null
-  ip link set "$cable" master "$bridge" up
-  ip netns exec "$ns" ip link set lo up
-  ip netns exec "$ns" ip addr add "$address/24" dev eth0
-  ip netns exec "$ns" ip link set eth0 up
+  ip link set "$cable" master "$into" up
+  ip netns exec "$ns" ip addr add "$address/24" dev "$iface"
+  ip netns exec "$ns" ip link set "$iface" up
 }
 
 up() {
@@ -175,7 +182,7 @@ up() {
   [ -n "$rate" ] || die "--rate is required (e.g. 1gbit)"
   delay=${delay:-0ms} loss=${loss:-0}
   check_shape
-  local net=198.18.0
+  local net=198.18.0 mgmt=198.19.0
   if [ -n "$(namespaces)" ] || ip link show "$bridge" > /dev/null 2>&1 || [ -e "$dir" ]; then
     ((replace)) || die "a cluster named '$name' exists ($(namespaces | tr '\n' ' ')); 'cluster.sh down --name $name' or 'up --replace'"
     teardown
@@ -184,20 +191,20 @@ up() {
   # From here a failure removes whatever was made: never half a cluster.
   trap 'status=$?; teardown; exit $status' EXIT
   trap 'exit 1' INT TERM
-  ip link add "$bridge" type bridge
-  ip link set "$bridge" up
+  local b
+  for b in "$bridge" "$mgmt_bridge"; do
+    ip link add "$b" type bridge
+    ip link set "$b" up
+  done
   local i
   for ((i = 0; i < hosts; i++)); do
-    plug "$name-h$i" "$name-v$i" "$net.$((i + 1))"
+    add_namespace "$name-h$i"
+    plug "$name-h$i" eth0 "$name-v$i" "$bridge" "$net.$((i + 1))"
+    plug "$name-h$i" eth1 "$name-m$i" "$mgmt_bridge" "$mgmt.$((i + 1))"
     shape_host "$i"
   done
-  # The head, where mpirun runs (a real cluster's login node). Its TCP gives up on
-  # unacknowledged data after about 3 s (net.ipv4.tcp_retries2 = 3 there, about 15 min by
-  # default), so mpirun, ending a job, does not wait that long for the daemon of a host whose
-  # link is dead. The hosts keep the default: a link that comes back does not break their
-  # connections.
-  plug "$name-head" "$name-vh" "$net.254"
-  ip netns exec "$name-head" sh -c 'echo 3 > /proc/sys/net/ipv4/tcp_retries2'
+  add_namespace "$name-head"
+  plug "$name-head" eth1 "$name-mh" "$mgmt_bridge" "$mgmt.254"
 
   mkdir -p "$dir"
   for ((i = 0; i < hosts; i++)); do echo "$name-h$i slots=$slots"; done > "$dir/hostfile"
@@ -215,9 +222,10 @@ shift
 exec ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
 EOF
   chmod +x "$dir/rsh-agent"
-  # Ranks of one host share memory (vader), hosts talk TCP on the cluster's subnet only.
+  # Ranks of one host share memory (vader), hosts talk TCP on the data network; mpirun and its
+  # daemons on management.
   echo "--allow-run-as-root --hostfile $dir/hostfile --mca plm_rsh_agent $dir/rsh-agent" \
-       "--mca btl self,vader,tcp --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24" \
+       "--mca btl self,vader,tcp --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $mgmt.0/24" \
        > "$dir/mpirun.flags"
   cat > "$dir/mpirun" << EOF
 #!/usr/bin/env bash
@@ -228,7 +236,7 @@ EOF
   printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\n' \
          "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" > "$dir/cluster.env"
   trap - EXIT INT TERM
-  echo "cluster '$name': $hosts hosts x $slots slots ($name-h0..$name-h$((hosts - 1)), $net.1-$((hosts)))," \
+  echo "cluster '$name': $hosts hosts x $slots slots ($name-h0..$name-h$((hosts - 1)), data $net.1-$((hosts)))," \
        "each link $rate, delay $delay, loss ${loss%\%}%; state in $dir"
   echo "run: $dir/mpirun -np $((hosts * slots)) ...   (= ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") ...)"
 }
@@ -249,10 +257,15 @@ status() {
   fi
   [ -f "$dir/cluster.env" ] ||
     echo "cluster '$name': left over without its state folder (run 'cluster.sh down --name $name')"
-  local ns
+  local ns addresses
   for ns in $found; do
-    printf '%s: %s, %s, tx_bytes %s, processes %s\n' "$ns" \
-      "$(ip netns exec "$ns" ip -o -4 addr show dev eth0 2>/dev/null | awk '{print $4}')" \
+    addresses=$(ip netns exec "$ns" ip -o -4 addr show 2>/dev/null |
+                awk '$2 == "eth0" {printf "data %s, ", $4} $2 == "eth1" {printf "management %s", $4}')
+    if [[ $ns == *-head ]]; then
+      printf '%s: %s, processes %s\n' "$ns" "$addresses" "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
+      continue
+    fi
+    printf '%s: %s, %s, tx_bytes %s, processes %s\n' "$ns" "$addresses" \
       "$(ip netns exec "$ns" tc class show dev eth0 2>/dev/null | grep -o 'rate [^ ]*' | head -1)$(
          ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | grep -o ' delay [^ ]*' | head -1)$(
          ip netns exec "$ns" nft list table netdev "$name" 2>/dev/null | grep -o ' < [0-9]*' |

@@ -76,7 +76,8 @@ grep -q "numgen random mod 1000000 < 300000 drop" <<<"$(ip netns exec "$cname-h1
   fail "shape --loss 30 made no drop rule on host 1"
 if ip netns exec "$cname-h0" nft list table netdev "$cname" > /dev/null 2>&1; then fail "--host shaped host 0 too"; fi
 status=$("${cluster[@]}" status --name "$cname")
-grep -q "^$cname-h1: 198.18.0.2/24, rate 200Mbit loss 30%" <<<"$status" || fail "status: $status"
+grep -q "^$cname-h1: data 198.18.0.2/24, management 198.19.0.2/24, rate 200Mbit loss 30%" <<<"$status" ||
+  fail "status: $status"
 "${cluster[@]}" link --name "$cname" "$cname-h1" down
 sleep 0.2
 [ "$(ip netns exec "$cname-h1" cat /sys/class/net/eth0/carrier)" = 0 ] || fail "link down: host 1 still has a carrier"
