@@ -126,7 +126,6 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   return config;
 }
 
-
 // "n0 (ranks 0-3), n1 (ranks 4-7)" when the ranks run on more than one host, else empty: with
 // it, a lost host that mpirun names (its daemon died) names its ranks too. Collective.
 std::string ranks_by_host(train::Engine& engine) {
@@ -145,6 +144,7 @@ std::string ranks_by_host(train::Engine& engine) {
   for (auto& [host, ranks] : by_host) parts.push_back(fmt::format("{} (ranks {})", host, comm::rank_ranges(ranks)));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
+
 void run_train(const TrainArgs& args) {
   const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
   train::TrainConfig config;
