@@ -19,6 +19,7 @@ packages=(
   fortunes                          # demo corpus: real English text (fortune files), installed, never downloaded
   clang libclang-rt-14-dev          # fuzzing (scripts/fuzz.sh): clang-14 and its libFuzzer + sanitizer runtimes
   libomp-dev                        # OpenMP for clang, which configures the fuzz build (build-fuzz/)
+  iproute2 util-linux ethtool nftables  # the namespace cluster (scripts/cluster.sh): ip netns, tc, unshare, MTU-sized segments, loss rules
 )
 
 missing=()

@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include <mpi.h>
 #include <nlohmann/json.hpp>
 
 #include "base/cpu.hpp"
@@ -139,6 +142,25 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   return config;
 }
 
+// "n0 (ranks 0-3), n1 (ranks 4-7)" when the ranks run on more than one host, else empty: with
+// it, a lost host that mpirun names (its daemon died) names its ranks too. Collective.
+std::string ranks_by_host(train::Engine& engine) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  const std::vector<std::string> hosts = engine.all_gather_strings(std::string(name, len));
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;  // in order of first rank
+  for (int r = 0; r < int(hosts.size()); ++r) {
+    auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& h) { return h.first == hosts[r]; });
+    if (it == by_host.end()) it = by_host.insert(by_host.end(), {hosts[r], {}});
+    it->second.push_back(r);
+  }
+  if (by_host.size() < 2) return "";
+  std::vector<std::string> parts;
+  for (auto& [host, ranks] : by_host) parts.push_back(fmt::format("{} (ranks {})", host, comm::rank_ranges(ranks)));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 void run_train(const TrainArgs& args) {
   const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
   train::TrainConfig config;
@@ -177,6 +199,7 @@ void run_train(const TrainArgs& args) {
   }
   train::PreemptionHandler preemption;  // after MPI_Init: ours, not the MPI library's
   train::Trainer trainer(config, engine);
+  const std::string placement = ranks_by_host(engine);
   if (leader) {
     fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} ranks of topology '{}'{}, "
                "batch {} x seq {} x accum {} per rank, steps {}..{}, {} threads a rank, {}\n",
@@ -186,6 +209,7 @@ void run_train(const TrainArgs& args) {
                                           : "",
                config.batch, config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
                omp_get_max_threads(), isa_name(detected_isa()));
+    if (!placement.empty()) fmt::print("hosts: {}\n", placement);
     std::fflush(stdout);
   }
   train::TrainResult result = trainer.run();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -52,6 +54,23 @@ class MessageType {
   MPI_Datatype type_ = MPI_BYTE;
 };
 
+// Each member's host (MPI_Get_processor_name), gathered over `comm`.
+std::vector<std::string> member_hosts(MPI_Comm comm) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(mine, &len);
+  int d = 0;
+  MPI_Comm_size(comm, &d);
+  std::vector<char> all(std::size_t(d) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
+  std::vector<std::string> hosts(d);
+  for (int m = 0; m < d; ++m) {
+    const char* name = all.data() + std::size_t(m) * MPI_MAX_PROCESSOR_NAME;
+    hosts[m].assign(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
+  }
+  return hosts;
+}
+
 }  // namespace
 
 std::vector<int> world_ranks_of(MPI_Comm comm) {
@@ -75,6 +94,7 @@ Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_
   const int d = size();
   tiers_.resize(d);
   for (int m = 0; m < d; ++m) tiers_[m] = ctx_.topology().tier_between(ctx_.world_rank(), world_ranks_[m]);
+  hosts_ = member_hosts(comm_);
 }
 
 Communicator::~Communicator() {
@@ -162,7 +182,8 @@ void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
   TimedOutWait report{ctx_.world_rank(), ctx_.running_kind(), name_, {}, waited, timeout};
   for (auto& [m, roles] : pending)
     report.peers.push_back(
-        fmt::format("rank {} ({}, tier {})", world_ranks_[m], roles, ctx_.topology().tier(tiers_[m]).name));
+        fmt::format("rank {} ({}, tier {}, host {})", world_ranks_[m], roles, ctx_.topology().tier(tiers_[m]).name,
+                    hosts_[m]));
   abort_timed_out(report);
 }
 

@@ -87,6 +87,7 @@ class Communicator final : public Collectives {
   int position_ = 0;
   std::vector<int> world_ranks_;
   std::vector<int> tiers_;
+  std::vector<std::string> hosts_;  // each member's host, named when a wait for it times out
   Scratch scratch_;
 };
 

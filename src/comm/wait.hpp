@@ -73,7 +73,7 @@ struct TimedOutWait {
   int world_rank = -1;             // this process
   std::string_view collective;     // what the rank was doing: Context::run's kind, e.g. "shard:step_reduce"
   std::string_view group;          // the communicator's name
-  std::vector<std::string> peers;  // what it still waited for, e.g. "rank 3 (receive, tier gpu)"
+  std::vector<std::string> peers;  // what it still waited for, e.g. "rank 3 (receive, tier gpu, host n1)"
   double waited_s = 0;
   double timeout_s = 0;
 };

@@ -22,7 +22,7 @@ check() {  # mode, expected message part
   if grep -q "the wait returned" <<<"$out"; then fail "$mode: the wait returned: $out"; fi
   echo "$mode: $(grep '^strata: rank 0' <<<"$out")"
 }
-mode=p2p want="in all_reduce on group 'cluster#0', waiting for rank 1 (receive, tier cluster). A" check "$@"
+mode=p2p want="in all_reduce on group 'cluster#0', waiting for rank 1 (receive, tier cluster, host $(hostname)). A" check "$@"
 mode=mpi want="in test:sum on group 'world', waiting for rank 1 (MPI_Iallreduce). A" check "$@"
 mode=startup want="in start-up (topology, communicators) on group 'world', waiting for rank 1. A" check "$@"
 mode=finalize want="in MPI_Finalize on group 'world', waiting for rank 1. A" check "$@"

@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# A cluster on one machine (docs/cluster.md): N hosts as network namespaces, each with its own
+# hostname and two NICs, as on many real clusters: eth0 on the data network (a veth pair into
+# one bridge), shaped by the kernel (tc htb for the rate, tc netem for a delay, an nftables rule
+# for loss), and eth1 on a management network that the head (where mpirun runs) shares. Open MPI
+# starts its daemons inside the hosts through an rsh agent and talks to them over management;
+# the ranks talk over data: ranks of one host share memory, ranks of different hosts use TCP over
+# the shaped links. So `mpirun --hostfile` runs exactly as on a real cluster, and a fault of the
+# data link (pulled, lossy) never cuts mpirun off a host's daemon.
+#
+#   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME] [--replace]
+#   cluster.sh down   [--name NAME]     every namespace, link, process and file of NAME
+#   cluster.sh status [--name NAME]     hosts, addresses, shaping, bytes sent, processes
+#   cluster.sh shape  [--name NAME] [--host HOST] [--rate RATE] [--delay D] [--loss P]
+#                                       reshape every link (or HOST's) of a running cluster
+#   cluster.sh link   [--name NAME] HOST up|down   plug or unplug HOST's data cable
+#   cluster.sh flags  [--name NAME]     the mpirun flags
+#
+# NAME (default "strata", at most 8 characters) prefixes everything made: namespaces NAME-h0..
+# (hostnames too) and NAME-head, bridges NAME-br (data) and NAME-mg (management), cable ends
+# NAME-v0.. (data; eth0 inside) and NAME-m0.., NAME-mh (management; eth1 inside), the state
+# folder /run/strata-cluster/NAME (hostfile, rsh-agent, mpirun.flags, mpirun, cluster.env).
+# Hosts get 198.18.0.1.. on data and 198.19.0.1.. on management, the head 198.19.0.254: the
+# benchmarking range 198.18.0.0/15, on the cluster's own bridges, never routed. mpirun runs on
+# the head, as on a real cluster's login node: /run/strata-cluster/NAME/mpirun -np N ... RATE as tc
+# writes it (100mbit, 1gbit, 10gbit), D as tc (default 0ms; 1ms, 200us), P a percentage
+# (default 0; 1, 30%).
+# Needs root, iproute2, util-linux and ethtool; nftables for --loss, a kernel with sch_netem for
+# --delay (scripts/setup.sh installs the packages); refused otherwise, with the reason.
+set -euo pipefail
+
+die() {
+  echo "cluster.sh: error: $*" >&2
+  exit 2
+}
+usage() {
+  sed -n '/^#   cluster.sh/p' "$0" | sed 's/^#   //' >&2
+  exit 2
+}
+
+((${#})) || usage
+cmd=$1
+shift
+name=strata hosts='' slots='' rate='' delay='' loss='' only_host='' replace=0
+pos=()
+while ((${#})); do
+  case $1 in
+    --name) name=${2:?--name needs a value}; shift 2 ;;
+    --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
+    --slots) slots=${2:?--slots needs a value}; shift 2 ;;
+    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+    --delay) delay=${2:?--delay needs a value}; shift 2 ;;
+    --loss) loss=${2:?--loss needs a value}; shift 2 ;;
+    --host) only_host=${2:?--host needs a value}; shift 2 ;;
+    --replace) replace=1; shift ;;
+    -h | --help) usage ;;
+    -*) die "unknown option $1" ;;
+    *) pos+=("$1"); shift ;;
+  esac
+done
+# Interface names are limited to 15 characters: NAME-v + up to 3 digits + room to spare.
+[[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "--name '$name': must be 1-8 lowercase letters or digits, starting with a letter"
+dir=/run/strata-cluster/$name
+bridge=$name-br mgmt_bridge=$name-mg
+
+# What `up` needs, checked before anything is made.
+require_root() {
+  [ "$(id -u)" = 0 ] || die "needs root: network namespaces, veth links and tc shaping are root-only (you are uid $(id -u))"
+  command -v ip > /dev/null || die "'ip' not found: install iproute2 (scripts/setup.sh)"
+  command -v tc > /dev/null || die "'tc' not found: install iproute2 (scripts/setup.sh)"
+  command -v unshare > /dev/null || die "'unshare' not found: install util-linux"
+  command -v ethtool > /dev/null || die "'ethtool' not found: install ethtool (scripts/setup.sh)"
+  ip netns list > /dev/null 2>&1 || die "'ip netns' does not work here: $(ip netns list 2>&1 | head -1)"
+}
+
+# The namespaces of NAME, by prefix: whatever a crashed `up` or a killed test left too.
+namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(h[0-9]+|head)$" | sort -V || true; }
+
+check_shape() {
+  [[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] || die "--rate '$rate': want a tc rate such as 100mbit, 1gbit, 10gbit"
+  [[ $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "--delay '$delay': want a tc time such as 0ms, 1ms, 200us"
+  [[ $loss =~ ^[0-9]+(\.[0-9]+)?%?$ ]] && awk -v p="${loss%\%}" 'BEGIN { exit !(p <= 100) }' ||
+    die "--loss '$loss': want a percentage from 0 to 100"
+  if delay_set && ! netem_available; then
+    die "--delay $delay: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), which delays packets; use --delay 0ms"
+  fi
+  if loss_set; then
+    command -v nft > /dev/null || die "--loss $loss: 'nft' not found: install nftables (scripts/setup.sh)"
+  fi
+}
+# Whether the kernel has sch_netem: tried on a veth pair in a scratch namespace.
+netem_available() {
+  local probe=$name-probe ok=1
+  ip netns add "$probe" || return 1
+  ip netns exec "$probe" ip link add probe0 type veth peer name probe1 &&
+    ip netns exec "$probe" tc qdisc add dev probe0 root netem delay 1ms 2> /dev/null || ok=0
+  ip netns del "$probe"
+  ((ok))
+}
+
+# Shapes host I's link. htb holds what eth0 sends to RATE. A delay needs netem under it
+# (refused, with the reason, where the kernel has no sch_netem). Loss drops each packet eth0
+# receives with probability P (an nftables ingress rule, `numgen random`): on the wire's far
+# end, as a lossy cable does, so TCP sees it as loss and retransmits.
+shape_host() {
+  local ns=$name-h$1
+  # htb cannot change its root in place: a reshape makes it anew.
+  ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+  ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: htb default 1
+  ip netns exec "$ns" tc class add dev eth0 parent 1: classid 1:1 htb rate "$rate" ceil "$rate" quantum 60000
+  if delay_set; then
+    ip netns exec "$ns" tc qdisc add dev eth0 parent 1:1 handle 10: netem delay "$delay" limit 100000
+  fi
+  ip netns exec "$ns" nft delete table netdev "$name" 2>/dev/null || true
+  if loss_set; then
+    # numgen random mod 1000000 < P * 10^4: P in percent, to 0.0001%.
+    local below
+    below=$(awk -v p="${loss%\%}" 'BEGIN { printf "%d", p * 10000 + 0.5 }')
+    ip netns exec "$ns" nft -f - << EOF
+table netdev $name {
+  chain lossy_link {
+    type filter hook ingress device eth0 priority 0;
+    numgen random mod 1000000 < $below drop
+  }
+}
+EOF
+  fi
+}
+delay_set() { ! [[ $delay =~ ^0+(\.0+)?(us|ms|s)$ ]]; }
+loss_set() { awk -v p="${loss%\%}" 'BEGIN { exit !(p > 0) }'; }
+
+# Ends every process inside NAME's namespaces (ranks, orted daemons), then removes the
+# namespaces (their veth pairs go with them), the bridges and the state folder.
+teardown() {
+  local ns pids
+  for ns in $(namespaces); do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    # shellcheck disable=SC2086  # a list of pids
+    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+  done
+  for ns in $(namespaces); do
+    for _ in $(seq 50); do  # a killed process leaves the namespace within moments
+      [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip netns del "$name-probe" 2>/dev/null || true
+  ip link del "$bridge" 2>/dev/null || true
+  ip link del "$mgmt_bridge" 2>/dev/null || true
+  local link
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-(v[0-9]+|m[0-9]+|mh)$" || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+
+# Makes namespace NS with lo up, IPv4 only (no IPv6 autoconfiguration chatter in the counters).
+add_namespace() {
+  ip netns add "$1"
+  ip netns exec "$1" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6'
+  ip netns exec "$1" ip link set lo up
+}
+
+# Gives namespace NS the NIC IFACE at ADDRESS, cabled by the veth pair CABLE-IFACE into BRIDGE.
+plug() {
+  local ns=$1 iface=$2 cable=$3 into=$4 address=$5
+  ip link add "$cable" type veth peer name "$iface" netns "$ns"
+  # Segments of at most one MTU, as a real NIC puts them on the wire: veth would otherwise
+  # pass 64 KiB TCP super-packets, whose headers the counters and htb would see once.
+  ip netns exec "$ns" ethtool -K "$iface" tso off gso off > /dev/null
+  ethtool -K "$cable" tso off gso off > /dev/null
+  ip link set "$cable" master "$into" up
+  ip netns exec "$ns" ip addr add "$address/24" dev "$iface"
+  ip netns exec "$ns" ip link set "$iface" up
+}
+
+up() {
+  require_root
+  [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 250)) || die "--hosts '$hosts': want 1 to 250"
+  [[ $slots =~ ^[0-9]+$ ]] && ((slots >= 1)) || die "--slots '$slots': want a positive number"
+  [ -n "$rate" ] || die "--rate is required (e.g. 1gbit)"
+  delay=${delay:-0ms} loss=${loss:-0}
+  check_shape
+  local net=198.18.0 mgmt=198.19.0
+  if [ -n "$(namespaces)" ] || ip link show "$bridge" > /dev/null 2>&1 || [ -e "$dir" ]; then
+    ((replace)) || die "a cluster named '$name' exists ($(namespaces | tr '\n' ' ')); 'cluster.sh down --name $name' or 'up --replace'"
+    teardown
+  fi
+
+  # From here a failure removes whatever was made: never half a cluster.
+  trap 'status=$?; teardown; exit $status' EXIT
+  trap 'exit 1' INT TERM
+  local b
+  for b in "$bridge" "$mgmt_bridge"; do
+    ip link add "$b" type bridge
+    ip link set "$b" up
+  done
+  local i
+  for ((i = 0; i < hosts; i++)); do
+    add_namespace "$name-h$i"
+    plug "$name-h$i" eth0 "$name-v$i" "$bridge" "$net.$((i + 1))"
+    plug "$name-h$i" eth1 "$name-m$i" "$mgmt_bridge" "$mgmt.$((i + 1))"
+    shape_host "$i"
+  done
+  add_namespace "$name-head"
+  plug "$name-head" eth1 "$name-mh" "$mgmt_bridge" "$mgmt.254"
+
+  mkdir -p "$dir"
+  for ((i = 0; i < hosts; i++)); do echo "$name-h$i slots=$slots"; done > "$dir/hostfile"
+  # Open MPI's rsh launcher calls AGENT [options] HOST COMMAND...; like ssh, the command words
+  # make one shell line. It runs inside HOST's namespace, in a UTS namespace of its own that
+  # carries HOST's name, so MPI, hwloc and strata's `host` topology see one node per host.
+  cat > "$dir/rsh-agent" << EOF
+#!/usr/bin/env bash
+# Made by scripts/cluster.sh for cluster '$name': mpirun's rsh agent (plm_rsh_agent).
+set -euo pipefail
+while [[ \${1:-} == -* ]]; do shift; done
+host=\${1:?usage: rsh-agent HOST COMMAND...}
+shift
+[[ \$host =~ ^$name-h[0-9]+\$ ]] || { echo "rsh-agent: '\$host' is not a host of cluster '$name'" >&2; exit 255; }
+exec ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
+EOF
+  chmod +x "$dir/rsh-agent"
+  # Ranks of one host share memory (vader), hosts talk TCP on the data network; mpirun and its
+  # daemons on management.
+  echo "--allow-run-as-root --hostfile $dir/hostfile --mca plm_rsh_agent $dir/rsh-agent" \
+       "--mca btl self,vader,tcp --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $mgmt.0/24" \
+       > "$dir/mpirun.flags"
+  cat > "$dir/mpirun" << EOF
+#!/usr/bin/env bash
+# Made by scripts/cluster.sh for cluster '$name': mpirun on the head with the cluster's flags.
+exec ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") "\$@"
+EOF
+  chmod +x "$dir/mpirun"
+  printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\n' \
+         "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" > "$dir/cluster.env"
+  trap - EXIT INT TERM
+  echo "cluster '$name': $hosts hosts x $slots slots ($name-h0..$name-h$((hosts - 1)), data $net.1-$((hosts)))," \
+       "each link $rate, delay $delay, loss ${loss%\%}%; state in $dir"
+  echo "run: $dir/mpirun -np $((hosts * slots)) ...   (= ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") ...)"
+}
+
+# The state folder of an existing cluster.
+state() {
+  [ -f "$dir/cluster.env" ] || die "no cluster named '$name' (no $dir/cluster.env)"
+  # shellcheck disable=SC1091
+  source "$dir/cluster.env"
+}
+
+status() {
+  local found
+  found=$(namespaces)
+  if [ -z "$found" ]; then
+    echo "no cluster named '$name'"
+    return 0
+  fi
+  [ -f "$dir/cluster.env" ] ||
+    echo "cluster '$name': left over without its state folder (run 'cluster.sh down --name $name')"
+  local ns addresses
+  for ns in $found; do
+    addresses=$(ip netns exec "$ns" ip -o -4 addr show 2>/dev/null |
+                awk '$2 == "eth0" {printf "data %s, ", $4} $2 == "eth1" {printf "management %s", $4}')
+    if [[ $ns == *-head ]]; then
+      printf '%s: %s, processes %s\n' "$ns" "$addresses" "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
+      continue
+    fi
+    printf '%s: %s, %s, tx_bytes %s, processes %s\n' "$ns" "$addresses" \
+      "$(ip netns exec "$ns" tc class show dev eth0 2>/dev/null | grep -o 'rate [^ ]*' | head -1)$(
+         ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | grep -o ' delay [^ ]*' | head -1)$(
+         ip netns exec "$ns" nft list table netdev "$name" 2>/dev/null | grep -o ' < [0-9]*' |
+           awk '{printf " loss %g%%", $2 / 10000}')" \
+      "$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/tx_bytes 2>/dev/null)" \
+      "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
+  done
+  [ ! -f "$dir/mpirun" ] || echo "run: $dir/mpirun -np N ..."
+}
+
+case $cmd in
+  up) up ;;
+  down)
+    require_root
+    teardown
+    echo "cluster '$name': removed"
+    ;;
+  status) status ;;
+  flags)
+    state
+    cat "$dir/mpirun.flags"
+    ;;
+  shape)
+    require_root
+    given_rate=$rate given_delay=$delay given_loss=$loss
+    state  # what is not given stays as it is
+    rate=${given_rate:-$rate} delay=${given_delay:-$delay} loss=${given_loss:-$loss}
+    [ -n "$given_rate$given_delay$given_loss" ] || die "shape: give --rate, --delay or --loss"
+    check_shape
+    if [ -n "$only_host" ]; then
+      [[ $only_host =~ ^$name-h([0-9]+)$ ]] && ((BASH_REMATCH[1] < hosts)) ||
+        die "--host '$only_host': not a host of cluster '$name'"
+      shape_host "${BASH_REMATCH[1]}"
+      echo "cluster '$name': $only_host's link $rate, delay $delay, loss ${loss%\%}%"
+    else
+      for ((i = 0; i < hosts; i++)); do shape_host "$i"; done
+      sed -i -e "s/^rate=.*/rate=$rate/" -e "s/^delay=.*/delay=$delay/" -e "s/^loss=.*/loss=$loss/" "$dir/cluster.env"
+      echo "cluster '$name': each link $rate, delay $delay, loss ${loss%\%}%"
+    fi
+    ;;
+  link)
+    require_root
+    state
+    ((${#pos[@]} == 2)) || die "link: want HOST up|down"
+    host=${pos[0]} updown=${pos[1]}
+    [[ $host =~ ^$name-h([0-9]+)$ ]] && ((BASH_REMATCH[1] < hosts)) || die "link: '$host' is not a host of cluster '$name'"
+    [[ $updown == up || $updown == down ]] || die "link: '$updown': want up or down"
+    ip link set "$name-v${BASH_REMATCH[1]}" "$updown"
+    ;;
+  *) usage ;;
+esac

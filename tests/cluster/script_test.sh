@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# scripts/cluster.sh end to end (docs/cluster.md):
+#   1. refusals before anything is made: not root (a copy run as nobody), bad values;
+#   2. up: 2 hosts x 4 slots; mpirun on the head starts 4 ranks in each host, which see their
+#      own hostname: `strata topo --topology host` finds node 4 x cluster 2; an existing
+#      cluster is refused, --replace makes it anew;
+#   3. the shaped link holds a transfer to its rate: 4 MB from host 0 to host 1 at 50 Mbit/s
+#      take at least 0.6 s (0.67 s at the rate; never less, the check cannot be flaky);
+#   4. shape --loss and --host, link down/up (the host's eth0 loses its carrier);
+#   5. down removes every namespace, link and file, and a cluster left half-made by a killed
+#      `up` too.
+# Usage: script_test.sh STRATA_BIN SOURCE_DIR
+set -euo pipefail
+strata=$(readlink -f "$1") src=$2 cname=sctscr
+# shellcheck source=lib.sh
+source "$src/tests/cluster/lib.sh"
+need_cluster
+
+# ---- 1. refusals -------------------------------------------------------------------------
+cp "$src/scripts/cluster.sh" "$work/cluster.sh"
+chmod 755 "$work/cluster.sh"
+if out=$(setpriv --reuid 65534 --regid 65534 --clear-groups "$work/cluster.sh" up --name "$cname" --hosts 2 \
+           --slots 1 --rate 1gbit 2>&1); then fail "up as nobody succeeded"; fi
+grep -q "cluster.sh: error: needs root: .*(you are uid 65534)" <<<"$out" || fail "not root: '$out'"
+refused() {  # expected message, up flags...
+  local want=$1 out
+  shift
+  if out=$("${cluster[@]}" up --name "$cname" "$@" 2>&1); then fail "accepted up $*"; fi
+  grep -Fq -- "$want" <<<"$out" || fail "up $*: '$out', want '$want'"
+}
+refused "--hosts '0': want 1 to 250" --hosts 0 --slots 1 --rate 1gbit
+refused "--rate 'fast': want a tc rate" --hosts 2 --slots 1 --rate fast
+refused "--loss '120': want a percentage from 0 to 100" --hosts 2 --slots 1 --rate 1gbit --loss 120
+refused "--name 'Bad_Name': must be 1-8 lowercase" --name Bad_Name --hosts 2 --slots 1 --rate 1gbit
+refused "--rate is required" --hosts 2 --slots 1
+[ -z "$(ip netns list | grep "^$cname-")" ] || fail "a refused up left namespaces"
+
+# ---- 2. up, hostnames, topology ----------------------------------------------------------
+make_cluster 2 4 50mbit
+grep -q "cluster '$cname': 2 hosts x 4 slots" "$work/up.log" || fail "up said: $(cat "$work/up.log")"
+if out=$("${cluster[@]}" up --name "$cname" --hosts 2 --slots 4 --rate 1gbit 2>&1); then fail "a second up succeeded"; fi
+grep -q "a cluster named '$cname' exists" <<<"$out" || fail "second up: '$out'"
+hosts=$(on_cluster 8 hostname | sort | uniq -c | awk '{print $2 "x" $1}' | paste -sd' ')
+[ "$hosts" = "$cname-h0x4 $cname-h1x4" ] || fail "ranks ran on '$hosts', want 4 on each host"
+topo=$(on_cluster 8 "$strata" topo --topology host)
+grep -q "topology 'host': 8 ranks = node 4 x cluster 2" <<<"$topo" || fail "strata topo: $topo"
+grep -q "rank 5 ($cname-h1): node#1 {4-7}" <<<"$topo" || fail "strata topo, rank 5: $topo"
+
+# ---- 3. the rate holds -------------------------------------------------------------------
+bytes=4000000
+ip netns exec "$cname-h1" $py -c '
+import socket, sys
+s = socket.create_server(("198.18.0.2", 5001)); c, _ = s.accept(); n = 0
+while (b := c.recv(1 << 16)): n += len(b)
+print(n)' > "$work/received" &
+sink=$!
+t0=$(now)
+for _ in $(seq 50); do  # the listener is up within moments
+  ip netns exec "$cname-h0" $py -c "
+import socket
+c = socket.create_connection(('198.18.0.2', 5001)); c.sendall(bytes($bytes)); c.close()" 2> /dev/null && break
+  sleep 0.1
+  t0=$(now)
+done
+wait "$sink"
+took=$(since "$t0")
+[ "$(cat "$work/received")" = $bytes ] || fail "received $(cat "$work/received") bytes of $bytes"
+over 0.6 "$took" && fail "$bytes bytes at 50 Mbit/s took $took s, under the 0.64 s the rate allows"
+echo "$bytes bytes at 50 Mbit/s: $took s (0.64 s of payload at the rate)"
+
+# ---- 4. shape, loss, link ----------------------------------------------------------------
+"${cluster[@]}" shape --name "$cname" --rate 200mbit > /dev/null
+grep -q "rate 200Mbit" <<<"$(ip netns exec "$cname-h1" tc class show dev eth0)" || fail "shape --rate did not reach host 1"
+"${cluster[@]}" shape --name "$cname" --host "$cname-h1" --loss 30 > /dev/null
+grep -q "numgen random mod 1000000 < 300000 drop" <<<"$(ip netns exec "$cname-h1" nft list table netdev "$cname")" ||
+  fail "shape --loss 30 made no drop rule on host 1"
+if ip netns exec "$cname-h0" nft list table netdev "$cname" > /dev/null 2>&1; then fail "--host shaped host 0 too"; fi
+status=$("${cluster[@]}" status --name "$cname")
+grep -q "^$cname-h1: data 198.18.0.2/24, management 198.19.0.2/24, rate 200Mbit loss 30%" <<<"$status" ||
+  fail "status: $status"
+"${cluster[@]}" link --name "$cname" "$cname-h1" down
+sleep 0.2
+[ "$(ip netns exec "$cname-h1" cat /sys/class/net/eth0/carrier)" = 0 ] || fail "link down: host 1 still has a carrier"
+"${cluster[@]}" link --name "$cname" "$cname-h1" up
+for _ in $(seq 50); do
+  [ "$(ip netns exec "$cname-h1" cat /sys/class/net/eth0/carrier 2> /dev/null)" = 1 ] && break
+  sleep 0.1
+done
+[ "$(ip netns exec "$cname-h1" cat /sys/class/net/eth0/carrier)" = 1 ] || fail "link up: no carrier"
+
+# ---- 5. down, also of a half-made cluster ------------------------------------------------
+left_over() { { ip netns list | grep "^$cname-"; ip -o link | grep -o "$cname-[a-z0-9]*"; ls -d /run/strata-cluster/"$cname"; } 2> /dev/null || true; }
+"${cluster[@]}" down --name "$cname" > /dev/null
+[ -z "$(left_over)" ] || fail "down left: $(left_over)"
+"${cluster[@]}" up --name "$cname" --hosts 8 --slots 1 --rate 1gbit > /dev/null &
+up_pid=$!
+for _ in $(seq 100); do  # killed once it made some of it
+  ip netns list | grep -q "^$cname-h1" && break
+  sleep 0.05
+done
+kill -KILL "$up_pid"
+wait "$up_pid" 2> /dev/null || true
+[ -n "$(left_over)" ] || fail "the killed up left nothing behind: the check of down below proves nothing"
+"${cluster[@]}" down --name "$cname" > /dev/null
+[ -z "$(left_over)" ] || fail "down after a killed up left: $(left_over)"
+echo "cluster.sh: all checks passed"
