@@ -83,7 +83,9 @@ int env_int(const char* name, int fallback) {
 void report(const train::TrainConfig& config, const train::TrainResult& result) {
   const auto& s = result.summary;
   if (result.preempted) {
-    fmt::print("preempted: stopped after step {} on request (SIGTERM/SIGUSR1){}\n", s["steps"].get<std::int64_t>(),
+    const int sig = train::PreemptionHandler::requested();
+    fmt::print("{}: stopped after step {} on request ({}){}\n", sig == SIGINT ? "interrupted" : "preempted",
+               s["steps"].get<std::int64_t>(), sig != 0 ? train::signal_name(sig) : "a signal to another rank",
                s["checkpoint"].is_null() ? std::string("; no --out, nothing saved")
                                          : fmt::format("; checkpoint {}; continue with --resume latest",
                                                        s["checkpoint"].get<std::string>()));
@@ -123,7 +125,15 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   return config;
 }
 
-void run_train(const TrainArgs& args) {
+// Said once, at start: a run without an output folder leaves nothing behind.
+void warn_if_nothing_saved(const train::TrainConfig& config) {
+  if (!config.out_dir.empty()) return;
+  std::fflush(stdout);
+  fmt::print(stderr, "strata: no --out: this run saves nothing (no checkpoint, metrics.jsonl or summary.json)\n");
+}
+
+// Returns whether an interrupt (SIGINT) stopped the run before its last step.
+bool run_train(const TrainArgs& args) {
   const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
   train::TrainConfig config;
   if (launched_ranks > 1) {
@@ -144,9 +154,11 @@ void run_train(const TrainArgs& args) {
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
                config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
                omp_get_max_threads(), isa_name(detected_isa()));
+    warn_if_nothing_saved(config);
     std::fflush(stdout);
-    report(config, trainer.run());
-    return;
+    const train::TrainResult result = trainer.run();
+    report(config, result);
+    return result.preempted && train::PreemptionHandler::interrupted();
   }
 
   comm::mpi_session();
@@ -157,7 +169,7 @@ void run_train(const TrainArgs& args) {
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {
     if (leader) fmt::print("{}", engine.schedule().table());
-    return;
+    return false;
   }
   train::PreemptionHandler preemption;  // after MPI_Init: ours, not the MPI library's
   train::Trainer trainer(config, engine);
@@ -170,10 +182,12 @@ void run_train(const TrainArgs& args) {
                                           : "",
                config.batch, config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
                omp_get_max_threads(), isa_name(detected_isa()));
+    warn_if_nothing_saved(config);
     std::fflush(stdout);
   }
   train::TrainResult result = trainer.run();
   if (leader) report(config, result);
+  return result.preempted && train::PreemptionHandler::interrupted();
 }
 
 CommandRegistrar registrar(10, [](CLI::App& app) {
@@ -206,7 +220,13 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--stop-after", args->stop_after,
                   "end this invocation after that step, with a checkpoint (the schedule still spans --steps)");
-  cmd->callback([args] { run_train(*args); });
+  cmd->callback([args] {
+    // Everything the run built is gone by now; exit() still finalises MPI (a static session).
+    if (run_train(*args)) {
+      std::fflush(nullptr);
+      std::exit(train::kInterruptedExitStatus);
+    }
+  });
 });
 
 }  // namespace
