@@ -340,7 +340,7 @@ TrainResult Trainer::run() {
         if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
       }
       const double per_step = seconds_since(t_loop) / static_cast<double>(step - start_step_);
-      progress.update({step, last, loss, lr, outcome.grad_norm, m.tokens_per_s,
+      progress.update({step, config_.steps, last, loss, lr, outcome.grad_norm, m.tokens_per_s,
                        per_step * static_cast<double>(last - step)});
       if (m.val_loss) note(fmt::format("step {}: val loss {:.4f}", step, *m.val_loss));
     }
