@@ -116,7 +116,7 @@ PY
 # odls_base_sigkill_timeout seconds (1 by default), SIGTERM, the same pause, then SIGKILL, and
 # forwards no output while it pauses: given a pause long enough for a step and a save (and
 # little output), the ranks checkpoint (docs/faults.md).
-mpirun_int=("${mpi[@]}" --mca odls_base_sigkill_timeout 3 -np 2 "$strata" train --strategy zero3 --log-every 100000)
+mpirun_int=("${mpi[@]}" --mca odls_base_sigkill_timeout 4 -np 2 "$strata" train --strategy zero3 --log-every 100000)
 "${mpirun_int[@]}" "${common[@]}" --batch 4 --steps 100000 --out mint > mint.log 2>&1 &
 pid=$!
 wait_for_steps mint/metrics.jsonl 3 $pid || fail "2-rank run did not start: $(cat mint.log)"
