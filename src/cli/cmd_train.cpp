@@ -129,6 +129,12 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   return config;
 }
 
+// "1..60", or "1..40 of 60" when --stop-after ends this invocation before the schedule does.
+std::string steps_of(const train::TrainConfig& config, const train::Trainer& trainer) {
+  return fmt::format("{}..{}{}", trainer.start_step() + 1, config.last_step(),
+                     config.last_step() < config.steps ? fmt::format(" of {}", config.steps) : "");
+}
+
 // Said once, at start: a run without an output folder leaves nothing behind.
 void warn_if_nothing_saved(const train::TrainConfig& config) {
   if (!config.out_dir.empty()) return;
@@ -177,9 +183,9 @@ bool run_train(const TrainArgs& args) {
     train::PreemptionHandler preemption;
     train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
     train::Trainer trainer(config, engine);
-    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}..{}, {}, {}\n",
+    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}, {}, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
-               config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
+               config.seq_len(), config.grad_accum, steps_of(config, trainer),
                count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
     warn_if_nothing_saved(config);
     std::fflush(stdout);
@@ -202,12 +208,12 @@ bool run_train(const TrainArgs& args) {
   train::Trainer trainer(config, engine);
   if (leader) {
     fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} of topology '{}'{}, "
-               "batch {} x seq {} x accum {} per rank, steps {}..{}, {} a rank, {}\n",
+               "batch {} x seq {} x accum {} per rank, steps {}, {} a rank, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6,
                engine.schedule().spec().preset, count_of(engine.world_size(), "rank"), runtime.topology().name(),
                config.shard.emulate_links ? fmt::format(" (link emulation on, scale {})", config.shard.emulate_scale)
                                           : "",
-               config.batch, config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
+               config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
                count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
     warn_if_nothing_saved(config);
     std::fflush(stdout);

@@ -98,7 +98,7 @@ TEST(ProgressOutput, StopAfterShowsTheSchedulesTotalAndWhereThisRunStops) {
   auto r = test::run_strata("train --model tiny --batch 2 --seq 32 --threads 1 --train-data " + tokens.string() +
                             " --steps 60 --stop-after 40 --log-every 20");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "steps 1..40, 1 thread, ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "steps 1..40 of 60, 1 thread, ")) << r.output;
   EXPECT_TRUE(contains(r.output, "\nstep 20/60 (stopping after 40) | loss ")) << r.output;
   EXPECT_TRUE(contains(r.output, "\nstep 40/60 (stopping after 40) | loss ")) << r.output;
   EXPECT_FALSE(contains(r.output, "/40 ")) << r.output;
