@@ -43,6 +43,7 @@ struct TrainArgs {
   bool keep_weights = false;
   bool print_schedule = false;
   int preview_world_size = 0;  // --world-size: lay the schedule out for that many ranks from one process
+  CLI::Option* preview_world_size_option = nullptr;
   std::vector<std::string> tier_overrides;
   std::string resume;
   bool overwrite = false;
@@ -160,7 +161,7 @@ void preview_schedule(const TrainArgs& args) {
 
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
 bool run_train(const TrainArgs& args) {
-  if (args.preview_world_size != 0) {
+  if (args.preview_world_size_option->count() > 0) {
     if (!args.print_schedule) throw Error("--world-size: only with --print-schedule (a preview of that layout)");
     if (args.preview_world_size < 1)
       throw Error(fmt::format("--world-size {}: must be at least 1", args.preview_world_size));
@@ -191,7 +192,7 @@ bool run_train(const TrainArgs& args) {
     std::fflush(stdout);
     const train::TrainResult result = trainer.run();
     report(config, result);
-    return result.preempted && train::PreemptionHandler::interrupted();
+    return result.preempted && train::PreemptionHandler::requested() == SIGINT;
   }
 
   comm::mpi_session();
@@ -220,7 +221,7 @@ bool run_train(const TrainArgs& args) {
   }
   train::TrainResult result = trainer.run();
   if (leader) report(config, result);
-  return result.preempted && train::PreemptionHandler::interrupted();
+  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
 }
 
 CommandRegistrar registrar(10, [](CLI::App& app) {
@@ -249,8 +250,9 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
                 "keep gathered weights from forward to backward instead of gathering them again");
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
-  cmd->add_option("--world-size", args->preview_world_size,
-                  "with --print-schedule: the schedule of that many ranks, from one process (no mpirun)");
+  args->preview_world_size_option =
+      cmd->add_option("--world-size", args->preview_world_size,
+                      "with --print-schedule: the schedule of that many ranks, from one process (no mpirun)");
   cmd->add_option("--tier", args->tier_overrides, "override a topology figure: NAME.FIELD=VALUE (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--stop-after", args->stop_after,

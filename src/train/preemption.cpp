@@ -12,10 +12,9 @@
 namespace strata::train {
 
 namespace {
-// Lock-free, so setting them is async-signal-safe.
+// Lock-free, so setting it is async-signal-safe.
 std::atomic<int> g_signal{0};
-std::atomic<bool> g_interrupted{false};
-static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
+static_assert(std::atomic<int>::is_always_lock_free);
 
 // Written by the handler itself (write(2) is async-signal-safe): a step can take long, and
 // the user should know at once that the key press was heard and what a second one does.
@@ -32,7 +31,6 @@ extern "C" void on_preempt(int sig) {
   int none = 0;
   g_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);
   if (sig == SIGINT) {
-    g_interrupted.store(true, std::memory_order_relaxed);
     const ssize_t ignored = ::write(STDERR_FILENO, g_interrupt_note, std::strlen(g_interrupt_note));
     (void)ignored;  // nothing to do if stderr is gone
   }
@@ -41,7 +39,6 @@ extern "C" void on_preempt(int sig) {
 
 PreemptionHandler::PreemptionHandler() {
   g_signal.store(0);
-  g_interrupted.store(false);
   g_interrupt_note = ::isatty(STDERR_FILENO) == 1 ? kTerminalNote : kNote;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
@@ -68,8 +65,6 @@ PreemptionHandler::~PreemptionHandler() {
 }
 
 int PreemptionHandler::requested() { return g_signal.load(std::memory_order_relaxed); }
-
-bool PreemptionHandler::interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
 
 const char* signal_name(int sig) {
   switch (sig) {

@@ -18,10 +18,9 @@ class PreemptionHandler {
   PreemptionHandler(const PreemptionHandler&) = delete;
   PreemptionHandler& operator=(const PreemptionHandler&) = delete;
 
-  // The first signal received since installation (SIGTERM, SIGUSR1 or SIGINT), or 0.
+  // The first signal received since installation (SIGTERM, SIGUSR1 or SIGINT), or 0: what
+  // the run reports, and SIGINT makes its exit status 130.
   static int requested();
-  // Whether a SIGINT was received since installation.
-  static bool interrupted();
 
  private:
   struct sigaction old_term_{}, old_usr1_{}, old_int_{};
