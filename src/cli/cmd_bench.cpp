@@ -13,6 +13,7 @@
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "train/config.hpp"
 #include "train/local_engine.hpp"
 
@@ -95,8 +96,8 @@ void run_bench_step(const StepArgs& a) {
                         {"gflops", gflops}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("bench step: model {} ({:.2f}M parameters), batch {} x seq {}, {} threads, {}\n", a.model,
-               static_cast<double>(config.num_params()) / 1e6, a.batch, seq, omp_get_max_threads(),
+    fmt::print("bench step: model {} ({:.2f}M parameters), batch {} x seq {}, {}, {}\n", a.model,
+               static_cast<double>(config.num_params()) / 1e6, a.batch, seq, count_of(omp_get_max_threads(), "thread"),
                isa_name(detected_isa()));
     fmt::print("  {} steps after {} warm-up: {:.1f} ms/step mean, {:.1f} median, {:.1f} min\n", a.steps, a.warmup,
                1e3 * total / a.steps, 1e3 * median, 1e3 * sorted.front());

@@ -19,6 +19,7 @@
 #include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "comm/agree.hpp"
 #include "comm/context.hpp"
 #include "comm/mpi_session.hpp"
@@ -158,8 +159,9 @@ void run_bench(const Options& o) {
   const std::string emulation =
       o.emulate ? fmt::format("link emulation ON (scale {})", o.emulate_scale) : std::string("link emulation off");
   if (root && !o.json) {
-    fmt::print("strata bench collectives: topology '{}' ({}), {} ranks, {}, median of {} (slowest rank), {}\n",
-               topology.name(), fmt::join(shape, " x "), topology.world_size(), o.dtype, o.iterations, emulation);
+    fmt::print("strata bench collectives: topology '{}' ({}), {}, {}, median of {} (slowest rank), {}\n",
+               topology.name(), fmt::join(shape, " x "), count_of(topology.world_size(), "rank"), o.dtype, o.iterations,
+               emulation);
     fmt::print("algbw = buffer bytes / time; ring = strata flat ring over all ranks; hier = strata {}; "
                "mpi = Open MPI's own (never emulated)\n",
                hier.name());

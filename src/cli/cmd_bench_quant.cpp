@@ -18,6 +18,7 @@
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "quant/convert.hpp"
 #include "quant/quant.hpp"
 
@@ -133,8 +134,8 @@ void run_bench_quant(const BenchQuantOptions& opt) {
 
     nlohmann::json size = {{"size_mib", mib}, {"values", n}, {"rows", nlohmann::json::array()}};
     if (!opt.json) {
-      fmt::print("{} values ({} MiB as fp32), block {}, {} thread(s), {} kernels, best of {}\n", n, mib,
-                 opt.block_size, opt.threads, isa_name(isa), opt.reps);
+      fmt::print("{} values ({} MiB as fp32), block {}, {}, {} kernels, best of {}\n", n, mib, opt.block_size,
+                 count_of(opt.threads, "thread"), isa_name(isa), opt.reps);
       fmt::print("{:<12}{:<6}{:<6}{:>10}{:>10}{:>13}{:>8}\n", "kernel", "bits", "dtype", "MiB", "GB/s",
                  "memcpy GB/s", "ratio");
     }

@@ -69,8 +69,7 @@ void run_inspect(const InspectArgs& a) {
   fmt::print("  step {}; model n_layer {}, n_head {}, n_embd {}, vocab {} ({:.2f}M parameters, {} arena floats)\n",
              info.step, info.model.n_layer, info.model.n_head, info.model.n_embd, info.model.vocab_size,
              static_cast<double>(layout.num_params()) / 1e6, ckpt.arena_floats());
-  fmt::print("  written by {} on {} rank{}{}\n", str_or(info.engine, "strategy", "?"), info.world_size,
-             info.world_size == 1 ? "" : "s",
+  fmt::print("  written by {} on {}{}\n", str_or(info.engine, "strategy", "?"), count_of(info.world_size, "rank"),
              info.engine.contains("topology") ? fmt::format(" of topology '{}'", str_or(info.engine["topology"], "name", "?"))
                                               : "");
   if (info.engine.contains("shard_spec")) fmt::print("  shard spec {}\n", info.engine["shard_spec"].dump());
@@ -123,11 +122,11 @@ void run_convert(ConvertArgs a) {
   shard::convert_checkpoint(ckpt, a.destination, target);
   std::size_t runs = 0;
   for (auto& r : target.runs) runs += r.size();
-  fmt::print("converted {} (step {}, {} on {} ranks) to {}: {} on {} ranks, {} shard files, {} runs; state digest {} "
-             "unchanged\n",
-             dir.string(), ckpt.info().step, str_or(ckpt.info().engine, "strategy", "?"), ckpt.info().world_size,
-             a.destination, target.describe["strategy"].get<std::string>(), target.world_size, target.runs.size(), runs,
-             train::digest_hex(ckpt.state_digest()));
+  fmt::print("converted {} (step {}, {} on {}) to {}: {} on {}, {}, {}; state digest {} unchanged\n", dir.string(),
+             ckpt.info().step, str_or(ckpt.info().engine, "strategy", "?"), count_of(ckpt.info().world_size, "rank"),
+             a.destination, target.describe["strategy"].get<std::string>(), count_of(target.world_size, "rank"),
+             count_of(static_cast<std::int64_t>(target.runs.size()), "shard file"),
+             count_of(static_cast<std::int64_t>(runs), "run"), train::digest_hex(ckpt.state_digest()));
 }
 
 CommandRegistrar registrar(25, [](CLI::App& app) {

@@ -14,6 +14,7 @@
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "comm/mpi_session.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/device.hpp"
@@ -45,6 +46,9 @@ struct PlanOptions {
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
               *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr;
 };
+
+// The mark of an estimate that does not fit in device memory, in every table.
+constexpr const char* kDoesNotFit = "!";
 
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
@@ -98,9 +102,9 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
              c.topology().name(), nodes_text);
   fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM\n", d.name,
              d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps);
-  fmt::print("workload: micro-batch {} x {} tokens, {} micro-batch(es) a step; precision {}; recompute {}; "
-             "attention {}\n",
-             w.micro_batch, w.seq, w.accumulation_steps, plan::precision_name(w.precision),
+  fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}\n",
+             w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
+             plan::precision_name(w.precision),
              w.recompute ? "on" : "off", w.flash_attention ? "flash" : "dense (seq x seq kept)");
   for (const topo::Tier& t : c.topology().tiers()) {
     const bool outer = &t == &c.topology().tiers().back();
@@ -111,7 +115,7 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
 }
 
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
-  print_header(c, fmt::format("{} ranks ({})", c.topology().world_size(), tier_sizes(c.topology())));
+  print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const auto& tiers = c.topology().tiers();
   std::string head = fmt::format("\n{:<12} {:>9} {:>11} {:>9} {:>6} {:>9} {:>9} {:>9}", "strategy", "step s",
                                  "tokens/s", "TFLOP/s", "MFU", "compute s", "exposed s", "step s*");
@@ -119,7 +123,7 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   fmt::print("{}\n", head);
   for (const plan::Estimate& e : estimates) {
     std::string row = fmt::format("{:<12} {:>9.4g} {:>11.5g} {:>9.1f} {:>5.1f}% {:>9.4g} {:>9.4g} {:>9.4g}",
-                                  e.strategy, e.step_time_s, e.tokens_per_s, e.tflops_per_device, e.mfu * 100,
+                                  e.strategy + (e.fits ? "" : kDoesNotFit), e.step_time_s, e.tokens_per_s, e.tflops_per_device, e.mfu * 100,
                                   e.compute_s, e.exposed_micro_s, e.step_comm_s + e.optimizer_s);
     for (const plan::TierCost& t : e.tiers)
       row += fmt::format(" {:>10.3f}", static_cast<double>(t.traffic.bytes_sent) / 1e9);
@@ -127,6 +131,9 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   }
   fmt::print("  exposed s: micro-batch communication not hidden by compute; step s*: optimizer-step phase "
              "(communication + Adam), never hidden; GB: bytes a rank sends over each tier a step\n");
+  for (const plan::Estimate& e : estimates)
+    if (!e.fits) fmt::print("  {} {}: {}; its row assumes memory it does not have\n", kDoesNotFit, e.strategy,
+                            e.memory_verdict());
   fmt::print("\nmemory per rank (GB) {:>8} {:>9} {:>8} {:>9} {:>8} {:>11}  verdict\n", "weights", "secondary", "grads",
              "optimizer", "gathered", "activations");
   for (const plan::Estimate& e : estimates)
@@ -143,7 +150,7 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
 }
 
 void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int top) {
-  print_header(c, fmt::format("{} ranks ({})", c.topology().world_size(), tier_sizes(c.topology())));
+  print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const std::string outer = c.topology().tiers().back().name;
   fmt::print("\nsearched {} specs: {} fit in {:g} GB, {} do not\n", r.fitting.size() + r.not_fitting.size(),
              r.fitting.size(), c.device().memory_gb, r.not_fitting.size());
@@ -184,8 +191,8 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
 void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string& outer) {
   if (series.empty()) return;
   fmt::print("\nTFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
-             "'!' = does not fit)\n",
-             series.front().points.front().estimate.world_size);
+             "'{}' = does not fit)\n",
+             series.front().points.front().estimate.world_size, kDoesNotFit);
   std::string head = fmt::format("{:>6} {:>8}", "nodes", "devices");
   for (const auto& s : series) head += fmt::format(" {:>18}", s.strategy);
   fmt::print("{}\n", head);
@@ -195,7 +202,7 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
     for (const auto& s : series) {
       const auto& p = s.points[i];
       row += fmt::format(" {:>18}", fmt::format("{:.1f} E={:.2f}{}", p.estimate.tflops_per_device,
-                                                p.scaling_efficiency, p.estimate.fits ? " " : "!"));
+                                                p.scaling_efficiency, p.estimate.fits ? " " : kDoesNotFit));
     }
     fmt::print("{}\n", row);
   }
@@ -328,9 +335,9 @@ void run_plan(const PlanOptions& o) {
     first.resolve(first.world_size_for_nodes(nodes.front()));
     const auto strategies = chosen_strategies(o, first, workload.precision);
     const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes);
-    const std::string title = fmt::format("{} on {}, micro-batch {} x {}, {} micro-batch(es) a step", model.name,
-                                          topology.name(),
-                                          workload.micro_batch, workload.seq, workload.accumulation_steps);
+    const std::string title =
+        fmt::format("{} on {}, micro-batch {} x {}, {} a step", model.name, topology.name(), workload.micro_batch,
+                    workload.seq, count_of(workload.accumulation_steps, "micro-batch", "micro-batches"));
     if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
     const plan::PlanContext context(model, first, device, workload, leave_out);
     if (o.json) {

@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
 #include "topo/groups.hpp"
@@ -69,7 +70,7 @@ void print_text(const topo::Topology& topology, const nlohmann::json& doc) {
         fmt::format("{} {}", topology.tier(t).name, known ? std::to_string(topology.tier(t).size) : "?"));
   }
   fmt::print("topology '{}': {} = {}\n", topology.name(),
-             topology.resolved() ? fmt::format("{} ranks", topology.world_size()) : std::string("unresolved"),
+             topology.resolved() ? count_of(topology.world_size(), "rank") : std::string("unresolved"),
              fmt::join(sizes, " x "));
   fmt::print("  {:<10} {:>6} {:>13} {:>8} {:>8} {:>11} {:>11}\n", "tier", "size", "ranks/domain", "domains",
              "GB/s", "latency_us", "efficiency");

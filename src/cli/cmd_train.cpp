@@ -16,10 +16,13 @@
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/format.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
+#include "model/layout.hpp"
 #include "shard/runtime.hpp"
+#include "shard/schedule.hpp"
 #include "shard/spec.hpp"
 #include "train/config.hpp"
 #include "train/local_engine.hpp"
@@ -43,6 +46,8 @@ struct TrainArgs {
   bool emulate_links = false;
   bool keep_weights = false;
   bool print_schedule = false;
+  int preview_world_size = 0;  // --world-size: lay the schedule out for that many ranks from one process
+  CLI::Option* preview_world_size_option = nullptr;
   std::vector<std::string> tier_overrides;
   std::string resume;
   bool overwrite = false;
@@ -102,7 +107,9 @@ int env_int(const char* name, int fallback) {
 void report(const train::TrainConfig& config, const train::TrainResult& result) {
   const auto& s = result.summary;
   if (result.preempted) {
-    fmt::print("preempted: stopped after step {} on request (SIGTERM/SIGUSR1){}\n", s["steps"].get<std::int64_t>(),
+    const int sig = train::PreemptionHandler::requested();
+    fmt::print("{}: stopped after step {} on request ({}){}\n", sig == SIGINT ? "interrupted" : "preempted",
+               s["steps"].get<std::int64_t>(), sig != 0 ? train::signal_name(sig) : "a signal to another rank",
                s["checkpoint"].is_null() ? std::string("; no --out, nothing saved")
                                          : fmt::format("; checkpoint {}; continue with --resume latest",
                                                        s["checkpoint"].get<std::string>()));
@@ -115,8 +122,8 @@ void report(const train::TrainConfig& config, const train::TrainResult& result) 
     fmt::print("validation loss {:.4f} nats/token; unigram entropy of the training data {:.4f} nats/token\n",
                s["val_loss"].get<double>(), s["data"]["unigram_entropy"].get<double>());
   if (s.contains("strategy"))
-    fmt::print("strategy {} on {} ranks{}: compute {:.3f} s, exposed communication {:.3f} s per step\n",
-               s["strategy"].get<std::string>(), s["world_size"].get<int>(),
+    fmt::print("strategy {} on {}{}: compute {:.3f} s, exposed communication {:.3f} s per step\n",
+               s["strategy"].get<std::string>(), count_of(s["world_size"].get<int>(), "rank"),
                s["link_emulation"].get<bool>() ? " (link emulation on)" : "", s["compute_s"].get<double>(),
                s["exposed_comm_s"].get<double>());
   if (!config.out_dir.empty()) fmt::print("results in {}/ (summary.json, metrics.jsonl, ckpt/)\n", config.out_dir);
@@ -161,7 +168,44 @@ std::string ranks_by_host(train::Engine& engine) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-void run_train(const TrainArgs& args) {
+// "1..60", or "1..40 of 60" when --stop-after ends this invocation before the schedule does.
+std::string steps_of(const train::TrainConfig& config, const train::Trainer& trainer) {
+  return fmt::format("{}..{}{}", trainer.start_step() + 1, config.last_step(),
+                     config.last_step() < config.steps ? fmt::format(" of {}", config.steps) : "");
+}
+
+// Said once, at start: a run without an output folder leaves nothing behind.
+void warn_if_nothing_saved(const train::TrainConfig& config) {
+  if (!config.out_dir.empty()) return;
+  std::fflush(stdout);
+  fmt::print(stderr, "strata: no --out: this run saves nothing (no checkpoint, metrics.jsonl or summary.json)\n");
+}
+
+// --print-schedule --world-size N: the schedule N ranks would run, built by one process exactly
+// as each rank builds it (same topology, spec and layout), without launching them.
+void preview_schedule(const TrainArgs& args) {
+  if (env_int("OMPI_COMM_WORLD_SIZE", 1) > 1)
+    throw AgreedError("--world-size: previews a layout from one process; under mpirun the world is the launched "
+                      "ranks");  // every rank refuses alike: said once
+  const train::TrainConfig config = build_run_config(args, args.preview_world_size);
+  if (config.shard.topology == "host")
+    throw Error("--world-size: give --topology (a preset or a TOML file): 'host' is measured under mpirun, from the "
+                "ranks it launched");
+  const topo::Topology topology = shard::resolve_topology(config.shard, args.preview_world_size);
+  const shard::Schedule schedule(model::ParamLayout(config.model), topology, shard::build_spec(config.shard, topology),
+                                 config.grad_accum);
+  fmt::print("{}", schedule.table());
+}
+
+// Returns whether an interrupt (SIGINT) stopped the run before its last step.
+bool run_train(const TrainArgs& args) {
+  if (args.preview_world_size_option->count() > 0) {
+    if (!args.print_schedule) throw Error("--world-size: only with --print-schedule (a preview of that layout)");
+    if (args.preview_world_size < 1)
+      throw Error(fmt::format("--world-size {}: must be at least 1", args.preview_world_size));
+    preview_schedule(args);
+    return false;
+  }
   const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
   train::TrainConfig config;
   if (launched_ranks > 1) {
@@ -178,13 +222,15 @@ void run_train(const TrainArgs& args) {
     train::PreemptionHandler preemption;
     train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
     train::Trainer trainer(config, engine);
-    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}..{}, {} threads, {}\n",
+    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}, {}, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
-               config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
-               omp_get_max_threads(), isa_name(detected_isa()));
+               config.seq_len(), config.grad_accum, steps_of(config, trainer),
+               count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
+    warn_if_nothing_saved(config);
     std::fflush(stdout);
-    report(config, trainer.run());
-    return;
+    const train::TrainResult result = trainer.run();
+    report(config, result);
+    return result.preempted && train::PreemptionHandler::requested() == SIGINT;
   }
 
   comm::mpi_session();
@@ -195,25 +241,27 @@ void run_train(const TrainArgs& args) {
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {
     if (leader) fmt::print("{}", engine.schedule().table());
-    return;
+    return false;
   }
   train::PreemptionHandler preemption;  // after MPI_Init: ours, not the MPI library's
   train::Trainer trainer(config, engine);
   const std::string placement = ranks_by_host(engine);
   if (leader) {
-    fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} ranks of topology '{}'{}, "
-               "batch {} x seq {} x accum {} per rank, steps {}..{}, {} threads a rank, {}\n",
+    fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} of topology '{}'{}, "
+               "batch {} x seq {} x accum {} per rank, steps {}, {} a rank, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6,
-               engine.schedule().spec().preset, engine.world_size(), runtime.topology().name(),
+               engine.schedule().spec().preset, count_of(engine.world_size(), "rank"), runtime.topology().name(),
                config.shard.emulate_links ? fmt::format(" (link emulation on, scale {})", config.shard.emulate_scale)
                                           : "",
-               config.batch, config.seq_len(), config.grad_accum, trainer.start_step() + 1, config.last_step(),
-               omp_get_max_threads(), isa_name(detected_isa()));
+               config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
+               count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
     if (!placement.empty()) fmt::print("hosts: {}\n", placement);
+    warn_if_nothing_saved(config);
     std::fflush(stdout);
   }
   train::TrainResult result = trainer.run();
   if (leader) report(config, result);
+  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
 }
 
 CommandRegistrar registrar(10, [](CLI::App& app) {
@@ -242,11 +290,20 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
                 "keep gathered weights from forward to backward instead of gathering them again");
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
+  args->preview_world_size_option =
+      cmd->add_option("--world-size", args->preview_world_size,
+                      "with --print-schedule: the schedule of that many ranks, from one process (no mpirun)");
   cmd->add_option("--tier", args->tier_overrides, "override a topology figure: NAME.FIELD=VALUE (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--stop-after", args->stop_after,
                   "end this invocation after that step, with a checkpoint (the schedule still spans --steps)");
-  cmd->callback([args] { run_train(*args); });
+  cmd->callback([args] {
+    // Everything the run built is gone by now; exit() still finalises MPI (a static session).
+    if (run_train(*args)) {
+      std::fflush(nullptr);
+      std::exit(train::kInterruptedExitStatus);
+    }
+  });
 });
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "base/plural.hpp"
+
 namespace strata::cli {
 
 // Decimal units: "43.38 MB", "361.7 kB", "0 B".
@@ -13,5 +15,8 @@ inline std::string human_bytes(double b) {
   if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
   return fmt::format("{:.0f} B", b);
 }
+
+// Counts in messages ("1 rank", "8 ranks") come from base/plural.hpp, shared with the library.
+using strata::count_of;
 
 }  // namespace strata::cli

@@ -208,7 +208,9 @@ std::uint64_t Estimate::bytes_on(std::string_view tier) const {
 std::string Estimate::memory_verdict() const {
   const double have = static_cast<double>(device_memory_bytes) / 1e9;
   if (fits) return fmt::format("fits: {:.1f} of {:g} GB", static_cast<double>(total_memory_bytes) / 1e9, have);
-  return fmt::format("does not fit: needs {:.1f} GB of {:g} GB", static_cast<double>(total_memory_bytes) / 1e9, have);
+  return fmt::format("does not fit: needs {:.1f} GB of {:g} GB ({:.1f} GB over)",
+                     static_cast<double>(total_memory_bytes) / 1e9, have,
+                     static_cast<double>(total_memory_bytes - device_memory_bytes) / 1e9);
 }
 
 nlohmann::json Estimate::to_json() const {

@@ -99,7 +99,8 @@ struct Estimate {
   std::vector<std::string> left_out;
 
   std::uint64_t bytes_on(std::string_view tier) const;  // bytes sent a rank a step over that tier
-  std::string memory_verdict() const;  // "fits: 40.1 of 64 GB" / "does not fit: needs 71.2 GB of 64 GB"
+  // "fits: 40.1 of 64 GB" / "does not fit: needs 71.2 GB of 64 GB (7.2 GB over)"
+  std::string memory_verdict() const;
   nlohmann::json to_json() const;
 };
 

@@ -13,9 +13,12 @@ namespace {
 
 constexpr double kWidth = 860, kPanel = 420;
 constexpr double kLeft = 90, kRight = 210, kTop = 50, kBottom = 70;  // margins inside a panel
-// Colour-blind-safe palette (Okabe-Ito), then greys.
-constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
-                                   "#56B4E9", "#000000", "#F0E442", "#777777", "#BBBBBB"};
+constexpr double kTextX = 20;                                        // titles and captions start here
+constexpr double kTitleSize = 16, kCaptionSize = 12, kLineGap = 1.25;
+// Distinct hues, each at least 3:1 against white (WCAG's contrast for graphics): Okabe-Ito's
+// blue, vermillion and green, then darker purple, amber, indigo and wine, black, grey, teal.
+constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#AA4499", "#996600",
+                                   "#000000", "#332288", "#882255", "#666666", "#009988"};
 
 std::string escape(const std::string& text) {
   std::string out;
@@ -31,6 +34,44 @@ std::string escape(const std::string& text) {
   return out;
 }
 
+// Greedy word wrap to lines no wider than `width` at `font_size`; a '\n' always breaks.
+std::vector<std::string> wrap(const std::string& text, double font_size, double width) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t stop = text.find('\n', start);
+    if (stop == std::string::npos) stop = text.size();
+    std::string line;
+    std::size_t pos = start;
+    while (pos < stop) {
+      std::size_t end = std::min(text.find(' ', pos), stop);
+      const std::string word = text.substr(pos, end - pos);
+      if (word.empty()) {  // a run of spaces
+        pos = end + 1;
+        continue;
+      }
+      const std::string longer = line.empty() ? word : line + " " + word;
+      if (!line.empty() && estimated_text_width(longer, font_size) > width) {
+        lines.push_back(line);
+        line = word;
+      } else {
+        line = longer;
+      }
+      pos = end + 1;
+    }
+    lines.push_back(line);
+    if (stop == text.size()) return lines;
+    start = stop + 1;
+  }
+}
+
+// The first earlier series drawn along exactly the same points, or -1.
+int same_line_as(const std::vector<Series>& series, std::size_t k) {
+  for (std::size_t j = 0; j < k; ++j)
+    if (series[j].x == series[k].x && series[j].y == series[k].y) return static_cast<int>(j);
+  return -1;
+}
+
 std::string tick_label(double v) {
   if (v == 0) return "0";
   if (std::fabs(v) >= 1e4 || std::fabs(v) < 1e-2) return fmt::format("{:.3g}", v);
@@ -38,6 +79,21 @@ std::string tick_label(double v) {
 }
 
 }  // namespace
+
+double estimated_text_width(std::string_view text, double font_size) {
+  return 0.6 * font_size * static_cast<double>(text.size());
+}
+
+double contrast_on_white(const std::string& hex_color) {
+  if (hex_color.size() != 7 || hex_color[0] != '#') throw Error(fmt::format("svg: colour '{}' is not #RRGGBB", hex_color));
+  double channel[3];
+  for (int i = 0; i < 3; ++i) {
+    const double c = std::stoi(hex_color.substr(1 + 2 * i, 2), nullptr, 16) / 255.0;
+    channel[i] = c <= 0.03928 ? c / 12.92 : std::pow((c + 0.055) / 1.055, 2.4);
+  }
+  const double luminance = 0.2126 * channel[0] + 0.7152 * channel[1] + 0.0722 * channel[2];
+  return 1.05 / (luminance + 0.05);
+}
 
 std::vector<double> nice_ticks(double max, int target_count) {
   if (!(max > 0) || !std::isfinite(max)) return {0, 1};
@@ -54,7 +110,23 @@ std::vector<double> nice_ticks(double max, int target_count) {
 }
 
 std::string svg_document(const std::vector<Chart>& charts, const std::string& caption) {
-  const double height = kPanel * static_cast<double>(charts.size()) + 40;
+  // Lines that coincide hide each other: the later one is drawn dashed and named in its
+  // legend entry and in the caption.
+  std::vector<std::string> coincide;
+  for (std::size_t c = 0; c < charts.size(); ++c) {
+    std::vector<std::string> pairs;
+    for (std::size_t k = 0; k < charts[c].series.size(); ++k)
+      if (const int j = same_line_as(charts[c].series, k); j >= 0)
+        pairs.push_back(fmt::format("{} = {}", charts[c].series[k].label, charts[c].series[j].label));
+    if (!pairs.empty()) coincide.push_back(fmt::format("{} (chart {})", fmt::join(pairs, ", "), c + 1));
+  }
+  std::string full_caption = caption;
+  if (!coincide.empty())
+    full_caption += fmt::format("; dashed lines lie on an earlier one: {}", fmt::join(coincide, "; "));
+  const std::vector<std::string> caption_lines = wrap(full_caption, kCaptionSize, kWidth - 2 * kTextX);
+  const double caption_line = kCaptionSize * kLineGap;
+  const double height =
+      kPanel * static_cast<double>(charts.size()) + 20 + caption_line * static_cast<double>(caption_lines.size());
   std::string s = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
@@ -90,8 +162,15 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
     const double y_top = yt.back();
     auto py = [&](double y) { return y0 - y / y_top * (y0 - y1); };
 
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"16\" font-weight=\"bold\">{}</text>\n", x0, top + 30,
-                     escape(chart.title));
+    // Wrapped to the width, at most two lines above the plot (kTop); a smaller font if need be.
+    double title_size = kTitleSize;
+    std::vector<std::string> title_lines = wrap(chart.title, title_size, kWidth - 2 * kTextX);
+    while (title_lines.size() > 2 && title_size > 8)
+      title_lines = wrap(chart.title, title_size -= 1, kWidth - 2 * kTextX);
+    for (std::size_t i = 0; i < title_lines.size(); ++i)
+      s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"{}\" font-weight=\"bold\">{}</text>\n", kTextX,
+                       top + (title_lines.size() == 1 ? 30 : 22 + title_size * kLineGap * static_cast<double>(i)),
+                       title_size, escape(title_lines[i]));
     for (double y : yt)
       s += fmt::format(
           "<line x1=\"{0}\" y1=\"{2:.1f}\" x2=\"{1}\" y2=\"{2:.1f}\" stroke=\"#e0e0e0\"/>\n"
@@ -118,10 +197,13 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
     for (std::size_t k = 0; k < chart.series.size(); ++k) {
       const Series& series = chart.series[k];
       const char* color = kColors[k % std::size(kColors)];
+      const int same = same_line_as(chart.series, k);
+      const std::string dash = same >= 0 ? " stroke-dasharray=\"7 5\"" : "";
       std::string points;
       for (std::size_t i = 0; i < series.x.size(); ++i)
         if (std::isfinite(series.y[i])) points += fmt::format("{:.1f},{:.1f} ", px(series.x[i]), py(series.y[i]));
-      s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n", color, points);
+      s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} points=\"{}\"/>\n", color, dash,
+                       points);
       for (std::size_t i = 0; i < series.x.size(); ++i) {
         if (!std::isfinite(series.y[i])) continue;
         const bool hollow = i < series.hollow.size() && series.hollow[i];
@@ -130,15 +212,19 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
             px(series.x[i]), py(series.y[i]), hollow ? "white" : color, color);
       }
       const double ly = y1 + 8 + 22.0 * static_cast<double>(k);
+      const std::string label =
+          same >= 0 ? fmt::format("{} (= {})", series.label, chart.series[same].label) : series.label;
       s += fmt::format(
-          "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n"
+          "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"{8}/>\n"
           "<circle cx=\"{4}\" cy=\"{1:.1f}\" r=\"4\" fill=\"{3}\"/>\n"
           "<text x=\"{5}\" y=\"{6:.1f}\">{7}</text>\n",
-          x1 + 15, ly, x1 + 45, color, x1 + 30, x1 + 52, ly + 4, escape(series.label));
+          x1 + 15, ly, x1 + 45, color, x1 + 30, x1 + 52, ly + 4, escape(label), dash);
     }
   }
-  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#444\">{}</text>\n", kLeft, height - 15,
-                   escape(caption));
+  const double caption_top = kPanel * static_cast<double>(charts.size()) + 10;
+  for (std::size_t i = 0; i < caption_lines.size(); ++i)
+    s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"{}\" fill=\"#444\">{}</text>\n", kTextX,
+                     caption_top + caption_line * static_cast<double>(i + 1), kCaptionSize, escape(caption_lines[i]));
   s += "</svg>\n";
   return s;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // A small SVG line-chart writer for the planner's sweep plots (no dependency).
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata::plan {
@@ -17,11 +18,18 @@ struct Chart {
   std::vector<Series> series;
 };
 
+// A generous estimate of the width of a line of text in Helvetica/Arial (0.6 em a character,
+// above their average even in bold): what the layout keeps inside the picture.
+double estimated_text_width(std::string_view text, double font_size);
+// WCAG 2 contrast ratio of a #RRGGBB colour against white (1 to 21).
+double contrast_on_white(const std::string& hex_color);
+
 // "1, 2, 5 x 10^k" ticks covering [0, max]; at least two.
 std::vector<double> nice_ticks(double max, int target_count);
 
 // The charts stacked vertically in one standalone SVG document; `caption` goes under them.
-// Text is XML-escaped.
+// Titles and the caption wrap to the picture's width; a series drawn along the same points as
+// an earlier one is dashed and noted in its legend entry and the caption. Text is XML-escaped.
 std::string svg_document(const std::vector<Chart>& charts, const std::string& caption);
 
 }  // namespace strata::plan

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/plural.hpp"
 #include "model/gpt.hpp"
 
 namespace strata::shard {
@@ -233,8 +234,9 @@ nlohmann::json Schedule::to_json() const {
 }
 
 std::string Schedule::table() const {
-  std::string s = fmt::format("schedule: strategy {} on {} ranks of '{}', {} micro-batch(es) a step\n", spec_.preset,
-                              world_size(), topology_.name(), accum_);
+  std::string s = fmt::format("schedule: strategy {} on {} of '{}', {} a step\n", spec_.preset,
+                              count_of(world_size(), "rank"), topology_.name(),
+                              count_of(accum_, "micro-batch", "micro-batches"));
   auto unit_name = [&](int u) { return u < 0 ? std::string("-") : units_.names[u]; };
   auto section = [&](const char* title, const std::vector<ScheduledOp>& ops) {
     s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",

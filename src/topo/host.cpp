@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/plural.hpp"
 
 namespace strata::topo {
 
@@ -97,8 +98,9 @@ HostFacts detect_host(MPI_Comm comm) {
 }
 
 std::vector<Tier> host_tiers(const HostFacts& f) {
-  const std::string seen = fmt::format("detected on {}: {} package(s), {} cores, {} rank(s) a node",
-                                       f.hostname, f.packages, f.cores, f.ranks_per_node);
+  const std::string seen = fmt::format("detected on {}: {}, {}, {} a node", f.hostname,
+                                       count_of(f.packages, "package"), count_of(f.cores, "core"),
+                                       count_of(f.ranks_per_node, "rank"));
   std::vector<Tier> tiers;
   if (int block = socket_block(f)) {
     tiers.push_back({"socket", block, 20, 0.5, 1.0,

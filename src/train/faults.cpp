@@ -24,10 +24,11 @@ std::int64_t parse_int(std::string_view text, std::string_view entry, const char
 FaultAction parse_action(std::string_view name, std::string_view entry) {
   if (name == "kill") return FaultAction::Kill;
   if (name == "term") return FaultAction::Term;
+  if (name == "int") return FaultAction::Int;
   if (name == "stop") return FaultAction::Stop;
   if (name == "nan_grad") return FaultAction::NanGrad;
   if (name == "kill_in_save") return FaultAction::KillInSave;
-  throw Error(fmt::format("STRATA_FAULT: '{}': unknown action '{}' (kill, term, stop, nan_grad, kill_in_save)",
+  throw Error(fmt::format("STRATA_FAULT: '{}': unknown action '{}' (kill, term, int, stop, nan_grad, kill_in_save)",
                           entry, name));
 }
 
@@ -81,6 +82,7 @@ void FaultPlan::at_step_start(std::int64_t step, int rank) const {
   if (fires(FaultAction::Kill, step, rank)) ::raise(SIGKILL);
   if (fires(FaultAction::Stop, step, rank)) ::raise(SIGSTOP);
   if (fires(FaultAction::Term, step, rank)) ::raise(SIGTERM);
+  if (fires(FaultAction::Int, step, rank)) ::raise(SIGINT);
 }
 
 }  // namespace strata::train

@@ -7,6 +7,7 @@
 //
 //   kill        SIGKILL this rank at the start of the step
 //   term        send this rank SIGTERM at the start of the step (what a scheduler sends)
+//   int         send this rank SIGINT at the start of the step (Ctrl-C)
 //   stop        SIGSTOP this rank at the start of the step (a stalled rank)
 //   nan_grad    the step's gradients on this rank become NaN (the loss stays finite)
 //   kill_in_save  SIGKILL this rank while it saves the checkpoint of that step: after its
@@ -20,7 +21,7 @@
 
 namespace strata::train {
 
-enum class FaultAction { Kill, Term, Stop, NanGrad, KillInSave };
+enum class FaultAction { Kill, Term, Int, Stop, NanGrad, KillInSave };
 
 struct Fault {
   FaultAction action;

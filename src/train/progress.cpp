@@ -23,22 +23,30 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+namespace {
+// The schedule's total stays the denominator (it fixes the learning rate); a planned stop
+// before it is said beside it, and the ETA counts to it.
+std::string stop_note(const ProgressLine& p) {
+  return p.stop < p.total ? fmt::format(" (stopping after {})", p.stop) : std::string();
+}
+}  // namespace
+
 void Progress::update(const ProgressLine& p) {
   if (terminal_) {
     constexpr int kWidth = 24;
     const double frac = p.total > 0 ? static_cast<double>(p.step) / static_cast<double>(p.total) : 1.0;
     const int filled = std::clamp(static_cast<int>(frac * kWidth), 0, kWidth);
-    last_bar_ = fmt::format("step {}/{} [{}{}] loss {:.4f} | {:.0f} tok/s | ETA {}", p.step, p.total,
-                            std::string(filled, '#'), std::string(kWidth - filled, '.'), p.loss, p.tokens_per_s,
-                            format_duration(p.eta_s));
+    last_bar_ = fmt::format("step {}/{}{} [{}{}] loss {:.4f} | {:.0f} tok/s | ETA {}", p.step, p.total,
+                            stop_note(p), std::string(filled, '#'), std::string(kWidth - filled, '.'), p.loss,
+                            p.tokens_per_s, format_duration(p.eta_s));
     fmt::print(stderr, "\r\033[K{}", last_bar_);
     std::fflush(stderr);
     bar_drawn_ = true;
     return;
   }
-  if (p.step == 1 || p.step % every_ == 0 || p.step == p.total) {
-    fmt::print("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", p.step, p.total,
-               p.loss, p.lr, p.grad_norm, p.tokens_per_s, format_duration(p.eta_s));
+  if (p.step == 1 || p.step % every_ == 0 || p.step == p.stop) {
+    fmt::print("step {}/{}{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", p.step, p.total,
+               stop_note(p), p.loss, p.lr, p.grad_norm, p.tokens_per_s, format_duration(p.eta_s));
     std::fflush(stdout);
   }
 }

@@ -8,7 +8,8 @@
 namespace strata::train {
 
 struct ProgressLine {
-  std::int64_t step = 0, total = 0;
+  std::int64_t step = 0, total = 0;  // total: the schedule's steps (train.steps)
+  std::int64_t stop = 0;             // the step this invocation ends after (--stop-after), or total
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   double eta_s = 0;
 };

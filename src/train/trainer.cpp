@@ -80,6 +80,14 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
     scaler_ = optim::LossScaler(config_.initial_loss_scale, config_.loss_scale_window);
   stop_request_ = [] { return PreemptionHandler::requested() != 0; };
 
+  // Before anything reads or removes what the folder holds.
+  agree(engine_, [&] {
+    if (out_.empty() || !leader_) return;
+    if (fs::exists(out_) && !fs::is_directory(out_))
+      throw Error(fmt::format("{}: exists and is not a folder (train.out)", out_.string()));
+    out_lock_.emplace(out_);
+  });
+
   // The checkpoint to resume from: rank 0 verifies it shard by shard (and, given an output
   // folder, falls back past damaged ones), then tells the others.
   fs::path ckpt_dir;
@@ -106,24 +114,38 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
   // leader has begun to write, nor leave the others waiting in a collective.
   agree(engine_, [&] {
     if (!out_.empty()) {
-      if (fs::exists(out_) && !fs::is_directory(out_))
-        throw Error(fmt::format("{}: exists and is not a folder (train.out)", out_.string()));
       continue_output_ = fresh_latest || (!ckpt_dir.empty() && same_folder(ckpt_dir.parent_path(), out_ / "ckpt"));
       if (continue_output_ && config_.overwrite && !ckpt_dir.empty())
         throw Error(fmt::format("--overwrite would delete {}, the checkpoint --resume continues from; drop one of them",
                                 ckpt_dir.string()));
       const bool earlier_results = fs::exists(out_ / "summary.json") || fs::exists(out_ / "metrics.jsonl") ||
                                    fs::exists(out_ / "ckpt");
-      if (earlier_results && !continue_output_ && !config_.overwrite)
-        throw Error(fmt::format("{}: holds the results of an earlier run; continue it with --resume {} or replace "
-                                "them with --overwrite",
-                                out_.string(), out_.string()));
+      if (earlier_results && !continue_output_ && !config_.overwrite) throw Error(earlier_results_refusal());
     }
   });
   if (fresh_latest && leader_)
     fmt::print(stderr, "strata: --resume latest: no checkpoint in {} yet; starting from step 0\n", out_.string());
   if (!ckpt_dir.empty()) resume_from(ckpt_dir);
   if (continue_output_) earlier_metrics_ = read_metrics_until(out_ / "metrics.jsonl", start_step_);
+}
+
+std::string Trainer::earlier_results_refusal() const {
+  const std::string start = fmt::format("{}: holds the results of an earlier run", out_.string());
+  ResumeChoice newest;
+  try {
+    newest = choose_checkpoint(out_);
+  } catch (const Error&) {
+    return start + "; it has no intact checkpoint to continue from: replace them with --overwrite, or choose "
+                   "another --out";
+  }
+  const std::int64_t step = Checkpoint::open(newest.dir).info().step;
+  if (step >= config_.last_step())
+    return fmt::format("{}, finished at step {} ({}): train on with --resume latest --steps N (N > {}), or replace "
+                       "them with --overwrite",
+                       start, step, newest.dir.string(), step);
+  return fmt::format("{}; continue it with --resume latest (its newest intact checkpoint: {}, step {}), or replace "
+                     "them with --overwrite",
+                     start, newest.dir.string(), step);
 }
 
 fs::path Trainer::resume_source() const {
@@ -318,7 +340,7 @@ TrainResult Trainer::run() {
         if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
       }
       const double per_step = seconds_since(t_loop) / static_cast<double>(step - start_step_);
-      progress.update({step, last, loss, lr, outcome.grad_norm, m.tokens_per_s,
+      progress.update({step, config_.steps, last, loss, lr, outcome.grad_norm, m.tokens_per_s,
                        per_step * static_cast<double>(last - step)});
       if (m.val_loss) note(fmt::format("step {}: val loss {:.4f}", step, *m.val_loss));
     }

@@ -15,9 +15,12 @@
 // an Error, the last checkpoint left as it was. With gradients on an fp16 wire the loss is
 // scaled dynamically (optim/loss_scaler.hpp). A preemption signal (preemption.hpp) ends the
 // run after the current step with a checkpoint.
-// A folder holding an earlier run's results is refused unless the run continues it (--resume
-// from one of its checkpoints) or --overwrite replaces them. Every check, including reading
-// the checkpoint, happens in the constructor, before anything is written.
+// One run at a time in an output folder: rank 0 locks it (base/folder_lock.hpp) first thing,
+// so a second run, with or without --overwrite, is refused naming the first one's pid and
+// host. A folder holding an earlier run's results is refused unless the run continues it
+// (--resume from one of its checkpoints) or --overwrite replaces them; the refusal says which
+// exists: an intact checkpoint to resume, or none. Every check, including reading the
+// checkpoint, happens in the constructor, before anything but the lock file is written.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/folder_lock.hpp"
 #include "data/loader.hpp"
 #include "optim/loss_scaler.hpp"
 #include "train/config.hpp"
@@ -69,6 +73,9 @@ class Trainer {
 
  private:
   std::filesystem::path resume_source() const;
+  // Why a folder with results is refused, pointing at what exists: an intact checkpoint to
+  // continue with --resume latest, or none (then only --overwrite).
+  std::string earlier_results_refusal() const;
   void resume_from(const std::filesystem::path& path);
   // Throws Error naming what differs from this run or is malformed; returns what to continue from.
   TrainerState check_resumable(const Checkpoint& ckpt) const;
@@ -81,6 +88,7 @@ class Trainer {
   Engine& engine_;
   bool leader_;
   std::filesystem::path out_;
+  std::optional<FolderLock> out_lock_;  // rank 0's, on out_, for the trainer's life
   data::DataLoader train_loader_;
   std::optional<data::DataLoader> val_loader_;
   int val_batches_ = 0;

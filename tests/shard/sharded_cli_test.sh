@@ -67,4 +67,21 @@ expect_error "shard.weights = 'rack'" --strategy zero3 --shard W=rack
 expect_error "shard.block_size = 7" --strategy zeropp --block-size 7
 expect_error "shard.weight_wire = int4" --strategy zero3 --weight-wire int4
 expect_error "strategy 'zero4'" --strategy zero4
+# --print-schedule --world-size N: from one process, the very schedule the N ranks print.
+for strategy in zeropp topo; do
+  "${mpi[@]}" "$strata" train --strategy $strategy "${common[@]}" --print-schedule > "$work/schedule8.txt"
+  "$strata" train --strategy $strategy "${common[@]}" --print-schedule --world-size 8 > "$work/schedule1.txt"
+  grep -q "^schedule: strategy $strategy on 8 ranks of '2node-2gpu-2die', 1 micro-batch a step" "$work/schedule1.txt" ||
+    fail "$strategy preview: $(head -1 "$work/schedule1.txt")"
+  cmp -s "$work/schedule8.txt" "$work/schedule1.txt" || fail "$strategy: the one-process preview differs from mpirun's"
+done
+preview_error() {  # WANT ARGS...: one process, refused saying WANT
+  local want=$1 out; shift
+  if out=$("$strata" train "${common[@]}" "$@" 2>&1); then fail "accepted: $*"; fi
+  grep -q -- "$want" <<<"$out" || fail "'$*' did not say '$want': $out"
+}
+preview_error "world size 6 is not a multiple of 4 ranks per node" --strategy zero3 --print-schedule --world-size 6
+preview_error "--world-size: only with --print-schedule" --strategy zero3 --world-size 8
+preview_error "'host' is measured under mpirun" --strategy zero3 --print-schedule --world-size 8 --topology host
+expect_error "--world-size: previews a layout from one process" --strategy zero3 --print-schedule --world-size 8
 echo "sharded CLI: all checks passed"

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/plural.hpp"
 #include "support.hpp"
 #include "util.hpp"
 
@@ -193,7 +194,7 @@ TEST(HostPreset, DetectsOneNodeWithAllRanks) {
   topo.resolve(world_size());
   EXPECT_EQ(topo.num_domains(node), 1);
   EXPECT_EQ(topo.tier(topo.outermost()).size, 1);
-  EXPECT_NE(topo.tier(node).source.find(fmt::format("{} rank(s) a node", world_size())), std::string::npos)
+  EXPECT_NE(topo.tier(node).source.find(fmt::format("{} a node", strata::count_of(world_size(), "rank"))), std::string::npos)
       << topo.tier(node).source;
   ProcessGroups groups(topo);
   std::vector<int> all(world_size());

@@ -421,7 +421,7 @@ TEST(HostTiers, OnePackage) {
   EXPECT_EQ(tiers[1].name, "cluster");
   EXPECT_EQ(tiers[1].size, 0);
   EXPECT_NE(tiers[0].source.find("estimate"), std::string::npos);
-  EXPECT_NE(tiers[0].source.find("box: 1 package(s), 8 cores, 4 rank(s)"), std::string::npos);
+  EXPECT_NE(tiers[0].source.find("box: 1 package, 8 cores, 4 ranks"), std::string::npos);
   EXPECT_NE(tiers[1].source.find("estimate"), std::string::npos);
   Topology topo(tiers, "host");
   topo.resolve(8);

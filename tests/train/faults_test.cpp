@@ -22,7 +22,7 @@ TEST(FaultPlan, FiresOnItsStepsAndRanksOnly) {
 TEST(FaultPlan, BadEntriesAreRefusedNamingTheVariableAndTheEntry) {
   auto error = [](const char* text) { return test::error_of([&] { FaultPlan::parse(text); }); };
   EXPECT_EQ(error("explode@3"),
-            "STRATA_FAULT: 'explode@3': unknown action 'explode' (kill, term, stop, nan_grad, kill_in_save)");
+            "STRATA_FAULT: 'explode@3': unknown action 'explode' (kill, term, int, stop, nan_grad, kill_in_save)");
   EXPECT_EQ(error("kill"), "STRATA_FAULT: 'kill': expected ACTION@STEP[-LAST][/RANK]");
   EXPECT_EQ(error("kill@x"), "STRATA_FAULT: 'kill@x': step 'x' is not a non-negative integer");
   EXPECT_EQ(error("kill@5-3"), "STRATA_FAULT: 'kill@5-3': the step range ends before it begins");

@@ -1,0 +1,83 @@
+// What `strata plan` shows a user: the non-fit mark of the single-plan table, and a sweep SVG
+// whose text fits the picture, whose coinciding lines are noted, whose colours read on white.
+#include <regex>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "base/fileio.hpp"
+#include "plan/svg.hpp"
+#include "support.hpp"
+
+namespace {
+
+strata::test::CommandResult run_strata(const std::string& args) {
+  return strata::test::run_command(std::string(STRATA_EXE) + " " + args, strata::test::Stderr::Capture);
+}
+
+// Every left-anchored <text> (titles, legend, caption) ends inside the viewBox's width, by the
+// layout's own width estimate; every line's colour has 3:1 contrast on white.
+void expect_readable(const std::string& svg) {
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex(R"re(viewBox="0 0 (\d+) (\d+)")re"))) << svg.substr(0, 300);
+  const double width = std::stod(m[1]), height = std::stod(m[2]);
+  const std::regex text(R"re(<text x="([0-9.]+)" y="([0-9.]+)"( font-size="([0-9.]+)")?[^>]*>([^<]*)</text>)re");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), text); it != std::sregex_iterator(); ++it) {
+    const std::smatch& t = *it;
+    if (t.str(0).find("text-anchor") != std::string::npos) continue;  // centred or right-aligned ticks
+    const double size = t[4].matched ? std::stod(t[4]) : 13;
+    EXPECT_LE(std::stod(t[1]) + strata::plan::estimated_text_width(t.str(5), size), width) << t.str(0);
+    EXPECT_LE(std::stod(t[2]), height) << t.str(0);
+    ++checked;
+  }
+  EXPECT_GT(checked, 5);
+  const std::regex stroke(R"re(<polyline fill="none" stroke="(#[0-9A-Fa-f]{6})")re");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), stroke); it != std::sregex_iterator(); ++it)
+    EXPECT_GE(strata::plan::contrast_on_white((*it)[1]), 3.0) << (*it)[1];
+}
+
+}  // namespace
+
+TEST(PlanOutput, TheSinglePlanTableMarksStrategiesThatDoNotFitAndByHowMuch) {
+  auto r = run_strata("plan --model llama2-70b --topology dgx-h100 --nodes 4 --strategy ddp,zero2,zero3 --recompute");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nddp!  "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nzero2!  "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nzero3   "), std::string::npos) << r.output;  // fits: no mark
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(\n  ! zero2: does not fit: needs 179\.\d GB of 80 GB \(99\.\d GB over\); its row assumes)")))
+      << r.output;
+  EXPECT_EQ(r.output.find("! zero3"), std::string::npos) << r.output;
+}
+
+TEST(PlanOutput, TheSweepSvgFitsItsTextNotesCoincidingLinesAndReadsOnWhite) {
+  strata::test::ScratchDir dir;
+  const auto svg = dir / "sweep.svg";
+  auto r = run_strata("plan --model gpt-neox-20b --topology frontier --sweep-nodes 1,2,4,8,16,32,64 --svg " +
+                      svg.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = strata::read_file_text(svg);
+  expect_readable(text);
+  EXPECT_NE(text.find(">gpt-neox-20b on frontier, micro-batch 1 x 2048, 1 micro-batch a step</text>"),
+            std::string::npos);
+  // zero2 sends what zero1 sends over the cluster tier: dashed, and said so.
+  EXPECT_NE(text.find(">zero2 (= zero1)</text>"), std::string::npos);
+  EXPECT_NE(text.find("dashed lines lie on an earlier one: zero2 = zero1"), std::string::npos);
+  EXPECT_NE(text.find("stroke-dasharray"), std::string::npos);
+}
+
+TEST(PlanOutput, SvgTitlesWrapInsideThePicture) {
+  using strata::plan::Series;
+  std::string long_title, long_caption;
+  for (int i = 0; i < 30; ++i) long_title += " title" + std::to_string(i);
+  for (int i = 0; i < 40; ++i) long_caption += " caption" + std::to_string(i);
+  strata::plan::Chart chart{long_title, "n", "y", false,
+                            {Series{"a", {1, 2}, {1, 2}, {}}, Series{"b", {1, 2}, {3, 1}, {}},
+                             Series{"c", {1, 2}, {1, 2}, {}}}};
+  const std::string svg = strata::plan::svg_document({chart}, long_caption);
+  expect_readable(svg);
+  EXPECT_NE(svg.find(">c (= a)</text>"), std::string::npos);
+  EXPECT_EQ(svg.find(">b (="), std::string::npos);
+  EXPECT_NE(svg.find(" title29</text>"), std::string::npos) << svg;  // wrapped, nothing cut
+}
