@@ -54,6 +54,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
       ctx_(ctx),
       comms_(comms),
       schedule_(model_.layout(), ctx.topology(), spec, accumulation_steps),
+      dims_(parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
       executor_(level_collectives(comms, schedule_.levels().num_levels), schedule_.scratch_elements(),
                 spec.block_size) {
@@ -279,11 +280,11 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
   }
   for (auto& w : works) wait(w);
 
-  // The average over data-parallel ranks, taken exactly once.
-  const float inv_world = 1.0f / static_cast<float>(world_size());
+  // The average over data-parallel replicas, taken exactly once.
+  const float inv_replicas = 1.0f / static_cast<float>(dims_.data_parallel_size());
   double local = 0;
   for (auto& U : units_) {
-    for (std::size_t i = 0; i < U->o.count; ++i) U->os_grad[i] *= inv_world;
+    for (std::size_t i = 0; i < U->o.count; ++i) U->os_grad[i] *= inv_replicas;
     local += optim::sum_squares(U->os_grad.data(), U->o.count);
   }
   // Every rank sums the same values in the same order: the same norm, the same verdict.

@@ -40,6 +40,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   const model::ParamLayout& layout() const override { return model_.layout(); }
   int rank() const override { return rank_; }
   int world_size() const override { return schedule_.world_size(); }
+  parallel::ParallelDims parallel_dims() const override { return dims_; }
   float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
   float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
   train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
@@ -88,6 +89,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   comm::Context& ctx_;
   comm::TierComms& comms_;
   Schedule schedule_;
+  parallel::ParallelDims dims_;
   int rank_ = 0;
   std::vector<std::unique_ptr<Unit>> units_;
   OpExecutor executor_;

@@ -81,6 +81,7 @@ class Trainer {
   Engine& engine_;
   bool leader_;
   std::filesystem::path out_;
+  parallel::ParallelDims dims_;  // the engine's: data sharding follows the replicas
   data::DataLoader train_loader_;
   std::optional<data::DataLoader> val_loader_;
   int val_batches_ = 0;
