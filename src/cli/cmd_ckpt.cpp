@@ -94,8 +94,8 @@ struct ConvertArgs {
   std::string source, destination;
   std::string strategy = "single";
   int world_size = 0;
-  shard::ShardOptions options = [] {
-    shard::ShardOptions o;
+  parallel::ShardOptions options = [] {
+    parallel::ShardOptions o;
     o.topology.clear();  // no default: see run_convert
     return o;
   }();

@@ -33,6 +33,7 @@ struct PlanOptions {
   std::string strategy = "all";
   std::string shard, secondary, weight_wire, grad_wire, step_grad_wire;
   int block_size = 0, prefetch = 0;
+  bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
   bool recompute = false, flash_attention = false;
   std::string precision = "bf16";
@@ -70,7 +71,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
   const bool overridden = !o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() ||
                           !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
-                          o.prefetch_opt->count() > 0;
+                          o.prefetch_opt->count() > 0 || o.keep_weights_after_forward;
   std::vector<plan::NamedSpec> out;
   for (const std::string& name : names) {
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
@@ -81,6 +82,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     if (!o.step_grad_wire.empty()) spec.step_grad_wire = shard::parse_wire(o.step_grad_wire, "--step-grad-wire");
     if (o.block_opt->count() > 0) spec.block_size = o.block_size;
     if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
+    if (o.keep_weights_after_forward) spec.free_after_forward = false;
     shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
     out.push_back({overridden ? name + "*" : name, spec});
   }
@@ -427,6 +429,8 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--step-grad-wire", o->step_grad_wire, "fp32, bf16, int8 or int4 (once-a-step reduction)");
   o->block_opt = cmd->add_option("--block-size", o->block_size, "elements per quantization scale");
   o->prefetch_opt = cmd->add_option("--prefetch", o->prefetch, "units gathered ahead of the one computing");
+  cmd->add_flag("--keep-weights-after-forward", o->keep_weights_after_forward,
+                "keep gathered weights from forward to backward (no backward gather; more gathered memory)");
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();
   o->seq_opt = cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();

@@ -55,6 +55,17 @@ class Collectives {
   virtual Work broadcast_async(Buf data, int root) = 0;
   virtual Work barrier_async() = 0;
 
+  // The same collectives run on the calling thread, inside a task already ordered among
+  // the process's collectives: a schedule executor runs a chain of per-level ops, with
+  // encoding between them, as one such task on the communication thread. The defaults wait
+  // for the asynchronous forms, right for backends that enqueue on their own stream
+  // (NCCL); backends whose asynchronous forms queue on the communication thread override.
+  virtual void all_gather_inline(CBuf shard, Buf full) { all_gather_async(shard, full).wait(); }
+  virtual void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) {
+    reduce_scatter_async(full, shard, op).wait();
+  }
+  virtual void all_to_all_inline(CBuf send, Buf recv) { all_to_all_async(send, recv).wait(); }
+
   void all_gather(CBuf shard, Buf full) { all_gather_async(shard, full).wait(); }
   void reduce_scatter(CBuf full, Buf shard, ReduceOp op) { reduce_scatter_async(full, shard, op).wait(); }
   void all_reduce(Buf data, ReduceOp op) { all_reduce_async(data, op).wait(); }

@@ -50,6 +50,11 @@ class Communicator final : public Collectives {
   Work all_to_all_async(CBuf send, Buf recv) override;
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
+  void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
+  void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) override {
+    run_reduce_scatter(full, shard, op == ReduceOp::Avg ? float(size()) : 1.0f);
+  }
+  void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
 
   // ---- On the communication thread only (algorithms, Hierarchy) ----
   // The collectives with the padding rule applied (sizes as in collectives.hpp); a

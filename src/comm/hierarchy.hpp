@@ -64,6 +64,11 @@ class Hierarchy final : public Collectives {
   Work all_to_all_async(CBuf send, Buf recv) override;
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
+  void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
+  void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) override {
+    run_reduce_scatter(full, shard, op == ReduceOp::Avg ? float(size()) : 1.0f);
+  }
+  void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
   // The qgZ recipe unquantized: per level an all-to-all, then an fp32 sum of the received
   // chunks in slot order. Same layout as reduce_scatter (the sums run in another order).
   Work reduce_scatter_by_all_to_all_async(CBuf full, Buf shard, ReduceOp op);

@@ -51,28 +51,32 @@ MPI_Op MpiFlat::mpi_sum(DType t) const {
 
 Work MpiFlat::all_gather_async(CBuf shard, Buf full) {
   check_all_gather(*this, shard, full);
-  return ctx_.run("mpi.all_gather", [=, this] {
-    std::size_t padded = shard.count * std::size_t(size());
-    Buf out = full.count == padded ? full : scratch_.view(0, full.dtype, padded, full.block);
-    int bytes = as_count(shard.bytes(), "all_gather");
-    MPI_Allgather(shard.data, bytes, MPI_BYTE, out.data, bytes, MPI_BYTE, comm_);
-    if (is_quantized(shard.dtype)) {
-      int n = as_count(shard.n_scales(), "all_gather");
-      MPI_Allgather(shard.scales, n, MPI_FLOAT, out.scales, n, MPI_FLOAT, comm_);
-    }
-    if (out.data != full.data) copy_elements(out, 0, full, 0, full.count);
-  });
+  return ctx_.run("mpi.all_gather", [=, this] { all_gather_inline(shard, full); });
+}
+
+void MpiFlat::all_gather_inline(CBuf shard, Buf full) {
+  std::size_t padded = shard.count * std::size_t(size());
+  Buf out = full.count == padded ? full : scratch_.view(0, full.dtype, padded, full.block);
+  int bytes = as_count(shard.bytes(), "all_gather");
+  MPI_Allgather(shard.data, bytes, MPI_BYTE, out.data, bytes, MPI_BYTE, comm_);
+  if (is_quantized(shard.dtype)) {
+    int n = as_count(shard.n_scales(), "all_gather");
+    MPI_Allgather(shard.scales, n, MPI_FLOAT, out.scales, n, MPI_FLOAT, comm_);
+  }
+  if (out.data != full.data) copy_elements(out, 0, full, 0, full.count);
 }
 
 Work MpiFlat::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
-  return ctx_.run("mpi.reduce_scatter", [=, this] {
-    std::size_t padded = shard.count * std::size_t(size());
-    CBuf in = full.count == padded ? full : CBuf(scratch_.padded_copy(0, full, padded));
-    MPI_Reduce_scatter_block(in.data, shard.data, as_count(shard.count, "reduce_scatter"), mpi_type(full.dtype),
-                             mpi_sum(full.dtype), comm_);
-    if (op == ReduceOp::Avg) scale_elements(shard.dtype, shard.data, shard.data, shard.count, float(size()));
-  });
+  return ctx_.run("mpi.reduce_scatter", [=, this] { reduce_scatter_inline(full, shard, op); });
+}
+
+void MpiFlat::reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) {
+  std::size_t padded = shard.count * std::size_t(size());
+  CBuf in = full.count == padded ? full : CBuf(scratch_.padded_copy(0, full, padded));
+  MPI_Reduce_scatter_block(in.data, shard.data, as_count(shard.count, "reduce_scatter"), mpi_type(full.dtype),
+                           mpi_sum(full.dtype), comm_);
+  if (op == ReduceOp::Avg) scale_elements(shard.dtype, shard.data, shard.data, shard.count, float(size()));
 }
 
 Work MpiFlat::all_reduce_async(Buf data, ReduceOp op) {
@@ -86,16 +90,18 @@ Work MpiFlat::all_reduce_async(Buf data, ReduceOp op) {
 
 Work MpiFlat::all_to_all_async(CBuf send, Buf recv) {
   check_all_to_all(*this, send, recv);
-  return ctx_.run("mpi.all_to_all", [=, this] {
-    CBuf in = send.count == recv.count ? send : CBuf(scratch_.padded_copy(0, send, recv.count));
-    std::size_t c = recv.count / std::size_t(size());
-    int bytes = as_count(data_bytes(send.dtype, c), "all_to_all");
-    MPI_Alltoall(in.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, comm_);
-    if (is_quantized(send.dtype)) {
-      int n = as_count(scale_count(send.dtype, c, send.block), "all_to_all");
-      MPI_Alltoall(in.scales, n, MPI_FLOAT, recv.scales, n, MPI_FLOAT, comm_);
-    }
-  });
+  return ctx_.run("mpi.all_to_all", [=, this] { all_to_all_inline(send, recv); });
+}
+
+void MpiFlat::all_to_all_inline(CBuf send, Buf recv) {
+  CBuf in = send.count == recv.count ? send : CBuf(scratch_.padded_copy(0, send, recv.count));
+  std::size_t c = recv.count / std::size_t(size());
+  int bytes = as_count(data_bytes(send.dtype, c), "all_to_all");
+  MPI_Alltoall(in.data, bytes, MPI_BYTE, recv.data, bytes, MPI_BYTE, comm_);
+  if (is_quantized(send.dtype)) {
+    int n = as_count(scale_count(send.dtype, c, send.block), "all_to_all");
+    MPI_Alltoall(in.scales, n, MPI_FLOAT, recv.scales, n, MPI_FLOAT, comm_);
+  }
 }
 
 Work MpiFlat::broadcast_async(Buf data, int root) {

@@ -36,6 +36,9 @@ class MpiFlat final : public Collectives {
   Work all_to_all_async(CBuf send, Buf recv) override;
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
+  void all_gather_inline(CBuf shard, Buf full) override;
+  void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) override;
+  void all_to_all_inline(CBuf send, Buf recv) override;
 
  private:
   MPI_Datatype mpi_type(DType t) const;

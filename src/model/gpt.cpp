@@ -325,13 +325,18 @@ float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, cons
 
   const float* lnf = access.acquire(F, Phase::Backward);
   const float* embed = access.acquire(E, Phase::Backward);
-  head_backward(lnf, embed, access.grads(F), access.grads(E), grad_scale);
+  // Named one by one: the walk is UnitAccess's documented order, whatever order a compiler
+  // evaluates arguments in (an engine lends gradient buffers at the acquire before them).
+  float* lnf_grads = access.grads(F);
+  float* embed_grads = access.grads(E);
+  head_backward(lnf, embed, lnf_grads, embed_grads, grad_scale);
   access.release(E, Phase::Backward);
   access.release(F, Phase::Backward);
   access.grads_ready(F);
   for (int l = L - 1; l >= 0; --l) {
     const int unit = layout_.block_unit(l);
-    block_backward(l, access.acquire(unit, Phase::Backward), access.grads(unit));
+    const float* params = access.acquire(unit, Phase::Backward);
+    block_backward(l, params, access.grads(unit));
     access.release(unit, Phase::Backward);
     access.grads_ready(unit);
   }

@@ -1,8 +1,6 @@
 #include "plan/cost_model.hpp"
 
 #include <algorithm>
-#include <queue>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -116,7 +114,7 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds) {
   const std::vector<model::UnitEvent>& events = schedule.units().events;
   const std::vector<ScheduledOp>& ops = schedule.micro_batch_ops();
-  const int prefetch = schedule.spec().prefetch;
+  const shard::MicroBatchProgram& program = schedule.training_program();
   const int levels = schedule.topology().num_tiers();
 
   if (op_seconds.size() != ops.size() || forward_s.size() != schedule.units().numel.size() ||
@@ -130,66 +128,51 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
     ops_of_event[ops[i].event].push_back(i);
   }
 
-  // The communication stream serves issued ops one at a time, earliest issued first (ties in
-  // schedule order). Ops enter the queue lazily, but never after one issued later has run:
-  // a gather is queued before compute waits on it, and everything queued after that is
-  // issued no earlier (see docs/planner.md).
-  using Issued = std::tuple<double, int, int>;  // issue time, order, op
-  std::priority_queue<Issued, std::vector<Issued>, std::greater<>> queue;
-  int order = 0;
-  double comm_free = 0;
-  std::vector<double> start(ops.size(), 0), end(ops.size(), 0);
-  auto issue = [&](int event, double at) {
-    for (int i : ops_of_event[event]) queue.emplace(at, order++, i);
-  };
-  auto run_through = [&](int target) {  // -1: everything queued
-    while (!queue.empty()) {
-      auto [at, unused, i] = queue.top();
-      queue.pop();
-      start[i] = std::max(comm_free, at);
-      end[i] = start[i] + op_seconds[i];
-      comm_free = end[i];
-      if (i == target) return;
-    }
-  };
-
+  // The communication stream serves ops one at a time in the order the program issues them
+  // (the runtime's communication thread is a FIFO), each starting once issued and the
+  // stream is free. Compute issues at each event, then waits for what the program says
+  // must be complete before the event's compute.
   Timeline t;
   t.busy_by_level.assign(levels, 0);
   t.exposed_by_level.assign(levels, 0);
+  std::vector<double> start(ops.size(), 0), end(ops.size(), 0);
+  std::vector<double> chain_end(events.size(), 0);
   std::vector<std::pair<double, double>> waits;
-  std::vector<double> passed;  // when compute got each acquired unit's weights
-  double clock = 0, run = 0;
-  for (std::size_t e = 0; e < events.size(); ++e) {
+  double comm_free = 0, clock = 0, run = 0;
+  auto wait_until = [&](double ready) {
+    if (ready > clock) waits.emplace_back(clock, ready);
+    clock = std::max(clock, ready);
+  };
+  for (std::size_t e = 0; e <= events.size(); ++e) {
+    const shard::EventStep& step = program.steps[e];
+    for (int c : step.issue) {
+      for (int i : ops_of_event[c]) {
+        start[i] = std::max(comm_free, clock);
+        end[i] = start[i] + op_seconds[i];
+        comm_free = end[i];
+        t.order.push_back(i);
+      }
+      chain_end[c] = comm_free;
+    }
+    double ready = 0;
+    for (int c : step.complete) ready = std::max(ready, chain_end[c]);
+    wait_until(ready);
+    if (e == events.size()) break;
     const model::UnitEvent& ev = events[e];
-    if (ev.kind == model::UnitEvent::Acquire) {
-      const int j = static_cast<int>(passed.size());
-      const double at = prefetch == 0 ? clock : (j < prefetch ? 0.0 : passed[j - prefetch]);
-      issue(static_cast<int>(e), at);
-      double ready = 0;
-      if (!ops_of_event[e].empty()) {
-        run_through(ops_of_event[e].back());
-        ready = end[ops_of_event[e].back()];
-      }
-      if (ready > clock) waits.emplace_back(clock, ready);
-      clock = std::max(clock, ready);
-      passed.push_back(clock);
-      run += ev.phase == model::Phase::Forward ? forward_s[ev.unit] : backward_s[ev.unit];
-      // The compute that needs these weights runs once the last of a run of acquires is in.
-      const bool run_ends = e + 1 == events.size() || events[e + 1].kind != model::UnitEvent::Acquire;
-      if (run_ends) {
-        clock += run;
-        t.compute_s += run;
-        run = 0;
-      }
-    } else if (ev.kind == model::UnitEvent::GradsReady) {
-      issue(static_cast<int>(e), clock);
+    if (ev.kind != model::UnitEvent::Acquire) continue;
+    run += ev.phase == model::Phase::Forward ? forward_s[ev.unit] : backward_s[ev.unit];
+    // The compute that needs these weights runs once the last of a run of acquires is in.
+    const bool run_ends = e + 1 == events.size() || events[e + 1].kind != model::UnitEvent::Acquire;
+    if (run_ends) {
+      clock += run;
+      t.compute_s += run;
+      run = 0;
     }
   }
-  run_through(-1);
-  if (comm_free > clock) waits.emplace_back(clock, comm_free);
-  t.makespan_s = std::max(clock, comm_free);
+  wait_until(comm_free);
+  t.makespan_s = clock;
 
-  // The stream is busy through every wait (compute waits only on an issued gather, and the
+  // The stream is busy through every wait (compute waits only on an issued op, and the
   // tail only on queued reductions), so each wait splits exactly over the ops it overlaps.
   for (std::size_t i = 0; i < ops.size(); ++i) {
     t.busy_by_level[ops[i].level] += op_seconds[i];
@@ -233,6 +216,7 @@ nlohmann::json Estimate::to_json() const {
             {"grads", memory.grads},
             {"optimizer", memory.optimizer},
             {"gathered", memory.gathered},
+            {"communication", memory.communication},
             {"activations", activation_bytes},
             {"total", total_memory_bytes}}},
           {"device_memory_bytes", device_memory_bytes},
@@ -379,10 +363,12 @@ nlohmann::json PlanContext::assumptions() const {
       {"comm_time", "per op: messages x latency + bytes_sent / (bandwidth x efficiency); ring and all-to-all "
                     "both send group_size-1 chunks in group_size-1 messages"},
       {"overlap",
-       "one compute and one communication stream, ops served one at a time in issue order; a unit's weight "
-       "gather is issued when the unit `prefetch` acquires earlier (the spec's prefetch depth) has its weights, "
-       "a gradient reduction when its backward ends; the first gathers of a micro-batch and the whole "
-       "optimizer-step phase (step reductions, post-step weight gather, scalars, Adam) are never hidden"},
+       "one compute and one communication stream, ops served one at a time in issue order, at the issue points "
+       "the runtime uses (the schedule's micro-batch program): a unit's weight gather is issued at the acquire "
+       "`prefetch` acquires earlier, a gradient reduction when its backward ends, and lending a gradient buffer "
+       "first waits until at most `reductions_in_flight` reductions remain; the first gathers of a micro-batch "
+       "and the whole optimizer-step phase (step reductions, post-step weight gather, scalars, Adam) are never "
+       "hidden"},
       {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; with recomputation the "
                 "hardware runs each block's forward twice (counted in hfu, not mfu)"},
       {"compute_time", "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
@@ -391,7 +377,9 @@ nlohmann::json PlanContext::assumptions() const {
        "unless flash attention; with recomputation only each block's input plus one block's set; plus the final "
        "norm's input and output and fp32 logits"},
       {"optimizer_time", "OS shard elements x (24 + 2 x element bytes) / HBM bandwidth"},
-      {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations"},
+      {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations; "
+                 "gathered = the most full-unit buffers alive at once over the micro-batch program (lifetime "
+                 "replay) x the largest unit; communication (strata's host executor scratch) is not in the total"},
       {"micro_batch", workload_.micro_batch},
       {"seq", workload_.seq},
       {"accumulation_steps", workload_.accumulation_steps},

@@ -56,15 +56,15 @@ std::string_view purpose_flag(shard::Purpose p);  // "step-grad-reduce", ...
 double op_time_s(const shard::ScheduledOp& op, const topo::Tier& tier);
 
 // One micro-batch replayed on two streams (docs/planner.md "Overlap"): compute walks the
-// unit events; communication runs one op at a time in the order ops are issued. A unit's
-// weight gather is issued when the unit `prefetch` acquires earlier has its weights (at
-// once for the first `prefetch` acquires; on demand with prefetch 0); a gradient reduction
-// is issued when the backward that fills it ends. Compute waits for a unit's gather.
+// unit events; communication runs one op at a time in the order ops are issued. Issue and
+// wait points are the schedule's micro-batch program, the one the runtime executes (no
+// policy of its own here): the timeline is the runtime's order by construction.
 struct Timeline {
   double makespan_s = 0;               // until both streams are idle
   double compute_s = 0;
   std::vector<double> busy_by_level;   // time ops of each tier occupy the stream
   std::vector<double> exposed_by_level;  // time compute waits (or the micro-batch runs on) per tier
+  std::vector<int> order;              // micro-batch ops (indices) in the order the stream runs them
 };
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds);

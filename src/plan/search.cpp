@@ -20,7 +20,8 @@ namespace {
 bool same_spec(const ShardSpec& a, const ShardSpec& b) {
   return a.weights == b.weights && a.grads == b.grads && a.optimizer == b.optimizer && a.secondary == b.secondary &&
          a.weight_wire == b.weight_wire && a.grad_wire == b.grad_wire && a.step_grad_wire == b.step_grad_wire &&
-         a.block_size == b.block_size && a.prefetch == b.prefetch && a.free_after_forward == b.free_after_forward &&
+         a.block_size == b.block_size && a.prefetch == b.prefetch &&
+         a.reductions_in_flight == b.reductions_in_flight && a.free_after_forward == b.free_after_forward &&
          a.step_grad_allreduce == b.step_grad_allreduce;
 }
 

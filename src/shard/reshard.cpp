@@ -19,7 +19,7 @@ CheckpointLayout single_process_layout(const model::ParamLayout& layout) {
   return out;
 }
 
-CheckpointLayout sharded_layout(const model::ParamLayout& layout, const ShardOptions& options, int world_size) {
+CheckpointLayout sharded_layout(const model::ParamLayout& layout, const parallel::ShardOptions& options, int world_size) {
   if (world_size <= 0) throw Error(fmt::format("--world-size {}: must be positive", world_size));
   const topo::Topology topology = resolve_topology(options, world_size);
   const ShardSpec spec = build_spec(options, topology);

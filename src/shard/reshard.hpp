@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/layout.hpp"
-#include "shard/options.hpp"
+#include "parallel/options.hpp"
 #include "train/checkpoint.hpp"
 
 namespace strata::shard {
@@ -29,7 +29,7 @@ struct CheckpointLayout {
 CheckpointLayout single_process_layout(const model::ParamLayout& layout);
 // What `strata train --strategy ...` on `world_size` ranks writes: the first OS domain's
 // ranks, each its optimizer runs (shard/schedule.hpp). Throws Error naming a bad option.
-CheckpointLayout sharded_layout(const model::ParamLayout& layout, const ShardOptions& options, int world_size);
+CheckpointLayout sharded_layout(const model::ParamLayout& layout, const parallel::ShardOptions& options, int world_size);
 
 // Writes the state of `source` as a new checkpoint folder `destination` (which must not
 // exist) in `target`, through a .tmp folder renamed into place, and checks the new state

@@ -10,14 +10,14 @@
 
 namespace strata::shard {
 
-topo::Topology resolve_topology(const ShardOptions& options, int world_size) {
+topo::Topology resolve_topology(const parallel::ShardOptions& options, int world_size) {
   topo::Topology t = topo::Topology::load(options.topology);
   for (const std::string& o : options.tier_overrides) t.apply_override(topo::parse_tier_override(o));
   t.resolve(world_size);
   return t;
 }
 
-ShardSpec build_spec(const ShardOptions& options, const topo::Topology& topology) {
+ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology) {
   ShardSpec spec = ShardSpec::preset_for(options.strategy, topology);
   const std::string preset = spec.preset;
   bool changed = false;
@@ -40,7 +40,7 @@ ShardSpec build_spec(const ShardOptions& options, const topo::Topology& topology
   return spec;
 }
 
-ShardedRuntime::ShardedRuntime(const ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
+ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
                                int accumulation_steps, std::uint64_t seed) {
   // Host detection and communicator creation block inside MPI until every rank takes part.
   const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);

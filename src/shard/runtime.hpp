@@ -10,7 +10,7 @@
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
 #include "model/config.hpp"
-#include "shard/options.hpp"
+#include "parallel/options.hpp"
 #include "shard/sharded_engine.hpp"
 #include "shard/spec.hpp"
 #include "topo/groups.hpp"
@@ -20,13 +20,13 @@ namespace strata::shard {
 
 // The topology and spec the options describe, for a world of `world_size` ranks. Throws
 // Error naming the option and the problem.
-topo::Topology resolve_topology(const ShardOptions& options, int world_size);
-ShardSpec build_spec(const ShardOptions& options, const topo::Topology& topology);
+topo::Topology resolve_topology(const parallel::ShardOptions& options, int world_size);
+ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology);
 
 class ShardedRuntime {
  public:
   // Collective over MPI_COMM_WORLD (MPI must be initialised).
-  ShardedRuntime(const ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
+  ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
                  int accumulation_steps, std::uint64_t seed);
   ~ShardedRuntime();
 

@@ -1,6 +1,8 @@
 #include "shard/schedule.hpp"
 
+#include <deque>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -38,6 +40,21 @@ std::string_view to_string(Purpose p) {
   return "?";
 }
 
+std::string_view to_string(Slot s) {
+  switch (s) {
+    case Slot::None: return "-";
+    case Slot::WeightShard: return "W shard";
+    case Slot::Secondary: return "secondary";
+    case Slot::Gathered: return "gathered";
+    case Slot::GradBuffer: return "grad buffer";
+    case Slot::GradShard: return "G shard";
+    case Slot::OptimizerGrad: return "OS grad";
+    case Slot::Master: return "master";
+    case Slot::Scalars: return "scalars";
+  }
+  return "?";
+}
+
 namespace {
 
 std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
@@ -59,6 +76,108 @@ ScheduledOp level_op(When when, Purpose purpose, OpKind kind, int unit, int leve
   op.messages = group_size - 1;
   op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * wire_bytes(chunk, wire, block);
   return op;
+}
+
+// What each purpose reads and writes (the first op of a chain reads, the last writes; the
+// executor's scratch carries what is between).
+std::pair<Slot, Slot> slots_of(Purpose p, bool secondary) {
+  switch (p) {
+    case Purpose::WeightGatherForward: return {Slot::WeightShard, Slot::Gathered};
+    case Purpose::WeightGatherBackward: return {secondary ? Slot::Secondary : Slot::WeightShard, Slot::Gathered};
+    case Purpose::GradReduce: return {Slot::GradBuffer, Slot::GradShard};
+    case Purpose::StepGradReduce: return {Slot::GradShard, Slot::OptimizerGrad};
+    case Purpose::StepGradGather: return {Slot::OptimizerGrad, Slot::GradShard};
+    case Purpose::ReplicaReduce:
+    case Purpose::ReplicaGather: return {Slot::OptimizerGrad, Slot::OptimizerGrad};
+    case Purpose::WeightGatherStep: return {Slot::Master, Slot::WeightShard};
+    case Purpose::GradNormAllReduce:
+    case Purpose::LossAllReduce: return {Slot::Scalars, Slot::Scalars};
+  }
+  return {Slot::None, Slot::None};
+}
+
+// The micro-batch program of schedule.hpp for events [0, last_event). has_chain[e]: the
+// event has ops (a gather for an Acquire, a reduction for a GradsReady).
+MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, const std::vector<bool>& has_chain,
+                                const ShardSpec& spec, bool weights_gathered, int last_event) {
+  using K = model::UnitEvent;
+  const bool training = last_event == static_cast<int>(events.size());
+  const bool keep_forward = training && !spec.free_after_forward;
+  MicroBatchProgram p;
+  p.last_event = last_event;
+  p.steps.resize(events.size() + 1);
+  p.reads.assign(events.size(), -1);
+
+  // Weight gathers: the gather for the j-th acquire is issued at acquire max(j - prefetch, 0)
+  // and completes before its own; a Release gives back what its Acquire read.
+  std::vector<int> acquires;
+  for (int e = 0; e < last_event; ++e)
+    if (events[e].kind == K::Acquire) acquires.push_back(e);
+  for (std::size_t j = 0; j < acquires.size(); ++j) {
+    const int a = acquires[j];
+    if (has_chain[a]) {
+      const int at = acquires[j >= static_cast<std::size_t>(spec.prefetch) ? j - spec.prefetch : 0];
+      p.steps[at].issue.push_back(a);
+      p.steps[a].complete.push_back(a);
+      p.reads[a] = a;
+    } else if (weights_gathered) {
+      // Weights kept after forward: the backward reads the forward acquire's buffer.
+      for (int f = a - 1; f >= 0; --f)
+        if (events[f].kind == K::Acquire && events[f].unit == events[a].unit && has_chain[f]) {
+          p.reads[a] = f;
+          break;
+        }
+    }
+  }
+  for (int e = 0; e < last_event; ++e) {
+    if (events[e].kind != K::Release) continue;
+    int a = e - 1;
+    while (a >= 0 && !(events[a].kind == K::Acquire && events[a].unit == events[e].unit &&
+                       events[a].phase == events[e].phase))
+      --a;
+    if (a < 0 || p.reads[a] < 0) continue;
+    if (keep_forward && events[e].phase == model::Phase::Forward) continue;
+    p.steps[e].free.push_back(p.reads[a]);
+  }
+  if (!training) return p;
+
+  // Gradient buffers: lent before the compute that first writes them (the one after the run
+  // of acquires holding the unit's backward acquire, or else the last before its
+  // GradsReady); each lend first completes the oldest reductions until at most
+  // reductions_in_flight remain. A reduction is issued at its GradsReady.
+  auto run_end = [&](int e) {
+    while (e + 1 < last_event && events[e + 1].kind == K::Acquire) ++e;
+    return e;
+  };
+  std::vector<int> lend_at(events.size(), -1);
+  for (int g = 0; g < last_event; ++g) {
+    if (events[g].kind != K::GradsReady || !has_chain[g]) continue;
+    int at = -1;
+    for (int e = g - 1; e >= 0 && at < 0; --e)
+      if (events[e].kind == K::Acquire && events[e].unit == events[g].unit && events[e].phase == model::Phase::Backward)
+        at = run_end(e);
+    for (int e = g - 1; e >= 0 && at < 0; --e)
+      if (events[e].kind == K::Acquire) at = run_end(e);
+    if (at < 0) throw Error(fmt::format("schedule: no compute writes the gradient of unit {}", events[g].unit));
+    lend_at[g] = at;
+  }
+  std::deque<int> pending;
+  for (int e = 0; e < last_event; ++e) {
+    bool lends = false;
+    for (int g = 0; g < last_event; ++g)
+      if (lend_at[g] == e) p.steps[e].lend.push_back(events[g].unit), lends = true;
+    if (lends)
+      while (pending.size() > static_cast<std::size_t>(spec.reductions_in_flight)) {
+        p.steps[e].complete.push_back(pending.front());
+        pending.pop_front();
+      }
+    if (events[e].kind == K::GradsReady && has_chain[e]) {
+      p.steps[e].issue.push_back(e);
+      pending.push_back(e);
+    }
+  }
+  for (int g : pending) p.steps[last_event].complete.push_back(g);
+  return p;
 }
 
 }  // namespace
@@ -116,6 +235,23 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
     }
     for (std::size_t i = first; i < micro_.size(); ++i) micro_[i].event = event;
   }
+  const int num_events = static_cast<int>(units_.events.size());
+  std::vector<bool> has_chain(num_events, false);
+  for (const ScheduledOp& op : micro_) has_chain[op.event] = true;
+  int forward_events = 0;
+  while (forward_events < num_events && units_.events[forward_events].phase == model::Phase::Forward &&
+         units_.events[forward_events].kind != model::UnitEvent::GradsReady)
+    ++forward_events;
+  training_ = build_program(units_.events, has_chain, spec, L.weights > 0, num_events);
+  eval_ = build_program(units_.events, has_chain, spec, L.weights > 0, forward_events);
+  for (int e = 0; e <= num_events; ++e) {
+    for (int c : training_.steps[e].issue)
+      for (ScheduledOp& op : micro_)
+        if (op.event == c) op.issue_event = e;
+    for (int c : training_.steps[e].complete)
+      for (ScheduledOp& op : micro_)
+        if (op.event == c) op.complete_by = e;
+  }
 
   // Once per optimizer step, unit by unit.
   for (int u = 0; u < static_cast<int>(padded_.size()); ++u) {
@@ -146,6 +282,37 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   scalar(Purpose::LossAllReduce, L.num_levels, 2);
   for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
     gather(step_, When::Step, Purpose::WeightGatherStep, u, L.optimizer, L.weights, spec.weight_wire);
+  for (auto* ops : {&micro_, &step_})
+    for (ScheduledOp& op : *ops) std::tie(op.reads, op.writes) = slots_of(op.purpose, L.secondary > 0);
+}
+
+int Schedule::peak_buffers(const MicroBatchProgram& program) const {
+  int live = 0, peak = 0;
+  for (int e = 0; e <= program.last_event; ++e) {
+    const EventStep& s = program.steps[e];
+    for (int c : s.issue)
+      if (units_.events[c].kind == model::UnitEvent::Acquire) peak = std::max(peak, ++live);
+    for (int c : s.complete)
+      if (units_.events[c].kind == model::UnitEvent::GradsReady) --live;
+    for (std::size_t i = 0; i < s.lend.size(); ++i) peak = std::max(peak, ++live);
+    live -= static_cast<int>(s.free.size());
+  }
+  return peak;
+}
+
+std::size_t Schedule::scratch_elements() const {
+  std::size_t n = 0;
+  for (auto* ops : {&micro_, &step_})
+    for (const ScheduledOp& op : *ops)
+      if (op.unit >= 0) n = std::max({n, op.elements_in, op.elements_out});
+  return n;
+}
+
+std::uint64_t scratch_bytes(std::size_t elements, int block_size) {
+  if (elements == 0) return 0;
+  // Three wire buffers (room for fp32 data and the scales of the smallest blocks) and two
+  // fp32 buffers: see the executor.
+  return 3 * (4 * elements + 4 * (elements / std::max(block_size, 1) + 1)) + 2 * 4 * elements;
 }
 
 std::size_t Schedule::total_padded() const { return std::accumulate(padded_.begin(), padded_.end(), std::size_t{0}); }
@@ -191,10 +358,15 @@ StateMemory Schedule::memory_per_rank(int compute_bytes) const {
     m.grads += compute_bytes * (n / L.degree(L.grads));
     m.optimizer += 12 * (n / L.degree(L.optimizer));
   }
-  // Full-unit compute buffers: weights for the computing unit and those prefetched, plus one
-  // gradient buffer, when weights or gradients are sharded.
-  if (L.weights > 0) m.gathered += compute_bytes * largest * static_cast<std::uint64_t>(spec_.prefetch + 1);
-  if (L.grads > 0) m.gathered += compute_bytes * largest;
+  // Full-unit buffers, from their lifetimes: the most alive at once over a training or an
+  // evaluation micro-batch, each of the largest unit's size (one pool serves them all).
+  const int buffers = std::max(peak_buffers(training_), peak_buffers(eval_));
+  m.gathered = static_cast<std::uint64_t>(compute_bytes) * largest * static_cast<std::uint64_t>(buffers);
+  // Replicated weights whose wire is not the compute format are decoded once, whole.
+  const bool compute_format = (spec_.weight_wire == Wire::F32 && compute_bytes == 4) ||
+                              (spec_.weight_wire == Wire::BF16 && compute_bytes == 2);
+  if (L.weights == 0 && !compute_format) m.gathered += static_cast<std::uint64_t>(compute_bytes) * total_padded();
+  m.communication = scratch_bytes(scratch_elements(), spec_.block_size);
   return m;
 }
 
@@ -229,7 +401,7 @@ nlohmann::json Schedule::to_json() const {
   j["per_step"] = per_tier;
   StateMemory m = memory_per_rank();
   j["memory_bytes"] = {{"weights", m.weights},     {"secondary", m.secondary}, {"grads", m.grads},
-                       {"optimizer", m.optimizer}, {"gathered", m.gathered}};
+                       {"optimizer", m.optimizer}, {"gathered", m.gathered}, {"communication", m.communication}};
   return j;
 }
 
@@ -254,8 +426,9 @@ std::string Schedule::table() const {
   for (auto& t : traffic_per_step())
     s += fmt::format("  {:<11} {:>14} {:>14} {:>9}\n", t.tier, t.bytes_sent, t.bytes_received, t.messages);
   StateMemory m = memory_per_rank();
-  s += fmt::format("memory per rank: weights {} B, secondary {} B, grads {} B, optimizer {} B, gathered {} B\n",
-                   m.weights, m.secondary, m.grads, m.optimizer, m.gathered);
+  s += fmt::format(
+      "memory per rank: weights {} B, secondary {} B, grads {} B, optimizer {} B, gathered {} B, communication {} B\n",
+      m.weights, m.secondary, m.grads, m.optimizer, m.gathered, m.communication);
   return s;
 }
 

@@ -23,7 +23,10 @@
 namespace strata::shard {
 
 enum class OpKind { AllGather, ReduceScatter };
-enum class Algorithm { Ring, AllToAll };  // quantized reductions use all-to-all (ZeRO++ qgZ)
+// How the executor runs an op: a ring (all-gather, reduce-scatter), or a reduction as an
+// all-to-all whose received chunks are summed in fp32 in member order (ZeRO++ qgZ: what
+// quantized reductions use, since int8/int4 values cannot be summed on the wire).
+enum class Algorithm { Ring, AllToAll };
 enum class When { Forward, Backward, Step };
 enum class Purpose {
   WeightGatherForward,    // W shard -> full unit before its forward
@@ -42,6 +45,20 @@ std::string_view to_string(Algorithm a);
 std::string_view to_string(When w);
 std::string_view to_string(Purpose p);
 
+// The buffers an op reads and writes (WireBuffer/AlignedBuffer of the runtime's unit state).
+enum class Slot {
+  None,
+  WeightShard,     // W slice in the weight wire
+  Secondary,       // hpZ slice
+  Gathered,        // the full unit's weights, one buffer per acquire (see MicroBatchProgram)
+  GradBuffer,      // the full unit's fp32 gradient, lent from the acquire to the reduction's end
+  GradShard,       // the G slice (accumulator), or the replicated gradient
+  OptimizerGrad,   // the OS slice's gradient
+  Master,          // the fp32 master weights of the OS slice
+  Scalars,         // a few fp64 a rank
+};
+std::string_view to_string(Slot s);
+
 struct ScheduledOp {
   When when;
   Purpose purpose;
@@ -50,6 +67,12 @@ struct ScheduledOp {
   int unit = -1;          // -1: not tied to a unit (scalars)
   int event = -1;         // micro-batch ops: index in UnitPlan::events of the Acquire or
                           // GradsReady it serves (what a cost model overlaps with compute)
+  // Issue points of a micro-batch op (the same for every op of its event's chain, see
+  // MicroBatchProgram): the event at which it is issued, and the event before whose
+  // compute it must have completed (events.size(): the end of the micro-batch).
+  int issue_event = -1;
+  int complete_by = -1;
+  Slot reads = Slot::None, writes = Slot::None;
   int level = 0;          // tier index; the group is that tier's across-group
   int group_size = 1;
   Wire wire = Wire::F32;
@@ -71,12 +94,36 @@ struct StateMemory {
   std::uint64_t secondary = 0;  // hpZ copy
   std::uint64_t grads = 0;      // G shard (the accumulator), compute_bytes an element
   std::uint64_t optimizer = 0;  // fp32 master + two Adam moments of the OS shard
-  std::uint64_t gathered = 0;   // full-unit buffers alive at once (prefetch + 1), weights and grads
+  std::uint64_t gathered = 0;   // full-unit buffers alive at once (weights and grads, the lifetime replay)
+                                // + decoded replicated weights
+  std::uint64_t communication = 0;  // the executor's scratch for per-level ops
 };
 
 // A rank's slice of one unit at a given number of levels: [offset, offset + count).
 struct Slice {
   std::size_t offset = 0, count = 0;
+};
+
+// The micro-batch as a program over its events: what the runtime does at each event, and
+// what the planner replays and the memory replay counts. Built from the schedule's
+// parameters (prefetch depth, reductions in flight, weights kept after forward); entry
+// events.size() is the end of the micro-batch. At one event, in this order:
+//   issue     the op chains (named by the event they serve) issued here; a weight gather
+//             writes a new Gathered buffer
+//   complete  the chains that must be done before this event's compute; a completed
+//             reduction gives its gradient buffer back
+//   lend      units whose gradient buffer is lent here (the compute after this event
+//             writes their gradient first)
+//   free      acquires whose Gathered buffer is given back here (a Release)
+// An acquire reads the Gathered buffer written for acquire `reads[event]` (itself, or with
+// weights kept, the same unit's forward acquire; -1: weights are not gathered).
+struct EventStep {
+  std::vector<int> issue, complete, lend, free;
+};
+struct MicroBatchProgram {
+  std::vector<EventStep> steps;   // events.size() + 1
+  std::vector<int> reads;         // per event; -1 where no Gathered buffer is read
+  int last_event = 0;             // events walked: all, or the forward ones (evaluation)
 };
 
 // What the schedule needs to know of a model: its units' sizes and the order in which a
@@ -113,12 +160,22 @@ class Schedule {
   int num_units() const { return static_cast<int>(padded_.size()); }
   const std::vector<ScheduledOp>& micro_batch_ops() const { return micro_; }  // once per micro-batch
   const std::vector<ScheduledOp>& step_ops() const { return step_; }          // once per optimizer step
+  // The micro-batch's program: training (forward and backward), or evaluation (forward
+  // only, every gathered buffer freed at its release).
+  const MicroBatchProgram& training_program() const { return training_; }
+  const MicroBatchProgram& eval_program() const { return eval_; }
 
   // Bytes per rank per optimizer step, by tier: accumulation_steps x micro ops + step ops.
   std::vector<TierTraffic> traffic_per_step() const;
   // compute_bytes: bytes of one element of the gradient accumulator and the full-unit
   // compute buffers: 4 for strata's fp32 runtime, 2 for a bf16 mixed-precision system.
   StateMemory memory_per_rank(int compute_bytes = 4) const;
+  // The most full-unit buffers alive at once over a program, replaying their lifetimes: the
+  // runtime keeps one pool of buffers of the largest padded unit, lent to gathers and
+  // gradients and never shrunk, so this is its size.
+  int peak_buffers(const MicroBatchProgram& program) const;
+  // Elements of the executor's scratch buffers: the largest per-rank buffer of a unit's op.
+  std::size_t scratch_elements() const;
 
   nlohmann::json to_json() const;
   std::string table() const;  // --print-schedule: ops in order, then totals per tier
@@ -131,7 +188,11 @@ class Schedule {
   int accum_;
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_;
+  MicroBatchProgram training_, eval_;
 };
+
+// Bytes of the executor's scratch for buffers of `elements` (executor.hpp allocates them).
+std::uint64_t scratch_bytes(std::size_t elements, int block_size);
 
 // A run [begin, end) of the flat parameter arena inside one unit.
 struct ArenaRun {

@@ -126,6 +126,7 @@ nlohmann::json ShardSpec::to_json() const {
           {"step_grad_wire", wire_name(step_grad_wire)},
           {"block_size", block_size},
           {"prefetch", prefetch},
+          {"reductions_in_flight", reductions_in_flight},
           {"free_after_forward", free_after_forward},
           {"step_grad_allreduce", step_grad_allreduce}};
 }
@@ -178,6 +179,8 @@ LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology) {
   if (spec.weight_wire == Wire::I4)
     throw Error("shard.weight_wire = int4: weight gathers carry fp32, bf16, fp16 or int8");
   if (spec.prefetch < 0) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", spec.prefetch));
+  if (spec.reductions_in_flight < 0)
+    throw Error(fmt::format("shard.reductions_in_flight = {}: must be >= 0", spec.reductions_in_flight));
   return l;
 }
 

@@ -41,6 +41,9 @@ struct ShardSpec {
   Wire step_grad_wire = Wire::F32;  // once-per-step reduction down to the OS shard and replicas
   int block_size = 256;             // elements per scale for quantized wires
   int prefetch = 1;                 // units gathered ahead of the one computing
+  // Gradient reductions left in flight when the next gradient buffer is lent: each holds a
+  // full-unit buffer until it completes, so this bounds their memory (schedule.hpp).
+  int reductions_in_flight = 2;
   bool free_after_forward = true;   // drop gathered weights after forward (re-gather in backward)
   // The once-per-step reduction from the G shard down to the OS shard as an all-reduce
   // (reduce-scatter, then all-gather back to the G shard) instead of a reduce-scatter: how

@@ -14,7 +14,7 @@
 #include "comm/wait.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
-#include "shard/options.hpp"
+#include "parallel/options.hpp"
 
 namespace strata::train {
 
@@ -46,7 +46,7 @@ struct TrainConfig {
   std::int64_t log_every = 10;       // plain progress lines when not on a terminal
   std::string out_dir;               // metrics, summary, checkpoints; empty: no files
   double collective_timeout = comm::kDefaultCollectiveTimeout;  // seconds; sharded runs (comm/wait.hpp)
-  shard::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
+  parallel::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
 
   // Per invocation, never in a config file.
   std::string resume;                // a checkpoint dir, or an out dir (its newest checkpoint)

@@ -16,6 +16,7 @@
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "optim/adamw.hpp"
+#include "parallel/dims.hpp"
 
 namespace strata::train {
 
@@ -49,6 +50,9 @@ class Engine {
   virtual const model::ParamLayout& layout() const = 0;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // How the ranks split into data-parallel replicas: the data a rank reads and what the
+  // gradient is averaged over follow these. By default every rank is one replica.
+  virtual parallel::ParallelDims parallel_dims() const { return {{world_size()}}; }
 
   // Forward + backward of one local micro-batch (B*T tokens and targets). Gradients of
   // grad_scale x (mean loss) accumulate until optimizer_step. Returns the local mean loss.

@@ -66,13 +66,14 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
       engine_(engine),
       leader_(engine.rank() == 0),
       out_(config.out_dir),
-      train_loader_(config.train_data, config.batch, config.seq_len(), engine.rank(), engine.world_size(),
-                    config.seed, config.model.vocab_size) {
+      dims_(engine.parallel_dims()),
+      train_loader_(config.train_data, config.batch, config.seq_len(), dims_.data_parallel_rank(engine.rank()),
+                    dims_.data_parallel_size(), config.seed, config.model.vocab_size) {
   if (!(engine.layout().config() == config_.model))
     throw Error("trainer: the engine was built for another model than the configuration names");
   if (!config_.val_data.empty()) {
-    val_loader_.emplace(config_.val_data, config_.batch, config_.seq_len(), engine.rank(), engine.world_size(),
-                        std::nullopt, config_.model.vocab_size);
+    val_loader_.emplace(config_.val_data, config_.batch, config_.seq_len(), dims_.data_parallel_rank(engine.rank()),
+                        dims_.data_parallel_size(), std::nullopt, config_.model.vocab_size);
     // A small validation file holds fewer batches than asked for; never count one twice.
     val_batches_ = static_cast<int>(std::min<std::int64_t>(config_.val_batches, val_loader_->batches_per_epoch()));
   }
@@ -158,7 +159,7 @@ nlohmann::json Trainer::run_identity() const {
   // What fixes the data stream and the meaning of a step: a resume must keep these. The
   // loader's stream depends on batch x world only (data/loader.hpp), so a checkpoint moves
   // between world sizes and strategies as long as that product stays.
-  return {{"train.global_batch", static_cast<std::int64_t>(config_.batch) * engine_.world_size()},
+  return {{"train.global_batch", static_cast<std::int64_t>(config_.batch) * dims_.data_parallel_size()},
           {"train.seq", config_.seq_len()},
           {"train.grad_accum", config_.grad_accum},
           {"train.seed", config_.seed},
@@ -262,7 +263,7 @@ TrainResult Trainer::run() {
 
   const std::int64_t B = config_.batch, T = config_.seq_len();
   const std::int64_t last = config_.last_step();
-  const double tokens_per_step = static_cast<double>(B * T * config_.grad_accum * engine_.world_size());
+  const double tokens_per_step = static_cast<double>(B * T * config_.grad_accum * dims_.data_parallel_size());
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T)), targets(tokens.size());
   const optim::LrSchedule schedule{config_.lr, config_.min_lr, config_.warmup, config_.steps};
   const float grad_scale = 1.0f / static_cast<float>(config_.grad_accum);

@@ -89,6 +89,7 @@ class Trainer {
   bool leader_;
   std::filesystem::path out_;
   std::optional<FolderLock> out_lock_;  // rank 0's, on out_, for the trainer's life
+  parallel::ParallelDims dims_;  // the engine's: data sharding follows the replicas
   data::DataLoader train_loader_;
   std::optional<data::DataLoader> val_loader_;
   int val_batches_ = 0;

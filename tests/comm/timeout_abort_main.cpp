@@ -14,7 +14,7 @@
 #include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
 #include "model/config.hpp"
-#include "shard/options.hpp"
+#include "parallel/options.hpp"
 #include "shard/runtime.hpp"
 #include "comm_world.hpp"
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   };
   if (mode == "startup") {
     rank_1_stalls();
-    strata::shard::ShardOptions options;
+    strata::parallel::ShardOptions options;
     options.strategy = "zero3";
     strata::shard::ShardedRuntime runtime(options, strata::model::GPTConfig::preset("tiny"), 1, 8, 1, 1);
     std::fprintf(stderr, "rank 0: the wait returned without rank 1\n");

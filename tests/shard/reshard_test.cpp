@@ -48,7 +48,7 @@ TEST(Reshard, ConvertedCheckpointsHoldTheSameStateInTheTargetsFiles) {
   const train::Checkpoint source = single_checkpoint(dir / "ckpt");
   const model::ParamLayout layout(source.info().model);
 
-  shard::ShardOptions zero3;
+  parallel::ShardOptions zero3;
   zero3.strategy = "zero3";
   zero3.topology = "dgx-a100";  // 8 GPUs a node: 16 ranks = 2 nodes
   const shard::CheckpointLayout target = shard::sharded_layout(layout, zero3, 16);
@@ -65,7 +65,7 @@ TEST(Reshard, ConvertedCheckpointsHoldTheSameStateInTheTargetsFiles) {
   EXPECT_EQ(all_states(z), all_states(source));
 
   // hsdp shards OS inside a node only: the first node's 8 ranks write, the rest hold replicas.
-  shard::ShardOptions hsdp = zero3;
+  parallel::ShardOptions hsdp = zero3;
   hsdp.strategy = "hsdp";
   EXPECT_EQ(shard::sharded_layout(layout, hsdp, 16).runs.size(), 8u);
 
@@ -89,7 +89,7 @@ TEST(Reshard, RefusesAnExistingDestinationAndBadTargets) {
     EXPECT_NE(std::string(e.what()).find("exists"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(fs::is_empty(dir / "taken"));
-  shard::ShardOptions bad;
+  parallel::ShardOptions bad;
   bad.strategy = "zero4";
   bad.topology = "dgx-a100";
   EXPECT_THROW(shard::sharded_layout(layout, bad, 16), Error);

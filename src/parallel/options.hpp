@@ -2,9 +2,11 @@
 #include <string>
 #include <vector>
 
-namespace strata::shard {
+namespace strata::parallel {
 
-// What a user chooses for a sharded run ([shard] in a config file, or flags).
+// What a user chooses for a sharded run ([shard] in a config file, or flags). Here, below
+// both train/ (whose config carries it) and shard/ (which builds the run from it), so the
+// layering runs one way: shard/ implements train::Engine, train/ never includes shard/.
 struct ShardOptions {
   std::string strategy;                  // preset name; empty = single process, no sharding
   std::string topology = "host";         // preset name or TOML file
@@ -21,4 +23,4 @@ struct ShardOptions {
   bool sharded() const { return !strategy.empty(); }
 };
 
-}  // namespace strata::shard
+}  // namespace strata::parallel

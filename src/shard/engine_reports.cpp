@@ -1,0 +1,117 @@
+// What the sharding runtime reports: its allocations by state, step timing and traffic, the
+// run's summary against the schedule.
+#include <mpi.h>
+
+#include <algorithm>
+
+#include "comm/wait.hpp"
+#include "shard/sharded_engine.hpp"
+#include "shard/unit_state.hpp"
+
+namespace strata::shard {
+
+nlohmann::json ShardedEngine::describe() const {
+  return {{"strategy", schedule_.spec().preset},
+          {"world_size", world_size()},
+          {"shard_spec", schedule_.spec().to_json()},
+          {"topology", schedule_.topology().to_json()}};
+}
+
+StateMemory ShardedEngine::memory_bytes() const {
+  StateMemory m;
+  for (auto& U : units_) {
+    m.weights += U->weights.bytes();
+    m.secondary += U->secondary.bytes();
+    m.grads += 4 * U->grad_accum.size();
+    m.optimizer += 4 * (U->master.size() + U->exp_avg.size() + U->exp_avg_sq.size());
+  }
+  m.grads += 4 * replicated_grads_.size();
+  m.gathered = 4 * replicated_params_.size();
+  for (auto& b : pool_) m.gathered += 4 * b.size();
+  m.communication = executor_.scratch_bytes();
+  return m;
+}
+
+StepTiming ShardedEngine::take_timing() {
+  StepTiming t;
+  t.exposed_comm_s = exposed_s_;
+  t.compute_s = std::max(0.0, wall_s_ - exposed_s_);
+  wall_s_ = exposed_s_ = 0;
+  return t;
+}
+
+static nlohmann::json per_tier_json(const std::vector<std::string>& names, const std::vector<comm::TierTraffic>& t) {
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    j[names[i]] = {{"bytes_sent", t[i].bytes_sent}, {"bytes_received", t[i].bytes_received}, {"messages", t[i].messages}};
+  return j;
+}
+
+nlohmann::json ShardedEngine::step_report() {
+  comm::CommStats now = ctx_.accounting().snapshot();
+  comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
+  last_stats_ = now;
+  StepTiming t = take_timing();
+  nlohmann::json j = {{"compute_s", t.compute_s},
+                      {"exposed_comm_s", t.exposed_comm_s},
+                      {"comm", per_tier_json(delta.tier_names, delta.tiers)},
+                      {"includes_eval", evaluated_since_report_}};
+  evaluated_since_report_ = false;
+  step_reports_.push_back(j);
+  return j;
+}
+
+nlohmann::json ShardedEngine::summary_report() {
+  // Mean over steps without evaluation traffic and after the first (which also carries the
+  // initial weight distribution).
+  std::vector<std::string> names;
+  for (auto& t : schedule_.topology().tiers()) names.push_back(t.name);
+  std::vector<double> sent(names.size()), recv(names.size()), msgs(names.size());
+  double compute = 0, exposed = 0;
+  int counted = 0;
+  for (std::size_t s = 1; s < step_reports_.size(); ++s) {
+    const auto& r = step_reports_[s];
+    if (r["includes_eval"].get<bool>()) continue;
+    ++counted;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      sent[i] += r["comm"][names[i]]["bytes_sent"].get<double>();
+      recv[i] += r["comm"][names[i]]["bytes_received"].get<double>();
+      msgs[i] += r["comm"][names[i]]["messages"].get<double>();
+    }
+    compute += r["compute_s"].get<double>();
+    exposed += r["exposed_comm_s"].get<double>();
+  }
+  // Mean per rank over the world (collective: every rank calls summary_report).
+  for (auto* v : {&sent, &recv, &msgs}) {
+    MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
+    MPI_Iallreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                   &request);
+    comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    sent[i] /= world_size();
+    recv[i] /= world_size();
+    msgs[i] /= world_size();
+  }
+  nlohmann::json measured = nlohmann::json::object(), scheduled = nlohmann::json::object();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (counted)
+      measured[names[i]] = {{"bytes_sent", sent[i] / counted}, {"bytes_received", recv[i] / counted},
+                            {"messages", msgs[i] / counted}};
+  for (auto& t : schedule_.traffic_per_step())
+    scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
+  StateMemory m = memory_bytes();
+  return {{"strategy", schedule_.spec().preset},
+          {"shard_spec", schedule_.spec().to_json()},
+          {"world_size", world_size()},
+          {"topology", schedule_.topology().to_json()},
+          {"link_emulation", ctx_.emulation().enabled},
+          {"comm", {{"per_step", measured}, {"scheduled_per_step", scheduled}, {"steps_measured", counted}}},
+          {"compute_s", counted ? compute / counted : 0.0},
+          {"exposed_comm_s", counted ? exposed / counted : 0.0},
+          {"memory_bytes",
+           {{"weights", m.weights}, {"secondary", m.secondary}, {"grads", m.grads}, {"optimizer", m.optimizer},
+            {"gathered", m.gathered}, {"communication", m.communication}}}};
+}
+
+}  // namespace strata::shard

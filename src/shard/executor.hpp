@@ -1,0 +1,76 @@
+#pragma once
+// Runs the schedule's per-level ops. One executor walks a chain of ops (the ops of one
+// event, or of one unit in the step phase) and dispatches each on kind x algorithm x wire
+// to the collectives of its level, an abstract comm::Collectives (strata's MPI
+// Communicators today; a device backend implements the same interface). It decides
+// nothing: the op says which collective, which algorithm and which wire.
+//
+// A chain runs as one task on the communication thread (comm::Context::run), so its ops
+// and the encoding between them overlap with compute; the scratch below is shared by every
+// chain, which is safe because tasks run one at a time there.
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned.hpp"
+#include "comm/collectives.hpp"
+#include "shard/schedule.hpp"
+
+namespace strata::shard {
+
+// A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
+struct WireBuffer {
+  Wire wire = Wire::F32;
+  int block = 0;
+  std::size_t count = 0;  // elements
+  AlignedBuffer<std::uint8_t> data;
+  AlignedBuffer<float> scales;
+
+  void reset(Wire w, int block_size, std::size_t n);  // allocates exactly n elements
+  // Scratch use: room for n elements of any wire format, then retyped with set_format.
+  void reserve_any(int block_size, std::size_t n);
+  void set_format(Wire w, int block_size) { wire = w; block = block_size; }
+  std::size_t bytes() const { return data.size() + 4 * scales.size(); }
+  // Elements [offset, offset + n) as a comm buffer; offsets and n are whole blocks.
+  comm::Buf view(std::size_t offset, std::size_t n);
+  comm::CBuf cview(std::size_t offset, std::size_t n) const;
+  void encode(const float* src, std::size_t offset, std::size_t n);     // fp32 -> wire
+  void decode(std::size_t offset, std::size_t n, float* dst) const;     // wire -> fp32
+  void decode_add(std::size_t offset, std::size_t n, float* dst) const; // dst += wire, in fp32
+};
+
+using Chain = std::vector<const ScheduledOp*>;
+
+class OpExecutor {
+ public:
+  // levels[t]: the collectives over level t's group (topology tier t's across-group).
+  // Scratch for buffers of `scratch_elements` (Schedule::scratch_elements).
+  OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size);
+
+  comm::Collectives& level(int t) { return *levels_.at(t); }
+  // All-gathers level by level from `src` (elements_in of the first op) in its wire format;
+  // returns where the result landed: `src` itself for an empty chain, else scratch.
+  const WireBuffer& gather(const Chain& chain, const WireBuffer& src);
+  // The same from fp32 values, encoded first into the chain's wire (scratch).
+  const WireBuffer& gather(const Chain& chain, const float* src, std::size_t n, Wire wire);
+  // Reduces fp32 `input` level by level: reduce-scatters, and the all-gather half of a
+  // hierarchical all-reduce; returns the fp32 result (scratch, or `input` for no ops).
+  const float* reduce(const Chain& chain, const float* input);
+  // Sums a few fp64 a rank over the chain's levels: each level all-gathers them and every
+  // rank adds them up in member order, so every rank gets the same bits.
+  void scalar_sum(const Chain& chain, std::vector<double>& values);
+
+  std::uint64_t scratch_bytes() const;  // what the scratch holds (schedule.hpp's scratch_bytes)
+  // The ops run since the last take, in order (what a test compares with the planner).
+  std::vector<const ScheduledOp*> take_trace();
+
+ private:
+  void record(const ScheduledOp* op) { trace_.push_back(op); }
+
+  std::vector<comm::Collectives*> levels_;
+  int block_;
+  WireBuffer wire_a_, wire_b_, wire_c_;
+  AlignedBuffer<float> f32_a_, f32_b_;
+  std::vector<const ScheduledOp*> trace_;  // written on the communication thread
+};
+
+}  // namespace strata::shard

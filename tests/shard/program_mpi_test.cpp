@@ -1,0 +1,139 @@
+// The schedule's program on 8 ranks of the test topology (2 nodes x 2 GPUs x 2 dies): the
+// runtime runs its ops in the order the planner's replay gives, and allocates for each state
+// what the lifetime replay says, for every preset, prefetch 0/1/2 and kept weights.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "comm/context.hpp"
+#include "comm/mpi_session.hpp"
+#include "comm/tier_comms.hpp"
+#include "plan/cost_model.hpp"
+#include "shard/sharded_engine.hpp"
+#include "test_topologies.hpp"
+#include "topo/groups.hpp"
+
+using namespace strata;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+constexpr int kBatch = 2, kSeq = 32;
+
+shard::ShardSpec preset(const char* name) { return shard::ShardSpec::preset_for(name, two_node_topology(8)); }
+
+// One engine on the test topology, one training micro-batch, one optimizer step and one
+// evaluation; `check` looks at the engine after each.
+// The communication context and groups, built once for every engine.
+struct World {
+  topo::Topology topology = two_node_topology(8);
+  comm::Context ctx{topology};
+  topo::ProcessGroups groups{topology};
+  comm::TierComms comms{ctx, groups};
+};
+
+template <typename Check>
+void run_one_step(World& world, const shard::ShardSpec& spec, Check check) {
+  comm::Context& ctx = world.ctx;
+  comm::TierComms& comms = world.comms;
+  shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, ctx, comms, spec, 1, 1234);
+  std::vector<std::int32_t> tok(kBatch * kSeq), tgt(kBatch * kSeq);
+  for (int i = 0; i < kBatch * kSeq; ++i) tok[i] = (7 * i + engine.rank()) % 256, tgt[i] = (tok[i] + 1) % 256;
+  engine.micro_step(tok.data(), tgt.data(), 1.0f);
+  check(engine, std::string("micro-batch"));
+  engine.optimizer_step({}, train::StepArgs{1e-3f, 1});
+  check(engine, std::string("step"));
+  engine.eval_loss(tok.data(), tgt.data());
+  check(engine, std::string("evaluation"));
+}
+
+// Every preset as it is; those that gather weights also with prefetch 0 and 2, and with
+// weights kept after forward (neither changes a program without weight gathers).
+std::vector<shard::ShardSpec> specs_with_options() {
+  std::vector<shard::ShardSpec> out;
+  for (const char* name : {"ddp", "zero1", "zero2"}) out.push_back(preset(name));
+  for (const char* name : {"zero3", "hsdp", "zeropp", "topo"}) {
+    out.push_back(preset(name));
+    for (int prefetch : {0, 2}) {
+      out.push_back(preset(name));
+      out.back().prefetch = prefetch;
+    }
+    out.push_back(preset(name));
+    out.back().free_after_forward = false;
+  }
+  return out;
+}
+
+std::string label(const shard::ShardSpec& s) {
+  return s.preset + " prefetch " + std::to_string(s.prefetch) + (s.free_after_forward ? "" : " kept weights");
+}
+
+std::vector<int> indices(const std::vector<const shard::ScheduledOp*>& trace,
+                         const std::vector<shard::ScheduledOp>& ops) {
+  std::vector<int> out;
+  for (const shard::ScheduledOp* op : trace) out.push_back(static_cast<int>(op - ops.data()));
+  return out;
+}
+
+}  // namespace
+
+// One run per option serves both: the runtime's op order is the planner's replay, and
+// what it allocates for each state is the schedule's lifetime replay.
+TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay) {
+  World world;
+  for (const shard::ShardSpec& spec : specs_with_options()) {
+    run_one_step(world, spec, [&](shard::ShardedEngine& engine, const std::string& phase) {
+      const shard::Schedule& s = engine.schedule();
+      const std::string what = label(spec) + ", after the " + phase;
+      std::vector<int> want;
+      if (phase == "micro-batch") {
+        // The planner's replay with any times: compute and ops of a second or two.
+        const std::size_t units = s.units().numel.size();
+        want = plan::replay_micro_batch(s, std::vector<double>(units, 1.0), std::vector<double>(units, 2.0),
+                                        std::vector<double>(s.micro_batch_ops().size(), 1.0))
+                   .order;
+        EXPECT_EQ(want.size(), s.micro_batch_ops().size()) << what;
+        EXPECT_EQ(indices(engine.last_micro_batch_trace(), s.micro_batch_ops()), want) << what;
+      } else if (phase == "step") {
+        // Every step op but the logged loss's (the trainer asks for it after the step), in
+        // the schedule's order.
+        for (int i = 0; i < static_cast<int>(s.step_ops().size()); ++i)
+          if (s.step_ops()[i].purpose != shard::Purpose::LossAllReduce) want.push_back(i);
+        EXPECT_EQ(indices(engine.last_step_trace(), s.step_ops()), want) << what;
+      } else {
+        // Evaluation runs the forward gathers, in the order training issues them.
+        for (int i = 0; i < static_cast<int>(s.micro_batch_ops().size()); ++i)
+          if (s.micro_batch_ops()[i].purpose == shard::Purpose::WeightGatherForward) want.push_back(i);
+        EXPECT_EQ(indices(engine.last_micro_batch_trace(), s.micro_batch_ops()), want) << what;
+      }
+      const shard::StateMemory got = engine.memory_bytes(), replay = s.memory_per_rank();
+      EXPECT_EQ(got.weights, replay.weights) << what;
+      EXPECT_EQ(got.secondary, replay.secondary) << what;
+      EXPECT_EQ(got.grads, replay.grads) << what;
+      EXPECT_EQ(got.optimizer, replay.optimizer) << what;
+      EXPECT_EQ(got.gathered, replay.gathered) << what;
+      EXPECT_EQ(got.communication, replay.communication) << what;
+    });
+  }
+}
+
+int main(int argc, char** argv) {
+  comm::MpiSession session(&argc, &argv);
+  testing::InitGoogleTest(&argc, argv);
+  if (world_rank() != 0) {
+    auto& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && world_rank() != 0 && failed) std::fprintf(stderr, "rank %d failed\n", world_rank());
+  return any;
+}
