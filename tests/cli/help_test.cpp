@@ -106,7 +106,7 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
     } else if (key == "shard.block_size" || key == "shard.prefetch") {
       // The options hold 'unset'; what runs is the strategy's: the same for every strategy.
       for (const std::string& strategy : shard::ShardSpec::preset_names()) {
-        shard::ShardOptions options = config.shard;
+        parallel::ShardOptions options = config.shard;
         options.strategy = strategy;
         const shard::ShardSpec spec = shard::build_spec(options, topology);
         EXPECT_EQ(printed, std::to_string(name == "block_size" ? spec.block_size : spec.prefetch)) << strategy;
