@@ -4,12 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <map>
 
 #include "base/aligned.hpp"
 #include "comm/context.hpp"
-#include "comm/mpi_session.hpp"
 #include "comm/tier_comms.hpp"
 #include "shard/sharded_engine.hpp"
 #include "train/local_engine.hpp"
@@ -19,12 +17,6 @@
 using namespace strata;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 struct TrainRun {
   std::vector<double> losses;
@@ -238,18 +230,4 @@ TEST(ShardedEngine, QuantizedPresetsStayCloseToTheirUnquantizedTwins) {
     EXPECT_NEAR(q.losses.back(), twin.losses.back(), 0.05 * twin.losses.back()) << name;
     EXPECT_NE(q.losses.back(), twin.losses.back()) << name << ": quantization changed nothing?";
   }
-}
-
-int main(int argc, char** argv) {
-  comm::MpiSession session(&argc, &argv);
-  testing::InitGoogleTest(&argc, argv);
-  if (world_rank() != 0) {
-    auto& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && world_rank() != 0 && failed) std::fprintf(stderr, "rank %d failed\n", world_rank());
-  return any;
 }

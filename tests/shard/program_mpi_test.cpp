@@ -3,12 +3,10 @@
 // what the lifetime replay says, for every preset, prefetch 0/1/2 and kept weights.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "comm/context.hpp"
-#include "comm/mpi_session.hpp"
 #include "comm/tier_comms.hpp"
 #include "plan/cost_model.hpp"
 #include "shard/sharded_engine.hpp"
@@ -18,12 +16,6 @@
 using namespace strata;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 constexpr int kBatch = 2, kSeq = 32;
 
@@ -122,18 +114,4 @@ TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay
       EXPECT_EQ(got.communication, replay.communication) << what;
     });
   }
-}
-
-int main(int argc, char** argv) {
-  comm::MpiSession session(&argc, &argv);
-  testing::InitGoogleTest(&argc, argv);
-  if (world_rank() != 0) {
-    auto& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && world_rank() != 0 && failed) std::fprintf(stderr, "rank %d failed\n", world_rank());
-  return any;
 }
