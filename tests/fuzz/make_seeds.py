@@ -96,6 +96,20 @@ out = {toml_value(work / "run")}
     return config, ckpts[-1]
 
 
+def is_literal(kind, default):
+    """Whether a help text's default is a value of its kind ("4", "1e-3", "ring"), not words
+    ("the --model preset's: tiny 2, ...", "optim.lr / 10")."""
+    if kind == "INT":
+        return re.fullmatch(r"-?\d+", default) is not None
+    if kind == "FLOAT":
+        try:
+            float(default)
+            return True
+        except ValueError:
+            return False
+    return " " not in default
+
+
 def config_seeds(strata, out, train_config, train_bin):
     seeds = out / "seeds" / "config"
     shutil.copy(REPO / "scripts" / "demo.toml", seeds / "demo.toml")
@@ -111,8 +125,8 @@ def config_seeds(strata, out, train_config, train_bin):
         tokens.update({f"[{section}]", f"{key} = ", f"{section}.{key}"})
         if key == "train" and section == "data":
             default = str(train_bin)
-        if default is None or (kind == "INT" and int(default) <= 0):
-            continue  # no default, or a sentinel that a config file may not set
+        if default is None or not is_literal(kind, default) or (kind == "INT" and int(default) <= 0):
+            continue  # no default, one the help describes in words, or a sentinel a config file may not set
         value = default if kind != "TEXT" else toml_value(default)
         sections.setdefault(section, []).append(f"{key} = {value}")
     if "train" not in sections:
