@@ -16,3 +16,11 @@ parse_bench_args() {
   fi
   return 0
 }
+
+# A scratch folder `work`, removed at exit, holding byte tokens of the repository's docs in
+# work/data (train.bin, val.bin): the small corpus the A/B scripts train on.
+scratch_with_docs_data() {
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  "$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
+}

@@ -7,9 +7,7 @@ set -euo pipefail
 base=$1 new=$2
 source "$(dirname "$0")/common.sh"
 parse_bench_args "$new" "$3" "${@:4}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-"$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
+scratch_with_docs_data
 common=(--topology "$src/configs/topology/2node-2gpu-2die.toml" --model tiny --train-data "$work/data/train.bin"
         --batch 2 --seq 32 --lr 1e-3 --steps 5)
 status=0

@@ -7,9 +7,7 @@ set -euo pipefail
 base=$1 new=$2 rounds=${4:-4}
 source "$(dirname "$0")/common.sh"
 parse_bench_args "$new" "$3" "${@:5}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-"$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
+scratch_with_docs_data
 train=(--topology "$src/configs/topology/2node-2gpu-2die.toml" --model small --train-data "$work/data/train.bin"
        --batch 2 --seq 64 --steps 6)
 for ((r = 1; r <= rounds; ++r)); do
