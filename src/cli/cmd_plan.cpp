@@ -108,10 +108,18 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
              plan::precision_name(w.precision),
              w.recompute ? "on" : "off", w.flash_attention ? "flash" : "dense (seq x seq kept)");
-  for (const topo::Tier& t : c.topology().tiers()) {
-    const bool outer = &t == &c.topology().tiers().back();
-    fmt::print("tier {:<9} {:>6} x   {:g} GB/s x efficiency {:g}, latency {:g} us\n", t.name,
-               sweeping && outer ? std::string("nodes") : std::to_string(t.size), t.bandwidth_GBps, t.efficiency,
+  const topo::Topology& topology = c.topology();
+  for (int i = 0; i < topology.num_tiers(); ++i) {
+    const topo::Tier& t = topology.tier(i);
+    const bool outer = i == topology.outermost();
+    // The per-rank figure the model prices; with ports, what sharing them leaves a rank.
+    const std::string ports =
+        t.ports == 0 ? std::string()
+                     : fmt::format(" a pair; {} x {:g} GB/s shared by {} -> {:g} GB/s a rank", count_of(t.ports, "port"),
+                                   t.port_GBps, count_of(topology.domain_ranks(i - 1), "rank"),
+                                   topology.rank_bandwidth_GBps(i));
+    fmt::print("tier {:<9} {:>6} x   {:g} GB/s{} x efficiency {:g}, latency {:g} us\n", t.name,
+               sweeping && outer ? std::string("nodes") : std::to_string(t.size), t.bandwidth_GBps, ports, t.efficiency,
                t.latency_us);
   }
 }

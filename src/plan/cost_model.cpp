@@ -104,9 +104,10 @@ LeaveOut parse_leave_out(std::string_view text, const topo::Topology& topology) 
   return out;
 }
 
-double op_time_s(const ScheduledOp& op, const topo::Tier& tier) {
+double op_time_s(const ScheduledOp& op, const topo::Topology& topology) {
+  const topo::Tier& tier = topology.tier(op.level);
   const double alpha = tier.latency_us * 1e-6;
-  const double beta = tier.bandwidth_GBps * tier.efficiency * 1e9;
+  const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
   return op.messages * alpha + static_cast<double>(op.bytes_sent) / beta;
 }
 
@@ -289,7 +290,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   for (const ScheduledOp& op : schedule.micro_batch_ops()) {
     const bool out = left_out(op);
     if (out) drop(op, K), note(op);
-    op_seconds.push_back(out ? 0.0 : op_time_s(op, topology_.tier(op.level)));
+    op_seconds.push_back(out ? 0.0 : op_time_s(op, topology_));
   }
   const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds);
   for (const ScheduledOp& op : schedule.step_ops()) {
@@ -297,7 +298,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
       drop(op, 1), note(op);
       continue;
     }
-    const double s = op_time_s(op, topology_.tier(op.level));
+    const double s = op_time_s(op, topology_);
     e.tiers[op.level].step_phase_s += s;
     e.tiers[op.level].busy_s += s;
     e.step_comm_s += s;
@@ -338,13 +339,19 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
 
 nlohmann::json PlanContext::assumptions() const {
   nlohmann::json tiers = nlohmann::json::array();
-  for (const topo::Tier& t : topology_.tiers())
+  for (int i = 0; i < topology_.num_tiers(); ++i) {
+    const topo::Tier& t = topology_.tier(i);
     tiers.push_back({{"tier", t.name},
                      {"size", t.size},
                      {"bandwidth_GBps", t.bandwidth_GBps},
+                     {"ports", t.ports},
+                     {"port_GBps", t.port_GBps},
+                     {"ranks_sharing_ports", topology_.domain_ranks(i - 1)},
+                     {"rank_bandwidth_GBps", topology_.rank_bandwidth_GBps(i)},
                      {"efficiency", t.efficiency},
                      {"latency_us", t.latency_us},
                      {"source", t.source}});
+  }
   std::vector<std::string> left;
   for (const LeaveOut& l : leave_out_)
     left.push_back(l.tier.empty() ? std::string(purpose_flag(l.purpose))
@@ -360,8 +367,10 @@ nlohmann::json PlanContext::assumptions() const {
               "activations; optimizer state 12 bytes"},
       {"device", device_.to_json()},
       {"tiers", tiers},
-      {"comm_time", "per op: messages x latency + bytes_sent / (bandwidth x efficiency); ring and all-to-all "
-                    "both send group_size-1 chunks in group_size-1 messages"},
+      {"comm_time", "per op: messages x latency + bytes_sent / (rank_bandwidth x efficiency); rank_bandwidth = "
+                    "the pair rate bandwidth_GBps, or less where the ranks of one inner domain share the tier's "
+                    "ports (ports x port_GBps / ranks_sharing_ports); ring and all-to-all both send "
+                    "group_size-1 chunks in group_size-1 messages"},
       {"overlap",
        "one compute and one communication stream, ops served one at a time in issue order, at the issue points "
        "the runtime uses (the schedule's micro-batch program): a unit's weight gather is issued at the acquire "

@@ -51,9 +51,10 @@ LeaveOut parse_leave_out(std::string_view text, const topo::Topology& topology);
 std::string_view purpose_flag(shard::Purpose p);  // "step-grad-reduce", ...
 
 // α-β time of one op over its tier: messages·α + bytes_sent/β, with α = latency_us and
-// β = bandwidth_GBps x efficiency. A ring takes group_size-1 steps of one chunk each; an
+// β = the rank's bandwidth (Topology::rank_bandwidth_GBps: the pair rate, or the share of
+// the shared ports) x efficiency. A ring takes group_size-1 steps of one chunk each; an
 // all-to-all sends group_size-1 chunks; both are what the schedule's messages and bytes say.
-double op_time_s(const shard::ScheduledOp& op, const topo::Tier& tier);
+double op_time_s(const shard::ScheduledOp& op, const topo::Topology& topology);
 
 // One micro-batch replayed on two streams (docs/planner.md "Overlap"): compute walks the
 // unit events; communication runs one op at a time in the order ops are issued. Issue and

@@ -19,8 +19,8 @@ namespace strata::topo {
 
 namespace {
 
-constexpr std::string_view kTierFields[] = {"name",       "size",       "bandwidth_GBps",
-                                            "latency_us", "efficiency", "source"};
+constexpr std::string_view kTierFields[] = {"name",       "size",  "bandwidth_GBps", "latency_us",
+                                            "efficiency", "ports", "port_GBps",      "source"};
 // Larger worlds than this are surely a typo, and keep every rank product inside an int.
 constexpr std::int64_t kMaxRanks = std::int64_t{1} << 30;
 
@@ -52,14 +52,17 @@ constexpr double kPresetEfficiency = 0.8;
 constexpr std::string_view kEfficiencyNote =
     "efficiency 0.8: NCCL/RCCL bus bandwidth reaches ~70-90% of link rate at large messages";
 
+struct Ports {  // a preset tier's ports: how many one inner domain has, the rate of each, the source
+  int count = 0;
+  double GBps = 0;
+  std::string_view source;
+};
+
 Tier preset_tier(std::string name, int size, double bandwidth, double latency, std::string_view link,
-                 std::string_view latency_note) {
-  return Tier{std::move(name),
-              size,
-              bandwidth,
-              latency,
-              kPresetEfficiency,
-              fmt::format("{}; latency {} us: {}; {}", link, latency, latency_note, kEfficiencyNote)};
+                 std::string_view latency_note, Ports ports = {}) {
+  std::string source = fmt::format("{}; latency {} us: {}; {}", link, latency, latency_note, kEfficiencyNote);
+  if (ports.count > 0) source += fmt::format("; ports: {} x {} GB/s ({})", ports.count, ports.GBps, ports.source);
+  return Tier{std::move(name), size, bandwidth, latency, kPresetEfficiency, std::move(source), ports.count, ports.GBps};
 }
 
 std::vector<Tier> frontier_tiers() {
@@ -68,6 +71,7 @@ std::vector<Tier> frontier_tiers() {
                   "OLCF Frontier User Guide / AMD MI250X datasheet: the 2 GCDs of one MI250X are joined "
                   "by 4 Infinity Fabric links of 50 GB/s, ~200 GB/s per direction",
                   "estimate for an on-package GPU-to-GPU message"),
+      // Between packages each GCD has its own 1-2 links: no port is shared, the pair rate stands.
       preset_tier("node", 4, 50, 3,
                   "OLCF Frontier User Guide: 1-2 Infinity Fabric links of 50 GB/s between MI250X packages "
                   "(50-100 GB/s); the low end, ~50 GB/s, is taken",
@@ -75,7 +79,9 @@ std::vector<Tier> frontier_tiers() {
       preset_tier("cluster", 0, 25, 5,
                   "OLCF Frontier User Guide: Slingshot-11, 4 NICs of 200 Gb/s a node, one per MI250X: "
                   "~25 GB/s a NIC (its 2 GCDs share it when both send at once)",
-                  "estimate for an inter-node GPU-buffer message over Slingshot"),
+                  "estimate for an inter-node GPU-buffer message over Slingshot",
+                  {4, 25, "OLCF Frontier User Guide: 4 Slingshot-11 NICs of 200 Gb/s = 25 GB/s a node, "
+                          "shared by its 8 GCDs: 12.5 GB/s a GCD when all cross at once"}),
   };
 }
 
@@ -89,7 +95,9 @@ std::vector<Tier> dgx_tiers(std::string_view gen) {
         preset_tier("cluster", 0, 25, 5,
                     "NVIDIA DGX A100 datasheet: 8 HDR InfiniBand NICs of 200 Gb/s a node, one per GPU: "
                     "~25 GB/s a GPU",
-                    "estimate for an inter-node GPU-buffer message over InfiniBand"),
+                    "estimate for an inter-node GPU-buffer message over InfiniBand",
+                    {8, 25, "NVIDIA DGX A100 datasheet: 8 single-port HDR 200 Gb/s NICs for the compute "
+                            "fabric, one a GPU"}),
     };
   return {
       preset_tier("node", 8, 450, 3,
@@ -99,7 +107,9 @@ std::vector<Tier> dgx_tiers(std::string_view gen) {
       preset_tier("cluster", 0, 50, 5,
                   "NVIDIA DGX H100 datasheet: 8 NDR InfiniBand NICs of 400 Gb/s a node, one per GPU: "
                   "~50 GB/s a GPU",
-                  "estimate for an inter-node GPU-buffer message over InfiniBand"),
+                  "estimate for an inter-node GPU-buffer message over InfiniBand",
+                  {8, 50, "NVIDIA DGX H100 datasheet: 8 ConnectX-7 NDR 400 Gb/s ports for the compute "
+                          "fabric, one a GPU"}),
   };
 }
 
@@ -162,6 +172,12 @@ void Topology::validate() const {
       throw Error(fmt::format("{}: latency_us = {} must be zero or positive", where(t), tier.latency_us));
     if (!(tier.efficiency > 0 && tier.efficiency <= 1))
       throw Error(fmt::format("{}: efficiency = {} must be in (0, 1]", where(t), tier.efficiency));
+    if (tier.ports < 0) throw Error(fmt::format("{}: ports = {} must be positive", where(t), tier.ports));
+    if (tier.ports > 0 && (!(tier.port_GBps > 0) || !std::isfinite(tier.port_GBps)))
+      throw Error(fmt::format("{}: port_GBps = {} must be positive (the rate of each of its {} ports)", where(t),
+                              tier.port_GBps, tier.ports));
+    if (!(tier.port_GBps >= 0) || !std::isfinite(tier.port_GBps))
+      throw Error(fmt::format("{}: port_GBps = {} must be positive", where(t), tier.port_GBps));
   }
 }
 
@@ -239,6 +255,16 @@ Topology Topology::from_toml_string(std::string_view text, std::string_view orig
     tier.bandwidth_GBps = *number("bandwidth_GBps", true);
     tier.latency_us = *number("latency_us", true);
     tier.efficiency = number("efficiency", false).value_or(1.0);
+    if (const auto ports = (*table)["ports"]; ports) {
+      if (!ports.is_integer()) throw Error(fmt::format("{}: ports must be an integer", where));
+      const std::int64_t v = *ports.value<std::int64_t>();
+      if (v <= 0 || v > kMaxRanks) throw Error(fmt::format("{}: ports = {} must be positive", where, v));
+      tier.ports = static_cast<int>(v);
+      if (!(*table)["port_GBps"]) throw Error(fmt::format("{}: missing port_GBps (the rate of each port)", where));
+    }
+    tier.port_GBps = number("port_GBps", false).value_or(0.0);
+    if (tier.ports == 0 && (*table)["port_GBps"])
+      throw Error(fmt::format("{}: port_GBps without ports (how many ports share the tier)", where));
     if (const auto source = (*table)["source"]; source) {
       if (!source.is_string()) throw Error(fmt::format("{}: source must be a string", where));
       tier.source = *source.value<std::string>();
@@ -286,6 +312,11 @@ void Topology::apply_override(const TierOverride& o) {
     number(tier.latency_us);
   } else if (o.field == "efficiency") {
     number(tier.efficiency);
+  } else if (o.field == "ports") {
+    if (!parse_number(o.value, tier.ports) || tier.ports < 0)
+      throw Error(fmt::format("{}: {}: ports must be a whole number, not '{}'", origin_, spec, o.value));
+  } else if (o.field == "port_GBps") {
+    number(tier.port_GBps);
   } else if (o.field == "source") {
     // The source goes into JSON (`strata topo --json`, run summaries), which holds only UTF-8.
     try {
@@ -297,7 +328,7 @@ void Topology::apply_override(const TierOverride& o) {
   } else {
     throw Error(
         fmt::format("{}: {}: unknown field '{}' (fields: size, bandwidth_GBps, latency_us, efficiency, "
-                    "source)",
+                    "ports, port_GBps, source)",
                     origin_, spec, o.field));
   }
   changed.origin_ = fmt::format("{} with {}", origin_, spec);
@@ -359,6 +390,12 @@ int Topology::domain_ranks(int t) const {
   return ranks;
 }
 
+double Topology::rank_bandwidth_GBps(int t) const {
+  const Tier& tier = tiers_.at(t);
+  if (tier.ports == 0) return tier.bandwidth_GBps;
+  return std::min(tier.bandwidth_GBps, tier.ports * tier.port_GBps / domain_ranks(t - 1));
+}
+
 int Topology::tier_between(int rank_a, int rank_b) const {
   if (!resolved()) throw Error(fmt::format("{}: tier_between needs a resolved world size", origin_));
   for (int r : {rank_a, rank_b})
@@ -380,6 +417,9 @@ nlohmann::json Topology::to_json() const {
         {"bandwidth_GBps", tier.bandwidth_GBps},
         {"latency_us", tier.latency_us},
         {"efficiency", tier.efficiency},
+        {"ports", tier.ports},
+        {"port_GBps", tier.port_GBps},
+        {"rank_bandwidth_GBps", rank_bandwidth_GBps(t)},
         {"source", tier.source},
         {"domain_ranks", known ? nlohmann::json(domain_ranks(t)) : nlohmann::json(nullptr)},
         {"num_domains", resolved() ? nlohmann::json(num_domains(t)) : nlohmann::json(nullptr)}};

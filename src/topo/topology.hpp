@@ -21,10 +21,16 @@ namespace strata::topo {
 struct Tier {
   std::string name;
   int size = 0;                 // 0 for the outermost tier until resolve()
-  double bandwidth_GBps = 0;    // per rank, per direction
+  double bandwidth_GBps = 0;    // a pair's rate: one rank alone, per direction
   double latency_us = 0;
   double efficiency = 1.0;      // achievable fraction of bandwidth_GBps for large messages
   std::string source;           // where the figures come from (presets cite datasheets)
+  // The ports (NICs or links) one domain of the tier inside has onto this tier, and the rate
+  // of each, per direction. Every rank of that domain crosses this tier at once (each runs
+  // the same op over its own across-group), so they share these ports. 0: not described,
+  // bandwidth_GBps alone applies (a rank's own link).
+  int ports = 0;
+  double port_GBps = 0;
 };
 
 struct TierOverride {  // --tier NAME.FIELD=VALUE on the command line
@@ -69,6 +75,9 @@ class Topology {
   std::optional<int> find_tier(std::string_view name) const;
 
   int domain_ranks(int t) const;  // ranks in one domain of tier t; t = -1: 1
+  // What one rank gets across tier t while every rank of its tier t-1 domain crosses it at
+  // once: bandwidth_GBps (a pair's rate), capped by the ports' total over those ranks.
+  double rank_bandwidth_GBps(int t) const;
   int domain_of(int rank, int t) const { return rank / domain_ranks(t); }
   int num_domains(int t) const { return world_size_ / domain_ranks(t); }
   // The innermost tier whose domain holds both ranks: the outermost link a message crosses

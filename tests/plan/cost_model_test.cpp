@@ -117,6 +117,25 @@ TEST(CostModel, TopoPaperAllReducesTheNodeShardAndStrataReduceScattersIt) {
   EXPECT_LT(t.step_time_s, priced(c, "topo-paper").step_time_s);
 }
 
+// The same cluster tier, once with a port for each of a node's 8 ranks and once with 2
+// shared by all 8: the bytes are the same, the cross-node time 4x, and the step slower.
+TEST(CostModel, SharedPortsSlowTheCrossNodeOps) {
+  Workload w;
+  w.seq = 2048;
+  auto on = [&](int ports) {
+    topo::Topology t = topo::Topology::preset("dgx-h100");
+    t.apply_override(topo::parse_tier_override(fmt::format("cluster.ports={}", ports)));
+    t.resolve(t.world_size_for_nodes(4));
+    PlanContext c(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
+    return priced(c, "zero3");
+  };
+  const Estimate own = on(8), shared = on(2);
+  EXPECT_EQ(own.bytes_on("cluster"), shared.bytes_on("cluster"));
+  EXPECT_NEAR(shared.tiers[1].busy_s / own.tiers[1].busy_s, 4.0, 0.05);  // latency terms aside
+  EXPECT_EQ(shared.tiers[0].busy_s, own.tiers[0].busy_s);
+  EXPECT_GT(shared.step_time_s, own.step_time_s);
+}
+
 TEST(CostModel, MemoryByStateFollowsTheSpecFormula) {
   PlanContext c = neox_on_frontier(48);
   Estimate e = priced(c, "topo");
@@ -156,13 +175,30 @@ TEST(CostModel, AModelThatDoesNotFitSaysWhatItNeedsAgainstWhatTheDeviceHas) {
 }
 
 TEST(CostModel, AlphaBetaTimeOfOneOp) {
-  topo::Tier tier{"cluster", 4, 25, 5, 0.8, ""};
+  topo::Topology t = topo::Topology::from_toml_string(R"(
+[[tiers]]
+name = "node"
+size = 4
+bandwidth_GBps = 100
+latency_us = 1
+[[tiers]]
+name = "cluster"
+bandwidth_GBps = 25
+latency_us = 5
+efficiency = 0.8
+)");
+  t.resolve(16);
   shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  op.level = 1;
   op.group_size = 4;
   op.messages = 3;
   op.bytes_sent = 3'000'000;
   // 3 messages x 5 us + 3 MB / (25 GB/s x 0.8)
-  EXPECT_DOUBLE_EQ(op_time_s(op, tier), 3 * 5e-6 + 3e6 / 20e9);
+  EXPECT_DOUBLE_EQ(op_time_s(op, t), 3 * 5e-6 + 3e6 / 20e9);
+  // 2 ports of 25 GB/s shared by the node's 4 ranks: 12.5 GB/s a rank.
+  t.apply_override(topo::parse_tier_override("cluster.port_GBps=25"));
+  t.apply_override(topo::parse_tier_override("cluster.ports=2"));
+  EXPECT_DOUBLE_EQ(op_time_s(op, t), 3 * 5e-6 + 3e6 / 10e9);
 }
 
 namespace {
@@ -251,12 +287,12 @@ TEST(CostModel, StepTimeIsComputePlusExposedPlusTheUnhiddenStepPhase) {
     // The step phase is every step op's α-β time, none hidden.
     shard::Schedule s(c.units(), c.topology(), e.spec, 4);
     double step = 0;
-    for (const auto& op : s.step_ops()) step += op_time_s(op, c.topology().tier(op.level));
+    for (const auto& op : s.step_ops()) step += op_time_s(op, c.topology());
     EXPECT_DOUBLE_EQ(e.step_comm_s, step) << name;
     // The first gather of a micro-batch is never hidden.
     double first = 0;
     for (const auto& op : s.micro_batch_ops())
-      if (op.event == s.micro_batch_ops().front().event) first += op_time_s(op, c.topology().tier(op.level));
+      if (op.event == s.micro_batch_ops().front().event) first += op_time_s(op, c.topology());
     EXPECT_GE(e.exposed_micro_s, 4 * first * (1 - 1e-12)) << name;
     EXPECT_DOUBLE_EQ(e.tokens_per_s, 2048.0 * 4 * 384 / e.step_time_s) << name;
     EXPECT_DOUBLE_EQ(e.mfu, e.tflops_per_device / 191.5) << name;

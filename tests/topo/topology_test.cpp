@@ -183,6 +183,44 @@ TEST(Topology, UnresolvedOutermostIsRefused) {
   expect_error([&] { topo.tier_between(0, 1); }, {"needs a resolved world size"});
 }
 
+// Two ranks a node share one 100 GB/s port: each gets 50 GB/s, under its 80 GB/s pair rate.
+TEST(Topology, PortsSharedByTheRanksOfTheInnerDomain) {
+  const std::string text =
+      "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 1\n"
+      "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 80\nlatency_us = 5\nports = 1\nport_GBps = 100\n";
+  Topology topo = Topology::from_toml_string(text, "ports.toml");
+  EXPECT_EQ(topo.tier(1).ports, 1);
+  EXPECT_EQ(topo.tier(1).port_GBps, 100);
+  EXPECT_EQ(topo.rank_bandwidth_GBps(0), 200);  // no ports described: the pair rate
+  EXPECT_EQ(topo.rank_bandwidth_GBps(1), 50);
+  topo.apply_override(parse_tier_override("cluster.ports=4"));
+  EXPECT_EQ(topo.rank_bandwidth_GBps(1), 80);  // 200 GB/s a rank of ports: the pair rate caps it
+  topo.resolve(4);
+  EXPECT_EQ(topo.to_json()["tiers"][1]["rank_bandwidth_GBps"], 80);
+  EXPECT_EQ(topo.to_json()["tiers"][1]["ports"], 4);
+  // Frontier's 4 NICs of 25 GB/s serve 8 GCDs.
+  EXPECT_EQ(Topology::preset("frontier").rank_bandwidth_GBps(2), 12.5);
+  EXPECT_EQ(Topology::preset("dgx-h100").rank_bandwidth_GBps(1), 50);
+}
+
+TEST(TopologyErrors, Ports) {
+  expect_toml_error("[[tiers]]\nname = \"c\"\nbandwidth_GBps = 1\nlatency_us = 1\nports = 2\n",
+                    {"tiers[0] ('c')", "missing port_GBps"});
+  expect_toml_error("[[tiers]]\nname = \"c\"\nbandwidth_GBps = 1\nlatency_us = 1\nports = 0\nport_GBps = 1\n",
+                    {"tiers[0] ('c')", "ports = 0 must be positive"});
+  expect_toml_error("[[tiers]]\nname = \"c\"\nbandwidth_GBps = 1\nlatency_us = 1\nports = 1.5\nport_GBps = 1\n",
+                    {"tiers[0] ('c')", "ports must be an integer"});
+  expect_toml_error("[[tiers]]\nname = \"c\"\nbandwidth_GBps = 1\nlatency_us = 1\nports = 2\nport_GBps = 0\n",
+                    {"tiers[0] ('c')", "port_GBps = 0 must be positive"});
+  expect_toml_error("[[tiers]]\nname = \"c\"\nbandwidth_GBps = 1\nlatency_us = 1\nport_GBps = 3\n",
+                    {"tiers[0] ('c')", "port_GBps without ports"});
+  Topology topo = Topology::preset("frontier");
+  expect_error([&] { topo.apply_override(parse_tier_override("cluster.ports=-1")); },
+               {"--tier cluster.ports=-1", "ports must be a whole number"});
+  expect_error([&] { topo.apply_override(parse_tier_override("node.ports=2")); },
+               {"tiers[1] ('node')", "port_GBps = 0 must be positive"});
+}
+
 TEST(TopologyErrors, UnknownTierField) {
   expect_toml_error(std::string(kGpu) + kNode + "bandwith_GBps = 3\n" + kCluster,
                     {"bad.toml", "tiers[1] ('node')", "unknown field 'bandwith_GBps'", "bandwidth_GBps"});
