@@ -16,6 +16,7 @@
 #include "cli/command.hpp"
 #include "cli/format.hpp"
 #include "comm/mpi_session.hpp"
+#include "plan/calibration.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
@@ -42,6 +43,7 @@ struct PlanOptions {
   int top = 5;
   std::string sweep_nodes, svg;
   std::string compare_summary;
+  std::string calibration;
   bool json = false;
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
@@ -121,7 +123,23 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
     fmt::print("tier {:<9} {:>6} x   {:g} GB/s{} x efficiency {:g}, latency {:g} us\n", t.name,
                sweeping && outer ? std::string("nodes") : std::to_string(t.size), t.bandwidth_GBps, ports, t.efficiency,
                t.latency_us);
+    if (!c.calibration()) continue;
+    // Measured curves replace the figures above: what each collective reaches, and where.
+    const plan::TierCalibration& cal = c.calibration()->tier(t.name);
+    std::vector<std::string> curves;
+    for (plan::Collective k : {plan::Collective::AllGather, plan::Collective::ReduceScatter, plan::Collective::AllToAll}) {
+      const plan::CollectiveCurve& curve = cal.curve(k);
+      curves.push_back(fmt::format("{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us)", plan::collective_key(k),
+                                   curve.bus_GBps, curve.half_bytes / 1e3, curve.latency_s() * 1e6));
+    }
+    fmt::print("  calibrated (a group of {}, {} crossing at once): {}\n", cal.group_size,
+               count_of(cal.ranks_sharing, "rank"), fmt::join(curves, "; "));
   }
+  if (const auto& cal = c.calibration())
+    fmt::print("calibrated compute: matmul {:.4g} GFLOP/s a rank, half of it at {:.3g} GFLOP; other kernels x{:.3g}; "
+               "x{:.3g} slower beside communication; Adam {:.3g} GB/s (ignoring the device's efficiency and HBM)\n",
+               cal->compute.peak_gflops, cal->compute.half_gflop, cal->compute.kernel_overhead,
+               cal->compute.overlap_slowdown, cal->compute.optimizer_GBps);
 }
 
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
@@ -141,6 +159,18 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   }
   fmt::print("  exposed s: micro-batch communication not hidden by compute; step s*: optimizer-step phase "
              "(communication + Adam), never hidden; GB: bytes a rank sends over each tier a step\n");
+  if (c.calibration()) {
+    // The calibrated terms: each tier's fixed costs against its bytes' time, and compute lost
+    // to running beside communication.
+    fmt::print("  calibrated terms, s a step (tier: latency + bandwidth busy time; overlap: compute slowed by "
+               "communication beside it; step s = compute s + exposed s + overlap + step s*):\n");
+    for (const plan::Estimate& e : estimates) {
+      std::vector<std::string> parts;
+      for (const plan::TierCost& t : e.tiers)
+        parts.push_back(fmt::format("{} {:.4g} + {:.4g}", t.traffic.tier, t.latency_s, t.busy_s - t.latency_s));
+      fmt::print("    {:<12} {}; overlap {:.4g}\n", e.strategy, fmt::join(parts, ", "), e.overlap_slowdown_s);
+    }
+  }
   for (const plan::Estimate& e : estimates)
     if (!e.fits) fmt::print("  {} {}: {}; its row assumes memory it does not have\n", kDoesNotFit, e.strategy,
                             e.memory_verdict());
@@ -314,10 +344,18 @@ void run_plan(const PlanOptions& o) {
   topo::Topology topology = topo::Topology::load(o.topology);
   for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
 
+  std::optional<plan::Calibration> calibration;
+  if (!o.calibration.empty()) calibration = plan::Calibration::from_toml_file(o.calibration);
+
   plan::DeviceOverrides overrides;
   if (o.peak_opt->count()) overrides.peak_tflops = o.peak_tflops;
   if (o.memory_opt->count()) overrides.memory_gb = o.memory_gb;
   if (o.hbm_opt->count()) overrides.hbm_GBps = o.hbm_GBps;
+  // A device without a preset takes its peak (for MFU) and memory rate from what was measured.
+  if (calibration && !plan::device_for_topology(o.topology)) {
+    if (!overrides.peak_tflops) overrides.peak_tflops = calibration->compute.peak_gflops / 1e3;
+    if (!overrides.hbm_GBps) overrides.hbm_GBps = calibration->compute.optimizer_GBps;
+  }
   if (o.efficiency_opt->count()) overrides.compute_efficiency = o.compute_efficiency;
   const plan::DeviceFacts device = plan::resolve_device(o.topology, overrides);
 
@@ -344,12 +382,12 @@ void run_plan(const PlanOptions& o) {
     topo::Topology first = topology;
     first.resolve(first.world_size_for_nodes(nodes.front()));
     const auto strategies = chosen_strategies(o, first, workload.precision);
-    const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes);
+    const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes, calibration);
     const std::string title =
         fmt::format("{} on {}, micro-batch {} x {}, {} a step", model.name, topology.name(), workload.micro_batch,
                     workload.seq, count_of(workload.accumulation_steps, "micro-batch", "micro-batches"));
     if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
-    const plan::PlanContext context(model, first, device, workload, leave_out);
+    const plan::PlanContext context(model, first, device, workload, leave_out, calibration);
     if (o.json) {
       fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
                                         {"topology", first.to_json()},
@@ -368,7 +406,7 @@ void run_plan(const PlanOptions& o) {
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
   if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   topology.resolve(topology.world_size_for_nodes(o.nodes));
-  const plan::PlanContext context(model, topology, device, workload, leave_out);
+  const plan::PlanContext context(model, topology, device, workload, leave_out, calibration);
 
   if (o.search) {
     if (!o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() || !o.grad_wire.empty() ||
@@ -462,6 +500,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--compare-summary", o->compare_summary,
                   "check the planner's bytes per tier against a run's summary.json (comm.scheduled_per_step, "
                   "comm.per_step)");
+  cmd->add_option("--calibration", o->calibration,
+                  "price with what `strata calibrate` measured (a calibration TOML file): collective curves per "
+                  "tier, compute curve, Adam rate, overlap slowdown");
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_plan(*o); });
 });

@@ -105,14 +105,31 @@ LeaveOut parse_leave_out(std::string_view text, const topo::Topology& topology) 
 }
 
 double op_time_s(const ScheduledOp& op, const topo::Topology& topology) {
+  return price_op(op, topology, nullptr).seconds();
+}
+
+Collective collective_of(const ScheduledOp& op) {
+  if (op.kind == shard::OpKind::AllGather) return Collective::AllGather;
+  return op.algorithm == shard::Algorithm::AllToAll ? Collective::AllToAll : Collective::ReduceScatter;
+}
+
+OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
   const topo::Tier& tier = topology.tier(op.level);
+  const double bytes = static_cast<double>(op.bytes_sent);
+  if (calibration) {
+    const CollectiveCurve& curve = calibration->tier(tier.name).curve(collective_of(op));
+    const double total = curve.seconds_for(bytes, op.messages);
+    const double at_bandwidth = bytes / (curve.bus_GBps * 1e9);
+    return {total - at_bandwidth, at_bandwidth};
+  }
   const double alpha = tier.latency_us * 1e-6;
   const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
-  return op.messages * alpha + static_cast<double>(op.bytes_sent) / beta;
+  return {op.messages * alpha, bytes / beta};
 }
 
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
-                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds) {
+                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
+                            double overlap_slowdown) {
   const std::vector<model::UnitEvent>& events = schedule.units().events;
   const std::vector<ScheduledOp>& ops = schedule.micro_batch_ops();
   const shard::MicroBatchProgram& program = schedule.training_program();
@@ -144,6 +161,38 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
     if (ready > clock) waits.emplace_back(clock, ready);
     clock = std::max(clock, ready);
   };
+  // Runs `work` seconds of compute from `clock`, slowed while an issued op is on the stream.
+  // Ops issued later start after this compute, so the issued ones are all it can meet; they
+  // run back to back in issue order (t.order).
+  std::size_t first_live = 0;  // in t.order: ops before it ended before `clock`
+  auto run_compute = [&](double work) {
+    if (overlap_slowdown == 1.0) {  // the plain sum: no rounding of its own
+      clock += work;
+      return;
+    }
+    const double begin = clock;
+    double now = clock;
+    for (std::size_t k = first_live; k < t.order.size() && work > 0; ++k) {
+      const int i = t.order[k];
+      if (end[i] <= now) {
+        first_live = k + 1;
+        continue;
+      }
+      if (start[i] > now) {
+        const double gap = start[i] - now;
+        if (work <= gap) break;
+        work -= gap, now = start[i];
+      }
+      const double can = (end[i] - now) / overlap_slowdown;
+      if (work <= can) {
+        now += work * overlap_slowdown, work = 0;
+        break;
+      }
+      work -= can, now = end[i];
+    }
+    clock = now + work;
+    t.slowdown_s += clock - begin;
+  };
   for (std::size_t e = 0; e <= events.size(); ++e) {
     const shard::EventStep& step = program.steps[e];
     for (int c : step.issue) {
@@ -165,13 +214,14 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
     // The compute that needs these weights runs once the last of a run of acquires is in.
     const bool run_ends = e + 1 == events.size() || events[e + 1].kind != model::UnitEvent::Acquire;
     if (run_ends) {
-      clock += run;
+      run_compute(run);
       t.compute_s += run;
       run = 0;
     }
   }
   wait_until(comm_free);
   t.makespan_s = clock;
+  if (overlap_slowdown != 1.0) t.slowdown_s -= t.compute_s;  // run_compute summed the stretched times
 
   // The stream is busy through every wait (compute waits only on an issued op, and the
   // tail only on queued reductions), so each wait splits exactly over the ops it overlaps.
@@ -203,7 +253,10 @@ nlohmann::json Estimate::to_json() const {
     bytes[t.traffic.tier] = {{"bytes_sent", t.traffic.bytes_sent},
                              {"bytes_received", t.traffic.bytes_received},
                              {"messages", t.traffic.messages}};
-    time[t.traffic.tier] = {{"busy_s", t.busy_s}, {"exposed_micro_batch_s", t.exposed_micro_s},
+    time[t.traffic.tier] = {{"busy_s", t.busy_s},
+                            {"latency_s", t.latency_s},
+                            {"bandwidth_s", t.busy_s - t.latency_s},
+                            {"exposed_micro_batch_s", t.exposed_micro_s},
                             {"step_phase_s", t.step_phase_s}};
   }
   return {{"strategy", strategy},
@@ -226,6 +279,7 @@ nlohmann::json Estimate::to_json() const {
           {"tokens_per_step", tokens_per_step},
           {"compute_s", compute_s},
           {"exposed_micro_batch_comm_s", exposed_micro_s},
+          {"overlap_slowdown_s", overlap_slowdown_s},
           {"step_phase_comm_s", step_comm_s},
           {"optimizer_s", optimizer_s},
           {"step_time_s", step_time_s},
@@ -237,23 +291,31 @@ nlohmann::json Estimate::to_json() const {
 }
 
 PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
-                         std::vector<LeaveOut> leave_out)
+                         std::vector<LeaveOut> leave_out, std::optional<Calibration> calibration)
     : model_(std::move(model)),
       topology_(std::move(topology)),
       device_(std::move(device)),
       workload_(workload),
       leave_out_(std::move(leave_out)),
+      calibration_(std::move(calibration)),
       units_(model_.unit_plan()) {
   if (!topology_.resolved()) throw Error("plan: the topology must be resolved for a world size (--nodes)");
   model_.validate();
   device_.validate();
   workload_.validate(model_);
+  if (calibration_) calibration_->check_covers(topology_, "--calibration");
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
+  const std::vector<int> matmuls = model_.forward_matmuls();
   const std::vector<bool> again = model_.recomputed_units();
   for (std::size_t u = 0; u < flops.size(); ++u) {
-    forward_s_.push_back(flops[u] * tokens / flops_per_s);
+    if (calibration_) {
+      const ComputeCalibration& c = calibration_->compute;
+      forward_s_.push_back(c.kernel_overhead * c.matmul_seconds(flops[u] * tokens, matmuls[u]));
+    } else {
+      forward_s_.push_back(flops[u] * tokens / flops_per_s);
+    }
     backward_s_.push_back(forward_s_.back() * (2 + (workload_.recompute && again[u] ? 1 : 0)));
   }
 }
@@ -286,19 +348,25 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     if (std::find(dropped.begin(), dropped.end(), what) == dropped.end()) dropped.push_back(what);
   };
 
+  const Calibration* calibrated = calibration_ ? &*calibration_ : nullptr;
   std::vector<double> op_seconds;
   for (const ScheduledOp& op : schedule.micro_batch_ops()) {
     const bool out = left_out(op);
     if (out) drop(op, K), note(op);
-    op_seconds.push_back(out ? 0.0 : op_time_s(op, topology_));
+    const OpPrice price = out ? OpPrice{} : price_op(op, topology_, calibrated);
+    op_seconds.push_back(price.seconds());
+    e.tiers[op.level].latency_s += K * price.latency_s;
   }
-  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds);
+  const double slowdown = calibrated ? calibrated->compute.overlap_slowdown : 1.0;
+  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown);
   for (const ScheduledOp& op : schedule.step_ops()) {
     if (left_out(op)) {
       drop(op, 1), note(op);
       continue;
     }
-    const double s = op_time_s(op, topology_);
+    const OpPrice price = price_op(op, topology_, calibrated);
+    const double s = price.seconds();
+    e.tiers[op.level].latency_s += price.latency_s;
     e.tiers[op.level].step_phase_s += s;
     e.tiers[op.level].busy_s += s;
     e.step_comm_s += s;
@@ -314,10 +382,12 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   const int cb = compute_bytes(workload_.precision);
   const double os_elements =
       static_cast<double>(schedule.total_padded()) / schedule.levels().degree(schedule.levels().optimizer);
-  e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (device_.hbm_GBps * 1e9);
+  const double optimizer_GBps = calibrated ? calibrated->compute.optimizer_GBps : device_.hbm_GBps;
+  e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
 
   e.compute_s = K * mb.compute_s;
-  e.exposed_micro_s = K * (mb.makespan_s - mb.compute_s);
+  e.overlap_slowdown_s = K * mb.slowdown_s;
+  e.exposed_micro_s = K * (mb.makespan_s - mb.compute_s - mb.slowdown_s);
   e.step_time_s = K * mb.makespan_s + e.step_comm_s + e.optimizer_s;
   e.tokens_per_step = static_cast<double>(workload_.micro_batch) * workload_.seq * K * e.world_size;
   e.tokens_per_s = e.tokens_per_step / e.step_time_s;
@@ -357,7 +427,8 @@ nlohmann::json PlanContext::assumptions() const {
     left.push_back(l.tier.empty() ? std::string(purpose_flag(l.purpose))
                                   : fmt::format("{}@{}", purpose_flag(l.purpose), l.tier));
   const bool bf16 = workload_.precision == Precision::BF16;
-  return {
+  const bool calibrated = calibration_.has_value();
+  nlohmann::json out = {
       {"precision", precision_name(workload_.precision)},
       {"precision_means",
        bf16 ? "bf16 mixed precision as published systems run it: the presets' fp32 wires become bf16 (int8/int4 "
@@ -367,25 +438,39 @@ nlohmann::json PlanContext::assumptions() const {
               "activations; optimizer state 12 bytes"},
       {"device", device_.to_json()},
       {"tiers", tiers},
-      {"comm_time", "per op: messages x latency + bytes_sent / (rank_bandwidth x efficiency); rank_bandwidth = "
+      {"comm_time",
+       calibrated ? "per op, the calibration's curve of its tier and collective (ring all-gather: all_gather, ring "
+                    "reduce-scatter: reduce_scatter, quantized reduction: all_to_all): latency x messages / "
+                    "calibrated messages + bytes_sent / bus_GBps, latency = half_bytes / bus_GBps (measured with "
+                    "every rank sending at once: shared ports included); tiers' latency_s and bandwidth_s split "
+                    "each tier's busy time so"
+                  : "per op: messages x latency + bytes_sent / (rank_bandwidth x efficiency); rank_bandwidth = "
                     "the pair rate bandwidth_GBps, or less where the ranks of one inner domain share the tier's "
                     "ports (ports x port_GBps / ranks_sharing_ports); ring and all-to-all both send "
-                    "group_size-1 chunks in group_size-1 messages"},
+                    "group_size-1 chunks in group_size-1 messages; tiers' latency_s and bandwidth_s split each "
+                    "tier's busy time so"},
       {"overlap",
        "one compute and one communication stream, ops served one at a time in issue order, at the issue points "
        "the runtime uses (the schedule's micro-batch program): a unit's weight gather is issued at the acquire "
        "`prefetch` acquires earlier, a gradient reduction when its backward ends, and lending a gradient buffer "
        "first waits until at most `reductions_in_flight` reductions remain; the first gathers of a micro-batch "
        "and the whole optimizer-step phase (step reductions, post-step weight gather, scalars, Adam) are never "
-       "hidden"},
+       "hidden; with a calibration, compute runs overlap_slowdown times slower while an op is on the stream "
+       "(overlap_slowdown_s)"},
       {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; with recomputation the "
                 "hardware runs each block's forward twice (counted in hfu, not mfu)"},
-      {"compute_time", "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
+      {"compute_time",
+       calibrated ? "per unit of the schedule: kernel_overhead x (FLOPs + matmuls x half_gflop) / peak_gflops "
+                    "(the calibration's matmul curve: each matmul of F FLOPs takes (F + half_gflop) / peak_gflops; "
+                    "a block has qkv, attention projection, 2 attention products and 2 (GELU) or 3 (SwiGLU) MLP "
+                    "matmuls, the LM head 1); backward twice the forward"
+                  : "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
       {"activations",
        "per block and token: 6 x hidden + 2 x kv_dim + (2 or 3 for SwiGLU) x ffn elements, plus heads x seq "
        "unless flash attention; with recomputation only each block's input plus one block's set; plus the final "
        "norm's input and output and fp32 logits"},
-      {"optimizer_time", "OS shard elements x (24 + 2 x element bytes) / HBM bandwidth"},
+      {"optimizer_time", calibrated ? "OS shard elements x (24 + 2 x element bytes) / the calibration's optimizer_GBps"
+                                    : "OS shard elements x (24 + 2 x element bytes) / HBM bandwidth"},
       {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations; "
                  "gathered = the most full-unit buffers alive at once over the micro-batch program (lifetime "
                  "replay) x the largest unit; communication (strata's host executor scratch) is not in the total"},
@@ -395,6 +480,8 @@ nlohmann::json PlanContext::assumptions() const {
       {"recompute", workload_.recompute},
       {"flash_attention", workload_.flash_attention},
       {"left_out", left}};
+  if (calibrated) out["calibration"] = calibration_->to_json();
+  return out;
 }
 
 }  // namespace strata::plan

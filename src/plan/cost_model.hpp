@@ -3,12 +3,14 @@
 // α-β model per tier and replayed against the model's compute with the overlap the runtime
 // does (docs/planner.md). Nothing here decides what moves where; the schedule does.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "plan/calibration.hpp"
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
 #include "shard/schedule.hpp"
@@ -56,23 +58,38 @@ std::string_view purpose_flag(shard::Purpose p);  // "step-grad-reduce", ...
 // all-to-all sends group_size-1 chunks; both are what the schedule's messages and bytes say.
 double op_time_s(const shard::ScheduledOp& op, const topo::Topology& topology);
 
+// One op's time in two parts: the fixed cost (latency, launch) and the bytes' time at the
+// bandwidth. Without a calibration, op_time_s's α-β; with one, the measured curve of the
+// op's tier and collective (CollectiveCurve::seconds_for): a ring all-gather is an
+// all-gather, a ring reduce-scatter a reduce-scatter, a quantized reduction an all-to-all.
+struct OpPrice {
+  double latency_s = 0, bandwidth_s = 0;
+  double seconds() const { return latency_s + bandwidth_s; }
+};
+OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration);
+Collective collective_of(const shard::ScheduledOp& op);
+
 // One micro-batch replayed on two streams (docs/planner.md "Overlap"): compute walks the
 // unit events; communication runs one op at a time in the order ops are issued. Issue and
 // wait points are the schedule's micro-batch program, the one the runtime executes (no
-// policy of its own here): the timeline is the runtime's order by construction.
+// policy of its own here): the timeline is the runtime's order by construction. Compute
+// runs `overlap_slowdown` times slower while an op is on the communication stream.
 struct Timeline {
   double makespan_s = 0;               // until both streams are idle
   double compute_s = 0;
+  double slowdown_s = 0;               // compute time added by running beside communication
   std::vector<double> busy_by_level;   // time ops of each tier occupy the stream
   std::vector<double> exposed_by_level;  // time compute waits (or the micro-batch runs on) per tier
   std::vector<int> order;              // micro-batch ops (indices) in the order the stream runs them
 };
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
-                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds);
+                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
+                            double overlap_slowdown = 1.0);
 
 struct TierCost {
   shard::TierTraffic traffic;   // bytes and messages a rank sends and receives per step
   double busy_s = 0;            // time its ops occupy the communication stream, per step
+  double latency_s = 0;         //   of which their fixed costs (latency, launch), the rest bytes at bandwidth
   double exposed_micro_s = 0;   // per-micro-batch communication not hidden by compute, per step
   double step_phase_s = 0;      // optimizer-step phase communication (never hidden)
 };
@@ -90,6 +107,7 @@ struct Estimate {
   double tokens_per_step = 0;        // all ranks
   double compute_s = 0;              // per step: every micro-batch's forward and backward
   double exposed_micro_s = 0;        // per step
+  double overlap_slowdown_s = 0;     // per step: compute time added while communication runs beside it
   double step_comm_s = 0;            // per step
   double optimizer_s = 0;            // Adam over the OS shard, bound by memory bandwidth
   double step_time_s = 0;
@@ -108,14 +126,17 @@ struct Estimate {
 // What every estimate of one plan shares; the model's units are built once.
 class PlanContext {
  public:
+  // With a calibration, its measured curves price communication, compute and Adam (the
+  // device's peak then only scales MFU); it must cover every tier of the topology.
   PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
-              std::vector<LeaveOut> leave_out = {});
+              std::vector<LeaveOut> leave_out = {}, std::optional<Calibration> calibration = std::nullopt);
 
   const ModelShape& model() const { return model_; }
   const topo::Topology& topology() const { return topology_; }
   const DeviceFacts& device() const { return device_; }
   const Workload& workload() const { return workload_; }
   const shard::UnitPlan& units() const { return units_; }
+  const std::optional<Calibration>& calibration() const { return calibration_; }
 
   // The schedule of `spec` on this topology, priced. `spec` is taken as given (apply
   // precision and overrides before).
@@ -130,6 +151,7 @@ class PlanContext {
   DeviceFacts device_;
   Workload workload_;
   std::vector<LeaveOut> leave_out_;
+  std::optional<Calibration> calibration_;
   shard::UnitPlan units_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
 };

@@ -263,6 +263,13 @@ std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
   return flops;
 }
 
+std::vector<int> ModelShape::forward_matmuls() const {
+  std::vector<int> matmuls(layers + (tied_head ? 2 : 3), 0);
+  for (int l = 0; l < layers; ++l) matmuls[1 + l] = mlp == Mlp::Gelu ? 6 : 7;
+  matmuls[tied_head ? layers + 1 : layers + 2] = 1;
+  return matmuls;
+}
+
 std::vector<bool> ModelShape::recomputed_units() const {
   std::vector<bool> r(layers + (tied_head ? 2 : 3), false);
   for (int l = 0; l < layers; ++l) r[1 + l] = true;

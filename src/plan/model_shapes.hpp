@@ -59,6 +59,10 @@ struct ModelShape {
   // attention (QK^T and AV: 4·hidden·seq), the LM head's matmul to the unit whose compute
   // segment runs it (ln_f when tied, the head unit when untied), embeddings none.
   std::vector<double> forward_flops_per_token(int seq) const;
+  // Matmuls of each unit's forward (the calibrated compute curve charges each its fixed
+  // cost): a block's fused qkv, attention projection, QK^T and AV, and 2 (GELU) or 3
+  // (SwiGLU) MLP matmuls; the LM head's one, where forward_flops_per_token puts its FLOPs.
+  std::vector<int> forward_matmuls() const;
   // Units whose forward is recomputed in backward under activation recomputation (blocks).
   std::vector<bool> recomputed_units() const;
 

@@ -185,13 +185,14 @@ std::vector<int> parse_node_list(std::string_view text) {
 
 std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
                                const Workload& workload, const std::vector<LeaveOut>& leave_out,
-                               const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes) {
+                               const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes,
+                               const std::optional<Calibration>& calibration) {
   std::vector<SweepSeries> out;
   for (const NamedSpec& s : strategies) out.push_back({s.name, {}});
   for (int n : nodes) {
     topo::Topology t = topology;
     t.resolve(t.world_size_for_nodes(n));
-    const PlanContext context(model, t, device, workload, leave_out);
+    const PlanContext context(model, t, device, workload, leave_out, calibration);
     for (std::size_t k = 0; k < strategies.size(); ++k) {
       SweepPoint p{n, context.estimate(strategies[k].name, strategies[k].spec)};
       const SweepPoint& first = out[k].points.empty() ? p : out[k].points.front();

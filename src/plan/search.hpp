@@ -58,7 +58,8 @@ struct SweepSeries {
 // strategy there.
 std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
                                const Workload& workload, const std::vector<LeaveOut>& leave_out,
-                               const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes);
+                               const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes,
+                               const std::optional<Calibration>& calibration = std::nullopt);
 std::vector<int> parse_node_list(std::string_view text);  // "1,2,4" -> {1,2,4}; Error names --sweep-nodes
 // TFLOP/s per device against devices (log x) and outer-tier bytes a rank a step: two charts.
 std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string& title, const std::string& outer_tier);

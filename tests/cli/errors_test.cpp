@@ -30,13 +30,13 @@ void expect_refusal(const std::string& args, const std::string& part) {
 TEST(CliErrors, AnUnknownCommandNamesTheNearestOrListsThem) {
   expect_refusal("trian", "strata: error: unknown command 'trian' (did you mean 'train'?)");
   expect_refusal("plna --model tiny", "unknown command 'plna' (did you mean 'plan'?)");
-  expect_refusal("calibrate", "unknown command 'calibrate' (commands: train, compare, data, export, ckpt, topo, bench, plan)");
+  expect_refusal("deploy", "unknown command 'deploy' (commands: train, compare, data, export, ckpt, topo, bench, plan, calibrate)");
   expect_refusal("bench stpe", "unknown command 'stpe' of 'strata bench' (did you mean 'step'?)");
   expect_refusal("ckpt inspekt runs/x", "unknown command 'inspekt' of 'strata ckpt' (did you mean 'inspect'?)");
 }
 
 TEST(CliErrors, HelpAfterAnUnknownCommandIsAnErrorNotTheTopLevelHelp) {
-  expect_refusal("calibrate --help", "unknown command 'calibrate'");
+  expect_refusal("deploy --help", "unknown command 'deploy'");
   expect_refusal("trian -h", "did you mean 'train'?");
 }
 

@@ -249,6 +249,19 @@ TEST(CostModel, EveryMicroBatchOpNamesTheEventItServes) {
   EXPECT_NE(error_of([&] { replay_micro_batch(s, {1}, {1}, {}); }).find("replay:"), std::string::npos);
 }
 
+// The same timeline with compute at half speed while an op is on the stream: each of the
+// four compute runs meets one 1 s op at its start, so each does 0.5 s of work in that
+// second and ends 0.5 s later than before.
+TEST(CostModel, ReplaySlowsComputeBesideCommunication) {
+  shard::Schedule s = two_unit_schedule(1);
+  std::vector<double> ones(6, 1.0);
+  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, 2.0);
+  EXPECT_DOUBLE_EQ(t.compute_s, 12);
+  EXPECT_DOUBLE_EQ(t.slowdown_s, 2);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 16);
+  EXPECT_EQ(replay_micro_batch(s, {2, 2}, {4, 4}, ones).slowdown_s, 0);
+}
+
 TEST(CostModel, ReplayHidesPrefetchedGathersBehindCompute) {
   shard::Schedule s = two_unit_schedule(1);
   ASSERT_EQ(s.micro_batch_ops().size(), 6u);
@@ -282,6 +295,7 @@ TEST(CostModel, StepTimeIsComputePlusExposedPlusTheUnhiddenStepPhase) {
   PlanContext c = neox_on_frontier(48, {}, w);
   for (const char* name : {"zero3", "zeropp", "topo", "hsdp"}) {
     Estimate e = priced(c, name);
+    EXPECT_EQ(e.overlap_slowdown_s, 0) << name;  // uncalibrated: communication does not slow compute
     EXPECT_NEAR(e.step_time_s, e.compute_s + e.exposed_micro_s + e.step_comm_s + e.optimizer_s, 1e-9 * e.step_time_s)
         << name;
     // The step phase is every step op's α-β time, none hidden.

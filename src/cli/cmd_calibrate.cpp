@@ -1,0 +1,315 @@
+// strata calibrate: under mpirun, measures what the planner otherwise assumes (docs/calibration.md):
+// every tier's collectives over a sweep of message sizes, the step's matmuls over the shapes
+// a plan of the model uses, its other kernels, Adam, and how much a concurrent collective
+// slows compute; fits the curves the planner prices with and writes one calibration file
+// for `strata plan --calibration FILE`. Every rank measures at once, as a training step
+// runs: ranks that share ports or cores share them here too.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/aligned.hpp"
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+#include "cli/command.hpp"
+#include "cli/format.hpp"
+#include "comm/agree.hpp"
+#include "comm/context.hpp"
+#include "comm/mpi_session.hpp"
+#include "comm/tier_comms.hpp"
+#include "model/config.hpp"
+#include "model/kernels.hpp"
+#include "plan/calibration.hpp"
+#include "plan/model_shapes.hpp"
+#include "topo/groups.hpp"
+#include "train/local_engine.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct Options {
+  std::string topology, out, model = "tiny";
+  std::vector<std::string> tier_overrides;
+  double min_kib = 16, max_mib = 4;
+  int points = 6, iterations = 3, micro_batch = 8, seq = 0;
+  std::string command_line;  // recorded in the file
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double world_max(double mine) {
+  double out = 0;
+  MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+double world_mean(double mine) {
+  double sum = 0;
+  int world = 1;
+  MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  return sum / world;
+}
+
+// Median over `iterations` (after one warm-up) of the slowest rank's time of `run`: a step
+// waits for its slowest rank.
+template <class F>
+double time_slowest(int iterations, F&& run) {
+  run();
+  std::vector<double> times;
+  for (int i = 0; i < iterations; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    run();
+    times.push_back(world_max(MPI_Wtime() - t0));
+  }
+  return median(times);
+}
+
+// The sizes of the sweep: `points` buffer sizes from min_kib to max_mib, evenly on a log scale.
+std::vector<std::size_t> sweep_bytes(const Options& o) {
+  std::vector<std::size_t> out;
+  const double lo = o.min_kib * 1024, hi = o.max_mib * 1024 * 1024;
+  for (int i = 0; i < o.points; ++i) {
+    const double b = lo * std::pow(hi / lo, o.points == 1 ? 0.0 : double(i) / (o.points - 1));
+    out.push_back(std::max<std::size_t>(4, static_cast<std::size_t>(b) / 4 * 4));
+  }
+  return out;
+}
+
+// One collective of `kind` over `c` on fp32 buffers of `elements` (the full buffer).
+void run_collective(comm::Collectives& c, plan::Collective kind, std::vector<float>& full, std::vector<float>& shard,
+                    std::vector<float>& recv) {
+  const std::size_t n = full.size(), chunk = shard.size();
+  switch (kind) {
+    case plan::Collective::AllGather: return c.all_gather(comm::f32(shard.data(), chunk), comm::f32(full.data(), n));
+    case plan::Collective::ReduceScatter:
+      return c.reduce_scatter(comm::f32(full.data(), n), comm::f32(shard.data(), chunk), comm::ReduceOp::Avg);
+    case plan::Collective::AllReduce: return c.all_reduce(comm::f32(full.data(), n), comm::ReduceOp::Avg);
+    case plan::Collective::AllToAll: return c.all_to_all(comm::f32(full.data(), n), comm::f32(recv.data(), recv.size()));
+  }
+}
+
+// Tier t's collectives over its across-group (the group a schedule op of level t runs on),
+// every rank at once; the curve is fitted to the bytes a rank sent, as the accounting counts them.
+plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms, int t, const Options& o) {
+  const topo::Topology& topology = ctx.topology();
+  comm::Collectives& c = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
+  plan::TierCalibration tier;
+  tier.name = topology.tier(t).name;
+  tier.group_size = c.size();
+  tier.ranks_sharing = topology.domain_ranks(t - 1);
+  for (plan::Collective kind : plan::kCollectives) {
+    std::vector<double> bytes, seconds;
+    int messages = 0;
+    for (std::size_t buffer : sweep_bytes(o)) {
+      const std::size_t chunk = comm::chunk_count(buffer / 4, c.size(), 1);
+      std::vector<float> full(chunk * c.size(), 1.0f), shard(chunk, 1.0f), recv(chunk * c.size());
+      const comm::CommStats before = ctx.accounting().snapshot();
+      run_collective(c, kind, full, shard, recv);
+      const comm::TierTraffic sent = (ctx.accounting().snapshot() - before).tiers[t];
+      const double s = time_slowest(o.iterations, [&] { run_collective(c, kind, full, shard, recv); });
+      bytes.push_back(world_mean(static_cast<double>(sent.bytes_sent)));
+      seconds.push_back(s);
+      messages = static_cast<int>(std::lround(world_mean(static_cast<double>(sent.messages))));
+    }
+    tier.curves[static_cast<int>(kind)] = plan::CollectiveCurve::fit(std::move(bytes), std::move(seconds), messages);
+  }
+  return tier;
+}
+
+struct MatmulShape {
+  int rows, in, out;
+  double flops() const { return 2.0 * rows * in * out; }
+};
+
+// y = x W^T of one shape, on buffers made once.
+struct Matmul {
+  MatmulShape s;
+  std::vector<float> x, w, y;
+  explicit Matmul(MatmulShape shape)
+      : s(shape), x(std::size_t(s.rows) * s.in, 0.5f), w(std::size_t(s.out) * s.in, 0.25f), y(std::size_t(s.rows) * s.out) {}
+  void run() { model::matmul_forward(y.data(), x.data(), w.data(), s.in, s.out, false, model::Range{0, s.rows}); }
+};
+
+// The linear layers of the model at the plan's tokens a micro-batch, and at a quarter and a
+// sixteenth of them: the curve spans the sizes the step runs and smaller.
+std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int tokens) {
+  const int C = config.n_embd;
+  std::vector<MatmulShape> out;
+  for (int rows : {tokens, std::max(1, tokens / 4), std::max(1, tokens / 16)})
+    for (auto [in, o] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, config.padded_vocab_size}})
+      out.push_back({rows, in, o});
+  return out;
+}
+
+double time_matmul(const MatmulShape& s, int iterations) {
+  Matmul m(s);
+  return time_slowest(iterations, [&] { m.run(); });
+}
+
+plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::Topology& topology,
+                                           const plan::TierCalibration& outer, const Options& o) {
+  const model::GPTConfig config = model::GPTConfig::preset(o.model);
+  const int seq = o.seq > 0 ? o.seq : config.seq_len;
+  const int tokens = o.micro_batch * seq;
+  plan::ComputeCalibration c;
+  c.threads = omp_get_max_threads();
+  for (const MatmulShape& s : model_matmuls(config, tokens)) {
+    c.gflop.push_back(s.flops() / 1e9);
+    c.seconds.push_back(time_matmul(s, o.iterations));
+  }
+  const plan::LineFit fit = plan::fit_line_relative(c.gflop, c.seconds);
+  c.peak_gflops = 1 / fit.slope;
+  c.half_gflop = fit.intercept / fit.slope;
+
+  // The whole forward and backward against what the matmul curve says its matmuls take.
+  train::LocalEngine engine(config, o.micro_batch, seq, /*seed=*/1);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
+  std::mt19937_64 rng(42);
+  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
+  const double step_s = time_slowest(o.iterations, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
+  const plan::ModelShape shape = plan::ModelShape::preset(o.model);
+  const std::vector<double> flops = shape.forward_flops_per_token(seq);
+  const std::vector<int> matmuls = shape.forward_matmuls();
+  double curve_s = 0;
+  for (std::size_t u = 0; u < flops.size(); ++u) curve_s += 3 * c.matmul_seconds(flops[u] * tokens, matmuls[u]);
+  c.kernel_overhead = std::max(1.0, step_s / curve_s);
+
+  // Adam over every parameter, in the planner's count of its bytes (fp32: 24 + 2 x 4 an element).
+  int step = 0;
+  const double adam_s = time_slowest(o.iterations, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
+  c.optimizer_GBps = static_cast<double>(config.num_params()) * 32.0 / adam_s / 1e9;
+
+  // The model's widest matmul, alone and while the outermost tier's all-reduces of the
+  // largest size run on the communication thread, queued to outlast it.
+  Matmul wide({tokens, config.n_embd, 4 * config.n_embd});
+  const int reps = 8;
+  auto run_reps = [&] {
+    const double t0 = MPI_Wtime();
+    for (int i = 0; i < reps; ++i) wide.run();
+    return MPI_Wtime() - t0;
+  };
+  wide.run();  // warm-up
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double alone = world_max(run_reps());
+  const int t = topology.outermost();
+  comm::Collectives& group = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
+  const plan::CollectiveCurve& all_reduce = outer.curve(plan::Collective::AllReduce);
+  const double one_s = all_reduce.seconds.back();
+  // Queued to outlast the matmuls even if they slow down threefold.
+  const int queued = std::clamp(static_cast<int>(std::ceil(3 * alone / one_s)) + 1, 2, 10000);
+  std::vector<float> data(static_cast<std::size_t>(o.max_mib * 1024 * 1024 / 4), 1.0f);
+  std::vector<comm::Work> inflight;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < queued; ++i)
+    inflight.push_back(group.all_reduce_async(comm::f32(data.data(), data.size()), comm::ReduceOp::Avg));
+  const double beside = run_reps();
+  for (comm::Work& w : inflight) w.wait();
+  c.overlap_slowdown = std::max(1.0, world_max(beside) / alone);
+  return c;
+}
+
+void run_calibrate(const Options& o) {
+  const comm::MpiSession& mpi = comm::mpi_session();
+  std::optional<topo::Topology> loaded;
+  comm::agree(MPI_COMM_WORLD, "world", [&] {
+    if (o.topology.empty()) throw Error("calibrate: --topology: required (a preset or a TOML file)");
+    if (o.out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
+    if (!(o.min_kib > 0)) throw Error(fmt::format("calibrate: --min-kib {} must be positive", o.min_kib));
+    if (!(o.max_mib * 1024 > o.min_kib))
+      throw Error(fmt::format("calibrate: --max-mib {} must be above --min-kib {} KiB", o.max_mib, o.min_kib));
+    if (o.points < 2) throw Error(fmt::format("calibrate: --points {} must be at least 2", o.points));
+    if (o.iterations < 1) throw Error(fmt::format("calibrate: --iterations {} must be at least 1", o.iterations));
+    if (o.micro_batch < 1) throw Error(fmt::format("calibrate: --micro-batch {} must be positive", o.micro_batch));
+    const model::GPTConfig config = model::GPTConfig::preset(o.model);
+    if (o.seq < 0 || o.seq > config.seq_len)
+      throw Error(fmt::format("calibrate: --seq {} must be in 1..{} (model '{}')", o.seq, config.seq_len, o.model));
+    loaded.emplace(topo::Topology::load(o.topology));
+    for (const auto& spec : o.tier_overrides) loaded->apply_override(topo::parse_tier_override(spec));
+    loaded->resolve(mpi.world_size());
+    // A tier of one member a group sends nothing: there is no curve to measure.
+    for (const topo::Tier& t : loaded->tiers())
+      if (t.size < 2)
+        throw Error(fmt::format("calibrate: tier '{}' has {} a group at {}: nothing crosses it; run more ranks "
+                                "(mpirun -np {})",
+                                t.name, count_of(t.size, "member"), count_of(mpi.world_size(), "rank"),
+                                2 * mpi.world_size() / std::max(1, t.size)));
+  });
+  comm::Context ctx(*loaded);
+  const topo::Topology& topology = ctx.topology();
+  topo::ProcessGroups groups(topology);
+  comm::TierComms comms(ctx, groups);
+  const bool root = mpi.world_rank() == 0;
+
+  plan::Calibration cal;
+  cal.topology = topology.name();
+  cal.world_size = topology.world_size();
+  cal.command = o.command_line;
+  for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers.push_back(calibrate_tier(ctx, comms, t, o));
+  cal.compute = calibrate_compute(comms, topology, cal.tiers.back(), o);
+  if (!root) return;
+  atomic_write_file(o.out, cal.to_toml());
+
+  fmt::print("strata calibrate: topology '{}', {}; sizes {:g} KiB..{:g} MiB in {} points, median of {} (slowest rank)\n",
+             topology.name(), count_of(topology.world_size(), "rank"), o.min_kib, o.max_mib, o.points, o.iterations);
+  fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}\n", "tier", "group", "collective", "bus GB/s", "n1/2 bytes",
+             "latency us");
+  for (const plan::TierCalibration& t : cal.tiers)
+    for (plan::Collective k : plan::kCollectives) {
+      const plan::CollectiveCurve& c = t.curve(k);
+      fmt::print("{:<10} {:>6} {:<15} {:>10.4g} {:>12.4g} {:>11.4g}\n", t.name, t.group_size, plan::collective_key(k),
+                 c.bus_GBps, c.half_bytes, c.latency_s() * 1e6);
+    }
+  const plan::ComputeCalibration& c = cal.compute;
+  fmt::print("compute ({} a rank, model {}): matmul {:.4g} GFLOP/s, half of it at {:.3g} GFLOP; whole step x{:.3g} "
+             "its matmuls; x{:.3g} beside an all-reduce; Adam {:.3g} GB/s\n",
+             count_of(c.threads, "thread"), o.model, c.peak_gflops, c.half_gflop, c.kernel_overhead,
+             c.overlap_slowdown, c.optimizer_GBps);
+  fmt::print("wrote {}\n", o.out);
+  std::fflush(stdout);
+}
+
+const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Under mpirun: measure each tier's collectives, the model's matmuls and kernels, Adam and the "
+                   "overlap slowdown; write a calibration file for strata plan --calibration");
+  cmd->add_option("--topology", o->topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
+  cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--out", o->out, "the calibration file to write (TOML)");
+  cmd->add_option("--min-kib", o->min_kib, "smallest buffer of the collective sweep, KiB")->capture_default_str();
+  cmd->add_option("--max-mib", o->max_mib, "largest buffer of the collective sweep, MiB (caps the run's time)")
+      ->capture_default_str();
+  cmd->add_option("--points", o->points, "buffer sizes in the sweep")->capture_default_str();
+  cmd->add_option("--iterations", o->iterations, "timed runs of each measurement (the median is kept)")
+      ->capture_default_str();
+  cmd->add_option("--model", o->model, "strata model whose matmuls and step are timed (tiny, small, gpt2-124m)")
+      ->capture_default_str();
+  cmd->add_option("--micro-batch", o->micro_batch, "sequences a micro-batch")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
+  cmd->callback([o] {
+    o->command_line = fmt::format("strata calibrate --topology {} --model {} --micro-batch {} --seq {} --min-kib {:g} "
+                                  "--max-mib {:g} --points {} --iterations {}{}",
+                                  o->topology, o->model, o->micro_batch, o->seq, o->min_kib, o->max_mib, o->points,
+                                  o->iterations, o->tier_overrides.empty() ? "" : " --tier ...");
+    run_calibrate(*o);
+  });
+});
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,326 @@
+#include "plan/calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include <toml++/toml.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+
+namespace strata::plan {
+
+std::string_view collective_key(Collective c) {
+  switch (c) {
+    case Collective::AllGather: return "all_gather";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::AllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 2) throw Error("calibration fit: needs at least two points");
+  // Weighted normal equations, weights 1/y².
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double w = 1 / (y[i] * y[i]);
+    sw += w, sx += w * x[i], sy += w * y[i], sxx += w * x[i] * x[i], sxy += w * x[i] * y[i];
+  }
+  const double det = sw * sxx - sx * sx;
+  LineFit f;
+  if (det > 0) {
+    f.slope = (sw * sxy - sx * sy) / det;
+    f.intercept = (sy - f.slope * sx) / sw;
+  }
+  // A negative fixed cost (noise on a line through nearly zero) or a non-positive slope
+  // (every size took the same time): refit through the origin.
+  if (!(det > 0) || f.intercept < 0 || !(f.slope > 0)) f = {0, sxy / sxx};
+  return f;
+}
+
+double CollectiveCurve::seconds_for(double bytes_sent, int sends) const {
+  const double alpha = messages > 0 ? latency_s() * sends / messages : latency_s();
+  return alpha + bytes_sent / (bus_GBps * 1e9);
+}
+
+CollectiveCurve CollectiveCurve::fit(std::vector<double> bytes, std::vector<double> seconds, int messages) {
+  const LineFit f = fit_line_relative(bytes, seconds);
+  CollectiveCurve c;
+  c.bus_GBps = 1 / f.slope / 1e9;
+  c.half_bytes = f.intercept / f.slope;
+  c.messages = messages;
+  c.bytes = std::move(bytes);
+  c.seconds = std::move(seconds);
+  return c;
+}
+
+double ComputeCalibration::matmul_seconds(double flops, int matmuls) const {
+  return (flops + matmuls * half_gflop * 1e9) / (peak_gflops * 1e9);
+}
+
+namespace {
+
+// Reads the fields of one TOML table, naming "<origin>: <path>.<field>" in every refusal.
+class Fields {
+ public:
+  // `separator`: ": " between a file and a top-level field, "." between a table and its field.
+  Fields(const toml::table& table, std::string where, std::string_view separator = ".")
+      : table_(table), where_(std::move(where)), separator_(separator) {}
+
+  const std::string& where() const { return where_; }
+  std::string at(std::string_view field) const { return fmt::format("{}{}{}", where_, separator_, field); }
+
+  void only(std::initializer_list<std::string_view> known) const {
+    for (auto&& [key, node] : table_)
+      if (std::find(known.begin(), known.end(), key.str()) == known.end())
+        throw Error(fmt::format("{}: unknown field (fields: {})", at(key.str()), fmt::join(known, ", ")));
+  }
+  const toml::node& node(std::string_view field) const {
+    const toml::node* n = table_.get(field);
+    if (!n) throw Error(fmt::format("{}: missing", at(field)));
+    return *n;
+  }
+  double number(std::string_view field) const {
+    const toml::node& n = node(field);
+    double v = 0;
+    if (const auto* i = n.as_integer()) v = static_cast<double>(i->get());
+    else if (const auto* d = n.as_floating_point()) v = d->get();
+    else throw Error(fmt::format("{}: must be a number", at(field)));
+    if (!std::isfinite(v)) throw Error(fmt::format("{} = {}: must be finite", at(field), v));
+    return v;
+  }
+  double positive(std::string_view field) const {
+    const double v = number(field);
+    if (!(v > 0)) throw Error(fmt::format("{} = {}: must be positive", at(field), v));
+    return v;
+  }
+  double at_least(std::string_view field, double low) const {
+    const double v = number(field);
+    if (!(v >= low)) throw Error(fmt::format("{} = {}: must be at least {}", at(field), v, low));
+    return v;
+  }
+  int integer(std::string_view field, int low) const {
+    const toml::node& n = node(field);
+    const auto* i = n.as_integer();
+    if (!i) throw Error(fmt::format("{}: must be an integer", at(field)));
+    if (i->get() < low || i->get() > (std::int64_t{1} << 30))
+      throw Error(fmt::format("{} = {}: must be at least {}", at(field), i->get(), low));
+    return static_cast<int>(i->get());
+  }
+  std::string string(std::string_view field) const {
+    const toml::node& n = node(field);
+    if (!n.is_string()) throw Error(fmt::format("{}: must be a string", at(field)));
+    return *n.value<std::string>();
+  }
+  const toml::table& table(std::string_view field) const {
+    const toml::table* t = node(field).as_table();
+    if (!t) throw Error(fmt::format("{}: must be a table", at(field)));
+    return *t;
+  }
+  // A list of positive numbers.
+  std::vector<double> numbers(std::string_view field) const {
+    const toml::array* a = node(field).as_array();
+    if (!a || a->empty()) throw Error(fmt::format("{}: must be a non-empty list of numbers", at(field)));
+    std::vector<double> out;
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const toml::node& n = *a->get(i);
+      std::optional<double> v;
+      if (const auto* x = n.as_integer()) v = static_cast<double>(x->get());
+      if (const auto* x = n.as_floating_point()) v = x->get();
+      if (!v || !(*v > 0) || !std::isfinite(*v))
+        throw Error(fmt::format("{}[{}]: must be a positive number", at(field), i));
+      out.push_back(*v);
+    }
+    return out;
+  }
+
+ private:
+  const toml::table& table_;
+  std::string where_;
+  std::string_view separator_;
+};
+
+// The measurements a curve was fitted to: equal lists, at least two points.
+void check_points(const Fields& f, std::string_view x_field, const std::vector<double>& x,
+                  const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 2)
+    throw Error(fmt::format("{}: {} and seconds must list the same number of points, at least 2 ({} and {})",
+                            f.where(), x_field, x.size(), y.size()));
+}
+
+CollectiveCurve read_curve(const Fields& tier, Collective c) {
+  const Fields f(tier.table(collective_key(c)), tier.at(collective_key(c)));
+  f.only({"bus_GBps", "half_bytes", "messages", "bytes", "seconds"});
+  CollectiveCurve curve;
+  curve.bus_GBps = f.positive("bus_GBps");
+  curve.half_bytes = f.at_least("half_bytes", 0);
+  curve.messages = f.integer("messages", 1);
+  curve.bytes = f.numbers("bytes");
+  curve.seconds = f.numbers("seconds");
+  check_points(f, "bytes", curve.bytes, curve.seconds);
+  return curve;
+}
+
+toml::array to_array(const std::vector<double>& v) {
+  toml::array a;
+  for (double x : v) a.push_back(x);
+  return a;
+}
+
+nlohmann::json curve_json(const CollectiveCurve& c) {
+  return {{"bus_GBps", c.bus_GBps}, {"half_bytes", c.half_bytes}, {"latency_us", c.latency_s() * 1e6},
+          {"messages", c.messages}};
+}
+
+}  // namespace
+
+Calibration Calibration::from_toml_string(std::string_view text, std::string_view origin) {
+  toml::table doc;
+  try {
+    doc = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw Error(
+        fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column, e.description()));
+  }
+  const Fields root(doc, std::string(origin), ": ");
+  root.only({"version", "topology", "world_size", "command", "compute", "tiers"});
+  Calibration c;
+  c.version = root.integer("version", 1);
+  if (c.version != kVersion)
+    throw Error(fmt::format("{} = {}: this strata reads version {} (run strata calibrate again)", root.at("version"),
+                            c.version, kVersion));
+  c.topology = root.string("topology");
+  c.world_size = root.integer("world_size", 1);
+  c.command = root.string("command");
+
+  const toml::table* compute = doc["compute"].as_table();
+  if (!compute) throw Error(fmt::format("{}: missing or not a table ([compute])", root.at("compute")));
+  const Fields cf(*compute, root.at("compute"));
+  cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "threads", "gflop",
+           "seconds"});
+  c.compute.peak_gflops = cf.positive("peak_gflops");
+  c.compute.half_gflop = cf.at_least("half_gflop", 0);
+  c.compute.kernel_overhead = cf.at_least("kernel_overhead", 1);
+  c.compute.overlap_slowdown = cf.at_least("overlap_slowdown", 1);
+  c.compute.optimizer_GBps = cf.positive("optimizer_GBps");
+  c.compute.threads = cf.integer("threads", 1);
+  c.compute.gflop = cf.numbers("gflop");
+  c.compute.seconds = cf.numbers("seconds");
+  check_points(cf, "gflop", c.compute.gflop, c.compute.seconds);
+
+  const toml::array* tiers = doc["tiers"].as_array();
+  if (!tiers || tiers->empty())
+    throw Error(fmt::format("{}: missing (one [[tiers]] table a tier of the topology)", root.at("tiers")));
+  for (std::size_t i = 0; i < tiers->size(); ++i) {
+    const toml::table* t = tiers->get(i)->as_table();
+    if (!t) throw Error(fmt::format("{}[{}]: must be a table ([[tiers]])", root.at("tiers"), i));
+    const Fields f(*t, fmt::format("{}[{}]", root.at("tiers"), i));
+    std::vector<std::string_view> known{"name", "group_size", "ranks_sharing"};
+    for (Collective k : kCollectives) known.push_back(collective_key(k));
+    for (auto&& [key, node] : *t)
+      if (std::find(known.begin(), known.end(), key.str()) == known.end())
+        throw Error(fmt::format("{}: unknown field (fields: {})", f.at(key.str()), fmt::join(known, ", ")));
+    TierCalibration tier;
+    tier.name = f.string("name");
+    const Fields named_tier(*t, fmt::format("{}[{}] ('{}')", root.at("tiers"), i, tier.name));
+    tier.group_size = named_tier.integer("group_size", 1);
+    tier.ranks_sharing = named_tier.integer("ranks_sharing", 1);
+    for (Collective k : kCollectives) tier.curves[static_cast<int>(k)] = read_curve(named_tier, k);
+    for (const TierCalibration& seen : c.tiers)
+      if (seen.name == tier.name) throw Error(fmt::format("{}: name '{}' given twice", f.at("name"), tier.name));
+    c.tiers.push_back(std::move(tier));
+  }
+  return c;
+}
+
+Calibration Calibration::from_toml_file(const std::filesystem::path& path) {
+  return from_toml_string(read_file_text(path), path.string());
+}
+
+std::string Calibration::to_toml() const {
+  toml::table doc;
+  doc.insert("version", version);
+  doc.insert("topology", topology);
+  doc.insert("world_size", world_size);
+  doc.insert("command", command);
+  doc.insert("compute", toml::table{{"peak_gflops", compute.peak_gflops},
+                                    {"half_gflop", compute.half_gflop},
+                                    {"kernel_overhead", compute.kernel_overhead},
+                                    {"overlap_slowdown", compute.overlap_slowdown},
+                                    {"optimizer_GBps", compute.optimizer_GBps},
+                                    {"threads", compute.threads},
+                                    {"gflop", to_array(compute.gflop)},
+                                    {"seconds", to_array(compute.seconds)}});
+  toml::array tier_array;
+  for (const TierCalibration& t : tiers) {
+    toml::table table{{"name", t.name}, {"group_size", t.group_size}, {"ranks_sharing", t.ranks_sharing}};
+    for (Collective k : kCollectives) {
+      const CollectiveCurve& c = t.curve(k);
+      table.insert(collective_key(k), toml::table{{"bus_GBps", c.bus_GBps},
+                                                  {"half_bytes", c.half_bytes},
+                                                  {"messages", c.messages},
+                                                  {"bytes", to_array(c.bytes)},
+                                                  {"seconds", to_array(c.seconds)}});
+    }
+    tier_array.push_back(std::move(table));
+  }
+  doc.insert("tiers", std::move(tier_array));
+  std::ostringstream out;
+  out << "# strata calibration (docs/calibration.md): measured by `strata calibrate`, read by\n"
+         "# `strata plan --calibration FILE`. Collective time = (bytes a rank sends + half_bytes) / bus_GBps;\n"
+         "# matmul time = (FLOPs + half_gflop) / peak_gflops, times kernel_overhead for the whole step.\n"
+      << doc << "\n";
+  return out.str();
+}
+
+nlohmann::json Calibration::to_json() const {
+  nlohmann::json tiers_json = nlohmann::json::array();
+  for (const TierCalibration& t : tiers) {
+    nlohmann::json j{{"name", t.name}, {"group_size", t.group_size}, {"ranks_sharing", t.ranks_sharing}};
+    for (Collective k : kCollectives) j[std::string(collective_key(k))] = curve_json(t.curve(k));
+    tiers_json.push_back(std::move(j));
+  }
+  return {{"version", version},
+          {"topology", topology},
+          {"world_size", world_size},
+          {"command", command},
+          {"compute",
+           {{"peak_gflops", compute.peak_gflops},
+            {"half_gflop", compute.half_gflop},
+            {"kernel_overhead", compute.kernel_overhead},
+            {"overlap_slowdown", compute.overlap_slowdown},
+            {"optimizer_GBps", compute.optimizer_GBps},
+            {"threads", compute.threads}}},
+          {"tiers", tiers_json}};
+}
+
+const TierCalibration& Calibration::tier(std::string_view name) const {
+  for (const TierCalibration& t : tiers)
+    if (t.name == name) return t;
+  std::vector<std::string_view> names;
+  for (const TierCalibration& t : tiers) names.push_back(t.name);
+  throw Error(fmt::format("calibration: no tier '{}' (it has {})", name, fmt::join(names, ", ")));
+}
+
+void Calibration::check_covers(const topo::Topology& t, std::string_view origin) const {
+  for (const topo::Tier& tier : t.tiers()) {
+    bool found = false;
+    for (const TierCalibration& c : tiers) found = found || c.name == tier.name;
+    if (!found) {
+      std::vector<std::string_view> names;
+      for (const TierCalibration& c : tiers) names.push_back(c.name);
+      throw Error(fmt::format("{}: tiers: no tier '{}' of topology '{}' (calibrated: {}); calibrate on this "
+                              "topology",
+                              origin, tier.name, t.name(), fmt::join(names, ", ")));
+    }
+  }
+}
+
+}  // namespace strata::plan

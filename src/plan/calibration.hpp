@@ -1,0 +1,90 @@
+#pragma once
+// What `strata calibrate` measured on one machine or cluster, in the form the planner prices
+// with (docs/calibration.md): per tier and collective, time against the bytes a rank sends;
+// for compute, matmul time against its FLOPs, the share of the step's other kernels, Adam's
+// memory rate, and how much a concurrent collective slows compute. One versioned TOML file;
+// every refusal names the file and the field.
+#include <array>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "topo/topology.hpp"
+
+namespace strata::plan {
+
+enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
+inline constexpr std::array<Collective, 4> kCollectives = {Collective::AllGather, Collective::ReduceScatter,
+                                                           Collective::AllReduce, Collective::AllToAll};
+std::string_view collective_key(Collective c);  // "all_gather", "reduce_scatter", "all_reduce", "all_to_all"
+
+// t = intercept + slope·x, least squares on relative error (weights 1/y²: a sweep over
+// decades of sizes is fitted at every size, not only the largest), intercept kept >= 0.
+struct LineFit {
+  double intercept = 0, slope = 0;
+};
+LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& y);
+
+// One collective over one tier: t(n) = n / (B · n/(n + n½)) = (n + n½) / B for n bytes a
+// rank sends; bus bandwidth B for large messages, half of it at n½. Its fixed cost
+// α = n½ / B (latency of its `messages` sends and the call's launch) is what a small op pays.
+struct CollectiveCurve {
+  double bus_GBps = 0;
+  double half_bytes = 0;
+  int messages = 0;                    // sends a rank of one call, as measured
+  std::vector<double> bytes, seconds;  // the measurements the curve was fitted to
+
+  double latency_s() const { return half_bytes / (bus_GBps * 1e9); }
+  // An op of `sends` messages: α scaled by sends / messages (a ring over a group of another
+  // size pays its own number of steps), plus its bytes at B.
+  double seconds_for(double bytes_sent, int sends) const;
+  static CollectiveCurve fit(std::vector<double> bytes, std::vector<double> seconds, int messages);
+};
+
+struct TierCalibration {
+  std::string name;
+  int group_size = 0;     // ranks of the across-group it was measured on
+  int ranks_sharing = 0;  // ranks of one inner domain crossing the tier at once (shared ports included)
+  std::array<CollectiveCurve, 4> curves;  // kCollectives order
+
+  const CollectiveCurve& curve(Collective c) const { return curves[static_cast<int>(c)]; }
+};
+
+// Compute of one rank, as it runs while every rank of the calibration computes at once.
+// A matmul of F FLOPs takes (F + F½) / R: rate R for large ones, half of it at F½.
+struct ComputeCalibration {
+  double peak_gflops = 0;       // R
+  double half_gflop = 0;        // F½
+  double kernel_overhead = 1;   // measured forward+backward / its matmuls' curve time (norms, softmax, ...)
+  double overlap_slowdown = 1;  // matmul time while a collective runs / alone (>= 1)
+  double optimizer_GBps = 0;    // Adam: elements x (24 + 2 x 4) bytes / its time (the planner's count)
+  int threads = 1;              // OpenMP threads a rank computed with
+  std::vector<double> gflop, seconds;  // the matmuls the curve was fitted to
+
+  double matmul_seconds(double flops, int matmuls) const;  // (flops + matmuls·F½) / R
+};
+
+struct Calibration {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  std::string topology;  // the topology's name when measured
+  int world_size = 0;
+  std::string command;   // what measured it
+  std::vector<TierCalibration> tiers;  // innermost first, as the topology
+  ComputeCalibration compute;
+
+  static Calibration from_toml_string(std::string_view text, std::string_view origin = "<string>");
+  static Calibration from_toml_file(const std::filesystem::path& path);
+  std::string to_toml() const;
+  nlohmann::json to_json() const;
+
+  // The tier of this name; throws Error naming the calibration's tiers when it has none.
+  const TierCalibration& tier(std::string_view name) const;
+  // Throws Error unless every tier of `topology` has a calibrated tier of its name.
+  void check_covers(const topo::Topology& topology, std::string_view origin) const;
+};
+
+}  // namespace strata::plan

@@ -1,0 +1,179 @@
+#include "plan/calibration.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "plan/cost_model.hpp"
+#include "support.hpp"
+
+using namespace strata;
+using namespace strata::plan;
+using strata::test::error_of;
+
+namespace {
+
+// Points exactly on t = (n + half) / B.
+CollectiveCurve exact_curve(double bus_GBps, double half_bytes, int messages) {
+  std::vector<double> bytes{1e4, 1e5, 1e6, 1e7}, seconds;
+  for (double n : bytes) seconds.push_back((n + half_bytes) / (bus_GBps * 1e9));
+  return CollectiveCurve::fit(bytes, seconds, messages);
+}
+
+// A calibration of the dgx-h100 preset's tiers: `cluster_GBps` on the cluster tier.
+Calibration h100_calibration(double cluster_GBps, double overlap_slowdown = 1.0) {
+  Calibration c;
+  c.topology = "dgx-h100";
+  c.world_size = 32;
+  c.command = "test";
+  for (auto [name, group, bus] : {std::tuple{"node", 8, 300.0}, {"cluster", 4, cluster_GBps}}) {
+    TierCalibration t{name, group, name == std::string("node") ? 1 : 8, {}};
+    for (Collective k : kCollectives) t.curves[static_cast<int>(k)] = exact_curve(bus, 64e3, group - 1);
+    c.tiers.push_back(t);
+  }
+  c.compute.peak_gflops = 600e3;
+  c.compute.half_gflop = 2;
+  c.compute.kernel_overhead = 1.2;
+  c.compute.overlap_slowdown = overlap_slowdown;
+  c.compute.optimizer_GBps = 2500;
+  c.compute.gflop = {1, 10, 100};
+  c.compute.seconds = {0.1, 0.2, 0.3};
+  return c;
+}
+
+PlanContext h100_plan(std::optional<Calibration> calibration) {
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(4));
+  Workload w;
+  w.seq = 4096;
+  return PlanContext(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w, {},
+                     std::move(calibration));
+}
+
+Estimate priced(const PlanContext& c, const std::string& strategy) {
+  return c.estimate(strategy, apply_precision(strategy_spec(strategy, c.topology()), c.workload().precision));
+}
+
+void expect_refused(const std::string& text, std::initializer_list<std::string_view> parts) {
+  const std::string message = error_of([&] { Calibration::from_toml_string(text, "cal.toml"); });
+  for (std::string_view p : parts) EXPECT_NE(message.find(p), std::string::npos) << "'" << p << "' in: " << message;
+}
+
+std::string replace(std::string text, std::string_view from, std::string_view to) {
+  const std::size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+}  // namespace
+
+TEST(Calibration, FitsRecoverTheCurve) {
+  const CollectiveCurve c = exact_curve(12.5, 256e3, 3);
+  EXPECT_NEAR(c.bus_GBps, 12.5, 1e-9);
+  EXPECT_NEAR(c.half_bytes, 256e3, 1e-3);
+  EXPECT_NEAR(c.latency_s(), 256e3 / 12.5e9, 1e-15);
+  // Half the bus bandwidth at n½: time = 2 n½ / B.
+  EXPECT_NEAR(c.seconds_for(256e3, 3), 2 * 256e3 / 12.5e9, 1e-15);
+  // A group of another size pays its own number of steps' latency.
+  EXPECT_NEAR(c.seconds_for(256e3, 6), 3 * 256e3 / 12.5e9, 1e-15);
+  // Noise that would give a negative fixed cost is fitted through the origin.
+  const LineFit f = fit_line_relative({1, 2, 4}, {0.9, 2.1, 4.4});
+  EXPECT_GE(f.intercept, 0);
+  EXPECT_GT(f.slope, 0);
+}
+
+TEST(Calibration, RoundTripsThroughItsFile) {
+  const Calibration a = h100_calibration(40);
+  const std::string text = a.to_toml();
+  const Calibration b = Calibration::from_toml_string(text, "cal.toml");
+  EXPECT_EQ(b.version, Calibration::kVersion);
+  EXPECT_EQ(b.topology, "dgx-h100");
+  EXPECT_EQ(b.world_size, 32);
+  EXPECT_EQ(b.command, "test");
+  ASSERT_EQ(b.tiers.size(), 2u);
+  for (std::size_t t = 0; t < 2; ++t) {
+    EXPECT_EQ(b.tiers[t].name, a.tiers[t].name);
+    EXPECT_EQ(b.tiers[t].group_size, a.tiers[t].group_size);
+    EXPECT_EQ(b.tiers[t].ranks_sharing, a.tiers[t].ranks_sharing);
+    for (Collective k : kCollectives) {
+      const CollectiveCurve &x = a.tiers[t].curve(k), &y = b.tiers[t].curve(k);
+      EXPECT_DOUBLE_EQ(y.bus_GBps, x.bus_GBps);
+      EXPECT_DOUBLE_EQ(y.half_bytes, x.half_bytes);
+      EXPECT_EQ(y.messages, x.messages);
+      EXPECT_EQ(y.bytes, x.bytes);
+      EXPECT_EQ(y.seconds, x.seconds);
+    }
+  }
+  EXPECT_DOUBLE_EQ(b.compute.peak_gflops, a.compute.peak_gflops);
+  EXPECT_DOUBLE_EQ(b.compute.half_gflop, a.compute.half_gflop);
+  EXPECT_DOUBLE_EQ(b.compute.kernel_overhead, a.compute.kernel_overhead);
+  EXPECT_DOUBLE_EQ(b.compute.overlap_slowdown, a.compute.overlap_slowdown);
+  EXPECT_DOUBLE_EQ(b.compute.optimizer_GBps, a.compute.optimizer_GBps);
+  EXPECT_EQ(b.compute.threads, a.compute.threads);
+  EXPECT_EQ(b.compute.gflop, a.compute.gflop);
+  EXPECT_EQ(b.to_toml(), text);
+}
+
+TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
+  const std::string good = h100_calibration(40).to_toml();
+  expect_refused(replace(good, "version = 1", "version = 2"), {"cal.toml: version = 2", "reads version 1"});
+  expect_refused(replace(good, "version = 1", ""), {"cal.toml: version: missing"});
+  expect_refused(replace(good, "version = 1", "version = 1\nspeed = 3"), {"cal.toml: speed: unknown field"});
+  expect_refused(replace(good, "peak_gflops = ", "peak_gflops = -"), {"cal.toml: compute.peak_gflops = -", "positive"});
+  expect_refused(replace(good, "kernel_overhead = 1.2", "kernel_overhead = 0.5"),
+                 {"compute.kernel_overhead = 0.5", "at least 1"});
+  expect_refused(replace(good, "bus_GBps = ", "bus_GBps = 'fast' # "),
+                 {"cal.toml: tiers[0] ('node').all_gather.bus_GBps: must be a number"});
+  expect_refused(replace(good, "group_size = 8", "group_size = 0"), {"tiers[0] ('node').group_size = 0"});
+  expect_refused(replace(good, "gflop = [ 1.0, 10.0, 100.0 ]", "gflop = [ 1.0, 10.0 ]"),
+                 {"cal.toml: compute", "same number of points"});
+  expect_refused("version = 1\n[compute\n", {"cal.toml:2:"});
+}
+
+TEST(Calibration, ThePlanChangesWithTheCalibration) {
+  const PlanContext datasheet = h100_plan(std::nullopt);
+  const PlanContext fast = h100_plan(h100_calibration(40)), slow = h100_plan(h100_calibration(5));
+  for (const char* name : {"zero3", "hsdp"}) {
+    const Estimate d = priced(datasheet, name), f = priced(fast, name), s = priced(slow, name);
+    EXPECT_EQ(d.bytes_on("cluster"), s.bytes_on("cluster")) << name;  // the bytes are the schedule's
+    EXPECT_NE(d.step_time_s, f.step_time_s) << name;
+    EXPECT_GT(s.tiers[1].busy_s, 7 * f.tiers[1].busy_s) << name;      // 8x slower bytes, same latency
+    EXPECT_GT(s.step_time_s, f.step_time_s) << name;
+    EXPECT_GT(f.tiers[1].latency_s, 0) << name;
+    EXPECT_EQ(f.to_json()["comm_time_per_step"]["cluster"]["latency_s"], f.tiers[1].latency_s);
+  }
+  // Compute follows the calibrated matmul curve: each unit's forward is
+  // overhead x (FLOPs + matmuls x F½) / R, the backward twice that.
+  const Calibration cal = h100_calibration(40);
+  const ModelShape& m = fast.model();
+  const std::vector<double> flops = m.forward_flops_per_token(4096);
+  const std::vector<int> matmuls = m.forward_matmuls();
+  double expected = 0;
+  for (std::size_t u = 0; u < flops.size(); ++u)
+    expected += 3 * cal.compute.kernel_overhead * cal.compute.matmul_seconds(flops[u] * 4096, matmuls[u]);
+  EXPECT_NEAR(priced(fast, "zero3").compute_s, expected, 1e-12 * expected);
+  // Adam at the calibrated rate.
+  const Estimate d = priced(datasheet, "ddp"), f = priced(fast, "ddp");
+  EXPECT_NEAR(f.optimizer_s / d.optimizer_s, 3350.0 / 2500.0, 1e-12);
+  // Compute beside communication slows: the step grows by what the model says it lost.
+  const Estimate plain = priced(fast, "zero3"), slowed = priced(h100_plan(h100_calibration(40, 1.5)), "zero3");
+  EXPECT_EQ(plain.overlap_slowdown_s, 0);
+  EXPECT_GT(slowed.overlap_slowdown_s, 0);
+  EXPECT_NEAR(slowed.step_time_s,
+              slowed.compute_s + slowed.overlap_slowdown_s + slowed.exposed_micro_s + slowed.step_comm_s +
+                  slowed.optimizer_s,
+              1e-9 * slowed.step_time_s);
+  EXPECT_GT(slowed.step_time_s, plain.step_time_s);
+  EXPECT_EQ(fast.assumptions()["calibration"]["compute"]["overlap_slowdown"], 1.0);
+}
+
+TEST(Calibration, MustCoverEveryTierOfThePlan) {
+  Calibration c = h100_calibration(40);
+  c.tiers.pop_back();
+  EXPECT_NE(error_of([&] { h100_plan(c); }).find("--calibration: tiers: no tier 'cluster' of topology 'dgx-h100'"),
+            std::string::npos);
+}
