@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The namespace-cluster form of bench/plan_vs_measured.sh (`bench/plan_vs_measured.sh --cluster`):
+# the planner against real links. On the namespace cluster (scripts/cluster.sh: 2 hosts in
+# network namespaces x 4 ranks, real TCP over a shaped link between them, shared memory
+# inside a host), for each shaped rate and model: `strata calibrate` measures the links,
+# matmuls, kernels and Adam; `strata plan --calibration` predicts each strategy's step time;
+# `strata train` measures it. Prints per row the prediction, the measured median, the error
+# and both rank orders, and a verdict against the goal (every prediction within 15%, the
+# same ranking). Exits non-zero when the goal is missed. Root; makes and removes its own
+# cluster (name "splan"). Run it on a quiet machine, nice'd: it takes minutes.
+# Usage: bench/plan_vs_cluster.sh [BUILD_DIR]
+# Environment: RATES (default "1gbit 300mbit"), MODELS (default "tiny small"), STEPS (optimizer
+# steps a run, default 5), KEEP_WORK=1 keeps the runs' folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+strata=$(readlink -f "$build/strata")
+name=splan
+read -r -a rates <<< "${RATES:-1gbit 300mbit}"
+read -r -a models <<< "${MODELS:-tiny small}"
+steps=${STEPS:-5}
+strategies=(ddp zero2 zero3 hsdp zeropp topo)
+batch=8 seq=64 accum=2
+work=$(mktemp -d)
+trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true; [[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
+[[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work"
+
+# 4 ranks a host over shared memory, hosts over the shaped link. The figures are placeholders:
+# the calibration replaces every one the planner would use.
+topology=$work/cluster.toml
+cat > "$topology" << 'TOML'
+[[tiers]]
+name = "node"
+size = 4
+bandwidth_GBps = 5
+latency_us = 10
+source = "placeholder: bench/plan_vs_cluster.sh prices with a calibration"
+[[tiers]]
+name = "cluster"
+bandwidth_GBps = 0.1
+latency_us = 100
+source = "placeholder: bench/plan_vs_cluster.sh prices with a calibration"
+TOML
+"$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
+
+for rate in "${rates[@]}"; do
+  scripts/cluster.sh up --name $name --hosts 2 --slots 4 --rate "$rate" --replace > /dev/null
+  mpi=(/run/strata-cluster/$name/mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 8)
+  for model in "${models[@]}"; do
+    run=$work/$rate-$model
+    mkdir -p "$run"
+    OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" calibrate --topology "$topology" --out "$run/calibration.toml" \
+      --model "$model" --micro-batch $batch --seq $seq --max-mib 4 > "$run/calibrate.txt"
+    "$strata" plan --model "$model" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum \
+      --precision fp32 --device-memory-gb 3 --calibration "$run/calibration.toml" \
+      --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$run/plan.json"
+    for strategy in "${strategies[@]}"; do
+      OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --batch $batch --seq $seq \
+        --grad-accum $accum --steps "$steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
+        --strategy "$strategy" --out "$run/$strategy" > /dev/null
+    done
+  done
+done
+
+/usr/bin/python3 - "$work" "${rates[*]}" "${models[*]}" "${strategies[*]}" << 'PY'
+import json, os, statistics, sys
+work, rates, models, names = sys.argv[1], *(a.split() for a in sys.argv[2:])
+ok = True
+lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
+         "|---|---|---|---|---|---|---|---|"]
+errors, same_order = [], []
+for rate in rates:
+    for model in models:
+        run = os.path.join(work, f"{rate}-{model}")
+        plan = json.load(open(os.path.join(run, "plan.json")))["strategies"]
+        rows = {}
+        for n in names:
+            summary = json.load(open(os.path.join(run, n, "summary.json")))
+            metrics = [json.loads(l) for l in open(os.path.join(run, n, "metrics.jsonl"))]
+            # Step 1 pays allocation and connection set-up: left out.
+            measured = statistics.median(summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:])
+            rows[n] = (plan[n]["step_time_s"], measured)
+        by_pred = sorted(names, key=lambda n: rows[n][0])
+        by_meas = sorted(names, key=lambda n: rows[n][1])
+        same_order.append(by_pred == by_meas)
+        for n in names:
+            p, m = rows[n]
+            err = p / m - 1
+            errors.append(abs(err))
+            lines.append(f"| {rate} | {model} | {n} | {p:.4f} | {m:.4f} | {100 * err:+.1f}% | "
+                         f"{by_pred.index(n) + 1} | {by_meas.index(n) + 1} |")
+print("\n".join(lines))
+within = sum(e <= 0.15 for e in errors)
+print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
+      f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "
+      "(rate, model) groups")
+sys.exit(0 if within == len(errors) and all(same_order) else 1)
+PY
