@@ -104,8 +104,9 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   const plan::DeviceFacts& d = c.device();
   fmt::print("strata plan: {} ({:.2f} B parameters) on '{}', {}\n", m.name, static_cast<double>(m.num_params()) / 1e9,
              c.topology().name(), nodes_text);
-  fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM\n", d.name,
-             d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps);
+  fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM{}\n", d.name,
+             d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps,
+             c.calibration() ? " (times from the calibration below; the peak scales MFU)" : "");
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
              plan::precision_name(w.precision),
