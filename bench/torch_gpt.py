@@ -61,6 +61,10 @@ def require_torch():
 
 def build_model(cfg, dtype=None):
     torch = _torch()
+    if cfg.get("family", "gpt2") == "llama":
+        import torch_llama  # this folder: the Llama twin, as Hugging Face's LlamaForCausalLM
+        model = torch_llama.build_model(torch, cfg)
+        return model if dtype is None else model.to(dtype)
     nn = torch.nn
     F = torch.nn.functional
     C, nh = cfg["n_embd"], cfg["n_head"]

@@ -9,7 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/suggest.hpp"
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 #include "model/layout.hpp"
 
 namespace strata::plan {
