@@ -4,12 +4,16 @@ PyTorch twin of bench/torch_gpt.py (GPT-2) or bench/torch_llama.py (Llama) in fl
 loaded with strata's own weights.
 
 Usage: torch_reference.py DIR   (DIR holds index.json, params.f32, grads.f32, logits.f32,
-tokens.i32, targets.i32). Exit 0: all checks pass; 1: a mismatch (each one is printed);
-77: torch cannot be imported here, so there is nothing to compare with.
+tokens.i32, targets.i32, and optionally model.safetensors). Exit 0: all checks pass; 1: a
+mismatch (each one is printed); 77: torch cannot be imported here, so there is nothing to
+compare with.
 
 Checks, each against the float64 twin:
   - initialisation: the documented GPT-2 scheme (zero biases, unit norm gains, normal
     weights of std 0.02, residual projections 0.02/sqrt(2 n_layer)), within 10% on the std;
+  - when DIR holds model.safetensors (strata's Hugging Face export), the twin's weights come
+    from that file, read with json + numpy under the Hugging Face names, and must equal
+    strata's arena (padded vocabulary rows aside): the logits below then check the export;
   - the loss of every micro-batch, relative error <= 1e-5;
   - the logits of the last micro-batch over the real vocabulary, and every gradient tensor
     accumulated over all micro-batches: max |strata - twin| <= 1e-4 max |twin| per tensor
@@ -80,6 +84,23 @@ def check_init(chk, params, n_layer, vocab_size):
                        f"init {name}: mean {mean:.3g} std {std:.4g}, want normal(0, {want:.4g})")
 
 
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file, with json and numpy alone."""
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        if e["dtype"] != "F32":
+            sys.exit(f"torch_reference: {path}: {name} is {e['dtype']}, expected F32")
+        out[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(e["shape"])
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -125,9 +146,24 @@ def main():
     print(f"strata: {cfg}, batch {B} x seq {T}, {n_micro} micro-batches, {index.get('isa', '?')} kernels")
     check_init(chk, strata_params, cfg["n_layer"], V)
 
+    weights = {name: strata_params[name] for name in twin_params}
+    exported = os.path.join(d, "model.safetensors")
+    if os.path.exists(exported):
+        hf = read_safetensors(exported)
+        chk.expect(sorted(hf) == sorted(twin_params), f"safetensors names {sorted(hf)} differ from the twin's")
+        for name, w in hf.items():
+            want = strata_params[name]
+            if name in VOCAB_MATRICES:  # exported without the padded rows
+                padded = np.zeros(want.shape, dtype=np.float32)
+                padded[:w.shape[0]] = w
+                w, want = padded, np.concatenate((want[:V], np.zeros_like(want[V:])))
+            chk.expect(w.shape == want.shape and bool((w == want).all()),
+                       f"safetensors {name} differs from strata's arena")
+            weights[name] = w
+        print(f"twin weights: {len(hf)} tensors read from {os.path.basename(exported)}")
     with torch.no_grad():
         for name, p in twin_params.items():
-            p.copy_(torch.from_numpy(strata_params[name].astype(np.float64)))
+            p.copy_(torch.from_numpy(weights[name].astype(np.float64)))
     for m in range(n_micro):
         x = torch.from_numpy(tokens[m].astype(np.int64))
         y = torch.from_numpy(targets[m].astype(np.int64))

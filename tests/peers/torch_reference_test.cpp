@@ -1,8 +1,9 @@
 // strata's models against independent implementations: the PyTorch twins of
 // bench/torch_gpt.py and bench/torch_llama.py run in float64. This test runs strata's
 // initialisation and two accumulated micro-batches of forward_backward over ArenaAccess,
-// dumps parameters, tokens, losses, logits and gradients with their ParamLayout index, and
-// hands the folder to torch_reference.py, which loads the same weights into the twin and compares every number
+// dumps parameters, tokens, losses, logits and gradients with their ParamLayout index (and,
+// for Llama, the Hugging Face safetensors export), and hands the folder to
+// torch_reference.py, which loads the same weights into the twin and compares every number
 // (see that script for the checks and tolerances). Skipped when /usr/bin/python3 or its
 // torch is missing.
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "base/aligned.hpp"
 #include "base/cpu.hpp"
 #include "base/fileio.hpp"
+#include "data/safetensors.hpp"
 #include "model/model.hpp"
 #include "support.hpp"
 
@@ -54,6 +56,10 @@ void dump_strata_run(const Case& c, const fs::path& dir) {
   AlignedBuffer<float> params(layout.total_floats()), grads(layout.total_floats());
   model->init_params(params.data(), c.seed);
   ArenaAccess access(layout, params.data(), grads.data());
+  // Linear weights are [out, in] in Hugging Face's Llama as here: the script compares the
+  // file with the arena directly (GPT-2's Conv1D layout has its own test in tests/data).
+  if (c.config.family == Family::Llama)
+    data::export_hf_safetensors(layout, params.data(), dir / "model.safetensors");
 
   const std::size_t n = static_cast<std::size_t>(c.batch) * c.seq;
   std::vector<std::int32_t> tokens(kMicroBatches * n), targets(kMicroBatches * n);
@@ -118,7 +124,7 @@ TEST_F(TorchReference, OddShapesAndPaddedVocabMatchFloat64Twin) {
 
 // Llama with grouped-query attention (3 query heads per K/V head), an odd MLP width, a
 // rotary base other than the default, a sequence shorter than seq_len and a padded vocabulary.
-TEST_F(TorchReference, LlamaOddShapesMatchFloat64Twin) {
+TEST_F(TorchReference, LlamaMatchesFloat64TwinAndLoadsFromItsSafetensors) {
   GPTConfig config = GPTConfig::preset("llama-tiny");
   config.n_layer = 3;
   config.n_head = 6;
