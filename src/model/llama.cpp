@@ -61,8 +61,8 @@ void rmsnorm_backward_weight(float* dw, const float* dout, const float* x, const
 }
 
 // Rotary embedding in place on `heads` heads of hd floats per row of x (row stride
-// heads*hd), position = row % T: the first and second halves of a head are the pair
-// (Hugging Face's rotate_half). cos_sin: [T, hd/2] cosines then [T, hd/2] sines.
+// heads*hd), position = row % T: element j of a head pairs with j + hd/2 (Hugging Face's
+// rotate_half), rotated by the angle whose cosine and sine are cos/sin[position, j] ([T, hd/2]).
 void rope_forward(float* x, int heads, int hd, int T, const float* cos, const float* sin, Range rows) {
   const int half = hd / 2;
   for (int i = rows.begin; i < rows.end; ++i) {
