@@ -1,5 +1,7 @@
 #include "model/llama.hpp"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,7 +19,7 @@ namespace strata::model {
 namespace {
 
 // Llama's own kernels, serial over a Range like those of kernels.hpp; GEMMs go through
-// matmul_* (OpenBLAS). Gradient outputs named d<param> accumulate (+=).
+// matmul_* or, inside attention, cblas_sgemm (OpenBLAS). Gradient outputs named d<param> accumulate (+=).
 
 // out = x * rstd * w per row of [N,C], rstd = 1/sqrt(mean(x^2) + eps); residual_out = x
 // when given (the start of the residual sum a GEMM then accumulates into).
@@ -105,84 +107,74 @@ struct AttentionShape {
 
 // Causal attention of query head h over K/V head h / group, for the (batch, query head)
 // pairs b*NH + h in `pairs`. q [B,T,NH*hd], k and v [B,T,NKV*hd]; att [B,NH,T,T] receives the
-// probabilities (zero above the diagonal), out [B,T,NH*hd] the heads' outputs.
+// probabilities (zero above the diagonal), out [B,T,NH*hd] the heads' outputs. The products
+// are OpenBLAS GEMMs over strided head slices (serial inside a parallel region).
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                        const AttentionShape& s, Range pairs) {
   const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
   const std::size_t T = s.T;
+  const int qs = static_cast<int>(s.q_stride()), kvs = static_cast<int>(s.kv_stride());
   for (int p = pairs.begin; p < pairs.end; ++p) {
     const int b = p / s.NH, h = p % s.NH, g = h / s.group();
+    const float* qh = q + b * T * qs + static_cast<std::size_t>(h) * s.hd;
+    const float* kg = k + b * T * kvs + static_cast<std::size_t>(g) * s.hd;
+    const float* vg = v + b * T * kvs + static_cast<std::size_t>(g) * s.hd;
     float* a = att + static_cast<std::size_t>(p) * T * T;
+    // Scores of every pair (the upper triangle is computed and then masked: one GEMM).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.T, s.T, s.hd, scale, qh, qs, kg, kvs, 0.f, a, s.T);
     for (std::size_t t = 0; t < T; ++t) {
-      const float* qt = q + (b * T + t) * s.q_stride() + static_cast<std::size_t>(h) * s.hd;
       float* at = a + t * T;
       float max = -INFINITY;
-      for (std::size_t u = 0; u <= t; ++u) {
-        const float* ku = k + (b * T + u) * s.kv_stride() + static_cast<std::size_t>(g) * s.hd;
-        float dot = 0;
-        for (int d = 0; d < s.hd; ++d) dot += qt[d] * ku[d];
-        at[u] = dot * scale;
-        max = std::max(max, at[u]);
-      }
+      for (std::size_t u = 0; u <= t; ++u) max = std::max(max, at[u]);
       float sum = 0;
       for (std::size_t u = 0; u <= t; ++u) sum += at[u] = std::exp(at[u] - max);
       const float inv = 1.f / sum;
       for (std::size_t u = 0; u <= t; ++u) at[u] *= inv;
       std::fill(at + t + 1, at + T, 0.f);
-      float* ot = out + (b * T + t) * s.q_stride() + static_cast<std::size_t>(h) * s.hd;
-      std::fill(ot, ot + s.hd, 0.f);
-      for (std::size_t u = 0; u <= t; ++u) {
-        const float* vu = v + (b * T + u) * s.kv_stride() + static_cast<std::size_t>(g) * s.hd;
-        for (int d = 0; d < s.hd; ++d) ot[d] += at[u] * vu[d];
-      }
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, a, s.T, vg, kvs, 0.f,
+                out + b * T * qs + static_cast<std::size_t>(h) * s.hd, qs);
   }
 }
 
 // Gradients of q, k and v (overwritten) for the (batch, K/V head) pairs b*NKV + g in
 // `pairs`: each pair owns its K/V head's rows, which its group of query heads sum into.
-// scratch: T floats.
+// scratch: T*T floats.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
                         const float* k, const float* v, const AttentionShape& s, Range pairs, float* scratch) {
   const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
   const std::size_t T = s.T;
+  const int qs = static_cast<int>(s.q_stride()), kvs = static_cast<int>(s.kv_stride());
   for (int p = pairs.begin; p < pairs.end; ++p) {
     const int b = p / s.NKV, g = p % s.NKV;
-    auto kv_row = [&](std::size_t u) { return (b * T + u) * s.kv_stride() + static_cast<std::size_t>(g) * s.hd; };
+    const std::size_t kv_at = b * T * kvs + static_cast<std::size_t>(g) * s.hd;
     for (std::size_t u = 0; u < T; ++u) {
-      std::fill(dk + kv_row(u), dk + kv_row(u) + s.hd, 0.f);
-      std::fill(dv + kv_row(u), dv + kv_row(u) + s.hd, 0.f);
+      std::fill(dk + kv_at + u * kvs, dk + kv_at + u * kvs + s.hd, 0.f);
+      std::fill(dv + kv_at + u * kvs, dv + kv_at + u * kvs + s.hd, 0.f);
     }
     for (int h = g * s.group(); h < (g + 1) * s.group(); ++h) {
       const float* a = att + (static_cast<std::size_t>(b) * s.NH + h) * T * T;
+      const std::size_t q_at = b * T * qs + static_cast<std::size_t>(h) * s.hd;
+      float* ds = scratch;
+      // d(probabilities) = dout v^T; dv += a^T dout.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.T, s.T, s.hd, 1.f, dout + q_at, qs, v + kv_at, kvs, 0.f,
+                  ds, s.T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, a, s.T, dout + q_at, qs, 1.f,
+                  dv + kv_at, kvs);
+      // Through the softmax: ds = a * (da - sum(a * da)) * scale; zero above the diagonal.
       for (std::size_t t = 0; t < T; ++t) {
-        const std::size_t q_row = (b * T + t) * s.q_stride() + static_cast<std::size_t>(h) * s.hd;
-        const float* dot_ = dout + q_row;
         const float* at = a + t * T;
-        // d(probabilities), then through the softmax: ds = a * (da - sum(a * da)).
+        float* dst = ds + t * T;
         float weighted = 0;
-        for (std::size_t u = 0; u <= t; ++u) {
-          const float* vu = v + kv_row(u);
-          float da = 0;
-          for (int d = 0; d < s.hd; ++d) da += dot_[d] * vu[d];
-          scratch[u] = da;
-          weighted += at[u] * da;
-          float* dvu = dv + kv_row(u);
-          for (int d = 0; d < s.hd; ++d) dvu[d] += at[u] * dot_[d];
-        }
-        float* dqt = dq + q_row;
-        std::fill(dqt, dqt + s.hd, 0.f);
-        const float* qt = q + q_row;
-        for (std::size_t u = 0; u <= t; ++u) {
-          const float ds = at[u] * (scratch[u] - weighted) * scale;
-          const float* ku = k + kv_row(u);
-          float* dku = dk + kv_row(u);
-          for (int d = 0; d < s.hd; ++d) {
-            dqt[d] += ds * ku[d];
-            dku[d] += ds * qt[d];
-          }
-        }
+        for (std::size_t u = 0; u <= t; ++u) weighted += at[u] * dst[u];
+        for (std::size_t u = 0; u <= t; ++u) dst[u] = at[u] * (dst[u] - weighted) * scale;
+        std::fill(dst + t + 1, dst + T, 0.f);
       }
+      // dq = ds k; dk += ds^T q.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, ds, s.T, k + kv_at, kvs, 0.f,
+                  dq + q_at, qs);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, ds, s.T, q + q_at, qs, 1.f,
+                  dk + kv_at, kvs);
     }
   }
 }
@@ -237,7 +229,7 @@ struct Llama::Impl {
   float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
   float *dxn1 = nullptr, *dxn2 = nullptr, *dtmp = nullptr, *datty = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
-  AlignedBuffer<float> attention_scratch;  // T per thread
+  AlignedBuffer<float> attention_scratch;  // T x T per thread
   std::vector<std::int32_t> tokens, targets;
 
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
@@ -396,7 +388,7 @@ void Llama::block_backward(int layer, const float* p, float* g) {
   const float* d_out = m.dres;
   float* d_mid = m.dres_mid;
   float* d_in = m.dres_in;
-  const std::size_t scratch_per_thread = (static_cast<std::size_t>(T_) + 15) / 16 * 16;
+  const std::size_t scratch_per_thread = static_cast<std::size_t>(T_) * T_;
   if (m.attention_scratch.size() < scratch_per_thread * omp_get_max_threads())
     m.attention_scratch.resize(scratch_per_thread * omp_get_max_threads());
   in_parallel([&](const Team& team) {
