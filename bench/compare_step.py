@@ -25,6 +25,7 @@ import torch_gpt  # noqa: E402
 CONFIGS = {
     "small": ("small", {}, 4),
     "h128": ("small", {"n_layer": 4, "n_head": 4, "n_embd": 128, "seq_len": 128, "vocab_size": 256}, 8),
+    "llama-small": ("llama-small", {}, 4),
 }
 
 
@@ -97,7 +98,7 @@ def main():
         r["pytorch"] = measure_pytorch(preset, overrides, batch, args.threads, args.full_sweep)
         print(f"  pytorch {r['pytorch']['tokens_per_s']:9.0f} tokens/s  best of {len(r['pytorch']['sweep'])} "
               f"settings: {json.dumps(r['pytorch']['settings'])}", flush=True)
-        if args.llmc_dir:
+        if args.llmc_dir and torch_gpt.PRESETS[preset].get("family", "gpt2") == "gpt2":  # llm.c trains GPT-2 only
             r["llm.c"] = measure_llmc(os.path.abspath(args.llmc_dir), preset, overrides, batch, args.threads)
             print(f"  llm.c   {r['llm.c']['tokens_per_s']:9.0f} tokens/s", flush=True)
         results[name] = r

@@ -31,7 +31,7 @@ void run(benchmark::State& state, const Shape& shape, bool backward) {
   const int B = shape.batch, T = cfg.seq_len;
   GPT gpt(cfg, B, T);
   std::vector<float> params(gpt.layout().total_floats()), grads(params.size());
-  GPT::init_params(gpt.layout(), params.data(), 1);
+  gpt.init_params(params.data(), 1);
   strata::Rng rng(2);
   std::vector<std::int32_t> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(cfg.vocab_size));

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+import torch_llama  # this folder: the Llama twin (imports no torch itself)
+
 # Shapes of strata's presets (src/model/config.cpp), fields as in GPTConfig::to_json().
 PRESETS = {
     "tiny": dict(n_layer=2, n_head=2, n_embd=64, seq_len=64, vocab_size=256, padded_vocab_size=256),
@@ -36,6 +38,8 @@ PRESETS = {
     "gpt2-124m": dict(n_layer=12, n_head=12, n_embd=768, seq_len=1024, vocab_size=50257,
                       padded_vocab_size=50304),
 }
+
+PRESETS.update({name: dict(cfg, family="llama") for name, cfg in torch_llama.PRESETS.items()})
 
 CONFIG_FIELDS = ("n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "padded_vocab_size")
 
@@ -61,6 +65,9 @@ def require_torch():
 
 def build_model(cfg, dtype=None):
     torch = _torch()
+    if cfg.get("family", "gpt2") == "llama":  # the Llama twin, as Hugging Face's LlamaForCausalLM
+        model = torch_llama.build_model(torch, cfg)
+        return model if dtype is None else model.to(dtype)
     nn = torch.nn
     F = torch.nn.functional
     C, nh = cfg["n_embd"], cfg["n_head"]
@@ -137,8 +144,8 @@ def build_model(cfg, dtype=None):
 
 
 def init_gpt2(model, seed):
-    """GPT-2 initialisation as gpt.hpp describes it (normal 0.02, residual projections
-    0.02/sqrt(2L), zero biases, unit LayerNorm gains). Used for benchmarks, where only the
+    """GPT-2 initialisation as init.hpp describes it, for either family (normal 0.02, residual
+    projections 0.02/sqrt(2L), zero biases, unit norm gains). Used for benchmarks, where only the
     scale of the weights matters; the reference test loads strata's own weights instead."""
     torch = _torch()
     gen = torch.Generator().manual_seed(seed)
@@ -150,7 +157,8 @@ def init_gpt2(model, seed):
             elif p.dim() == 1:  # LayerNorm gains
                 p.fill_(1.0)
             else:
-                std = residual_std if name.endswith("c_proj.weight") else 0.02
+                residual = name.endswith(("c_proj.weight", "o_proj.weight", "down_proj.weight"))
+                std = residual_std if residual else 0.02
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * std)
 
 

@@ -29,8 +29,8 @@ struct ModelOverride {
 
 struct StepArgs {
   std::string model = "small";
-  ModelOverride overrides[5] = {{"model.n_layer"}, {"model.n_head"}, {"model.n_embd"}, {"model.seq_len"},
-                                {"model.vocab_size"}};
+  ModelOverride overrides[7] = {{"model.n_layer"}, {"model.n_head"},   {"model.n_embd"},    {"model.seq_len"},
+                                {"model.vocab_size"}, {"model.n_kv_head"}, {"model.ffn_hidden"}};
   int batch = 4, seq = 0, threads = 0, steps = 10, warmup = 3;
   bool json = false;
 };
@@ -109,13 +109,17 @@ CommandRegistrar registrar(90, [](CLI::App& app) {
   auto a = std::make_shared<StepArgs>();
   CLI::App* cmd = bench_group(app)->add_subcommand(
       "step", "Time full training steps (forward, backward, AdamW) on random tokens after warm-up");
-  cmd->add_option("--model", a->model, "model preset: tiny, small, gpt2-124m")->capture_default_str();
-  const char* flags[5][2] = {{"--n-layer", "override the preset's transformer blocks"},
+  cmd->add_option("--model", a->model,
+                  "model preset: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b")
+      ->capture_default_str();
+  const char* flags[7][2] = {{"--n-layer", "override the preset's transformer blocks"},
                              {"--n-head", "override the preset's attention heads"},
                              {"--n-embd", "override the preset's hidden size"},
                              {"--seq-len", "override the preset's longest sequence"},
-                             {"--vocab-size", "override the preset's vocabulary"}};
-  for (int i = 0; i < 5; ++i) a->overrides[i].option = cmd->add_option(flags[i][0], a->overrides[i].value, flags[i][1]);
+                             {"--vocab-size", "override the preset's vocabulary"},
+                             {"--n-kv-head", "llama: override the preset's K/V heads"},
+                             {"--ffn-hidden", "llama: override the preset's SwiGLU width"}};
+  for (int i = 0; i < 7; ++i) a->overrides[i].option = cmd->add_option(flags[i][0], a->overrides[i].value, flags[i][1]);
   cmd->add_option("--batch", a->batch, "sequences per step")->capture_default_str();
   cmd->add_option("--seq", a->seq, "tokens per sequence (default: the model's seq_len)");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)");

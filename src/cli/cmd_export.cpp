@@ -1,4 +1,4 @@
-// strata export: a checkpoint's weights as a Hugging Face GPT-2 safetensors file.
+// strata export: a checkpoint's weights as a Hugging Face (GPT-2 or Llama) safetensors file.
 #include <memory>
 
 #include <fmt/format.h>
@@ -24,7 +24,7 @@ void run_export(const ExportArgs& a) {
   const model::ParamLayout layout(ckpt.info().model);
   AlignedBuffer<float> params(layout.total_floats());
   ckpt.read(0, layout.total_floats(), params.data(), nullptr, nullptr);
-  data::export_gpt2_safetensors(layout, params.data(), a.safetensors);
+  data::export_hf_safetensors(layout, params.data(), a.safetensors);
   fmt::print("exported {} (step {}, {} tensors, {:.2f}M parameters) to {}\n", dir.string(), ckpt.info().step,
              layout.tensors().size(), static_cast<double>(layout.num_params()) / 1e6, a.safetensors);
 }
@@ -34,7 +34,7 @@ CommandRegistrar registrar(20, [](CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("export", "Write a checkpoint's weights in another format");
   cmd->add_option("checkpoint", a->checkpoint, "checkpoint folder, or an output folder (its newest intact checkpoint)")
       ->required();
-  cmd->add_option("--safetensors", a->safetensors, "write GPT-2 (Hugging Face) tensors to this .safetensors file")
+  cmd->add_option("--safetensors", a->safetensors, "write the tensors under Hugging Face names (GPT2LMHeadModel or LlamaForCausalLM) to this .safetensors file")
       ->required();
   cmd->callback([a] { run_export(*a); });
 });

@@ -455,8 +455,8 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "Predict step time, throughput, traffic per tier and memory of sharding strategies on a cluster");
-  cmd->add_option("--model", o->model, "gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, gpt2-124m, "
-                                       "tiny, small, or custom");
+  cmd->add_option("--model", o->model, "gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, "
+                                       "gpt2-124m, tiny, small, or custom");
   cmd->add_option("--shape", o->shape_fields,
                   "model field override FIELD=VALUE (repeatable): layers hidden heads kv_heads ffn vocab seq "
                   "learned_positions mlp norm biases tied_head")

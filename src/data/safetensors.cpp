@@ -49,9 +49,9 @@ void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst)
         for (std::size_t c = c0; c < std::min(cols, c0 + kTile); ++c) dst[c * rows + r] = src[r * cols + c];
 }
 
-// The tensor as Hugging Face's GPT-2 stores it.
+// The tensor as Hugging Face stores it.
 std::vector<std::int64_t> hf_shape(const model::ParamLayout& layout, const model::TensorInfo& t) {
-  if (t.name == "wte.weight") return {layout.config().vocab_size, t.shape[1]};
+  if (t.vocab_rows) return {layout.config().vocab_size, t.shape[1]};
   if (t.hf_transposed) return {t.shape[1], t.shape[0]};
   return t.shape;
 }
@@ -203,7 +203,7 @@ std::vector<float> SafetensorsFile::read_f32(std::string_view name) const {
   return out;
 }
 
-void export_gpt2_safetensors(const model::ParamLayout& layout, const float* params, const fs::path& path) {
+void export_hf_safetensors(const model::ParamLayout& layout, const float* params, const fs::path& path) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");  // what Hugging Face loaders expect of PyTorch weights
   for (const auto& t : layout.tensors()) {
@@ -214,13 +214,13 @@ void export_gpt2_safetensors(const model::ParamLayout& layout, const float* para
       const auto rows = static_cast<std::size_t>(t.shape[0]), cols = static_cast<std::size_t>(t.shape[1]);
       writer.add(t.name, std::move(shape), [=](float* out) { transpose(src, rows, cols, out); });
     } else {
-      writer.add(t.name, std::move(shape), std::span<const float>(src, numel));  // wte: its first vocab rows
+      writer.add(t.name, std::move(shape), std::span<const float>(src, numel));  // vocabulary matrices: their first vocab_size rows
     }
   }
   writer.write(path);
 }
 
-void import_gpt2_safetensors(const model::ParamLayout& layout, const fs::path& path, float* params) {
+void import_hf_safetensors(const model::ParamLayout& layout, const fs::path& path, float* params) {
   SafetensorsFile file(path);
   const std::string name = path.string();
   // Everything is checked before the first parameter is overwritten.
@@ -245,7 +245,7 @@ void import_gpt2_safetensors(const model::ParamLayout& layout, const fs::path& p
       transpose(data.data(), static_cast<std::size_t>(t.shape[1]), static_cast<std::size_t>(t.shape[0]), dst);
     } else {
       std::copy(data.begin(), data.end(), dst);
-      std::fill(dst + data.size(), dst + t.numel, 0.0f);  // wte's padded vocabulary rows
+      std::fill(dst + data.size(), dst + t.numel, 0.0f);  // padded vocabulary rows
     }
   }
 }

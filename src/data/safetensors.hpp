@@ -64,13 +64,14 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// GPT-2 weights under their Hugging Face names: Conv1D matrices transposed to HF's [in, out],
-// wte cut to the real vocabulary's rows, metadata {"format": "pt"}.
-void export_gpt2_safetensors(const model::ParamLayout& layout, const float* params,
+// The weights under their Hugging Face names (layout.hpp): GPT2LMHeadModel's (Conv1D matrices
+// transposed to HF's [in, out]) or LlamaForCausalLM's; vocabulary matrices (wte,
+// embed_tokens, lm_head) cut to the real vocabulary's rows; metadata {"format": "pt"}.
+void export_hf_safetensors(const model::ParamLayout& layout, const float* params,
                              const std::filesystem::path& path);
 // The inverse: fills every tensor of `params` (padded vocabulary rows zeroed; alignment
 // padding untouched). Refuses a missing or extra tensor, a dtype other than F32 and a shape
 // other than this model's, naming the tensor.
-void import_gpt2_safetensors(const model::ParamLayout& layout, const std::filesystem::path& path, float* params);
+void import_hf_safetensors(const model::ParamLayout& layout, const std::filesystem::path& path, float* params);
 
 }  // namespace strata::data

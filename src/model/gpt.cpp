@@ -11,40 +11,10 @@
 #include "base/aligned.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
-#include "base/rng.hpp"
 #include "model/kernels.hpp"
+#include "model/team.hpp"
 
 namespace strata::model {
-
-namespace {
-
-void check_ids(const std::int32_t* ids, std::size_t n, int vocab, const char* what) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= vocab)
-      throw Error(fmt::format("model: {} id {} at position {} is outside the vocabulary [0, {})", what, ids[i], i,
-                              vocab));
-}
-
-// One OpenMP parallel region per unit: f(team) runs on every thread, which works on its
-// share of rows, columns or (batch, head) pairs.
-struct Team {
-  int id, size;
-  Range share(int n, int align = 1) const { return model::share(n, size, id, align); }
-  // When the batch divides evenly, a thread's share of the B*T rows is whole sequences and
-  // its share of the (batch, head) pairs is theirs: attention then reads only rows this
-  // thread wrote, and the barriers around it can go.
-  bool owns_whole_sequences(int B) const { return B % size == 0; }
-};
-template <class F>
-void in_parallel(F&& f) {
-#pragma omp parallel
-  f(Team{omp_get_thread_num(), omp_get_num_threads()});
-}
-void barrier() {
-#pragma omp barrier
-}
-
-}  // namespace
 
 // Activation storage. Everything backward needs is kept per layer; gradient buffers are
 // reused from layer to layer.
@@ -89,6 +59,8 @@ struct GPT::Impl {
 
 GPT::GPT(const GPTConfig& config, int batch, int seq)
     : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
+  if (config.family != Family::Gpt2)
+    throw Error(fmt::format("model: GPT built for family {}", family_name(config.family)));
   if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
   if (seq <= 0 || seq > config.seq_len)
     throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
@@ -137,36 +109,6 @@ GPT::GPT(GPT&&) noexcept = default;
 GPT& GPT::operator=(GPT&&) noexcept = default;
 
 const float* GPT::logits() const { return impl_->logits; }
-
-void GPT::init_params(const ParamLayout& layout, float* params, std::uint64_t seed) {
-  const GPTConfig& cfg = layout.config();
-  std::fill(params, params + layout.total_floats(), 0.f);  // biases, LN biases, padding
-  const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
-  constexpr std::size_t kChunk = 1 << 16;  // each chunk of a tensor draws from its own stream
-  for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
-    const TensorInfo& t = layout.tensors()[ti];
-    const std::string_view name = t.name;
-    float* dst = params + t.offset;
-    if (t.shape.size() == 1) {
-      if (name.ends_with(".weight")) std::fill(dst, dst + t.numel, 1.f);  // LayerNorm gains
-      continue;
-    }
-    const double stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02;
-    // Padded vocabulary rows never receive a gradient; they stay zero.
-    const std::size_t n = name == "wte.weight" ? static_cast<std::size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
-    const std::int64_t chunks = static_cast<std::int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      Rng rng(seed, (static_cast<std::uint64_t>(ti) << 32) | static_cast<std::uint64_t>(c));
-      const std::size_t begin = static_cast<std::size_t>(c) * kChunk, end = std::min(n, begin + kChunk);
-      for (std::size_t i = begin; i < end; i += 2) {
-        const auto z = rng.normal_pair();
-        dst[i] = static_cast<float>(stddev * z[0]);
-        if (i + 1 < end) dst[i + 1] = static_cast<float>(stddev * z[1]);
-      }
-    }
-  }
-}
 
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
@@ -345,7 +287,7 @@ float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, cons
   return loss;
 }
 
-std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
+std::vector<UnitEvent> GPT::event_order(const GPTConfig& config) {
   using K = UnitEvent;
   const int L = config.n_layer, E = 0, F = L + 1;
   const Phase fwd = Phase::Forward, bwd = Phase::Backward;

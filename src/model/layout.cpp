@@ -11,17 +11,28 @@ static std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) /
 ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
   config_.validate();
   const std::int64_t C = config.n_embd, V = config.padded_vocab_size, T = config.seq_len;
+  const std::int64_t KV = static_cast<std::int64_t>(config.kv_heads()) * config.head_dim(), F = config.ffn_size();
   std::size_t cursor = 0;
 
   auto begin_unit = [&](std::string name) {
     cursor = round_up(cursor, kUnitAlignFloats);
     units_.push_back({std::move(name), cursor, 0, {}});
   };
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, bool transposed) {
+  struct Kind {
+    bool decay, hf_transposed, vocab_rows;
+    Init init;
+  };
+  // Matrices and embeddings decay; norms and biases do not.
+  constexpr Kind gain{false, false, false, Init::One}, bias{false, false, false, Init::Zero},
+      matrix{true, false, false, Init::Normal}, residual{true, false, false, Init::ResidualNormal},
+      conv1d{true, true, false, Init::Normal}, conv1d_residual{true, true, false, Init::ResidualNormal},
+      vocab{true, false, true, Init::Normal};
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, Kind k) {
     cursor = round_up(cursor, kTensorAlignFloats);
     std::size_t n = 1;
     for (auto d : shape) n *= static_cast<std::size_t>(d);
-    TensorInfo t{std::move(name), static_cast<int>(units_.size()) - 1, cursor, std::move(shape), n, decay, transposed};
+    TensorInfo t{std::move(name), static_cast<int>(units_.size()) - 1, cursor, std::move(shape), n, k.decay,
+                 k.hf_transposed, k.vocab_rows, k.init};
     units_.back().tensors.push_back(static_cast<int>(tensors_.size()));
     tensors_.push_back(std::move(t));
     cursor += n;
@@ -31,30 +42,58 @@ ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
     units_.back().numel = cursor - units_.back().offset;
   };
 
+  if (config.family == Family::Llama) {
+    begin_unit("embeddings");
+    add("model.embed_tokens.weight", {V, C}, vocab);
+    end_unit();
+    for (int l = 0; l < config.n_layer; ++l) {
+      std::string p = fmt::format("model.layers.{}.", l);
+      begin_unit(fmt::format("h.{}", l));
+      add(p + "input_layernorm.weight", {C}, gain);
+      add(p + "self_attn.q_proj.weight", {C, C}, matrix);
+      add(p + "self_attn.k_proj.weight", {KV, C}, matrix);
+      add(p + "self_attn.v_proj.weight", {KV, C}, matrix);
+      add(p + "self_attn.o_proj.weight", {C, C}, residual);
+      add(p + "post_attention_layernorm.weight", {C}, gain);
+      add(p + "mlp.gate_proj.weight", {F, C}, matrix);
+      add(p + "mlp.up_proj.weight", {F, C}, matrix);
+      add(p + "mlp.down_proj.weight", {C, F}, residual);
+      end_unit();
+    }
+    begin_unit("ln_f");
+    add("model.norm.weight", {C}, gain);
+    end_unit();
+    begin_unit("lm_head");
+    add("lm_head.weight", {V, C}, vocab);
+    end_unit();
+    total_ = cursor;
+    return;
+  }
+
   begin_unit("embeddings");
-  add("wte.weight", {V, C}, true, false);
-  add("wpe.weight", {T, C}, true, false);
+  add("wte.weight", {V, C}, vocab);
+  add("wpe.weight", {T, C}, matrix);
   end_unit();
   for (int l = 0; l < config.n_layer; ++l) {
     std::string p = fmt::format("h.{}.", l);
     begin_unit(fmt::format("h.{}", l));
-    add(p + "ln_1.weight", {C}, false, false);
-    add(p + "ln_1.bias", {C}, false, false);
-    add(p + "attn.c_attn.weight", {3 * C, C}, true, true);
-    add(p + "attn.c_attn.bias", {3 * C}, false, false);
-    add(p + "attn.c_proj.weight", {C, C}, true, true);
-    add(p + "attn.c_proj.bias", {C}, false, false);
-    add(p + "ln_2.weight", {C}, false, false);
-    add(p + "ln_2.bias", {C}, false, false);
-    add(p + "mlp.c_fc.weight", {4 * C, C}, true, true);
-    add(p + "mlp.c_fc.bias", {4 * C}, false, false);
-    add(p + "mlp.c_proj.weight", {C, 4 * C}, true, true);
-    add(p + "mlp.c_proj.bias", {C}, false, false);
+    add(p + "ln_1.weight", {C}, gain);
+    add(p + "ln_1.bias", {C}, bias);
+    add(p + "attn.c_attn.weight", {3 * C, C}, conv1d);
+    add(p + "attn.c_attn.bias", {3 * C}, bias);
+    add(p + "attn.c_proj.weight", {C, C}, conv1d_residual);
+    add(p + "attn.c_proj.bias", {C}, bias);
+    add(p + "ln_2.weight", {C}, gain);
+    add(p + "ln_2.bias", {C}, bias);
+    add(p + "mlp.c_fc.weight", {4 * C, C}, conv1d);
+    add(p + "mlp.c_fc.bias", {4 * C}, bias);
+    add(p + "mlp.c_proj.weight", {C, 4 * C}, conv1d_residual);
+    add(p + "mlp.c_proj.bias", {C}, bias);
     end_unit();
   }
   begin_unit("ln_f");
-  add("ln_f.weight", {C}, false, false);
-  add("ln_f.bias", {C}, false, false);
+  add("ln_f.weight", {C}, gain);
+  add("ln_f.bias", {C}, bias);
   end_unit();
   total_ = cursor;
 }
@@ -109,6 +148,17 @@ BlockOffsets block_offsets(const ParamLayout& layout) {
 
 EmbeddingOffsets embedding_offsets(const ParamLayout& layout) {
   return {layout.offset_in_unit(layout.find("wte.weight")), layout.offset_in_unit(layout.find("wpe.weight"))};
+}
+
+LlamaOffsets llama_offsets(const ParamLayout& layout) {
+  auto off = [&](const std::string& name) { return layout.offset_in_unit(layout.find(name)); };
+  auto block = [&](const char* suffix) { return off(fmt::format("model.layers.0.{}.weight", suffix)); };
+  return {off("model.embed_tokens.weight"),
+          {block("input_layernorm"), block("self_attn.q_proj"), block("self_attn.k_proj"), block("self_attn.v_proj"),
+           block("self_attn.o_proj"), block("post_attention_layernorm"), block("mlp.gate_proj"),
+           block("mlp.up_proj"), block("mlp.down_proj")},
+          off("model.norm.weight"),
+          off("lm_head.weight")};
 }
 
 FinalNormOffsets final_norm_offsets(const ParamLayout& layout) {

@@ -1,12 +1,15 @@
 #pragma once
 // Where every parameter lives. Parameters (and, with the same layout, gradients and
 // optimizer moments) sit in one flat fp32 arena split into units:
-//   unit 0          "embeddings"  wte, wpe
+//   unit 0          "embeddings"  gpt2: wte, wpe; llama: model.embed_tokens
 //   unit 1 + l      "h.<l>"       transformer block l
-//   unit n_layer+1  "ln_f"        final LayerNorm
+//   unit n_layer+1  "ln_f"        final norm (gpt2's LM head is wte, in unit 0)
+//   unit n_layer+2  "lm_head"     llama only: the untied LM head, a unit of its own so that
+//                                 sharding treats the largest matrix like any other unit
 // Each unit is contiguous and starts on a 64-float (256-byte) boundary, so a sharding
 // engine can gather, shard and free one unit at a time. Tensors inside a unit start on
-// 16-float (64-byte) boundaries. Tensors carry their GPT-2 (Hugging Face) names.
+// 16-float (64-byte) boundaries. Tensors carry their Hugging Face names (GPT2LMHeadModel's
+// without the "transformer." prefix, LlamaForCausalLM's as they are).
 // Matrices are stored [out, in] (torch.nn.Linear); Hugging Face's GPT-2 stores its Conv1D
 // weights [in, out], which `hf_transposed` marks for import and export.
 #include <cstddef>
@@ -22,6 +25,9 @@ namespace strata::model {
 inline constexpr std::size_t kUnitAlignFloats = 64;
 inline constexpr std::size_t kTensorAlignFloats = 16;
 
+// How initialization fills a tensor (model/init.hpp).
+enum class Init { Zero, One, Normal, ResidualNormal };
+
 struct TensorInfo {
   std::string name;              // e.g. "h.3.attn.c_attn.weight"
   int unit = 0;
@@ -30,10 +36,12 @@ struct TensorInfo {
   std::size_t numel = 0;
   bool decay = false;            // AdamW weight decay applies (matrices and embeddings only)
   bool hf_transposed = false;    // Hugging Face stores it as shape reversed (Conv1D)
+  bool vocab_rows = false;       // [padded_vocab_size, C]: rows past vocab_size are padding
+  Init init = Init::Zero;
 };
 
 struct UnitInfo {
-  std::string name;              // "embeddings", "h.<l>", "ln_f"
+  std::string name;              // "embeddings", "h.<l>", "ln_f", "lm_head"
   std::size_t offset = 0;        // floats from the start of the arena
   std::size_t numel = 0;         // floats including internal alignment padding
   std::vector<int> tensors;      // indices into ParamLayout::tensors()
@@ -58,6 +66,8 @@ class ParamLayout {
   int embeddings_unit() const { return 0; }
   int block_unit(int layer) const { return 1 + layer; }
   int final_norm_unit() const { return config_.n_layer + 1; }
+  // The unit holding the LM head's matrix: the embeddings for gpt2 (tied), its own for llama.
+  int head_unit() const { return config_.family == Family::Llama ? config_.n_layer + 2 : embeddings_unit(); }
 
   const TensorInfo& find(std::string_view name) const;  // throws Error naming the tensor
   const TensorInfo* try_find(std::string_view name) const;
@@ -86,6 +96,17 @@ struct EmbeddingOffsets {
 struct FinalNormOffsets {
   std::size_t w, b;
 };
+// Llama's (layout.hpp names them after LlamaForCausalLM).
+struct LlamaBlockOffsets {
+  std::size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;
+};
+struct LlamaOffsets {
+  std::size_t embed;         // in the embeddings unit
+  LlamaBlockOffsets block;   // in every block unit
+  std::size_t final_norm;    // in the final-norm unit
+  std::size_t head;          // in the head unit
+};
+LlamaOffsets llama_offsets(const ParamLayout& layout);
 BlockOffsets block_offsets(const ParamLayout& layout);
 EmbeddingOffsets embedding_offsets(const ParamLayout& layout);
 FinalNormOffsets final_norm_offsets(const ParamLayout& layout);

@@ -9,7 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/suggest.hpp"
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 #include "model/layout.hpp"
 
 namespace strata::plan {
@@ -90,7 +90,8 @@ std::int64_t block_params(const ModelShape& m) {
 }  // namespace
 
 std::vector<std::string> ModelShape::preset_names() {
-  return {"gpt-neox-20b", "gpt-neox-10b", "llama2-7b", "llama2-13b", "llama2-70b", "gpt2-124m", "tiny", "small"};
+  return {"gpt-neox-20b", "gpt-neox-10b", "llama2-7b", "llama2-13b", "llama2-70b", "tinyllama-1.1b", "gpt2-124m",
+          "tiny", "small"};
 }
 
 ModelShape ModelShape::preset(std::string_view name) {
@@ -99,6 +100,11 @@ ModelShape ModelShape::preset(std::string_view name) {
   if (name == "llama2-7b") return llama("llama2-7b", 32, 4096, 32, 32, 11008);
   if (name == "llama2-13b") return llama("llama2-13b", 40, 5120, 40, 40, 13824);
   if (name == "llama2-70b") return llama("llama2-70b", 80, 8192, 64, 8, 28672);
+  if (name == "tinyllama-1.1b") {  // TinyLlama-1.1B's config.json, as model::GPTConfig's preset
+    ModelShape m = llama("tinyllama-1.1b", 22, 2048, 32, 4, 5632);
+    m.seq = 2048;
+    return m;
+  }
   if (name == "gpt2-124m" || name == "tiny" || name == "small")
     return from_gpt(std::string(name), model::GPTConfig::preset(name));
   throw Error(fmt::format("--model '{}': unknown model (known: {}, or custom with --shape FIELD=VALUE)", name,

@@ -36,7 +36,7 @@ struct ModelShape {
   // strata's own models: units come from model::ParamLayout of this config.
   std::optional<model::GPTConfig> gpt;
 
-  // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, gpt2-124m, and
+  // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, gpt2-124m, and
   // strata's tiny and small. Throws Error listing them.
   static ModelShape preset(std::string_view name);
   static std::vector<std::string> preset_names();

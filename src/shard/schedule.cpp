@@ -10,7 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/plural.hpp"
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 
 namespace strata::shard {
 

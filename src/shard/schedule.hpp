@@ -15,7 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 #include "model/layout.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
@@ -132,7 +132,7 @@ struct MicroBatchProgram {
 struct UnitPlan {
   std::vector<std::string> names;
   std::vector<std::size_t> numel;             // fp32 elements of each unit
-  std::vector<model::UnitEvent> events;       // one micro-batch, see model/gpt.hpp
+  std::vector<model::UnitEvent> events;       // one micro-batch, see model/model.hpp
 };
 UnitPlan unit_plan(const model::ParamLayout& layout);
 

@@ -36,16 +36,16 @@ std::vector<comm::Collectives*> level_collectives(comm::TierComms& comms, int le
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
                              std::uint64_t seed)
-    : model_(config, batch, seq),
+    : model_(model::make_model(config, batch, seq)),
       ctx_(ctx),
       comms_(comms),
-      schedule_(model_.layout(), ctx.topology(), spec, accumulation_steps),
+      schedule_(model_->layout(), ctx.topology(), spec, accumulation_steps),
       dims_(parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
       executor_(level_collectives(comms, schedule_.levels().num_levels), schedule_.scratch_elements(),
                 spec.block_size) {
   const LevelSpec& L = schedule_.levels();
-  const model::ParamLayout& layout = model_.layout();
+  const model::ParamLayout& layout = model_->layout();
   if (spec.step_grad_allreduce)
     throw Error("shard.step_grad_allreduce: models ZeRO-topo's published cross-node all-reduce for the planner; "
                 "the runtime reduces gradient slices straight to the optimizer slice instead");
@@ -92,7 +92,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
 
   // Same initial weights as the single-process trainer, then keep this rank's slices.
   AlignedBuffer<float> full(layout.total_floats());
-  model::GPT::init_params(layout, full.data(), seed);
+  model_->init_params(full.data(), seed);
   for (auto& U : units_) {
     for (std::size_t i = 0; i < U->o.count; ++i) {
       std::size_t e = U->o.offset + i;
@@ -230,7 +230,7 @@ float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* 
   executor_.take_trace();  // what ran between micro-batches (scalars, weight refreshes)
   program_ = &schedule_.training_program();
   next_event_ = 0;
-  float loss = model_.forward_backward(*this, tokens, targets, grad_scale);
+  float loss = model_->forward_backward(*this, tokens, targets, grad_scale);
   run_event(program_->last_event);  // the reductions still in flight
   micro_trace_ = executor_.take_trace();
   wall_s_ += seconds_since(t0);
@@ -243,7 +243,7 @@ float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* t
   executor_.take_trace();
   program_ = &schedule_.eval_program();
   next_event_ = 0;
-  float loss = model_.forward(*this, tokens, targets);
+  float loss = model_->forward(*this, tokens, targets);
   run_event(program_->last_event);
   micro_trace_ = executor_.take_trace();
   wall_s_ += seconds_since(t0);

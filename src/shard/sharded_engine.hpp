@@ -17,7 +17,7 @@
 #include "base/aligned.hpp"
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 #include "shard/executor.hpp"
 #include "shard/schedule.hpp"
 #include "train/engine.hpp"
@@ -37,7 +37,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed);
   ~ShardedEngine() override;
 
-  const model::ParamLayout& layout() const override { return model_.layout(); }
+  const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return rank_; }
   int world_size() const override { return schedule_.world_size(); }
   parallel::ParallelDims parallel_dims() const override { return dims_; }
@@ -85,7 +85,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   float* borrow_full();
   void give_back(float* buffer);
 
-  model::GPT model_;
+  std::unique_ptr<model::Model> model_;
   comm::Context& ctx_;
   comm::TierComms& comms_;
   Schedule schedule_;

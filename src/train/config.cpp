@@ -80,10 +80,17 @@ std::string as_string(const std::string& key, const SettingValue& v) {
 const std::vector<Entry>& entries() {
   using K = SettingKind;
   static const std::vector<Entry> table = {
-      {{"model.preset", "--model", K::String, "model preset: tiny, small, gpt2-124m"}, {}},
+      {{"model.preset", "--model", K::String,
+        "model preset: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b"}, {}},
+      {{"model.family", "--model-family", K::String, "gpt2 or llama (a preset's own unless given)"}, {}},
       {{"model.n_layer", "--n-layer", K::Int, "transformer blocks"}, {}},
       {{"model.n_head", "--n-head", K::Int, "attention heads (must divide n_embd)"}, {}},
+      {{"model.n_kv_head", "--n-kv-head", K::Int, "llama: K/V heads (must divide n_head; 0 in a preset: n_head)"},
+       {}},
       {{"model.n_embd", "--n-embd", K::Int, "hidden size"}, {}},
+      {{"model.ffn_hidden", "--ffn-hidden", K::Int,
+        "llama: SwiGLU width (0 in a preset: 8/3 n_embd rounded up to a multiple of 256)"}, {}},
+      {{"model.rope_theta", "--rope-theta", K::Float, "llama: rotary embedding base"}, {}},
       {{"model.seq_len", "--seq-len", K::Int, "longest sequence the model takes (rows of wpe)"}, {}},
       {{"model.vocab_size", "--vocab-size", K::Int, "vocabulary size (the padded size follows unless given)"}, {}},
       {{"model.padded_vocab_size", "--padded-vocab-size", K::Int, "rows of wte, >= vocab_size"}, {}},
@@ -250,7 +257,12 @@ model::GPTConfig build_model(const Settings& settings, std::string* preset_name)
   for (auto& [key, value] : settings) {
     if (!key.starts_with("model.") || key == "model.preset") continue;
     if (!find_entry(key)) throw Error(fmt::format("{}: unknown setting", key));
-    model[key.substr(6)] = positive_int(key, value);
+    if (key == "model.family")
+      model["family"] = as_string(key, value);
+    else if (key == "model.rope_theta")
+      model["rope_theta"] = as_float(key, value);
+    else
+      model[key.substr(6)] = positive_int(key, value);
     padded_given |= key == "model.padded_vocab_size";
     vocab_given |= key == "model.vocab_size";
   }

@@ -13,8 +13,8 @@
 
 #include "base/agree.hpp"
 #include "base/error.hpp"
-#include "model/gpt.hpp"
 #include "model/layout.hpp"
+#include "model/model.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/dims.hpp"
 

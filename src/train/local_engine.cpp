@@ -6,21 +6,21 @@
 namespace strata::train {
 
 LocalEngine::LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed)
-    : gpt_(config, batch, seq),
-      params_(gpt_.layout().total_floats()),
-      grads_(gpt_.layout().total_floats()),
-      exp_avg_(gpt_.layout().total_floats()),
-      exp_avg_sq_(gpt_.layout().total_floats()),
-      access_(gpt_.layout(), params_.data(), grads_.data()) {
-  model::GPT::init_params(gpt_.layout(), params_.data(), seed);
+    : model_(model::make_model(config, batch, seq)),
+      params_(model_->layout().total_floats()),
+      grads_(model_->layout().total_floats()),
+      exp_avg_(model_->layout().total_floats()),
+      exp_avg_sq_(model_->layout().total_floats()),
+      access_(model_->layout(), params_.data(), grads_.data()) {
+  model_->init_params(params_.data(), seed);
 }
 
 float LocalEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
-  return gpt_.forward_backward(access_, tokens, targets, grad_scale);
+  return model_->forward_backward(access_, tokens, targets, grad_scale);
 }
 
 float LocalEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
-  return gpt_.forward(access_, tokens, targets);
+  return model_->forward(access_, tokens, targets);
 }
 
 StepOutcome LocalEngine::optimizer_step(const optim::AdamWConfig& hp, const StepArgs& args) {

@@ -4,7 +4,9 @@
 #include <cstdint>
 
 #include "base/aligned.hpp"
-#include "model/gpt.hpp"
+#include <memory>
+
+#include "model/model.hpp"
 #include "train/engine.hpp"
 
 namespace strata::train {
@@ -14,7 +16,7 @@ class LocalEngine final : public Engine {
   // Activations for micro-batches of `batch` x `seq` tokens; parameters initialised from `seed`.
   LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed);
 
-  const model::ParamLayout& layout() const override { return gpt_.layout(); }
+  const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
 
@@ -34,7 +36,7 @@ class LocalEngine final : public Engine {
   const float* grads() const { return grads_.data(); }
 
  private:
-  model::GPT gpt_;
+  std::unique_ptr<model::Model> model_;
   AlignedBuffer<float> params_, grads_, exp_avg_, exp_avg_sq_;
   model::ArenaAccess access_;
 };

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <fstream>
 #include <random>
 
@@ -146,7 +147,7 @@ TEST(Gpt2Export, HuggingFaceNamesTransposedConv1DAndTruncatedVocab) {
   ScratchDir dir;
   model::ParamLayout layout(tiny_with_real_vocab(250));  // padded to 256 rows
   const auto params = random_arena(layout, 3);
-  export_gpt2_safetensors(layout, params.data(), dir / "m.safetensors");
+  export_hf_safetensors(layout, params.data(), dir / "m.safetensors");
 
   SafetensorsFile file(dir / "m.safetensors");
   EXPECT_EQ(file.entries().size(), layout.tensors().size());
@@ -175,7 +176,7 @@ TEST(Gpt2Export, HuggingFaceNamesTransposedConv1DAndTruncatedVocab) {
 
   // And back: every tensor element equal, padded vocabulary rows zero.
   std::vector<float> back(layout.total_floats(), 9.0f);
-  import_gpt2_safetensors(layout, dir / "m.safetensors", back.data());
+  import_hf_safetensors(layout, dir / "m.safetensors", back.data());
   for (const auto& t : layout.tensors()) {
     const std::size_t real = t.name == "wte.weight" ? 250u * 64u : t.numel;
     for (std::size_t i = 0; i < t.numel; ++i)
@@ -194,20 +195,20 @@ TEST(Gpt2Export, ImportRefusesAnotherModelAndLeavesParamsAlone) {
   model::ParamLayout narrower(tiny_cfg);
 
   const auto params = random_arena(deeper, 1);
-  export_gpt2_safetensors(deeper, params.data(), dir / "deeper.safetensors");
+  export_hf_safetensors(deeper, params.data(), dir / "deeper.safetensors");
   std::vector<float> target(tiny.total_floats(), 5.0f);
-  expect_error([&] { import_gpt2_safetensors(tiny, dir / "deeper.safetensors", target.data()); },
+  expect_error([&] { import_hf_safetensors(tiny, dir / "deeper.safetensors", target.data()); },
                {"deeper.safetensors", "'h.2.", "not part of this model"});
   EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](float x) { return x == 5.0f; }));
 
   const auto small_params = random_arena(narrower, 2);
-  export_gpt2_safetensors(narrower, small_params.data(), dir / "narrow.safetensors");
-  expect_error([&] { import_gpt2_safetensors(tiny, dir / "narrow.safetensors", target.data()); },
+  export_hf_safetensors(narrower, small_params.data(), dir / "narrow.safetensors");
+  expect_error([&] { import_hf_safetensors(tiny, dir / "narrow.safetensors", target.data()); },
                {"narrow.safetensors", "'wte.weight'", "[256, 32]", "[256, 64]"});
 
   std::vector<float> deeper_target(deeper.total_floats());
-  export_gpt2_safetensors(tiny, random_arena(tiny, 4).data(), dir / "tiny.safetensors");
-  expect_error([&] { import_gpt2_safetensors(deeper, dir / "tiny.safetensors", deeper_target.data()); },
+  export_hf_safetensors(tiny, random_arena(tiny, 4).data(), dir / "tiny.safetensors");
+  expect_error([&] { import_hf_safetensors(deeper, dir / "tiny.safetensors", deeper_target.data()); },
                {"no tensor named 'h.2.ln_1.weight'"});
 }
 
@@ -217,7 +218,7 @@ TEST(Gpt2Export, ReadableByAnIndependentParser) {
   ScratchDir dir;
   model::ParamLayout layout(tiny_with_real_vocab(250));
   const auto params = random_arena(layout, 8);
-  export_gpt2_safetensors(layout, params.data(), dir / "m.safetensors");
+  export_hf_safetensors(layout, params.data(), dir / "m.safetensors");
   const auto& w = layout.find("h.1.attn.c_attn.weight");  // stored [192, 64]; HF [64, 192]
   const std::string script = R"(
 import json, struct, sys, numpy as np
@@ -242,4 +243,75 @@ print(len([k for k in head if k != '__metadata__']), get('wte.weight').shape[0],
   EXPECT_EQ(count, layout.tensors().size());
   EXPECT_EQ(vocab_rows, 250);
   EXPECT_EQ(static_cast<float>(value), params[w.offset + 100 * 64 + 5]);  // HF [in=5, out=100]
+}
+
+// Llama under LlamaForCausalLM's names, [out, in] as nn.Linear stores them, the embedding and
+// the untied head cut to the real vocabulary; back again; and what does not fit is refused
+// naming the tensor (tests/peers loads the same export into the PyTorch twin).
+TEST(LlamaExport, HuggingFaceNamesRoundTripAndRefusals) {
+  ScratchDir dir;
+  auto cfg = model::GPTConfig::preset("llama-tiny");
+  cfg.vocab_size = 250;
+  model::ParamLayout layout(cfg);
+  const auto params = random_arena(layout, 5);
+  export_hf_safetensors(layout, params.data(), dir / "m.safetensors");
+
+  SafetensorsFile file(dir / "m.safetensors");
+  EXPECT_EQ(file.entries().size(), 3 + 9 * 2u);
+  using Shape = std::vector<std::int64_t>;
+  EXPECT_EQ(file.find("model.embed_tokens.weight").shape, (Shape{250, 64}));
+  EXPECT_EQ(file.find("lm_head.weight").shape, (Shape{250, 64}));
+  EXPECT_EQ(file.find("model.norm.weight").shape, (Shape{64}));
+  EXPECT_EQ(file.find("model.layers.1.self_attn.q_proj.weight").shape, (Shape{64, 64}));
+  EXPECT_EQ(file.find("model.layers.1.self_attn.k_proj.weight").shape, (Shape{32, 64}));  // 2 of 4 heads
+  EXPECT_EQ(file.find("model.layers.1.self_attn.v_proj.weight").shape, (Shape{32, 64}));
+  EXPECT_EQ(file.find("model.layers.1.self_attn.o_proj.weight").shape, (Shape{64, 64}));
+  EXPECT_EQ(file.find("model.layers.1.mlp.gate_proj.weight").shape, (Shape{256, 64}));
+  EXPECT_EQ(file.find("model.layers.1.mlp.up_proj.weight").shape, (Shape{256, 64}));
+  EXPECT_EQ(file.find("model.layers.1.mlp.down_proj.weight").shape, (Shape{64, 256}));
+  EXPECT_EQ(file.find("model.layers.0.input_layernorm.weight").shape, (Shape{64}));
+  EXPECT_EQ(file.find("model.layers.0.post_attention_layernorm.weight").shape, (Shape{64}));
+  const auto& q = layout.find("model.layers.1.self_attn.q_proj.weight");
+  const auto q_data = file.read_f32(q.name);
+  EXPECT_TRUE(std::equal(q_data.begin(), q_data.end(), params.begin() + static_cast<std::ptrdiff_t>(q.offset)));
+
+  std::vector<float> back(layout.total_floats(), 9.0f);
+  import_hf_safetensors(layout, dir / "m.safetensors", back.data());
+  for (const auto& t : layout.tensors()) {
+    const std::size_t real = t.vocab_rows ? 250u * 64u : t.numel;
+    for (std::size_t i = 0; i < t.numel; ++i)
+      ASSERT_EQ(back[t.offset + i], i < real ? params[t.offset + i] : 0.0f) << t.name << " " << i;
+  }
+
+  // A file missing one tensor, one with an extra tensor, one with a tensor of the wrong shape.
+  auto write_without = [&](const std::string& skip, const std::string& extra, const std::string& reshape,
+                           const std::filesystem::path& path) {
+    SafetensorsWriter w;
+    for (const auto& e : file.entries()) {
+      if (e.name == skip) continue;
+      auto data = file.read_f32(e.name);
+      Shape shape = e.shape;
+      if (e.name == reshape) shape = {shape[1], shape[0]};
+      w.add(e.name, shape, std::span<const float>(data));
+    }
+    if (!extra.empty()) w.add(extra, {1}, std::span<const float>(params.data(), 1));
+    w.write(path);
+  };
+  std::vector<float> target(layout.total_floats(), 5.0f);
+  write_without("model.layers.0.mlp.up_proj.weight", "", "", dir / "missing.safetensors");
+  expect_error([&] { import_hf_safetensors(layout, dir / "missing.safetensors", target.data()); },
+               {"missing.safetensors", "model.layers.0.mlp.up_proj.weight"});
+  write_without("", "model.layers.0.self_attn.rotary_emb.inv_freq", "", dir / "extra.safetensors");
+  expect_error([&] { import_hf_safetensors(layout, dir / "extra.safetensors", target.data()); },
+               {"extra.safetensors", "'model.layers.0.self_attn.rotary_emb.inv_freq' is not part of this model"});
+  write_without("", "", "model.layers.1.self_attn.k_proj.weight", dir / "shape.safetensors");
+  expect_error([&] { import_hf_safetensors(layout, dir / "shape.safetensors", target.data()); },
+               {"'model.layers.1.self_attn.k_proj.weight' has shape [64, 32]", "needs [32, 64]"});
+  EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](float x) { return x == 5.0f; }));
+
+  // A GPT-2 file is not a Llama one.
+  model::ParamLayout gpt(model::GPTConfig::preset("tiny"));
+  export_hf_safetensors(gpt, random_arena(gpt, 1).data(), dir / "gpt2.safetensors");
+  expect_error([&] { import_hf_safetensors(layout, dir / "gpt2.safetensors", target.data()); },
+               {"gpt2.safetensors", "model.embed_tokens.weight"});
 }

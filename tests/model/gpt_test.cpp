@@ -20,6 +20,8 @@
 #include "base/error.hpp"
 #include "base/rng.hpp"
 #include "model/gpt.hpp"
+#include "model/init.hpp"
+#include "model/recording_access.hpp"
 #include "model/reference.hpp"
 
 namespace strata::model {
@@ -45,7 +47,7 @@ struct Problem {
 
   explicit Problem(int seq = 16, std::uint64_t seed = 11)
       : T(seq), params(layout.total_floats()), tokens(B * T), targets(B * T) {
-    GPT::init_params(layout, params.data(), seed);
+    model::init_params(layout, params.data(), seed);
     // Give every norm gain and bias a non-trivial value, so each term of every gradient matters.
     Rng rng(seed, 1);
     for (auto& t : layout.tensors())
@@ -133,62 +135,6 @@ TEST(Gpt, MatchesFloat64ReferenceAndFiniteDifferences) {
   for (std::size_t i = static_cast<std::size_t>(pb.T) * pb.config.n_embd; i < wpe.numel; ++i)
     ASSERT_EQ(grads[wpe.offset + i], 0.f) << "unused wpe row";
 }
-
-// Serves each acquire from a fresh copy of the unit and poisons it with NaN on release, so
-// a parameter read after release turns the loss or gradients into NaN; records every
-// event; hands out per-unit gradient buffers and snapshots them at grads_ready, so a write
-// after grads_ready is caught.
-class RecordingAccess final : public UnitAccess {
- public:
-  RecordingAccess(const ParamLayout& layout, const float* params)
-      : layout_(layout), params_(params), grads_(layout.total_floats(), 0.f) {}
-
-  const float* acquire(int unit, Phase phase) override {
-    events.push_back({UnitEvent::Acquire, unit, phase});
-    const UnitInfo& u = layout_.units()[unit];
-    auto& copy = copies_.emplace_back(std::make_unique<std::vector<float>>(params_ + u.offset,
-                                                                           params_ + u.offset + u.numel));
-    EXPECT_EQ(live_.count({unit, phase}), 0u) << "unit " << unit << " acquired twice";
-    live_[{unit, phase}] = copy.get();
-    return copy->data();
-  }
-  void release(int unit, Phase phase) override {
-    events.push_back({UnitEvent::Release, unit, phase});
-    auto it = live_.find({unit, phase});
-    ASSERT_NE(it, live_.end()) << "unit " << unit << " released without acquire";
-    std::fill(it->second->begin(), it->second->end(), NAN);  // kept allocated: reads give NaN
-    live_.erase(it);
-  }
-  float* grads(int unit) override {
-    EXPECT_EQ(ready_.count(unit), 0u) << "grads(" << unit << ") asked for after grads_ready";
-    return grads_.data() + layout_.units()[unit].offset;
-  }
-  void grads_ready(int unit) override {
-    events.push_back({UnitEvent::GradsReady, unit, Phase::Backward});
-    const UnitInfo& u = layout_.units()[unit];
-    ready_[unit] = std::vector<float>(grads_.begin() + u.offset, grads_.begin() + u.offset + u.numel);
-  }
-
-  const std::vector<float>& all_grads() const { return grads_; }
-  void expect_no_writes_after_ready() const {
-    for (auto& [unit, snapshot] : ready_) {
-      const UnitInfo& u = layout_.units()[unit];
-      EXPECT_EQ(0, std::memcmp(snapshot.data(), grads_.data() + u.offset, u.numel * sizeof(float)))
-          << "unit " << unit << " gradients changed after grads_ready";
-    }
-    EXPECT_TRUE(live_.empty()) << "units left acquired";
-  }
-
-  std::vector<UnitEvent> events;
-
- private:
-  const ParamLayout& layout_;
-  const float* params_;
-  std::vector<float> grads_;
-  std::vector<std::unique_ptr<std::vector<float>>> copies_;
-  std::map<std::pair<int, Phase>, std::vector<float>*> live_;
-  std::map<int, std::vector<float>> ready_;
-};
 
 TEST(Gpt, UnitEventOrderIsTheDocumentedWalk) {
   // n_layer = 2: E = 0, blocks 1 and 2, F = 3.
@@ -322,9 +268,9 @@ TEST(Gpt, InitParamsFollowsGpt2) {
   cfg.n_layer = 3;
   ParamLayout layout(cfg);
   std::vector<float> a(layout.total_floats(), 7.f), b(layout.total_floats()), c(layout.total_floats());
-  GPT::init_params(layout, a.data(), 1);
-  GPT::init_params(layout, b.data(), 1);
-  GPT::init_params(layout, c.data(), 2);
+  model::init_params(layout, a.data(), 1);
+  model::init_params(layout, b.data(), 1);
+  model::init_params(layout, c.data(), 2);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
 

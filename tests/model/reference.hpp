@@ -1,5 +1,5 @@
 #pragma once
-// Float64 references of every GPT-2 layer and of the whole model, written as plainly as
+// Float64 references of every GPT-2 and Llama layer and of the whole models, written as plainly as
 // possible and independently of src/model, for checking the fp32 kernels: forward outputs
 // directly, backward passes against central differences of these functions.
 #include <gtest/gtest.h>
@@ -125,6 +125,93 @@ inline double gpt_loss(const ParamLayout& layout, const double* params, const st
   layernorm(x.data(), t("ln_f.weight"), t("ln_f.bias"), ln.data(), N, C);
   Vec logits(static_cast<std::size_t>(N) * Vp);
   linear(ln.data(), t("wte.weight"), nullptr, logits.data(), N, C, Vp);
+  const double loss = crossentropy(logits.data(), targets, N, cfg.vocab_size, Vp) / N;
+  if (logits_out) *logits_out = std::move(logits);
+  return loss;
+}
+
+inline void rmsnorm(const double* x, const double* w, double* out, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += x[i * C + c] * x[i * C + c];
+    const double r = 1.0 / std::sqrt(ss / C + 1e-5);
+    for (int c = 0; c < C; ++c) out[i * C + c] = x[i * C + c] * r * w[c];
+  }
+}
+
+// Hugging Face's rotary embedding: pairs (j, j + hd/2) of each head rotated by t * theta^(-2j/hd).
+inline void rope(double* x, int N, int T, int heads, int hd, double theta) {
+  const int half = hd / 2;
+  for (int i = 0; i < N; ++i)
+    for (int h = 0; h < heads; ++h)
+      for (int j = 0; j < half; ++j) {
+        const double angle = (i % T) * std::pow(theta, -2.0 * j / hd);
+        double* v = x + (i * heads + h) * hd;
+        const double a = v[j], b = v[j + half];
+        v[j] = a * std::cos(angle) - b * std::sin(angle);
+        v[j + half] = b * std::cos(angle) + a * std::sin(angle);
+      }
+}
+
+// Causal grouped-query attention: q [B,T,NH*hd], k and v [B,T,NKV*hd]; out [B,T,NH*hd].
+inline void gqa_attention(const double* q, const double* k, const double* v, double* out, int B, int T, int NH,
+                          int NKV, int hd) {
+  std::vector<double> p(T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int g = h / (NH / NKV);
+      for (int t = 0; t < T; ++t) {
+        const double* qt = q + (b * T + t) * NH * hd + h * hd;
+        double mx = -1e300;
+        for (int s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += qt[d] * k[(b * T + s) * NKV * hd + g * hd + d];
+          p[s] = dot / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, p[s]);
+        }
+        double sum = 0;
+        for (int s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+        for (int d = 0; d < hd; ++d) {
+          double o = 0;
+          for (int s = 0; s <= t; ++s) o += p[s] / sum * v[(b * T + s) * NKV * hd + g * hd + d];
+          out[(b * T + t) * NH * hd + h * hd + d] = o;
+        }
+      }
+    }
+}
+
+// Mean loss of the whole Llama model, parameters given as a float64 copy of the arena.
+inline double llama_loss(const ParamLayout& layout, const double* params, const std::int32_t* tokens,
+                         const std::int32_t* targets, int B, int T, Vec* logits_out = nullptr) {
+  const GPTConfig& cfg = layout.config();
+  const int C = cfg.n_embd, N = B * T, Vp = cfg.padded_vocab_size, NH = cfg.n_head, NKV = cfg.kv_heads();
+  const int hd = C / NH, KV = NKV * hd, F = cfg.ffn_size();
+  auto t = [&](const std::string& name) { return params + layout.find(name).offset; };
+  Vec x(N * C), xn(N * C), q(N * C), k(N * KV), v(N * KV), y(N * C), proj(N * C);
+  Vec gate(N * F), up(N * F), mlp(N * C);
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < C; ++c) x[i * C + c] = t("model.embed_tokens.weight")[tokens[i] * C + c];
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    rmsnorm(x.data(), t(p + "input_layernorm.weight"), xn.data(), N, C);
+    linear(xn.data(), t(p + "self_attn.q_proj.weight"), nullptr, q.data(), N, C, C);
+    linear(xn.data(), t(p + "self_attn.k_proj.weight"), nullptr, k.data(), N, C, KV);
+    linear(xn.data(), t(p + "self_attn.v_proj.weight"), nullptr, v.data(), N, C, KV);
+    rope(q.data(), N, T, NH, hd, cfg.rope_theta);
+    rope(k.data(), N, T, NKV, hd, cfg.rope_theta);
+    gqa_attention(q.data(), k.data(), v.data(), y.data(), B, T, NH, NKV, hd);
+    linear(y.data(), t(p + "self_attn.o_proj.weight"), nullptr, proj.data(), N, C, C);
+    for (int i = 0; i < N * C; ++i) x[i] += proj[i];
+    rmsnorm(x.data(), t(p + "post_attention_layernorm.weight"), xn.data(), N, C);
+    linear(xn.data(), t(p + "mlp.gate_proj.weight"), nullptr, gate.data(), N, C, F);
+    linear(xn.data(), t(p + "mlp.up_proj.weight"), nullptr, up.data(), N, C, F);
+    for (int i = 0; i < N * F; ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+    linear(gate.data(), t(p + "mlp.down_proj.weight"), nullptr, mlp.data(), N, F, C);
+    for (int i = 0; i < N * C; ++i) x[i] += mlp[i];
+  }
+  rmsnorm(x.data(), t("model.norm.weight"), xn.data(), N, C);
+  Vec logits(static_cast<std::size_t>(N) * Vp);
+  linear(xn.data(), t("lm_head.weight"), nullptr, logits.data(), N, C, Vp);
   const double loss = crossentropy(logits.data(), targets, N, cfg.vocab_size, Vp) / N;
   if (logits_out) *logits_out = std::move(logits);
   return loss;

@@ -1,20 +1,25 @@
 #!/usr/bin/python3
 """Compare one strata forward/backward run (dumped by torch_reference_test.cpp) with the
-PyTorch twin of bench/torch_gpt.py in float64, loaded with strata's own weights.
+PyTorch twin of bench/torch_gpt.py (GPT-2) or bench/torch_llama.py (Llama) in float64,
+loaded with strata's own weights.
 
 Usage: torch_reference.py DIR   (DIR holds index.json, params.f32, grads.f32, logits.f32,
-tokens.i32, targets.i32). Exit 0: all checks pass; 1: a mismatch (each one is printed);
-77: torch cannot be imported here, so there is nothing to compare with.
+tokens.i32, targets.i32, and optionally model.safetensors). Exit 0: all checks pass; 1: a
+mismatch (each one is printed); 77: torch cannot be imported here, so there is nothing to
+compare with.
 
 Checks, each against the float64 twin:
-  - initialisation: the documented GPT-2 scheme (zero biases, unit LayerNorm gains, normal
+  - initialisation: the documented GPT-2 scheme (zero biases, unit norm gains, normal
     weights of std 0.02, residual projections 0.02/sqrt(2 n_layer)), within 10% on the std;
+  - when DIR holds model.safetensors (strata's Hugging Face export), the twin's weights come
+    from that file, read with json + numpy under the Hugging Face names, and must equal
+    strata's arena (padded vocabulary rows aside): the logits below then check the export;
   - the loss of every micro-batch, relative error <= 1e-5;
   - the logits of the last micro-batch over the real vocabulary, and every gradient tensor
     accumulated over all micro-batches: max |strata - twin| <= 1e-4 max |twin| per tensor
     (fp32 against fp64);
-  - exact zeros where no gradient may flow: the rows of wte past vocab_size (padded logits
-    are not in the loss), and the arena's alignment padding between tensors.
+  - exact zeros where no gradient may flow: the rows of vocabulary matrices past vocab_size
+    (padded logits are not in the loss), and the arena's alignment padding between tensors.
 """
 import json
 import math
@@ -60,19 +65,40 @@ class Checker:
         return err
 
 
+VOCAB_MATRICES = ("wte.weight", "model.embed_tokens.weight", "lm_head.weight")
+RESIDUAL_PROJECTIONS = ("c_proj.weight", "o_proj.weight", "down_proj.weight")
+
+
 def check_init(chk, params, n_layer, vocab_size):
     residual_std = 0.02 / math.sqrt(2 * n_layer)
     for name, w in params.items():
         if name.endswith(".bias"):
             chk.expect(not w.any(), f"init {name}: biases must start at zero")
         elif w.ndim == 1:
-            chk.expect(bool((w == 1).all()), f"init {name}: LayerNorm gains must start at one")
+            chk.expect(bool((w == 1).all()), f"init {name}: norm gains must start at one")
         else:
-            real = w[:vocab_size] if name == "wte.weight" else w
-            want = residual_std if name.endswith("c_proj.weight") else 0.02
+            real = w[:vocab_size] if name in VOCAB_MATRICES else w
+            want = residual_std if name.endswith(RESIDUAL_PROJECTIONS) else 0.02
             std, mean = float(real.std()), float(real.mean())
             chk.expect(abs(std - want) <= INIT_STD_RTOL * want and abs(mean) <= 0.1 * want,
                        f"init {name}: mean {mean:.3g} std {std:.4g}, want normal(0, {want:.4g})")
+
+
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file, with json and numpy alone."""
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = e["data_offsets"]
+        if e["dtype"] != "F32":
+            sys.exit(f"torch_reference: {path}: {name} is {e['dtype']}, expected F32")
+        out[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(e["shape"])
+    return out
 
 
 def main():
@@ -120,9 +146,24 @@ def main():
     print(f"strata: {cfg}, batch {B} x seq {T}, {n_micro} micro-batches, {index.get('isa', '?')} kernels")
     check_init(chk, strata_params, cfg["n_layer"], V)
 
+    weights = {name: strata_params[name] for name in twin_params}
+    exported = os.path.join(d, "model.safetensors")
+    if os.path.exists(exported):
+        hf = read_safetensors(exported)
+        chk.expect(sorted(hf) == sorted(twin_params), f"safetensors names {sorted(hf)} differ from the twin's")
+        for name, w in hf.items():
+            want = strata_params[name]
+            if name in VOCAB_MATRICES:  # exported without the padded rows
+                padded = np.zeros(want.shape, dtype=np.float32)
+                padded[:w.shape[0]] = w
+                w, want = padded, np.concatenate((want[:V], np.zeros_like(want[V:])))
+            chk.expect(w.shape == want.shape and bool((w == want).all()),
+                       f"safetensors {name} differs from strata's arena")
+            weights[name] = w
+        print(f"twin weights: {len(hf)} tensors read from {os.path.basename(exported)}")
     with torch.no_grad():
         for name, p in twin_params.items():
-            p.copy_(torch.from_numpy(strata_params[name].astype(np.float64)))
+            p.copy_(torch.from_numpy(weights[name].astype(np.float64)))
     for m in range(n_micro):
         x = torch.from_numpy(tokens[m].astype(np.int64))
         y = torch.from_numpy(targets[m].astype(np.int64))
@@ -142,8 +183,10 @@ def main():
         worst = max(worst, (name, err), key=lambda w: w[1])
     print(f"gradients: {len(twin_params)} tensors, worst max rel.err {worst[1]:.2g} ({worst[0]})")
 
-    chk.expect(not strata_grads["wte.weight"][V:].any(),
-               f"grad wte.weight rows {V}..{Vp - 1} (padded vocabulary) must be exactly zero")
+    for name in VOCAB_MATRICES:
+        if name in strata_grads:
+            chk.expect(not strata_grads[name][V:].any(),
+                       f"grad {name} rows {V}..{Vp - 1} (padded vocabulary) must be exactly zero")
     chk.expect(not grads[~covered].any(), "gradient arena padding between tensors must stay zero")
 
     # The comparison must be able to fail: a 1e-3 change to one gradient element is caught.

@@ -16,6 +16,9 @@ TEST(ModelShapes, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(ModelShape::preset("llama2-7b").num_params(), 6'738'415'616);
   EXPECT_EQ(ModelShape::preset("llama2-13b").num_params(), 13'015'864'320);
   EXPECT_EQ(ModelShape::preset("llama2-70b").num_params(), 68'976'648'192);
+  // The trainer's presets of the same models (model::GPTConfig) count the same.
+  EXPECT_EQ(ModelShape::preset("tinyllama-1.1b").num_params(), model::GPTConfig::preset("tinyllama-1.1b").num_params());
+  EXPECT_EQ(ModelShape::preset("llama2-7b").num_params(), model::GPTConfig::preset("llama2-7b").num_params());
   EXPECT_NEAR(ModelShape::preset("gpt-neox-10b").num_params() / 1e9, 10.0, 0.6);
   EXPECT_NEAR(ModelShape::preset("gpt2-124m").num_params() / 1e6, 124.0, 0.5);
 }

@@ -320,6 +320,20 @@ TEST(Cli, BenchStepReportsTokensPerSecondAndFlops) {
   EXPECT_TRUE(contains(r.output, "--batch = 0: must be positive")) << r.output;
 }
 
+TEST(Cli, BenchStepRunsLlamaWithItsOverrides) {
+  auto r = test::run_strata("bench step --model llama-tiny --n-kv-head 1 --ffn-hidden 96 --batch 2 --seq 16 "
+                            "--steps 1 --warmup 0 --threads 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  model::GPTConfig want = model::GPTConfig::preset("llama-tiny");
+  want.n_kv_head = 1;
+  want.ffn_hidden = 96;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(r.output)["flops_per_token"].get<double>(), want.flops_per_token(16));
+
+  r = test::run_strata("bench step --model llama-tiny --n-kv-head 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "strata: error: model.n_kv_head = 3 does not divide model.n_head = 4")) << r.output;
+}
+
 TEST(Cli, BenchCkptTimesSaveVerifyAndLoadAndCleansUp) {
   test::ScratchDir dir;
   auto r = test::run_strata("bench ckpt --model tiny --repeats 1 --json --dir " + dir.path().string());

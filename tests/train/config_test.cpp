@@ -127,6 +127,32 @@ TEST(TrainConfig, HeadsThatDoNotDivideHiddenAreRefused) {
             "model.n_head = 5 does not divide model.n_embd = 64");
 }
 
+TEST(TrainConfig, LlamaFieldsComeFromThePresetAndTheFile) {
+  const auto c = from_toml("[model]\npreset = \"llama-tiny\"\nn_kv_head = 1\nffn_hidden = 96\nrope_theta = 5e5\n"
+                           "[data]\ntrain = \"t.bin\"\n");
+  EXPECT_EQ(c.model.family, model::Family::Llama);
+  EXPECT_EQ(c.model.n_kv_head, 1);
+  EXPECT_EQ(c.model.ffn_size(), 96);
+  EXPECT_EQ(c.model.rope_theta, 5e5);
+  // A family on its own turns a preset's shape into that family.
+  const auto t = from_toml("[model]\npreset = \"tiny\"\nfamily = \"llama\"\n[data]\ntrain = \"t.bin\"\n");
+  EXPECT_EQ(t.model.family, model::Family::Llama);
+  EXPECT_EQ(t.model.kv_heads(), t.model.n_head);
+  EXPECT_EQ(model::GPTConfig::from_json(t.model.to_json()), t.model);
+}
+
+TEST(TrainConfig, LlamaInconsistenciesAreRefusedNamingTheField) {
+  EXPECT_EQ(error_of([] { from_toml("[model]\npreset = \"llama-tiny\"\nn_kv_head = 3\n[data]\ntrain = \"t.bin\"\n"); }),
+            "model.n_kv_head = 3 does not divide model.n_head = 4");
+  EXPECT_EQ(error_of([] { from_toml("[model]\nfamily = \"mamba\"\n[data]\ntrain = \"t.bin\"\n"); }),
+            "model.family = 'mamba': unknown family (known: gpt2, llama)");
+  EXPECT_EQ(error_of([] { from_toml("[model]\nn_kv_head = 1\n[data]\ntrain = \"t.bin\"\n"); }),
+            "model.n_kv_head = 1: family gpt2 has one K/V head per head (n_head = 2); grouped-query attention needs "
+            "model.family = \"llama\"");
+  EXPECT_EQ(error_of([] { from_toml("[model]\npreset = \"llama-tiny\"\nrope_theta = 0.5\n[data]\ntrain = \"t.bin\"\n"); }),
+            "model.rope_theta = 0.5: must be a finite number above 1");
+}
+
 TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([] { from_toml("[train]\nseq = 65\n[data]\ntrain = \"t.bin\"\n"); }),
             "train.seq = 65 exceeds model.seq_len = 64");
@@ -137,7 +163,7 @@ TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([] { from_toml("[train]\nsave_every = 5\n[data]\ntrain = \"t.bin\"\n"); }),
             "train.save_every: checkpoints need an output folder (--out)");
   EXPECT_EQ(error_of([] { from_toml("[model]\npreset = \"huge\"\n[data]\ntrain = \"t.bin\"\n"); }),
-            "model: unknown preset 'huge' (known: tiny, small, gpt2-124m)");
+            "model: unknown preset 'huge' (known: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b)");
 }
 
 TEST(TrainConfig, EverySettingHasOneKeyAndOneFlag) {

@@ -1,0 +1,15 @@
+#pragma once
+// Initial parameters of either family, from the layout alone (TensorInfo::init): normal
+// std 0.02 matrices and embeddings, residual output projections 0.02/sqrt(2 n_layer), unit
+// norm gains, zero biases, padded vocabulary rows and alignment padding. Tensor i's chunk c
+// of 64Ki elements draws normal pairs from Rng(seed, i << 32 | c), so any element's value
+// depends on (seed, tensor, element index) only.
+#include <cstdint>
+
+#include "model/layout.hpp"
+
+namespace strata::model {
+
+void init_params(const ParamLayout& layout, float* params, std::uint64_t seed);
+
+}  // namespace strata::model

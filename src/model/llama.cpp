@@ -1,0 +1,528 @@
+#include "model/llama.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/aligned.hpp"
+#include "base/cpu.hpp"
+#include "base/error.hpp"
+#include "model/kernels.hpp"
+#include "model/team.hpp"
+
+namespace strata::model {
+
+namespace {
+
+// Llama's own kernels, serial over a Range like those of kernels.hpp; GEMMs go through
+// matmul_* or, inside attention, cblas_sgemm (OpenBLAS). Gradient outputs named d<param> accumulate (+=).
+
+// out = x * rstd * w per row of [N,C], rstd = 1/sqrt(mean(x^2) + eps); residual_out = x
+// when given (the start of the residual sum a GEMM then accumulates into).
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int C, Range rows,
+                     float* residual_out) {
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const float* xi = x + static_cast<std::size_t>(i) * C;
+    float ss = 0;
+    for (int c = 0; c < C; ++c) ss += xi[c] * xi[c];
+    const float r = 1.f / std::sqrt(ss / C + kRmsNormEps);
+    rstd[i] = r;
+    float* oi = out + static_cast<std::size_t>(i) * C;
+    for (int c = 0; c < C; ++c) oi[c] = xi[c] * r * w[c];
+    if (residual_out) std::memcpy(residual_out + static_cast<std::size_t>(i) * C, xi, sizeof(float) * C);
+  }
+}
+
+// dx = residual + dL/dx for dL/d(out) = dout: with y = x r, dx = r (dout w) - r^3 x mean(dout w x).
+// residual may be null or alias dx.
+void rmsnorm_backward_input(float* dx, const float* residual, const float* dout, const float* x, const float* w,
+                            const float* rstd, int C, Range rows) {
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const std::size_t at = static_cast<std::size_t>(i) * C;
+    const float* di = dout + at;
+    const float* xi = x + at;
+    const float r = rstd[i];
+    float dot = 0;
+    for (int c = 0; c < C; ++c) dot += di[c] * w[c] * xi[c];
+    const float k = r * r * r * dot / C;
+    for (int c = 0; c < C; ++c) dx[at + c] = (residual ? residual[at + c] : 0.f) + r * di[c] * w[c] - k * xi[c];
+  }
+}
+
+// Columns `cols` of dw += sum over all N rows of dout * x * rstd, in row order.
+void rmsnorm_backward_weight(float* dw, const float* dout, const float* x, const float* rstd, int N, int C,
+                             Range cols) {
+  for (int i = 0; i < N; ++i) {
+    const std::size_t at = static_cast<std::size_t>(i) * C;
+    for (int c = cols.begin; c < cols.end; ++c) dw[c] += dout[at + c] * x[at + c] * rstd[i];
+  }
+}
+
+// Rotary embedding in place on `heads` heads of hd floats per row of x (row stride
+// heads*hd), position = row % T: element j of a head pairs with j + hd/2 (Hugging Face's
+// rotate_half), rotated by the angle whose cosine and sine are cos/sin[position, j] ([T, hd/2]).
+void rope_forward(float* x, int heads, int hd, int T, const float* cos, const float* sin, Range rows) {
+  const int half = hd / 2;
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const float* ct = cos + static_cast<std::size_t>(i % T) * half;
+    const float* st = sin + static_cast<std::size_t>(i % T) * half;
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + (static_cast<std::size_t>(i) * heads + h) * hd;
+      for (int j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half];
+        v[j] = a * ct[j] - b * st[j];
+        v[j + half] = b * ct[j] + a * st[j];
+      }
+    }
+  }
+}
+
+// The transpose of the rotation: gradients at the rotated values become gradients at the inputs.
+void rope_backward(float* dx, int heads, int hd, int T, const float* cos, const float* sin, Range rows) {
+  const int half = hd / 2;
+  for (int i = rows.begin; i < rows.end; ++i) {
+    const float* ct = cos + static_cast<std::size_t>(i % T) * half;
+    const float* st = sin + static_cast<std::size_t>(i % T) * half;
+    for (int h = 0; h < heads; ++h) {
+      float* v = dx + (static_cast<std::size_t>(i) * heads + h) * hd;
+      for (int j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half];
+        v[j] = a * ct[j] + b * st[j];
+        v[j + half] = b * ct[j] - a * st[j];
+      }
+    }
+  }
+}
+
+struct AttentionShape {
+  int T, NH, NKV, hd;
+  int group() const { return NH / NKV; }  // query heads per K/V head
+  std::size_t q_stride() const { return static_cast<std::size_t>(NH) * hd; }
+  std::size_t kv_stride() const { return static_cast<std::size_t>(NKV) * hd; }
+};
+
+// Causal attention of query head h over K/V head h / group, for the (batch, query head)
+// pairs b*NH + h in `pairs`. q [B,T,NH*hd], k and v [B,T,NKV*hd]; att [B,NH,T,T] receives the
+// probabilities (zero above the diagonal), out [B,T,NH*hd] the heads' outputs. The products
+// are OpenBLAS GEMMs over strided head slices (serial inside a parallel region).
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                       const AttentionShape& s, Range pairs) {
+  const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
+  const std::size_t T = s.T;
+  const int qs = static_cast<int>(s.q_stride()), kvs = static_cast<int>(s.kv_stride());
+  for (int p = pairs.begin; p < pairs.end; ++p) {
+    const int b = p / s.NH, h = p % s.NH, g = h / s.group();
+    const float* qh = q + b * T * qs + static_cast<std::size_t>(h) * s.hd;
+    const float* kg = k + b * T * kvs + static_cast<std::size_t>(g) * s.hd;
+    const float* vg = v + b * T * kvs + static_cast<std::size_t>(g) * s.hd;
+    float* a = att + static_cast<std::size_t>(p) * T * T;
+    // Scores of every pair (the upper triangle is computed and then masked: one GEMM).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.T, s.T, s.hd, scale, qh, qs, kg, kvs, 0.f, a, s.T);
+    for (std::size_t t = 0; t < T; ++t) {
+      float* at = a + t * T;
+      float max = -INFINITY;
+      for (std::size_t u = 0; u <= t; ++u) max = std::max(max, at[u]);
+      float sum = 0;
+      for (std::size_t u = 0; u <= t; ++u) sum += at[u] = std::exp(at[u] - max);
+      const float inv = 1.f / sum;
+      for (std::size_t u = 0; u <= t; ++u) at[u] *= inv;
+      std::fill(at + t + 1, at + T, 0.f);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, a, s.T, vg, kvs, 0.f,
+                out + b * T * qs + static_cast<std::size_t>(h) * s.hd, qs);
+  }
+}
+
+// Gradients of q, k and v (overwritten) for the (batch, K/V head) pairs b*NKV + g in
+// `pairs`: each pair owns its K/V head's rows, which its group of query heads sum into.
+// scratch: T*T floats.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
+                        const float* k, const float* v, const AttentionShape& s, Range pairs, float* scratch) {
+  const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
+  const std::size_t T = s.T;
+  const int qs = static_cast<int>(s.q_stride()), kvs = static_cast<int>(s.kv_stride());
+  for (int p = pairs.begin; p < pairs.end; ++p) {
+    const int b = p / s.NKV, g = p % s.NKV;
+    const std::size_t kv_at = b * T * kvs + static_cast<std::size_t>(g) * s.hd;
+    for (std::size_t u = 0; u < T; ++u) {
+      std::fill(dk + kv_at + u * kvs, dk + kv_at + u * kvs + s.hd, 0.f);
+      std::fill(dv + kv_at + u * kvs, dv + kv_at + u * kvs + s.hd, 0.f);
+    }
+    for (int h = g * s.group(); h < (g + 1) * s.group(); ++h) {
+      const float* a = att + (static_cast<std::size_t>(b) * s.NH + h) * T * T;
+      const std::size_t q_at = b * T * qs + static_cast<std::size_t>(h) * s.hd;
+      float* ds = scratch;
+      // d(probabilities) = dout v^T; dv += a^T dout.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.T, s.T, s.hd, 1.f, dout + q_at, qs, v + kv_at, kvs, 0.f,
+                  ds, s.T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, a, s.T, dout + q_at, qs, 1.f,
+                  dv + kv_at, kvs);
+      // Through the softmax: ds = a * (da - sum(a * da)) * scale; zero above the diagonal.
+      for (std::size_t t = 0; t < T; ++t) {
+        const float* at = a + t * T;
+        float* dst = ds + t * T;
+        float weighted = 0;
+        for (std::size_t u = 0; u <= t; ++u) weighted += at[u] * dst[u];
+        for (std::size_t u = 0; u <= t; ++u) dst[u] = at[u] * (dst[u] - weighted) * scale;
+        std::fill(dst + t + 1, dst + T, 0.f);
+      }
+      // dq = ds k; dk += ds^T q.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, ds, s.T, k + kv_at, kvs, 0.f,
+                  dq + q_at, qs);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.T, s.hd, s.T, 1.f, ds, s.T, q + q_at, qs, 1.f,
+                  dk + kv_at, kvs);
+    }
+  }
+}
+
+float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+// act = silu(gate) * up over rows of [N,F].
+void swiglu_forward(float* act, const float* gate, const float* up, int F, Range rows) {
+  for (std::size_t i = static_cast<std::size_t>(rows.begin) * F; i < static_cast<std::size_t>(rows.end) * F; ++i)
+    act[i] = gate[i] * sigmoid(gate[i]) * up[i];
+}
+
+// dgate, dup (overwritten) from dact: silu'(g) = s (1 + g (1 - s)).
+void swiglu_backward(float* dgate, float* dup, const float* dact, const float* gate, const float* up, int F,
+                     Range rows) {
+  for (std::size_t i = static_cast<std::size_t>(rows.begin) * F; i < static_cast<std::size_t>(rows.end) * F; ++i) {
+    const float s = sigmoid(gate[i]);
+    dup[i] = dact[i] * gate[i] * s;
+    dgate[i] = dact[i] * up[i] * s * (1.f + gate[i] * (1.f - s));
+  }
+}
+
+void add_rows(float* y, const float* x, int C, Range rows) {
+  for (std::size_t i = static_cast<std::size_t>(rows.begin) * C; i < static_cast<std::size_t>(rows.end) * C; ++i)
+    y[i] += x[i];
+}
+
+}  // namespace
+
+// Activation storage. Everything backward needs is kept per layer; gradient buffers are
+// reused from layer to layer.
+struct Llama::Impl {
+  struct Layer {
+    float *xn1, *rstd1;      // attention RMSNorm output and 1/rms per row
+    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV]; q and k rotated
+    float* att;              // [B, NH, T, T] probabilities
+    float* atty;             // [BT, C] heads' outputs, before o_proj
+    float* res2;             // [BT, C] x + attention
+    float *xn2, *rstd2;      // MLP RMSNorm
+    float *gate, *up, *act;  // [BT, F] each; act = silu(gate) * up
+    float* res3;             // [BT, C] block output
+  };
+
+  const Kernels* k = nullptr;
+  LlamaOffsets off{};
+  AttentionShape shape{};
+  AlignedBuffer<float> storage;
+  std::vector<Layer> layers;
+  std::vector<float> rope_cos, rope_sin;  // [T, hd/2]
+  float *encoded = nullptr, *xf = nullptr, *rstdf = nullptr;
+  float *logits = nullptr, *lse = nullptr, *losses = nullptr;
+  float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
+  float *dxn1 = nullptr, *dxn2 = nullptr, *dtmp = nullptr, *datty = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
+  AlignedBuffer<float> attention_scratch;  // T x T per thread
+  std::vector<std::int32_t> tokens, targets;
+
+  const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
+};
+
+Llama::Llama(const GPTConfig& config, int batch, int seq)
+    : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
+  if (config.family != Family::Llama)
+    throw Error(fmt::format("model: Llama built for family {}", family_name(config.family)));
+  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
+  if (seq <= 0 || seq > config.seq_len)
+    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+  Impl& m = *impl_;
+  m.k = &kernels_for(detected_isa());
+  m.off = llama_offsets(layout_);
+  m.shape = {T_, config.n_head, config.kv_heads(), config.head_dim()};
+
+  // Angles in double, as HF's inv_freq = theta^(-2j/hd) times the position.
+  const int half = config.head_dim() / 2;
+  m.rope_cos.resize(static_cast<std::size_t>(T_) * half);
+  m.rope_sin.resize(m.rope_cos.size());
+  for (int t = 0; t < T_; ++t)
+    for (int j = 0; j < half; ++j) {
+      const double angle = t * std::pow(config.rope_theta, -2.0 * j / config.head_dim());
+      m.rope_cos[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::cos(angle));
+      m.rope_sin[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::sin(angle));
+    }
+
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_, C = config.n_embd, L = config.n_layer;
+  const std::size_t NH = config.n_head, KV = m.shape.kv_stride(), F = config.ffn_size();
+  const std::size_t Vp = config.padded_vocab_size;
+  // Two passes over the same list: first sum the sizes, then hand out pointers.
+  std::size_t cursor = 0;
+  float* base = nullptr;
+  auto take = [&](float*& p, std::size_t n) {
+    p = base ? base + cursor : nullptr;
+    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
+  };
+  m.layers.resize(L);
+  for (int pass = 0; pass < 2; ++pass) {
+    cursor = 0;
+    for (auto& la : m.layers) {
+      take(la.xn1, BT * C); take(la.rstd1, BT);
+      take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
+      take(la.att, static_cast<std::size_t>(B_) * NH * T_ * T_);
+      take(la.atty, BT * C); take(la.res2, BT * C);
+      take(la.xn2, BT * C); take(la.rstd2, BT);
+      take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
+    }
+    take(m.encoded, BT * C); take(m.xf, BT * C); take(m.rstdf, BT);
+    take(m.logits, BT * Vp); take(m.lse, BT); take(m.losses, BT);
+    take(m.dres, BT * C); take(m.dres_mid, BT * C); take(m.dres_in, BT * C); take(m.dlogits, BT * Vp);
+    take(m.dxn1, BT * C); take(m.dxn2, BT * C); take(m.dtmp, BT * C); take(m.datty, BT * C);
+    take(m.dq, BT * C); take(m.dk, BT * KV); take(m.dv, BT * KV);
+    take(m.dact, BT * F); take(m.dgate, BT * F); take(m.dup, BT * F);
+    if (pass == 0) {
+      m.storage.resize(cursor);
+      base = m.storage.data();
+    }
+  }
+  m.tokens.resize(BT);
+  m.targets.resize(BT);
+}
+
+Llama::~Llama() = default;
+
+const float* Llama::logits() const { return impl_->logits; }
+
+void Llama::embed_forward(const float* embed_params) {
+  Impl& m = *impl_;
+  const int BT = B_ * T_, C = config().n_embd;
+  const float* table = embed_params + m.off.embed;
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    for (int i = rows.begin; i < rows.end; ++i)
+      std::memcpy(m.encoded + static_cast<std::size_t>(i) * C, table + static_cast<std::size_t>(m.tokens[i]) * C,
+                  sizeof(float) * C);
+  });
+}
+
+void Llama::block_forward(int layer, const float* p) {
+  Impl& m = *impl_;
+  const LlamaBlockOffsets& o = m.off.block;
+  const AttentionShape& s = m.shape;
+  Impl::Layer& la = m.layers[layer];
+  const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  const float* x = m.block_input(layer);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    // h = x + o_proj(attention(rope(q_proj(norm x)), rope(k_proj(norm x)), v_proj(norm x)))
+    rmsnorm_forward(la.xn1, la.rstd1, x, p + o.attn_norm, C, rows, la.res2);
+    matmul_forward(la.q, la.xn1, p + o.q, C, C, false, rows);
+    matmul_forward(la.k, la.xn1, p + o.k, C, KV, false, rows);
+    matmul_forward(la.v, la.xn1, p + o.v, C, KV, false, rows);
+    rope_forward(la.q, s.NH, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
+    rope_forward(la.k, s.NKV, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
+    const bool sync = !team.owns_whole_sequences(B_);
+    if (sync) barrier();  // attention reads whole sequences
+    attention_forward(la.atty, la.att, la.q, la.k, la.v, s, team.share(B_ * s.NH));
+    if (sync) barrier();  // o_proj reads every head of its rows
+    matmul_forward(la.res2, la.atty, p + o.o, C, C, true, rows);
+    // out = h + down_proj(silu(gate_proj(norm h)) * up_proj(norm h))
+    rmsnorm_forward(la.xn2, la.rstd2, la.res2, p + o.mlp_norm, C, rows, la.res3);
+    matmul_forward(la.gate, la.xn2, p + o.gate, C, F, false, rows);
+    matmul_forward(la.up, la.xn2, p + o.up, C, F, false, rows);
+    swiglu_forward(la.act, la.gate, la.up, F, rows);
+    matmul_forward(la.res3, la.act, p + o.down, F, C, true, rows);
+  });
+}
+
+float Llama::head_forward(const float* norm_params, const float* head_params) {
+  Impl& m = *impl_;
+  const GPTConfig& cfg = config();
+  const int BT = B_ * T_, C = cfg.n_embd;
+  const float* x = m.block_input(cfg.n_layer);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    rmsnorm_forward(m.xf, m.rstdf, x, norm_params + m.off.final_norm, C, rows, nullptr);
+    matmul_forward(m.logits, m.xf, head_params + m.off.head, C, cfg.padded_vocab_size, false, rows);
+    m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, cfg.padded_vocab_size,
+                              rows);
+  });
+  double total = 0;  // in row order: deterministic
+  for (int i = 0; i < BT; ++i) total += m.losses[i];
+  return static_cast<float>(total / BT);
+}
+
+void Llama::head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
+                          float grad_scale) {
+  Impl& m = *impl_;
+  const GPTConfig& cfg = config();
+  const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  const float* x = m.block_input(cfg.n_layer);
+  float* dxf = m.dxn1;
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), V, Vp, grad_scale / BT, rows);
+    // Logits past V carry no gradient: only the first V rows of lm_head take part.
+    matmul_backward_input(dxf, m.dlogits, Vp, head_params + m.off.head, C, V, rows);
+    rmsnorm_backward_input(m.dres, nullptr, dxf, x, norm_params + m.off.final_norm, m.rstdf, C, rows);
+    barrier();  // parameter gradients sum over every row
+    matmul_backward_weight(head_grads + m.off.head, m.dlogits, Vp, m.xf, BT, C, team.share(V));
+    rmsnorm_backward_weight(norm_grads + m.off.final_norm, dxf, x, m.rstdf, BT, C, team.share(C, kColumnAlign));
+  });
+}
+
+void Llama::block_backward(int layer, const float* p, float* g) {
+  Impl& m = *impl_;
+  const LlamaBlockOffsets& o = m.off.block;
+  const AttentionShape& s = m.shape;
+  Impl::Layer& la = m.layers[layer];
+  const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  const float* x = m.block_input(layer);
+  // Gradients of the residual stream at the block's output (given), after attention, and at
+  // its input (computed).
+  const float* d_out = m.dres;
+  float* d_mid = m.dres_mid;
+  float* d_in = m.dres_in;
+  const std::size_t scratch_per_thread = static_cast<std::size_t>(T_) * T_;
+  if (m.attention_scratch.size() < scratch_per_thread * omp_get_max_threads())
+    m.attention_scratch.resize(scratch_per_thread * omp_get_max_threads());
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    // MLP: through down_proj, SwiGLU, gate_proj + up_proj, the norm; plus the residual.
+    matmul_backward_input(m.dact, d_out, C, p + o.down, F, C, rows);
+    swiglu_backward(m.dgate, m.dup, m.dact, la.gate, la.up, F, rows);
+    matmul_backward_input(m.dxn2, m.dgate, F, p + o.gate, C, F, rows);
+    matmul_backward_input(m.dtmp, m.dup, F, p + o.up, C, F, rows);
+    add_rows(m.dxn2, m.dtmp, C, rows);
+    rmsnorm_backward_input(d_mid, d_out, m.dxn2, la.res2, p + o.mlp_norm, la.rstd2, C, rows);
+    // Attention: through o_proj, the softmax, the rotation, q/k/v_proj, the norm; plus the residual.
+    matmul_backward_input(m.datty, d_mid, C, p + o.o, C, C, rows);
+    const bool sync = !team.owns_whole_sequences(B_);
+    if (sync) barrier();  // attention reads whole sequences
+    attention_backward(m.dq, m.dk, m.dv, m.datty, la.att, la.q, la.k, la.v, s, team.share(B_ * s.NKV),
+                       m.attention_scratch.data() + scratch_per_thread * team.id);
+    if (sync) barrier();  // the projections read every head of their rows
+    rope_backward(m.dq, s.NH, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
+    rope_backward(m.dk, s.NKV, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
+    matmul_backward_input(m.dxn1, m.dq, C, p + o.q, C, C, rows);
+    matmul_backward_input(m.dtmp, m.dk, KV, p + o.k, C, KV, rows);
+    add_rows(m.dxn1, m.dtmp, C, rows);
+    matmul_backward_input(m.dtmp, m.dv, KV, p + o.v, C, KV, rows);
+    add_rows(m.dxn1, m.dtmp, C, rows);
+    rmsnorm_backward_input(d_in, d_mid, m.dxn1, x, p + o.attn_norm, la.rstd1, C, rows);
+    barrier();  // parameter gradients sum over every row
+    const Range cols = team.share(C, kColumnAlign);
+    matmul_backward_weight(g + o.down, d_out, C, la.act, BT, F, team.share(C));
+    matmul_backward_weight(g + o.gate, m.dgate, F, la.xn2, BT, C, team.share(F));
+    matmul_backward_weight(g + o.up, m.dup, F, la.xn2, BT, C, team.share(F));
+    rmsnorm_backward_weight(g + o.mlp_norm, m.dxn2, la.res2, la.rstd2, BT, C, cols);
+    matmul_backward_weight(g + o.o, d_mid, C, la.atty, BT, C, team.share(C));
+    matmul_backward_weight(g + o.q, m.dq, C, la.xn1, BT, C, team.share(C));
+    matmul_backward_weight(g + o.k, m.dk, KV, la.xn1, BT, C, team.share(KV));
+    matmul_backward_weight(g + o.v, m.dv, KV, la.xn1, BT, C, team.share(KV));
+    rmsnorm_backward_weight(g + o.attn_norm, m.dxn1, x, la.rstd1, BT, C, cols);
+  });
+  std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
+}
+
+void Llama::embed_backward(float* embed_grads) {
+  Impl& m = *impl_;
+  const int BT = B_ * T_, C = config().n_embd;
+  float* table = embed_grads + m.off.embed;
+  in_parallel([&](const Team& team) {
+    const Range cols = team.share(C, kColumnAlign);
+    for (int i = 0; i < BT; ++i) {  // in row order: repeated tokens sum deterministically
+      float* dst = table + static_cast<std::size_t>(m.tokens[i]) * C;
+      const float* src = m.dres + static_cast<std::size_t>(i) * C;
+      for (int c = cols.begin; c < cols.end; ++c) dst[c] += src[c];
+    }
+  });
+}
+
+float Llama::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
+  const int L = config().n_layer, E = layout_.embeddings_unit(), N = layout_.final_norm_unit(),
+            H = layout_.head_unit();
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
+  // Refuse bad ids before acquiring anything, so no unit is left acquired.
+  check_ids(tokens, BT, config().vocab_size, "token");
+  check_ids(targets, BT, config().vocab_size, "target");
+  std::copy(tokens, tokens + BT, impl_->tokens.begin());
+  std::copy(targets, targets + BT, impl_->targets.begin());
+  embed_forward(access.acquire(E, Phase::Forward));
+  access.release(E, Phase::Forward);
+  for (int l = 0; l < L; ++l) {
+    block_forward(l, access.acquire(layout_.block_unit(l), Phase::Forward));
+    access.release(layout_.block_unit(l), Phase::Forward);
+  }
+  const float* norm = access.acquire(N, Phase::Forward);
+  const float loss = head_forward(norm, access.acquire(H, Phase::Forward));
+  access.release(H, Phase::Forward);
+  access.release(N, Phase::Forward);
+  return loss;
+}
+
+float Llama::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                              float grad_scale) {
+  const int L = config().n_layer, E = layout_.embeddings_unit(), N = layout_.final_norm_unit(),
+            H = layout_.head_unit();
+  const float loss = forward(access, tokens, targets);
+
+  // Named one by one: the walk is the documented order, whatever order a compiler evaluates
+  // arguments in (an engine lends gradient buffers at the acquire before them).
+  const float* norm = access.acquire(N, Phase::Backward);
+  const float* head = access.acquire(H, Phase::Backward);
+  float* head_grads = access.grads(H);
+  float* norm_grads = access.grads(N);
+  head_backward(norm, head, norm_grads, head_grads, grad_scale);
+  access.release(H, Phase::Backward);
+  access.release(N, Phase::Backward);
+  access.grads_ready(H);
+  access.grads_ready(N);
+  for (int l = L - 1; l >= 0; --l) {
+    const int unit = layout_.block_unit(l);
+    const float* params = access.acquire(unit, Phase::Backward);
+    block_backward(l, params, access.grads(unit));
+    access.release(unit, Phase::Backward);
+    access.grads_ready(unit);
+  }
+  embed_backward(access.grads(E));
+  access.grads_ready(E);
+  return loss;
+}
+
+std::vector<UnitEvent> Llama::event_order(const GPTConfig& config) {
+  using K = UnitEvent;
+  const int L = config.n_layer, E = 0, N = L + 1, H = L + 2;
+  const Phase fwd = Phase::Forward, bwd = Phase::Backward;
+  std::vector<UnitEvent> ev;
+  ev.push_back({K::Acquire, E, fwd});
+  ev.push_back({K::Release, E, fwd});
+  for (int l = 0; l < L; ++l) {
+    ev.push_back({K::Acquire, 1 + l, fwd});
+    ev.push_back({K::Release, 1 + l, fwd});
+  }
+  ev.push_back({K::Acquire, N, fwd});
+  ev.push_back({K::Acquire, H, fwd});
+  ev.push_back({K::Release, H, fwd});
+  ev.push_back({K::Release, N, fwd});
+  ev.push_back({K::Acquire, N, bwd});
+  ev.push_back({K::Acquire, H, bwd});
+  ev.push_back({K::Release, H, bwd});
+  ev.push_back({K::Release, N, bwd});
+  ev.push_back({K::GradsReady, H, bwd});
+  ev.push_back({K::GradsReady, N, bwd});
+  for (int l = L - 1; l >= 0; --l) {
+    ev.push_back({K::Acquire, 1 + l, bwd});
+    ev.push_back({K::Release, 1 + l, bwd});
+    ev.push_back({K::GradsReady, 1 + l, bwd});
+  }
+  ev.push_back({K::GradsReady, E, bwd});
+  return ev;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,60 @@
+#pragma once
+// Llama forward and backward over flat fp32 buffers, one unit at a time (model.hpp says how
+// a model meets its parameters), as Hugging Face's LlamaForCausalLM computes it: RMSNorm
+// (eps 1e-5, Llama 2's rms_norm_eps), rotary position embeddings over the two halves of each
+// head (rotate_half, not interleaved pairs), grouped-query attention, SwiGLU MLP
+// (down(silu(gate x) * up x)), no biases, an untied LM head.
+//
+// The walk (L = n_layer; E = embeddings, N = final norm, H = LM head, as in layout.hpp). The
+// embedding is a lookup: forward needs its parameters only to copy rows, backward scatters
+// the incoming gradient by token id and reads none.
+//   acquire(E,Fwd)  embed forward  release(E,Fwd)
+//   for l in 0..L-1: acquire(1+l,Fwd)  block forward  release(1+l,Fwd)
+//   acquire(N,Fwd)  acquire(H,Fwd)  final norm + LM head + loss  release(H,Fwd)  release(N,Fwd)
+//   acquire(N,Bwd)  acquire(H,Bwd)  head backward into grads(H), grads(N)  release(H,Bwd)
+//   release(N,Bwd)  grads_ready(H)  grads_ready(N)
+//   for l in L-1..0: acquire(1+l,Bwd)  block backward into grads(1+l)  release(1+l,Bwd)  grads_ready(1+l)
+//   embed backward into grads(E)  grads_ready(E)
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/model.hpp"
+
+namespace strata::model {
+
+inline constexpr float kRmsNormEps = 1e-5f;
+
+class Llama final : public Model {
+ public:
+  // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
+  // (seq <= config.seq_len); throws Error on other sizes or another family.
+  Llama(const GPTConfig& config, int batch, int seq);
+  ~Llama() override;
+
+  const ParamLayout& layout() const override { return layout_; }
+  int batch() const override { return B_; }
+  int seq() const override { return T_; }
+  static std::vector<UnitEvent> event_order(const GPTConfig& config);  // the walk above
+
+  float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                         float grad_scale) override;
+  float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
+  const float* logits() const override;
+
+ private:
+  void embed_forward(const float* embed_params);
+  void block_forward(int layer, const float* p);
+  float head_forward(const float* norm_params, const float* head_params);
+  void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
+                     float grad_scale);
+  void block_backward(int layer, const float* p, float* g);
+  void embed_backward(float* embed_grads);
+
+  ParamLayout layout_;
+  int B_, T_;
+  struct Impl;  // activations, their gradients, rotary tables; see llama.cpp
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::model

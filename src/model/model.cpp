@@ -1,0 +1,20 @@
+#include "model/model.hpp"
+
+#include "model/gpt.hpp"
+#include "model/init.hpp"
+#include "model/llama.hpp"
+
+namespace strata::model {
+
+void Model::init_params(float* params, std::uint64_t seed) const { model::init_params(layout(), params, seed); }
+
+std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
+  return config.family == Family::Llama ? Llama::event_order(config) : GPT::event_order(config);
+}
+
+std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq) {
+  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq);
+  return std::make_unique<GPT>(config, batch, seq);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,87 @@
+#pragma once
+// The model interface: what the engines, the trainer and the tools know of a model. A
+// family (config.hpp) is one implementation: GPT (gpt.hpp) or Llama (llama.hpp);
+// make_model() picks it from the config, as torchtitan's model registry does.
+//
+// A model never owns parameters or gradients: every call takes a pointer to the start of
+// one unit (see layout.hpp), so the caller decides where the unit lives — the single-process
+// arena, or a buffer a sharding engine has just gathered. Activations are owned by the
+// model, sized for a micro-batch of B sequences of T tokens (T <= config.seq_len).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/layout.hpp"
+
+namespace strata::model {
+
+enum class Phase { Forward, Backward };
+
+// What a training step asks of whoever holds the parameters. forward_backward() calls it in
+// exactly the order unit_event_order() returns for the model's family (each family
+// documents its walk); schedule builders take that sequence as data.
+class UnitAccess {
+ public:
+  virtual ~UnitAccess() = default;
+  virtual const float* acquire(int unit, Phase phase) = 0;  // full (gathered) unit parameters
+  virtual void release(int unit, Phase phase) = 0;
+  virtual float* grads(int unit) = 0;     // full unit gradient buffer; backward accumulates (+=)
+  virtual void grads_ready(int unit) = 0; // this micro-batch adds nothing more to grads(unit)
+};
+
+struct UnitEvent {
+  enum Kind { Acquire, Release, GradsReady } kind;
+  int unit;
+  Phase phase;  // meaningless for GradsReady
+  bool operator==(const UnitEvent&) const = default;
+};
+// The walk of one training micro-batch of the config's family.
+std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ParamLayout& layout() const = 0;
+  const GPTConfig& config() const { return layout().config(); }
+  virtual int batch() const = 0;
+  virtual int seq() const = 0;
+
+  // The family's initialization (init.hpp), deterministic in `seed`, into a full arena.
+  void init_params(float* params, std::uint64_t seed) const;
+  std::vector<UnitEvent> unit_event_order() const { return model::unit_event_order(config()); }
+
+  // One micro-batch: forward, loss, backward. Gradients of (grad_scale x mean loss) are
+  // accumulated (+=) into access.grads(). tokens/targets: B*T ids each (targets < vocab_size).
+  // Returns the mean cross-entropy loss over the B*T positions.
+  virtual float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                                 float grad_scale) = 0;
+  // Forward only, for validation: the forward half of the walk above.
+  virtual float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) = 0;
+
+  // Logits of the last forward (B*T x padded_vocab_size), for tests and sampling.
+  virtual const float* logits() const = 0;
+};
+
+// The model of config.family, with activations for micro-batches of exactly `batch`
+// sequences of `seq` tokens (seq <= config.seq_len); throws Error on other sizes.
+std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq);
+
+// The trivial UnitAccess over one full parameter arena and one full gradient arena.
+class ArenaAccess final : public UnitAccess {
+ public:
+  ArenaAccess(const ParamLayout& layout, const float* params, float* grads)
+      : layout_(layout), params_(params), grads_(grads) {}
+  const float* acquire(int unit, Phase) override { return params_ + layout_.units()[unit].offset; }
+  void release(int, Phase) override {}
+  float* grads(int unit) override { return grads_ + layout_.units()[unit].offset; }
+  void grads_ready(int) override {}
+
+ private:
+  const ParamLayout& layout_;
+  const float* params_;
+  float* grads_;
+};
+
+}  // namespace strata::model
