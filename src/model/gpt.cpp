@@ -139,30 +139,51 @@ GPT& GPT::operator=(GPT&&) noexcept = default;
 const float* GPT::logits() const { return impl_->logits; }
 
 void GPT::init_params(const ParamLayout& layout, float* params, std::uint64_t seed) {
+  init_params_range(layout, 0, layout.total_floats(), params, seed);
+}
+
+void GPT::init_params_range(const ParamLayout& layout, std::size_t begin, std::size_t end, float* out,
+                            std::uint64_t seed) {
+  if (begin > end || end > layout.total_floats())
+    throw Error(fmt::format("model: init range [{}, {}) is outside the arena of {} floats", begin, end,
+                            layout.total_floats()));
   const GPTConfig& cfg = layout.config();
-  std::fill(params, params + layout.total_floats(), 0.f);  // biases, LN biases, padding
+  std::fill(out, out + (end - begin), 0.f);  // biases, LN biases, padding
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   constexpr std::size_t kChunk = 1 << 16;  // each chunk of a tensor draws from its own stream
   for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
     const TensorInfo& t = layout.tensors()[ti];
+    // The part of this tensor inside the range, in the tensor's element indices.
+    const std::size_t lo = std::max(begin, t.offset) - t.offset, hi = std::min(end, t.offset + t.numel);
+    if (hi <= t.offset || lo >= t.numel) continue;
+    const std::size_t stop = hi - t.offset;
     const std::string_view name = t.name;
-    float* dst = params + t.offset;
+    float* dst = out + t.offset - begin;  // dst[i] is the tensor's element i (only [lo, stop) written)
     if (t.shape.size() == 1) {
-      if (name.ends_with(".weight")) std::fill(dst, dst + t.numel, 1.f);  // LayerNorm gains
+      if (name.ends_with(".weight")) std::fill(dst + lo, dst + stop, 1.f);  // LayerNorm gains
       continue;
     }
     const double stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02;
     // Padded vocabulary rows never receive a gradient; they stay zero.
-    const std::size_t n = name == "wte.weight" ? static_cast<std::size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
-    const std::int64_t chunks = static_cast<std::int64_t>((n + kChunk - 1) / kChunk);
+    const std::size_t drawn = name == "wte.weight" ? static_cast<std::size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
+    const std::size_t n = std::min(stop, drawn);
+    if (lo >= n) continue;
+    const std::int64_t first_chunk = static_cast<std::int64_t>(lo / kChunk);
+    const std::int64_t last_chunk = static_cast<std::int64_t>((n - 1) / kChunk);
 #pragma omp parallel for schedule(static)
-    for (std::int64_t c = 0; c < chunks; ++c) {
+    for (std::int64_t c = first_chunk; c <= last_chunk; ++c) {
       Rng rng(seed, (static_cast<std::uint64_t>(ti) << 32) | static_cast<std::uint64_t>(c));
-      const std::size_t begin = static_cast<std::size_t>(c) * kChunk, end = std::min(n, begin + kChunk);
-      for (std::size_t i = begin; i < end; i += 2) {
+      const std::size_t chunk_begin = static_cast<std::size_t>(c) * kChunk;
+      const std::size_t chunk_end = std::min(drawn, chunk_begin + kChunk);
+      // Values come in pairs from the chunk's start: skip the pairs before the range, so every
+      // value is the one the whole-arena walk gives it.
+      const std::size_t from = std::max(lo, chunk_begin), to = std::min(n, chunk_end);
+      const std::size_t first_pair = chunk_begin + (from - chunk_begin) / 2 * 2;
+      rng.skip_normal_pairs((first_pair - chunk_begin) / 2);
+      for (std::size_t i = first_pair; i < to; i += 2) {
         const auto z = rng.normal_pair();
-        dst[i] = static_cast<float>(stddev * z[0]);
-        if (i + 1 < end) dst[i + 1] = static_cast<float>(stddev * z[1]);
+        if (i >= from) dst[i] = static_cast<float>(stddev * z[0]);
+        if (i + 1 < to) dst[i + 1] = static_cast<float>(stddev * z[1]);
       }
     }
   }

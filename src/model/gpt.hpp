@@ -59,7 +59,13 @@ class GPT {
 
   // GPT-2 initialisation (normal 0.02, residual projections scaled by 1/sqrt(2L), zero
   // biases, unit LayerNorm gains), deterministic in `seed`, written into a full arena.
+  // Each tensor draws in 64Ki-element chunks, chunk c of tensor t from Rng(seed, t<<32 | c), so
+  // a value is a pure function of (seed, tensor, element index).
   static void init_params(const ParamLayout& layout, float* params, std::uint64_t seed);
+  // The same values for arena positions [begin, end) only, written to out[0, end - begin):
+  // a rank initialises just the slices it holds, bit for bit as init_params would.
+  static void init_params_range(const ParamLayout& layout, std::size_t begin, std::size_t end, float* out,
+                                std::uint64_t seed);
 
   // One micro-batch: forward, loss, backward. Gradients of (grad_scale x mean loss) are
   // accumulated (+=) into access.grads(). tokens/targets: B*T ids each (targets < vocab_size).

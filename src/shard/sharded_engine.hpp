@@ -32,7 +32,7 @@ struct StepTiming {
 class ShardedEngine final : public train::Engine, private model::UnitAccess {
  public:
   // Collective over the world. Parameters are initialised from `seed` exactly as the
-  // single-process trainer does, then each rank keeps its slices.
+  // single-process trainer does, each rank drawing only the slices it holds.
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed);
   ~ShardedEngine() override;
