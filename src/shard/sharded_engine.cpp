@@ -45,8 +45,8 @@ void init_unit_slice(const model::ParamLayout& layout, int unit, Slice slice, fl
 
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
-                             std::uint64_t seed)
-    : model_(config, batch, seq),
+                             std::uint64_t seed, bool recompute)
+    : model_(config, batch, seq, recompute),
       ctx_(ctx),
       comms_(comms),
       schedule_(model_.layout(), ctx.topology(), spec, accumulation_steps),

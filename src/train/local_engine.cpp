@@ -5,8 +5,8 @@
 
 namespace strata::train {
 
-LocalEngine::LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed)
-    : gpt_(config, batch, seq),
+LocalEngine::LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute)
+    : gpt_(config, batch, seq, recompute),
       params_(gpt_.layout().total_floats()),
       grads_(gpt_.layout().total_floats()),
       exp_avg_(gpt_.layout().total_floats()),

@@ -11,8 +11,9 @@ namespace strata::train {
 
 class LocalEngine final : public Engine {
  public:
-  // Activations for micro-batches of `batch` x `seq` tokens; parameters initialised from `seed`.
-  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed);
+  // Activations for micro-batches of `batch` x `seq` tokens (recomputed in backward with
+  // `recompute`); parameters initialised from `seed`.
+  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute = false);
 
   const model::ParamLayout& layout() const override { return gpt_.layout(); }
   int rank() const override { return 0; }
