@@ -173,9 +173,11 @@ void GPT::init_params_range(const ParamLayout& layout, std::size_t begin, std::s
     if (hi <= t.offset || lo >= t.numel) continue;
     const std::size_t stop = hi - t.offset;
     const std::string_view name = t.name;
-    float* dst = out + t.offset - begin;  // dst[i] is the tensor's element i (only [lo, stop) written)
+    // The tensor's element i, for i in [lo, stop): its arena position t.offset + i is >= begin.
+    float* const first = out + (t.offset + lo - begin);
+    auto element = [&](std::size_t i) -> float& { return first[i - lo]; };
     if (t.shape.size() == 1) {
-      if (name.ends_with(".weight")) std::fill(dst + lo, dst + stop, 1.f);  // LayerNorm gains
+      if (name.ends_with(".weight")) std::fill(first, first + (stop - lo), 1.f);  // LayerNorm gains
       continue;
     }
     const double stddev = name.ends_with("c_proj.weight") ? residual_std : 0.02;
@@ -197,8 +199,8 @@ void GPT::init_params_range(const ParamLayout& layout, std::size_t begin, std::s
       rng.skip_normal_pairs((first_pair - chunk_begin) / 2);
       for (std::size_t i = first_pair; i < to; i += 2) {
         const auto z = rng.normal_pair();
-        if (i >= from) dst[i] = static_cast<float>(stddev * z[0]);
-        if (i + 1 < to) dst[i + 1] = static_cast<float>(stddev * z[1]);
+        if (i >= from) element(i) = static_cast<float>(stddev * z[0]);
+        if (i + 1 < to) element(i + 1) = static_cast<float>(stddev * z[1]);
       }
     }
   }
