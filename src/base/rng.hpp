@@ -63,6 +63,10 @@ class Rng {
     return {radius * std::cos(angle), radius * std::sin(angle)};
   }
   double normal() { return normal_pair()[0]; }
+  // Moves past n normal_pair() calls without computing them: each takes two draws.
+  void skip_normal_pairs(std::uint64_t n) {
+    for (std::uint64_t i = 0; i < 2 * n; ++i) next_u64();
+  }
 
   const State& state() const { return state_; }
   // Restores a state from state(); the all-zero state would emit zeros forever.

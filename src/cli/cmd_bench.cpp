@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -33,6 +34,25 @@ struct StepArgs {
                                 {"model.vocab_size"}, {"model.n_kv_head"}, {"model.ffn_hidden"}};
   int batch = 4, seq = 0, threads = 0, steps = 10, warmup = 3;
   bool json = false;
+  bool recompute = false;
+};
+
+// Step times of one engine, in the order they ran.
+struct StepTimes {
+  std::vector<double> s;
+  double total() const {
+    double t = 0;
+    for (double x : s) t += x;
+    return t;
+  }
+  double mean() const { return total() / static_cast<double>(s.size()); }
+  double median() const {
+    std::vector<double> sorted = s;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted[sorted.size() / 2];
+  }
+  double min() const { return *std::min_element(s.begin(), s.end()); }
+  nlohmann::json to_json() const { return {{"mean", mean()}, {"median", median()}, {"min", min()}}; }
 };
 
 void run_bench_step(const StepArgs& a) {
@@ -53,7 +73,11 @@ void run_bench_step(const StepArgs& a) {
   if (a.threads < 0) throw strata::Error(fmt::format("bench step: --threads = {}: must be positive", a.threads));
   if (a.threads > 0) omp_set_num_threads(a.threads);  // OpenBLAS (OpenMP build) follows
 
-  train::LocalEngine engine(config, a.batch, seq, /*seed=*/1);
+  // With --recompute, a second engine recomputes activations; the two take turns step by step,
+  // so drifts of the machine's speed fall on both alike and their ratio comes from one run.
+  std::vector<std::unique_ptr<train::LocalEngine>> engines;
+  engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, /*seed=*/1));
+  if (a.recompute) engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, 1, true));
   const std::size_t n = static_cast<std::size_t>(a.batch) * seq;
   std::vector<std::int32_t> tokens(n), targets(n);
   std::mt19937_64 rng(42);  // the standard fixes mt19937_64's output: the same tokens everywhere
@@ -62,19 +86,17 @@ void run_bench_step(const StepArgs& a) {
     targets[i] = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
   }
   const optim::AdamWConfig hp;
-  std::vector<double> step_s;
-  for (int i = 0; i < a.warmup + a.steps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    engine.micro_step(tokens.data(), targets.data(), 1.0f);
-    engine.optimizer_step(hp, train::StepArgs{1e-4f, i + 1});
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= a.warmup) step_s.push_back(dt);
-  }
-  double total = 0;
-  for (double s : step_s) total += s;
-  std::vector<double> sorted = step_s;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
+  std::vector<StepTimes> times(engines.size());
+  for (int i = 0; i < a.warmup + a.steps; ++i)
+    for (std::size_t e = 0; e < engines.size(); ++e) {
+      const auto t0 = std::chrono::steady_clock::now();
+      engines[e]->micro_step(tokens.data(), targets.data(), 1.0f);
+      engines[e]->optimizer_step(hp, train::StepArgs{1e-4f, i + 1});
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= a.warmup) times[e].s.push_back(dt);
+    }
+  const StepTimes& kept = times.front();
+  const double total = kept.total();
   const double tokens_per_s = static_cast<double>(n) * a.steps / total;
   const double flops_per_token = config.flops_per_token(seq);
   const double gflops = tokens_per_s * flops_per_token / 1e9;
@@ -90,18 +112,33 @@ void run_bench_step(const StepArgs& a) {
                         {"isa", std::string(isa_name(detected_isa()))},
                         {"warmup_steps", a.warmup},
                         {"steps", a.steps},
-                        {"step_s", {{"mean", total / a.steps}, {"median", median}, {"min", sorted.front()}}},
+                        {"step_s", kept.to_json()},
                         {"tokens_per_s", tokens_per_s},
                         {"flops_per_token", flops_per_token},
-                        {"gflops", gflops}};
+                        {"gflops", gflops},
+                        {"activation_bytes", engines[0]->model().activation_bytes()}};
+    if (a.recompute)
+      j["recompute"] = {{"step_s", times[1].to_json()},
+                        {"tokens_per_s", static_cast<double>(n) * a.steps / times[1].total()},
+                        {"activation_bytes", engines[1]->model().activation_bytes()},
+                        {"time_ratio", times[1].median() / kept.median()}};
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("bench step: model {} ({:.2f}M parameters), batch {} x seq {}, {}, {}\n", a.model,
                static_cast<double>(config.num_params()) / 1e6, a.batch, seq, count_of(omp_get_max_threads(), "thread"),
                isa_name(detected_isa()));
     fmt::print("  {} steps after {} warm-up: {:.1f} ms/step mean, {:.1f} median, {:.1f} min\n", a.steps, a.warmup,
-               1e3 * total / a.steps, 1e3 * median, 1e3 * sorted.front());
+               1e3 * kept.mean(), 1e3 * kept.median(), 1e3 * kept.min());
     fmt::print("  {:.0f} tokens/s, {:.1f} GFLOP/s (forward + backward + AdamW)\n", tokens_per_s, gflops);
+    if (a.recompute) {
+      const StepTimes& again = times[1];
+      fmt::print("  with --recompute (steps taken in turns with the run above): {:.1f} ms/step mean, {:.1f} median, "
+                 "{:.1f} min; {:.3f}x the step time (medians)\n",
+                 1e3 * again.mean(), 1e3 * again.median(), 1e3 * again.min(), again.median() / kept.median());
+      fmt::print("  activations: {} kept, {} recomputed\n",
+                 human_bytes(static_cast<double>(engines[0]->model().activation_bytes())),
+                 human_bytes(static_cast<double>(engines[1]->model().activation_bytes())));
+    }
   }
 }
 
@@ -126,6 +163,9 @@ CommandRegistrar registrar(90, [](CLI::App& app) {
   cmd->add_option("--steps", a->steps, "timed steps")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "untimed steps first")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_flag("--recompute", a->recompute,
+                "also time steps with full activation recomputation, in turns with the kept-activation steps, "
+                "and print the ratio");
   cmd->callback([a] { run_bench_step(*a); });
 });
 

@@ -222,7 +222,7 @@ bool run_train(const TrainArgs& args) {
 
   if (!config.shard.sharded()) {
     train::PreemptionHandler preemption;
-    train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed);
+    train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed, config.recomputes());
     train::Trainer trainer(config, engine);
     fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}, {}, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
@@ -238,7 +238,7 @@ bool run_train(const TrainArgs& args) {
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
-                                config.seed);
+                                config.seed, config.recomputes());
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {

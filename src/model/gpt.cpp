@@ -16,8 +16,8 @@
 
 namespace strata::model {
 
-// Activation storage. Everything backward needs is kept per layer; gradient buffers are
-// reused from layer to layer.
+// Activation storage. Everything backward needs is kept per layer (under recomputation only
+// each layer's output; see place()); gradient buffers are reused from layer to layer.
 struct GPT::Impl {
   struct Layer {
     float *ln1, *ln1_mean, *ln1_rstd;  // LayerNorm 1 output and statistics
@@ -53,12 +53,48 @@ struct GPT::Impl {
 
   std::vector<std::int32_t> tokens, targets;
 
+  std::size_t place(const GPTConfig& config, int B, int T, bool recompute, float* base);
+
   // The input of block `layer`, also the input of ln_f when layer == n_layer.
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
-GPT::GPT(const GPTConfig& config, int batch, int seq)
-    : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
+// Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
+// they take. Under recomputation every layer shares layer 0's buffers except its output (the
+// next block's input), which forward keeps for backward to recompute the block from.
+std::size_t GPT::Impl::place(const GPTConfig& config, int B, int T, bool recompute, float* base) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
+  const std::size_t NH = config.n_head, Vp = config.padded_vocab_size;
+  std::size_t cursor = 0;
+  auto take = [&](float*& p, std::size_t n) {
+    p = base ? base + cursor : nullptr;
+    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
+  };
+  layers.resize(config.n_layer);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    Layer& la = layers[l];
+    if (recompute && l > 0) {
+      la = layers[0];
+      take(la.res3, BT * C);
+      continue;
+    }
+    take(la.ln1, BT * C); take(la.ln1_mean, BT); take(la.ln1_rstd, BT);
+    take(la.qkv, BT * 3 * C);
+    take(la.att, static_cast<std::size_t>(B) * NH * T * T);
+    take(la.atty, BT * C); take(la.res2, BT * C);
+    take(la.ln2, BT * C); take(la.ln2_mean, BT); take(la.ln2_rstd, BT);
+    take(la.fch, BT * 4 * C); take(la.fch_gelu, BT * 4 * C); take(la.res3, BT * C);
+  }
+  take(encoded, BT * C); take(lnf, BT * C); take(lnf_mean, BT); take(lnf_rstd, BT);
+  take(logits, BT * Vp); take(lse, BT); take(losses, BT);
+  take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
+  take(dln1, BT * C); take(dln2, BT * C); take(dfch, BT * 4 * C);
+  take(datty, BT * C); take(dqkv, BT * 3 * C);
+  return cursor;
+}
+
+GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute)
+    : layout_(config), B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
   if (config.family != Family::Gpt2)
     throw Error(fmt::format("model: GPT built for family {}", family_name(config.family)));
   if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
@@ -69,40 +105,19 @@ GPT::GPT(const GPTConfig& config, int batch, int seq)
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
   m.lnf_off = final_norm_offsets(layout_);
-
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_, C = config.n_embd, L = config.n_layer;
-  const std::size_t NH = config.n_head, Vp = config.padded_vocab_size;
-  // Two passes over the same list: first sum the sizes, then hand out pointers.
-  std::size_t cursor = 0;
-  float* base = nullptr;
-  auto take = [&](float*& p, std::size_t n) {
-    p = base ? base + cursor : nullptr;
-    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
-  };
-  m.layers.resize(L);
-  for (int pass = 0; pass < 2; ++pass) {
-    cursor = 0;
-    for (auto& la : m.layers) {
-      take(la.ln1, BT * C); take(la.ln1_mean, BT); take(la.ln1_rstd, BT);
-      take(la.qkv, BT * 3 * C);
-      take(la.att, static_cast<std::size_t>(B_) * NH * T_ * T_);
-      take(la.atty, BT * C); take(la.res2, BT * C);
-      take(la.ln2, BT * C); take(la.ln2_mean, BT); take(la.ln2_rstd, BT);
-      take(la.fch, BT * 4 * C); take(la.fch_gelu, BT * 4 * C); take(la.res3, BT * C);
-    }
-    take(m.encoded, BT * C); take(m.lnf, BT * C); take(m.lnf_mean, BT); take(m.lnf_rstd, BT);
-    take(m.logits, BT * Vp); take(m.lse, BT); take(m.losses, BT);
-    take(m.dres, BT * C); take(m.dres_mid, BT * C); take(m.dres_in, BT * C); take(m.dlogits, BT * Vp);
-    take(m.dln1, BT * C); take(m.dln2, BT * C); take(m.dfch, BT * 4 * C);
-    take(m.datty, BT * C); take(m.dqkv, BT * 3 * C);
-    if (pass == 0) {
-      m.storage.resize(cursor);
-      base = m.storage.data();
-    }
-  }
+  m.storage.resize(m.place(config, B_, T_, recompute_, nullptr));
+  m.place(config, B_, T_, recompute_, m.storage.data());
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   m.tokens.resize(BT);
   m.targets.resize(BT);
 }
+
+std::uint64_t GPT::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
+  Impl counter;
+  return 4 * counter.place(config, batch, seq, recompute, nullptr);
+}
+
+std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
 
 GPT::~GPT() = default;
 GPT::GPT(GPT&&) noexcept = default;
@@ -196,6 +211,9 @@ void GPT::block_backward(int layer, const float* p, float* g) {
   const BlockOffsets& o = m.block;
   Impl::Layer& la = m.layers[layer];
   const int BT = B_ * T_, C = config().n_embd, NH = config().n_head;
+  // Recomputation: this block's activations were overwritten by later blocks; its forward from
+  // the kept input restores them bit for bit (the same kernels on the same threads).
+  if (recompute_) block_forward(layer, p);
   const float* x = m.block_input(layer);
   // Gradients of the residual stream at the block's output (given), after attention, and at
   // its input (computed): all three are needed until the parameter gradients are done.

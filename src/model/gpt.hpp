@@ -22,8 +22,18 @@ namespace strata::model {
 class GPT final : public Model {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
-  // (seq <= config.seq_len); throws Error on other sizes or another family.
-  GPT(const GPTConfig& config, int batch, int seq);
+  // (seq <= config.seq_len); throws Error on other sizes or another family. With `recompute`
+  // (full activation recomputation) forward keeps only each block's input, and block_backward
+  // first runs the block's forward again: the same losses and gradients, bit for bit, for one
+  // more forward.
+  GPT(const GPTConfig& config, int batch, int seq, bool recompute = false);
+
+  // Bytes of activations (and their gradient buffers) such a model allocates: one source for
+  // the engines' memory reports and the planner. The attention backward's T x T scratch per
+  // thread is not included.
+  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
+  std::uint64_t activation_bytes() const override;
+  bool recompute() const override { return recompute_; }
 
   const ParamLayout& layout() const override { return layout_; }
   int batch() const override { return B_; }
@@ -51,6 +61,7 @@ class GPT final : public Model {
  private:
   ParamLayout layout_;
   int B_, T_;
+  bool recompute_ = false;
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp
   std::unique_ptr<Impl> impl_;
 };

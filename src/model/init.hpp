@@ -4,6 +4,7 @@
 // norm gains, zero biases, padded vocabulary rows and alignment padding. Tensor i's chunk c
 // of 64Ki elements draws normal pairs from Rng(seed, i << 32 | c), so any element's value
 // depends on (seed, tensor, element index) only.
+#include <cstddef>
 #include <cstdint>
 
 #include "model/layout.hpp"
@@ -11,5 +12,9 @@
 namespace strata::model {
 
 void init_params(const ParamLayout& layout, float* params, std::uint64_t seed);
+// The same values for arena positions [begin, end) only, written to out[0, end - begin): a
+// rank initialises just the slices it holds, bit for bit as init_params would.
+void init_params_range(const ParamLayout& layout, std::size_t begin, std::size_t end, float* out,
+                       std::uint64_t seed);
 
 }  // namespace strata::model

@@ -298,6 +298,8 @@ Llama::~Llama() = default;
 
 const float* Llama::logits() const { return impl_->logits; }
 
+std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
+
 void Llama::embed_forward(const float* embed_params) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;

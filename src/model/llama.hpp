@@ -41,6 +41,7 @@ class Llama final : public Model {
                          float grad_scale) override;
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
+  std::uint64_t activation_bytes() const override;
 
  private:
   void embed_forward(const float* embed_params);

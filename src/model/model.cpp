@@ -1,5 +1,7 @@
 #include "model/model.hpp"
 
+#include "base/error.hpp"
+
 #include "model/gpt.hpp"
 #include "model/init.hpp"
 #include "model/llama.hpp"
@@ -12,9 +14,13 @@ std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
   return config.family == Family::Llama ? Llama::event_order(config) : GPT::event_order(config);
 }
 
-std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq) {
-  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq);
-  return std::make_unique<GPT>(config, batch, seq);
+std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute) {
+  if (config.family == Family::Llama) {
+    if (recompute)
+      throw Error("train.recompute = 'full': activation recomputation is not implemented for model.family = llama yet");
+    return std::make_unique<Llama>(config, batch, seq);
+  }
+  return std::make_unique<GPT>(config, batch, seq, recompute);
 }
 
 }  // namespace strata::model

@@ -62,11 +62,17 @@ class Model {
 
   // Logits of the last forward (B*T x padded_vocab_size), for tests and sampling.
   virtual const float* logits() const = 0;
+
+  // Bytes of activations (and their gradient buffers) the model allocated, for memory reports.
+  virtual std::uint64_t activation_bytes() const = 0;
+  // Whether backward recomputes each block's forward instead of keeping its activations.
+  virtual bool recompute() const { return false; }
 };
 
 // The model of config.family, with activations for micro-batches of exactly `batch`
-// sequences of `seq` tokens (seq <= config.seq_len); throws Error on other sizes.
-std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq);
+// sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
+// `recompute` (GPT only so far); throws Error on other sizes.
+std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

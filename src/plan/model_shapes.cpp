@@ -9,8 +9,9 @@
 
 #include "base/error.hpp"
 #include "base/suggest.hpp"
-#include "model/model.hpp"
+#include "model/gpt.hpp"
 #include "model/layout.hpp"
+#include "model/model.hpp"
 
 namespace strata::plan {
 
@@ -296,6 +297,10 @@ double ModelShape::hardware_flops_per_token(int seq_tokens, bool recompute) cons
 
 std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int act_bytes, bool recompute,
                                            bool flash_attention) const {
+  // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
+  // model::GPT allocates, so the plan and the engine's memory report cannot drift apart.
+  if (gpt && act_bytes == 4 && !flash_attention)
+    return model::GPT::activation_bytes(*gpt, micro_batch, seq_tokens, recompute);
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the
   // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors

@@ -73,7 +73,8 @@ struct ModelShape {
   double hardware_flops_per_token(int seq, bool recompute) const;
 
   // Activation bytes a rank holds for one micro-batch of `micro_batch` x `seq` tokens
-  // (docs/planner.md): act_bytes an element; flash attention keeps no seq x seq matrix.
+  // (docs/planner.md): act_bytes an element; flash attention keeps no seq x seq matrix. For
+  // strata's own models in fp32 with dense attention: what model::GPT allocates.
   std::uint64_t activation_bytes(int micro_batch, int seq, int act_bytes, bool recompute, bool flash_attention) const;
 
   nlohmann::json to_json() const;

@@ -111,7 +111,9 @@ nlohmann::json ShardedEngine::summary_report() {
           {"exposed_comm_s", counted ? exposed / counted : 0.0},
           {"memory_bytes",
            {{"weights", m.weights}, {"secondary", m.secondary}, {"grads", m.grads}, {"optimizer", m.optimizer},
-            {"gathered", m.gathered}, {"communication", m.communication}}}};
+            {"gathered", m.gathered}, {"communication", m.communication},
+            {"activations", model_->activation_bytes()}}},
+          {"recompute", model_->recompute()}};
 }
 
 }  // namespace strata::shard

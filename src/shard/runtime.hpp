@@ -27,7 +27,7 @@ class ShardedRuntime {
  public:
   // Collective over MPI_COMM_WORLD (MPI must be initialised).
   ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
-                 int accumulation_steps, std::uint64_t seed);
+                 int accumulation_steps, std::uint64_t seed, bool recompute = false);
   ~ShardedRuntime();
 
   ShardedEngine& engine() { return *engine_; }

@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "comm/agree.hpp"
 #include "optim/adamw.hpp"
+#include "model/init.hpp"
 #include "shard/unit_state.hpp"
 
 namespace strata::shard {
@@ -29,14 +30,24 @@ std::vector<comm::Collectives*> level_collectives(comm::TierComms& comms, int le
   return out;
 }
 
+// A slice of a unit's padded positions, initialised: the unit's part from the model's
+// initialiser, its padding zero.
+void init_unit_slice(const model::ParamLayout& layout, int unit, Slice slice, float* out, std::uint64_t seed) {
+  const model::UnitInfo& u = layout.units()[unit];
+  const std::size_t real = slice.offset < u.numel ? std::min(slice.count, u.numel - slice.offset) : 0;
+  const std::size_t begin = u.offset + slice.offset;
+  if (real > 0) model::init_params_range(layout, begin, begin + real, out, seed);
+  std::fill(out + real, out + slice.count, 0.f);
+}
+
 }  // namespace
 
 // ---- Construction ------------------------------------------------------------------------
 
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
-                             std::uint64_t seed)
-    : model_(model::make_model(config, batch, seq)),
+                             std::uint64_t seed, bool recompute)
+    : model_(model::make_model(config, batch, seq, recompute)),
       ctx_(ctx),
       comms_(comms),
       schedule_(model_->layout(), ctx.topology(), spec, accumulation_steps),
@@ -90,13 +101,16 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
   reducing_.assign(events, nullptr);
   grad_buffer_.assign(units_.size(), nullptr);
 
-  // Same initial weights as the single-process trainer, then keep this rank's slices.
-  AlignedBuffer<float> full(layout.total_floats());
-  model_->init_params(full.data(), seed);
+  // The single-process trainer's initial weights, drawn only for the slices this rank holds:
+  // no rank ever builds the whole model. The master (OS) slice feeds W by the post-step
+  // gather; the secondary slice is drawn too, so it is whole before the first forward.
+  AlignedBuffer<float> secondary;
   for (auto& U : units_) {
-    for (std::size_t i = 0; i < U->o.count; ++i) {
-      std::size_t e = U->o.offset + i;
-      U->master[i] = e < U->numel ? full[U->arena_offset + e] : 0.0f;
+    init_unit_slice(layout, U->index, U->o, U->master.data(), seed);
+    if (L.secondary > 0) {
+      secondary.resize(U->s.count);
+      init_unit_slice(layout, U->index, U->s, secondary.data(), seed);
+      U->secondary.encode(secondary.data(), 0, U->s.count);
     }
   }
   refresh_weights_from_master();

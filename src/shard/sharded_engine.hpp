@@ -32,9 +32,10 @@ struct StepTiming {
 class ShardedEngine final : public train::Engine, private model::UnitAccess {
  public:
   // Collective over the world. Parameters are initialised from `seed` exactly as the
-  // single-process trainer does, then each rank keeps its slices.
+  // single-process trainer does, each rank drawing only the slices it holds. `recompute`:
+  // the model recomputes activations in backward (model::GPT).
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
-                const ShardSpec& spec, int accumulation_steps, std::uint64_t seed);
+                const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, bool recompute = false);
   ~ShardedEngine() override;
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
@@ -57,6 +58,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
 
   const Schedule& schedule() const { return schedule_; }
   StateMemory memory_bytes() const;            // what this rank actually allocated, by state
+  std::uint64_t activation_bytes() const { return model_->activation_bytes(); }
   StepTiming take_timing();                    // since the last call
   comm::Context& context() { return ctx_; }
   // The ops the communication thread ran in the last micro-batch (training or evaluation)

@@ -141,6 +141,10 @@ const std::vector<Entry>& entries() {
       {{"train.max_skipped_steps", "--max-skipped-steps", K::Int,
         "steps in a row with a non-finite loss or gradient norm (skipped) that stop the run"},
        [](TrainConfig& c, auto& k, auto& v) { c.max_skipped_steps = positive_int(k, v); }},
+      {{"train.recompute", "--recompute", K::String,
+        "none (keep activations for backward) or full (keep each block's input, recompute the block in "
+        "backward: the same numbers for about one more forward)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.recompute = as_string(k, v); }},
       {{"train.loss_scale", "--loss-scale", K::String,
         "auto (dynamic when gradients cross an fp16 wire), dynamic, or off"},
        [](TrainConfig& c, auto& k, auto& v) { c.loss_scale = as_string(k, v); }},
@@ -319,6 +323,8 @@ void TrainConfig::validate() const {
   if (keep_last < 0) throw Error(fmt::format("train.keep_last = {}: must not be negative", keep_last));
   if (max_skipped_steps <= 0)
     throw Error(fmt::format("train.max_skipped_steps = {}: must be positive", max_skipped_steps));
+  if (recompute != "none" && recompute != "full")
+    throw Error(fmt::format("train.recompute = '{}': must be none or full", recompute));
   if (loss_scale != "auto" && loss_scale != "dynamic" && loss_scale != "off")
     throw Error(fmt::format("train.loss_scale = '{}': must be auto, dynamic or off", loss_scale));
   optim::LossScaler::validate(initial_loss_scale, loss_scale_window);
@@ -357,6 +363,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"save_every", save_every},
             {"keep_last", keep_last},
             {"max_skipped_steps", max_skipped_steps},
+            {"recompute", recompute},
             {"loss_scale", loss_scale},
             {"initial_loss_scale", shortest(initial_loss_scale)},
             {"loss_scale_window", loss_scale_window},

@@ -40,6 +40,7 @@ struct TrainConfig {
   std::int64_t save_every = 0;       // checkpoint every N steps (0: only at the end)
   int keep_last = 0;                 // checkpoints kept in out_dir/ckpt (0: all)
   int max_skipped_steps = 10;        // non-finite steps in a row that stop the run
+  std::string recompute = "none";     // activations in backward: none (kept), full (recomputed)
   std::string loss_scale = "auto";   // auto (dynamic when gradients cross fp16), dynamic, off
   float initial_loss_scale = 65536;  // dynamic scaling starts here (a power of two)
   std::int64_t loss_scale_window = 1000;  // good steps in a row before the scale doubles
@@ -54,6 +55,7 @@ struct TrainConfig {
   std::int64_t stop_after = 0;       // end this invocation after that step (0: at `steps`)
 
   int seq_len() const { return seq > 0 ? seq : model.seq_len; }
+  bool recomputes() const { return recompute == "full"; }
   std::int64_t last_step() const { return stop_after > 0 ? stop_after : steps; }
   // Throws Error naming the key ("train.batch = 0: must be positive").
   void validate() const;

@@ -5,8 +5,8 @@
 
 namespace strata::train {
 
-LocalEngine::LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed)
-    : model_(model::make_model(config, batch, seq)),
+LocalEngine::LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute)
+    : model_(model::make_model(config, batch, seq, recompute)),
       params_(model_->layout().total_floats()),
       grads_(model_->layout().total_floats()),
       exp_avg_(model_->layout().total_floats()),

@@ -13,8 +13,9 @@ namespace strata::train {
 
 class LocalEngine final : public Engine {
  public:
-  // Activations for micro-batches of `batch` x `seq` tokens; parameters initialised from `seed`.
-  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed);
+  // Activations for micro-batches of `batch` x `seq` tokens (recomputed in backward with
+  // `recompute`); parameters initialised from `seed`.
+  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute = false);
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return 0; }
@@ -32,6 +33,7 @@ class LocalEngine final : public Engine {
   void gather_params(float* full) override;
   nlohmann::json describe() const override { return {{"strategy", "single"}, {"world_size", 1}}; }
 
+  const model::Model& model() const { return *model_; }
   const float* params() const { return params_.data(); }
   const float* grads() const { return grads_.data(); }
 

@@ -187,6 +187,44 @@ TEST(Gpt, RunsAreBitIdentical) {
                            sizeof(float) * Problem::B * pb.T * pb.config.padded_vocab_size));
 }
 
+// Full activation recomputation: the same loss, logits and gradients bit for bit, at 1 and
+// 3 threads (uneven row shares), over accumulated micro-batches with an evaluation between,
+// in the documented unit order, holding only each block's input besides one block's set.
+TEST(Gpt, RecomputationGivesTheSameLossAndGradientsBitForBit) {
+  Problem pb(40);
+  Problem other(40, 12);  // a second micro-batch
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    omp_set_num_threads(threads);
+    GPT kept(pb.config, Problem::B, pb.T), again(pb.config, Problem::B, pb.T, true);
+    EXPECT_FALSE(kept.recompute());
+    EXPECT_TRUE(again.recompute());
+    auto gk = pb.zero_grads(), ga = pb.zero_grads();
+    EXPECT_EQ(pb.run(kept, gk), pb.run(again, ga));
+    EXPECT_EQ(0, std::memcmp(kept.logits(), again.logits(),
+                             sizeof(float) * Problem::B * pb.T * pb.config.padded_vocab_size));
+    ArenaAccess eval_k(pb.layout, other.params.data(), nullptr), eval_a(pb.layout, other.params.data(), nullptr);
+    EXPECT_EQ(kept.forward(eval_k, other.tokens.data(), other.targets.data()),
+              again.forward(eval_a, other.tokens.data(), other.targets.data()));
+    EXPECT_EQ(pb.run(kept, gk, 0.5f), pb.run(again, ga, 0.5f));
+    EXPECT_EQ(0, std::memcmp(gk.data(), ga.data(), gk.size() * sizeof(float)));
+
+    RecordingAccess rec(pb.layout, pb.params.data());
+    again.forward_backward(rec, pb.tokens.data(), pb.targets.data(), 1.f);
+    EXPECT_EQ(rec.events, unit_event_order(pb.config));
+  }
+  omp_set_num_threads(saved);
+  // Only the layers after the first drop their sets: L - 1 blocks' worth less.
+  const std::uint64_t kept_bytes = GPT::activation_bytes(pb.config, Problem::B, pb.T, false);
+  const std::uint64_t again_bytes = GPT::activation_bytes(pb.config, Problem::B, pb.T, true);
+  EXPECT_EQ(GPT(pb.config, Problem::B, pb.T).activation_bytes(), kept_bytes);
+  EXPECT_EQ(GPT(pb.config, Problem::B, pb.T, true).activation_bytes(), again_bytes);
+  const std::uint64_t BT = Problem::B * pb.T, C = pb.config.n_embd, T = pb.T, NH = pb.config.n_head;
+  const std::uint64_t block_set = 4 * (BT * (16 * C + 4) + Problem::B * NH * T * T);  // res3 (BT x C) excepted
+  EXPECT_EQ(kept_bytes - again_bytes, (pb.config.n_layer - 1) * (block_set - 4 * BT * C));
+}
+
 // 1 and 2 threads split the batch of 2 into whole sequences; 3 threads take uneven row
 // shares and synchronise around attention. All agree to rounding.
 TEST(Gpt, ThreadCountsAgree) {
@@ -261,6 +299,72 @@ TEST(Gpt, BadInputIsRefusedBeforeAnyUnitIsAcquired) {
   EXPECT_THROW(GPT(pb.config, 0, 16), Error);
   EXPECT_THROW(GPT(pb.config, 2, 0), Error);
   EXPECT_THROW(GPT(pb.config, 2, pb.config.seq_len + 1), Error);
+}
+
+// The scheme written out whole, tensor by tensor and chunk by chunk from each chunk's first
+// pair: what init_params produced before it initialised ranges.
+std::vector<float> whole_arena_walk(const ParamLayout& layout, std::uint64_t seed) {
+  const GPTConfig& cfg = layout.config();
+  std::vector<float> out(layout.total_floats(), 0.f);
+  constexpr std::size_t kChunk = 1 << 16;
+  for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
+    const TensorInfo& t = layout.tensors()[ti];
+    if (t.shape.size() == 1) {
+      if (t.name.ends_with(".weight")) std::fill_n(out.begin() + t.offset, t.numel, 1.f);
+      continue;
+    }
+    const double stddev = t.name.ends_with("c_proj.weight") ? 0.02 / std::sqrt(2.0 * cfg.n_layer) : 0.02;
+    const std::size_t n = t.name == "wte.weight" ? static_cast<std::size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
+    for (std::size_t c = 0; c * kChunk < n; ++c) {
+      Rng rng(seed, (static_cast<std::uint64_t>(ti) << 32) | c);
+      const std::size_t end = std::min(n, (c + 1) * kChunk);
+      for (std::size_t i = c * kChunk; i < end; i += 2) {
+        const auto z = rng.normal_pair();
+        out[t.offset + i] = static_cast<float>(stddev * z[0]);
+        if (i + 1 < end) out[t.offset + i + 1] = static_cast<float>(stddev * z[1]);
+      }
+    }
+  }
+  return out;
+}
+
+// Sharded initialisation: any arena range gets exactly the whole arena's values, and nothing
+// outside the range is written. The model has tensors of several 64Ki chunks, so ranges
+// start and end inside chunks, inside pairs, in padding and across tensors.
+TEST(Gpt, InitParamsRangeEqualsTheWholeArenaBitForBit) {
+  GPTConfig cfg = GPTConfig::preset("tiny");
+  cfg.n_embd = 192;
+  cfg.vocab_size = 1000;
+  cfg.padded_vocab_size = 1024;
+  ParamLayout layout(cfg);
+  const std::size_t total = layout.total_floats();
+  std::vector<float> full(total);
+  model::init_params(layout, full.data(), 5);
+  const std::vector<float> want = whole_arena_walk(layout, 5);
+  ASSERT_EQ(0, std::memcmp(full.data(), want.data(), 4 * total));
+
+  std::vector<std::pair<std::size_t, std::size_t>> ranges = {{0, total}, {0, 1}, {total - 1, total}, {7, 7}};
+  const std::size_t wte = layout.find("wte.weight").offset;
+  for (std::size_t edge : {wte + 65536, wte + 2 * 65536, wte + 1000 * 192, layout.find("h.1.mlp.c_fc.weight").offset})
+    for (std::size_t a : {edge - 3, edge - 1, edge, edge + 1})
+      for (std::size_t b : {edge + 1, edge + 2, edge + 65537}) ranges.push_back({a, std::min(b, total)});
+  Rng rng(9);
+  for (int i = 0; i < 40; ++i) {  // up to a little over a chunk long
+    const std::size_t a = rng.below(total);
+    ranges.push_back({a, std::min(total, a + 1 + rng.below(70000))});
+  }
+  for (auto [begin, end] : ranges) {
+    SCOPED_TRACE(::testing::Message() << "range [" << begin << ", " << end << ")");
+    // One guard float either side must keep its value.
+    std::vector<float> got(end - begin + 2, -3.f);
+    model::init_params_range(layout, begin, end, got.data() + 1, 5);
+    ASSERT_EQ(got.front(), -3.f);
+    ASSERT_EQ(got.back(), -3.f);
+    ASSERT_EQ(0, std::memcmp(got.data() + 1, full.data() + begin, 4 * (end - begin)));
+  }
+  std::vector<float> out(4);
+  EXPECT_THROW(model::init_params_range(layout, total - 2, total + 2, out.data(), 5), Error);
+  EXPECT_THROW(model::init_params_range(layout, 3, 2, out.data(), 5), Error);
 }
 
 TEST(Gpt, InitParamsFollowsGpt2) {

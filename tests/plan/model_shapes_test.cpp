@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.hpp"
+#include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "plan/model_shapes.hpp"
 #include "support.hpp"
@@ -82,6 +83,21 @@ TEST(ModelShapes, ActivationBytesFollowTheDocumentedFormula) {
   EXPECT_EQ(m.activation_bytes(b, s, e, false, false), b * s * (2 * block_dense * e + head));
   EXPECT_EQ(m.activation_bytes(b, s, e, false, true), b * s * (2 * block_flash * e + head));
   EXPECT_EQ(m.activation_bytes(b, s, e, true, false), b * s * ((2 * 8 + block_dense) * e + head));
+}
+
+// One source of truth: for strata's own models in fp32 with dense attention the planner's
+// activation bytes are what a constructed model::GPT allocates, with and without recomputation.
+TEST(ModelShapes, StrataModelsPriceTheActivationsTheModelAllocates) {
+  for (const char* name : {"tiny", "small", "gpt2-124m"})
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(std::string(name) + (recompute ? " recomputed" : " kept"));
+      const ModelShape m = ModelShape::preset(name);
+      const int b = 2, s = 48;
+      const model::GPT gpt(*m.gpt, b, s, recompute);
+      EXPECT_EQ(m.activation_bytes(b, s, 4, recompute, false), gpt.activation_bytes());
+    }
+  const ModelShape small = ModelShape::preset("small");
+  EXPECT_LT(small.activation_bytes(2, 48, 4, true, false), small.activation_bytes(2, 48, 4, false, false));
 }
 
 TEST(ModelShapes, FieldsOverridePresetsAndBadFieldsAreNamed) {

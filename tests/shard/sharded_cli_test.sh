@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End to end under mpirun on the 8-rank test topology: for every preset `strata train` writes
 # a summary whose measured bytes per tier equal the schedule's and the planner's; a sharded
-# run stopped and resumed reproduces the uninterrupted losses bit for bit; bad specs are
-# refused before training, naming the field.
+# run stopped and resumed reproduces the uninterrupted losses bit for bit, and so does one
+# recomputing activations; bad specs are refused before training, naming the field.
 # Usage: sharded_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 strata=$1 src=$2
@@ -56,6 +56,21 @@ assert len(a) == 10 and a == b, (a, b)
 PY
 done
 
+# Full activation recomputation: the zero3 run's losses above, bit for bit, holding fewer
+# activation bytes (the summary's, which the planner prices: tests/plan).
+"${mpi[@]}" "$strata" train --strategy zero3 "${common[@]}" --steps 10 --recompute full --out "$work/recompute" > /dev/null
+/usr/bin/python3 - "$work/full.zero3" "$work/recompute" <<'PY' || fail "recompute"
+import json, sys
+kept, again = sys.argv[1], sys.argv[2]
+a = [json.loads(l)["loss"] for l in open(kept + "/metrics.jsonl")]
+b = [json.loads(l)["loss"] for l in open(again + "/metrics.jsonl")]
+assert len(a) == 10 and a == b, (a, b)
+sa, sb = json.load(open(kept + "/summary.json")), json.load(open(again + "/summary.json"))
+assert sa["recompute"] is False and sb["recompute"] is True
+assert sb["config"]["train"]["recompute"] == "full"
+assert 0 < sb["memory_bytes"]["activations"] < sa["memory_bytes"]["activations"], (sa["memory_bytes"], sb["memory_bytes"])
+PY
+
 # Bad specs are refused before training, naming the field.
 expect_error() {
   local want=$1; shift
@@ -67,6 +82,7 @@ expect_error "shard.weights = 'rack'" --strategy zero3 --shard W=rack
 expect_error "shard.block_size = 7" --strategy zeropp --block-size 7
 expect_error "shard.weight_wire = int4" --strategy zero3 --weight-wire int4
 expect_error "strategy 'zero4'" --strategy zero4
+expect_error "train.recompute = 'half': must be none or full" --strategy zero3 --recompute half
 # --print-schedule --world-size N: from one process, the very schedule the N ranks print.
 for strategy in zeropp topo; do
   "${mpi[@]}" "$strata" train --strategy $strategy "${common[@]}" --print-schedule > "$work/schedule8.txt"
