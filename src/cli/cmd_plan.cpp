@@ -77,9 +77,9 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
     if (!o.shard.empty()) spec.apply_shard_string(o.shard);
     if (!o.secondary.empty()) spec.secondary = o.secondary;
-    if (!o.weight_wire.empty()) spec.weight_wire = shard::parse_wire(o.weight_wire, "--weight-wire");
-    if (!o.grad_wire.empty()) spec.grad_wire = shard::parse_wire(o.grad_wire, "--grad-wire");
-    if (!o.step_grad_wire.empty()) spec.step_grad_wire = shard::parse_wire(o.step_grad_wire, "--step-grad-wire");
+    if (!o.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(o.weight_wire, "--weight-wire");
+    if (!o.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(o.grad_wire, "--grad-wire");
+    if (!o.step_grad_wire.empty()) spec.step_grad_wire = comm::parse_dtype(o.step_grad_wire, "--step-grad-wire");
     if (o.block_opt->count() > 0) spec.block_size = o.block_size;
     if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
     if (o.keep_weights_after_forward) spec.free_after_forward = false;

@@ -26,10 +26,10 @@ ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology
     changed = true;
   }
   if (!options.secondary.empty()) spec.secondary = options.secondary, changed = true;
-  if (!options.weight_wire.empty()) spec.weight_wire = parse_wire(options.weight_wire, "shard.weight_wire"), changed = true;
-  if (!options.grad_wire.empty()) spec.grad_wire = parse_wire(options.grad_wire, "shard.grad_wire"), changed = true;
+  if (!options.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(options.weight_wire, "shard.weight_wire"), changed = true;
+  if (!options.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(options.grad_wire, "shard.grad_wire"), changed = true;
   if (!options.step_grad_wire.empty())
-    spec.step_grad_wire = parse_wire(options.step_grad_wire, "shard.step_grad_wire"), changed = true;
+    spec.step_grad_wire = comm::parse_dtype(options.step_grad_wire, "shard.step_grad_wire"), changed = true;
   if (options.block_size != 0) spec.block_size = options.block_size, changed = true;
   if (options.prefetch >= 0) spec.prefetch = options.prefetch;
   if (options.prefetch < -1) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", options.prefetch));

@@ -78,7 +78,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
     U->weight_step = ops_for(schedule_.step_ops(), Purpose::WeightGatherStep, u);
     units_.push_back(std::move(U));
   }
-  if (L.weights == 0 && spec.weight_wire != Wire::F32) replicated_params_.resize(padded_total);
+  if (L.weights == 0 && spec.weight_wire != DType::F32) replicated_params_.resize(padded_total);
   if (L.grads == 0) replicated_grads_.resize(padded_total);
   largest_unit_ = largest;
 
@@ -156,7 +156,7 @@ void ShardedEngine::issue(int chain) {
       omp_set_num_threads(1);  // the compute thread owns the cores
       const WireBuffer& got = executor_.gather(ops, src);
       if (keep_secondary) {
-        const std::size_t at = comm::data_bytes(static_cast<comm::DType>(got.wire), U.s.offset);
+        const std::size_t at = comm::data_bytes(got.wire, U.s.offset);
         std::memcpy(U.secondary.data.data(), got.data.data() + at, U.secondary.data.size());
         if (U.secondary.scales.size() != 0)
           std::memcpy(U.secondary.scales.data(), got.scales.data() + U.s.offset / got.block,
@@ -335,7 +335,7 @@ std::pair<double, bool> ShardedEngine::all_mean_and_any(double local, bool flag)
 
 bool ShardedEngine::fp16_gradients() const {
   const ShardSpec& spec = schedule_.spec();
-  return spec.grad_wire == Wire::F16 || spec.step_grad_wire == Wire::F16;
+  return spec.grad_wire == DType::F16 || spec.step_grad_wire == DType::F16;
 }
 
 std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& local) {

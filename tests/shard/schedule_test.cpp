@@ -50,7 +50,7 @@ TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
   for (int world : {8, 16}) {
     auto topo = two_node_topology(world);
     ShardSpec spec = ShardSpec::preset_for("zero3", topo);
-    spec.weight_wire = spec.grad_wire = spec.step_grad_wire = Wire::BF16;
+    spec.weight_wire = spec.grad_wire = spec.step_grad_wire = DType::BF16;
     Schedule s(tiny_layout(), topo, spec, 1);
     double psi = static_cast<double>(s.total_padded());
     double expect = 3 * 2 * psi * (world - 1) / world;
@@ -61,7 +61,7 @@ TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
 TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
   auto topo = two_node_topology(16);  // 4 nodes of 4 ranks
   ShardSpec spec = ShardSpec::preset_for("hsdp", topo);
-  spec.weight_wire = spec.grad_wire = spec.step_grad_wire = Wire::BF16;
+  spec.weight_wire = spec.grad_wire = spec.step_grad_wire = DType::BF16;
   Schedule s(tiny_layout(), topo, spec, 1);
   const double psi = static_cast<double>(s.total_padded()), g = 4, R = 4;
   // Less the loss all-reduce's two fp64 (loss and stop flag) to each of R - 1 peers.
@@ -71,7 +71,7 @@ TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
 TEST(Schedule, ZeroppCrossNodeIsAboutAQuarterOfZero3) {
   auto topo = two_node_topology();
   ShardSpec z3 = ShardSpec::preset_for("zero3", topo);
-  z3.weight_wire = z3.grad_wire = z3.step_grad_wire = Wire::BF16;
+  z3.weight_wire = z3.grad_wire = z3.step_grad_wire = DType::BF16;
   Schedule a(tiny_layout(), topo, z3, 1);
   Schedule b(tiny_layout(), topo, ShardSpec::preset_for("zeropp", topo), 1);
   double ratio = static_cast<double>(tier_bytes(b, "cluster")) / static_cast<double>(tier_bytes(a, "cluster"));
@@ -119,7 +119,7 @@ TEST(Schedule, MemoryFollowsTheSpecFormula) {
   Schedule s(tiny_layout(), topo, ShardSpec::preset_for("topo", topo), 1);
   StateMemory m = s.memory_per_rank();
   std::uint64_t n = s.total_padded();
-  EXPECT_EQ(m.weights, wire_bytes(n / 2, Wire::I8, 256));  // W over gpu: degree 2, int8 + scales
+  EXPECT_EQ(m.weights, comm::wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
   EXPECT_EQ(m.grads, 4 * n / 4);                           // G over node: degree 4
   EXPECT_EQ(m.optimizer, 12 * n / 8);                      // OS over all 8
   EXPECT_EQ(m.secondary, 0u);
