@@ -20,6 +20,7 @@
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
 #include "plan/search.hpp"
+#include "shard/schedule.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
 
@@ -42,6 +43,7 @@ struct PlanOptions {
   int top = 5;
   std::string sweep_nodes, svg;
   std::string compare_summary;
+  bool print_schedule = false;
   bool json = false;
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
@@ -357,6 +359,9 @@ void run_plan(const PlanOptions& o) {
     std::fflush(stdout);
     return;
   }
+  if (o.print_schedule && (!o.sweep_nodes.empty() || o.search || !o.compare_summary.empty()))
+    throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
+                "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
   if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   topology.resolve(topology.world_size_for_nodes(o.nodes));
@@ -380,6 +385,19 @@ void run_plan(const PlanOptions& o) {
     } else {
       print_search(context, result, o.top);
     }
+    std::fflush(stdout);
+    return;
+  }
+
+  if (o.print_schedule) {
+    // The very schedules the estimates price (the context's units, its accumulation steps).
+    nlohmann::json schedules = nlohmann::json::object();
+    for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision)) {
+      const shard::Schedule schedule(context.units(), topology, s.spec, workload.accumulation_steps);
+      if (o.json) schedules[s.name] = schedule.to_json();
+      else fmt::print("{}\n", schedule.table());
+    }
+    if (o.json) fmt::print("{}\n", nlohmann::json{{"model", model.to_json()}, {"schedules", schedules}}.dump(2));
     std::fflush(stdout);
     return;
   }
@@ -454,6 +472,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--compare-summary", o->compare_summary,
                   "check the planner's bytes per tier against a run's summary.json (comm.scheduled_per_step, "
                   "comm.per_step)");
+  cmd->add_flag("--print-schedule", o->print_schedule,
+                "print each chosen strategy's schedule of collectives instead of its estimate (--json: each op's "
+                "issue points, slots and algorithm, the program's prefetch depth and reductions in flight)");
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_plan(*o); });
 });

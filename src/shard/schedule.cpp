@@ -371,19 +371,28 @@ StateMemory Schedule::memory_per_rank(int compute_bytes) const {
 }
 
 static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topology) {
-  return {{"when", to_string(op.when)},
-          {"purpose", to_string(op.purpose)},
-          {"kind", to_string(op.kind)},
-          {"algorithm", to_string(op.algorithm)},
-          {"unit", op.unit},
-          {"tier", topology.tier(op.level).name},
-          {"group_size", op.group_size},
-          {"wire", comm::dtype_name(op.wire)},
-          {"elements_in", op.elements_in},
-          {"elements_out", op.elements_out},
-          {"bytes_sent", op.bytes_sent},
-          {"bytes_received", op.bytes_received},
-          {"messages", op.messages}};
+  nlohmann::json j{{"when", to_string(op.when)},
+                   {"purpose", to_string(op.purpose)},
+                   {"kind", to_string(op.kind)},
+                   {"algorithm", to_string(op.algorithm)},
+                   {"unit", op.unit},
+                   {"reads", to_string(op.reads)},
+                   {"writes", to_string(op.writes)},
+                   {"tier", topology.tier(op.level).name},
+                   {"group_size", op.group_size},
+                   {"wire", comm::dtype_name(op.wire)},
+                   {"elements_in", op.elements_in},
+                   {"elements_out", op.elements_out},
+                   {"bytes_sent", op.bytes_sent},
+                   {"bytes_received", op.bytes_received},
+                   {"messages", op.messages}};
+  // Only micro-batch ops have issue points (events of the program); step ops run in order.
+  if (op.issue_event >= 0) {
+    j["event"] = op.event;
+    j["issue_event"] = op.issue_event;
+    j["complete_by"] = op.complete_by;
+  }
+  return j;
 }
 
 nlohmann::json Schedule::to_json() const {
@@ -391,6 +400,21 @@ nlohmann::json Schedule::to_json() const {
   j["spec"] = spec_.to_json();
   j["world_size"] = world_size();
   j["accumulation_steps"] = accum_;
+  // The program's parameters (what decides the issue points of the ops below and the
+  // gathered memory) and its events, which an op's event, issue_event and complete_by index.
+  nlohmann::json events = nlohmann::json::array();
+  for (const model::UnitEvent& e : units_.events) {
+    using K = model::UnitEvent::Kind;
+    const char* kind = e.kind == K::Acquire ? "acquire" : e.kind == K::Release ? "release" : "grads_ready";
+    nlohmann::json ej{{"kind", kind}, {"unit", e.unit}};
+    if (e.kind != K::GradsReady) ej["phase"] = e.phase == model::Phase::Forward ? "forward" : "backward";
+    events.push_back(ej);
+  }
+  j["program"] = {{"prefetch", spec_.prefetch},
+                  {"reductions_in_flight", spec_.reductions_in_flight},
+                  {"free_after_forward", spec_.free_after_forward},
+                  {"peak_buffers", peak_buffers(training_)},
+                  {"events", events}};
   j["micro_batch_ops"] = nlohmann::json::array();
   for (auto& op : micro_) j["micro_batch_ops"].push_back(op_json(op, topology_));
   j["step_ops"] = nlohmann::json::array();

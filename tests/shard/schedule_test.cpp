@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.hpp"
 #include "model/layout.hpp"
 #include "shard/schedule.hpp"
@@ -147,4 +149,40 @@ TEST(Schedule, QuantizedReductionsUseAllToAllAndChunksAreWholeBlocks) {
 TEST(Schedule, RefusesNonPositiveAccumulation) {
   auto topo = two_node_topology();
   EXPECT_THROW(Schedule(tiny_layout(), topo, ShardSpec::preset_for("ddp", topo), 0), Error);
+}
+
+TEST(Schedule, JsonCarriesEachOpsIssuePointsSlotsAndTheProgramsParameters) {
+  auto topo = two_node_topology(8);
+  for (int prefetch : {0, 2}) {
+    ShardSpec spec = ShardSpec::preset_for("zeropp", topo);
+    spec.prefetch = prefetch;
+    spec.reductions_in_flight = 3;
+    const Schedule s(tiny_layout(), topo, spec, 1);
+    const nlohmann::json j = s.to_json();
+    EXPECT_EQ(j["program"]["prefetch"], prefetch);
+    EXPECT_EQ(j["program"]["reductions_in_flight"], 3);
+    EXPECT_EQ(j["program"]["peak_buffers"], s.peak_buffers(s.training_program()));
+    ASSERT_EQ(j["program"]["events"].size(), s.units().events.size());
+    ASSERT_EQ(j["micro_batch_ops"].size(), s.micro_batch_ops().size());
+    std::set<std::string> algorithms;
+    for (std::size_t i = 0; i < s.micro_batch_ops().size(); ++i) {
+      const ScheduledOp& op = s.micro_batch_ops()[i];
+      const nlohmann::json& o = j["micro_batch_ops"][i];
+      EXPECT_EQ(o["event"], op.event);
+      EXPECT_EQ(o["issue_event"], op.issue_event);
+      EXPECT_EQ(o["complete_by"], op.complete_by);
+      EXPECT_LE(op.issue_event, op.event);  // issued no later than the event it serves
+      EXPECT_EQ(o["reads"], to_string(op.reads));
+      EXPECT_EQ(o["writes"], to_string(op.writes));
+      EXPECT_EQ(o["algorithm"], to_string(op.algorithm));
+      const nlohmann::json& e = j["program"]["events"][static_cast<std::size_t>(op.event)];
+      EXPECT_EQ(e["unit"], op.unit);
+      EXPECT_EQ(e["kind"], op.kind == OpKind::AllGather ? "acquire" : "grads_ready");
+      algorithms.insert(o["algorithm"].get<std::string>());
+    }
+    EXPECT_EQ(algorithms, (std::set<std::string>{std::string(to_string(Algorithm::Ring)),
+                                                 std::string(to_string(Algorithm::AllToAll))}));
+    // Step ops run in order after the micro-batches: no issue points.
+    for (const nlohmann::json& o : j["step_ops"]) EXPECT_FALSE(o.contains("issue_event"));
+  }
 }
