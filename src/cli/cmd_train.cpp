@@ -20,6 +20,7 @@
 #include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
+#include "device/device.hpp"
 #include "model/layout.hpp"
 #include "shard/runtime.hpp"
 #include "shard/schedule.hpp"
@@ -147,6 +148,7 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
     config.threads = std::max(1, omp_get_num_procs() / local);
   }
   config.validate();
+  device::device_named(config.device, "train.device");  // refused here, before anything runs
   return config;
 }
 
@@ -243,7 +245,7 @@ bool run_train(const TrainArgs& args) {
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
-                                config.seed);
+                                config.seed, device::device_named(config.device, "train.device"));
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {

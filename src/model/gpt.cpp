@@ -87,13 +87,13 @@ struct GPT::Impl {
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
-GPT::GPT(const GPTConfig& config, int batch, int seq)
+GPT::GPT(const GPTConfig& config, int batch, int seq, const Kernels& kernels)
     : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
   if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
   if (seq <= 0 || seq > config.seq_len)
     throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
   Impl& m = *impl_;
-  m.k = &kernels_for(detected_isa());
+  m.k = &kernels;
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
   m.lnf_off = final_norm_offsets(layout_);

@@ -12,7 +12,9 @@
 #include <memory>
 #include <vector>
 
+#include "base/cpu.hpp"
 #include "model/config.hpp"
+#include "model/kernels.hpp"
 #include "model/layout.hpp"
 
 namespace strata::model {
@@ -50,7 +52,8 @@ class GPT {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
   // (seq <= config.seq_len); throws Error on other sizes.
-  GPT(const GPTConfig& config, int batch, int seq);
+  // `kernels`: the table it computes with (the compute device's; by default the host's).
+  GPT(const GPTConfig& config, int batch, int seq, const Kernels& kernels = kernels_for(detected_isa()));
 
   const GPTConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "quant/convert.hpp"
 #include "quant/quant.hpp"
@@ -103,8 +104,15 @@ void WireBuffer::decode_add(std::size_t offset, std::size_t n, float* dst) const
 
 // ---- OpExecutor ------------------------------------------------------------------------
 
-OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size)
-    : levels_(std::move(levels)), block_(block_size) {
+OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
+                       device::Device& device)
+    : levels_(std::move(levels)),
+      block_(block_size),
+      wire_a_(device),
+      wire_b_(device),
+      wire_c_(device),
+      f32_a_(device),
+      f32_b_(device) {
   if (scratch_elements == 0) return;
   wire_a_.reserve_any(block_size, scratch_elements);
   wire_b_.reserve_any(block_size, scratch_elements);

@@ -11,19 +11,21 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/aligned.hpp"
 #include "comm/collectives.hpp"
+#include "device/device.hpp"
 #include "shard/schedule.hpp"
 
 namespace strata::shard {
 
 // A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
 struct WireBuffer {
+  explicit WireBuffer(device::Device& device) : data(device), scales(device) {}
+
   DType wire = DType::F32;
   int block = 0;
   std::size_t count = 0;  // elements
-  AlignedBuffer<std::uint8_t> data;
-  AlignedBuffer<float> scales;
+  device::Buffer<std::uint8_t> data;
+  device::Buffer<float> scales;
 
   void reset(DType w, int block_size, std::size_t n);  // allocates exactly n elements
   // Scratch use: room for n elements of any wire format, then retyped with set_format.
@@ -43,8 +45,9 @@ using Chain = std::vector<const ScheduledOp*>;
 class OpExecutor {
  public:
   // levels[t]: the collectives over level t's group (topology tier t's across-group).
-  // Scratch for buffers of `scratch_elements` (Schedule::scratch_elements).
-  OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size);
+  // Scratch for buffers of `scratch_elements` (Schedule::scratch_elements), on `device`.
+  OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
+             device::Device& device);
 
   comm::Collectives& level(int t) { return *levels_.at(t); }
   // All-gathers level by level from `src` (elements_in of the first op) in its wire format;
@@ -69,7 +72,7 @@ class OpExecutor {
   std::vector<comm::Collectives*> levels_;
   int block_;
   WireBuffer wire_a_, wire_b_, wire_c_;
-  AlignedBuffer<float> f32_a_, f32_b_;
+  device::Buffer<float> f32_a_, f32_b_;
   std::vector<const ScheduledOp*> trace_;  // written on the communication thread
 };
 

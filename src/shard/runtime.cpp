@@ -41,7 +41,7 @@ ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology
 }
 
 ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
-                               int accumulation_steps, std::uint64_t seed) {
+                               int accumulation_steps, std::uint64_t seed, device::Device& device) {
   // Host detection and communicator creation block inside MPI until every rank takes part.
   const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);
   int world = 0;
@@ -58,7 +58,8 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   context_ = std::make_unique<comm::Context>(*topology, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
   groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
   comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
-  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, *spec, accumulation_steps, seed);
+  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, *spec, accumulation_steps, seed,
+                                            device);
 }
 
 ShardedRuntime::~ShardedRuntime() {

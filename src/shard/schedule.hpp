@@ -45,7 +45,7 @@ std::string_view to_string(Algorithm a);
 std::string_view to_string(When w);
 std::string_view to_string(Purpose p);
 
-// The buffers an op reads and writes (WireBuffer/AlignedBuffer of the runtime's unit state).
+// The buffers an op reads and writes (the device buffers of the runtime's unit state).
 enum class Slot {
   None,
   WeightShard,     // W slice in the weight wire

@@ -35,15 +35,18 @@ std::vector<comm::Collectives*> level_collectives(comm::TierComms& comms, int le
 
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
-                             std::uint64_t seed)
-    : model_(config, batch, seq),
+                             std::uint64_t seed, device::Device& device)
+    : device_(device),
+      model_(config, batch, seq, device.kernels()),
       ctx_(ctx),
       comms_(comms),
       schedule_(model_.layout(), ctx.topology(), spec, accumulation_steps),
       dims_(parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
       executor_(level_collectives(comms, schedule_.levels().num_levels), schedule_.scratch_elements(),
-                spec.block_size) {
+                spec.block_size, device),
+      replicated_params_(device),
+      replicated_grads_(device) {
   const LevelSpec& L = schedule_.levels();
   const model::ParamLayout& layout = model_.layout();
   if (spec.step_grad_allreduce)
@@ -52,7 +55,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
 
   std::size_t padded_total = 0, largest = 0;
   for (int u = 0; u < schedule_.num_units(); ++u) {
-    auto U = std::make_unique<Unit>();
+    auto U = std::make_unique<Unit>(device_);
     U->index = u;
     U->numel = layout.units()[u].numel;
     U->padded = schedule_.padded_numel(u);
@@ -191,7 +194,7 @@ void ShardedEngine::wait(comm::Work& work) {
 
 float* ShardedEngine::borrow_full() {
   if (free_buffers_.empty()) {
-    pool_.emplace_back(largest_unit_);
+    pool_.emplace_back(device_, largest_unit_);
     free_buffers_.push_back(pool_.back().data());
   }
   float* b = free_buffers_.back();

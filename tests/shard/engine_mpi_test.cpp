@@ -54,7 +54,7 @@ TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim
   topo::ProcessGroups groups(topology);
   comm::TierComms comms(ctx, groups);
   model::GPTConfig config = model::GPTConfig::preset("tiny");
-  shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, accum, 1234);
+  shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, accum, 1234, device::host());
   TrainRun run;
   run.scheduled = engine.schedule().traffic_per_step();
   run.scheduled_memory = engine.schedule().memory_per_rank();
