@@ -10,6 +10,15 @@ namespace strata {
 
 inline constexpr std::size_t kAlignBytes = 64;
 
+// `bytes` (> 0) of zeroed memory, kAlignBytes-aligned, for std::free; throws std::bad_alloc.
+inline void* aligned_zeroed(std::size_t bytes) {
+  bytes = (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+  void* p = std::aligned_alloc(kAlignBytes, bytes);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return p;
+}
+
 template <class T>
 class AlignedBuffer {
  public:
@@ -33,11 +42,7 @@ class AlignedBuffer {
     std::free(data_);
     data_ = nullptr;
     size_ = n;
-    if (n == 0) return;
-    std::size_t bytes = (n * sizeof(T) + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
-    data_ = static_cast<T*>(std::aligned_alloc(kAlignBytes, bytes));
-    if (!data_) throw std::bad_alloc();
-    std::memset(static_cast<void*>(data_), 0, bytes);
+    if (n > 0) data_ = static_cast<T*>(aligned_zeroed(n * sizeof(T)));
   }
   void zero() {
     if (data_) std::memset(static_cast<void*>(data_), 0, size_ * sizeof(T));

@@ -136,7 +136,7 @@ void run_bench(const Options& o) {
       throw Error(fmt::format("bench collectives: --emulate-scale {} must be positive", o.emulate_scale));
     for (double s : o.sizes_mib)
       if (!(s > 0)) throw Error(fmt::format("bench collectives: --sizes-mib {} must be positive", s));
-    dtype = comm::parse_dtype(o.dtype);
+    dtype = comm::parse_dtype(o.dtype, "--dtype");
     if (!comm::is_reducible(dtype))
       throw Error(fmt::format("bench collectives: --dtype {} cannot be reduced; use fp32, bf16 or fp16", o.dtype));
 

@@ -21,6 +21,7 @@
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
 #include "plan/search.hpp"
+#include "shard/schedule.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
 
@@ -44,6 +45,7 @@ struct PlanOptions {
   std::string sweep_nodes, svg;
   std::string compare_summary;
   std::string calibration;
+  bool print_schedule = false;
   bool json = false;
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
@@ -79,9 +81,9 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
     if (!o.shard.empty()) spec.apply_shard_string(o.shard);
     if (!o.secondary.empty()) spec.secondary = o.secondary;
-    if (!o.weight_wire.empty()) spec.weight_wire = shard::parse_wire(o.weight_wire, "--weight-wire");
-    if (!o.grad_wire.empty()) spec.grad_wire = shard::parse_wire(o.grad_wire, "--grad-wire");
-    if (!o.step_grad_wire.empty()) spec.step_grad_wire = shard::parse_wire(o.step_grad_wire, "--step-grad-wire");
+    if (!o.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(o.weight_wire, "--weight-wire");
+    if (!o.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(o.grad_wire, "--grad-wire");
+    if (!o.step_grad_wire.empty()) spec.step_grad_wire = comm::parse_dtype(o.step_grad_wire, "--step-grad-wire");
     if (o.block_opt->count() > 0) spec.block_size = o.block_size;
     if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
     if (o.keep_weights_after_forward) spec.free_after_forward = false;
@@ -404,6 +406,9 @@ void run_plan(const PlanOptions& o) {
     std::fflush(stdout);
     return;
   }
+  if (o.print_schedule && (!o.sweep_nodes.empty() || o.search || !o.compare_summary.empty()))
+    throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
+                "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
   if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   topology.resolve(topology.world_size_for_nodes(o.nodes));
@@ -427,6 +432,19 @@ void run_plan(const PlanOptions& o) {
     } else {
       print_search(context, result, o.top);
     }
+    std::fflush(stdout);
+    return;
+  }
+
+  if (o.print_schedule) {
+    // The very schedules the estimates price (the context's units, its accumulation steps).
+    nlohmann::json schedules = nlohmann::json::object();
+    for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision)) {
+      const shard::Schedule schedule(context.units(), topology, s.spec, workload.accumulation_steps);
+      if (o.json) schedules[s.name] = schedule.to_json();
+      else fmt::print("{}\n", schedule.table());
+    }
+    if (o.json) fmt::print("{}\n", nlohmann::json{{"model", model.to_json()}, {"schedules", schedules}}.dump(2));
     std::fflush(stdout);
     return;
   }
@@ -504,6 +522,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--calibration", o->calibration,
                   "price with what `strata calibrate` measured (a calibration TOML file): collective curves per "
                   "tier, compute curve, Adam rate, overlap slowdown");
+  cmd->add_flag("--print-schedule", o->print_schedule,
+                "print each chosen strategy's schedule of collectives instead of its estimate (--json: each op's "
+                "issue points, slots and algorithm, the program's prefetch depth and reductions in flight)");
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_plan(*o); });
 });

@@ -20,6 +20,7 @@
 #include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
+#include "device/device.hpp"
 #include "model/layout.hpp"
 #include "shard/runtime.hpp"
 #include "shard/schedule.hpp"
@@ -46,6 +47,7 @@ struct TrainArgs {
   bool emulate_links = false;
   bool keep_weights = false;
   bool print_schedule = false;
+  bool schedule_json = false;  // --json: --print-schedule as one JSON document
   int preview_world_size = 0;  // --world-size: lay the schedule out for that many ranks from one process
   CLI::Option* preview_world_size_option = nullptr;
   std::vector<std::string> tier_overrides;
@@ -148,6 +150,7 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
     config.threads = std::max(1, omp_get_num_procs() / local);
   }
   config.validate();
+  device::device_named(config.device, "train.device");  // refused here, before anything runs
   return config;
 }
 
@@ -183,6 +186,11 @@ void warn_if_nothing_saved(const train::TrainConfig& config) {
   fmt::print(stderr, "strata: no --out: this run saves nothing (no checkpoint, metrics.jsonl or summary.json)\n");
 }
 
+void print_schedule(const shard::Schedule& schedule, bool json) {
+  if (json) fmt::print("{}\n", schedule.to_json().dump(2));
+  else fmt::print("{}", schedule.table());
+}
+
 // --print-schedule --world-size N: the schedule N ranks would run, built by one process exactly
 // as each rank builds it (same topology, spec and layout), without launching them.
 void preview_schedule(const TrainArgs& args) {
@@ -196,11 +204,12 @@ void preview_schedule(const TrainArgs& args) {
   const topo::Topology topology = shard::resolve_topology(config.shard, args.preview_world_size);
   const shard::Schedule schedule(model::ParamLayout(config.model), topology, shard::build_spec(config.shard, topology),
                                  config.grad_accum);
-  fmt::print("{}", schedule.table());
+  print_schedule(schedule, args.schedule_json);
 }
 
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
 bool run_train(const TrainArgs& args) {
+  if (args.schedule_json && !args.print_schedule) throw Error("--json: only with --print-schedule");
   if (args.preview_world_size_option->count() > 0) {
     if (!args.print_schedule) throw Error("--world-size: only with --print-schedule (a preview of that layout)");
     if (args.preview_world_size < 1)
@@ -238,11 +247,12 @@ bool run_train(const TrainArgs& args) {
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
-                                config.seed, config.recomputes());
+                                config.seed, device::device_named(config.device, "train.device"),
+                                config.recomputes());
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {
-    if (leader) fmt::print("{}", engine.schedule().table());
+    if (leader) print_schedule(engine.schedule(), args.schedule_json);
     return false;
   }
   train::PreemptionHandler preemption;  // after MPI_Init: ours, not the MPI library's
@@ -292,6 +302,9 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
                 "keep gathered weights from forward to backward instead of gathering them again");
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
+  cmd->add_flag("--json", args->schedule_json,
+                "with --print-schedule: one JSON document (each op's issue points, slots and algorithm; the "
+                "program's prefetch depth and reductions in flight)");
   args->preview_world_size_option =
       cmd->add_option("--world-size", args->preview_world_size,
                       "with --print-schedule: the schedule of that many ranks, from one process (no mpirun)");

@@ -1,5 +1,9 @@
 #include "comm/dtype.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -17,10 +21,16 @@ std::string_view dtype_name(DType t) {
   return "?";
 }
 
-DType parse_dtype(std::string_view name) {
+DType parse_dtype(std::string_view name, std::string_view field) {
+  std::string n(name);
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (n == "f32") return DType::F32;
+  if (n == "f16") return DType::F16;
+  if (n == "i8") return DType::I8;
+  if (n == "i4") return DType::I4;
   for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I8, DType::I4})
-    if (dtype_name(t) == name) return t;
-  throw Error(fmt::format("unknown dtype '{}' (known: fp32, bf16, fp16, int8, int4)", name));
+    if (dtype_name(t) == n) return t;
+  throw Error(fmt::format("{} = '{}': unknown element type (expected fp32, bf16, fp16, int8 or int4)", field, name));
 }
 
 std::size_t data_bytes(DType t, std::size_t count) {

@@ -15,8 +15,12 @@ namespace strata::comm {
 
 enum class DType : std::uint8_t { F32, BF16, F16, I8, I4 };
 
+// One enum for every element type strata moves: collectives carry it, and the schedule's
+// wire formats (how each state travels) are values of it.
 std::string_view dtype_name(DType t);
-DType parse_dtype(std::string_view name);  // "fp32", "bf16", "fp16", "int8", "int4"; throws Error
+// "fp32" (or "f32"), "bf16", "fp16" ("f16"), "int8" ("i8"), "int4" ("i4"), any case;
+// throws Error naming `field` (the flag or config key the name came from).
+DType parse_dtype(std::string_view name, std::string_view field);
 
 inline bool is_quantized(DType t) { return t == DType::I8 || t == DType::I4; }
 inline bool is_reducible(DType t) { return !is_quantized(t); }
@@ -25,6 +29,10 @@ inline bool is_reducible(DType t) { return !is_quantized(t); }
 std::size_t data_bytes(DType t, std::size_t count);
 // Scales that `count` elements of a quantized type carry: ceil(count / block); 0 otherwise.
 std::size_t scale_count(DType t, std::size_t count, std::size_t block);
+// Bytes `count` elements occupy on the wire: data plus fp32 scales.
+inline std::size_t wire_bytes(DType t, std::size_t count, std::size_t block) {
+  return data_bytes(t, count) + sizeof(float) * scale_count(t, count, block);
+}
 // Throws Error unless `block` suits `t`: quantized types need block > 0, int4 an even block
 // (so that every block starts on a byte boundary).
 void check_block(DType t, std::size_t block, std::string_view what);

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "base/aligned.hpp"
-#include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
@@ -93,7 +92,7 @@ std::size_t GPT::Impl::place(const GPTConfig& config, int B, int T, bool recompu
   return cursor;
 }
 
-GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute)
+GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels)
     : layout_(config), B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
   if (config.family != Family::Gpt2)
     throw Error(fmt::format("model: GPT built for family {}", family_name(config.family)));
@@ -101,7 +100,7 @@ GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute)
   if (seq <= 0 || seq > config.seq_len)
     throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
   Impl& m = *impl_;
-  m.k = &kernels_for(detected_isa());
+  m.k = &kernels;
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
   m.lnf_off = final_norm_offsets(layout_);

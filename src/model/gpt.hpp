@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "base/cpu.hpp"
 #include "model/config.hpp"
+#include "model/kernels.hpp"
 #include "model/layout.hpp"
 #include "model/model.hpp"
 
@@ -26,7 +28,9 @@ class GPT final : public Model {
   // (full activation recomputation) forward keeps only each block's input, and block_backward
   // first runs the block's forward again: the same losses and gradients, bit for bit, for one
   // more forward.
-  GPT(const GPTConfig& config, int batch, int seq, bool recompute = false);
+  // `kernels`: the table it computes with (the compute device's; by default the host's).
+  GPT(const GPTConfig& config, int batch, int seq, bool recompute = false,
+      const Kernels& kernels = kernels_for(detected_isa()));
 
   // Bytes of activations (and their gradient buffers) such a model allocates: one source for
   // the engines' memory reports and the planner. The attention backward's T x T scratch per

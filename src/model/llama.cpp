@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "base/aligned.hpp"
-#include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
@@ -235,7 +234,7 @@ struct Llama::Impl {
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
-Llama::Llama(const GPTConfig& config, int batch, int seq)
+Llama::Llama(const GPTConfig& config, int batch, int seq, const Kernels& kernels)
     : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
   if (config.family != Family::Llama)
     throw Error(fmt::format("model: Llama built for family {}", family_name(config.family)));
@@ -243,7 +242,7 @@ Llama::Llama(const GPTConfig& config, int batch, int seq)
   if (seq <= 0 || seq > config.seq_len)
     throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
   Impl& m = *impl_;
-  m.k = &kernels_for(detected_isa());
+  m.k = &kernels;
   m.off = llama_offsets(layout_);
   m.shape = {T_, config.n_head, config.kv_heads(), config.head_dim()};
 

@@ -19,6 +19,8 @@
 #include <memory>
 #include <vector>
 
+#include "base/cpu.hpp"
+#include "model/kernels.hpp"
 #include "model/model.hpp"
 
 namespace strata::model {
@@ -28,8 +30,9 @@ inline constexpr float kRmsNormEps = 1e-5f;
 class Llama final : public Model {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
-  // (seq <= config.seq_len); throws Error on other sizes or another family.
-  Llama(const GPTConfig& config, int batch, int seq);
+  // (seq <= config.seq_len); throws Error on other sizes or another family. `kernels`: the
+  // table it computes with (the compute device's; by default the host's).
+  Llama(const GPTConfig& config, int batch, int seq, const Kernels& kernels = kernels_for(detected_isa()));
   ~Llama() override;
 
   const ParamLayout& layout() const override { return layout_; }

@@ -14,13 +14,14 @@ std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
   return config.family == Family::Llama ? Llama::event_order(config) : GPT::event_order(config);
 }
 
-std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute) {
+std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute,
+                                  const Kernels& kernels) {
   if (config.family == Family::Llama) {
     if (recompute)
       throw Error("train.recompute = 'full': activation recomputation is not implemented for model.family = llama yet");
-    return std::make_unique<Llama>(config, batch, seq);
+    return std::make_unique<Llama>(config, batch, seq, kernels);
   }
-  return std::make_unique<GPT>(config, batch, seq, recompute);
+  return std::make_unique<GPT>(config, batch, seq, recompute, kernels);
 }
 
 }  // namespace strata::model

@@ -11,7 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "base/cpu.hpp"
 #include "model/config.hpp"
+#include "model/kernels.hpp"
 #include "model/layout.hpp"
 
 namespace strata::model {
@@ -71,8 +73,10 @@ class Model {
 
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
-// `recompute` (GPT only so far); throws Error on other sizes.
-std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false);
+// `recompute` (GPT only so far), computing with `kernels` (the compute device's; by default the
+// host's); throws Error on other sizes.
+std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false,
+                                  const Kernels& kernels = kernels_for(detected_isa()));
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

@@ -12,7 +12,7 @@ namespace strata::plan {
 
 using shard::Purpose;
 using shard::ScheduledOp;
-using shard::Wire;
+using comm::DType;
 
 Precision parse_precision(std::string_view text) {
   if (text == "bf16") return Precision::BF16;
@@ -26,8 +26,8 @@ int compute_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
 
 shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision) {
   if (precision == Precision::BF16)
-    for (Wire* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
-      if (*w == Wire::F32) *w = Wire::BF16;
+    for (DType* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
+      if (*w == DType::F32) *w = DType::BF16;
   return spec;
 }
 

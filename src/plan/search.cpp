@@ -13,7 +13,7 @@
 namespace strata::plan {
 
 using shard::ShardSpec;
-using shard::Wire;
+using comm::DType;
 
 namespace {
 
@@ -37,14 +37,14 @@ bool ranks_before(const Estimate& a, const Estimate& b) {
 std::string spec_label(const ShardSpec& spec) {
   auto tier = [](const std::string& t) { return t == "none" ? std::string("-") : t; };
   return fmt::format("W={} G={} OS={} S={} w:{} g:{} s:{}{}", tier(spec.weights), tier(spec.grads),
-                     tier(spec.optimizer), tier(spec.secondary), shard::wire_name(spec.weight_wire),
-                     shard::wire_name(spec.grad_wire), shard::wire_name(spec.step_grad_wire),
+                     tier(spec.optimizer), tier(spec.secondary), comm::dtype_name(spec.weight_wire),
+                     comm::dtype_name(spec.grad_wire), comm::dtype_name(spec.step_grad_wire),
                      spec.step_grad_allreduce ? " step-allreduce" : "");
 }
 
 std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision precision, const SearchSpace& space) {
   const int n = topology.num_tiers();
-  const Wire base = precision == Precision::BF16 ? Wire::BF16 : Wire::F32;
+  const DType base = precision == Precision::BF16 ? DType::BF16 : DType::F32;
   std::vector<NamedSpec> presets;
   for (const std::string& name : strategy_names()) {
     try {
@@ -66,12 +66,12 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
         for (int s = 0; s < std::max(1, w); ++s) {
           // Weights travel in gathers when sharded or regathered after the step.
           const bool weight_gathers = w > 0 || o > w;
-          std::vector<Wire> weight_wires{base};
-          if (weight_gathers) weight_wires.push_back(Wire::I8);
-          std::vector<Wire> grad_wires{base};
-          if (g > 0) grad_wires.insert(grad_wires.end(), {Wire::I8, Wire::I4});
-          for (Wire ww : weight_wires)
-            for (Wire gw : grad_wires) {
+          std::vector<DType> weight_wires{base};
+          if (weight_gathers) weight_wires.push_back(DType::I8);
+          std::vector<DType> grad_wires{base};
+          if (g > 0) grad_wires.insert(grad_wires.end(), {DType::I8, DType::I4});
+          for (DType ww : weight_wires)
+            for (DType gw : grad_wires) {
               ShardSpec spec;
               spec.preset = "custom";
               spec.weights = tier_name(w);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "quant/convert.hpp"
 #include "quant/quant.hpp"
@@ -13,25 +14,23 @@ namespace strata::shard {
 
 namespace {
 
-comm::DType dtype_of(Wire w) { return static_cast<comm::DType>(w); }
-
-quant::QuantSpec qspec(Wire w, int block) {
-  return {w == Wire::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, block};
+quant::QuantSpec qspec(DType w, int block) {
+  return {w == DType::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, block};
 }
 
 // Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
-std::size_t byte_offset(Wire w, std::size_t offset) { return comm::data_bytes(dtype_of(w), offset); }
+std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
 
 }  // namespace
 
 // ---- WireBuffer ------------------------------------------------------------------------
 
-void WireBuffer::reset(Wire w, int block_size, std::size_t n) {
+void WireBuffer::reset(DType w, int block_size, std::size_t n) {
   wire = w;
   block = block_size;
   count = n;
-  data.resize(comm::data_bytes(dtype_of(w), n));
-  scales.resize(wire_quantized(w) ? (n + block_size - 1) / block_size : 0);
+  data.resize(comm::data_bytes(w, n));
+  scales.resize(comm::is_quantized(w) ? (n + block_size - 1) / block_size : 0);
 }
 
 void WireBuffer::reserve_any(int block_size, std::size_t n) {
@@ -42,8 +41,8 @@ void WireBuffer::reserve_any(int block_size, std::size_t n) {
 }
 
 comm::Buf WireBuffer::view(std::size_t offset, std::size_t n) {
-  comm::Buf b(dtype_of(wire), data.data() + byte_offset(wire, offset), n);
-  if (wire_quantized(wire)) {
+  comm::Buf b(wire, data.data() + byte_offset(wire, offset), n);
+  if (comm::is_quantized(wire)) {
     b.scales = scales.data() + offset / block;
     b.block = static_cast<std::size_t>(block);
   }
@@ -57,43 +56,43 @@ comm::CBuf WireBuffer::cview(std::size_t offset, std::size_t n) const {
 void WireBuffer::encode(const float* src, std::size_t offset, std::size_t n) {
   std::uint8_t* dst = data.data() + byte_offset(wire, offset);
   switch (wire) {
-    case Wire::F32: std::memcpy(dst, src, 4 * n); break;
-    case Wire::BF16: {
+    case DType::F32: std::memcpy(dst, src, 4 * n); break;
+    case DType::BF16: {
       auto* d = reinterpret_cast<std::uint16_t*>(dst);
       for (std::size_t i = 0; i < n; ++i) d[i] = quant::float_to_bf16(src[i]);
       break;
     }
-    case Wire::F16: {
+    case DType::F16: {
       auto* d = reinterpret_cast<std::uint16_t*>(dst);
       for (std::size_t i = 0; i < n; ++i) d[i] = quant::float_to_fp16(src[i]);
       break;
     }
-    case Wire::I8:
-    case Wire::I4: quant::quantize(src, n, qspec(wire, block), dst, scales.data() + offset / block); break;
+    case DType::I8:
+    case DType::I4: quant::quantize(src, n, qspec(wire, block), dst, scales.data() + offset / block); break;
   }
 }
 
 void WireBuffer::decode(std::size_t offset, std::size_t n, float* dst) const {
   const std::uint8_t* src = data.data() + byte_offset(wire, offset);
   switch (wire) {
-    case Wire::F32: std::memcpy(dst, src, 4 * n); break;
-    case Wire::BF16: {
+    case DType::F32: std::memcpy(dst, src, 4 * n); break;
+    case DType::BF16: {
       auto* s = reinterpret_cast<const std::uint16_t*>(src);
       for (std::size_t i = 0; i < n; ++i) dst[i] = quant::bf16_to_float(s[i]);
       break;
     }
-    case Wire::F16: {
+    case DType::F16: {
       auto* s = reinterpret_cast<const std::uint16_t*>(src);
       for (std::size_t i = 0; i < n; ++i) dst[i] = quant::fp16_to_float(s[i]);
       break;
     }
-    case Wire::I8:
-    case Wire::I4: quant::dequantize(src, scales.data() + offset / block, n, qspec(wire, block), dst); break;
+    case DType::I8:
+    case DType::I4: quant::dequantize(src, scales.data() + offset / block, n, qspec(wire, block), dst); break;
   }
 }
 
 void WireBuffer::decode_add(std::size_t offset, std::size_t n, float* dst) const {
-  if (wire_quantized(wire)) {
+  if (comm::is_quantized(wire)) {
     quant::dequantize_add(data.data() + byte_offset(wire, offset), scales.data() + offset / block, n,
                           qspec(wire, block), dst);
     return;
@@ -105,8 +104,15 @@ void WireBuffer::decode_add(std::size_t offset, std::size_t n, float* dst) const
 
 // ---- OpExecutor ------------------------------------------------------------------------
 
-OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size)
-    : levels_(std::move(levels)), block_(block_size) {
+OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
+                       device::Device& device)
+    : levels_(std::move(levels)),
+      block_(block_size),
+      wire_a_(device),
+      wire_b_(device),
+      wire_c_(device),
+      f32_a_(device),
+      f32_b_(device) {
   if (scratch_elements == 0) return;
   wire_a_.reserve_any(block_size, scratch_elements);
   wire_b_.reserve_any(block_size, scratch_elements);
@@ -128,7 +134,7 @@ const WireBuffer& OpExecutor::gather(const Chain& chain, const WireBuffer& src) 
   for (const ScheduledOp* op : chain) {
     if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.wire)
       throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
-                              to_string(op->kind), to_string(op->algorithm), wire_name(op->wire)));
+                              to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
     record(op);
     out->set_format(src.wire, src.block);
     level(op->level).all_gather_inline(cur->cview(0, op->elements_in), out->view(0, op->elements_out));
@@ -138,7 +144,7 @@ const WireBuffer& OpExecutor::gather(const Chain& chain, const WireBuffer& src) 
   return *cur;
 }
 
-const WireBuffer& OpExecutor::gather(const Chain& chain, const float* src, std::size_t n, Wire wire) {
+const WireBuffer& OpExecutor::gather(const Chain& chain, const float* src, std::size_t n, DType wire) {
   wire_c_.set_format(wire, block_);
   wire_c_.encode(src, 0, n);
   return gather(chain, wire_c_);
@@ -151,7 +157,7 @@ const float* OpExecutor::reduce(const Chain& chain, const float* input) {
     comm::Collectives& comm = level(op->level);
     float* out = cur == f32_a_.data() ? f32_b_.data() : f32_a_.data();
     const std::size_t n = op->elements_in, chunk = op->elements_out;
-    const int block = wire_quantized(op->wire) ? block_ : 0;
+    const int block = comm::is_quantized(op->wire) ? block_ : 0;
     wire_a_.set_format(op->wire, block);
     wire_b_.set_format(op->wire, block);
     if (op->kind == OpKind::AllGather) {
@@ -166,11 +172,11 @@ const float* OpExecutor::reduce(const Chain& chain, const float* input) {
       comm.all_to_all_inline(wire_a_.cview(0, n), wire_b_.view(0, n));
       std::memset(out, 0, 4 * chunk);
       for (int m = 0; m < op->group_size; ++m) wire_b_.decode_add(m * chunk, chunk, out);
-    } else if (wire_quantized(op->wire)) {
+    } else if (comm::is_quantized(op->wire)) {
       throw Error(fmt::format("shard: a ring reduce-scatter cannot sum {} on the wire (the schedule reduces "
                               "quantized gradients by all-to-all)",
-                              wire_name(op->wire)));
-    } else if (op->wire == Wire::F32) {
+                              comm::dtype_name(op->wire)));
+    } else if (op->wire == DType::F32) {
       comm.reduce_scatter_inline(comm::f32(cur, n), comm::f32(out, chunk), comm::ReduceOp::Sum);
     } else {
       wire_a_.encode(cur, 0, n);

@@ -11,24 +11,26 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/aligned.hpp"
 #include "comm/collectives.hpp"
+#include "device/device.hpp"
 #include "shard/schedule.hpp"
 
 namespace strata::shard {
 
 // A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
 struct WireBuffer {
-  Wire wire = Wire::F32;
+  explicit WireBuffer(device::Device& device) : data(device), scales(device) {}
+
+  DType wire = DType::F32;
   int block = 0;
   std::size_t count = 0;  // elements
-  AlignedBuffer<std::uint8_t> data;
-  AlignedBuffer<float> scales;
+  device::Buffer<std::uint8_t> data;
+  device::Buffer<float> scales;
 
-  void reset(Wire w, int block_size, std::size_t n);  // allocates exactly n elements
+  void reset(DType w, int block_size, std::size_t n);  // allocates exactly n elements
   // Scratch use: room for n elements of any wire format, then retyped with set_format.
   void reserve_any(int block_size, std::size_t n);
-  void set_format(Wire w, int block_size) { wire = w; block = block_size; }
+  void set_format(DType w, int block_size) { wire = w; block = block_size; }
   std::size_t bytes() const { return data.size() + 4 * scales.size(); }
   // Elements [offset, offset + n) as a comm buffer; offsets and n are whole blocks.
   comm::Buf view(std::size_t offset, std::size_t n);
@@ -43,15 +45,16 @@ using Chain = std::vector<const ScheduledOp*>;
 class OpExecutor {
  public:
   // levels[t]: the collectives over level t's group (topology tier t's across-group).
-  // Scratch for buffers of `scratch_elements` (Schedule::scratch_elements).
-  OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size);
+  // Scratch for buffers of `scratch_elements` (Schedule::scratch_elements), on `device`.
+  OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
+             device::Device& device);
 
   comm::Collectives& level(int t) { return *levels_.at(t); }
   // All-gathers level by level from `src` (elements_in of the first op) in its wire format;
   // returns where the result landed: `src` itself for an empty chain, else scratch.
   const WireBuffer& gather(const Chain& chain, const WireBuffer& src);
   // The same from fp32 values, encoded first into the chain's wire (scratch).
-  const WireBuffer& gather(const Chain& chain, const float* src, std::size_t n, Wire wire);
+  const WireBuffer& gather(const Chain& chain, const float* src, std::size_t n, DType wire);
   // Reduces fp32 `input` level by level: reduce-scatters, and the all-gather half of a
   // hierarchical all-reduce; returns the fp32 result (scratch, or `input` for no ops).
   const float* reduce(const Chain& chain, const float* input);
@@ -69,7 +72,7 @@ class OpExecutor {
   std::vector<comm::Collectives*> levels_;
   int block_;
   WireBuffer wire_a_, wire_b_, wire_c_;
-  AlignedBuffer<float> f32_a_, f32_b_;
+  device::Buffer<float> f32_a_, f32_b_;
   std::vector<const ScheduledOp*> trace_;  // written on the communication thread
 };
 

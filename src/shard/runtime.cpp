@@ -26,10 +26,10 @@ ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology
     changed = true;
   }
   if (!options.secondary.empty()) spec.secondary = options.secondary, changed = true;
-  if (!options.weight_wire.empty()) spec.weight_wire = parse_wire(options.weight_wire, "shard.weight_wire"), changed = true;
-  if (!options.grad_wire.empty()) spec.grad_wire = parse_wire(options.grad_wire, "shard.grad_wire"), changed = true;
+  if (!options.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(options.weight_wire, "shard.weight_wire"), changed = true;
+  if (!options.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(options.grad_wire, "shard.grad_wire"), changed = true;
   if (!options.step_grad_wire.empty())
-    spec.step_grad_wire = parse_wire(options.step_grad_wire, "shard.step_grad_wire"), changed = true;
+    spec.step_grad_wire = comm::parse_dtype(options.step_grad_wire, "shard.step_grad_wire"), changed = true;
   if (options.block_size != 0) spec.block_size = options.block_size, changed = true;
   if (options.prefetch >= 0) spec.prefetch = options.prefetch;
   if (options.prefetch < -1) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", options.prefetch));
@@ -41,7 +41,7 @@ ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology
 }
 
 ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
-                               int accumulation_steps, std::uint64_t seed, bool recompute) {
+                               int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute) {
   // Host detection and communicator creation block inside MPI until every rank takes part.
   const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);
   int world = 0;
@@ -59,7 +59,7 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
   comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
   engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, *spec, accumulation_steps, seed,
-                                            recompute);
+                                            device, recompute);
 }
 
 ShardedRuntime::~ShardedRuntime() {

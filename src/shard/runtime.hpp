@@ -9,6 +9,7 @@
 
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
+#include "device/device.hpp"
 #include "model/config.hpp"
 #include "parallel/options.hpp"
 #include "shard/sharded_engine.hpp"
@@ -27,7 +28,8 @@ class ShardedRuntime {
  public:
   // Collective over MPI_COMM_WORLD (MPI must be initialised).
   ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
-                 int accumulation_steps, std::uint64_t seed, bool recompute = false);
+                 int accumulation_steps, std::uint64_t seed, device::Device& device,
+                 bool recompute = false);
   ~ShardedRuntime();
 
   ShardedEngine& engine() { return *engine_; }

@@ -62,10 +62,10 @@ std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 // One level's op on a per-rank buffer of `elements` (full buffer for reduce-scatter, shard
 // for all-gather). Both algorithms send group_size - 1 chunks a rank: the ring forwards
 // one chunk per step, the all-to-all sends each peer its chunk.
-ScheduledOp level_op(When when, Purpose purpose, OpKind kind, int unit, int level, int group_size, Wire wire,
+ScheduledOp level_op(When when, Purpose purpose, OpKind kind, int unit, int level, int group_size, DType wire,
                      std::size_t elements, int block) {
   ScheduledOp op{when, purpose, kind};
-  op.algorithm = kind == OpKind::ReduceScatter && wire_quantized(wire) ? Algorithm::AllToAll : Algorithm::Ring;
+  op.algorithm = kind == OpKind::ReduceScatter && comm::is_quantized(wire) ? Algorithm::AllToAll : Algorithm::Ring;
   op.unit = unit;
   op.level = level;
   op.group_size = group_size;
@@ -74,7 +74,7 @@ ScheduledOp level_op(When when, Purpose purpose, OpKind kind, int unit, int leve
   std::size_t chunk = kind == OpKind::ReduceScatter ? elements / group_size : elements;
   op.elements_out = kind == OpKind::ReduceScatter ? chunk : elements * group_size;
   op.messages = group_size - 1;
-  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * wire_bytes(chunk, wire, block);
+  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * comm::wire_bytes(wire, chunk, block);
   return op;
 }
 
@@ -197,8 +197,8 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   if (accumulation_steps <= 0)
     throw Error(fmt::format("train.grad_accum = {}: must be positive", accumulation_steps));
   const int world = world_size();
-  const bool quantized = wire_quantized(spec.weight_wire) || wire_quantized(spec.grad_wire) ||
-                         wire_quantized(spec.step_grad_wire);
+  const bool quantized = comm::is_quantized(spec.weight_wire) || comm::is_quantized(spec.grad_wire) ||
+                         comm::is_quantized(spec.step_grad_wire);
   const std::size_t align = quantized ? std::lcm<std::size_t>(16, spec.block_size) : 16;
   for (std::size_t n : units_.numel) padded_.push_back(round_up(n, static_cast<std::size_t>(world) * align));
 
@@ -207,13 +207,13 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   auto size_at = [&](int unit, int levels) { return padded_[unit] / L.degree(levels); };
 
   // All-gather from `from` levels down to `to` levels: outer level first.
-  auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, int from, int to, Wire wire) {
+  auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, int from, int to, DType wire) {
     for (int t = from - 1; t >= to; --t)
       out.push_back(level_op(when, purpose, OpKind::AllGather, unit, t, L.level_size[t], wire, size_at(unit, t + 1),
                              block));
   };
   // Reduce-scatter from `from` levels up to `to` levels: inner level first.
-  auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, int from, int to, Wire wire) {
+  auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, int from, int to, DType wire) {
     for (int t = from; t < to; ++t)
       out.push_back(level_op(when, purpose, OpKind::ReduceScatter, unit, t, L.level_size[t], wire, size_at(unit, t),
                              block));
@@ -353,8 +353,8 @@ StateMemory Schedule::memory_per_rank(int compute_bytes) const {
   for (std::size_t u = 0; u < padded_.size(); ++u) {
     std::size_t n = padded_[u];
     largest = std::max(largest, n);
-    m.weights += wire_bytes(n / L.degree(L.weights), spec_.weight_wire, spec_.block_size);
-    if (L.secondary > 0) m.secondary += wire_bytes(n / L.degree(L.secondary), spec_.weight_wire, spec_.block_size);
+    m.weights += comm::wire_bytes(spec_.weight_wire, n / L.degree(L.weights), spec_.block_size);
+    if (L.secondary > 0) m.secondary += comm::wire_bytes(spec_.weight_wire, n / L.degree(L.secondary), spec_.block_size);
     m.grads += compute_bytes * (n / L.degree(L.grads));
     m.optimizer += 12 * (n / L.degree(L.optimizer));
   }
@@ -363,27 +363,36 @@ StateMemory Schedule::memory_per_rank(int compute_bytes) const {
   const int buffers = std::max(peak_buffers(training_), peak_buffers(eval_));
   m.gathered = static_cast<std::uint64_t>(compute_bytes) * largest * static_cast<std::uint64_t>(buffers);
   // Replicated weights whose wire is not the compute format are decoded once, whole.
-  const bool compute_format = (spec_.weight_wire == Wire::F32 && compute_bytes == 4) ||
-                              (spec_.weight_wire == Wire::BF16 && compute_bytes == 2);
+  const bool compute_format = (spec_.weight_wire == DType::F32 && compute_bytes == 4) ||
+                              (spec_.weight_wire == DType::BF16 && compute_bytes == 2);
   if (L.weights == 0 && !compute_format) m.gathered += static_cast<std::uint64_t>(compute_bytes) * total_padded();
   m.communication = scratch_bytes(scratch_elements(), spec_.block_size);
   return m;
 }
 
 static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topology) {
-  return {{"when", to_string(op.when)},
-          {"purpose", to_string(op.purpose)},
-          {"kind", to_string(op.kind)},
-          {"algorithm", to_string(op.algorithm)},
-          {"unit", op.unit},
-          {"tier", topology.tier(op.level).name},
-          {"group_size", op.group_size},
-          {"wire", wire_name(op.wire)},
-          {"elements_in", op.elements_in},
-          {"elements_out", op.elements_out},
-          {"bytes_sent", op.bytes_sent},
-          {"bytes_received", op.bytes_received},
-          {"messages", op.messages}};
+  nlohmann::json j{{"when", to_string(op.when)},
+                   {"purpose", to_string(op.purpose)},
+                   {"kind", to_string(op.kind)},
+                   {"algorithm", to_string(op.algorithm)},
+                   {"unit", op.unit},
+                   {"reads", to_string(op.reads)},
+                   {"writes", to_string(op.writes)},
+                   {"tier", topology.tier(op.level).name},
+                   {"group_size", op.group_size},
+                   {"wire", comm::dtype_name(op.wire)},
+                   {"elements_in", op.elements_in},
+                   {"elements_out", op.elements_out},
+                   {"bytes_sent", op.bytes_sent},
+                   {"bytes_received", op.bytes_received},
+                   {"messages", op.messages}};
+  // Only micro-batch ops have issue points (events of the program); step ops run in order.
+  if (op.issue_event >= 0) {
+    j["event"] = op.event;
+    j["issue_event"] = op.issue_event;
+    j["complete_by"] = op.complete_by;
+  }
+  return j;
 }
 
 nlohmann::json Schedule::to_json() const {
@@ -391,6 +400,21 @@ nlohmann::json Schedule::to_json() const {
   j["spec"] = spec_.to_json();
   j["world_size"] = world_size();
   j["accumulation_steps"] = accum_;
+  // The program's parameters (what decides the issue points of the ops below and the
+  // gathered memory) and its events, which an op's event, issue_event and complete_by index.
+  nlohmann::json events = nlohmann::json::array();
+  for (const model::UnitEvent& e : units_.events) {
+    using K = model::UnitEvent::Kind;
+    const char* kind = e.kind == K::Acquire ? "acquire" : e.kind == K::Release ? "release" : "grads_ready";
+    nlohmann::json ej{{"kind", kind}, {"unit", e.unit}};
+    if (e.kind != K::GradsReady) ej["phase"] = e.phase == model::Phase::Forward ? "forward" : "backward";
+    events.push_back(ej);
+  }
+  j["program"] = {{"prefetch", spec_.prefetch},
+                  {"reductions_in_flight", spec_.reductions_in_flight},
+                  {"free_after_forward", spec_.free_after_forward},
+                  {"peak_buffers", peak_buffers(training_)},
+                  {"events", events}};
   j["micro_batch_ops"] = nlohmann::json::array();
   for (auto& op : micro_) j["micro_batch_ops"].push_back(op_json(op, topology_));
   j["step_ops"] = nlohmann::json::array();
@@ -416,7 +440,7 @@ std::string Schedule::table() const {
     for (auto& op : ops)
       s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
                        to_string(op.purpose), unit_name(op.unit), to_string(op.kind), topology_.tier(op.level).name,
-                       op.group_size, wire_name(op.wire), op.bytes_sent, op.messages);
+                       op.group_size, comm::dtype_name(op.wire), op.bytes_sent, op.messages);
     if (ops.empty()) s += "  (none)\n";
   };
   section("per micro-batch:", micro_);

@@ -45,7 +45,7 @@ std::string_view to_string(Algorithm a);
 std::string_view to_string(When w);
 std::string_view to_string(Purpose p);
 
-// The buffers an op reads and writes (WireBuffer/AlignedBuffer of the runtime's unit state).
+// The buffers an op reads and writes (the device buffers of the runtime's unit state).
 enum class Slot {
   None,
   WeightShard,     // W slice in the weight wire
@@ -75,7 +75,7 @@ struct ScheduledOp {
   Slot reads = Slot::None, writes = Slot::None;
   int level = 0;          // tier index; the group is that tier's across-group
   int group_size = 1;
-  Wire wire = Wire::F32;
+  DType wire = DType::F32;
   std::size_t elements_in = 0;   // per rank: shard for a gather, full buffer for a reduce-scatter
   std::size_t elements_out = 0;
   std::size_t bytes_sent = 0;    // per rank, on the wire (scales included)

@@ -46,15 +46,18 @@ void init_unit_slice(const model::ParamLayout& layout, int unit, Slice slice, fl
 
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
-                             std::uint64_t seed, bool recompute)
-    : model_(model::make_model(config, batch, seq, recompute)),
+                             std::uint64_t seed, device::Device& device, bool recompute)
+    : device_(device),
+      model_(model::make_model(config, batch, seq, recompute, device.kernels())),
       ctx_(ctx),
       comms_(comms),
       schedule_(model_->layout(), ctx.topology(), spec, accumulation_steps),
       dims_(parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
       executor_(level_collectives(comms, schedule_.levels().num_levels), schedule_.scratch_elements(),
-                spec.block_size) {
+                spec.block_size, device),
+      replicated_params_(device),
+      replicated_grads_(device) {
   const LevelSpec& L = schedule_.levels();
   const model::ParamLayout& layout = model_->layout();
   if (spec.step_grad_allreduce)
@@ -63,7 +66,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
 
   std::size_t padded_total = 0, largest = 0;
   for (int u = 0; u < schedule_.num_units(); ++u) {
-    auto U = std::make_unique<Unit>();
+    auto U = std::make_unique<Unit>(device_);
     U->index = u;
     U->numel = layout.units()[u].numel;
     U->padded = schedule_.padded_numel(u);
@@ -89,7 +92,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
     U->weight_step = ops_for(schedule_.step_ops(), Purpose::WeightGatherStep, u);
     units_.push_back(std::move(U));
   }
-  if (L.weights == 0 && spec.weight_wire != Wire::F32) replicated_params_.resize(padded_total);
+  if (L.weights == 0 && spec.weight_wire != DType::F32) replicated_params_.resize(padded_total);
   if (L.grads == 0) replicated_grads_.resize(padded_total);
   largest_unit_ = largest;
 
@@ -170,7 +173,7 @@ void ShardedEngine::issue(int chain) {
       omp_set_num_threads(1);  // the compute thread owns the cores
       const WireBuffer& got = executor_.gather(ops, src);
       if (keep_secondary) {
-        const std::size_t at = comm::data_bytes(static_cast<comm::DType>(got.wire), U.s.offset);
+        const std::size_t at = comm::data_bytes(got.wire, U.s.offset);
         std::memcpy(U.secondary.data.data(), got.data.data() + at, U.secondary.data.size());
         if (U.secondary.scales.size() != 0)
           std::memcpy(U.secondary.scales.data(), got.scales.data() + U.s.offset / got.block,
@@ -205,7 +208,7 @@ void ShardedEngine::wait(comm::Work& work) {
 
 float* ShardedEngine::borrow_full() {
   if (free_buffers_.empty()) {
-    pool_.emplace_back(largest_unit_);
+    pool_.emplace_back(device_, largest_unit_);
     free_buffers_.push_back(pool_.back().data());
   }
   float* b = free_buffers_.back();
@@ -349,7 +352,7 @@ std::pair<double, bool> ShardedEngine::all_mean_and_any(double local, bool flag)
 
 bool ShardedEngine::fp16_gradients() const {
   const ShardSpec& spec = schedule_.spec();
-  return spec.grad_wire == Wire::F16 || spec.step_grad_wire == Wire::F16;
+  return spec.grad_wire == DType::F16 || spec.step_grad_wire == DType::F16;
 }
 
 std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& local) {

@@ -5,6 +5,8 @@
 // issue points — to give the model full units when it needs them. The engine keeps unit
 // state and compute; when an op is issued, waited for, and which buffer it fills is the
 // schedule's (MicroBatchProgram), how it runs is the executor's (executor.hpp).
+// Every buffer it holds is a device::Buffer of the compute device it is given, and the model
+// computes with that device's kernels (device/device.hpp).
 //
 // Each event's chain of per-level ops (a gather, a reduction) is one task on the
 // communication thread (comm::Context), so it overlaps with the model's compute; the compute
@@ -17,6 +19,7 @@
 #include "base/aligned.hpp"
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
+#include "device/device.hpp"
 #include "model/model.hpp"
 #include "shard/executor.hpp"
 #include "shard/schedule.hpp"
@@ -35,7 +38,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   // single-process trainer does, each rank drawing only the slices it holds. `recompute`:
   // the model recomputes activations in backward (model::GPT).
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
-                const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, bool recompute = false);
+                const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
+                bool recompute = false);
   ~ShardedEngine() override;
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
@@ -87,6 +91,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   float* borrow_full();
   void give_back(float* buffer);
 
+  device::Device& device_;  // where every buffer below lives, whose kernels the model runs
   std::unique_ptr<model::Model> model_;
   comm::Context& ctx_;
   comm::TierComms& comms_;
@@ -104,10 +109,10 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   std::vector<float*> gathered_, reducing_;
   std::vector<float*> grad_buffer_;  // per unit, while lent
   std::size_t largest_unit_ = 0;
-  std::vector<AlignedBuffer<float>> pool_;
+  std::vector<device::Buffer<float>> pool_;
   std::vector<float*> free_buffers_;
-  AlignedBuffer<float> replicated_params_;  // W replicated in a non-fp32 wire: decoded weights
-  AlignedBuffer<float> replicated_grads_;   // G replicated: the full fp32 gradients
+  device::Buffer<float> replicated_params_;  // W replicated in a non-fp32 wire: decoded weights
+  device::Buffer<float> replicated_grads_;   // G replicated: the full fp32 gradients
   std::vector<const ScheduledOp*> micro_trace_, step_trace_;
   double wall_s_ = 0, exposed_s_ = 0;
   // Step reports: traffic since the last report, and whether an evaluation ran in it.

@@ -12,41 +12,6 @@
 
 namespace strata::shard {
 
-Wire parse_wire(std::string_view name, std::string_view field) {
-  std::string n(name);
-  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (n == "fp32" || n == "f32") return Wire::F32;
-  if (n == "bf16") return Wire::BF16;
-  if (n == "fp16" || n == "f16") return Wire::F16;
-  if (n == "int8" || n == "i8") return Wire::I8;
-  if (n == "int4" || n == "i4") return Wire::I4;
-  throw Error(fmt::format("{} = '{}': unknown wire format (expected fp32, bf16, fp16, int8 or int4)", field, name));
-}
-
-std::string_view wire_name(Wire w) {
-  switch (w) {
-    case Wire::F32: return "fp32";
-    case Wire::BF16: return "bf16";
-    case Wire::F16: return "fp16";
-    case Wire::I8: return "int8";
-    case Wire::I4: return "int4";
-  }
-  return "?";
-}
-
-bool wire_quantized(Wire w) { return w == Wire::I8 || w == Wire::I4; }
-
-static_assert(int(Wire::F32) == int(comm::DType::F32) && int(Wire::BF16) == int(comm::DType::BF16) &&
-                  int(Wire::F16) == int(comm::DType::F16) && int(Wire::I8) == int(comm::DType::I8) &&
-                  int(Wire::I4) == int(comm::DType::I4),
-              "shard::Wire and comm::DType must list the formats in the same order");
-
-std::size_t wire_bytes(std::size_t n, Wire w, int block_size) {
-  // The comm layer's sizes: one source for what a buffer of n elements occupies.
-  const auto t = static_cast<comm::DType>(w);
-  return comm::data_bytes(t, n) + 4 * comm::scale_count(t, n, static_cast<std::size_t>(block_size));
-}
-
 std::vector<std::string> ShardSpec::preset_names() {
   return {"ddp", "zero1", "zero2", "zero3", "hsdp", "zeropp", "topo"};
 }
@@ -77,16 +42,16 @@ ShardSpec ShardSpec::preset_for(std::string_view name, const topo::Topology& top
     need_two();
     s.weights = s.grads = s.optimizer = all;
     s.secondary = tier(n - 2);
-    s.weight_wire = Wire::I8;
-    s.grad_wire = Wire::I4;
+    s.weight_wire = DType::I8;
+    s.grad_wire = DType::I4;
   } else if (name == "topo") {
     need_two();
     // ZeRO-topo: weights over the innermost tier, gradients over the node, optimizer over all.
     s.weights = tier(0);
     s.grads = tier(n - 2);
     s.optimizer = all;
-    s.weight_wire = Wire::I8;
-    s.grad_wire = Wire::I4;
+    s.weight_wire = DType::I8;
+    s.grad_wire = DType::I4;
   } else {
     throw Error(fmt::format("strategy '{}': unknown (known: {})", name, fmt::join(preset_names(), ", ")));
   }
@@ -121,9 +86,9 @@ nlohmann::json ShardSpec::to_json() const {
           {"grads", grads},
           {"optimizer", optimizer},
           {"secondary", secondary},
-          {"weight_wire", wire_name(weight_wire)},
-          {"grad_wire", wire_name(grad_wire)},
-          {"step_grad_wire", wire_name(step_grad_wire)},
+          {"weight_wire", comm::dtype_name(weight_wire)},
+          {"grad_wire", comm::dtype_name(grad_wire)},
+          {"step_grad_wire", comm::dtype_name(step_grad_wire)},
           {"block_size", block_size},
           {"prefetch", prefetch},
           {"reductions_in_flight", reductions_in_flight},
@@ -172,11 +137,11 @@ LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology) {
                             spec.secondary, spec.weights));
   if (spec.block_size <= 0)
     throw Error(fmt::format("shard.block_size = {}: must be positive", spec.block_size));
-  bool any_int4 = spec.grad_wire == Wire::I4 || spec.step_grad_wire == Wire::I4;
+  bool any_int4 = spec.grad_wire == DType::I4 || spec.step_grad_wire == DType::I4;
   if (any_int4 && spec.block_size % 2 != 0)
     throw Error(fmt::format("shard.block_size = {}: int4 packs two values a byte, so the block size must be even",
                             spec.block_size));
-  if (spec.weight_wire == Wire::I4)
+  if (spec.weight_wire == DType::I4)
     throw Error("shard.weight_wire = int4: weight gathers carry fp32, bf16, fp16 or int8");
   if (spec.prefetch < 0) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", spec.prefetch));
   if (spec.reductions_in_flight < 0)

@@ -17,18 +17,14 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "comm/dtype.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::shard {
 
-// How a state travels on the wire. Quantized formats carry one fp32 scale per block.
-// Same order as comm::DType, which carries it.
-enum class Wire { F32, BF16, F16, I8, I4 };
-Wire parse_wire(std::string_view name, std::string_view field);  // throws Error naming field
-std::string_view wire_name(Wire w);
-bool wire_quantized(Wire w);
-// Bytes for n elements on the wire, scales included (block_size elements per scale).
-std::size_t wire_bytes(std::size_t n, Wire w, int block_size);
+// How a state travels on the wire is a comm::DType (comm/dtype.hpp: names, sizes with
+// scales); quantized formats carry one fp32 scale per block.
+using comm::DType;
 
 struct ShardSpec {
   std::string preset = "custom";
@@ -36,9 +32,9 @@ struct ShardSpec {
   std::string grads = "none";
   std::string optimizer = "none";
   std::string secondary = "none";   // hpZ: tier of the secondary weight copy for backward
-  Wire weight_wire = Wire::F32;     // weight gathers (forward, backward, after the step)
-  Wire grad_wire = Wire::F32;       // per-micro-batch gradient reduction inside the G tier
-  Wire step_grad_wire = Wire::F32;  // once-per-step reduction down to the OS shard and replicas
+  DType weight_wire = DType::F32;     // weight gathers (forward, backward, after the step)
+  DType grad_wire = DType::F32;       // per-micro-batch gradient reduction inside the G tier
+  DType step_grad_wire = DType::F32;  // once-per-step reduction down to the OS shard and replicas
   int block_size = 256;             // elements per scale for quantized wires
   int prefetch = 1;                 // units gathered ahead of the one computing
   // Gradient reductions left in flight when the next gradient buffer is lent: each holds a

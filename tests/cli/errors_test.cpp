@@ -84,3 +84,10 @@ TEST(CliErrors, HelpAndVersionStillPrintWithStatusZero) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "strata " STRATA_VERSION)) << r.output;
 }
+
+TEST(CliErrors, AComputeDeviceWithoutABackendIsRefusedNamingTheField) {
+  expect_refusal("train --train-data x.bin --device cuda",
+                 "train.device = 'cuda': no backend for that device (known: cpu)");
+  expect_refusal("train --train-data x.bin --strategy zero3 --print-schedule --world-size 8 --device gpu",
+                 "train.device = 'gpu'");
+}

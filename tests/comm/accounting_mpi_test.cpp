@@ -17,11 +17,6 @@ using Traffic = std::vector<TierTraffic>;
 
 Traffic zero_traffic(const topo::Topology& t) { return Traffic(t.num_tiers()); }
 
-// Chunk bytes on the wire: data plus scales.
-std::size_t wire_bytes(DType t, std::size_t count, std::size_t block) {
-  return data_bytes(t, count) + scale_count(t, count, block) * sizeof(float);
-}
-
 int tier_to(const topo::Topology& topo, Collectives& g, int member) {
   return topo.tier_between(g.world_rank_of(g.index()), g.world_rank_of(member));
 }

@@ -81,8 +81,8 @@ TEST(DType, BytesScalesAndBlocks) {
   EXPECT_THROW(check_block(DType::I4, 7, "test"), Error);
   EXPECT_NO_THROW(check_block(DType::I4, 8, "test"));
   EXPECT_NO_THROW(check_block(DType::F32, 0, "test"));
-  EXPECT_EQ(parse_dtype("int4"), DType::I4);
-  EXPECT_THROW(parse_dtype("int3"), Error);
+  EXPECT_EQ(parse_dtype("int4", "--dtype"), DType::I4);
+  EXPECT_THROW(parse_dtype("int3", "--dtype"), Error);
 }
 
 TEST(Convert, Bf16WidenIsExactAndNarrowIsNearestEven) {

@@ -16,7 +16,7 @@
 using namespace strata;
 using namespace strata::plan;
 using shard::Purpose;
-using shard::Wire;
+using comm::DType;
 using strata::test::error_of;
 
 namespace {
@@ -57,14 +57,14 @@ double total_sent(const Estimate& e) {
 TEST(CostModel, PrecisionMapsFp32WiresToBf16AndKeepsQuantizedOnes) {
   topo::Topology t = frontier(2);
   shard::ShardSpec z3 = apply_precision(strategy_spec("zero3", t), Precision::BF16);
-  EXPECT_EQ(z3.weight_wire, Wire::BF16);
-  EXPECT_EQ(z3.grad_wire, Wire::BF16);
-  EXPECT_EQ(z3.step_grad_wire, Wire::BF16);
+  EXPECT_EQ(z3.weight_wire, DType::BF16);
+  EXPECT_EQ(z3.grad_wire, DType::BF16);
+  EXPECT_EQ(z3.step_grad_wire, DType::BF16);
   shard::ShardSpec zpp = apply_precision(strategy_spec("zeropp", t), Precision::BF16);
-  EXPECT_EQ(zpp.weight_wire, Wire::I8);
-  EXPECT_EQ(zpp.grad_wire, Wire::I4);
-  EXPECT_EQ(zpp.step_grad_wire, Wire::BF16);
-  EXPECT_EQ(apply_precision(strategy_spec("zero3", t), Precision::FP32).weight_wire, Wire::F32);
+  EXPECT_EQ(zpp.weight_wire, DType::I8);
+  EXPECT_EQ(zpp.grad_wire, DType::I4);
+  EXPECT_EQ(zpp.step_grad_wire, DType::BF16);
+  EXPECT_EQ(apply_precision(strategy_spec("zero3", t), Precision::FP32).weight_wire, DType::F32);
 }
 
 TEST(CostModel, Zero3MovesThreeTimesTwoPsiPerRankPerStep) {
@@ -100,8 +100,8 @@ TEST(CostModel, TopoPaperAllReducesTheNodeShardAndStrataReduceScattersIt) {
   shard::Schedule s(c.units(), c.topology(), paper.spec, 1);
   for (int u = 0; u < s.num_units(); ++u) {
     const std::size_t os_slice = s.padded_numel(u) / 384;
-    reduce += 47.0 * static_cast<double>(shard::wire_bytes(os_slice, Wire::BF16, 256));
-    gather += 47.0 * static_cast<double>(shard::wire_bytes(os_slice, Wire::I8, 256));
+    reduce += 47.0 * static_cast<double>(comm::wire_bytes(DType::BF16, os_slice, 256));
+    gather += 47.0 * static_cast<double>(comm::wire_bytes(DType::I8, os_slice, 256));
   }
   EXPECT_DOUBLE_EQ(static_cast<double>(paper.bytes_on("cluster")), 2 * reduce + gather);
   EXPECT_DOUBLE_EQ(static_cast<double>(strata_topo.bytes_on("cluster")), reduce + gather);
@@ -143,7 +143,7 @@ TEST(CostModel, MemoryByStateFollowsTheSpecFormula) {
   std::uint64_t weights = 0, grads = 0, optimizer = 0;
   for (int u = 0; u < s.num_units(); ++u) {
     const std::size_t n = s.padded_numel(u);
-    weights += shard::wire_bytes(n / 2, Wire::I8, 256);  // W over the 2 GCDs, int8 with scales
+    weights += comm::wire_bytes(DType::I8, n / 2, 256);  // W over the 2 GCDs, int8 with scales
     grads += 2 * (n / 8);                                // G over the node's 8, bf16
     optimizer += 12 * (n / 384);                         // OS over all: master, m, v in fp32
   }

@@ -56,7 +56,7 @@ TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim
   topo::ProcessGroups groups(topology);
   comm::TierComms comms(ctx, groups);
   model::GPTConfig config = model::GPTConfig::preset(model_preset);
-  shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, accum, 1234);
+  shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, accum, 1234, device::host());
   TrainRun run;
   run.scheduled = engine.schedule().traffic_per_step();
   run.scheduled_memory = engine.schedule().memory_per_rank();
@@ -81,7 +81,7 @@ TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim
 shard::ShardSpec preset(const char* name) { return shard::ShardSpec::preset_for(name, two_node_topology(8)); }
 
 shard::ShardSpec unquantized(shard::ShardSpec s) {
-  s.weight_wire = s.grad_wire = s.step_grad_wire = shard::Wire::F32;
+  s.weight_wire = s.grad_wire = s.step_grad_wire = shard::DType::F32;
   return s;
 }
 

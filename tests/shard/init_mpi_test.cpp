@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
+#include "device/device.hpp"
 #include "model/init.hpp"
 #include "shard/sharded_engine.hpp"
 #include "test_topologies.hpp"
@@ -77,7 +78,7 @@ TEST(ShardedInit, EveryStrategyStartsFromTheSingleProcessWeights) {
   for (const std::string& name : shard::ShardSpec::preset_names()) {
     SCOPED_TRACE(name + " on " + std::to_string(world_size()) + " ranks");
     const shard::ShardSpec spec = shard::ShardSpec::preset_for(name, topology);
-    shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, 1, kSeed);
+    shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, 1, kSeed, device::host());
     ++tried;
     std::size_t held = 0;
     for (const train::StateShard& s : engine.state_shards()) {
@@ -90,7 +91,7 @@ TEST(ShardedInit, EveryStrategyStartsFromTheSingleProcessWeights) {
     engine.gather_params(gathered.data());
     EXPECT_EQ(0, std::memcmp(gathered.data(), want.data(), 4 * want.size()));
     // The weights the model reads: full precision wires give the single-process loss exactly.
-    if (spec.weight_wire == shard::Wire::F32) {
+    if (spec.weight_wire == comm::DType::F32) {
       EXPECT_EQ(engine.eval_loss(tokens.data(), targets.data()), local_loss);
     }
   }

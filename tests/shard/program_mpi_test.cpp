@@ -3,6 +3,8 @@
 // what the lifetime replay says, for every preset, prefetch 0/1/2 and kept weights.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,7 +37,8 @@ template <typename Check>
 void run_one_step(World& world, const shard::ShardSpec& spec, Check check) {
   comm::Context& ctx = world.ctx;
   comm::TierComms& comms = world.comms;
-  shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, ctx, comms, spec, 1, 1234);
+  shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, ctx, comms, spec, 1, 1234,
+                              device::host());
   std::vector<std::int32_t> tok(kBatch * kSeq), tgt(kBatch * kSeq);
   for (int i = 0; i < kBatch * kSeq; ++i) tok[i] = (7 * i + engine.rank()) % 256, tgt[i] = (tok[i] + 1) % 256;
   engine.micro_step(tok.data(), tgt.data(), 1.0f);
@@ -66,6 +69,35 @@ std::vector<shard::ShardSpec> specs_with_options() {
 std::string label(const shard::ShardSpec& s) {
   return s.preset + " prefetch " + std::to_string(s.prefetch) + (s.free_after_forward ? "" : " kept weights");
 }
+
+// Host memory that counts what is allocated through it and what is still held.
+class CountingDevice final : public device::Device {
+ public:
+  std::string_view name() const override { return "counting cpu"; }
+  void* allocate(std::size_t bytes) override {
+    void* p = device::host().allocate(bytes);
+    held_[p] = bytes;
+    live += bytes;
+    return p;
+  }
+  void deallocate(void* memory) noexcept override {
+    const auto it = held_.find(memory);
+    live -= it->second;
+    held_.erase(it);
+    device::host().deallocate(memory);
+  }
+  void zero(void* memory, std::size_t bytes) override { device::host().zero(memory, bytes); }
+  const model::Kernels& kernels() const override {
+    ++kernel_tables;
+    return device::host().kernels();
+  }
+
+  std::uint64_t live = 0;
+  mutable int kernel_tables = 0;
+
+ private:
+  std::map<void*, std::size_t> held_;
+};
 
 std::vector<int> indices(const std::vector<const shard::ScheduledOp*>& trace,
                          const std::vector<shard::ScheduledOp>& ops) {
@@ -114,4 +146,33 @@ TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay
       EXPECT_EQ(got.communication, replay.communication) << what;
     });
   }
+}
+
+// The engine holds its states, its pool of full-unit buffers and the executor's scratch in
+// the memory of the device it was given, and computes with that device's kernels.
+TEST(ShardedEngine, AllocatesEveryBufferThroughItsDeviceAndUsesItsKernels) {
+  World world;
+  CountingDevice counting;
+  for (const char* name : {"zero3", "zeropp"}) {
+    {
+      shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, world.ctx, world.comms,
+                                  preset(name), 1, 1234, counting);
+      // What the engine reports per state, plus the OS slice's gradient (as large as its
+      // fp32 master copy, a third of the optimizer state): all of it, nothing else.
+      auto held = [](const shard::StateMemory& m) {
+        return m.weights + m.secondary + m.grads + m.optimizer + m.optimizer / 3 + m.gathered + m.communication;
+      };
+      const shard::StateMemory built = engine.memory_bytes();
+      EXPECT_EQ(counting.live, held(built)) << name;
+      std::vector<std::int32_t> tok(kBatch * kSeq), tgt(kBatch * kSeq);
+      for (int i = 0; i < kBatch * kSeq; ++i) tok[i] = (3 * i + engine.rank()) % 256, tgt[i] = (tok[i] + 1) % 256;
+      engine.micro_step(tok.data(), tgt.data(), 1.0f);
+      // The pool grew on first use, through the device.
+      const shard::StateMemory stepped = engine.memory_bytes();
+      EXPECT_GT(stepped.gathered, built.gathered) << name;
+      EXPECT_EQ(counting.live, held(stepped)) << name;
+    }
+    EXPECT_EQ(counting.live, 0u) << name << ": all given back";
+  }
+  EXPECT_EQ(counting.kernel_tables, 2);  // the model of each engine took the device's table
 }

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.hpp"
 #include "model/layout.hpp"
 #include "shard/schedule.hpp"
@@ -50,7 +52,7 @@ TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
   for (int world : {8, 16}) {
     auto topo = two_node_topology(world);
     ShardSpec spec = ShardSpec::preset_for("zero3", topo);
-    spec.weight_wire = spec.grad_wire = spec.step_grad_wire = Wire::BF16;
+    spec.weight_wire = spec.grad_wire = spec.step_grad_wire = DType::BF16;
     Schedule s(tiny_layout(), topo, spec, 1);
     double psi = static_cast<double>(s.total_padded());
     double expect = 3 * 2 * psi * (world - 1) / world;
@@ -61,7 +63,7 @@ TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
 TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
   auto topo = two_node_topology(16);  // 4 nodes of 4 ranks
   ShardSpec spec = ShardSpec::preset_for("hsdp", topo);
-  spec.weight_wire = spec.grad_wire = spec.step_grad_wire = Wire::BF16;
+  spec.weight_wire = spec.grad_wire = spec.step_grad_wire = DType::BF16;
   Schedule s(tiny_layout(), topo, spec, 1);
   const double psi = static_cast<double>(s.total_padded()), g = 4, R = 4;
   // Less the loss all-reduce's two fp64 (loss and stop flag) to each of R - 1 peers.
@@ -71,7 +73,7 @@ TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
 TEST(Schedule, ZeroppCrossNodeIsAboutAQuarterOfZero3) {
   auto topo = two_node_topology();
   ShardSpec z3 = ShardSpec::preset_for("zero3", topo);
-  z3.weight_wire = z3.grad_wire = z3.step_grad_wire = Wire::BF16;
+  z3.weight_wire = z3.grad_wire = z3.step_grad_wire = DType::BF16;
   Schedule a(tiny_layout(), topo, z3, 1);
   Schedule b(tiny_layout(), topo, ShardSpec::preset_for("zeropp", topo), 1);
   double ratio = static_cast<double>(tier_bytes(b, "cluster")) / static_cast<double>(tier_bytes(a, "cluster"));
@@ -119,7 +121,7 @@ TEST(Schedule, MemoryFollowsTheSpecFormula) {
   Schedule s(tiny_layout(), topo, ShardSpec::preset_for("topo", topo), 1);
   StateMemory m = s.memory_per_rank();
   std::uint64_t n = s.total_padded();
-  EXPECT_EQ(m.weights, wire_bytes(n / 2, Wire::I8, 256));  // W over gpu: degree 2, int8 + scales
+  EXPECT_EQ(m.weights, comm::wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
   EXPECT_EQ(m.grads, 4 * n / 4);                           // G over node: degree 4
   EXPECT_EQ(m.optimizer, 12 * n / 8);                      // OS over all 8
   EXPECT_EQ(m.secondary, 0u);
@@ -147,4 +149,40 @@ TEST(Schedule, QuantizedReductionsUseAllToAllAndChunksAreWholeBlocks) {
 TEST(Schedule, RefusesNonPositiveAccumulation) {
   auto topo = two_node_topology();
   EXPECT_THROW(Schedule(tiny_layout(), topo, ShardSpec::preset_for("ddp", topo), 0), Error);
+}
+
+TEST(Schedule, JsonCarriesEachOpsIssuePointsSlotsAndTheProgramsParameters) {
+  auto topo = two_node_topology(8);
+  for (int prefetch : {0, 2}) {
+    ShardSpec spec = ShardSpec::preset_for("zeropp", topo);
+    spec.prefetch = prefetch;
+    spec.reductions_in_flight = 3;
+    const Schedule s(tiny_layout(), topo, spec, 1);
+    const nlohmann::json j = s.to_json();
+    EXPECT_EQ(j["program"]["prefetch"], prefetch);
+    EXPECT_EQ(j["program"]["reductions_in_flight"], 3);
+    EXPECT_EQ(j["program"]["peak_buffers"], s.peak_buffers(s.training_program()));
+    ASSERT_EQ(j["program"]["events"].size(), s.units().events.size());
+    ASSERT_EQ(j["micro_batch_ops"].size(), s.micro_batch_ops().size());
+    std::set<std::string> algorithms;
+    for (std::size_t i = 0; i < s.micro_batch_ops().size(); ++i) {
+      const ScheduledOp& op = s.micro_batch_ops()[i];
+      const nlohmann::json& o = j["micro_batch_ops"][i];
+      EXPECT_EQ(o["event"], op.event);
+      EXPECT_EQ(o["issue_event"], op.issue_event);
+      EXPECT_EQ(o["complete_by"], op.complete_by);
+      EXPECT_LE(op.issue_event, op.event);  // issued no later than the event it serves
+      EXPECT_EQ(o["reads"], to_string(op.reads));
+      EXPECT_EQ(o["writes"], to_string(op.writes));
+      EXPECT_EQ(o["algorithm"], to_string(op.algorithm));
+      const nlohmann::json& e = j["program"]["events"][static_cast<std::size_t>(op.event)];
+      EXPECT_EQ(e["unit"], op.unit);
+      EXPECT_EQ(e["kind"], op.kind == OpKind::AllGather ? "acquire" : "grads_ready");
+      algorithms.insert(o["algorithm"].get<std::string>());
+    }
+    EXPECT_EQ(algorithms, (std::set<std::string>{std::string(to_string(Algorithm::Ring)),
+                                                 std::string(to_string(Algorithm::AllToAll))}));
+    // Step ops run in order after the micro-batches: no issue points.
+    for (const nlohmann::json& o : j["step_ops"]) EXPECT_FALSE(o.contains("issue_event"));
+  }
 }

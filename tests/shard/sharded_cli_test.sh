@@ -91,6 +91,21 @@ for strategy in zeropp topo; do
     fail "$strategy preview: $(head -1 "$work/schedule1.txt")"
   cmp -s "$work/schedule8.txt" "$work/schedule1.txt" || fail "$strategy: the one-process preview differs from mpirun's"
 done
+# --print-schedule --json: each op's issue points, slots and algorithm and the program's
+# parameters; strata plan prints the very schedule it prices.
+"$strata" train --strategy zeropp "${common[@]}" --prefetch 2 --print-schedule --json --world-size 8 > "$work/train.json"
+"$strata" plan "${plan[@]}" --strategy zeropp --prefetch 2 --print-schedule --json > "$work/plan.json"
+/usr/bin/python3 - "$work/train.json" "$work/plan.json" <<'PY' || fail "--print-schedule --json"
+import json, sys
+t = json.load(open(sys.argv[1]))
+p = json.load(open(sys.argv[2]))["schedules"]["zeropp*"]
+assert t["program"]["prefetch"] == 2 and t["program"]["reductions_in_flight"] == 2, t["program"]
+assert {op["algorithm"] for op in t["micro_batch_ops"]} == {"ring", "all-to-all"}
+for op in t["micro_batch_ops"]:
+    assert op["issue_event"] <= op["event"] <= op["complete_by"] <= len(t["program"]["events"]), op
+    assert (op["writes"] == "gathered") == (op["kind"] == "all-gather"), op
+assert p["micro_batch_ops"] == t["micro_batch_ops"] and p["program"] == t["program"]
+PY
 preview_error() {  # WANT ARGS...: one process, refused saying WANT
   local want=$1 out; shift
   if out=$("$strata" train "${common[@]}" "$@" 2>&1); then fail "accepted: $*"; fi
@@ -98,6 +113,7 @@ preview_error() {  # WANT ARGS...: one process, refused saying WANT
 }
 preview_error "world size 6 is not a multiple of 4 ranks per node" --strategy zero3 --print-schedule --world-size 6
 preview_error "--world-size: only with --print-schedule" --strategy zero3 --world-size 8
+preview_error "--json: only with --print-schedule" --strategy zero3 --json
 preview_error "'host' is measured under mpirun" --strategy zero3 --print-schedule --world-size 8 --topology host
 expect_error "--world-size: previews a layout from one process" --strategy zero3 --print-schedule --world-size 8
 echo "sharded CLI: all checks passed"
