@@ -13,6 +13,7 @@
 #include "base/rng.hpp"
 #include "model/init.hpp"
 #include "model/llama.hpp"
+#include "model/model.hpp"
 #include "model/recording_access.hpp"
 #include "model/reference.hpp"
 
@@ -226,6 +227,14 @@ TEST(Llama, ConfigRefusesWhatItCannotRun) {
   gpt.n_kv_head = 1;
   EXPECT_NE(refusal(gpt).find("model.n_kv_head = 1: family gpt2"), std::string::npos) << refusal(gpt);
   EXPECT_THROW(Llama(GPTConfig::preset("tiny"), 1, 8), Error);
+  // Recomputation exists for GPT only: a Llama run asking for it is refused, naming the field.
+  try {
+    make_model(GPTConfig::preset("llama-tiny"), 1, 8, /*recompute=*/true);
+    ADD_FAILURE() << "recompute accepted for llama";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.recompute"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(make_model(GPTConfig::preset("tiny"), 1, 8, /*recompute=*/true)->recompute());
 }
 
 TEST(Llama, PresetsHaveTheirPublishedSizes) {
