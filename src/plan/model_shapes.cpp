@@ -228,34 +228,12 @@ shard::UnitPlan ModelShape::unit_plan() const {
   }
   p.names.push_back("lm_head");
   p.numel.push_back(V * h);
-  // Untied head: the embedding is a lookup, needed in forward only (its backward scatters the
-  // incoming gradient by token id); the final norm and the head run together.
-  using K = model::UnitEvent;
-  const model::Phase fwd = model::Phase::Forward, bwd = model::Phase::Backward;
-  const int E = 0, N = layers + 1, H = layers + 2;
-  auto& ev = p.events;
-  ev.push_back({K::Acquire, E, fwd});
-  ev.push_back({K::Release, E, fwd});
-  for (int l = 0; l < layers; ++l) {
-    ev.push_back({K::Acquire, 1 + l, fwd});
-    ev.push_back({K::Release, 1 + l, fwd});
-  }
-  ev.push_back({K::Acquire, N, fwd});
-  ev.push_back({K::Acquire, H, fwd});
-  ev.push_back({K::Release, H, fwd});
-  ev.push_back({K::Release, N, fwd});
-  ev.push_back({K::Acquire, N, bwd});
-  ev.push_back({K::Acquire, H, bwd});
-  ev.push_back({K::Release, H, bwd});
-  ev.push_back({K::Release, N, bwd});
-  ev.push_back({K::GradsReady, H, bwd});
-  ev.push_back({K::GradsReady, N, bwd});
-  for (int l = layers - 1; l >= 0; --l) {
-    ev.push_back({K::Acquire, 1 + l, bwd});
-    ev.push_back({K::Release, 1 + l, bwd});
-    ev.push_back({K::GradsReady, 1 + l, bwd});
-  }
-  ev.push_back({K::GradsReady, E, bwd});
+  // Untied head: the runtime's Llama walk (model/llama.cpp), whose embedding is a lookup needed
+  // in forward only and whose final norm and head run together.
+  model::GPTConfig order_of;
+  order_of.family = model::Family::Llama;
+  order_of.n_layer = layers;
+  p.events = model::unit_event_order(order_of);
   return p;
 }
 
