@@ -287,12 +287,13 @@ TEST(LlamaExport, HuggingFaceNamesRoundTripAndRefusals) {
   auto write_without = [&](const std::string& skip, const std::string& extra, const std::string& reshape,
                            const std::filesystem::path& path) {
     SafetensorsWriter w;
+    std::vector<std::vector<float>> kept;  // the writer reads the spans it was given at write()
     for (const auto& e : file.entries()) {
       if (e.name == skip) continue;
-      auto data = file.read_f32(e.name);
+      kept.push_back(file.read_f32(e.name));
       Shape shape = e.shape;
       if (e.name == reshape) shape = {shape[1], shape[0]};
-      w.add(e.name, shape, std::span<const float>(data));
+      w.add(e.name, shape, std::span<const float>(kept.back()));
     }
     if (!extra.empty()) w.add(extra, {1}, std::span<const float>(params.data(), 1));
     w.write(path);
