@@ -11,40 +11,13 @@
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "data/tokens.hpp"
+#include "data/utf8.hpp"
 
 namespace strata::data {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Length of the UTF-8 sequence starting at s[i], or 0 if it is malformed (overlong forms,
-// surrogates and code points past U+10FFFF included).
-std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
-  std::size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    len = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    len = 3;
-    if (lead == 0xE0) lo = 0xA0;
-    if (lead == 0xED) hi = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    len = 4;
-    if (lead == 0xF0) lo = 0x90;
-    if (lead == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < len; ++k)
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  return len;
-}
 
 fs::path resolved(const fs::path& path) {
   std::error_code ec;
@@ -53,16 +26,6 @@ fs::path resolved(const fs::path& path) {
 }
 
 }  // namespace
-
-bool looks_like_text(std::string_view bytes) {
-  for (std::size_t i = 0; i < bytes.size();) {
-    if (bytes[i] == '\0') return false;
-    const std::size_t len = utf8_sequence_length(bytes, i);
-    if (len == 0) return false;
-    i += len;
-  }
-  return true;
-}
 
 PrepareReport prepare_text(const PrepareOptions& options) {
   if (!(options.val_fraction > 0.0 && options.val_fraction < 1.0))

@@ -13,7 +13,6 @@
 // 19, 39, 59, ...), so validation text is spread evenly over the whole corpus.
 #include <cstddef>
 #include <filesystem>
-#include <string_view>
 #include <vector>
 
 namespace strata::data {
@@ -36,7 +35,5 @@ struct PrepareReport {
 // Refuses bad options, missing inputs, a named file that is not text, no text at all, and
 // text too short to give both a training and a validation chunk. Writes nothing on refusal.
 PrepareReport prepare_text(const PrepareOptions& options);
-
-bool looks_like_text(std::string_view bytes);
 
 }  // namespace strata::data

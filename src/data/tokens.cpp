@@ -22,23 +22,6 @@ namespace strata::data {
 
 static_assert(std::endian::native == std::endian::little, "token files are little-endian; so is this code");
 
-std::vector<std::uint16_t> ByteTokenizer::encode(std::string_view text) {
-  std::vector<std::uint16_t> out(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
-  return out;
-}
-
-std::string ByteTokenizer::decode(std::span<const std::int32_t> tokens) {
-  std::string out(tokens.size(), '\0');
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= kVocabSize)
-      throw Error(fmt::format("tokenizer: token {} at position {} is not a byte (vocabulary 0..{})", tokens[i], i,
-                              kVocabSize - 1));
-    out[i] = static_cast<char>(static_cast<unsigned char>(tokens[i]));
-  }
-  return out;
-}
-
 void write_token_file(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
   if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     throw Error(fmt::format("{}: {} tokens do not fit the format's int32 count", path.string(), tokens.size()));

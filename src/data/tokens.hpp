@@ -18,14 +18,6 @@ inline constexpr std::int32_t kTokenFileVersion = 1;
 inline constexpr std::size_t kTokenHeaderInts = 256;
 inline constexpr std::size_t kTokenHeaderBytes = kTokenHeaderInts * sizeof(std::int32_t);
 
-// Token = byte value: any byte string encodes, and decoding gives the bytes back.
-struct ByteTokenizer {
-  static constexpr int kVocabSize = 256;
-  static std::vector<std::uint16_t> encode(std::string_view text);
-  // Throws Error naming the position of the first id outside [0, 256).
-  static std::string decode(std::span<const std::int32_t> tokens);
-};
-
 // Writes the file atomically (it exists whole or not at all).
 void write_token_file(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
 

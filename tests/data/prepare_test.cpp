@@ -8,6 +8,7 @@
 #include "base/fileio.hpp"
 #include "data/prepare.hpp"
 #include "data/tokens.hpp"
+#include "data/utf8.hpp"
 #include "support.hpp"
 
 using namespace strata;

@@ -31,25 +31,6 @@ std::string raw_token_file(std::int32_t magic, std::int32_t version, std::int32_
 
 }  // namespace
 
-TEST(ByteTokenizer, EveryByteRoundTrips) {
-  std::string text(256, '\0');
-  std::iota(text.begin(), text.end(), '\0');
-  text += "Hello, wörld!\n";
-  auto tokens = ByteTokenizer::encode(text);
-  ASSERT_EQ(tokens.size(), text.size());
-  EXPECT_EQ(tokens[200], 200);
-  EXPECT_EQ(tokens[256], 'H');
-  std::vector<std::int32_t> ids(tokens.begin(), tokens.end());
-  EXPECT_EQ(ByteTokenizer::decode(ids), text);
-}
-
-TEST(ByteTokenizer, DecodeRefusesIdsOutsideTheByteRange) {
-  std::vector<std::int32_t> ids{72, 105, 256};
-  expect_error([&] { ByteTokenizer::decode(ids); }, {"256", "position 2"});
-  ids = {-1};
-  expect_error([&] { ByteTokenizer::decode(ids); }, {"-1", "position 0"});
-}
-
 TEST(TokenFile, WritesLlmcFormatAndReadsItBack) {
   ScratchDir dir;
   std::vector<std::uint16_t> tokens{0, 1, 255, 256, 50256, 65535, 7};
