@@ -232,10 +232,48 @@ struct Llama::Impl {
   std::vector<std::int32_t> tokens, targets;
 
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
+
+  std::size_t place(const GPTConfig& config, int B, int T, bool recompute, float* base);
 };
 
-Llama::Llama(const GPTConfig& config, int batch, int seq, const Kernels& kernels)
-    : layout_(config), B_(batch), T_(seq), impl_(std::make_unique<Impl>()) {
+// Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
+// they take. Under recomputation every layer shares layer 0's buffers except its output (the
+// next block's input), which forward keeps for backward to recompute the block from.
+std::size_t Llama::Impl::place(const GPTConfig& config, int B, int T, bool recompute, float* base) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
+  const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
+  const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
+  std::size_t cursor = 0;
+  auto take = [&](float*& p, std::size_t n) {
+    p = base ? base + cursor : nullptr;
+    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
+  };
+  layers.resize(config.n_layer);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    Layer& la = layers[l];
+    if (recompute && l > 0) {
+      la = layers[0];
+      take(la.res3, BT * C);
+      continue;
+    }
+    take(la.xn1, BT * C); take(la.rstd1, BT);
+    take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
+    take(la.att, static_cast<std::size_t>(B) * NH * T * T);
+    take(la.atty, BT * C); take(la.res2, BT * C);
+    take(la.xn2, BT * C); take(la.rstd2, BT);
+    take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
+  }
+  take(encoded, BT * C); take(xf, BT * C); take(rstdf, BT);
+  take(logits, BT * Vp); take(lse, BT); take(losses, BT);
+  take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
+  take(dxn1, BT * C); take(dxn2, BT * C); take(dtmp, BT * C); take(datty, BT * C);
+  take(dq, BT * C); take(dk, BT * KV); take(dv, BT * KV);
+  take(dact, BT * F); take(dgate, BT * F); take(dup, BT * F);
+  return cursor;
+}
+
+Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels)
+    : layout_(config), B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
   if (config.family != Family::Llama)
     throw Error(fmt::format("model: Llama built for family {}", family_name(config.family)));
   if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
@@ -257,38 +295,9 @@ Llama::Llama(const GPTConfig& config, int batch, int seq, const Kernels& kernels
       m.rope_sin[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::sin(angle));
     }
 
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_, C = config.n_embd, L = config.n_layer;
-  const std::size_t NH = config.n_head, KV = m.shape.kv_stride(), F = config.ffn_size();
-  const std::size_t Vp = config.padded_vocab_size;
-  // Two passes over the same list: first sum the sizes, then hand out pointers.
-  std::size_t cursor = 0;
-  float* base = nullptr;
-  auto take = [&](float*& p, std::size_t n) {
-    p = base ? base + cursor : nullptr;
-    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
-  };
-  m.layers.resize(L);
-  for (int pass = 0; pass < 2; ++pass) {
-    cursor = 0;
-    for (auto& la : m.layers) {
-      take(la.xn1, BT * C); take(la.rstd1, BT);
-      take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
-      take(la.att, static_cast<std::size_t>(B_) * NH * T_ * T_);
-      take(la.atty, BT * C); take(la.res2, BT * C);
-      take(la.xn2, BT * C); take(la.rstd2, BT);
-      take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
-    }
-    take(m.encoded, BT * C); take(m.xf, BT * C); take(m.rstdf, BT);
-    take(m.logits, BT * Vp); take(m.lse, BT); take(m.losses, BT);
-    take(m.dres, BT * C); take(m.dres_mid, BT * C); take(m.dres_in, BT * C); take(m.dlogits, BT * Vp);
-    take(m.dxn1, BT * C); take(m.dxn2, BT * C); take(m.dtmp, BT * C); take(m.datty, BT * C);
-    take(m.dq, BT * C); take(m.dk, BT * KV); take(m.dv, BT * KV);
-    take(m.dact, BT * F); take(m.dgate, BT * F); take(m.dup, BT * F);
-    if (pass == 0) {
-      m.storage.resize(cursor);
-      base = m.storage.data();
-    }
-  }
+  m.storage.resize(m.place(config, B_, T_, recompute_, nullptr));
+  m.place(config, B_, T_, recompute_, m.storage.data());
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   m.tokens.resize(BT);
   m.targets.resize(BT);
 }
@@ -296,6 +305,11 @@ Llama::Llama(const GPTConfig& config, int batch, int seq, const Kernels& kernels
 Llama::~Llama() = default;
 
 const float* Llama::logits() const { return impl_->logits; }
+
+std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
+  Impl counter;
+  return sizeof(float) * counter.place(config, batch, seq, recompute, nullptr);
+}
 
 std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
 
@@ -383,6 +397,9 @@ void Llama::block_backward(int layer, const float* p, float* g) {
   const AttentionShape& s = m.shape;
   Impl::Layer& la = m.layers[layer];
   const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  // Recomputation: this block's activations were overwritten by later blocks; its forward from
+  // the kept input restores them bit for bit (the same kernels on the same threads).
+  if (recompute_) block_forward(layer, p);
   const float* x = m.block_input(layer);
   // Gradients of the residual stream at the block's output (given), after attention, and at
   // its input (computed).

@@ -32,7 +32,11 @@ class Llama final : public Model {
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
   // (seq <= config.seq_len); throws Error on other sizes or another family. `kernels`: the
   // table it computes with (the compute device's; by default the host's).
-  Llama(const GPTConfig& config, int batch, int seq, const Kernels& kernels = kernels_for(detected_isa()));
+  // `recompute`: forward keeps only each block's input and backward reruns the block's forward
+  // first (activation recomputation: about one more forward, a block's activations instead of
+  // every block's).
+  Llama(const GPTConfig& config, int batch, int seq, bool recompute = false,
+        const Kernels& kernels = kernels_for(detected_isa()));
   ~Llama() override;
 
   const ParamLayout& layout() const override { return layout_; }
@@ -44,7 +48,10 @@ class Llama final : public Model {
                          float grad_scale) override;
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
+  // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
+  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
   std::uint64_t activation_bytes() const override;
+  bool recompute() const override { return recompute_; }
 
  private:
   void embed_forward(const float* embed_params);
@@ -57,6 +64,7 @@ class Llama final : public Model {
 
   ParamLayout layout_;
   int B_, T_;
+  bool recompute_;
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp
   std::unique_ptr<Impl> impl_;
 };

@@ -14,13 +14,14 @@ std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
   return config.family == Family::Llama ? Llama::event_order(config) : GPT::event_order(config);
 }
 
+std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
+  return config.family == Family::Llama ? Llama::activation_bytes(config, batch, seq, recompute)
+                                        : GPT::activation_bytes(config, batch, seq, recompute);
+}
+
 std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute,
                                   const Kernels& kernels) {
-  if (config.family == Family::Llama) {
-    if (recompute)
-      throw Error("train.recompute = 'full': activation recomputation is not implemented for model.family = llama yet");
-    return std::make_unique<Llama>(config, batch, seq, kernels);
-  }
+  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels);
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels);
 }
 

@@ -68,15 +68,19 @@ class Model {
   // Bytes of activations (and their gradient buffers) the model allocated, for memory reports.
   virtual std::uint64_t activation_bytes() const = 0;
   // Whether backward recomputes each block's forward instead of keeping its activations.
-  virtual bool recompute() const { return false; }
+  virtual bool recompute() const = 0;
 };
 
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
-// `recompute` (GPT only so far), computing with `kernels` (the compute device's; by default the
+// `recompute`, computing with `kernels` (the compute device's; by default the
 // host's); throws Error on other sizes.
 std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false,
                                   const Kernels& kernels = kernels_for(detected_isa()));
+
+// Bytes of activations (and their gradient buffers) the model of config.family allocates for
+// such micro-batches: one source for the engines' memory reports and the planner.
+std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

@@ -49,17 +49,26 @@ ModelShape llama(std::string name, int layers, int hidden, int heads, int kv_hea
   return m;
 }
 
-ModelShape from_gpt(std::string name, const model::GPTConfig& c) {
+// The shape of one of strata's own trainable configs (either family), kept with it so the
+// plan takes units and activations from the runtime's model.
+ModelShape from_config(std::string name, const model::GPTConfig& c) {
   ModelShape m;
   m.name = std::move(name);
   m.layers = c.n_layer;
   m.hidden = c.n_embd;
-  m.heads = m.kv_heads = c.n_head;
-  m.ffn = 4 * c.n_embd;
+  m.heads = c.n_head;
+  m.kv_heads = c.kv_heads();
+  m.ffn = c.ffn_size();
   m.vocab = c.padded_vocab_size;
   m.seq = c.seq_len;
-  m.learned_positions = c.seq_len;
-  m.tied_head = true;
+  if (c.family == model::Family::Llama) {
+    m.mlp = Mlp::SwiGlu;
+    m.norm = Norm::RmsNorm;
+    m.biases = false;
+  } else {
+    m.learned_positions = c.seq_len;
+    m.tied_head = true;
+  }
   m.gpt = c;
   return m;
 }
@@ -92,7 +101,7 @@ std::int64_t block_params(const ModelShape& m) {
 
 std::vector<std::string> ModelShape::preset_names() {
   return {"gpt-neox-20b", "gpt-neox-10b", "llama2-7b", "llama2-13b", "llama2-70b", "tinyllama-1.1b", "gpt2-124m",
-          "tiny", "small"};
+          "tiny", "small", "llama-tiny", "llama-small"};
 }
 
 ModelShape ModelShape::preset(std::string_view name) {
@@ -106,8 +115,8 @@ ModelShape ModelShape::preset(std::string_view name) {
     m.seq = 2048;
     return m;
   }
-  if (name == "gpt2-124m" || name == "tiny" || name == "small")
-    return from_gpt(std::string(name), model::GPTConfig::preset(name));
+  if (name == "gpt2-124m" || name == "tiny" || name == "small" || name == "llama-tiny" || name == "llama-small")
+    return from_config(std::string(name), model::GPTConfig::preset(name));
   throw Error(fmt::format("--model '{}': unknown model (known: {}, or custom with --shape FIELD=VALUE)", name,
                           fmt::join(preset_names(), ", ")));
 }
@@ -276,9 +285,9 @@ double ModelShape::hardware_flops_per_token(int seq_tokens, bool recompute) cons
 std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int act_bytes, bool recompute,
                                            bool flash_attention) const {
   // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
-  // model::GPT allocates, so the plan and the engine's memory report cannot drift apart.
+  // the model allocates, so the plan and the engine's memory report cannot drift apart.
   if (gpt && act_bytes == 4 && !flash_attention)
-    return model::GPT::activation_bytes(*gpt, micro_batch, seq_tokens, recompute);
+    return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute);
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the
   // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors

@@ -21,6 +21,7 @@
 #include "base/rng.hpp"
 #include "model/gpt.hpp"
 #include "model/init.hpp"
+#include "model/recompute_check.hpp"
 #include "model/recording_access.hpp"
 #include "model/reference.hpp"
 
@@ -193,33 +194,10 @@ TEST(Gpt, RunsAreBitIdentical) {
 TEST(Gpt, RecomputationGivesTheSameLossAndGradientsBitForBit) {
   Problem pb(40);
   Problem other(40, 12);  // a second micro-batch
-  const int saved = omp_get_max_threads();
-  for (int threads : {1, 3}) {
-    SCOPED_TRACE(::testing::Message() << threads << " threads");
-    omp_set_num_threads(threads);
-    GPT kept(pb.config, Problem::B, pb.T), again(pb.config, Problem::B, pb.T, true);
-    EXPECT_FALSE(kept.recompute());
-    EXPECT_TRUE(again.recompute());
-    auto gk = pb.zero_grads(), ga = pb.zero_grads();
-    EXPECT_EQ(pb.run(kept, gk), pb.run(again, ga));
-    EXPECT_EQ(0, std::memcmp(kept.logits(), again.logits(),
-                             sizeof(float) * Problem::B * pb.T * pb.config.padded_vocab_size));
-    ArenaAccess eval_k(pb.layout, other.params.data(), nullptr), eval_a(pb.layout, other.params.data(), nullptr);
-    EXPECT_EQ(kept.forward(eval_k, other.tokens.data(), other.targets.data()),
-              again.forward(eval_a, other.tokens.data(), other.targets.data()));
-    EXPECT_EQ(pb.run(kept, gk, 0.5f), pb.run(again, ga, 0.5f));
-    EXPECT_EQ(0, std::memcmp(gk.data(), ga.data(), gk.size() * sizeof(float)));
-
-    RecordingAccess rec(pb.layout, pb.params.data());
-    again.forward_backward(rec, pb.tokens.data(), pb.targets.data(), 1.f);
-    EXPECT_EQ(rec.events, unit_event_order(pb.config));
-  }
-  omp_set_num_threads(saved);
+  test::expect_recomputation_changes_no_bit<GPT>(pb, other);
   // Only the layers after the first drop their sets: L - 1 blocks' worth less.
   const std::uint64_t kept_bytes = GPT::activation_bytes(pb.config, Problem::B, pb.T, false);
   const std::uint64_t again_bytes = GPT::activation_bytes(pb.config, Problem::B, pb.T, true);
-  EXPECT_EQ(GPT(pb.config, Problem::B, pb.T).activation_bytes(), kept_bytes);
-  EXPECT_EQ(GPT(pb.config, Problem::B, pb.T, true).activation_bytes(), again_bytes);
   const std::uint64_t BT = Problem::B * pb.T, C = pb.config.n_embd, T = pb.T, NH = pb.config.n_head;
   const std::uint64_t block_set = 4 * (BT * (16 * C + 4) + Problem::B * NH * T * T);  // res3 (BT x C) excepted
   EXPECT_EQ(kept_bytes - again_bytes, (pb.config.n_layer - 1) * (block_set - 4 * BT * C));

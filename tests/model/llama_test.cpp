@@ -14,6 +14,7 @@
 #include "model/init.hpp"
 #include "model/llama.hpp"
 #include "model/model.hpp"
+#include "model/recompute_check.hpp"
 #include "model/recording_access.hpp"
 #include "model/reference.hpp"
 
@@ -175,6 +176,21 @@ TEST(Llama, ThreadCountsAgree) {
   }
 }
 
+// Full activation recomputation: the same loss, logits and gradients bit for bit (grouped
+// K/V heads and the untied head included), holding only each block's input besides one block's set.
+TEST(Llama, RecomputationGivesTheSameLossAndGradientsBitForBit) {
+  Problem pb(16);
+  Problem other(16, test_config(), 12);  // a second micro-batch
+  test::expect_recomputation_changes_no_bit<Llama>(pb, other);
+  // Only the layers after the first drop their sets: L - 1 blocks' worth less.
+  const GPTConfig& c = pb.config;
+  const std::uint64_t BT = Problem::B * pb.T, C = c.n_embd, T = pb.T, NH = c.n_head;
+  const std::uint64_t KV = static_cast<std::uint64_t>(c.kv_heads()) * c.head_dim(), F = c.ffn_size();
+  const std::uint64_t block_set = 4 * (BT * (5 * C + 2 * KV + 3 * F + 2) + Problem::B * NH * T * T);  // res3 excepted
+  EXPECT_EQ(activation_bytes(c, Problem::B, pb.T, false) - activation_bytes(c, Problem::B, pb.T, true),
+            (c.n_layer - 1) * block_set);
+}
+
 TEST(Llama, RunsAreBitIdentical) {
   Problem pb;
   Llama a(pb.config, Problem::B, pb.T), b(pb.config, Problem::B, pb.T);
@@ -227,13 +243,8 @@ TEST(Llama, ConfigRefusesWhatItCannotRun) {
   gpt.n_kv_head = 1;
   EXPECT_NE(refusal(gpt).find("model.n_kv_head = 1: family gpt2"), std::string::npos) << refusal(gpt);
   EXPECT_THROW(Llama(GPTConfig::preset("tiny"), 1, 8), Error);
-  // Recomputation exists for GPT only: a Llama run asking for it is refused, naming the field.
-  try {
-    make_model(GPTConfig::preset("llama-tiny"), 1, 8, /*recompute=*/true);
-    ADD_FAILURE() << "recompute accepted for llama";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("train.recompute"), std::string::npos) << e.what();
-  }
+  // Both families take recomputation through the registry.
+  EXPECT_TRUE(make_model(GPTConfig::preset("llama-tiny"), 1, 8, /*recompute=*/true)->recompute());
   EXPECT_TRUE(make_model(GPTConfig::preset("tiny"), 1, 8, /*recompute=*/true)->recompute());
 }
 

@@ -3,6 +3,7 @@
 #include "base/error.hpp"
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
+#include "model/model.hpp"
 #include "plan/model_shapes.hpp"
 #include "support.hpp"
 
@@ -88,14 +89,21 @@ TEST(ModelShapes, ActivationBytesFollowTheDocumentedFormula) {
 // One source of truth: for strata's own models in fp32 with dense attention the planner's
 // activation bytes are what a constructed model::GPT allocates, with and without recomputation.
 TEST(ModelShapes, StrataModelsPriceTheActivationsTheModelAllocates) {
-  for (const char* name : {"tiny", "small", "gpt2-124m"})
+  for (const char* name : {"tiny", "small", "gpt2-124m", "llama-tiny", "llama-small"})
     for (bool recompute : {false, true}) {
       SCOPED_TRACE(std::string(name) + (recompute ? " recomputed" : " kept"));
       const ModelShape m = ModelShape::preset(name);
       const int b = 2, s = 48;
-      const model::GPT gpt(*m.gpt, b, s, recompute);
-      EXPECT_EQ(m.activation_bytes(b, s, 4, recompute, false), gpt.activation_bytes());
+      EXPECT_EQ(m.activation_bytes(b, s, 4, recompute, false),
+                model::make_model(*m.gpt, b, s, recompute)->activation_bytes());
     }
+  // strata's Llama presets are priced from the runtime's layout, with its shape.
+  const ModelShape llama = ModelShape::preset("llama-small");
+  const model::GPTConfig config = model::GPTConfig::preset("llama-small");
+  EXPECT_EQ(llama.num_params(), config.num_params());
+  EXPECT_FALSE(llama.tied_head);
+  EXPECT_EQ(llama.mlp, Mlp::SwiGlu);
+  EXPECT_EQ(llama.kv_heads, config.kv_heads());
   const ModelShape small = ModelShape::preset("small");
   EXPECT_LT(small.activation_bytes(2, 48, 4, true, false), small.activation_bytes(2, 48, 4, false, false));
 }

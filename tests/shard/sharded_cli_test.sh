@@ -70,6 +70,19 @@ assert sa["recompute"] is False and sb["recompute"] is True
 assert sb["config"]["train"]["recompute"] == "full"
 assert 0 < sb["memory_bytes"]["activations"] < sa["memory_bytes"]["activations"], (sa["memory_bytes"], sb["memory_bytes"])
 PY
+# ... and for a Llama model (grouped K/V heads, untied head).
+for r in none full; do
+  "${mpi[@]}" "$strata" train --strategy zero3 "${common[@]}" --model llama-tiny --steps 4 --recompute $r \
+    --out "$work/llama.$r" > /dev/null
+done
+/usr/bin/python3 - "$work/llama.none" "$work/llama.full" <<'PY' || fail "llama recompute"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2] + "/metrics.jsonl")]
+assert len(a) == 4 and a == b, (a, b)
+sa, sb = (json.load(open(d + "/summary.json"))["memory_bytes"]["activations"] for d in sys.argv[1:])
+assert 0 < sb < sa, (sa, sb)
+PY
 
 # Bad specs are refused before training, naming the field.
 expect_error() {
