@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `strata sample` end to end: a tiny model trained a few steps here, sampled from its checkpoint
-# and from its exported safetensors; determinism per seed; the refusals. Usage: sample_test.sh STRATA
+# and from its exported safetensors; determinism per seed; the refusals; `strata bench decode`.
+# Usage: sample_test.sh STRATA
 set -euo pipefail
 strata=$1
 dir=$(mktemp -d)
@@ -80,4 +81,14 @@ refused "model.safetensors: no tensor named 'model.embed_tokens.weight'" --safet
   --steps 1 --threads 1 --out "$dir/small_vocab" > /dev/null
 refused "--tokenizer: tokenizer 'bytes' has 256 ids, more than the model's vocab_size = 128" \
   --checkpoint "$dir/small_vocab"
+# bench decode: both timings of each context (no figure is asserted: timings vary), and its refusal.
+j=$("$strata" bench decode --model llama-tiny --contexts 4,16 --repeats 1 --threads 1 --json)
+python3 - "$j" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+assert [c["context"] for c in j["contexts"]] == [4, 16], j
+assert all(c["kv_cache_s"] > 0 and c["full_prefix_s"] > 0 for c in j["contexts"]), j
+PY
+err=$("$strata" bench decode --model tiny --contexts 65 2>&1) && fail "context 65 accepted"
+grep -qF "bench decode: --contexts: 65 is not in [1, model.seq_len = 64]" <<<"$err" || fail "bench message: $err"
 echo "PASS"
