@@ -2,8 +2,9 @@
 # From a fresh clone to a trained model: installs the Debian packages, builds strata, turns the
 # fortunes corpus (English text installed by the set-up) into byte tokens, trains GPT `small`
 # on it (scripts/demo.toml; `strata train` ends by printing the validation loss next to the
-# corpus's unigram entropy), exports the weights as safetensors, and ends with the strategy
-# comparison (scripts/compare_strategies.sh). Re-running replaces runs/demo and runs/compare.
+# corpus's unigram entropy), exports the weights as safetensors, runs the strategy comparison
+# (scripts/compare_strategies.sh) and ends by printing a sample of the trained model. Re-running
+# replaces runs/demo and runs/compare.
 #
 # The training run is sized by a speed probe, not by a fixed step count: 12 timed steps of the
 # same model and batch, then as many steps as fit DEMO_TRAIN_SECONDS (default 180) on this
@@ -37,5 +38,11 @@ echo "demo: speed probe $rate tokens/s: training $steps steps (about $budget s)"
 # The same model under four strategies on 8 ranks of the 2-node test topology, emulated links.
 echo
 ./scripts/compare_strategies.sh 6
+
+# What the model learned: 200 bytes it writes after "A ", through the KV cache (seconds).
+echo
+echo "demo: a sample of runs/demo (strata sample --checkpoint runs/demo --prompt 'A ' --temperature 0.8 --top-k 40):"
+./build/strata sample --checkpoint runs/demo --prompt "A " --max-new-tokens 200 --temperature 0.8 --top-k 40 --seed 1
+echo
 
 echo "demo: finished in $(( $(date +%s) - start )) s; results in runs/demo/ and runs/compare/"

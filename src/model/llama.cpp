@@ -11,11 +11,12 @@
 #include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "model/kernels.hpp"
+#include "model/llama_kernels.hpp"
 #include "model/team.hpp"
 
 namespace strata::model {
 
-namespace {
+namespace llama_kernels {
 
 // Llama's own kernels, serial over a Range like those of kernels.hpp; GEMMs go through
 // matmul_* or, inside attention, cblas_sgemm (OpenBLAS). Gradient outputs named d<param> accumulate (+=).
@@ -201,7 +202,21 @@ void add_rows(float* y, const float* x, int C, Range rows) {
     y[i] += x[i];
 }
 
-}  // namespace
+void rope_tables(const GPTConfig& config, int T, std::vector<float>& cos, std::vector<float>& sin) {
+  // Angles in double, as HF's inv_freq = theta^(-2j/hd) times the position.
+  const int half = config.head_dim() / 2;
+  cos.resize(static_cast<std::size_t>(T) * half);
+  sin.resize(cos.size());
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < half; ++j) {
+      const double angle = t * std::pow(config.rope_theta, -2.0 * j / config.head_dim());
+      cos[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::cos(angle));
+      sin[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::sin(angle));
+    }
+}
+
+}  // namespace llama_kernels
+using namespace llama_kernels;
 
 // Activation storage. Everything backward needs is kept per layer; gradient buffers are
 // reused from layer to layer.
@@ -284,16 +299,7 @@ Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const 
   m.off = llama_offsets(layout_);
   m.shape = {T_, config.n_head, config.kv_heads(), config.head_dim()};
 
-  // Angles in double, as HF's inv_freq = theta^(-2j/hd) times the position.
-  const int half = config.head_dim() / 2;
-  m.rope_cos.resize(static_cast<std::size_t>(T_) * half);
-  m.rope_sin.resize(m.rope_cos.size());
-  for (int t = 0; t < T_; ++t)
-    for (int j = 0; j < half; ++j) {
-      const double angle = t * std::pow(config.rope_theta, -2.0 * j / config.head_dim());
-      m.rope_cos[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::cos(angle));
-      m.rope_sin[static_cast<std::size_t>(t) * half + j] = static_cast<float>(std::sin(angle));
-    }
+  rope_tables(config, T_, m.rope_cos, m.rope_sin);
 
   m.storage.resize(m.place(config, B_, T_, recompute_, nullptr));
   m.place(config, B_, T_, recompute_, m.storage.data());
