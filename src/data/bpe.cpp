@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <memory>
 #include <optional>
 #include <unordered_set>
 
@@ -112,14 +113,31 @@ BpeFiles find_files(const fs::path& dir) {
   return files;
 }
 
+// GPT-2's pattern, compiled once per process: compiled PCRE2 code is read-only, so encode()
+// in several threads may share it, each call with match data of its own.
+const pcre2_code* gpt2_pattern() {
+  static const std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code = [] {
+    int error_code = 0;
+    PCRE2_SIZE error_offset = 0;
+    pcre2_code* compiled = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
+                                         PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error_code, &error_offset,
+                                         nullptr);
+    if (!compiled) {
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(error_code, message.data(), message.size());
+      throw Error(fmt::format("tokenizer: PCRE2 cannot compile GPT-2's pattern: {}",
+                              reinterpret_cast<const char*>(message.data())));
+    }
+    // Where the JIT is unavailable, matching falls back to the interpreter: same matches, slower.
+    pcre2_jit_compile(compiled, PCRE2_JIT_COMPLETE);
+    return std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)>(compiled, &pcre2_code_free);
+  }();
+  return code.get();
+}
+
 }  // namespace
 
-struct Gpt2BpeTokenizer::Pattern {
-  pcre2_code* code = nullptr;
-  ~Pattern() { pcre2_code_free(code); }
-};
-
-Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) : pattern_(std::make_unique<Pattern>()) {
+Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) {
   const BpeFiles files = find_files(dir);
   const std::string vocab_name = files.vocab.string(), merges_name = files.merges.string();
 
@@ -210,22 +228,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) : pattern_(std::make_uni
       throw Error(fmt::format("{}: {} repeats line {}", where, json_quoted(line), line_of_rank[it->second.rank]));
     line_of_rank.push_back(line_number);
   }
-
-  int error_code = 0;
-  PCRE2_SIZE error_offset = 0;
-  pattern_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
-                                 PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error_code, &error_offset, nullptr);
-  if (!pattern_->code) {
-    std::array<PCRE2_UCHAR, 256> message{};
-    pcre2_get_error_message(error_code, message.data(), message.size());
-    throw Error(fmt::format("tokenizer: PCRE2 cannot compile GPT-2's pattern: {}",
-                            reinterpret_cast<const char*>(message.data())));
-  }
-  // Where the JIT is unavailable, matching falls back to the interpreter: same matches, slower.
-  pcre2_jit_compile(pattern_->code, PCRE2_JIT_COMPLETE);
 }
-
-Gpt2BpeTokenizer::~Gpt2BpeTokenizer() = default;
 
 std::string Gpt2BpeTokenizer::name() const {
   return fmt::format("gpt2-bpe ({} tokens, {} merges)", vocab_size(), merges_.size());
@@ -268,11 +271,12 @@ std::vector<std::int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const 
     if (inserted) it->second = merge_piece(piece);
     ids.insert(ids.end(), it->second.begin(), it->second.end());
   };
+  const pcre2_code* pattern = gpt2_pattern();
   const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
-      pcre2_match_data_create_from_pattern(pattern_->code, nullptr), &pcre2_match_data_free);
+      pcre2_match_data_create_from_pattern(pattern, nullptr), &pcre2_match_data_free);
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   for (std::size_t pos = 0; pos < text.size();) {
-    const int rc = pcre2_match(pattern_->code, subject, text.size(), pos, 0, match.get(), nullptr);
+    const int rc = pcre2_match(pattern, subject, text.size(), pos, 0, match.get(), nullptr);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
       std::array<PCRE2_UCHAR, 256> message{};
       pcre2_get_error_message(rc, message.data(), message.size());

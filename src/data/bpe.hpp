@@ -3,8 +3,9 @@
 // encoder.py and Hugging Face's GPT2Tokenizer do:
 //   1. pre-tokenization: the text is cut by GPT-2's pattern
 //      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      (PCRE2 with Unicode classes). Bytes that are not UTF-8, which no pattern item matches
-//      (and which the Python tokenizers cannot be given at all), form a piece of their own;
+//      (PCRE2 with Unicode classes; \s is Unicode's White_Space, as in Python's `regex`).
+//      Bytes that are not UTF-8, which no pattern item matches (and which the Python
+//      tokenizers cannot be given at all), form a piece of their own;
 //   2. each piece's bytes become byte symbols (bytes_to_unicode: the printable bytes stand for
 //      themselves, the other 68 for U+0100..U+0143), and the adjacent pair of lowest merge
 //      rank is merged, every occurrence left to right, until no pair has a rank;
@@ -15,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,7 +37,6 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // in the vocabulary (such a merge could never apply, or would make a token without an id),
   // a merge listed twice. Ids may have gaps: vocab_size() is the largest id + 1.
   explicit Gpt2BpeTokenizer(const std::filesystem::path& dir);
-  ~Gpt2BpeTokenizer() override;
 
   int vocab_size() const override { return static_cast<int>(token_bytes_.size()); }
   std::vector<std::int32_t> encode(std::string_view text) const override;
@@ -49,11 +48,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     std::int32_t rank;    // its line among the merges: lower merges first
     std::int32_t result;  // id of the two symbols joined
   };
-  struct Pattern;  // the compiled pre-tokenization pattern (PCRE2, kept out of this header)
-
   std::vector<std::int32_t> merge_piece(std::string_view piece) const;
 
-  std::unique_ptr<Pattern> pattern_;
   std::array<std::int32_t, 256> byte_id_{};                 // id of each byte's symbol
   std::unordered_map<std::uint64_t, Merge> merges_;         // (left id << 32 | right id) -> merge
   std::vector<std::string> token_bytes_;                    // by id; empty: no token has that id
