@@ -34,24 +34,8 @@ grep -q "a.dat: does not look like text" <<<"$err" || fail "binary message: $err
 [ ! -e "$dir/out2/train.bin" ] || fail "refused prepare wrote output"
 if err=$("$strata" data prepare --input "$dir/nothing" --out "$dir/out2" 2>&1); then fail "missing accepted"; fi
 grep -q "nothing: no such file or directory" <<<"$err" || fail "missing message: $err"
-# GPT-2 BPE from files written here: the 256 byte symbols in GPT-2's id order (" " is "Ġ", 220;
-# "\n" is "Ċ", 198) and five merges, ids 256..260.
-mkdir -p "$dir/bpe"
-python3 - "$dir/bpe" <<'EOF_PY'
-import json, sys
-bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs = bs[:]
-for b in range(256):
-    if b not in bs:
-        bs.append(b)
-        cs.append(256 + len(cs) - 188)
-vocab = {chr(c): i for i, c in enumerate(cs)}
-merges = ["Ġ c", "Ġc a", "Ġca t", "t h", "th e"]
-for k, m in enumerate(merges):
-    vocab[m.replace(" ", "")] = 256 + k
-json.dump(vocab, open(sys.argv[1] + "/vocab.json", "w"))
-open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n" + "\n".join(merges) + "\n")
-EOF_PY
+# GPT-2 BPE from files written here: byte symbols in GPT-2's id order and five merges, 256..260.
+python3 "$(dirname "$0")/write_bpe_files.py" "$dir/bpe" "Ġ c" "Ġc a" "Ġca t" "t h" "th e"
 mkdir -p "$dir/cats"
 for i in $(seq 1 2000); do echo "the cat"; done > "$dir/cats/cats.txt"
 # Each 8-byte line is "the" (260), " cat" (258), "\n" (198), starting at bytes 8j, 8j+3, 8j+7.
