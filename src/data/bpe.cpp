@@ -158,13 +158,15 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) {
   }
   if (!vocab.is_object())
     throw Error(fmt::format("{}: expected a JSON object of token -> id, got a JSON {}", vocab_name, vocab.type_name()));
-  if (!repeated_key.empty()) throw Error(fmt::format("{}: token {} is listed twice", vocab_name, json_quoted(repeated_key)));
+  if (!repeated_key.empty())
+    throw Error(fmt::format("{}: token {} is listed twice", vocab_name, json_quoted(repeated_key)));
 
   std::unordered_map<std::string, std::int32_t> id_of;
   std::vector<std::string> key_of_id;
   for (const auto& [key, value] : vocab.items()) {
     if (!value.is_number_integer())
-      throw Error(fmt::format("{}: token {}: the id must be an integer, got {}", vocab_name, json_quoted(key), value.dump()));
+      throw Error(fmt::format("{}: token {}: the id must be an integer, got {}", vocab_name, json_quoted(key),
+                              value.dump()));
     const auto id = value.get<std::int64_t>();
     if (id < 0 || id > kMaxTokenId)
       throw Error(fmt::format("{}: token {}: id {} is outside 0..{} (token files store 16-bit ids)", vocab_name,
@@ -180,8 +182,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) {
       key_of_id.resize(slot + 1);
     }
     if (!token_bytes_[slot].empty())
-      throw Error(fmt::format("{}: tokens {} and {} both have id {}", vocab_name, json_quoted(key_of_id[slot]), json_quoted(key),
-                              id));
+      throw Error(fmt::format("{}: tokens {} and {} both have id {}", vocab_name, json_quoted(key_of_id[slot]),
+                              json_quoted(key), id));
     token_bytes_[slot] = std::move(bytes.bytes);
     key_of_id[slot] = key;
     id_of.emplace(key, static_cast<std::int32_t>(id));
@@ -217,8 +219,8 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) {
     auto id_in_vocab = [&](const std::string& part) {
       const auto it = id_of.find(part);
       if (it == id_of.end())
-        throw Error(fmt::format("{}: {} merges into {}, but {} is not in {}", where, json_quoted(line), json_quoted(joined),
-                                json_quoted(part), vocab_name));
+        throw Error(fmt::format("{}: {} merges into {}, but {} is not in {}", where, json_quoted(line),
+                                json_quoted(joined), json_quoted(part), vocab_name));
       return it->second;
     };
     const std::int32_t left_id = id_in_vocab(left), right_id = id_in_vocab(right), joined_id = id_in_vocab(joined);

@@ -4,6 +4,8 @@
 // `regex` module to run encoder.py's pattern as a reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
