@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes strata's readers of untrusted input with libFuzzer (docs/fuzzing.md):
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     SECONDS per target (default 60); targets: config,
-#                                             topology, checkpoint, tokens (default all)
+#                                             topology, checkpoint, tokens, bpe (default all)
 # Builds the targets in build-fuzz/ with clang (ASan + UBSan), makes their seed corpora from real
 # inputs with the Release build's build/strata (build that first), runs the targets side by side,
 # one per core, and exits non-zero naming the saved input of any crash, leak, timeout, sanitizer
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(config topology checkpoint tokens)
+((${#targets[@]})) || targets=(config topology checkpoint tokens bpe)
 if ! [[ $seconds =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2
   exit 2

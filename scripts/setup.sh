@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev                # metrics, summaries, manifests
   libtomlplusplus-dev               # config and topology files
   libcli11-dev                      # command line
+  libpcre2-dev                      # GPT-2 BPE pre-tokenization: Unicode letter/number classes, lookahead
   libfmt-dev                        # formatting
   libgtest-dev libgmock-dev         # unit tests
   libbenchmark-dev                  # micro-benchmarks

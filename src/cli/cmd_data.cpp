@@ -15,6 +15,7 @@ void run_prepare(const strata::data::PrepareOptions& options) {
   fmt::print("data prepare: {} text files", report.files.size());
   if (report.skipped_not_text) fmt::print(", {} skipped as not text", report.skipped_not_text);
   if (report.skipped_duplicates) fmt::print(", {} skipped as duplicates", report.skipped_duplicates);
+  fmt::print("\n  tokenizer: {}: train with model.vocab_size >= {}", report.tokenizer, report.vocab_size);
   fmt::print("\n  {}: {} tokens\n  {}: {} tokens ({:.1f}%)\n", report.train_path.string(), report.train_tokens,
              report.val_path.string(), report.val_tokens,
              100.0 * static_cast<double>(report.val_tokens) /
@@ -38,14 +39,18 @@ static strata::cli::CommandRegistrar reg(20, [](CLI::App& app) {
   auto prepare = std::make_shared<strata::data::PrepareOptions>();
   auto* prep = data->add_subcommand(
       "prepare",
-      "Tokenize text (bytes) into OUT/train.bin and OUT/val.bin. Directories are walked recursively for "
-      "text files (no NUL byte, valid UTF-8); every (1/F)-th chunk of the text goes to validation.");
+      "Tokenize text (bytes, or GPT-2 BPE with --tokenizer) into OUT/train.bin and OUT/val.bin. Directories are "
+      "walked recursively for text files (no NUL byte, valid UTF-8); every (1/F)-th chunk of the text goes to "
+      "validation.");
   prep->add_option("--input", prepare->inputs, "Text files or directories")->required();
   prep->add_option("--out", prepare->out_dir, "Output directory")->required();
   prep->add_option("--val-fraction", prepare->val_fraction, "Fraction of chunks held out for validation")
       ->capture_default_str();
   prep->add_option("--chunk-bytes", prepare->chunk_bytes, "Size of the chunks dealt to train or validation")
       ->capture_default_str();
+  prep->add_option("--tokenizer", prepare->tokenizer,
+                   "Directory of GPT-2 BPE files: vocab.json + merges.txt, or encoder.json + vocab.bpe (default: "
+                   "bytes, vocabulary 256)");
   prep->callback([prepare] { run_prepare(*prepare); });
 
   auto path = std::make_shared<std::string>();

@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "data/tokenizer.hpp"
 #include "data/tokens.hpp"
 #include "data/utf8.hpp"
 
@@ -34,7 +35,10 @@ PrepareReport prepare_text(const PrepareOptions& options) {
   if (options.inputs.empty()) throw Error("data prepare: no --input given");
   if (options.out_dir.empty()) throw Error("data prepare: no --out directory given");
 
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
   PrepareReport report;
+  report.tokenizer = tokenizer->name();
+  report.vocab_size = tokenizer->vocab_size();
   std::set<fs::path> taken;
   std::string text;
   auto take = [&](const fs::path& path, std::string bytes) {
@@ -90,18 +94,21 @@ PrepareReport prepare_text(const PrepareOptions& options) {
                             report.skipped_not_text));
   }
 
+  const std::vector<std::int32_t> ids = tokenizer->encode(text);
   std::vector<std::uint16_t> train, val;
-  train.reserve(text.size());
+  train.reserve(ids.size());
   const double f = options.val_fraction;
-  for (std::size_t begin = 0, chunk = 0; begin < text.size(); begin += options.chunk_bytes, ++chunk) {
+  std::size_t offset = 0;  // of the token's first byte in the text
+  for (const std::int32_t id : ids) {
+    const std::size_t chunk = offset / options.chunk_bytes;
     const bool to_val = std::floor(static_cast<double>(chunk + 1) * f) > std::floor(static_cast<double>(chunk) * f);
-    auto& dst = to_val ? val : train;
-    const std::size_t end = std::min(text.size(), begin + options.chunk_bytes);
-    for (std::size_t i = begin; i < end; ++i) dst.push_back(static_cast<unsigned char>(text[i]));
+    // Tokenizers keep ids below 65536 (bpe.hpp refuses larger ones): they fit the file's uint16.
+    (to_val ? val : train).push_back(static_cast<std::uint16_t>(id));
+    offset += tokenizer->decode(std::span(&id, 1)).size();
   }
   if (train.empty() || val.empty())
     throw Error(fmt::format("data prepare: {} bytes of text are too few to split: --val-fraction {} with {}-byte "
-                            "chunks gives {} validation and {} training bytes (use more text, a larger "
+                            "chunks gives {} validation and {} training tokens (use more text, a larger "
                             "--val-fraction or smaller --chunk-bytes)",
                             text.size(), f, options.chunk_bytes, val.size(), train.size()));
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "data/bpe.hpp"
 
 namespace strata::data {
 
@@ -25,7 +26,7 @@ std::string ByteTokenizer::decode(std::span<const std::int32_t> ids) const {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::filesystem::path& dir) {
   if (dir.empty()) return std::make_unique<ByteTokenizer>();
-  throw Error(fmt::format("--tokenizer {}: only byte tokens are known so far", dir.string()));
+  return std::make_unique<Gpt2BpeTokenizer>(dir);
 }
 
 }  // namespace strata::data

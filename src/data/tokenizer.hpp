@@ -37,8 +37,9 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "bytes"; }
 };
 
-// The tokenizer whose files are in `dir`; an empty path gives ByteTokenizer. Throws Error
-// naming the directory and what is missing or malformed.
+// The tokenizer whose files are in `dir`: GPT-2's byte-level BPE (bpe.hpp); an empty path
+// gives ByteTokenizer. Throws Error naming the directory or file and what is missing or
+// malformed.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::filesystem::path& dir);
 
 }  // namespace strata::data

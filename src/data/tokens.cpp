@@ -84,7 +84,9 @@ TokenFile::TokenFile(const std::filesystem::path& path, int vocab_size) : path_(
     if (vocab_size > 0) {
       for (std::size_t i = 0; i < count_; ++i)
         if (tokens_[i] >= vocab_size)
-          throw Error(fmt::format("{}: token id {} at position {} is outside the vocabulary (vocab_size = {})",
+          throw Error(fmt::format("{}: token id {} at position {} is outside the vocabulary (vocab_size = {}): "
+                                  "made with a larger tokenizer? Set model.vocab_size (--vocab-size) to its "
+                                  "vocabulary, e.g. 50257 for GPT-2's",
                                   name, tokens_[i], i, vocab_size));
     }
   } catch (...) {

@@ -34,4 +34,36 @@ grep -q "a.dat: does not look like text" <<<"$err" || fail "binary message: $err
 [ ! -e "$dir/out2/train.bin" ] || fail "refused prepare wrote output"
 if err=$("$strata" data prepare --input "$dir/nothing" --out "$dir/out2" 2>&1); then fail "missing accepted"; fi
 grep -q "nothing: no such file or directory" <<<"$err" || fail "missing message: $err"
+# GPT-2 BPE from files written here: byte symbols in GPT-2's id order and five merges, 256..260.
+python3 "$(dirname "$0")/write_bpe_files.py" "$dir/bpe" "Ġ c" "Ġc a" "Ġca t" "t h" "th e"
+mkdir -p "$dir/cats"
+for i in $(seq 1 2000); do echo "the cat"; done > "$dir/cats/cats.txt"
+# Each 8-byte line is "the" (260), " cat" (258), "\n" (198), starting at bytes 8j, 8j+3, 8j+7.
+# With 802-byte chunks and --val-fraction 0.1, chunks 9 [7218, 8020) and 19 [15238, 16000) are
+# validation; a token goes where its first byte lies: 2 + 99 * 3 + 2 and 1 + 95 * 3 tokens.
+out=$("$strata" data prepare --input "$dir/cats" --out "$dir/bpe_out" --tokenizer "$dir/bpe" --val-fraction 0.1 \
+      --chunk-bytes 802)
+echo "$out"
+grep -q "tokenizer: gpt2-bpe (261 tokens, 5 merges): train with model.vocab_size >= 261" <<<"$out" || fail "bpe summary"
+grep -q "train.bin: 5413 tokens" <<<"$out" || fail "bpe train count"
+grep -q "val.bin: 587 tokens" <<<"$out" || fail "bpe val count"
+[ "$(od -An -tu2 -j1024 -N12 "$dir/bpe_out/train.bin" | tr -s ' ')" = " 260 258 198 260 258 198" ] || fail "bpe ids"
+info=$("$strata" data inspect "$dir/bpe_out/train.bin" --vocab-size 261)
+echo "$info"
+grep -q "train.bin: 5413 tokens, ids 198\.\.260 (3 distinct)" <<<"$info" || fail "bpe inspect: $info"
+# A model needs a vocabulary that large: the default of `tiny` (256) is refused, saying what to set.
+if err=$("$strata" train --model tiny --train-data "$dir/bpe_out/train.bin" --batch 2 --seq 16 --steps 1 \
+         --out "$dir/run" 2>&1); then fail "train with too small a vocabulary passed"; fi
+grep -q "train.bin: token id 260 at position 0 is outside the vocabulary (vocab_size = 256).*model.vocab_size" \
+  <<<"$err" || fail "vocab_size hint: $err"
+"$strata" train --model tiny --vocab-size 261 --train-data "$dir/bpe_out/train.bin" --batch 2 --seq 16 --steps 1 \
+  --out "$dir/run" > /dev/null || fail "train with --vocab-size 261"
+# A malformed merges file is refused naming file and line, and nothing is written.
+printf '#version: 0.2\nĠ c\nĠc a b\n' > "$dir/bpe/merges.txt"
+if err=$("$strata" data prepare --input "$dir/cats" --out "$dir/bpe_bad" --tokenizer "$dir/bpe" 2>&1); then
+  fail "bad merges accepted"
+fi
+grep -q "strata: error: .*bpe/merges.txt:3: \"Ġc a b\" is not two symbols separated by one space" <<<"$err" \
+  || fail "merges message: $err"
+[ ! -e "$dir/bpe_bad" ] || fail "refused prepare wrote output"
 echo "PASS"

@@ -9,6 +9,9 @@ run so they follow the formats as they change (scripts/fuzz.sh calls this):
   checkpoint  the manifest of a 2-step training run of the tiny model; the checkpoint
               folder itself goes to OUT/checkpoint for $STRATA_FUZZ_CHECKPOINT
   tokens      a token file made by `strata data prepare`, behind a few loader set-ups
+  bpe         a small GPT-2 BPE (tests/data/write_bpe_files.py: byte symbols and merges of
+              frequent pairs of README.md's head) with texts to encode: that head, and
+              letters, digits, whitespace and bytes that are not UTF-8
 
 Usage: make_seeds.py STRATA_BINARY OUT_DIR
 Writes OUT_DIR/seeds/<target>/, OUT_DIR/dict/<target>.dict and OUT_DIR/checkpoint/.
@@ -23,7 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ_DIR = Path(__file__).resolve().parent
-TARGETS = ("config", "topology", "checkpoint", "tokens")
+sys.path.insert(0, str(REPO / "tests" / "data"))
+import write_bpe_files  # noqa: E402  (beside the data tests, which write their BPE with it)
+TARGETS = ("config", "topology", "checkpoint", "tokens", "bpe")
 TOKEN_SETUP_BYTES = 16  # fuzz_tokens.cpp: the loader set-up in front of the file
 
 
@@ -206,6 +211,42 @@ def token_seeds(out, val_bin):
     write_dict(out, "tokens", [struct.pack("<i", header[0]), struct.pack("<i", header[1])])
 
 
+def bpe_seeds(out, work):
+    """vocab.json NUL merges.txt NUL text (fuzz_bpe.cpp), the merges joining the most frequent
+    adjacent symbols of a real text, one at a time as BPE training does."""
+    text = (work / "text.txt").read_text()
+    to_symbol = write_bpe_files.byte_symbols()
+    words = [[to_symbol[b] for b in w.encode()] for w in re.findall(r" ?\w+| ?[^\s\w]+|\s+", text)]
+    merges = []
+    for _ in range(40):
+        pairs = {}
+        for w in words:
+            for p in zip(w, w[1:]):
+                pairs[p] = pairs.get(p, 0) + 1
+        if not pairs:
+            break
+        best = max(pairs, key=lambda p: (pairs[p], p))
+        merges.append(f"{best[0]} {best[1]}")
+        for w in words:
+            i = 0
+            while i + 1 < len(w):
+                if (w[i], w[i + 1]) == best:
+                    w[i:i + 2] = [w[i] + w[i + 1]]
+                i += 1
+    write_bpe_files.write(work / "bpe", merges)
+    vocab = (work / "bpe" / "vocab.json").read_bytes()
+    merges_txt = (work / "bpe" / "merges.txt").read_bytes()
+    texts = {
+        "readme": text.encode(),
+        "scripts": "they'll say it's 2024: café, привет, 中文 😀!!\n\n  \t end   ".encode(),
+        "not_utf8": b"ok \xff\xfe caf\xc3 \xe2\x82 end\n",
+    }
+    seeds = out / "seeds" / "bpe"
+    for name, body in texts.items():
+        (seeds / f"{name}.bin").write_bytes(vocab + b"\0" + merges_txt + b"\0" + body)
+    write_dict(out, "bpe", merges + [m.replace(" ", "") for m in merges])
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
@@ -224,6 +265,7 @@ def main():
     topology_seeds(strata, out)
     checkpoint_seeds(out, ckpt)
     token_seeds(out, val_bin)
+    bpe_seeds(out, work)
     shutil.rmtree(work)
     for target in TARGETS:
         n = len(list((out / "seeds" / target).iterdir()))
