@@ -58,6 +58,16 @@ grep -q "train.bin: token id 260 at position 0 is outside the vocabulary (vocab_
   <<<"$err" || fail "vocab_size hint: $err"
 "$strata" train --model tiny --vocab-size 261 --train-data "$dir/bpe_out/train.bin" --batch 2 --seq 16 --steps 1 \
   --out "$dir/run" > /dev/null || fail "train with --vocab-size 261"
+# strata sample encodes the prompt and decodes the drawn ids with the same files.
+"$strata" sample --checkpoint "$dir/run" --tokenizer "$dir/bpe" --prompt "$(head -c 40 "$dir/cats/"*)" \
+  --max-new-tokens 8 --seed 3 --json > "$dir/sample.json" || fail "sample with the BPE tokenizer"
+/usr/bin/python3 - "$dir/sample.json" <<'PY' || fail "sample's BPE tokens"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["tokenizer"].startswith("gpt2-bpe"), j["tokenizer"]
+assert len(j["new_tokens"]) == 8 and all(0 <= t < 261 for t in j["new_tokens"]), j["new_tokens"]
+assert j["prompt_tokens"] < 40, j  # merges made the 40-byte prompt fewer tokens
+PY
 # A malformed merges file is refused naming file and line, and nothing is written.
 printf '#version: 0.2\nĠ c\nĠc a b\n' > "$dir/bpe/merges.txt"
 if err=$("$strata" data prepare --input "$dir/cats" --out "$dir/bpe_bad" --tokenizer "$dir/bpe" 2>&1); then
