@@ -35,6 +35,7 @@ struct PlanOptions {
   std::string strategy = "all";
   std::string shard, secondary, weight_wire, grad_wire, step_grad_wire;
   int block_size = 0, prefetch = 0;
+  std::int64_t bucket_bytes = 0;
   bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
   bool recompute = false, flash_attention = false;
@@ -49,7 +50,7 @@ struct PlanOptions {
   bool json = false;
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
-              *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr;
+              *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr;
 };
 
 // The mark of an estimate that does not fit in device memory, in every table.
@@ -67,6 +68,11 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
+std::uint64_t bucket_bytes(const PlanOptions& o) {
+  if (o.bucket_bytes < 0) throw Error(fmt::format("--bucket-bytes = {}: must not be negative", o.bucket_bytes));
+  return static_cast<std::uint64_t>(o.bucket_bytes);
+}
+
 // The strategies asked for, with precision and command-line overrides applied; a name gets
 // a '*' when an override changed its preset.
 std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo::Topology& topology,
@@ -75,7 +81,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
   const bool overridden = !o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() ||
                           !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
-                          o.prefetch_opt->count() > 0 || o.keep_weights_after_forward;
+                          o.prefetch_opt->count() > 0 || o.bucket_opt->count() > 0 || o.keep_weights_after_forward;
   std::vector<plan::NamedSpec> out;
   for (const std::string& name : names) {
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
@@ -86,6 +92,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     if (!o.step_grad_wire.empty()) spec.step_grad_wire = comm::parse_dtype(o.step_grad_wire, "--step-grad-wire");
     if (o.block_opt->count() > 0) spec.block_size = o.block_size;
     if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
+    if (o.bucket_opt->count() > 0) spec.bucket_bytes = bucket_bytes(o);
     if (o.keep_weights_after_forward) spec.free_after_forward = false;
     shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
     out.push_back({overridden ? name + "*" : name, spec});
@@ -422,6 +429,7 @@ void run_plan(const PlanOptions& o) {
     plan::SearchSpace space;
     if (o.block_opt->count()) space.block_size = o.block_size;
     if (o.prefetch_opt->count()) space.prefetch = o.prefetch;
+    if (o.bucket_opt->count()) space.bucket_bytes = bucket_bytes(o);
     const plan::SearchResult result = plan::search(context, space);
     if (o.json) {
       fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
@@ -494,6 +502,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--step-grad-wire", o->step_grad_wire, "fp32, bf16, int8 or int4 (once-a-step reduction)");
   o->block_opt = cmd->add_option("--block-size", o->block_size, "elements per quantization scale");
   o->prefetch_opt = cmd->add_option("--prefetch", o->prefetch, "units gathered ahead of the one computing");
+  o->bucket_opt = cmd->add_option("--bucket-bytes", o->bucket_bytes,
+                                  "replicated gradients (ddp, zero1): reduced in buckets of at most this many bytes "
+                                  "during the step's last backward; 0: after backward (default: 25 MiB)");
   cmd->add_flag("--keep-weights-after-forward", o->keep_weights_after_forward,
                 "keep gathered weights from forward to backward (no backward gather; more gathered memory)");
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct ShardOptions {
   std::string weight_wire, grad_wire, step_grad_wire;  // empty = the preset's
   int block_size = 0;                    // 0 = the preset's (256)
   int prefetch = -1;                     // -1 = the preset's (1)
+  std::int64_t bucket_bytes = -1;        // -1 = the preset's (25 MiB); 0 = no buckets
   bool keep_weights_after_forward = false;
   bool emulate_links = false;
   double emulate_scale = 1.0;

@@ -129,22 +129,27 @@ OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Ca
 
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            double overlap_slowdown) {
+                            double overlap_slowdown, bool last_of_step) {
   const std::vector<model::UnitEvent>& events = schedule.units().events;
-  const std::vector<ScheduledOp>& ops = schedule.micro_batch_ops();
-  const shard::MicroBatchProgram& program = schedule.training_program();
+  std::vector<ScheduledOp> ops = schedule.micro_batch_ops();
+  const std::size_t micro_ops = ops.size();
+  if (last_of_step) ops.insert(ops.end(), schedule.bucket_ops().begin(), schedule.bucket_ops().end());
+  const shard::MicroBatchProgram& program =
+      last_of_step ? schedule.last_micro_batch_program() : schedule.training_program();
   const int levels = schedule.topology().num_tiers();
 
   if (op_seconds.size() != ops.size() || forward_s.size() != schedule.units().numel.size() ||
       backward_s.size() != forward_s.size())
     throw Error(fmt::format("replay: {} op times for {} ops, {}/{} unit times for {} units", op_seconds.size(),
                             ops.size(), forward_s.size(), backward_s.size(), schedule.units().numel.size()));
-  std::vector<std::vector<int>> ops_of_event(events.size());
-  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+  std::vector<std::vector<int>> ops_of_event(events.size()), ops_of_bucket(schedule.buckets().size());
+  for (int i = 0; i < static_cast<int>(micro_ops); ++i) {
     if (ops[i].event < 0 || ops[i].event >= static_cast<int>(events.size()))
       throw Error(fmt::format("schedule: micro-batch op {} names no event", i));
     ops_of_event[ops[i].event].push_back(i);
   }
+  for (int i = static_cast<int>(micro_ops); i < static_cast<int>(ops.size()); ++i)
+    ops_of_bucket[ops[i].bucket].push_back(i);
 
   // The communication stream serves ops one at a time in the order the program issues them
   // (the runtime's communication thread is a FIFO), each starting once issued and the
@@ -154,7 +159,7 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
   t.busy_by_level.assign(levels, 0);
   t.exposed_by_level.assign(levels, 0);
   std::vector<double> start(ops.size(), 0), end(ops.size(), 0);
-  std::vector<double> chain_end(events.size(), 0);
+  std::vector<double> chain_end(events.size(), 0), bucket_end(ops_of_bucket.size(), 0);
   std::vector<std::pair<double, double>> waits;
   double comm_free = 0, clock = 0, run = 0;
   auto wait_until = [&](double ready) {
@@ -193,19 +198,23 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
     clock = now + work;
     t.slowdown_s += clock - begin;
   };
+  // Queues a chain on the stream; returns when it ends.
+  auto enqueue = [&](const std::vector<int>& chain) {
+    for (int i : chain) {
+      start[i] = std::max(comm_free, clock);
+      end[i] = start[i] + op_seconds[i];
+      comm_free = end[i];
+      t.order.push_back(i);
+    }
+    return comm_free;
+  };
   for (std::size_t e = 0; e <= events.size(); ++e) {
     const shard::EventStep& step = program.steps[e];
-    for (int c : step.issue) {
-      for (int i : ops_of_event[c]) {
-        start[i] = std::max(comm_free, clock);
-        end[i] = start[i] + op_seconds[i];
-        comm_free = end[i];
-        t.order.push_back(i);
-      }
-      chain_end[c] = comm_free;
-    }
+    for (int c : step.issue) chain_end[c] = enqueue(ops_of_event[c]);
+    for (int b : step.bucket_issue) bucket_end[b] = enqueue(ops_of_bucket[b]);
     double ready = 0;
     for (int c : step.complete) ready = std::max(ready, chain_end[c]);
+    for (int b : step.bucket_complete) ready = std::max(ready, bucket_end[b]);
     wait_until(ready);
     if (e == events.size()) break;
     const model::UnitEvent& ev = events[e];
@@ -359,6 +368,17 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   }
   const double slowdown = calibrated ? calibrated->compute.overlap_slowdown : 1.0;
   const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown);
+  // The step's last micro-batch also runs the buckets' step reductions (once a step).
+  for (const ScheduledOp& op : schedule.bucket_ops()) {
+    const bool out = left_out(op);
+    if (out) drop(op, 1), note(op);
+    const OpPrice price = out ? OpPrice{} : price_op(op, topology_, calibrated);
+    op_seconds.push_back(price.seconds());
+    e.tiers[op.level].latency_s += price.latency_s;
+  }
+  const Timeline last = schedule.buckets().empty()
+                            ? mb
+                            : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown, true);
   for (const ScheduledOp& op : schedule.step_ops()) {
     if (left_out(op)) {
       drop(op, 1), note(op);
@@ -372,8 +392,8 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     e.step_comm_s += s;
   }
   for (std::size_t t = 0; t < e.tiers.size(); ++t) {
-    e.tiers[t].busy_s += K * mb.busy_by_level[t];
-    e.tiers[t].exposed_micro_s = K * mb.exposed_by_level[t];
+    e.tiers[t].busy_s += (K - 1) * mb.busy_by_level[t] + last.busy_by_level[t];
+    e.tiers[t].exposed_micro_s = (K - 1) * mb.exposed_by_level[t] + last.exposed_by_level[t];
   }
   e.left_out = dropped;
 
@@ -386,9 +406,10 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
 
   e.compute_s = K * mb.compute_s;
-  e.overlap_slowdown_s = K * mb.slowdown_s;
-  e.exposed_micro_s = K * (mb.makespan_s - mb.compute_s - mb.slowdown_s);
-  e.step_time_s = K * mb.makespan_s + e.step_comm_s + e.optimizer_s;
+  e.overlap_slowdown_s = (K - 1) * mb.slowdown_s + last.slowdown_s;
+  e.exposed_micro_s = (K - 1) * (mb.makespan_s - mb.compute_s - mb.slowdown_s) +
+                      (last.makespan_s - last.compute_s - last.slowdown_s);
+  e.step_time_s = (K - 1) * mb.makespan_s + last.makespan_s + e.step_comm_s + e.optimizer_s;
   e.tokens_per_step = static_cast<double>(workload_.micro_batch) * workload_.seq * K * e.world_size;
   e.tokens_per_s = e.tokens_per_step / e.step_time_s;
   const double per_device_tokens = e.tokens_per_s / e.world_size;

@@ -74,17 +74,20 @@ Collective collective_of(const shard::ScheduledOp& op);
 // wait points are the schedule's micro-batch program, the one the runtime executes (no
 // policy of its own here): the timeline is the runtime's order by construction. Compute
 // runs `overlap_slowdown` times slower while an op is on the communication stream.
+// `last_of_step`: the step's last micro-batch (Schedule::last_micro_batch_program), which
+// also runs the buckets' step reductions; ops are then numbered micro-batch ops first, bucket
+// ops after (op_seconds and order alike).
 struct Timeline {
   double makespan_s = 0;               // until both streams are idle
   double compute_s = 0;
   double slowdown_s = 0;               // compute time added by running beside communication
   std::vector<double> busy_by_level;   // time ops of each tier occupy the stream
   std::vector<double> exposed_by_level;  // time compute waits (or the micro-batch runs on) per tier
-  std::vector<int> order;              // micro-batch ops (indices) in the order the stream runs them
+  std::vector<int> order;              // ops (indices) in the order the stream runs them
 };
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            double overlap_slowdown = 1.0);
+                            double overlap_slowdown = 1.0, bool last_of_step = false);
 
 struct TierCost {
   shard::TierTraffic traffic;   // bytes and messages a rank sends and receives per step

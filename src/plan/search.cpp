@@ -22,7 +22,7 @@ bool same_spec(const ShardSpec& a, const ShardSpec& b) {
          a.weight_wire == b.weight_wire && a.grad_wire == b.grad_wire && a.step_grad_wire == b.step_grad_wire &&
          a.block_size == b.block_size && a.prefetch == b.prefetch &&
          a.reductions_in_flight == b.reductions_in_flight && a.free_after_forward == b.free_after_forward &&
-         a.step_grad_allreduce == b.step_grad_allreduce;
+         a.bucket_bytes == b.bucket_bytes && a.step_grad_allreduce == b.step_grad_allreduce;
 }
 
 // Faster first; ties go to less memory, then to fewer bytes over the outermost tier.
@@ -52,6 +52,7 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
       p.prefetch = space.prefetch;
       p.block_size = space.block_size;
       p.free_after_forward = space.free_after_forward;
+      p.bucket_bytes = space.bucket_bytes;
       presets.push_back({name, p});
     } catch (const Error&) {
       // A preset this topology cannot hold (e.g. hsdp on one tier) names nothing here.
@@ -84,6 +85,7 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
               spec.prefetch = space.prefetch;
               spec.block_size = space.block_size;
               spec.free_after_forward = space.free_after_forward;
+              spec.bucket_bytes = space.bucket_bytes;
               std::string name = "custom";
               for (const NamedSpec& p : presets)
                 if (same_spec(p.spec, spec)) {

@@ -1,6 +1,7 @@
 #pragma once
 // strata plan --search: every valid shard spec of a topology, priced and ranked.
 // strata plan --sweep-nodes: chosen strategies priced over a range of node counts.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct SearchSpace {
   int prefetch = 1;
   int block_size = 256;
   bool free_after_forward = true;
+  std::uint64_t bucket_bytes = shard::ShardSpec{}.bucket_bytes;
 };
 
 // Every spec that resolve() accepts on `topology`: W, G and OS tiers (none or any tier, with

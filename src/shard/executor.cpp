@@ -188,6 +188,29 @@ const float* OpExecutor::reduce(const Chain& chain, const float* input) {
   return cur;
 }
 
+void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts) {
+  // A unit's slice after k levels is its piece (d_0, ..., d_{k-1}) of the finest split,
+  // innermost digit most significant (schedule.hpp): laying the buffer out piece-major, unit
+  // minor, makes every level's chunk the concatenation of the units' chunks.
+  std::size_t pieces = 1, gathered = 1;
+  for (const ScheduledOp* op : chain)
+    (op->kind == OpKind::ReduceScatter ? pieces : gathered) *= static_cast<std::size_t>(op->group_size);
+  float* packed = f32_a_.data();
+  for (std::size_t q = 0; q < pieces; ++q)
+    for (const BucketPart& p : parts) {
+      const std::size_t n = p.padded / pieces;
+      std::memcpy(packed, p.input + q * n, 4 * n);
+      packed += n;
+    }
+  const float* out = reduce(chain, f32_a_.data());
+  for (std::size_t q = 0; q < gathered; ++q)
+    for (const BucketPart& p : parts) {
+      const std::size_t n = p.padded / pieces;
+      std::memcpy(p.output + q * n, out, 4 * n);
+      out += n;
+    }
+}
+
 void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
   const std::size_t k = values.size();
   for (const ScheduledOp* op : chain) {

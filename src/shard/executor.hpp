@@ -58,6 +58,18 @@ class OpExecutor {
   // Reduces fp32 `input` level by level: reduce-scatters, and the all-gather half of a
   // hierarchical all-reduce; returns the fp32 result (scratch, or `input` for no ops).
   const float* reduce(const Chain& chain, const float* input);
+  // One unit of a bucket: its padded fp32 gradient in, its slice at the chain's last level out.
+  struct BucketPart {
+    const float* input;
+    std::size_t padded;
+    float* output;
+  };
+  // Reduces a bucket's units as one buffer, element for element as each unit's own chain
+  // would: the units are first interleaved (a copy) so that every member's chunk at every
+  // level is the concatenation of its chunks of the units, in `parts` order. A ring sums each
+  // chunk in an order fixed by the chunk's index, so every element keeps its summation order
+  // (and bits); concatenating the units as they lie would move elements between chunks.
+  void reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts);
   // Sums a few fp64 a rank over the chain's levels: each level all-gathers them and every
   // rank adds them up in member order, so every rank gets the same bits.
   void scalar_sum(const Chain& chain, std::vector<double>& values);

@@ -204,19 +204,32 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
 
   const LevelSpec& L = levels_;
   const int block = spec.block_size;
-  auto size_at = [&](int unit, int levels) { return padded_[unit] / L.degree(levels); };
+  // Ops on `padded` elements (a unit's, or a bucket's units' together) sharded over levels.
+  auto size_at = [&](std::size_t padded, int levels) { return padded / L.degree(levels); };
 
   // All-gather from `from` levels down to `to` levels: outer level first.
-  auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, int from, int to, DType wire) {
+  auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
+                    int to, DType wire) {
     for (int t = from - 1; t >= to; --t)
-      out.push_back(level_op(when, purpose, OpKind::AllGather, unit, t, L.level_size[t], wire, size_at(unit, t + 1),
+      out.push_back(level_op(when, purpose, OpKind::AllGather, unit, t, L.level_size[t], wire, size_at(padded, t + 1),
                              block));
   };
   // Reduce-scatter from `from` levels up to `to` levels: inner level first.
-  auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, int from, int to, DType wire) {
+  auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
+                    int to, DType wire) {
     for (int t = from; t < to; ++t)
-      out.push_back(level_op(when, purpose, OpKind::ReduceScatter, unit, t, L.level_size[t], wire, size_at(unit, t),
+      out.push_back(level_op(when, purpose, OpKind::ReduceScatter, unit, t, L.level_size[t], wire, size_at(padded, t),
                              block));
+  };
+  // The step's reduction of the G slice down to the OS slice. Ranks outside the OS domain
+  // hold the same OS slice: it is summed over them (hierarchical all-reduce: reduce-scatter
+  // up the remaining levels, gather back down).
+  auto step_reduction = [&](std::vector<ScheduledOp>& out, When when, int unit, std::size_t padded) {
+    const DType wire = spec.step_grad_wire;
+    reduce(out, when, Purpose::StepGradReduce, unit, padded, L.grads, L.optimizer, wire);
+    reduce(out, when, Purpose::ReplicaReduce, unit, padded, L.optimizer, L.num_levels, wire);
+    gather(out, when, Purpose::ReplicaGather, unit, padded, L.num_levels, L.optimizer, wire);
+    if (spec.step_grad_allreduce) gather(out, when, Purpose::StepGradGather, unit, padded, L.optimizer, L.grads, wire);
   };
 
   // Per micro-batch, in the order the model walks the units.
@@ -225,13 +238,15 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
     const std::size_t first = micro_.size();
     if (e.kind == model::UnitEvent::Acquire && L.weights > 0) {
       if (e.phase == model::Phase::Forward) {
-        gather(micro_, When::Forward, Purpose::WeightGatherForward, e.unit, L.weights, 0, spec.weight_wire);
+        gather(micro_, When::Forward, Purpose::WeightGatherForward, e.unit, padded_[e.unit], L.weights, 0,
+               spec.weight_wire);
       } else if (spec.free_after_forward) {
         int from = L.secondary > 0 ? L.secondary : L.weights;
-        gather(micro_, When::Backward, Purpose::WeightGatherBackward, e.unit, from, 0, spec.weight_wire);
+        gather(micro_, When::Backward, Purpose::WeightGatherBackward, e.unit, padded_[e.unit], from, 0,
+               spec.weight_wire);
       }
     } else if (e.kind == model::UnitEvent::GradsReady) {
-      reduce(micro_, When::Backward, Purpose::GradReduce, e.unit, 0, L.grads, spec.grad_wire);
+      reduce(micro_, When::Backward, Purpose::GradReduce, e.unit, padded_[e.unit], 0, L.grads, spec.grad_wire);
     }
     for (std::size_t i = first; i < micro_.size(); ++i) micro_[i].event = event;
   }
@@ -253,15 +268,48 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
         if (op.event == c) op.complete_by = e;
   }
 
-  // Once per optimizer step, unit by unit.
-  for (int u = 0; u < static_cast<int>(padded_.size()); ++u) {
-    reduce(step_, When::Step, Purpose::StepGradReduce, u, L.grads, L.optimizer, spec.step_grad_wire);
-    // Ranks outside the OS domain hold the same OS slice: sum it over them (hierarchical
-    // all-reduce: reduce-scatter up the remaining levels, gather back down).
-    reduce(step_, When::Step, Purpose::ReplicaReduce, u, L.optimizer, L.num_levels, spec.step_grad_wire);
-    gather(step_, When::Step, Purpose::ReplicaGather, u, L.num_levels, L.optimizer, spec.step_grad_wire);
-    if (spec.step_grad_allreduce)
-      gather(step_, When::Step, Purpose::StepGradGather, u, L.optimizer, L.grads, spec.step_grad_wire);
+  // Replicated gradients are whole in the step's last micro-batch once backward is done with
+  // their unit, so their step reduction runs there in buckets, each issued at its last
+  // unit's GradsReady and done by the end of the micro-batch (DDP's overlap; earlier
+  // micro-batches only accumulate, as under DDP's no_sync). Sharded gradients are whole only
+  // after their per-micro-batch reductions: reduced in the step phase, unit by unit.
+  last_training_ = training_;
+  if (L.grads == 0 && spec.bucket_bytes > 0) {
+    std::uint64_t filled = 0;
+    std::vector<int> issue_at;  // per bucket: the GradsReady event of its last unit
+    for (int event = 0; event < num_events; ++event) {
+      const model::UnitEvent& e = units_.events[event];
+      if (e.kind != model::UnitEvent::GradsReady) continue;
+      const std::uint64_t bytes = 4 * static_cast<std::uint64_t>(padded_[e.unit]);
+      if (buckets_.empty() || filled + bytes > spec.bucket_bytes) {
+        buckets_.emplace_back();
+        issue_at.push_back(event);
+        filled = 0;
+      }
+      buckets_.back().push_back(e.unit);
+      filled += bytes;
+      issue_at.back() = event;
+    }
+    std::size_t bucketed = 0;
+    for (const std::vector<int>& b : buckets_) bucketed += b.size();
+    if (bucketed != padded_.size())
+      throw Error(fmt::format("schedule: the walk has {} GradsReady events for {} units", bucketed, padded_.size()));
+    for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+      std::size_t padded = 0;
+      for (int u : buckets_[b]) padded += padded_[u];
+      const std::size_t first = bucket_ops_.size();
+      step_reduction(bucket_ops_, When::Backward, -1, padded);
+      for (std::size_t i = first; i < bucket_ops_.size(); ++i) {
+        ScheduledOp& op = bucket_ops_[i];
+        op.bucket = b;
+        op.event = op.issue_event = issue_at[b];
+        op.complete_by = num_events;
+      }
+      last_training_.steps[issue_at[b]].bucket_issue.push_back(b);
+      last_training_.steps[num_events].bucket_complete.push_back(b);
+    }
+  } else {
+    for (int u = 0; u < static_cast<int>(padded_.size()); ++u) step_reduction(step_, When::Step, u, padded_[u]);
   }
   // Scalars are all-gathered level by level and summed in member order, so every rank gets
   // the same bits. The squared gradient norm needs one OS domain (it covers the model
@@ -281,8 +329,8 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   scalar(Purpose::GradNormAllReduce, L.optimizer, 1);
   scalar(Purpose::LossAllReduce, L.num_levels, 2);
   for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
-    gather(step_, When::Step, Purpose::WeightGatherStep, u, L.optimizer, L.weights, spec.weight_wire);
-  for (auto* ops : {&micro_, &step_})
+    gather(step_, When::Step, Purpose::WeightGatherStep, u, padded_[u], L.optimizer, L.weights, spec.weight_wire);
+  for (auto* ops : {&micro_, &step_, &bucket_ops_})
     for (ScheduledOp& op : *ops) std::tie(op.reads, op.writes) = slots_of(op.purpose, L.secondary > 0);
 }
 
@@ -302,9 +350,9 @@ int Schedule::peak_buffers(const MicroBatchProgram& program) const {
 
 std::size_t Schedule::scratch_elements() const {
   std::size_t n = 0;
-  for (auto* ops : {&micro_, &step_})
+  for (auto* ops : {&micro_, &step_, &bucket_ops_})
     for (const ScheduledOp& op : *ops)
-      if (op.unit >= 0) n = std::max({n, op.elements_in, op.elements_out});
+      if (op.unit >= 0 || op.bucket >= 0) n = std::max({n, op.elements_in, op.elements_out});
   return n;
 }
 
@@ -340,6 +388,7 @@ std::vector<TierTraffic> Schedule::traffic_per_step() const {
     }
   };
   add(micro_, accum_);
+  add(bucket_ops_, 1);
   add(step_, 1);
   return out;
 }
@@ -360,7 +409,7 @@ StateMemory Schedule::memory_per_rank(int compute_bytes) const {
   }
   // Full-unit buffers, from their lifetimes: the most alive at once over a training or an
   // evaluation micro-batch, each of the largest unit's size (one pool serves them all).
-  const int buffers = std::max(peak_buffers(training_), peak_buffers(eval_));
+  const int buffers = std::max({peak_buffers(training_), peak_buffers(last_training_), peak_buffers(eval_)});
   m.gathered = static_cast<std::uint64_t>(compute_bytes) * largest * static_cast<std::uint64_t>(buffers);
   // Replicated weights whose wire is not the compute format are decoded once, whole.
   const bool compute_format = (spec_.weight_wire == DType::F32 && compute_bytes == 4) ||
@@ -386,7 +435,9 @@ static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topol
                    {"bytes_sent", op.bytes_sent},
                    {"bytes_received", op.bytes_received},
                    {"messages", op.messages}};
-  // Only micro-batch ops have issue points (events of the program); step ops run in order.
+  if (op.bucket >= 0) j["bucket"] = op.bucket;
+  // Only micro-batch and bucket ops have issue points (events of the program); step ops run
+  // in order.
   if (op.issue_event >= 0) {
     j["event"] = op.event;
     j["issue_event"] = op.issue_event;
@@ -413,10 +464,20 @@ nlohmann::json Schedule::to_json() const {
   j["program"] = {{"prefetch", spec_.prefetch},
                   {"reductions_in_flight", spec_.reductions_in_flight},
                   {"free_after_forward", spec_.free_after_forward},
+                  {"bucket_bytes", spec_.bucket_bytes},
                   {"peak_buffers", peak_buffers(training_)},
                   {"events", events}};
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const std::vector<int>& b : buckets_) {
+    nlohmann::json names = nlohmann::json::array();
+    for (int u : b) names.push_back(units_.names[u]);
+    buckets.push_back(names);
+  }
+  j["program"]["buckets"] = buckets;
   j["micro_batch_ops"] = nlohmann::json::array();
   for (auto& op : micro_) j["micro_batch_ops"].push_back(op_json(op, topology_));
+  j["bucket_ops"] = nlohmann::json::array();
+  for (auto& op : bucket_ops_) j["bucket_ops"].push_back(op_json(op, topology_));
   j["step_ops"] = nlohmann::json::array();
   for (auto& op : step_) j["step_ops"].push_back(op_json(op, topology_));
   nlohmann::json per_tier = nlohmann::json::object();
@@ -433,17 +494,30 @@ std::string Schedule::table() const {
   std::string s = fmt::format("schedule: strategy {} on {} of '{}', {} a step\n", spec_.preset,
                               count_of(world_size(), "rank"), topology_.name(),
                               count_of(accum_, "micro-batch", "micro-batches"));
-  auto unit_name = [&](int u) { return u < 0 ? std::string("-") : units_.names[u]; };
+  auto unit_name = [&](const ScheduledOp& op) {
+    if (op.bucket >= 0) return fmt::format("bucket {}", op.bucket);
+    return op.unit < 0 ? std::string("-") : units_.names[op.unit];
+  };
   auto section = [&](const char* title, const std::vector<ScheduledOp>& ops) {
     s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",
                      "unit", "collective", "tier", "group", "wire", "bytes sent", "msgs");
     for (auto& op : ops)
       s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
-                       to_string(op.purpose), unit_name(op.unit), to_string(op.kind), topology_.tier(op.level).name,
+                       to_string(op.purpose), unit_name(op), to_string(op.kind), topology_.tier(op.level).name,
                        op.group_size, comm::dtype_name(op.wire), op.bytes_sent, op.messages);
     if (ops.empty()) s += "  (none)\n";
   };
   section("per micro-batch:", micro_);
+  if (!buckets_.empty()) {
+    s += fmt::format("buckets of at most {} B of gradient, in the order backward finishes them:\n", spec_.bucket_bytes);
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      std::vector<std::string> names;
+      for (int u : buckets_[b]) names.push_back(units_.names[u]);
+      s += fmt::format("  bucket {}: {}\n", b, fmt::join(names, " "));
+    }
+    section("per optimizer step, in the last micro-batch's backward (each bucket once its last unit is done):",
+            bucket_ops_);
+  }
   section("per optimizer step:", step_);
   s += fmt::format("per step, per rank, by tier:\n  {:<11} {:>14} {:>14} {:>9}\n", "tier", "bytes sent", "bytes recv",
                    "messages");

@@ -64,7 +64,8 @@ struct ScheduledOp {
   Purpose purpose;
   OpKind kind;
   Algorithm algorithm = Algorithm::Ring;
-  int unit = -1;          // -1: not tied to a unit (scalars)
+  int unit = -1;          // -1: not tied to a unit (scalars, buckets)
+  int bucket = -1;        // a bucket's step reduction: index into Schedule::buckets()
   int event = -1;         // micro-batch ops: index in UnitPlan::events of the Acquire or
                           // GradsReady it serves (what a cost model overlaps with compute)
   // Issue points of a micro-batch op (the same for every op of its event's chain, see
@@ -115,10 +116,14 @@ struct Slice {
 //   lend      units whose gradient buffer is lent here (the compute after this event
 //             writes their gradient first)
 //   free      acquires whose Gathered buffer is given back here (a Release)
+//   bucket_issue, bucket_complete
+//             the step's last micro-batch only: the buckets whose step reduction is issued
+//             here (after `issue`), and those that must be done here (after `complete`)
 // An acquire reads the Gathered buffer written for acquire `reads[event]` (itself, or with
 // weights kept, the same unit's forward acquire; -1: weights are not gathered).
 struct EventStep {
   std::vector<int> issue, complete, lend, free;
+  std::vector<int> bucket_issue, bucket_complete;
 };
 struct MicroBatchProgram {
   std::vector<EventStep> steps;   // events.size() + 1
@@ -163,9 +168,20 @@ class Schedule {
   // The micro-batch's program: training (forward and backward), or evaluation (forward
   // only, every gathered buffer freed at its release).
   const MicroBatchProgram& training_program() const { return training_; }
+  // The step's last training micro-batch: the training program plus the buckets' step
+  // reductions (the same program when there are no buckets).
+  const MicroBatchProgram& last_micro_batch_program() const { return last_training_; }
+  // Buckets (ShardSpec::bucket_bytes): units in the order backward finishes them, each
+  // bucket at most bucket_bytes of fp32 gradient unless one unit alone is larger. Empty when
+  // the step reduces unit by unit (gradients sharded, or bucket_bytes 0).
+  const std::vector<std::vector<int>>& buckets() const { return buckets_; }
+  // The buckets' step reductions, once per step in the last micro-batch (issue points as
+  // micro-batch ops'); they replace the per-unit step reductions in step_ops().
+  const std::vector<ScheduledOp>& bucket_ops() const { return bucket_ops_; }
   const MicroBatchProgram& eval_program() const { return eval_; }
 
-  // Bytes per rank per optimizer step, by tier: accumulation_steps x micro ops + step ops.
+  // Bytes per rank per optimizer step, by tier: accumulation_steps x micro ops + bucket ops +
+  // step ops.
   std::vector<TierTraffic> traffic_per_step() const;
   // compute_bytes: bytes of one element of the gradient accumulator and the full-unit
   // compute buffers: 4 for strata's fp32 runtime, 2 for a bf16 mixed-precision system.
@@ -187,8 +203,9 @@ class Schedule {
   LevelSpec levels_;
   int accum_;
   std::vector<std::size_t> padded_;
-  std::vector<ScheduledOp> micro_, step_;
-  MicroBatchProgram training_, eval_;
+  std::vector<ScheduledOp> micro_, step_, bucket_ops_;
+  std::vector<std::vector<int>> buckets_;
+  MicroBatchProgram training_, last_training_, eval_;
 };
 
 // Bytes of the executor's scratch for buffers of `elements` (executor.hpp allocates them).

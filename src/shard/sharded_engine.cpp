@@ -100,6 +100,9 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
   chains_.resize(events);
   for (const ScheduledOp& op : schedule_.micro_batch_ops()) chains_[op.event].push_back(&op);
   work_.resize(events);
+  bucket_chains_.resize(schedule_.buckets().size());
+  for (const ScheduledOp& op : schedule_.bucket_ops()) bucket_chains_[op.bucket].push_back(&op);
+  bucket_work_.resize(bucket_chains_.size());
   gathered_.assign(events, nullptr);
   reducing_.assign(events, nullptr);
   grad_buffer_.assign(units_.size(), nullptr);
@@ -122,6 +125,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
 ShardedEngine::~ShardedEngine() {
   // Let every collective that reads or writes our buffers finish before they go away.
   for (comm::Work& w : work_) w = comm::Work();
+  for (comm::Work& w : bucket_work_) w = comm::Work();
 }
 
 Chain ShardedEngine::ops_for(const std::vector<ScheduledOp>& ops, Purpose purpose, int unit) const {
@@ -148,7 +152,9 @@ int ShardedEngine::advance(model::UnitEvent::Kind kind, int unit, model::Phase p
 void ShardedEngine::run_event(int event) {
   const EventStep& step = program_->steps[event];
   for (int c : step.issue) issue(c);
+  for (int b : step.bucket_issue) issue_bucket(b);
   for (int c : step.complete) complete(c);
+  for (int b : step.bucket_complete) wait(bucket_work_[b]);
   for (int u : step.lend) {
     float* b = borrow_full();
     std::memset(b, 0, 4 * units_[u]->padded);
@@ -190,6 +196,19 @@ void ShardedEngine::issue(int chain) {
       for (std::size_t i = 0; i < U.g.count; ++i) U.grad_accum[i] += out[i];
     });
   }
+}
+
+// The bucket's units' replicated gradients, reduced straight into their OS slices' gradient.
+void ShardedEngine::issue_bucket(int bucket) {
+  std::vector<OpExecutor::BucketPart> parts;
+  for (int u : schedule_.buckets()[bucket]) {
+    Unit& U = *units_[u];
+    parts.push_back({replicated_grads_.data() + U.padded_offset, U.padded, U.os_grad.data()});
+  }
+  bucket_work_[bucket] = ctx_.run("shard:bucket_reduce", [this, bucket, parts = std::move(parts)] {
+    omp_set_num_threads(1);
+    executor_.reduce_bucket(bucket_chains_[bucket], parts);
+  });
 }
 
 void ShardedEngine::complete(int chain) {
@@ -245,7 +264,8 @@ void ShardedEngine::grads_ready(int unit) { advance(model::UnitEvent::GradsReady
 float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
   auto t0 = std::chrono::steady_clock::now();
   executor_.take_trace();  // what ran between micro-batches (scalars, weight refreshes)
-  program_ = &schedule_.training_program();
+  const bool last_of_step = ++micro_batches_in_step_ >= schedule_.accumulation_steps();
+  program_ = last_of_step ? &schedule_.last_micro_batch_program() : &schedule_.training_program();
   next_event_ = 0;
   float loss = model_->forward_backward(*this, tokens, targets, grad_scale);
   run_event(program_->last_event);  // the reductions still in flight
@@ -271,16 +291,23 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
   auto t0 = std::chrono::steady_clock::now();
   const LevelSpec& L = schedule_.levels();
   executor_.take_trace();
+  // With buckets the last micro-batch has reduced the gradients already.
+  if (!schedule_.buckets().empty() && micro_batches_in_step_ < schedule_.accumulation_steps())
+    throw Error(fmt::format("shard: an optimizer step after {} of the step's {} micro-batches (the last one "
+                            "reduces the gradient buckets)",
+                            micro_batches_in_step_, schedule_.accumulation_steps()));
+  micro_batches_in_step_ = 0;
   std::vector<comm::Work> works;
-  for (auto& Up : units_) {
-    Unit* U = Up.get();
-    const float* input = L.grads > 0 ? U->grad_accum.data() : replicated_grads_.data() + U->padded_offset;
-    works.push_back(ctx_.run("shard:step_reduce", [this, U, input] {
-      omp_set_num_threads(1);
-      const float* out = executor_.reduce(U->step_reduce, input);
-      std::memcpy(U->os_grad.data(), out, 4 * U->o.count);
-    }));
-  }
+  if (schedule_.buckets().empty())
+    for (auto& Up : units_) {
+      Unit* U = Up.get();
+      const float* input = L.grads > 0 ? U->grad_accum.data() : replicated_grads_.data() + U->padded_offset;
+      works.push_back(ctx_.run("shard:step_reduce", [this, U, input] {
+        omp_set_num_threads(1);
+        const float* out = executor_.reduce(U->step_reduce, input);
+        std::memcpy(U->os_grad.data(), out, 4 * U->o.count);
+      }));
+    }
   for (auto& w : works) wait(w);
 
   // The average over data-parallel replicas, taken exactly once.

@@ -85,6 +85,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   void run_event(int event);  // issue, complete, lend, free (schedule.hpp)
   void issue(int chain);
   void complete(int chain);
+  void issue_bucket(int bucket);
   void wait(comm::Work& work);
   void refresh_weights_from_master();
   std::vector<double> scalar_sum(std::vector<double> local, Purpose purpose);
@@ -106,6 +107,9 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   int next_event_ = 0;
   std::vector<Chain> chains_;  // micro-batch ops by the event they serve
   std::vector<comm::Work> work_;
+  std::vector<Chain> bucket_chains_;  // the buckets' step reductions (Schedule::buckets)
+  std::vector<comm::Work> bucket_work_;
+  int micro_batches_in_step_ = 0;  // training micro-batches since the last optimizer step
   std::vector<float*> gathered_, reducing_;
   std::vector<float*> grad_buffer_;  // per unit, while lent
   std::size_t largest_unit_ = 0;

@@ -10,6 +10,7 @@
 // nested in the coarser one: OS slice ⊂ G slice ⊂ W slice ⊂ secondary slice, so each
 // collective is a run of per-level steps and never a permutation.
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,11 @@ struct ShardSpec {
   // full-unit buffer until it completes, so this bounds their memory (schedule.hpp).
   int reductions_in_flight = 2;
   bool free_after_forward = true;   // drop gathered weights after forward (re-gather in backward)
+  // Replicated gradients (G = none: ddp, zero1): the step's reduction runs in buckets of at
+  // most this many bytes of fp32 gradient, each issued in the step's last micro-batch as soon
+  // as backward has finished its units (PyTorch DDP's bucket_cap_mb = 25); 0 reduces them
+  // after backward, unit by unit. Ignored when gradients are sharded.
+  std::uint64_t bucket_bytes = 25ull << 20;
   // The once-per-step reduction from the G shard down to the OS shard as an all-reduce
   // (reduce-scatter, then all-gather back to the G shard) instead of a reduce-scatter: how
   // ZeRO-topo's paper reduces gradients across nodes. Every rank then holds the whole summed

@@ -184,6 +184,10 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
       {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.prefetch = non_negative_int(k, v); }},
+      {{"shard.bucket_bytes", "--bucket-bytes", K::Int,
+        "replicated gradients (ddp, zero1): reduce them in buckets of at most this many bytes while the step's "
+        "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.bucket_bytes = non_negative_int64(k, v); }},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
@@ -383,6 +387,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"step_grad_wire", shard.step_grad_wire},
             {"block_size", shard.block_size},
             {"prefetch", shard.prefetch},
+            {"bucket_bytes", shard.bucket_bytes},
             {"emulate_links", shard.emulate_links},
             {"emulate_scale", shard.emulate_scale}}}};
 }

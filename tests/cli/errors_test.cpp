@@ -91,3 +91,9 @@ TEST(CliErrors, AComputeDeviceWithoutABackendIsRefusedNamingTheField) {
   expect_refusal("train --train-data x.bin --strategy zero3 --print-schedule --world-size 8 --device gpu",
                  "train.device = 'gpu'");
 }
+
+TEST(CliErrors, ANegativeBucketSizeIsRefusedNamingTheField) {
+  expect_refusal("train --train-data x.bin --bucket-bytes=-1", "shard.bucket_bytes = -1: must not be negative");
+  expect_refusal("plan --model tiny --topology frontier --nodes 1 --bucket-bytes=-5",
+                 "--bucket-bytes = -5: must not be negative");
+}

@@ -103,13 +103,16 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
     } else if (key == "shard.shard" || key == "shard.secondary" || key.ends_with("_wire")) {
       EXPECT_EQ(printed, "the strategy's");
       EXPECT_EQ(effective["shard"][name], "") << "an option left to the strategy is empty";
-    } else if (key == "shard.block_size" || key == "shard.prefetch") {
+    } else if (key == "shard.block_size" || key == "shard.prefetch" || key == "shard.bucket_bytes") {
       // The options hold 'unset'; what runs is the strategy's: the same for every strategy.
       for (const std::string& strategy : shard::ShardSpec::preset_names()) {
         parallel::ShardOptions options = config.shard;
         options.strategy = strategy;
         const shard::ShardSpec spec = shard::build_spec(options, topology);
-        EXPECT_EQ(printed, std::to_string(name == "block_size" ? spec.block_size : spec.prefetch)) << strategy;
+        const std::uint64_t value = name == "block_size" ? static_cast<std::uint64_t>(spec.block_size)
+                                    : name == "prefetch" ? static_cast<std::uint64_t>(spec.prefetch)
+                                                         : spec.bucket_bytes;
+        EXPECT_EQ(printed, std::to_string(value)) << strategy;
       }
     } else if (key == "data.train" || key == "data.val" || key == "train.out") {
       EXPECT_EQ(printed, "") << "no default to state";

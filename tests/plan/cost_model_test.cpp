@@ -315,10 +315,32 @@ TEST(CostModel, StepTimeIsComputePlusExposedPlusTheUnhiddenStepPhase) {
 
 TEST(CostModel, ComputeTimeIsFlopsOverPeakTimesEfficiency) {
   PlanContext c = neox_on_frontier(1);
-  Estimate ddp = priced(c, "ddp");  // nothing overlaps in ddp's micro-batch: it is pure compute
+  // Without buckets nothing overlaps in ddp's micro-batch: it is pure compute.
+  shard::ShardSpec spec = apply_precision(strategy_spec("ddp", c.topology()), c.workload().precision);
+  spec.bucket_bytes = 0;
+  Estimate ddp = c.estimate("ddp", spec);
   const double flops = c.model().model_flops_per_token(2048) * 2048;
   EXPECT_NEAR(ddp.compute_s, flops / (191.5e12 * 0.5), 1e-9 * ddp.compute_s);
   EXPECT_DOUBLE_EQ(ddp.exposed_micro_s, 0);
+}
+
+// ddp's gradient all-reduce in buckets during the last backward (the default, 25 MiB):
+// the same bytes, and the step phase loses it; what the last buckets leave after backward
+// is exposed in the micro-batch. Less exposed communication in all, a shorter step.
+TEST(CostModel, BucketsHideDdpsGradientReductionBehindBackward) {
+  PlanContext c = neox_on_frontier(2);
+  shard::ShardSpec spec = apply_precision(strategy_spec("ddp", c.topology()), c.workload().precision);
+  const Estimate on = c.estimate("ddp", spec);
+  spec.bucket_bytes = 0;
+  const Estimate off = c.estimate("ddp", spec);
+  for (std::size_t t = 0; t < on.tiers.size(); ++t)
+    EXPECT_EQ(on.tiers[t].traffic.bytes_sent, off.tiers[t].traffic.bytes_sent) << on.tiers[t].traffic.tier;
+  EXPECT_DOUBLE_EQ(off.exposed_micro_s, 0);
+  EXPECT_GT(on.exposed_micro_s, 0);
+  EXPECT_LT(on.step_comm_s, off.step_comm_s);
+  EXPECT_LT(on.exposed_micro_s + on.step_comm_s, off.exposed_micro_s + off.step_comm_s);
+  EXPECT_LT(on.step_time_s, off.step_time_s);
+  EXPECT_DOUBLE_EQ(on.compute_s, off.compute_s);
 }
 
 TEST(CostModel, JsonCarriesTheFieldsAUserReads) {

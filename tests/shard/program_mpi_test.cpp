@@ -54,6 +54,13 @@ void run_one_step(World& world, const shard::ShardSpec& spec, Check check) {
 std::vector<shard::ShardSpec> specs_with_options() {
   std::vector<shard::ShardSpec> out;
   for (const char* name : {"ddp", "zero1", "zero2"}) out.push_back(preset(name));
+  // Replicated gradients reduced in buckets: the whole model in one (the default), a unit
+  // or two a bucket, and after backward (no buckets).
+  for (const char* name : {"ddp", "zero1"})
+    for (std::uint64_t bytes : {std::uint64_t{250'000}, std::uint64_t{0}}) {
+      out.push_back(preset(name));
+      out.back().bucket_bytes = bytes;
+    }
   for (const char* name : {"zero3", "hsdp", "zeropp", "topo"}) {
     out.push_back(preset(name));
     for (int prefetch : {0, 2}) {
@@ -67,7 +74,8 @@ std::vector<shard::ShardSpec> specs_with_options() {
 }
 
 std::string label(const shard::ShardSpec& s) {
-  return s.preset + " prefetch " + std::to_string(s.prefetch) + (s.free_after_forward ? "" : " kept weights");
+  return s.preset + " prefetch " + std::to_string(s.prefetch) + (s.free_after_forward ? "" : " kept weights") +
+         " buckets of " + std::to_string(s.bucket_bytes) + " B";
 }
 
 // Host memory that counts what is allocated through it and what is still held.
@@ -99,10 +107,15 @@ class CountingDevice final : public device::Device {
   std::map<void*, std::size_t> held_;
 };
 
+// Each traced op's index in `ops`, or past them in `after` (the planner's numbering of a
+// last micro-batch: its ops, then the buckets').
 std::vector<int> indices(const std::vector<const shard::ScheduledOp*>& trace,
-                         const std::vector<shard::ScheduledOp>& ops) {
+                         const std::vector<shard::ScheduledOp>& ops, const std::vector<shard::ScheduledOp>& after = {}) {
   std::vector<int> out;
-  for (const shard::ScheduledOp* op : trace) out.push_back(static_cast<int>(op - ops.data()));
+  for (const shard::ScheduledOp* op : trace) {
+    const bool first = op >= ops.data() && op < ops.data() + ops.size();
+    out.push_back(static_cast<int>(first ? op - ops.data() : ops.size() + (op - after.data())));
+  }
   return out;
 }
 
@@ -118,13 +131,15 @@ TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay
       const std::string what = label(spec) + ", after the " + phase;
       std::vector<int> want;
       if (phase == "micro-batch") {
-        // The planner's replay with any times: compute and ops of a second or two.
-        const std::size_t units = s.units().numel.size();
+        // The planner's replay with any times: compute and ops of a second or two. With one
+        // micro-batch a step it is the step's last, which runs the buckets' reductions.
+        const std::size_t units = s.units().numel.size(), ops = s.micro_batch_ops().size() + s.bucket_ops().size();
         want = plan::replay_micro_batch(s, std::vector<double>(units, 1.0), std::vector<double>(units, 2.0),
-                                        std::vector<double>(s.micro_batch_ops().size(), 1.0))
+                                        std::vector<double>(ops, 1.0), 1.0, true)
                    .order;
-        EXPECT_EQ(want.size(), s.micro_batch_ops().size()) << what;
-        EXPECT_EQ(indices(engine.last_micro_batch_trace(), s.micro_batch_ops()), want) << what;
+        EXPECT_EQ(want.size(), ops) << what;
+        EXPECT_EQ(indices(engine.last_micro_batch_trace(), s.micro_batch_ops(), s.bucket_ops()), want) << what;
+        EXPECT_EQ(s.bucket_ops().empty(), spec.grads != "none" || spec.bucket_bytes == 0) << what;
       } else if (phase == "step") {
         // Every step op but the logged loss's (the trainer asks for it after the step), in
         // the schedule's order.

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -185,4 +186,87 @@ TEST(Schedule, JsonCarriesEachOpsIssuePointsSlotsAndTheProgramsParameters) {
     // Step ops run in order after the micro-batches: no issue points.
     for (const nlohmann::json& o : j["step_ops"]) EXPECT_FALSE(o.contains("issue_event"));
   }
+}
+
+// ddp and zero1 (gradients replicated) reduce them in buckets during the step's last
+// backward: units grouped in the order backward finishes them, each bucket issued at its
+// last unit's GradsReady and done by the end of the micro-batch, with the step's bytes
+// unchanged and fewer messages when buckets hold several units.
+TEST(Schedule, ReplicatedGradientsReduceInBucketsDuringTheLastBackward) {
+  auto topo = two_node_topology(8);
+  for (const char* name : {"ddp", "zero1"}) {
+    ShardSpec off_spec = ShardSpec::preset_for(name, topo);
+    off_spec.bucket_bytes = 0;
+    const Schedule off(tiny_layout(), topo, off_spec, 2);
+    EXPECT_TRUE(off.buckets().empty()) << name;
+    EXPECT_TRUE(off.bucket_ops().empty()) << name;
+    const std::vector<model::UnitEvent>& events = off.units().events;
+    std::vector<int> finished;  // units in GradsReady order
+    for (const model::UnitEvent& e : events)
+      if (e.kind == model::UnitEvent::GradsReady) finished.push_back(e.unit);
+    ASSERT_EQ(static_cast<int>(finished.size()), off.num_units());
+
+    for (std::uint64_t cap : {std::uint64_t{1}, std::uint64_t{250'000}, std::uint64_t{1} << 30}) {
+      const std::string what = std::string(name) + " buckets of " + std::to_string(cap) + " B";
+      ShardSpec spec = off_spec;
+      spec.bucket_bytes = cap;
+      const Schedule s(tiny_layout(), topo, spec, 2);
+      std::vector<int> walked;
+      for (const std::vector<int>& b : s.buckets()) {
+        std::uint64_t bytes = 0;
+        for (int u : b) bytes += 4 * s.padded_numel(u), walked.push_back(u);
+        EXPECT_TRUE(b.size() == 1 || bytes <= cap) << what;
+      }
+      EXPECT_EQ(walked, finished) << what;
+      const int buckets = static_cast<int>(s.buckets().size());
+      if (cap == 1) {
+        EXPECT_EQ(buckets, s.num_units()) << what;  // every unit is larger than a bucket
+      } else if (cap == 250'000) {
+        EXPECT_GT(buckets, 1) << what;
+        EXPECT_LT(buckets, s.num_units()) << what;
+      } else {
+        EXPECT_EQ(buckets, 1) << what;  // the whole model
+      }
+
+      // The step phase keeps no gradient reduction; the last micro-batch's program carries them.
+      for (const ScheduledOp& op : s.step_ops())
+        EXPECT_TRUE(op.purpose != Purpose::StepGradReduce && op.purpose != Purpose::ReplicaReduce &&
+                    op.purpose != Purpose::ReplicaGather)
+            << what << ": " << to_string(op.purpose);
+      for (const EventStep& step : s.training_program().steps) EXPECT_TRUE(step.bucket_issue.empty()) << what;
+      const int num_events = static_cast<int>(events.size());
+      ASSERT_FALSE(s.bucket_ops().empty()) << what;
+      for (const ScheduledOp& op : s.bucket_ops()) {
+        ASSERT_GE(op.bucket, 0);
+        const int last_unit = s.buckets()[op.bucket].back();
+        EXPECT_EQ(events[op.issue_event].kind, model::UnitEvent::GradsReady) << what;
+        EXPECT_EQ(events[op.issue_event].unit, last_unit) << what;
+        EXPECT_EQ(op.complete_by, num_events) << what;
+        const std::vector<int>& issued = s.last_micro_batch_program().steps[op.issue_event].bucket_issue;
+        EXPECT_NE(std::find(issued.begin(), issued.end(), op.bucket), issued.end()) << what;
+      }
+      EXPECT_EQ(s.last_micro_batch_program().steps[num_events].bucket_complete.size(), s.buckets().size()) << what;
+
+      // The same bytes a step on every tier; one op a level per bucket instead of per unit.
+      const std::vector<TierTraffic> a = off.traffic_per_step(), b = s.traffic_per_step();
+      for (std::size_t t = 0; t < a.size(); ++t) {
+        EXPECT_EQ(a[t].bytes_sent, b[t].bytes_sent) << what << " tier " << a[t].tier;
+        EXPECT_EQ(a[t].bytes_received, b[t].bytes_received) << what << " tier " << a[t].tier;
+        if (cap == 1) {
+          EXPECT_EQ(a[t].messages, b[t].messages) << what << " tier " << a[t].tier;
+        } else {
+          EXPECT_LT(b[t].messages, a[t].messages) << what << " tier " << a[t].tier;
+        }
+      }
+      // --print-schedule shows them, with issue points in the JSON.
+      const nlohmann::json j = s.to_json();
+      EXPECT_EQ(j["program"]["bucket_bytes"], cap) << what;
+      EXPECT_EQ(j["program"]["buckets"].size(), s.buckets().size()) << what;
+      ASSERT_EQ(j["bucket_ops"].size(), s.bucket_ops().size()) << what;
+      EXPECT_EQ(j["bucket_ops"][0]["issue_event"], s.bucket_ops()[0].issue_event) << what;
+      EXPECT_NE(s.table().find("bucket 0"), std::string::npos) << what;
+    }
+  }
+  // Sharded gradients are whole only after their per-micro-batch reductions: no buckets.
+  for (const char* name : {"zero2", "zero3", "hsdp"}) EXPECT_TRUE(make(name).buckets().empty()) << name;
 }

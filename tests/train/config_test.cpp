@@ -120,6 +120,8 @@ TEST(TrainConfig, ZeroAndNegativeSizesAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[optim]\nlr = 0\n"); }), "optim.lr = 0: must be positive");
   EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[optim]\nwarmup = -1\n"); }),
             "optim.warmup = -1: must not be negative");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[shard]\nbucket_bytes = -1\n"); }),
+            "shard.bucket_bytes = -1: must not be negative");
 }
 
 TEST(TrainConfig, HeadsThatDoNotDivideHiddenAreRefused) {
