@@ -28,7 +28,7 @@ work=$(mktemp -d)
 if [[ $ranks == 8 ]]; then
   topology=$src/configs/topology/2node-2gpu-2die.toml topology_name=2node-2gpu-2die plan_nodes=(--nodes 2)
 else
-  topology=$work/flat.toml topology_name="one flat tier" plan_nodes=(--nodes "$ranks")
+  topology=$work/flat.toml topology_name="one flat tier" plan_nodes=()
   printf '[[tiers]]\nname = "cluster"\nbandwidth_GBps = 25\nlatency_us = 5\n' > "$topology"
 fi
 "$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null

@@ -199,8 +199,15 @@ $py - <<'PY' || fail "fp16 loss scaling"
 import json
 high = [json.loads(l) for l in open("f16_high/metrics.jsonl")]
 skipped = [l["step"] for l in high if l.get("skipped")]
-assert skipped and skipped == list(range(1, len(skipped) + 1)), skipped  # overflows first, then none
-assert high[len(skipped)]["loss_scale"] == 1048576 / 2 ** len(skipped)
+first = 0  # the leading run of overflows while the scale halves from 2^20
+while first < len(skipped) and skipped[first] == first + 1:
+    first += 1
+assert first >= 1, skipped
+assert high[first]["loss_scale"] == 1048576 / 2 ** first, high[first]
+# Then training goes on: a later overflow (the data decide; the docs are the corpus) is rare
+# and halves the scale again, which never grows back inside the 1000-step window.
+assert len(skipped) - first <= 2, skipped
+assert high[-1]["loss_scale"] == 1048576 / 2 ** len(skipped), high[-1]
 assert high[-1]["loss"] < high[0]["loss"] - 0.5, (high[0]["loss"], high[-1]["loss"])
 f16 = [json.loads(l)["loss"] for l in open("f16/metrics.jsonl")]
 f32 = [json.loads(l)["loss"] for l in open("f32/metrics.jsonl")]
