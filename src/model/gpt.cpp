@@ -64,11 +64,8 @@ struct GPT::Impl {
 std::size_t GPT::Impl::place(const GPTConfig& config, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
   const std::size_t NH = config.n_head, Vp = config.padded_vocab_size;
-  std::size_t cursor = 0;
-  auto take = [&](float*& p, std::size_t n) {
-    p = base ? base + cursor : nullptr;
-    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
-  };
+  BufferPlacer placer(base);
+  auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
   layers.resize(config.n_layer);
   for (std::size_t l = 0; l < layers.size(); ++l) {
     Layer& la = layers[l];
@@ -89,7 +86,7 @@ std::size_t GPT::Impl::place(const GPTConfig& config, int B, int T, bool recompu
   take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
   take(dln1, BT * C); take(dln2, BT * C); take(dfch, BT * 4 * C);
   take(datty, BT * C); take(dqkv, BT * 3 * C);
-  return cursor;
+  return placer.floats();
 }
 
 GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels)

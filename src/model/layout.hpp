@@ -25,6 +25,22 @@ namespace strata::model {
 inline constexpr std::size_t kUnitAlignFloats = 64;
 inline constexpr std::size_t kTensorAlignFloats = 16;
 
+// Hands out kTensorAlignFloats-aligned buffers one after another from `base` (nullptr: only
+// counts), so a model sizes its activation storage and places it with one list of takes.
+class BufferPlacer {
+ public:
+  explicit BufferPlacer(float* base) : base_(base) {}
+  void take(float*& p, std::size_t n) {
+    p = base_ ? base_ + floats_ : nullptr;
+    floats_ += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
+  }
+  std::size_t floats() const { return floats_; }
+
+ private:
+  float* base_;
+  std::size_t floats_ = 0;
+};
+
 // How initialization fills a tensor (model/init.hpp).
 enum class Init { Zero, One, Normal, ResidualNormal };
 

@@ -258,11 +258,8 @@ std::size_t Llama::Impl::place(const GPTConfig& config, int B, int T, bool recom
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
   const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
   const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
-  std::size_t cursor = 0;
-  auto take = [&](float*& p, std::size_t n) {
-    p = base ? base + cursor : nullptr;
-    cursor += (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
-  };
+  BufferPlacer placer(base);
+  auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
   layers.resize(config.n_layer);
   for (std::size_t l = 0; l < layers.size(); ++l) {
     Layer& la = layers[l];
@@ -284,7 +281,7 @@ std::size_t Llama::Impl::place(const GPTConfig& config, int B, int T, bool recom
   take(dxn1, BT * C); take(dxn2, BT * C); take(dtmp, BT * C); take(datty, BT * C);
   take(dq, BT * C); take(dk, BT * KV); take(dv, BT * KV);
   take(dact, BT * F); take(dgate, BT * F); take(dup, BT * F);
-  return cursor;
+  return placer.floats();
 }
 
 Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels)
