@@ -24,3 +24,19 @@ scratch_with_docs_data() {
   trap 'rm -rf "$work"' EXIT
   "$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
 }
+
+# scaled_tier_flags TOPOLOGY SCALE: sets `tiers` to the planner's --tier flags for the tiers
+# link emulation runs at SCALE: each bandwidth divided by it, each latency multiplied by it.
+scaled_tier_flags() {
+  tiers=()
+  local name bw lat
+  while read -r name bw lat; do
+    tiers+=(--tier "$name.bandwidth_GBps=$bw" --tier "$name.latency_us=$lat")
+  done < <(/usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, tomllib
+scale = float(sys.argv[2])
+for t in tomllib.load(open(sys.argv[1], "rb"))["tiers"]:
+    print(t["name"], t["bandwidth_GBps"] / scale, t["latency_us"] * scale)
+PY
+)
+}

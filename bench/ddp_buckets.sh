@@ -52,16 +52,7 @@ PY
 # The planner at this host's compute rate: the runs' median compute a step without buckets
 # gives the rate (a plan at 1 TFLOPS prices the same micro-batch's FLOPs).
 # The tiers the emulation ran: bandwidth divided by SCALE, latency multiplied by it.
-tiers=()
-while read -r name bw lat; do
-  tiers+=(--tier "$name.bandwidth_GBps=$bw" --tier "$name.latency_us=$lat")
-done < <(/usr/bin/python3 - "$topology" "$scale" <<'PY'
-import sys, tomllib
-scale = float(sys.argv[2])
-for t in tomllib.load(open(sys.argv[1], "rb"))["tiers"]:
-    print(t["name"], t["bandwidth_GBps"] / scale, t["latency_us"] * scale)
-PY
-)
+scaled_tier_flags "$topology" "$scale"
 plan_cmd=(plan --model "$model" --topology "$topology" --nodes 2 --strategy ddp --precision fp32 --micro-batch "$batch"
           --seq "$seq" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5 "${tiers[@]}" --json)
 at_one=$("$strata" "${plan_cmd[@]}" --peak-tflops 1 | /usr/bin/python3 -c \

@@ -49,16 +49,7 @@ for strategy in "${strategies[@]}"; do
 done
 
 # The same tiers the emulation ran: bandwidth divided by SCALE, latency multiplied by it.
-tiers=()
-while read -r name bw lat; do
-  tiers+=(--tier "$name.bandwidth_GBps=$bw" --tier "$name.latency_us=$lat")
-done < <(/usr/bin/python3 - "$topology" "$scale" <<'PY'
-import sys, tomllib
-scale = float(sys.argv[2])
-for t in tomllib.load(open(sys.argv[1], "rb"))["tiers"]:
-    print(t["name"], t["bandwidth_GBps"] / scale, t["latency_us"] * scale)
-PY
-)
+scaled_tier_flags "$topology" "$scale"
 # Adam streams ~28 bytes an element; this host's ~20 GB/s of memory bandwidth is shared by 8 ranks.
 plan_cmd=(plan "${model[@]}" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum
           --precision fp32 --peak-tflops "$peak_tflops" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5
