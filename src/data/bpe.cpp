@@ -153,7 +153,7 @@ Gpt2BpeTokenizer::Gpt2BpeTokenizer(const fs::path& dir) {
         repeated_key = parsed.get<std::string>();
       return true;
     });
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw Error(fmt::format("{}: not valid JSON: {}", vocab_name, e.what()));
   }
   if (!vocab.is_object())

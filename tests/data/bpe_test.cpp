@@ -284,6 +284,9 @@ TEST(Gpt2BpeFiles, MalformedVocabulariesAreRefusedNamingTheFile) {
   const std::string vocab = vocab_json(), merges = merges_txt();
   expect_refusal("{\"a\": 1,\n \"b\" 2}", merges, {"vocab.json: not valid JSON", "line 2"});
   expect_refusal("[1, 2]", merges, {"vocab.json: expected a JSON object", "array"});
+  // nlohmann-json reports a number too large for a double as out_of_range, not parse_error (a fuzz finding).
+  expect_refusal(replaced(vocab, "\"<|endoftext|>\": 300", "\"<|endoftext|>\": 1e999"), merges,
+                 {"vocab.json: not valid JSON", "number overflow"});
   expect_refusal(replaced(vocab, "\"<|endoftext|>\": 300", "\"<|endoftext|>\": \"300\""), merges,
                  {"vocab.json: token \"<|endoftext|>\": the id must be an integer, got \"300\""});
   expect_refusal(replaced(vocab, "\"<|endoftext|>\": 300", "\"<|endoftext|>\": 65536"), merges,
