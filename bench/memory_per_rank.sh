@@ -8,7 +8,7 @@
 # OpenMP, the executor's scratch. With LIMIT_MB every rank runs under `ulimit -v` of that many
 # MiB (address space): runs that do not fit fail, and the table says so.
 # Usage: bench/memory_per_rank.sh STRATA_BIN SOURCE_DIR [--markdown FILE] [-- MPIEXEC FLAGS...]
-# Environment: RANKS (default 8: the 2-node test topology; else one flat tier), MODEL (default
+# Environment: RANKS (default 8: the 2-node test topology; else one node of RANKS ranks), MODEL (default
 # gpt2-124m), MODEL_ARGS (model flags: --n-layer, --n-embd, --n-head, --vocab-size), STRATEGIES
 # (default "ddp zero2 zero3 topo"), RECOMPUTE (default "none full"), BATCH (1), SEQ (64),
 # STEPS (3), LIMIT_MB (none), KEEP_WORK=1 keeps the runs' folder.
@@ -23,13 +23,14 @@ batch=${BATCH:-1} seq=${SEQ:-64} steps=${STEPS:-3} limit=${LIMIT_MB:-}
 ranks=${RANKS:-8}
 work=$(mktemp -d)
 [[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work" || trap 'rm -rf "$work"' EXIT
-# 8 ranks: the 2-node test topology. Other counts: one flat tier, where ddp's memory a rank is
+# 8 ranks: the 2-node test topology. Other counts: one node of that many ranks, where ddp's memory a rank is
 # the same as at 8 (nothing of it is sharded), for machines that cannot hold 8 ddp replicas.
 if [[ $ranks == 8 ]]; then
   topology=$src/configs/topology/2node-2gpu-2die.toml topology_name=2node-2gpu-2die plan_nodes=(--nodes 2)
 else
-  topology=$work/flat.toml topology_name="one flat tier" plan_nodes=()
-  printf '[[tiers]]\nname = "cluster"\nbandwidth_GBps = 25\nlatency_us = 5\n' > "$topology"
+  # One node of all the ranks inside a cluster tier: the planner sizes the cluster by --nodes.
+  topology=$work/flat.toml topology_name="one node" plan_nodes=(--nodes 1)
+  printf '[[tiers]]\nname = "node"\nsize = %d\nbandwidth_GBps = 25\nlatency_us = 5\n\n[[tiers]]\nname = "cluster"\nbandwidth_GBps = 25\nlatency_us = 5\n' "$ranks" > "$topology"
 fi
 "$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
 

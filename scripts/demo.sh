@@ -7,12 +7,12 @@
 # replaces runs/demo and runs/compare.
 #
 # The training run is sized by a speed probe, not by a fixed step count: 12 timed steps of the
-# same model and batch, then as many steps as fit DEMO_TRAIN_SECONDS (default 180) on this
+# same model and batch, then as many steps as fit DEMO_TRAIN_SECONDS (default 150) on this
 # machine, at least 150 and at most 1000, so the demo takes about the same time on any CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-budget=${DEMO_TRAIN_SECONDS:-180}
+budget=${DEMO_TRAIN_SECONDS:-150}
 
 ./scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
