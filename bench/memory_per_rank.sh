@@ -6,7 +6,9 @@
 # memory_bytes: weights, secondary, grads, optimizer, gathered, activations) and the largest
 # and smallest peak RSS over the ranks. RSS adds what no state accounts for: the binary, MPI,
 # OpenMP, the executor's scratch. With LIMIT_MB every rank runs under `ulimit -v` of that many
-# MiB (address space): runs that do not fit fail, and the table says so.
+# MiB (address space): runs that do not fit fail, and the table says so. A second table gives
+# each state (weights, secondary, grads, optimizer, gathered, communication, activations),
+# engine against planner.
 # Usage: bench/memory_per_rank.sh STRATA_BIN SOURCE_DIR [--markdown FILE] [-- MPIEXEC FLAGS...]
 # Environment: RANKS (default 8: the 2-node test topology; else one node of RANKS ranks), MODEL (default
 # gpt2-124m), MODEL_ARGS (model flags: --n-layer, --n-embd, --n-head, --vocab-size), STRATEGIES
@@ -88,18 +90,39 @@ rss = [int(open(p).read().split()[-1]) * 1024 for p in glob.glob(run + "/rss.*")
 cells.append(f"{mib(max(rss))} / {mib(min(rss))}" if rss and status == "ok" else "-")
 cells.append(status)
 print(" | ".join(cells))
+# The same run state by state, engine / planner (communication: the executor's scratch and
+# the buckets, which the totals above leave out as the planner's total does).
+by_state = [strategy, recompute]
+for k in states[:5] + ["communication", "activations"]:
+    engine = mib(got[k]) if status == "ok" and os.path.exists(summary) and k in got else "-"
+    by_state.append(f"{engine} / {mib(planned.get(k, 0))}")
+print(" | ".join(by_state))
 PY
 )")
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+state_rows=()
+for i in "${!rows[@]}"; do
+  state_rows+=("$(sed -n 2p <<< "${rows[i]}")")
+  rows[i]=$(sed -n 1p <<< "${rows[i]}")
+done
 header="strategy | recompute | planner MiB a rank | engine allocated MiB | activations MiB (engine / planner) | peak RSS MiB (max / min rank) | run"
 table=$(printf '%s\n' "$header" "$(sed 's/[^|]//g; s/|/--- | /g; s/ | $/ | ---/' <<< "$header")" "${rows[@]}")
 echo "$model ${model_args[*]}, $ranks ranks of $topology_name, micro-batch $batch x $seq, $steps steps${limit:+, ulimit -v $limit MiB a rank}:"
 column -t -s '|' <<< "$table"
+state_header="strategy | recompute | weights | secondary | grads | optimizer | gathered | communication | activations"
+state_table=$(printf '%s\n' "$state_header" "$(sed 's/[^|]//g; s/|/--- | /g; s/ | $/ | ---/' <<< "$state_header")" "${state_rows[@]}")
+echo
+echo "by state, MiB a rank, engine / planner:"
+column -t -s '|' <<< "$state_table"
 if [[ -n $markdown ]]; then
   { echo "$model ${model_args[*]}, $ranks ranks of $topology_name, micro-batch $batch x $seq, $steps steps${limit:+, ulimit -v $limit MiB a rank}"
     echo
-    sed 's/^/| /; s/$/ |/' <<< "$table"; } > "$markdown"
+    sed 's/^/| /; s/$/ |/' <<< "$table"
+    echo
+    echo "By state, MiB a rank, engine / planner:"
+    echo
+    sed 's/^/| /; s/$/ |/' <<< "$state_table"; } > "$markdown"
 fi
