@@ -296,7 +296,18 @@ nlohmann::json Estimate::to_json() const {
           {"tflops_per_device", tflops_per_device},
           {"mfu", mfu},
           {"hfu", hfu},
-          {"left_out", left_out}};
+          {"left_out", left_out},
+          {"tensor_parallel", tensor_parallel},
+          {"pipeline_stages", pipeline_stages},
+          {"tp_allreduce_s", tp_allreduce_s},
+          {"pp_p2p_s", pp_p2p_s},
+          {"pp_bubble_s", pp_bubble_s},
+          {"pp_bubble_fraction", pp_bubble_fraction},
+          {"energy",
+           {{"utilization", utilization},
+            {"power_watts", power_watts},
+            {"joules_per_token", joules_per_token},
+            {"tokens_per_kwh", tokens_per_kwh}}}};
 }
 
 PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,

@@ -119,6 +119,14 @@ struct Estimate {
   double mfu = 0;                    // tflops_per_device / peak
   double hfu = 0;                    // with recomputed FLOPs counted
   std::vector<std::string> left_out;
+  // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
+  int tensor_parallel = 1, pipeline_stages = 1;
+  double tp_allreduce_s = 0;         // per step: tensor-parallel all-reduces, on the critical path
+  double pp_p2p_s = 0;               // per step: activation sends between stages, on the critical path
+  double pp_bubble_s = 0;            // per step: 1F1B fill and drain
+  double pp_bubble_fraction = 0;     // (p-1)/(m+p-1)
+  // Energy (plan/model_parallel.hpp); zeros when the device's TDP is not known.
+  double utilization = 0, power_watts = 0, joules_per_token = 0, tokens_per_kwh = 0;
 
   std::uint64_t bytes_on(std::string_view tier) const;  // bytes sent a rank a step over that tier
   // "fits: 40.1 of 64 GB" / "does not fit: needs 71.2 GB of 64 GB (7.2 GB over)"
