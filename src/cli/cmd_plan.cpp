@@ -39,7 +39,7 @@ struct PlanOptions {
   std::int64_t bucket_bytes = 0;
   bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
-  bool recompute = false, flash_attention = false;
+  bool recompute = false, flash_attention = false, batch_per_device = false;
   std::string precision = "bf16";
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
   int tp = 1, pp = 1;
@@ -417,6 +417,7 @@ void run_plan(const PlanOptions& o) {
   workload.accumulation_steps = o.accum;
   workload.recompute = o.recompute;
   workload.flash_attention = o.flash_attention;
+  workload.batch_per_device = o.batch_per_device;
   workload.precision = plan::parse_precision(o.precision);
   workload.validate(model);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
@@ -574,6 +575,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
   cmd->add_flag("--recompute", o->recompute, "full activation recomputation");
   cmd->add_flag("--flash-attention", o->flash_attention, "attention keeps no seq x seq probabilities");
+  cmd->add_flag("--batch-per-device", o->batch_per_device,
+                "--micro-batch and --accum are one device's: a TP group of t runs t x the micro-batch, a pipeline of "
+                "p runs p x the micro-batches (the same global batch for every split)");
   cmd->add_option("--precision", o->precision, "bf16 (published systems) or fp32 (strata's runtime)")
       ->capture_default_str();
   o->peak_opt = cmd->add_option("--peak-tflops", o->peak_tflops, "peak dense bf16 TFLOP/s a device");

@@ -40,6 +40,10 @@ struct Workload {
   bool recompute = false;       // full activation recomputation of every block
   bool flash_attention = false; // attention keeps no seq x seq probabilities
   Precision precision = Precision::BF16;
+  // --batch-per-device: micro_batch and accumulation_steps are what one device would run
+  // alone; a TP group of t runs t x micro_batch and a pipeline of p runs p x the
+  // micro-batches, so every (tp, pp) split trains the same global batch (plan/model_parallel.hpp).
+  bool batch_per_device = false;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };
 

@@ -206,6 +206,18 @@ std::vector<PlanContext> stage_contexts(const ModelShape& model, const topo::Top
 
 }  // namespace
 
+namespace {
+
+Workload split_workload(Workload w, const ModelParallel& mp) {
+  if (w.batch_per_device) {
+    w.micro_batch *= mp.tp;
+    w.accumulation_steps *= mp.pp;
+  }
+  return w;
+}
+
+}  // namespace
+
 ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topology& topology,
                                      const DeviceFacts& device, const Workload& workload, ModelParallel mp,
                                      const std::vector<LeaveOut>& leave_out,
@@ -213,11 +225,11 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
     : model_(model.whole()),
       topology_(topology),
       device_(device),
-      workload_(workload),
+      workload_(split_workload(workload, mp)),
       mp_(std::move(mp)),
       dims_(model_parallel_dims(topology_, mp_)),
-      stages_(stage_contexts(model, plan::data_parallel_topology(topology_, dims_), device, workload, mp_, leave_out,
-                             calibration)) {
+      stages_(stage_contexts(model, plan::data_parallel_topology(topology_, dims_), device, workload_, mp_,
+                             leave_out, calibration)) {
   const Calibration* calibrated = calibrated_();
   for (int s = 0; s < mp_.pp; ++s) {
     ops_.push_back(model_parallel_ops(stages_[s].model(), dims_, workload_));

@@ -230,10 +230,14 @@ TEST(PlanCli, TensorAndPipelineTermsShowBesideEveryStrategyInTheTableAndJson) {
   EXPECT_TRUE(doc["model_parallel_assumptions"].contains("tensor_parallel"));
   // --search ranks (tp, pp, spec) together.
   nlohmann::json search = parse_json_output(run_strata(
-      "plan --model llama2-13b --topology dgx-h100 --nodes 4 --accum 4 --flash-attention --search --top 50 --json",
+      "plan --model llama2-13b --topology dgx-h100 --nodes 4 --accum 4 --flash-attention --device-memory-gb 30 "
+      "--search --top 3 --json",
       Stderr::Discard));
   std::set<std::pair<int, int>> splits;
-  for (const nlohmann::json& e : search["search"]["best"])
-    splits.insert({e["tensor_parallel"].get<int>(), e["pipeline_stages"].get<int>()});
+  for (const char* list : {"best", "others"})
+    for (const nlohmann::json& e : search["search"][list]) {
+      EXPECT_LE(e["memory_bytes"]["total"].get<double>(), 30e9);
+      splits.insert({e["tensor_parallel"].get<int>(), e["pipeline_stages"].get<int>()});
+    }
   EXPECT_GT(splits.size(), 1u);
 }

@@ -228,3 +228,16 @@ TEST(ModelParallel, SearchRanksTensorPipelineAndSpecTogetherUnderTheMemoryCap) {
   EXPECT_TRUE(j["best"][0].contains("tensor_parallel"));
   EXPECT_TRUE(j["best"][0].contains("pp_bubble_s"));
 }
+
+TEST(ModelParallel, BatchPerDeviceTrainsTheSameGlobalBatchAtEverySplit) {
+  const topo::Topology t = dgx_h100(4);
+  const DeviceFacts d = *device_for_topology("dgx-h100");
+  Workload w = llama_workload(4);
+  w.batch_per_device = true;
+  for (ModelParallel mp : {ModelParallel{1, 1, "", ""}, ModelParallel{2, 1, "", ""}, ModelParallel{4, 2, "", ""}}) {
+    const ModelParallelPlan plan(ModelShape::preset("llama2-7b"), t, d, w, mp);
+    const Estimate e =
+        plan.estimate("zero3", apply_precision(strategy_spec("zero3", plan.data_parallel_topology()), Precision::BF16));
+    EXPECT_EQ(e.tokens_per_step, 4096.0 * 4 * 32) << mp.tp << " " << mp.pp;
+  }
+}
