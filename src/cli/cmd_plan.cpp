@@ -1,6 +1,7 @@
 // strata plan: what each sharding strategy costs on a cluster, priced from the schedule the
 // runtime executes (docs/planner.md).
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -262,47 +263,40 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
   fmt::print("\npresets among them: {}\n", fmt::join(presets, ", "));
 }
 
-void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string& outer) {
-  if (series.empty()) return;
-  {
-    fmt::print("\ntokens/s per device (J/token; '{}' = does not fit)\n", kDoesNotFit);
-    std::string head = fmt::format("{:>6} {:>8}", "nodes", "devices");
-    for (const auto& s : series) head += fmt::format(" {:>18}", s.strategy);
-    fmt::print("{}\n", head);
-    for (std::size_t i = 0; i < series.front().points.size(); ++i) {
-      const auto& first = series.front().points[i];
-      std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
-      for (const auto& s : series) {
-        const plan::Estimate& e = s.points[i].estimate;
-        row += fmt::format(" {:>18}", fmt::format("{:.0f} ({:.2g}){}", e.tokens_per_s / e.world_size,
-                                                  e.joules_per_token, e.fits ? " " : kDoesNotFit));
-      }
-      fmt::print("{}\n", row);
-    }
-  }
-  fmt::print("\nTFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
-             "'{}' = does not fit)\n",
-             series.front().points.front().estimate.world_size, kDoesNotFit);
+// One table of a sweep: a row per node count, a column per strategy.
+void print_sweep_table(const std::vector<plan::SweepSeries>& series, const std::string& title,
+                       const std::function<std::string(const plan::SweepPoint&)>& cell) {
+  fmt::print("\n{}\n", title);
   std::string head = fmt::format("{:>6} {:>8}", "nodes", "devices");
   for (const auto& s : series) head += fmt::format(" {:>18}", s.strategy);
   fmt::print("{}\n", head);
   for (std::size_t i = 0; i < series.front().points.size(); ++i) {
     const auto& first = series.front().points[i];
     std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
-    for (const auto& s : series) {
-      const auto& p = s.points[i];
-      row += fmt::format(" {:>18}", fmt::format("{:.1f} E={:.2f}{}", p.estimate.tflops_per_device,
-                                                p.scaling_efficiency, p.estimate.fits ? " " : kDoesNotFit));
-    }
+    for (const auto& s : series) row += fmt::format(" {:>18}", cell(s.points[i]));
     fmt::print("{}\n", row);
   }
-  fmt::print("\nGB a rank sends over '{}' per step\n{}\n", outer, head);
-  for (std::size_t i = 0; i < series.front().points.size(); ++i) {
-    const auto& first = series.front().points[i];
-    std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
-    for (const auto& s : series) row += fmt::format(" {:>18.3f}", s.points[i].estimate.bytes_on(outer) / 1e9);
-    fmt::print("{}\n", row);
-  }
+}
+
+void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string& outer) {
+  if (series.empty()) return;
+  auto mark = [](const plan::Estimate& e) { return e.fits ? " " : kDoesNotFit; };
+  print_sweep_table(series, fmt::format("tokens/s per device (J/token; '{}' = does not fit)", kDoesNotFit),
+                    [&](const plan::SweepPoint& p) {
+                      const plan::Estimate& e = p.estimate;
+                      return fmt::format("{:.0f} ({:.2g}){}", e.tokens_per_s / e.world_size, e.joules_per_token, mark(e));
+                    });
+  print_sweep_table(series,
+                    fmt::format("TFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
+                                "'{}' = does not fit)",
+                                series.front().points.front().estimate.world_size, kDoesNotFit),
+                    [&](const plan::SweepPoint& p) {
+                      return fmt::format("{:.1f} E={:.2f}{}", p.estimate.tflops_per_device, p.scaling_efficiency,
+                                         mark(p.estimate));
+                    });
+  print_sweep_table(series, fmt::format("GB a rank sends over '{}' per step", outer), [&](const plan::SweepPoint& p) {
+    return fmt::format("{:.3f}", p.estimate.bytes_on(outer) / 1e9);
+  });
 }
 
 // The run's setup against the plan's, in the order a user would put it right: strategy,

@@ -138,6 +138,10 @@ struct Estimate {
   nlohmann::json to_json() const;
 };
 
+// Throughput of an estimate whose tokens_per_step, step_time_s and world_size are set:
+// tokens/s, model TFLOP/s per device, MFU and HFU of the whole model.
+void set_throughput(Estimate& e, const ModelShape& model, const Workload& workload, const DeviceFacts& device);
+
 // What every estimate of one plan shares; the model's units are built once.
 class PlanContext {
  public:

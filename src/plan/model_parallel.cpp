@@ -296,12 +296,7 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
 
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   r.tokens_per_step = tokens * m * dims_.data_parallel_size();
-  r.tokens_per_s = r.tokens_per_step / r.step_time_s;
-  const double per_device_tokens = r.tokens_per_s / r.world_size;
-  r.tflops_per_device = model_.model_flops_per_token(workload_.seq) * per_device_tokens / 1e12;
-  r.mfu = r.tflops_per_device / device_.peak_tflops;
-  r.hfu = model_.hardware_flops_per_token(workload_.seq, workload_.recompute) * per_device_tokens / 1e12 /
-          device_.peak_tflops;
+  set_throughput(r, model_, workload_, device_);
   add_energy(r, device_);
   return r;
 }
