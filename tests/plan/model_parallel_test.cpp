@@ -241,3 +241,25 @@ TEST(ModelParallel, BatchPerDeviceTrainsTheSameGlobalBatchAtEverySplit) {
     EXPECT_EQ(e.tokens_per_step, 4096.0 * 4 * 32) << mp.tp << " " << mp.pp;
   }
 }
+
+TEST(ModelParallel, PipelineSendsMatchAHandComputedMessageAcrossTheStagesTier) {
+  Workload w;
+  w.micro_batch = 2;
+  w.seq = 16;
+  w.accumulation_steps = 3;
+  const topo::Topology t = small_cluster(2);
+  const ModelParallelPlan plan(small_model(), t, small_device(), w, {1, 2, "", ""});
+  // Each stage sends one message a micro-batch across the cluster tier (10 GB/s after 5 us):
+  // the first its B·T·h = 2048 bf16 activations forward, the last their gradient back.
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_EQ(plan.ops(s).size(), 1u);
+    EXPECT_EQ(plan.ops(s)[0].kind, ModelParallelKind::Send);
+    EXPECT_EQ(plan.ops(s)[0].level, 1);
+    EXPECT_EQ(plan.ops(s)[0].bytes_sent(), 4096u);
+  }
+  const Estimate e =
+      plan.estimate("zero3", apply_precision(strategy_spec("zero3", plan.data_parallel_topology()), Precision::BF16));
+  EXPECT_NEAR(e.pp_p2p_s, 3 * (5e-6 + 4096 / 10e9), 1e-15);
+  EXPECT_EQ(e.tp_allreduce_s, 0);
+  EXPECT_DOUBLE_EQ(e.pp_bubble_fraction, 1.0 / 4);
+}
