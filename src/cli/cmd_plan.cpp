@@ -1,6 +1,7 @@
 // strata plan: what each sharding strategy costs on a cluster, priced from the schedule the
 // runtime executes (docs/planner.md).
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "plan/calibration.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/device.hpp"
+#include "plan/model_parallel.hpp"
 #include "plan/model_shapes.hpp"
 #include "plan/search.hpp"
 #include "shard/schedule.hpp"
@@ -38,9 +40,11 @@ struct PlanOptions {
   std::int64_t bucket_bytes = 0;
   bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
-  bool recompute = false, flash_attention = false;
+  bool recompute = false, flash_attention = false, batch_per_device = false;
   std::string precision = "bf16";
-  double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0;
+  double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
+  int tp = 1, pp = 1;
+  std::string tp_tier, pp_tier;
   bool search = false;
   int top = 5;
   std::string sweep_nodes, svg;
@@ -50,7 +54,8 @@ struct PlanOptions {
   bool json = false;
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
-              *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr;
+              *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
+              *tdp_opt = nullptr, *idle_opt = nullptr, *tp_opt = nullptr, *pp_opt = nullptr;
 };
 
 // The mark of an estimate that does not fit in device memory, in every table.
@@ -73,9 +78,11 @@ std::uint64_t bucket_bytes(const PlanOptions& o) {
   return static_cast<std::uint64_t>(o.bucket_bytes);
 }
 
-// The strategies asked for, with precision and command-line overrides applied; a name gets
-// a '*' when an override changed its preset.
-std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo::Topology& topology,
+// The strategies asked for, each with its tensor and pipeline parallelism (--tp, --pp, or a
+// +tpN+ppN suffix), with precision and command-line overrides applied; a name gets a '*'
+// when an override changed its preset. Specs are checked against the data-parallel topology
+// their split leaves.
+std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo::Topology& physical,
                                                plan::Precision precision) {
   std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
@@ -83,7 +90,10 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
                           !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
                           o.prefetch_opt->count() > 0 || o.bucket_opt->count() > 0 || o.keep_weights_after_forward;
   std::vector<plan::NamedSpec> out;
-  for (const std::string& name : names) {
+  for (const std::string& variant : names) {
+    const auto [name, mp] = plan::parse_strategy_variant(variant, {o.tp, o.pp, o.tp_tier, o.pp_tier});
+    const topo::Topology topology =
+        plan::data_parallel_topology(physical, plan::model_parallel_dims(physical, mp));
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
     if (!o.shard.empty()) spec.apply_shard_string(o.shard);
     if (!o.secondary.empty()) spec.secondary = o.secondary;
@@ -95,7 +105,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     if (o.bucket_opt->count() > 0) spec.bucket_bytes = bucket_bytes(o);
     if (o.keep_weights_after_forward) spec.free_after_forward = false;
     shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
-    out.push_back({overridden ? name + "*" : name, spec});
+    out.push_back({overridden ? name + "*" : name, spec, mp});
   }
   return out;
 }
@@ -155,20 +165,35 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
   print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const auto& tiers = c.topology().tiers();
-  std::string head = fmt::format("\n{:<12} {:>9} {:>11} {:>9} {:>6} {:>9} {:>9} {:>9}", "strategy", "step s",
-                                 "tokens/s", "TFLOP/s", "MFU", "compute s", "exposed s", "step s*");
+  bool model_parallel = false;
+  for (const plan::Estimate& e : estimates) model_parallel = model_parallel || e.tensor_parallel > 1 || e.pipeline_stages > 1;
+  std::string head = fmt::format("\n{:<14} {:>9} {:>11} {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}", "strategy", "step s",
+                                 "tokens/s", "TFLOP/s", "MFU", "J/token", "compute s", "exposed s", "step s*");
+  if (model_parallel) head += fmt::format(" {:>9} {:>9} {:>9}", "tp s", "p2p s", "bubble s");
   for (const topo::Tier& t : tiers) head += fmt::format(" {:>10}", fmt::format("{} GB", t.name));
   fmt::print("{}\n", head);
   for (const plan::Estimate& e : estimates) {
-    std::string row = fmt::format("{:<12} {:>9.4g} {:>11.5g} {:>9.1f} {:>5.1f}% {:>9.4g} {:>9.4g} {:>9.4g}",
+    std::string row = fmt::format("{:<14} {:>9.4g} {:>11.5g} {:>9.1f} {:>5.1f}% {:>8.3g} {:>9.4g} {:>9.4g} {:>9.4g}",
                                   e.strategy + (e.fits ? "" : kDoesNotFit), e.step_time_s, e.tokens_per_s, e.tflops_per_device, e.mfu * 100,
-                                  e.compute_s, e.exposed_micro_s, e.step_comm_s + e.optimizer_s);
+                                  e.joules_per_token, e.compute_s, e.exposed_micro_s, e.step_comm_s + e.optimizer_s);
+    if (model_parallel) row += fmt::format(" {:>9.4g} {:>9.4g} {:>9.4g}", e.tp_allreduce_s, e.pp_p2p_s, e.pp_bubble_s);
     for (const plan::TierCost& t : e.tiers)
       row += fmt::format(" {:>10.3f}", static_cast<double>(t.traffic.bytes_sent) / 1e9);
     fmt::print("{}\n", row);
   }
   fmt::print("  exposed s: micro-batch communication not hidden by compute; step s*: optimizer-step phase "
              "(communication + Adam), never hidden; GB: bytes a rank sends over each tier a step\n");
+  if (model_parallel)
+    fmt::print("  tp s: tensor-parallel all-reduces, p2p s: sends between pipeline stages (both on the critical path, "
+               "in their tier's GB); bubble s: 1F1B fill and drain = (p-1) x the slowest stage's micro-batch; a "
+               "strategy+tpN+ppM is its spec over the data-parallel ranks left (docs/planner.md)\n");
+  if (c.device().tdp_watts > 0) {
+    fmt::print("  J/token: device power (idle {:g} W + ({:g} - {:g}) W x the share of the step spent computing) x "
+               "devices / tokens a second; tokens/kWh:",
+               c.device().idle_watts, c.device().tdp_watts, c.device().idle_watts);
+    for (const plan::Estimate& e : estimates) fmt::print(" {} {:.4g}", e.strategy, e.tokens_per_kwh);
+    fmt::print("\n");
+  }
   if (c.calibration()) {
     // The calibrated terms: each tier's fixed costs against its bytes' time, and compute lost
     // to running beside communication.
@@ -191,7 +216,7 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
                e.memory.weights / 1e9, e.memory.secondary / 1e9, e.memory.grads / 1e9, e.memory.optimizer / 1e9,
                e.memory.gathered / 1e9, e.activation_bytes / 1e9, e.memory_verdict());
   bool starred = false;
-  for (const plan::Estimate& e : estimates) starred = starred || e.strategy.back() == '*';
+  for (const plan::Estimate& e : estimates) starred = starred || e.strategy.find('*') != std::string::npos;
   if (starred) fmt::print("  * preset changed by command-line overrides\n");
   for (const plan::Estimate& e : estimates)
     if (!e.left_out.empty())
@@ -207,13 +232,13 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
   if (r.fitting.empty()) {
     fmt::print("nothing fits; the least memory needed:\n");
   } else {
-    fmt::print("\n{:>3}  {:<60} {:>9} {:>10} {:>8} {:>6} {:>9} {:>11}\n", "#", "spec", "name", "step s", "TFLOP/s",
-               "MFU", "memory GB", outer + " GB");
+    fmt::print("\n{:>3}  {:>2} {:>2}  {:<60} {:>12} {:>10} {:>8} {:>6} {:>9} {:>11}\n", "#", "tp", "pp", "spec", "name",
+               "step s", "TFLOP/s", "MFU", "memory GB", outer + " GB");
     for (int i = 0; i < std::min<int>(top, static_cast<int>(r.fitting.size())); ++i) {
       const plan::Estimate& e = r.fitting[i];
-      fmt::print("{:>3}  {:<60} {:>9} {:>10.4g} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1, plan::spec_label(e.spec),
-                 e.strategy, e.step_time_s, e.tflops_per_device, e.mfu * 100, e.total_memory_bytes / 1e9,
-                 e.bytes_on(outer) / 1e9);
+      fmt::print("{:>3}  {:>2} {:>2}  {:<60} {:>12} {:>10.4g} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1,
+                 e.tensor_parallel, e.pipeline_stages, plan::spec_label(e.spec), e.strategy, e.step_time_s,
+                 e.tflops_per_device, e.mfu * 100, e.total_memory_bytes / 1e9, e.bytes_on(outer) / 1e9);
     }
     const int others = std::min<int>(top, static_cast<int>(r.fitting.size()) - top);
     if (others > 0) fmt::print("\nnext {} and why they lost to #1:\n", others);
@@ -232,37 +257,46 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
   std::vector<std::string> presets;
   for (const auto* list : {&r.fitting, &r.not_fitting})
     for (std::size_t i = 0; i < list->size(); ++i)
-      if ((*list)[i].strategy != "custom")
+      if ((*list)[i].spec.preset != "custom")
         presets.push_back(list == &r.fitting ? fmt::format("{} #{}", (*list)[i].strategy, i + 1)
                                              : fmt::format("{} (does not fit)", (*list)[i].strategy));
   fmt::print("\npresets among them: {}\n", fmt::join(presets, ", "));
 }
 
-void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string& outer) {
-  if (series.empty()) return;
-  fmt::print("\nTFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
-             "'{}' = does not fit)\n",
-             series.front().points.front().estimate.world_size, kDoesNotFit);
+// One table of a sweep: a row per node count, a column per strategy.
+void print_sweep_table(const std::vector<plan::SweepSeries>& series, const std::string& title,
+                       const std::function<std::string(const plan::SweepPoint&)>& cell) {
+  fmt::print("\n{}\n", title);
   std::string head = fmt::format("{:>6} {:>8}", "nodes", "devices");
   for (const auto& s : series) head += fmt::format(" {:>18}", s.strategy);
   fmt::print("{}\n", head);
   for (std::size_t i = 0; i < series.front().points.size(); ++i) {
     const auto& first = series.front().points[i];
     std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
-    for (const auto& s : series) {
-      const auto& p = s.points[i];
-      row += fmt::format(" {:>18}", fmt::format("{:.1f} E={:.2f}{}", p.estimate.tflops_per_device,
-                                                p.scaling_efficiency, p.estimate.fits ? " " : kDoesNotFit));
-    }
+    for (const auto& s : series) row += fmt::format(" {:>18}", cell(s.points[i]));
     fmt::print("{}\n", row);
   }
-  fmt::print("\nGB a rank sends over '{}' per step\n{}\n", outer, head);
-  for (std::size_t i = 0; i < series.front().points.size(); ++i) {
-    const auto& first = series.front().points[i];
-    std::string row = fmt::format("{:>6} {:>8}", first.nodes, first.estimate.world_size);
-    for (const auto& s : series) row += fmt::format(" {:>18.3f}", s.points[i].estimate.bytes_on(outer) / 1e9);
-    fmt::print("{}\n", row);
-  }
+}
+
+void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string& outer) {
+  if (series.empty()) return;
+  auto mark = [](const plan::Estimate& e) { return e.fits ? " " : kDoesNotFit; };
+  print_sweep_table(series, fmt::format("tokens/s per device (J/token; '{}' = does not fit)", kDoesNotFit),
+                    [&](const plan::SweepPoint& p) {
+                      const plan::Estimate& e = p.estimate;
+                      return fmt::format("{:.0f} ({:.2g}){}", e.tokens_per_s / e.world_size, e.joules_per_token, mark(e));
+                    });
+  print_sweep_table(series,
+                    fmt::format("TFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
+                                "'{}' = does not fit)",
+                                series.front().points.front().estimate.world_size, kDoesNotFit),
+                    [&](const plan::SweepPoint& p) {
+                      return fmt::format("{:.1f} E={:.2f}{}", p.estimate.tflops_per_device, p.scaling_efficiency,
+                                         mark(p.estimate));
+                    });
+  print_sweep_table(series, fmt::format("GB a rank sends over '{}' per step", outer), [&](const plan::SweepPoint& p) {
+    return fmt::format("{:.3f}", p.estimate.bytes_on(outer) / 1e9);
+  });
 }
 
 // The run's setup against the plan's, in the order a user would put it right: strategy,
@@ -367,6 +401,8 @@ void run_plan(const PlanOptions& o) {
     if (!overrides.hbm_GBps) overrides.hbm_GBps = calibration->compute.optimizer_GBps;
   }
   if (o.efficiency_opt->count()) overrides.compute_efficiency = o.compute_efficiency;
+  if (o.tdp_opt->count()) overrides.tdp_watts = o.tdp_watts;
+  if (o.idle_opt->count()) overrides.idle_watts = o.idle_watts;
   const plan::DeviceFacts device = plan::resolve_device(o.topology, overrides);
 
   plan::Workload workload;
@@ -375,6 +411,7 @@ void run_plan(const PlanOptions& o) {
   workload.accumulation_steps = o.accum;
   workload.recompute = o.recompute;
   workload.flash_attention = o.flash_attention;
+  workload.batch_per_device = o.batch_per_device;
   workload.precision = plan::parse_precision(o.precision);
   workload.validate(model);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
@@ -417,6 +454,11 @@ void run_plan(const PlanOptions& o) {
     throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
+  if ((o.print_schedule || !o.compare_summary.empty()) &&
+      (o.tp_opt->count() || o.pp_opt->count() || o.strategy.find('+') != std::string::npos))
+    throw Error(fmt::format("{}: the runtime runs no tensor or pipeline parallelism yet, so there is no schedule of "
+                            "it to print or compare; leave out --tp, --pp and +tpN/+ppN",
+                            o.print_schedule ? "--print-schedule" : "--compare-summary"));
   if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   topology.resolve(topology.world_size_for_nodes(o.nodes));
   const plan::PlanContext context(model, topology, device, workload, leave_out, calibration);
@@ -430,11 +472,24 @@ void run_plan(const PlanOptions& o) {
     if (o.block_opt->count()) space.block_size = o.block_size;
     if (o.prefetch_opt->count()) space.prefetch = o.prefetch;
     if (o.bucket_opt->count()) space.bucket_bytes = bucket_bytes(o);
-    const plan::SearchResult result = plan::search(context, space);
+    // (tp, pp) searched too unless given: the divisors of the innermost tier up to 8, pipelines of 1-8 stages.
+    std::vector<plan::ModelParallel> splits;
+    for (const plan::ModelParallel& mp : plan::candidate_splits(model, topology))
+      if ((!o.tp_opt->count() || mp.tp == o.tp) && (!o.pp_opt->count() || mp.pp == o.pp)) splits.push_back(mp);
+    if (o.tp_opt->count() || o.pp_opt->count()) {
+      // A split given on the command line must be valid (its error names the flag), not silently skipped.
+      const plan::ModelParallel given{o.tp, o.pp, o.tp_tier, o.pp_tier};
+      model.slice(given.tp, 0, given.pp);
+      plan::model_parallel_dims(topology, given);
+      if (!o.tp_tier.empty() || !o.pp_tier.empty()) splits = {given};
+    }
+    const plan::SearchResult result =
+        plan::search_model_parallel(model, topology, device, workload, leave_out, calibration, space, splits);
     if (o.json) {
       fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
                                         {"topology", topology.to_json()},
                                         {"assumptions", context.assumptions()},
+                                        {"model_parallel_assumptions", plan::model_parallel_assumptions()},
                                         {"search", plan::search_json(result, o.top)}}
                              .dump(2));
     } else {
@@ -459,7 +514,8 @@ void run_plan(const PlanOptions& o) {
 
   std::vector<plan::Estimate> estimates;
   for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision))
-    estimates.push_back(context.estimate(s.name, s.spec));
+    estimates.push_back(
+        plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).estimate(s.name, s.spec));
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");
   if (o.json) {
@@ -468,6 +524,7 @@ void run_plan(const PlanOptions& o) {
     fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
                                       {"topology", topology.to_json()},
                                       {"assumptions", context.assumptions()},
+                                      {"model_parallel_assumptions", plan::model_parallel_assumptions()},
                                       {"strategies", strategies}}
                            .dump(2));
   } else {
@@ -512,6 +569,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
   cmd->add_flag("--recompute", o->recompute, "full activation recomputation");
   cmd->add_flag("--flash-attention", o->flash_attention, "attention keeps no seq x seq probabilities");
+  cmd->add_flag("--batch-per-device", o->batch_per_device,
+                "--micro-batch and --accum are one device's: a TP group of t runs t x the micro-batch, a pipeline of "
+                "p runs p x the micro-batches (the same global batch for every split)");
   cmd->add_option("--precision", o->precision, "bf16 (published systems) or fp32 (strata's runtime)")
       ->capture_default_str();
   o->peak_opt = cmd->add_option("--peak-tflops", o->peak_tflops, "peak dense bf16 TFLOP/s a device");
@@ -523,7 +583,17 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_flag("--search", o->search, "rank every valid spec of the topology");
+  o->tp_opt = cmd->add_option("--tp", o->tp,
+                              "tensor-parallel degree over --tp-tier (Megatron splits; dividing that tier's size); "
+                              "or a +tpN suffix on a --strategy name");
+  o->pp_opt = cmd->add_option("--pp", o->pp,
+                              "pipeline stages (1F1B) across --pp-tier, the micro-batches being --accum; or a +ppN "
+                              "suffix on a --strategy name");
+  cmd->add_option("--tp-tier", o->tp_tier, "tier the tensor-parallel group lies in (default: the innermost)");
+  cmd->add_option("--pp-tier", o->pp_tier, "tier the pipeline stages cross (default: the outermost)");
+  o->tdp_opt = cmd->add_option("--tdp-watts", o->tdp_watts, "board power (TDP) a device, W, for J/token");
+  o->idle_opt = cmd->add_option("--idle-watts", o->idle_watts, "idle power a device, W (default: a tenth of TDP)");
+  cmd->add_flag("--search", o->search, "rank every valid (tp, pp, spec) of the topology");
   cmd->add_option("--top", o->top, "specs shown by --search (and as many runners-up)")->capture_default_str();
   cmd->add_option("--sweep-nodes", o->sweep_nodes, "node counts, e.g. 1,2,4,8");
   cmd->add_option("--svg", o->svg, "write the sweep's plots to this SVG file");

@@ -14,6 +14,29 @@ ParallelDims ParallelDims::data_parallel(const topo::Topology& topology) {
   return d;
 }
 
+ParallelDims ParallelDims::model_parallel(const topo::Topology& topology, int tensor, int tensor_level, int pipeline,
+                                          int pipeline_level) {
+  ParallelDims d = data_parallel(topology);
+  auto take = [&](const char* flag, int degree, int level) {
+    if (degree <= 0) throw Error(fmt::format("{} {}: must be positive", flag, degree));
+    if (level < 0 || level >= topology.num_tiers())
+      throw Error(fmt::format("{}: no tier {} in topology '{}'", flag, level, topology.name()));
+    const int left = d.data_levels[level];
+    if (left % degree != 0)
+      throw Error(fmt::format("{} {}: does not divide what tier '{}' has left ({}{}); choose a divisor of {}", flag,
+                              degree, topology.tier(level).name, left,
+                              left == topology.tier(level).size ? "" : " after the other slice", left));
+    d.data_levels[level] = left / degree;
+  };
+  take("--tp", tensor, tensor_level);
+  take("--pp", pipeline, pipeline_level);
+  d.tensor = tensor;
+  d.tensor_level = tensor_level;
+  d.pipeline = pipeline;
+  d.pipeline_level = pipeline_level;
+  return d;
+}
+
 int ParallelDims::data_parallel_size() const {
   int n = 1;
   for (int s : data_levels) n *= s;

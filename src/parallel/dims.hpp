@@ -4,10 +4,12 @@
 // divided by) take their sizes from here, never from the world size, so a model-parallel
 // dimension changes this object and not its users.
 //
-// Today every rank is a data-parallel replica: the data-parallel levels are the topology's
-// tiers. Tensor parallelism would take a slice of the innermost tier: `tensor` consecutive
-// ranks then hold one replica between them, read the same batches and average nothing
-// among themselves.
+// Tensor parallelism takes a slice of one tier (usually the innermost): `tensor` consecutive
+// ranks of that tier hold one replica between them, read the same batches and average
+// nothing among themselves. Pipeline parallelism takes a slice of another tier (usually the
+// outermost): `pipeline` domains of it hold one stage each. A tier of size s holding a
+// slice of t becomes a data-parallel level of s/t. The runtime runs data parallelism (and,
+// later, tensor parallelism); the planner prices all three from this object.
 #include <vector>
 
 #include "topo/topology.hpp"
@@ -17,12 +19,21 @@ namespace strata::parallel {
 struct ParallelDims {
   std::vector<int> data_levels{1};  // data-parallel ranks per level, inner first
   int tensor = 1;                   // consecutive ranks sharing one replica (1: none)
+  int tensor_level = 0;             // the tier whose ranks the tensor slice takes
+  int pipeline = 1;                 // pipeline stages (1: none)
+  int pipeline_level = 0;           // the tier whose domains the stages take
 
   // Every rank of a resolved topology a data-parallel replica, one level per tier.
   static ParallelDims data_parallel(const topo::Topology& topology);
+  // `tensor` ranks of tier `tensor_level` and `pipeline` domains of tier `pipeline_level`
+  // taken out of the data-parallel levels; refuses (naming --tp / --pp) a degree that does
+  // not divide what its tier has left.
+  static ParallelDims model_parallel(const topo::Topology& topology, int tensor, int tensor_level, int pipeline,
+                                     int pipeline_level);
 
   int data_parallel_size() const;  // replicas: the product of the levels
-  int world_size() const { return data_parallel_size() * tensor; }
+  int world_size() const { return data_parallel_size() * tensor * pipeline; }
+  // The replica a rank reads batches for (the runtime's dims have pipeline 1).
   int data_parallel_rank(int world_rank) const { return world_rank / tensor; }
 };
 

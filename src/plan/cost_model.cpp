@@ -296,7 +296,27 @@ nlohmann::json Estimate::to_json() const {
           {"tflops_per_device", tflops_per_device},
           {"mfu", mfu},
           {"hfu", hfu},
-          {"left_out", left_out}};
+          {"left_out", left_out},
+          {"tensor_parallel", tensor_parallel},
+          {"pipeline_stages", pipeline_stages},
+          {"tp_allreduce_s", tp_allreduce_s},
+          {"pp_p2p_s", pp_p2p_s},
+          {"pp_bubble_s", pp_bubble_s},
+          {"pp_bubble_fraction", pp_bubble_fraction},
+          {"energy",
+           {{"utilization", utilization},
+            {"power_watts", power_watts},
+            {"joules_per_token", joules_per_token},
+            {"tokens_per_kwh", tokens_per_kwh}}}};
+}
+
+void set_throughput(Estimate& e, const ModelShape& model, const Workload& workload, const DeviceFacts& device) {
+  e.tokens_per_s = e.tokens_per_step / e.step_time_s;
+  const double per_device_tokens = e.tokens_per_s / e.world_size;
+  e.tflops_per_device = model.model_flops_per_token(workload.seq) * per_device_tokens / 1e12;
+  e.mfu = e.tflops_per_device / device.peak_tflops;
+  e.hfu = model.hardware_flops_per_token(workload.seq, workload.recompute) * per_device_tokens / 1e12 /
+          device.peak_tflops;
 }
 
 PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
@@ -411,12 +431,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
                       (last.makespan_s - last.compute_s - last.slowdown_s);
   e.step_time_s = (K - 1) * mb.makespan_s + last.makespan_s + e.step_comm_s + e.optimizer_s;
   e.tokens_per_step = static_cast<double>(workload_.micro_batch) * workload_.seq * K * e.world_size;
-  e.tokens_per_s = e.tokens_per_step / e.step_time_s;
-  const double per_device_tokens = e.tokens_per_s / e.world_size;
-  e.tflops_per_device = model_.model_flops_per_token(workload_.seq) * per_device_tokens / 1e12;
-  e.mfu = e.tflops_per_device / device_.peak_tflops;
-  e.hfu = model_.hardware_flops_per_token(workload_.seq, workload_.recompute) * per_device_tokens / 1e12 /
-          device_.peak_tflops;
+  set_throughput(e, model_, workload_, device_);
 
   e.memory = schedule.memory_per_rank(cb);
   e.activation_bytes = model_.activation_bytes(workload_.micro_batch, workload_.seq, cb, workload_.recompute,

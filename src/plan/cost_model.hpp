@@ -40,6 +40,10 @@ struct Workload {
   bool recompute = false;       // full activation recomputation of every block
   bool flash_attention = false; // attention keeps no seq x seq probabilities
   Precision precision = Precision::BF16;
+  // --batch-per-device: micro_batch and accumulation_steps are what one device would run
+  // alone; a TP group of t runs t x micro_batch and a pipeline of p runs p x the
+  // micro-batches, so every (tp, pp) split trains the same global batch (plan/model_parallel.hpp).
+  bool batch_per_device = false;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };
 
@@ -119,12 +123,24 @@ struct Estimate {
   double mfu = 0;                    // tflops_per_device / peak
   double hfu = 0;                    // with recomputed FLOPs counted
   std::vector<std::string> left_out;
+  // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
+  int tensor_parallel = 1, pipeline_stages = 1;
+  double tp_allreduce_s = 0;         // per step: tensor-parallel all-reduces, on the critical path
+  double pp_p2p_s = 0;               // per step: activation sends between stages, on the critical path
+  double pp_bubble_s = 0;            // per step: 1F1B fill and drain
+  double pp_bubble_fraction = 0;     // (p-1)/(m+p-1)
+  // Energy (plan/model_parallel.hpp); zeros when the device's TDP is not known.
+  double utilization = 0, power_watts = 0, joules_per_token = 0, tokens_per_kwh = 0;
 
   std::uint64_t bytes_on(std::string_view tier) const;  // bytes sent a rank a step over that tier
   // "fits: 40.1 of 64 GB" / "does not fit: needs 71.2 GB of 64 GB (7.2 GB over)"
   std::string memory_verdict() const;
   nlohmann::json to_json() const;
 };
+
+// Throughput of an estimate whose tokens_per_step, step_time_s and world_size are set:
+// tokens/s, model TFLOP/s per device, MFU and HFU of the whole model.
+void set_throughput(Estimate& e, const ModelShape& model, const Workload& workload, const DeviceFacts& device);
 
 // What every estimate of one plan shares; the model's units are built once.
 class PlanContext {

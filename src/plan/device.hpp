@@ -15,6 +15,10 @@ struct DeviceFacts {
   double memory_gb = 0;            // 1e9 bytes
   double hbm_GBps = 0;             // memory bandwidth (the optimizer step is bound by it)
   double compute_efficiency = 0;   // achieved fraction of peak for the model's FLOPs
+  // Power for the energy estimate (plan/model_parallel.hpp): datasheet board power (TDP) and
+  // the draw of an idle device; 0 TDP: not known, no energy figure.
+  double tdp_watts = 0;
+  double idle_watts = 0;
   std::string source;
 
   void validate() const;  // throws Error naming the field (as its command-line flag)
@@ -25,7 +29,7 @@ struct DeviceFacts {
 std::optional<DeviceFacts> device_for_topology(std::string_view topology_name);
 
 struct DeviceOverrides {  // from the command line; unset = the preset's figure
-  std::optional<double> peak_tflops, memory_gb, hbm_GBps, compute_efficiency;
+  std::optional<double> peak_tflops, memory_gb, hbm_GBps, compute_efficiency, tdp_watts, idle_watts;
 };
 
 // Facts of the topology's preset device with the overrides applied; throws Error naming the

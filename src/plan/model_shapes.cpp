@@ -97,7 +97,64 @@ std::int64_t block_params(const ModelShape& m) {
   return block;
 }
 
+// A block's parameters on one of `tp` tensor-parallel ranks: column-parallel matrices (Q, K,
+// V, MLP up/gate) and their biases split by output, row-parallel ones (attention and MLP
+// output projections) by input with their biases replicated, norms replicated.
+std::int64_t block_params_on_rank(const ModelShape& m) {
+  const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn, tp = m.tensor_parallel;
+  std::int64_t block = 2 * norm_params(m) + (2 * h * h + 2 * h * kv + (m.mlp == Mlp::Gelu ? 2 : 3) * h * f) / tp;
+  if (m.biases) block += (h + 2 * kv + (m.mlp == Mlp::Gelu ? f : 2 * f)) / tp + 2 * h;
+  return block;
+}
+
+// Indices, in the whole model's unit plan, of the units a pipeline stage holds.
+std::vector<int> stage_units(const ModelShape& m) {
+  const int per_stage = m.layers / m.stages;
+  const int units = m.layers + (m.tied_head ? 2 : 3);
+  std::vector<int> out;
+  for (int u = 0; u < units; ++u) {
+    const bool block = u >= 1 && u <= m.layers;
+    const bool mine = block ? (u - 1) / per_stage == m.stage : (u == 0 ? m.stage == 0 : m.stage == m.stages - 1);
+    if (mine) out.push_back(u);
+  }
+  return out;
+}
+
 }  // namespace
+
+ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
+  auto divides = [&](const char* flag, int degree, const char* field, int value) {
+    if (value % degree != 0)
+      throw Error(fmt::format("{} {}: does not divide model.{} = {} of '{}'", flag, degree, field, value, name));
+  };
+  if (tp <= 0) throw Error(fmt::format("--tp {}: must be positive", tp));
+  if (num_stages <= 0) throw Error(fmt::format("--pp {}: must be positive", num_stages));
+  divides("--tp", tp, "heads", heads);
+  divides("--tp", tp, "kv_heads", kv_heads);
+  divides("--tp", tp, "ffn", ffn);
+  divides("--tp", tp, "vocab", vocab);
+  divides("--pp", num_stages, "layers", layers);
+  if (num_stages > 1 && tied_head)
+    throw Error(fmt::format("--pp {}: '{}' ties its LM head to the embedding; pipeline stages are priced for "
+                            "untied heads only (the tie would span the first and last stage)",
+                            num_stages, name));
+  if (stage_index < 0 || stage_index >= num_stages)
+    throw Error(fmt::format("pipeline stage {} of {}: out of range", stage_index, num_stages));
+  ModelShape m = whole();
+  m.tensor_parallel = tp;
+  m.stage = stage_index;
+  m.stages = num_stages;
+  if (m.sliced()) m.gpt.reset();  // the runtime's layout is not split: price the shape
+  return m;
+}
+
+ModelShape ModelShape::whole() const {
+  ModelShape m = *this;
+  m.tensor_parallel = 1;
+  m.stage = 0;
+  m.stages = 1;
+  return m;
+}
 
 std::vector<std::string> ModelShape::preset_names() {
   return {"gpt-neox-20b", "gpt-neox-10b", "llama2-7b", "llama2-13b", "llama2-70b", "tinyllama-1.1b", "gpt2-124m",
@@ -217,6 +274,27 @@ std::int64_t ModelShape::matmul_params() const {
 }
 
 shard::UnitPlan ModelShape::unit_plan() const {
+  if (sliced()) {
+    // The whole model's plan, its split units resized, cut to the stage's units (events
+    // renumbered, in the whole walk's order).
+    const shard::UnitPlan all = whole().unit_plan();
+    const std::size_t h = hidden, V = vocab;
+    const std::vector<int> mine = stage_units(*this);
+    std::vector<int> index(all.numel.size(), -1);
+    shard::UnitPlan p;
+    for (int u : mine) {
+      index[u] = static_cast<int>(p.names.size());
+      p.names.push_back(all.names[u]);
+      std::size_t n = all.numel[u];
+      if (u == 0) n = V * h / tensor_parallel + static_cast<std::size_t>(learned_positions) * h;
+      else if (u <= layers) n = static_cast<std::size_t>(block_params_on_rank(*this));
+      else if (u == layers + 2) n = V * h / tensor_parallel;
+      p.numel.push_back(n);
+    }
+    for (model::UnitEvent e : all.events)
+      if (index[e.unit] >= 0) p.events.push_back({e.kind, index[e.unit], e.phase});
+    return p;
+  }
   if (gpt) return shard::unit_plan(model::ParamLayout(*gpt));
   shard::UnitPlan p;
   const std::size_t h = hidden, V = vocab;
@@ -247,6 +325,14 @@ shard::UnitPlan ModelShape::unit_plan() const {
 }
 
 std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
+  if (sliced()) {
+    // Every matmul (and the attention products, by heads) thinner by tp; the vocab-parallel
+    // head too.
+    const std::vector<double> all = whole().forward_flops_per_token(seq_tokens);
+    std::vector<double> out;
+    for (int u : stage_units(*this)) out.push_back(all[u] / tensor_parallel);
+    return out;
+  }
   const double h = hidden, kv = kv_dim(), f = ffn;
   const double block_matmul = 2 * h * h + 2 * h * kv + (mlp == Mlp::Gelu ? 2 : 3) * h * f;
   const double block = 2 * block_matmul + 4 * h * seq_tokens;
@@ -258,6 +344,12 @@ std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
 }
 
 std::vector<int> ModelShape::forward_matmuls() const {
+  if (sliced()) {
+    const std::vector<int> all = whole().forward_matmuls();
+    std::vector<int> out;
+    for (int u : stage_units(*this)) out.push_back(all[u]);
+    return out;
+  }
   std::vector<int> matmuls(layers + (tied_head ? 2 : 3), 0);
   for (int l = 0; l < layers; ++l) matmuls[1 + l] = mlp == Mlp::Gelu ? 6 : 7;
   matmuls[tied_head ? layers + 1 : layers + 2] = 1;
@@ -265,6 +357,12 @@ std::vector<int> ModelShape::forward_matmuls() const {
 }
 
 std::vector<bool> ModelShape::recomputed_units() const {
+  if (sliced()) {
+    const std::vector<bool> all = whole().recomputed_units();
+    std::vector<bool> out;
+    for (int u : stage_units(*this)) out.push_back(all[u]);
+    return out;
+  }
   std::vector<bool> r(layers + (tied_head ? 2 : 3), false);
   for (int l = 0; l < layers; ++l) r[1 + l] = true;
   return r;
@@ -275,6 +373,7 @@ double ModelShape::model_flops_per_token(int seq_tokens) const {
 }
 
 double ModelShape::hardware_flops_per_token(int seq_tokens, bool recompute) const {
+  if (sliced()) return whole().hardware_flops_per_token(seq_tokens, recompute);
   double flops = 0;
   const std::vector<double> fwd = forward_flops_per_token(seq_tokens);
   const std::vector<bool> again = recomputed_units();
@@ -293,15 +392,23 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
   // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors
   // (GELU: pre-activation and activation; SwiGLU: gate, up and their product), and unless
   // attention is flash, one softmax row of seq per head.
-  std::uint64_t block = 6 * h + 2 * static_cast<std::uint64_t>(kv_dim()) +
+  // Under tensor parallelism (no sequence parallelism) the norms' inputs and outputs (4·h)
+  // are whole on every rank; Q, K, V, the attention output, the MLP's tensors and the
+  // softmax rows (by heads) are split.
+  const std::uint64_t tp = tensor_parallel;
+  std::uint64_t split = 2 * h + 2 * static_cast<std::uint64_t>(kv_dim()) +
                         (mlp == Mlp::Gelu ? 2u : 3u) * static_cast<std::uint64_t>(ffn);
-  if (!flash_attention) block += static_cast<std::uint64_t>(heads) * seq_tokens;
+  if (!flash_attention) split += static_cast<std::uint64_t>(heads) * seq_tokens;
+  const std::uint64_t block = 4 * h + split / tp;
   // Final norm input and output, and the fp32 logits the loss works on (its gradient is
-  // written over them).
-  const std::uint64_t head = 2 * h * act_bytes + 4 * static_cast<std::uint64_t>(vocab);
+  // written over them; vocab-parallel: a rank's share). Only the last pipeline stage.
+  const std::uint64_t head =
+      stage == stages - 1 ? 2 * h * act_bytes + 4 * static_cast<std::uint64_t>(vocab) / tp : 0;
   // With recomputation only each block's input is kept, plus one block's full set while
   // that block is recomputed in backward.
-  const std::uint64_t blocks = recompute ? (layers * h + block) * act_bytes : layers * block * act_bytes;
+  const std::uint64_t stage_layers = static_cast<std::uint64_t>(layers / stages);
+  const std::uint64_t blocks =
+      recompute ? (stage_layers * h + block) * act_bytes : stage_layers * block * act_bytes;
   return tokens * (blocks + head);
 }
 
@@ -320,6 +427,9 @@ nlohmann::json ModelShape::to_json() const {
           {"biases", biases},
           {"tied_head", tied_head},
           {"units_from", gpt ? "model::ParamLayout (as the runtime)" : "shape"},
+          {"tensor_parallel", tensor_parallel},
+          {"pipeline_stage", stage},
+          {"pipeline_stages", stages},
           {"params", num_params()},
           {"matmul_params", matmul_params()}};
 }

@@ -35,6 +35,14 @@ struct ModelShape {
   bool tied_head = false;    // LM head reuses the token embedding
   // strata's own models: units come from model::ParamLayout of this config.
   std::optional<model::GPTConfig> gpt;
+  // The part one rank holds under model parallelism (docs/planner.md "Tensor and pipeline
+  // parallelism"): Megatron splits of every block matrix and vocab-parallel embeddings and
+  // LM head over `tensor_parallel` ranks (norms and row-parallel biases replicated), and the
+  // units of pipeline stage `stage` of `stages` (layers/stages blocks; the embedding on the
+  // first, the final norm and head on the last). Units, FLOPs and activations are the
+  // slice's; parameter and model-FLOP counts stay the whole model's.
+  int tensor_parallel = 1;
+  int stage = 0, stages = 1;
 
   // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, gpt2-124m, and
   // strata's tiny, small, llama-tiny and llama-small (priced from the runtime's layout). Throws Error listing them.
@@ -46,6 +54,13 @@ struct ModelShape {
   static ModelShape from_name_and_fields(std::string_view name, const std::vector<std::string>& fields);
 
   void validate() const;  // throws Error naming the field
+
+  // The slice one rank of (tp, stage of stages) holds; throws Error naming --tp or --pp when
+  // the shape does not split so (heads, kv_heads, ffn, vocab by tp; layers by stages; a tied
+  // head across stages).
+  ModelShape slice(int tp, int stage_index, int num_stages) const;
+  bool sliced() const { return tensor_parallel > 1 || stages > 1; }
+  ModelShape whole() const;  // the unsliced model (its strata layout is not kept)
 
   int head_dim() const { return hidden / heads; }
   int kv_dim() const { return kv_heads * head_dim(); }

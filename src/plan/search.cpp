@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "plan/model_parallel.hpp"
 #include "plan/svg.hpp"
 
 namespace strata::plan {
@@ -25,14 +26,13 @@ bool same_spec(const ShardSpec& a, const ShardSpec& b) {
          a.bucket_bytes == b.bucket_bytes && a.step_grad_allreduce == b.step_grad_allreduce;
 }
 
-// Faster first; ties go to less memory, then to fewer bytes over the outermost tier.
+}  // namespace
+
 bool ranks_before(const Estimate& a, const Estimate& b) {
   if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
   if (a.total_memory_bytes != b.total_memory_bytes) return a.total_memory_bytes < b.total_memory_bytes;
   return a.tiers.back().traffic.bytes_sent < b.tiers.back().traffic.bytes_sent;
 }
-
-}  // namespace
 
 std::string spec_label(const ShardSpec& spec) {
   auto tier = [](const std::string& t) { return t == "none" ? std::string("-") : t; };
@@ -99,10 +99,11 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
   return out;
 }
 
-SearchResult search(const PlanContext& context, const SearchSpace& space) {
+SearchResult search(const ModelParallelPlan& plan, const SearchSpace& space) {
   SearchResult r;
-  for (const NamedSpec& s : enumerate_specs(context.topology(), context.workload().precision, space)) {
-    Estimate e = context.estimate(s.name, s.spec);
+  const Precision precision = plan.stage(0).workload().precision;
+  for (const NamedSpec& s : enumerate_specs(plan.data_parallel_topology(), precision, space)) {
+    Estimate e = plan.estimate(s.name, s.spec);
     (e.fits ? r.fitting : r.not_fitting).push_back(std::move(e));
   }
   std::stable_sort(r.fitting.begin(), r.fitting.end(), ranks_before);
@@ -126,7 +127,8 @@ std::string why_lost(const Estimate& loser, const Estimate& best) {
   }
   // Where the extra time comes from: compute, optimizer, and each tier's unhidden communication.
   std::vector<std::pair<double, std::string>> parts{{loser.compute_s - best.compute_s, "compute"},
-                                                    {loser.optimizer_s - best.optimizer_s, "optimizer step"}};
+                                                    {loser.optimizer_s - best.optimizer_s, "optimizer step"},
+                                                    {loser.pp_bubble_s - best.pp_bubble_s, "pipeline bubble"}};
   for (std::size_t t = 0; t < loser.tiers.size(); ++t) {
     const TierCost& a = loser.tiers[t];
     const TierCost& b = best.tiers[t];
@@ -190,13 +192,13 @@ std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& to
                                const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes,
                                const std::optional<Calibration>& calibration) {
   std::vector<SweepSeries> out;
-  for (const NamedSpec& s : strategies) out.push_back({s.name, {}});
+  for (const NamedSpec& s : strategies) out.push_back({variant_name(s.name, s.mp), {}});
   for (int n : nodes) {
     topo::Topology t = topology;
     t.resolve(t.world_size_for_nodes(n));
-    const PlanContext context(model, t, device, workload, leave_out, calibration);
     for (std::size_t k = 0; k < strategies.size(); ++k) {
-      SweepPoint p{n, context.estimate(strategies[k].name, strategies[k].spec)};
+      const ModelParallelPlan plan(model, t, device, workload, strategies[k].mp, leave_out, calibration);
+      SweepPoint p{n, plan.estimate(strategies[k].name, strategies[k].spec)};
       const SweepPoint& first = out[k].points.empty() ? p : out[k].points.front();
       p.scaling_efficiency = (p.estimate.tokens_per_s / p.estimate.world_size) /
                              (first.estimate.tokens_per_s / first.estimate.world_size);
@@ -207,12 +209,16 @@ std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& to
 }
 
 std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string& title, const std::string& outer_tier) {
+  Chart tokens{"Training tokens/s per device\n" + title, "devices", "tokens/s per device", true, {}};
   Chart speed{"TFLOP/s per device\n" + title, "devices", "model TFLOP/s per device", true, {}};
   Chart bytes{"Bytes a rank sends over '" + outer_tier + "' per optimizer step", "devices", "GB per rank per step",
               true, {}};
   for (const SweepSeries& s : series) {
-    Series a{s.strategy, {}, {}, {}}, b{s.strategy, {}, {}, {}};
+    Series a{s.strategy, {}, {}, {}}, b{s.strategy, {}, {}, {}}, c{s.strategy, {}, {}, {}};
     for (const SweepPoint& p : s.points) {
+      c.x.push_back(p.estimate.world_size);
+      c.y.push_back(p.estimate.tokens_per_s / p.estimate.world_size);
+      c.hollow.push_back(!p.estimate.fits);
       a.x.push_back(p.estimate.world_size);
       a.y.push_back(p.estimate.tflops_per_device);
       a.hollow.push_back(!p.estimate.fits);
@@ -220,10 +226,11 @@ std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string&
       b.y.push_back(static_cast<double>(p.estimate.bytes_on(outer_tier)) / 1e9);
       b.hollow.push_back(!p.estimate.fits);
     }
+    tokens.series.push_back(std::move(c));
     speed.series.push_back(std::move(a));
     bytes.series.push_back(std::move(b));
   }
-  return svg_document({speed, bytes}, "open markers: does not fit in device memory; strata plan (cost model of "
+  return svg_document({tokens, speed, bytes}, "open markers: does not fit in device memory; strata plan (cost model of "
                                       "the runtime's schedule, docs/planner.md)");
 }
 
@@ -236,8 +243,15 @@ nlohmann::json sweep_json(const std::vector<SweepSeries>& series, const std::str
                         {"devices", p.estimate.world_size},
                         {"step_time_s", p.estimate.step_time_s},
                         {"tokens_per_s", p.estimate.tokens_per_s},
+                        {"tokens_per_s_per_device", p.estimate.tokens_per_s / p.estimate.world_size},
                         {"tflops_per_device", p.estimate.tflops_per_device},
                         {"mfu", p.estimate.mfu},
+                        {"exposed_comm_s", p.estimate.exposed_micro_s + p.estimate.step_comm_s +
+                                               p.estimate.tp_allreduce_s + p.estimate.pp_p2p_s},
+                        {"tp_allreduce_s", p.estimate.tp_allreduce_s},
+                        {"pp_bubble_s", p.estimate.pp_bubble_s},
+                        {"pp_p2p_s", p.estimate.pp_p2p_s},
+                        {"joules_per_token", p.estimate.joules_per_token},
                         {"scaling_efficiency", p.scaling_efficiency},
                         {"outer_tier_bytes_per_step", p.estimate.bytes_on(outer_tier)},
                         {"fits", p.estimate.fits},

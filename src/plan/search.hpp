@@ -24,20 +24,33 @@ struct SearchSpace {
 // {precision's, int8} for weight gathers (where weights are gathered), {precision's, int8,
 // int4} for per-micro-batch gradient reductions (where gradients are sharded), the
 // precision's for the once-a-step reduction. A spec equal to a strategy preset is named so.
+// Tensor and pipeline parallelism beside the spec (plan/model_parallel.hpp).
+struct ModelParallel {
+  int tp = 1, pp = 1;
+  std::string tp_tier;  // empty: the innermost tier
+  std::string pp_tier;  // empty: the outermost tier
+  bool operator==(const ModelParallel&) const = default;
+};
 struct NamedSpec {
   std::string name;  // preset name or "custom"
   shard::ShardSpec spec;
+  ModelParallel mp = {};
 };
 std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision precision, const SearchSpace& space);
 
 // "W=gpu G=node OS=cluster S=- w:int8 g:int4 s:bf16"
 std::string spec_label(const shard::ShardSpec& spec);
 
+// Faster first; ties go to less memory, then to fewer bytes over the outermost tier.
+bool ranks_before(const Estimate& a, const Estimate& b);
+
 struct SearchResult {
   std::vector<Estimate> fitting;      // fastest first (ties: less memory, then fewer outer-tier bytes)
   std::vector<Estimate> not_fitting;  // fastest first
 };
-SearchResult search(const PlanContext& context, const SearchSpace& space);
+class ModelParallelPlan;
+// Every spec of the plan's data-parallel topology, priced at its (tp, pp) split.
+SearchResult search(const ModelParallelPlan& plan, const SearchSpace& space);
 
 // Why `loser` ranks below `best`: the step-time difference and what it comes from, e.g.
 // "+12.3% step time (+0.41 s): cluster comm +0.38 s, compute +0.03 s"; for a spec that does
@@ -57,13 +70,14 @@ struct SweepSeries {
   std::vector<SweepPoint> points;
 };
 // Each node count resolves its own copy of `topology` (unresolved or not) and prices every
-// strategy there.
+// strategy there, with its tensor and pipeline parallelism.
 std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
                                const Workload& workload, const std::vector<LeaveOut>& leave_out,
                                const std::vector<NamedSpec>& strategies, const std::vector<int>& nodes,
                                const std::optional<Calibration>& calibration = std::nullopt);
 std::vector<int> parse_node_list(std::string_view text);  // "1,2,4" -> {1,2,4}; Error names --sweep-nodes
-// TFLOP/s per device against devices (log x) and outer-tier bytes a rank a step: two charts.
+// Tokens/s and TFLOP/s per device against devices (log x) and outer-tier bytes a rank a
+// step: three charts.
 std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string& title, const std::string& outer_tier);
 nlohmann::json sweep_json(const std::vector<SweepSeries>& series, const std::string& outer_tier);
 

@@ -1,5 +1,6 @@
 // Drives `strata plan` as a user would and checks what it prints.
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -69,7 +70,17 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --seq 0", "--seq 0: must be positive"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --search --strategy zero3", "--search"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
-                        Case{"plan --model llama2-7b --topology " + test_topology() + " --nodes 2", "--peak-tflops"}}) {
+                        Case{"plan --model llama2-7b --topology " + test_topology() + " --nodes 2", "--peak-tflops"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --tp 3",
+                             "--tp 3: does not divide what tier 'node' has left (8)"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --pp 3", "--pp 3: does not divide"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --tp 2 --tp-tier rack",
+                             "--tp-tier 'rack': unknown tier"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --strategy zero3+tq2",
+                             "--strategy 'zero3+tq2'"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --tp 2 --print-schedule",
+                             "--print-schedule: the runtime runs no tensor or pipeline parallelism"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --search --tp 3", "--tp 3"}}) {
     CommandResult r = run_strata(c.args, Stderr::Capture);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find("strata: error: "), std::string::npos) << r.output;
@@ -197,4 +208,36 @@ TEST(PlanCli, SweepPrintsScalingAndWritesAnSvg) {
       run_strata("plan --model llama2-7b --topology dgx-a100 --strategy zero3 --sweep-nodes 1,2 --json", Stderr::Discard));
   EXPECT_EQ(doc["sweep"][0]["points"][0]["scaling_efficiency"], 1.0);
   EXPECT_EQ(doc["sweep"][0]["n0_devices"], 8);
+}
+
+TEST(PlanCli, TensorAndPipelineTermsShowBesideEveryStrategyInTheTableAndJson) {
+  const std::string args =
+      "plan --model llama2-7b --topology dgx-h100 --nodes 4 --accum 8 --flash-attention --strategy zero3,hsdp+pp2 --tp 2";
+  CommandResult r = run_strata(args, Stderr::Capture);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"zero3+tp2 ", "hsdp+tp2+pp2 ", "tp s", "p2p s", "bubble s", "J/token", "tokens/kWh"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  nlohmann::json doc = parse_json_output(run_strata(args + " --json", Stderr::Discard));
+  const nlohmann::json& tp = doc["strategies"]["zero3+tp2"];
+  const nlohmann::json& pp = doc["strategies"]["hsdp+tp2+pp2"];
+  EXPECT_GT(tp["tp_allreduce_s"].get<double>(), 0);
+  EXPECT_EQ(tp["pp_bubble_s"].get<double>(), 0);
+  EXPECT_GT(pp["pp_bubble_s"].get<double>(), 0);
+  EXPECT_GT(pp["pp_p2p_s"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(pp["pp_bubble_fraction"].get<double>(), 1.0 / 9);
+  EXPECT_EQ(pp["world_size"], 32);
+  EXPECT_GT(tp["energy"]["joules_per_token"].get<double>(), 0);
+  EXPECT_TRUE(doc["model_parallel_assumptions"].contains("tensor_parallel"));
+  // --search ranks (tp, pp, spec) together.
+  nlohmann::json search = parse_json_output(run_strata(
+      "plan --model llama2-13b --topology dgx-h100 --nodes 4 --accum 4 --flash-attention --device-memory-gb 30 "
+      "--search --top 3 --json",
+      Stderr::Discard));
+  std::set<std::pair<int, int>> splits;
+  for (const char* list : {"best", "others"})
+    for (const nlohmann::json& e : search["search"][list]) {
+      EXPECT_LE(e["memory_bytes"]["total"].get<double>(), 30e9);
+      splits.insert({e["tensor_parallel"].get<int>(), e["pipeline_stages"].get<int>()});
+    }
+  EXPECT_GT(splits.size(), 1u);
 }

@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "plan/cost_model.hpp"
+#include "plan/model_parallel.hpp"
 #include "plan/search.hpp"
 #include "plan/svg.hpp"
 #include "support.hpp"
@@ -405,8 +406,7 @@ TEST(Search, RanksFittingSpecsByThroughputAndSaysWhyOthersLost) {
   w.seq = 2048;
   w.recompute = true;
   topo::Topology t = frontier(48);
-  PlanContext c(ModelShape::preset("gpt-neox-20b"), t, *device_for_topology("frontier"), w);
-  SearchResult r = search(c, {});
+  SearchResult r = search(ModelParallelPlan(ModelShape::preset("gpt-neox-20b"), t, *device_for_topology("frontier"), w, {}), {});
   ASSERT_FALSE(r.fitting.empty());
   ASSERT_FALSE(r.not_fitting.empty());  // ddp keeps 16 bytes of 20.6B parameters a rank
   for (std::size_t i = 1; i < r.fitting.size(); ++i) EXPECT_LE(r.fitting[i - 1].step_time_s, r.fitting[i].step_time_s);
@@ -452,7 +452,7 @@ TEST(Sweep, ScalingEfficiencyIsRelativeToTheFirstNodeCount) {
   EXPECT_NE(svg.find("NeoX &lt;20B&gt; &amp; co"), std::string::npos);  // escaped
   std::size_t lines = 0;
   for (std::size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
-  EXPECT_EQ(lines, 4u);  // two strategies on two charts
+  EXPECT_EQ(lines, 6u);  // two strategies on three charts
   EXPECT_NE(error_of([] { parse_node_list("1,2,x"); }).find("--sweep-nodes '1,2,x'"), std::string::npos);
   EXPECT_NE(error_of([] { parse_node_list("4,2"); }).find("must increase"), std::string::npos);
   EXPECT_NE(error_of([] { parse_node_list("0,2"); }).find("'0' is not a positive"), std::string::npos);

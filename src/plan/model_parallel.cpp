@@ -1,0 +1,335 @@
+#include "plan/model_parallel.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+
+namespace strata::plan {
+
+std::pair<std::string, ModelParallel> parse_strategy_variant(std::string_view text, const ModelParallel& defaults) {
+  ModelParallel mp = defaults;
+  const std::size_t plus = text.find('+');
+  const std::string name(text.substr(0, plus));
+  std::string_view rest = plus == std::string_view::npos ? std::string_view() : text.substr(plus + 1);
+  while (!rest.empty()) {
+    const std::size_t next = rest.find('+');
+    const std::string_view part = rest.substr(0, next);
+    rest = next == std::string_view::npos ? std::string_view() : rest.substr(next + 1);
+    int* degree = part.starts_with("tp") ? &mp.tp : part.starts_with("pp") ? &mp.pp : nullptr;
+    int v = 0;
+    const std::string_view digits = part.size() > 2 ? part.substr(2) : std::string_view();
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (!degree || digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || v <= 0)
+      throw Error(fmt::format("--strategy '{}': '{}' is not a model-parallel degree (expected +tpN or +ppN, e.g. "
+                              "zero3+tp2+pp4)",
+                              text, part));
+    *degree = v;
+  }
+  return {name, mp};
+}
+
+std::string variant_name(std::string_view strategy, const ModelParallel& mp) {
+  std::string name(strategy);
+  if (mp.tp > 1) name += fmt::format("+tp{}", mp.tp);
+  if (mp.pp > 1) name += fmt::format("+pp{}", mp.pp);
+  return name;
+}
+
+parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp) {
+  auto level = [&](const char* flag, const std::string& tier, int otherwise) {
+    if (tier.empty()) return otherwise;
+    if (auto t = topology.find_tier(tier)) return *t;
+    std::vector<std::string> names;
+    for (const topo::Tier& x : topology.tiers()) names.push_back(x.name);
+    throw Error(fmt::format("{} '{}': unknown tier '{}' (tiers of '{}': {})", flag, tier, tier, topology.name(),
+                            fmt::join(names, ", ")));
+  };
+  const int tp_level = level("--tp-tier", mp.tp_tier, 0);
+  const int pp_level = level("--pp-tier", mp.pp_tier, topology.outermost());
+  return parallel::ParallelDims::model_parallel(topology, mp.tp, tp_level, mp.pp, pp_level);
+}
+
+topo::Topology data_parallel_topology(const topo::Topology& topology, const parallel::ParallelDims& dims) {
+  std::vector<topo::Tier> tiers = topology.tiers();
+  int physical = 1, data = 1;  // ranks in one domain of the tier inside, before and after the split
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    // Every rank of a physical domain still crosses the tier at once (each TP rank and stage
+    // runs its own group's collective), so a data-parallel rank gets the share of the ports a
+    // physical rank gets.
+    if (tiers[i].ports > 0) tiers[i].port_GBps *= static_cast<double>(data) / physical;
+    physical *= tiers[i].size;
+    tiers[i].size = dims.data_levels[i];
+    data *= tiers[i].size;
+  }
+  topo::Topology out(std::move(tiers), topology.name());
+  out.resolve(dims.data_parallel_size());
+  return out;
+}
+
+std::vector<shard::ScheduledOp> ModelParallelOp::steps() const {
+  shard::ScheduledOp op{};
+  op.when = when;
+  op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind and algorithm are
+  op.algorithm = shard::Algorithm::Ring;
+  op.level = level;
+  op.wire = element_bytes == 4 ? comm::DType::F32 : comm::DType::BF16;
+  if (kind == ModelParallelKind::Send) {
+    op.kind = shard::OpKind::AllGather;
+    op.group_size = 2;
+    op.elements_in = op.elements_out = elements;
+    op.bytes_sent = op.bytes_received = elements * element_bytes;
+    op.messages = 1;
+    return {op};
+  }
+  const std::size_t chunk = (elements + group_size - 1) / group_size;
+  op.group_size = group_size;
+  op.bytes_sent = op.bytes_received = (group_size - 1) * chunk * element_bytes;
+  op.messages = group_size - 1;
+  shard::ScheduledOp reduce = op, gather = op;
+  reduce.kind = shard::OpKind::ReduceScatter;
+  reduce.elements_in = chunk * group_size;
+  reduce.elements_out = chunk;
+  gather.kind = shard::OpKind::AllGather;
+  gather.elements_in = chunk;
+  gather.elements_out = chunk * group_size;
+  return {reduce, gather};
+}
+
+std::size_t ModelParallelOp::bytes_sent() const {
+  std::size_t bytes = 0;
+  for (const shard::ScheduledOp& s : steps()) bytes += s.bytes_sent;
+  return bytes;
+}
+
+int ModelParallelOp::messages() const {
+  int n = 0;
+  for (const shard::ScheduledOp& s : steps()) n += s.messages;
+  return n;
+}
+
+std::vector<ModelParallelOp> model_parallel_ops(const ModelShape& slice, const parallel::ParallelDims& dims,
+                                                const Workload& workload) {
+  using shard::When;
+  std::vector<ModelParallelOp> ops;
+  const std::size_t tokens = static_cast<std::size_t>(workload.micro_batch) * workload.seq;
+  const std::size_t activations = tokens * slice.hidden;
+  const int e = compute_bytes(workload.precision);
+  const int layers = slice.layers / slice.stages;
+  const bool first = slice.stage == 0, last = slice.stage == slice.stages - 1;
+  auto all_reduce = [&](std::string purpose, When when, std::size_t elements, int bytes, int count) {
+    ops.push_back({ModelParallelKind::AllReduce, std::move(purpose), when, dims.tensor_level, dims.tensor, elements,
+                   bytes, count, true});
+  };
+  if (dims.tensor > 1) {
+    if (first) all_reduce("embedding-output", When::Forward, activations, e, 1);
+    all_reduce("attention-output", When::Forward, activations, e, layers);
+    all_reduce("mlp-output", When::Forward, activations, e, layers);
+    if (workload.recompute) {
+      all_reduce("attention-output-recomputed", When::Backward, activations, e, layers);
+      all_reduce("mlp-output-recomputed", When::Backward, activations, e, layers);
+    }
+    all_reduce("mlp-input-grad", When::Backward, activations, e, layers);
+    all_reduce("attention-input-grad", When::Backward, activations, e, layers);
+    if (last) {
+      all_reduce("loss-vocab-parallel", When::Forward, tokens, 4, 3);
+      all_reduce("head-input-grad", When::Backward, activations, e, 1);
+    }
+  }
+  if (dims.pipeline > 1) {
+    auto send = [&](std::string purpose, When when) {
+      ops.push_back({ModelParallelKind::Send, std::move(purpose), when, dims.pipeline_level, 2, activations, e, 1, true});
+    };
+    if (!last) send("activation-send", When::Forward);
+    if (!first) send("activation-grad-send", When::Backward);
+  }
+  return ops;
+}
+
+double pipeline_bubble_fraction(int stages, int micro_batches) {
+  if (stages <= 0 || micro_batches <= 0)
+    throw Error(fmt::format("pipeline bubble: {} stages and {} micro-batches must be positive", stages, micro_batches));
+  return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
+}
+
+void add_energy(Estimate& e, const DeviceFacts& device) {
+  if (device.tdp_watts <= 0 || e.step_time_s <= 0) return;
+  e.utilization = std::min(1.0, e.compute_s / e.step_time_s);
+  e.power_watts = device.idle_watts + (device.tdp_watts - device.idle_watts) * e.utilization;
+  e.joules_per_token = e.power_watts * e.world_size / e.tokens_per_s;
+  e.tokens_per_kwh = 3.6e6 / e.joules_per_token;
+}
+
+nlohmann::json model_parallel_assumptions() {
+  return {
+      {"tensor_parallel",
+       "Megatron splits over --tp ranks of --tp-tier (innermost by default): qkv and MLP input column-parallel, "
+       "attention and MLP output row-parallel, embeddings and LM head vocab-parallel; norms and row-parallel "
+       "biases replicated; no sequence parallelism. Per block 2 all-reduces of micro_batch x seq x hidden in "
+       "forward and 2 in backward (2 more when recomputed), plus the embedding's output, the head input's "
+       "gradient and 3 fp32 loss reductions of micro_batch x seq; ring all-reduce = reduce-scatter + all-gather "
+       "priced per step like the schedule's ops, all on the critical path. Weights, gradients, optimizer state "
+       "and FLOPs of split matrices / tp; activations: the norms' inputs and outputs (4 x hidden) whole, the "
+       "rest / tp. Priced in the planner: the runtime runs no TP yet, so these ops are not in shard::Schedule"},
+      {"pipeline",
+       "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage, the embedding "
+       "on the first and final norm + head on the last; m = --accum micro-batches; stage s holds min(p - s, m) "
+       "micro-batches of activations; each micro-batch a stage sends micro_batch x seq x hidden forward and its "
+       "gradient back (one message each, on the critical path, a full copy from every TP rank); stages run in "
+       "lockstep at the slowest one's pace: step = its data-parallel step + m x (TP + sends a micro-batch) + "
+       "(p - 1) x its micro-batch (the bubble, fraction (p-1)/(m+p-1)); gradients reduced once a step per stage "
+       "over its data-parallel group (the stage's own schedule)"},
+      {"data_parallel",
+       "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
+       "tier of s/t; ports keep the share a physical rank gets"},
+      {"energy",
+       "device power = idle + (TDP - idle) x utilization, utilization = compute time / step time of the slowest "
+       "stage; J/token = power x devices / tokens a second; devices only (no CPUs, NICs, switches, cooling)"}};
+}
+
+namespace {
+
+std::vector<PlanContext> stage_contexts(const ModelShape& model, const topo::Topology& dp_topology,
+                                        const DeviceFacts& device, const Workload& workload, const ModelParallel& mp,
+                                        const std::vector<LeaveOut>& leave_out,
+                                        const std::optional<Calibration>& calibration) {
+  std::vector<PlanContext> out;
+  for (int s = 0; s < mp.pp; ++s)
+    out.emplace_back(model.slice(mp.tp, s, mp.pp), dp_topology, device, workload, leave_out, calibration);
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+Workload split_workload(Workload w, const ModelParallel& mp) {
+  if (w.batch_per_device) {
+    w.micro_batch *= mp.tp;
+    w.accumulation_steps *= mp.pp;
+  }
+  return w;
+}
+
+}  // namespace
+
+ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topology& topology,
+                                     const DeviceFacts& device, const Workload& workload, ModelParallel mp,
+                                     const std::vector<LeaveOut>& leave_out,
+                                     const std::optional<Calibration>& calibration)
+    : model_(model.whole()),
+      topology_(topology),
+      device_(device),
+      workload_(split_workload(workload, mp)),
+      mp_(std::move(mp)),
+      dims_(model_parallel_dims(topology_, mp_)),
+      stages_(stage_contexts(model, plan::data_parallel_topology(topology_, dims_), device, workload_, mp_,
+                             leave_out, calibration)) {
+  const Calibration* calibrated = calibrated_();
+  for (int s = 0; s < mp_.pp; ++s) {
+    ops_.push_back(model_parallel_ops(stages_[s].model(), dims_, workload_));
+    double all = 0, tp = 0;
+    for (const ModelParallelOp& op : ops_.back()) {
+      double one = 0;
+      for (const shard::ScheduledOp& step : op.steps()) one += price_op(step, topology_, calibrated).seconds();
+      all += op.per_micro_batch * one;
+      if (op.kind == ModelParallelKind::AllReduce) tp += op.per_micro_batch * one;
+    }
+    op_seconds_.push_back(all);
+    tp_seconds_.push_back(tp);
+  }
+}
+
+Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpec& spec) const {
+  const int p = mp_.pp, m = workload_.accumulation_steps;
+  std::vector<Estimate> stages;
+  int slowest = 0, largest = 0;
+  std::vector<double> micro_s;  // a stage's micro-batch time: data-parallel part + TP and sends
+  for (int s = 0; s < p; ++s) {
+    Estimate e = stages_[s].estimate(strategy, spec);
+    // 1F1B: stage s holds the activations of up to p - s micro-batches at once.
+    e.activation_bytes *= static_cast<std::uint64_t>(std::min(p - s, m));
+    e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
+                           e.memory.gathered + e.activation_bytes;
+    e.fits = e.total_memory_bytes <= e.device_memory_bytes;
+    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m + op_seconds_[s]);
+    stages.push_back(std::move(e));
+    if (micro_s[s] > micro_s[slowest]) slowest = s;
+    if (stages[s].total_memory_bytes > stages[largest].total_memory_bytes) largest = s;
+  }
+  Estimate r = stages[slowest];
+  r.strategy = variant_name(strategy, mp_);
+  r.world_size = dims_.world_size();
+  r.tensor_parallel = mp_.tp;
+  r.pipeline_stages = p;
+  r.memory = stages[largest].memory;
+  r.activation_bytes = stages[largest].activation_bytes;
+  r.total_memory_bytes = stages[largest].total_memory_bytes;
+  r.fits = r.total_memory_bytes <= r.device_memory_bytes;
+
+  // TP and sends sit on the critical path: every second of them is exposed on its tier.
+  for (const ModelParallelOp& op : ops_[slowest]) {
+    TierCost& tier = r.tiers[op.level];
+    double one = 0;
+    for (const shard::ScheduledOp& step : op.steps()) {
+      const OpPrice price = price_op(step, topology_, calibrated_());
+      one += price.seconds();
+      tier.latency_s += static_cast<double>(m) * op.per_micro_batch * price.latency_s;
+    }
+    const double per_step = static_cast<double>(m) * op.per_micro_batch;
+    tier.traffic.bytes_sent += static_cast<std::uint64_t>(per_step) * op.bytes_sent();
+    tier.traffic.bytes_received += static_cast<std::uint64_t>(per_step) * op.bytes_sent();
+    tier.traffic.messages += static_cast<std::uint64_t>(per_step) * op.messages();
+    tier.busy_s += per_step * one;
+    tier.exposed_micro_s += per_step * one;
+  }
+  r.tp_allreduce_s = m * tp_seconds_[slowest];
+  r.pp_p2p_s = m * (op_seconds_[slowest] - tp_seconds_[slowest]);
+  r.pp_bubble_fraction = pipeline_bubble_fraction(p, m);
+  r.pp_bubble_s = (p - 1) * micro_s[slowest];
+  r.step_time_s = stages[slowest].step_time_s + m * op_seconds_[slowest] + r.pp_bubble_s;
+
+  const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
+  r.tokens_per_step = tokens * m * dims_.data_parallel_size();
+  set_throughput(r, model_, workload_, device_);
+  add_energy(r, device_);
+  return r;
+}
+
+std::vector<ModelParallel> candidate_splits(const ModelShape& model, const topo::Topology& topology, int max_tp) {
+  std::vector<ModelParallel> out;
+  for (int tp = 1; tp <= std::min(max_tp, topology.tier(0).size); ++tp)
+    for (int pp : {1, 2, 4, 8}) {
+      const ModelParallel mp{tp, pp, "", ""};
+      try {
+        model_parallel_dims(topology, mp);
+        model.slice(tp, 0, pp);
+      } catch (const Error&) {
+        continue;  // tp does not divide the tier or the heads, pp the layers or the tier
+      }
+      out.push_back(mp);
+    }
+  return out;
+}
+
+SearchResult search_model_parallel(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
+                                   const Workload& workload, const std::vector<LeaveOut>& leave_out,
+                                   const std::optional<Calibration>& calibration, const SearchSpace& space,
+                                   const std::vector<ModelParallel>& splits) {
+  SearchResult r;
+  for (const ModelParallel& mp : splits) {
+    SearchResult one = search(ModelParallelPlan(model, topology, device, workload, mp, leave_out, calibration), space);
+    std::move(one.fitting.begin(), one.fitting.end(), std::back_inserter(r.fitting));
+    std::move(one.not_fitting.begin(), one.not_fitting.end(), std::back_inserter(r.not_fitting));
+  }
+  std::stable_sort(r.fitting.begin(), r.fitting.end(), ranks_before);
+  std::stable_sort(r.not_fitting.begin(), r.not_fitting.end(), ranks_before);
+  return r;
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,129 @@
+#pragma once
+// Tensor parallelism (Megatron splits over one tier) and pipeline parallelism (1F1B stages
+// across another) priced beside data-parallel sharding, and an energy estimate
+// (docs/planner.md "Tensor and pipeline parallelism", "Energy").
+//
+// The split comes from parallel::ParallelDims: a tier of size s holding a TP slice of t
+// becomes a data-parallel tier of s/t, and likewise for the pipeline's slice. Sharding is then
+// the ordinary shard::Schedule of one stage's TP-split units over that smaller topology,
+// priced by PlanContext. The TP all-reduces and the stage-to-stage sends are not ops of that
+// schedule (the runtime runs no TP or PP yet): they are the ModelParallelOp list below, built
+// once per stage from the same slice of the model, and both bytes and time come from it.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "parallel/dims.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/search.hpp"
+
+namespace strata::plan {
+
+// "zero3+tp2+pp4" -> ("zero3", tp 2, pp 4); a suffix overrides `defaults` (--tp, --pp).
+// Throws Error naming --strategy for a malformed suffix.
+std::pair<std::string, ModelParallel> parse_strategy_variant(std::string_view text, const ModelParallel& defaults);
+// "zero3", "zero3+tp2", "hsdp+tp2+pp4": the strategy's name with its model-parallel degrees.
+std::string variant_name(std::string_view strategy, const ModelParallel& mp);
+
+// The dims of (tp, pp) on a resolved topology; Error names --tp/--pp (a degree that does not
+// divide its tier, an unknown tier).
+parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp);
+// The topology data-parallel sharding runs over: each tier's size is its data-parallel level.
+// Ports keep their per-physical-rank share (every TP rank and stage crosses a tier at once).
+topo::Topology data_parallel_topology(const topo::Topology& topology, const parallel::ParallelDims& dims);
+
+// One collective or send of tensor or pipeline parallelism, per rank, as the planner prices it.
+enum class ModelParallelKind { AllReduce, Send };
+struct ModelParallelOp {
+  ModelParallelKind kind = ModelParallelKind::AllReduce;
+  std::string purpose;        // e.g. "attention-output", "activation-send"
+  shard::When when = shard::When::Forward;
+  int level = 0;              // tier of the physical topology the group (or the two stages) spans
+  int group_size = 1;         // TP degree; 2 for a send
+  std::size_t elements = 0;   // of the tensor reduced or sent
+  int element_bytes = 2;
+  int per_micro_batch = 1;    // how many a micro-batch runs
+  bool critical_path = true;  // compute waits for it (nothing overlaps it)
+
+  // What price_op prices: a ring all-reduce is a reduce-scatter then an all-gather, each
+  // group_size-1 messages of one chunk (elements/group_size, rounded up); a send is one
+  // message of the whole tensor.
+  std::vector<shard::ScheduledOp> steps() const;
+  std::size_t bytes_sent() const;  // one occurrence
+  int messages() const;
+};
+
+// The TP all-reduces and PP sends one rank of `slice`'s stage runs per micro-batch. Per block:
+// 2 all-reduces of B·T·hidden in forward (after the attention and MLP output projections) and
+// 2 in backward (the inputs' gradients of the column-parallel qkv and MLP input), 2 more in
+// backward when the block's forward is recomputed; the vocab-parallel embedding's output (first
+// stage); the head input's gradient and the vocab-parallel loss (max, target logit, sum of
+// exponentials: B·T fp32 each) on the last stage. A stage sends B·T·hidden activations forward
+// and their gradients back each micro-batch.
+std::vector<ModelParallelOp> model_parallel_ops(const ModelShape& slice, const parallel::ParallelDims& dims,
+                                                const Workload& workload);
+
+// 1F1B's idle share: (p-1)/(m+p-1) for p stages and m micro-batches.
+double pipeline_bubble_fraction(int stages, int micro_batches);
+
+// Device power = idle + (TDP - idle) x utilization, utilization = the share of the step the
+// device computes; J/token = power x devices / tokens a second. Leaves zeros when the TDP is
+// not known.
+void add_energy(Estimate& e, const DeviceFacts& device);
+
+// Every stage of one (tp, pp) split of a cluster, ready to price any shard spec.
+class ModelParallelPlan {
+ public:
+  ModelParallelPlan(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
+                    const Workload& workload, ModelParallel mp, const std::vector<LeaveOut>& leave_out = {},
+                    const std::optional<Calibration>& calibration = std::nullopt);
+
+  const ModelParallel& model_parallel() const { return mp_; }
+  const parallel::ParallelDims& dims() const { return dims_; }
+  const topo::Topology& topology() const { return topology_; }  // the physical one
+  const topo::Topology& data_parallel_topology() const { return stages_.front().topology(); }
+  const PlanContext& stage(int s) const { return stages_.at(s); }
+  const std::vector<ModelParallelOp>& ops(int s) const { return ops_.at(s); }
+
+  // Nothing split (tp 1, pp 1): exactly PlanContext's estimate of the whole model (its strata
+  // layout kept), with the energy added.
+  // `spec` (resolved against the data-parallel topology) over every stage. Stages run in
+  // lockstep at the slowest stage's pace: step = its (data-parallel) step + m x (its TP and
+  // send time a micro-batch) + (p-1) x its micro-batch time (the bubble). Memory is the
+  // largest stage's, with min(p - s, m) micro-batches of activations in flight on stage s.
+  Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
+
+ private:
+  const Calibration* calibrated_() const {
+    return stages_.front().calibration() ? &*stages_.front().calibration() : nullptr;
+  }
+
+  ModelShape model_;
+  topo::Topology topology_;
+  DeviceFacts device_;
+  Workload workload_;
+  ModelParallel mp_;
+  parallel::ParallelDims dims_;
+  std::vector<PlanContext> stages_;
+  std::vector<std::vector<ModelParallelOp>> ops_;
+  std::vector<double> op_seconds_;  // per stage: TP + send time of one micro-batch
+  std::vector<double> tp_seconds_;
+};
+
+// What the tensor/pipeline terms and the energy figure assume, for --json's assumptions.
+nlohmann::json model_parallel_assumptions();
+
+// The (tp, pp) splits --search tries: tp in the divisors of the innermost tier up to
+// `max_tp`, pp in {1, 2, 4, 8} dividing the layers and the outermost tier; splits the model
+// or the topology refuses are left out.
+std::vector<ModelParallel> candidate_splits(const ModelShape& model, const topo::Topology& topology, int max_tp = 8);
+// --search over (tp, pp, spec): every spec each split's data-parallel topology accepts,
+// ranked together.
+SearchResult search_model_parallel(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
+                                   const Workload& workload, const std::vector<LeaveOut>& leave_out,
+                                   const std::optional<Calibration>& calibration, const SearchSpace& space,
+                                   const std::vector<ModelParallel>& splits);
+
+}  // namespace strata::plan

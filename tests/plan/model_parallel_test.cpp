@@ -1,0 +1,265 @@
+// Tensor and pipeline parallelism priced beside sharding (plan/model_parallel.hpp): the TP
+// all-reduces by hand, the 1F1B bubble, memory that falls with TP, refusals naming the flag,
+// and a (tp, pp, spec) search under the memory cap.
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include <gtest/gtest.h>
+
+#include "base/error.hpp"
+#include "plan/model_parallel.hpp"
+#include "support.hpp"
+
+using namespace strata;
+using namespace strata::plan;
+using strata::test::error_of;
+
+namespace {
+
+// Two tiers with round figures: 4 ranks a node at 100 GB/s and 2 us, nodes at 10 GB/s and 5 us.
+topo::Topology small_cluster(int nodes) {
+  topo::Tier node{"node", 4, 100, 2, 1.0, "test", 0, 0};
+  topo::Tier cluster{"cluster", 0, 10, 5, 1.0, "test", 0, 0};
+  topo::Topology t({node, cluster}, "small");
+  t.resolve(t.world_size_for_nodes(nodes));
+  return t;
+}
+
+ModelShape small_model() {
+  return ModelShape::from_name_and_fields(
+      "custom", {"layers=4", "hidden=64", "heads=4", "ffn=256", "vocab=128", "seq=16", "mlp=gelu", "biases=false"});
+}
+
+DeviceFacts small_device() { return DeviceFacts{"test", 100, 80, 1000, 0.5, 400, 40, "test"}; }
+
+topo::Topology dgx_h100(int nodes) {
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(nodes));
+  return t;
+}
+
+Workload llama_workload(int accum = 1) {
+  Workload w;
+  w.seq = 4096;
+  w.accumulation_steps = accum;
+  w.flash_attention = true;
+  return w;
+}
+
+}  // namespace
+
+TEST(ModelParallel, TensorParallelAllReducesMatchAHandComputedRing) {
+  Workload w;
+  w.micro_batch = 2;
+  w.seq = 16;
+  const topo::Topology t = small_cluster(2);
+  const ModelParallelPlan plan(small_model(), t, small_device(), w, {2, 1, "", ""});
+  const Estimate e = plan.estimate("ddp", apply_precision(strategy_spec("ddp", plan.data_parallel_topology()),
+                                                          Precision::BF16));
+  // Activations B·T·h = 2·16·64 = 2048 bf16 elements. A ring all-reduce over 2 ranks is a
+  // reduce-scatter and an all-gather, each 1 message of 1024 elements (2048 bytes) at 100 GB/s
+  // after 2 us. Per micro-batch: 4 blocks x 4, the embedding's output, the head input's
+  // gradient: 18 such; and 3 loss reductions of B·T = 32 fp32 (16 a chunk, 64 bytes).
+  const double activation_all_reduce = 2 * (2e-6 + 2048 / 100e9);
+  const double loss_all_reduce = 2 * (2e-6 + 64 / 100e9);
+  EXPECT_NEAR(e.tp_allreduce_s, 18 * activation_all_reduce + 3 * loss_all_reduce, 1e-15);
+  EXPECT_EQ(e.tensor_parallel, 2);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.strategy, "ddp+tp2");
+  // Their bytes are in the node tier's account: the same plan without TP, plus 18 x 4096 + 3 x 128.
+  std::uint64_t tp_bytes = 0;
+  for (const ModelParallelOp& op : plan.ops(0))
+    if (op.kind == ModelParallelKind::AllReduce) tp_bytes += op.per_micro_batch * op.bytes_sent();
+  EXPECT_EQ(tp_bytes, 18u * 4096 + 3 * 128);
+  // And the step waits for all of them: step time grows by exactly their time over the DP-only
+  // estimate of the same stage.
+  const Estimate stage = plan.stage(0).estimate("ddp", e.spec);
+  EXPECT_NEAR(e.step_time_s, stage.step_time_s + e.tp_allreduce_s, 1e-15);
+  EXPECT_EQ(e.tiers[0].traffic.bytes_sent, stage.tiers[0].traffic.bytes_sent + tp_bytes);
+}
+
+TEST(ModelParallel, OnePipelineStageAndNoTensorSplitPricesExactlyWhatPlanContextPrices) {
+  const topo::Topology t = dgx_h100(4);
+  const DeviceFacts d = *device_for_topology("dgx-h100");
+  const ModelShape m = ModelShape::preset("llama2-7b");
+  const ModelParallelPlan plan(m, t, d, llama_workload(), {});
+  const PlanContext c(m, t, d, llama_workload());
+  for (const char* name : {"zero3", "hsdp"}) {
+    const shard::ShardSpec spec = apply_precision(strategy_spec(name, t), Precision::BF16);
+    const Estimate a = plan.estimate(name, spec), b = c.estimate(name, spec);
+    EXPECT_EQ(a.step_time_s, b.step_time_s) << name;
+    EXPECT_EQ(a.total_memory_bytes, b.total_memory_bytes) << name;
+    EXPECT_EQ(a.tiers[1].traffic.bytes_sent, b.tiers[1].traffic.bytes_sent) << name;
+    EXPECT_EQ(a.tp_allreduce_s + a.pp_bubble_s + a.pp_p2p_s, 0.0) << name;
+  }
+}
+
+TEST(ModelParallel, BubbleFractionIsPMinusOneOverMPlusPMinusOne) {
+  EXPECT_DOUBLE_EQ(pipeline_bubble_fraction(4, 8), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(pipeline_bubble_fraction(2, 1), 0.5);
+  EXPECT_DOUBLE_EQ(pipeline_bubble_fraction(1, 16), 0.0);
+  EXPECT_NE(error_of([] { pipeline_bubble_fraction(0, 4); }).find("must be positive"), std::string::npos);
+  // In an estimate: the step outside its optimizer phase is (m + p - 1) micro-batches of the
+  // slowest stage, of which p - 1 are the bubble.
+  const topo::Topology t = dgx_h100(4);
+  const DeviceFacts d = *device_for_topology("dgx-h100");
+  for (auto [p, m] : {std::pair{2, 6}, std::pair{4, 8}}) {
+    const ModelParallelPlan plan(ModelShape::preset("llama2-7b"), t, d, llama_workload(m), {1, p, "", ""});
+    const Estimate e =
+        plan.estimate("zero3", apply_precision(strategy_spec("zero3", plan.data_parallel_topology()), Precision::BF16));
+    EXPECT_DOUBLE_EQ(e.pp_bubble_fraction, static_cast<double>(p - 1) / (m + p - 1));
+    EXPECT_NEAR(e.pp_bubble_s / (e.step_time_s - e.step_comm_s - e.optimizer_s), e.pp_bubble_fraction, 1e-12);
+    EXPECT_GT(e.pp_p2p_s, 0);
+    EXPECT_EQ(e.pipeline_stages, p);
+    EXPECT_EQ(e.tokens_per_step, 4096.0 * m * 32 / p);  // B·T·m per data-parallel replica
+  }
+}
+
+TEST(ModelParallel, MemoryPerRankFallsWithTensorParallelismForSplitWeights) {
+  const topo::Topology t = dgx_h100(2);
+  const DeviceFacts d = *device_for_topology("dgx-h100");
+  const ModelShape m = ModelShape::preset("llama2-7b");
+  auto states = [](const Estimate& e) { return e.memory.weights + e.memory.grads + e.memory.optimizer; };
+  std::vector<Estimate> ddp;
+  for (int tp : {1, 2, 4, 8}) {
+    const ModelParallelPlan plan(m, t, d, llama_workload(), {tp, 1, "", ""});
+    ddp.push_back(plan.estimate("ddp", apply_precision(strategy_spec("ddp", plan.data_parallel_topology()),
+                                                       Precision::BF16)));
+  }
+  for (std::size_t i = 1; i < ddp.size(); ++i) {
+    // Replicated states halve with each doubling, but for the norms every rank keeps whole.
+    const double ratio = static_cast<double>(states(ddp[i])) / static_cast<double>(states(ddp[i - 1]));
+    EXPECT_GT(ratio, 0.5);
+    EXPECT_LT(ratio, 0.501);
+    // Activations fall too, though less: the norms' inputs and outputs stay whole.
+    EXPECT_LT(ddp[i].activation_bytes, ddp[i - 1].activation_bytes);
+    EXPECT_GT(2 * ddp[i].activation_bytes, ddp[i - 1].activation_bytes);
+  }
+  // A stage's split units add up to the model with its norms counted once per TP rank.
+  const std::int64_t h = 4096, L = 32, V = 32000;
+  const std::int64_t norms = L * 2 * h + h, split = m.num_params() - norms;
+  std::size_t held = 0;
+  for (int s = 0; s < 4; ++s)
+    for (std::size_t n : m.slice(2, s, 4).unit_plan().numel) held += n;
+  EXPECT_EQ(static_cast<std::int64_t>(held), split / 2 + norms);
+  EXPECT_EQ(m.slice(2, 0, 4).unit_plan().names.front(), "embeddings");
+  EXPECT_EQ(m.slice(2, 3, 4).unit_plan().names.back(), "lm_head");
+  EXPECT_EQ(m.slice(2, 1, 4).unit_plan().numel.size(), 8u);
+  EXPECT_EQ(static_cast<std::int64_t>(m.slice(4, 3, 4).unit_plan().numel.back()), V * h / 4);
+}
+
+TEST(ModelParallel, SplitsThatDoNotDivideAreRefusedNamingTheFlag) {
+  const topo::Topology t = dgx_h100(2);
+  const ModelShape m = ModelShape::preset("llama2-7b");
+  EXPECT_NE(error_of([&] { model_parallel_dims(t, {3, 1, "", ""}); })
+                .find("--tp 3: does not divide what tier 'node' has left (8)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { model_parallel_dims(t, {1, 4, "", ""}); }).find("--pp 4"), std::string::npos);
+  EXPECT_NE(error_of([&] { model_parallel_dims(t, {2, 1, "rack", ""}); }).find("unknown tier 'rack'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { m.slice(1, 0, 3); }).find("--pp 3: does not divide model.layers = 32"), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelShape::preset("llama2-70b").slice(16, 0, 1); })
+                .find("--tp 16: does not divide model.kv_heads = 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ModelShape::preset("gpt2-124m").slice(1, 0, 2); }).find("ties its LM head"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_strategy_variant("zero3+tq2", {}); }).find("--strategy 'zero3+tq2'"),
+            std::string::npos);
+  const auto [name, mp] = parse_strategy_variant("hsdp+tp2+pp4", {1, 1, "node", ""});
+  EXPECT_EQ(name, "hsdp");
+  EXPECT_EQ(mp, (ModelParallel{2, 4, "node", ""}));
+  EXPECT_EQ(variant_name(name, mp), "hsdp+tp2+pp4");
+}
+
+TEST(ModelParallel, ShardingRunsOverTheDataParallelRanksLeftWithTheirShareOfThePorts) {
+  const topo::Topology t = dgx_h100(4);
+  const parallel::ParallelDims dims = model_parallel_dims(t, {2, 2, "", ""});
+  EXPECT_EQ(dims.data_levels, (std::vector<int>{4, 2}));
+  EXPECT_EQ(dims.world_size(), 32);
+  const topo::Topology dp = data_parallel_topology(t, dims);
+  EXPECT_EQ(dp.world_size(), 8);
+  EXPECT_EQ(dp.tier(0).size, 4);
+  // 8 GPUs of a node still cross InfiniBand at once over their 8 ports: 50 GB/s each.
+  EXPECT_DOUBLE_EQ(dp.rank_bandwidth_GBps(1), t.rank_bandwidth_GBps(1));
+}
+
+TEST(ModelParallel, EnergyIsIdlePlusUtilisationTimesTheRestOfTdp) {
+  const topo::Topology t = dgx_h100(2);
+  const DeviceFacts d = *device_for_topology("dgx-h100");
+  EXPECT_EQ(d.tdp_watts, 700);
+  const ModelParallelPlan plan(ModelShape::preset("llama2-7b"), t, d, llama_workload(), {});
+  const Estimate e = plan.estimate("zero3", apply_precision(strategy_spec("zero3", t), Precision::BF16));
+  EXPECT_DOUBLE_EQ(e.utilization, e.compute_s / e.step_time_s);
+  EXPECT_DOUBLE_EQ(e.power_watts, 70 + 630 * e.utilization);
+  EXPECT_DOUBLE_EQ(e.joules_per_token, e.power_watts * 16 / e.tokens_per_s);
+  EXPECT_DOUBLE_EQ(e.tokens_per_kwh * e.joules_per_token, 3.6e6);
+  DeviceOverrides unknown_idle;
+  unknown_idle.idle_watts = 900;
+  EXPECT_NE(error_of([&] { resolve_device("dgx-h100", unknown_idle); }).find("--idle-watts = 900"),
+            std::string::npos);
+}
+
+TEST(ModelParallel, SearchRanksTensorPipelineAndSpecTogetherUnderTheMemoryCap) {
+  const topo::Topology t = dgx_h100(4);
+  DeviceFacts d = *device_for_topology("dgx-h100");
+  d.memory_gb = 30;  // tight enough that the split matters
+  const ModelShape m = ModelShape::preset("llama2-13b");
+  const std::vector<ModelParallel> splits = candidate_splits(m, t);
+  // tp in {1, 2, 4, 8} (divisors of 8 that divide 40 heads and 13824), pp in {1, 2, 4} (4 nodes; 40 layers).
+  std::set<std::pair<int, int>> tried;
+  for (const ModelParallel& mp : splits) tried.insert({mp.tp, mp.pp});
+  EXPECT_EQ(tried.size(), 12u);
+  EXPECT_FALSE(tried.count({1, 8}));
+  const SearchResult r = search_model_parallel(m, t, d, llama_workload(4), {}, std::nullopt, {}, splits);
+  ASSERT_FALSE(r.fitting.empty());
+  ASSERT_FALSE(r.not_fitting.empty());
+  std::set<std::pair<int, int>> ranked;
+  for (std::size_t i = 0; i < r.fitting.size(); ++i) {
+    EXPECT_LE(r.fitting[i].total_memory_bytes, r.fitting[i].device_memory_bytes);
+    if (i > 0) {
+      EXPECT_LE(r.fitting[i - 1].step_time_s, r.fitting[i].step_time_s);
+    }
+    ranked.insert({r.fitting[i].tensor_parallel, r.fitting[i].pipeline_stages});
+  }
+  for (const Estimate& e : r.not_fitting) EXPECT_GT(e.total_memory_bytes, e.device_memory_bytes);
+  EXPECT_GT(ranked.size(), 1u);  // several splits fit and are ranked against each other
+  const nlohmann::json j = search_json(r, 3);
+  EXPECT_TRUE(j["best"][0].contains("tensor_parallel"));
+  EXPECT_TRUE(j["best"][0].contains("pp_bubble_s"));
+}
+
+TEST(ModelParallel, BatchPerDeviceTrainsTheSameGlobalBatchAtEverySplit) {
+  const topo::Topology t = dgx_h100(4);
+  const DeviceFacts d = *device_for_topology("dgx-h100");
+  Workload w = llama_workload(4);
+  w.batch_per_device = true;
+  for (ModelParallel mp : {ModelParallel{1, 1, "", ""}, ModelParallel{2, 1, "", ""}, ModelParallel{4, 2, "", ""}}) {
+    const ModelParallelPlan plan(ModelShape::preset("llama2-7b"), t, d, w, mp);
+    const Estimate e =
+        plan.estimate("zero3", apply_precision(strategy_spec("zero3", plan.data_parallel_topology()), Precision::BF16));
+    EXPECT_EQ(e.tokens_per_step, 4096.0 * 4 * 32) << mp.tp << " " << mp.pp;
+  }
+}
+
+TEST(ModelParallel, PipelineSendsMatchAHandComputedMessageAcrossTheStagesTier) {
+  Workload w;
+  w.micro_batch = 2;
+  w.seq = 16;
+  w.accumulation_steps = 3;
+  const topo::Topology t = small_cluster(2);
+  const ModelParallelPlan plan(small_model(), t, small_device(), w, {1, 2, "", ""});
+  // Each stage sends one message a micro-batch across the cluster tier (10 GB/s after 5 us):
+  // the first its B·T·h = 2048 bf16 activations forward, the last their gradient back.
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_EQ(plan.ops(s).size(), 1u);
+    EXPECT_EQ(plan.ops(s)[0].kind, ModelParallelKind::Send);
+    EXPECT_EQ(plan.ops(s)[0].level, 1);
+    EXPECT_EQ(plan.ops(s)[0].bytes_sent(), 4096u);
+  }
+  const Estimate e =
+      plan.estimate("zero3", apply_precision(strategy_spec("zero3", plan.data_parallel_topology()), Precision::BF16));
+  EXPECT_NEAR(e.pp_p2p_s, 3 * (5e-6 + 4096 / 10e9), 1e-15);
+  EXPECT_EQ(e.tp_allreduce_s, 0);
+  EXPECT_DOUBLE_EQ(e.pp_bubble_fraction, 1.0 / 4);
+}
