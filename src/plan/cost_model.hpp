@@ -40,6 +40,9 @@ struct Workload {
   bool recompute = false;       // full activation recomputation of every block
   bool flash_attention = false; // attention keeps no seq x seq probabilities
   Precision precision = Precision::BF16;
+  // How multi-tier collectives are formed and priced: strata's per-tier ops, or one flat
+  // ring over the group as NCCL runs FSDP and DeepSpeed (shard::Collectives).
+  shard::Collectives collectives = shard::Collectives::Hierarchical;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };
 
@@ -66,6 +69,8 @@ struct OpPrice {
   double latency_s = 0, bandwidth_s = 0;
   double seconds() const { return latency_s + bandwidth_s; }
 };
+// A flat op (ScheduledOp::levels_spanned > 1) is priced as one ring over the tiers it spans
+// (docs/planner.md "Flat rings").
 OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration);
 Collective collective_of(const shard::ScheduledOp& op);
 
