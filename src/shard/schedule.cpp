@@ -540,10 +540,10 @@ std::string Schedule::table() const {
     return fmt::format("{}..{}", topology_.tier(op.level - op.levels_spanned + 1).name, outer);
   };
   auto section = [&](const char* title, const std::vector<ScheduledOp>& ops) {
-    s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",
+    s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",
                      "unit", "collective", "tier", "group", "wire", "bytes sent", "msgs");
     for (auto& op : ops)
-      s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
+      s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
                        to_string(op.purpose), unit_name(op), to_string(op.kind), tier_name(op),
                        op.group_size, comm::dtype_name(op.wire), op.bytes_sent, op.messages);
     if (ops.empty()) s += "  (none)\n";
