@@ -138,6 +138,29 @@ TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
   EXPECT_NEAR(r.latency_s * 1e6, 35.0, 1e-9);
 }
 
+TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
+  // dgx-h100, 2 nodes: the cluster tier bounds the ring (as above). Its measured all-gather
+  // curve (every rank of a node crossing at once): 40 GB/s a rank, alpha 1 us for 1 message.
+  // The node's 8 ranks carry one ring member's bytes over the tier together: 15 MB / 8 at
+  // 40 GB/s = 46.875 us; 15 steps x 1 us = 15 us.
+  const topo::Topology t = resolved("dgx-h100", 2);
+  Calibration cal;
+  for (const char* name : {"node", "cluster"}) {
+    TierCalibration tier{name, name == std::string("node") ? 8 : 2, name == std::string("node") ? 1 : 8, {}};
+    for (CollectiveCurve& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
+    cal.tiers.push_back(tier);
+  }
+  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
+  op.level = 1;
+  op.levels_spanned = 2;
+  op.group_size = 16;
+  op.messages = 15;
+  op.bytes_sent = op.bytes_received = 15'000'000;
+  const OpPrice p = price_op(op, t, &cal);
+  EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
+  EXPECT_NEAR(p.latency_s * 1e6, 15.0, 1e-9);
+}
+
 TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
   EXPECT_EQ(shard::parse_collectives("flat-ring"), Collectives::FlatRing);
   EXPECT_EQ(shard::parse_collectives("hierarchical"), Collectives::Hierarchical);
