@@ -42,6 +42,7 @@ struct PlanOptions {
   int micro_batch = 1, seq = 0, accum = 1;
   bool recompute = false, flash_attention = false, batch_per_device = false;
   std::string precision = "bf16";
+  std::string collectives = "hierarchical";
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
   int tp = 1, pp = 1;
   std::string tp_tier, pp_tier;
@@ -126,10 +127,11 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM{}\n", d.name,
              d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps,
              c.calibration() ? " (times from the calibration below; the peak scales MFU)" : "");
-  fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}\n",
+  fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
+             "collectives {}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
-             plan::precision_name(w.precision),
-             w.recompute ? "on" : "off", w.flash_attention ? "flash" : "dense (seq x seq kept)");
+             plan::precision_name(w.precision), w.recompute ? "on" : "off",
+             w.flash_attention ? "flash" : "dense (seq x seq kept)", shard::to_string(w.collectives));
   const topo::Topology& topology = c.topology();
   for (int i = 0; i < topology.num_tiers(); ++i) {
     const topo::Tier& t = topology.tier(i);
@@ -413,6 +415,7 @@ void run_plan(const PlanOptions& o) {
   workload.flash_attention = o.flash_attention;
   workload.batch_per_device = o.batch_per_device;
   workload.precision = plan::parse_precision(o.precision);
+  workload.collectives = shard::parse_collectives(o.collectives);
   workload.validate(model);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
 
@@ -503,7 +506,8 @@ void run_plan(const PlanOptions& o) {
     // The very schedules the estimates price (the context's units, its accumulation steps).
     nlohmann::json schedules = nlohmann::json::object();
     for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision)) {
-      const shard::Schedule schedule(context.units(), topology, s.spec, workload.accumulation_steps);
+      const shard::Schedule schedule(context.units(), topology, s.spec, workload.accumulation_steps,
+                                     workload.collectives);
       if (o.json) schedules[s.name] = schedule.to_json();
       else fmt::print("{}\n", schedule.table());
     }
@@ -516,6 +520,8 @@ void run_plan(const PlanOptions& o) {
   for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision))
     estimates.push_back(
         plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).estimate(s.name, s.spec));
+  if (!o.compare_summary.empty() && workload.collectives != shard::Collectives::Hierarchical)
+    throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives flat-ring");
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");
   if (o.json) {
@@ -573,6 +579,10 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                 "--micro-batch and --accum are one device's: a TP group of t runs t x the micro-batch, a pipeline of "
                 "p runs p x the micro-batches (the same global batch for every split)");
   cmd->add_option("--precision", o->precision, "bf16 (published systems) or fp32 (strata's runtime)")
+      ->capture_default_str();
+  cmd->add_option("--collectives", o->collectives,
+                  "hierarchical: strata's own, one op per tier; flat-ring: one NCCL ring over the whole group, "
+                  "as PyTorch FSDP and DeepSpeed ZeRO run their all-gathers and reduce-scatters (docs/planner.md)")
       ->capture_default_str();
   o->peak_opt = cmd->add_option("--peak-tflops", o->peak_tflops, "peak dense bf16 TFLOP/s a device");
   o->memory_opt = cmd->add_option("--device-memory-gb", o->memory_gb, "memory a device, GB (1e9 bytes)");

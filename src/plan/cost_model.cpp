@@ -113,7 +113,42 @@ Collective collective_of(const ScheduledOp& op) {
   return op.algorithm == shard::Algorithm::AllToAll ? Collective::AllToAll : Collective::ReduceScatter;
 }
 
+namespace {
+
+// A flat ring (levels_spanned > 1) as NCCL lays it out: one ring a channel, each crossing
+// every domain boundary once, channels spread over a domain's links. A tier-(t-1) domain's
+// rings together carry one ring member's bytes onto tier t, over all its links there: the
+// domain's ranks x the rank rate (its ports' total, or its ranks' own links), shared by the
+// parallel rings of the other positions when the ring starts above level 0. The ring runs at
+// the slowest tier it spans by that rate, and each of its d-1 steps waits out the slowest
+// latency.
+OpPrice price_flat_ring(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
+  const int inner = op.level - op.levels_spanned + 1;
+  int bound = inner;
+  double rate = 0, latency_us = 0;
+  for (int t = inner; t <= op.level; ++t) {
+    const double ranks_per_ring = static_cast<double>(topology.domain_ranks(t - 1)) / topology.domain_ranks(inner - 1);
+    const double r = ranks_per_ring * topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
+    if (t == inner || r < rate) rate = r, bound = t;
+    latency_us = std::max(latency_us, topology.tier(t).latency_us);
+  }
+  const double bytes = static_cast<double>(op.bytes_sent);
+  if (calibration) {
+    // The curve was measured with every rank of the bound tier's inner domain crossing it.
+    const double ranks_per_ring =
+        static_cast<double>(topology.domain_ranks(bound - 1)) / topology.domain_ranks(inner - 1);
+    const CollectiveCurve& curve = calibration->tier(topology.tier(bound).name).curve(collective_of(op));
+    const double per_rank_bytes = bytes / ranks_per_ring;
+    const double at_bandwidth = per_rank_bytes / (curve.bus_GBps * 1e9);
+    return {curve.seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth};
+  }
+  return {op.messages * latency_us * 1e-6, bytes / rate};
+}
+
+}  // namespace
+
 OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
+  if (op.levels_spanned > 1) return price_flat_ring(op, topology, calibration);
   const topo::Tier& tier = topology.tier(op.level);
   const double bytes = static_cast<double>(op.bytes_sent);
   if (calibration) {
@@ -356,7 +391,7 @@ bool PlanContext::left_out(const ScheduledOp& op) const {
 }
 
 Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spec) const {
-  const shard::Schedule schedule(units_, topology_, spec, workload_.accumulation_steps);
+  const shard::Schedule schedule(units_, topology_, spec, workload_.accumulation_steps, workload_.collectives);
   const int K = workload_.accumulation_steps;
   Estimate e;
   e.strategy = std::move(strategy);
@@ -474,6 +509,16 @@ nlohmann::json PlanContext::assumptions() const {
               "activations; optimizer state 12 bytes"},
       {"device", device_.to_json()},
       {"tiers", tiers},
+      {"collectives", shard::to_string(workload_.collectives)},
+      {"collectives_means",
+       workload_.collectives == shard::Collectives::Hierarchical
+           ? "strata's own: a collective over several tiers is one op per tier, each over that tier's "
+             "across-group at its own latency and rate, run one after the other"
+           : "flat-ring, as NCCL/RCCL run PyTorch FSDP and DeepSpeed ZeRO gathers and reduce-scatters: one ring "
+             "over every rank of the group (d-1 messages of one chunk), booked on the outermost tier it crosses; "
+             "rate = the slowest over its tiers of (ranks of a domain inside the tier / ranks of a domain inside "
+             "the ring's innermost tier) x rank_bandwidth x efficiency (one ring a channel, channels spread over a "
+             "domain's links); latency = d-1 x the largest latency_us of its tiers"},
       {"comm_time",
        calibrated ? "per op, the calibration's curve of its tier and collective (ring all-gather: all_gather, ring "
                     "reduce-scatter: reduce_scatter, quantized reduction: all_to_all): latency x messages / "

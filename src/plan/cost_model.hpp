@@ -44,6 +44,9 @@ struct Workload {
   // alone; a TP group of t runs t x micro_batch and a pipeline of p runs p x the
   // micro-batches, so every (tp, pp) split trains the same global batch (plan/model_parallel.hpp).
   bool batch_per_device = false;
+  // How multi-tier collectives are formed and priced: strata's per-tier ops, or one flat
+  // ring over the group as NCCL runs FSDP and DeepSpeed (shard::Collectives).
+  shard::Collectives collectives = shard::Collectives::Hierarchical;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };
 
@@ -70,6 +73,8 @@ struct OpPrice {
   double latency_s = 0, bandwidth_s = 0;
   double seconds() const { return latency_s + bandwidth_s; }
 };
+// A flat op (ScheduledOp::levels_spanned > 1) is priced as one ring over the tiers it spans
+// (docs/planner.md "Flat rings").
 OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration);
 Collective collective_of(const shard::ScheduledOp& op);
 

@@ -24,6 +24,16 @@ std::string_view to_string(When w) {
   }
   return "?";
 }
+std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "flat-ring"; }
+
+Collectives parse_collectives(std::string_view text) {
+  for (Collectives c : {Collectives::Hierarchical, Collectives::FlatRing})
+    if (text == to_string(c)) return c;
+  throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or flat-ring (one ring "
+                          "over the whole group, as NCCL runs FSDP and DeepSpeed)",
+                          text));
+}
+
 std::string_view to_string(Purpose p) {
   switch (p) {
     case Purpose::WeightGatherForward: return "W gather (forward)";
@@ -192,8 +202,14 @@ UnitPlan unit_plan(const model::ParamLayout& layout) {
   return p;
 }
 
-Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps)
-    : units_(std::move(units)), topology_(topology), spec_(spec), levels_(resolve(spec, topology)), accum_(accumulation_steps) {
+Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
+                   Collectives collectives)
+    : units_(std::move(units)),
+      topology_(topology),
+      spec_(spec),
+      levels_(resolve(spec, topology)),
+      accum_(accumulation_steps),
+      collectives_(collectives) {
   if (accumulation_steps <= 0)
     throw Error(fmt::format("train.grad_accum = {}: must be positive", accumulation_steps));
   const int world = world_size();
@@ -208,8 +224,21 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   auto size_at = [&](std::size_t padded, int levels) { return padded / L.degree(levels); };
 
   // All-gather from `from` levels down to `to` levels: outer level first.
+  const bool flat = collectives == Collectives::FlatRing;
+  // A flat op: one ring over levels [inner, outer], booked on the outer one.
+  auto flat_op = [&](When when, Purpose purpose, OpKind kind, int unit, int inner, int outer, DType wire,
+                     std::size_t elements) {
+    ScheduledOp op = level_op(when, purpose, kind, unit, outer, L.degree(outer + 1) / L.degree(inner), wire, elements,
+                              block);
+    op.levels_spanned = outer - inner + 1;
+    return op;
+  };
   auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
                     int to, DType wire) {
+    if (flat && from - to > 1) {
+      out.push_back(flat_op(when, purpose, OpKind::AllGather, unit, to, from - 1, wire, size_at(padded, from)));
+      return;
+    }
     for (int t = from - 1; t >= to; --t)
       out.push_back(level_op(when, purpose, OpKind::AllGather, unit, t, L.level_size[t], wire, size_at(padded, t + 1),
                              block));
@@ -217,6 +246,10 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   // Reduce-scatter from `from` levels up to `to` levels: inner level first.
   auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
                     int to, DType wire) {
+    if (flat && to - from > 1) {
+      out.push_back(flat_op(when, purpose, OpKind::ReduceScatter, unit, from, to - 1, wire, size_at(padded, from)));
+      return;
+    }
     for (int t = from; t < to; ++t)
       out.push_back(level_op(when, purpose, OpKind::ReduceScatter, unit, t, L.level_size[t], wire, size_at(padded, t),
                              block));
@@ -428,6 +461,7 @@ static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topol
                    {"reads", to_string(op.reads)},
                    {"writes", to_string(op.writes)},
                    {"tier", topology.tier(op.level).name},
+                   {"levels_spanned", op.levels_spanned},
                    {"group_size", op.group_size},
                    {"wire", comm::dtype_name(op.wire)},
                    {"elements_in", op.elements_in},
@@ -451,6 +485,7 @@ nlohmann::json Schedule::to_json() const {
   j["spec"] = spec_.to_json();
   j["world_size"] = world_size();
   j["accumulation_steps"] = accum_;
+  j["collectives"] = to_string(collectives_);
   // The program's parameters (what decides the issue points of the ops below and the
   // gathered memory) and its events, which an op's event, issue_event and complete_by index.
   nlohmann::json events = nlohmann::json::array();
@@ -491,19 +526,25 @@ nlohmann::json Schedule::to_json() const {
 }
 
 std::string Schedule::table() const {
-  std::string s = fmt::format("schedule: strategy {} on {} of '{}', {} a step\n", spec_.preset,
+  std::string s = fmt::format("schedule: strategy {} on {} of '{}', {} a step, {} collectives\n", spec_.preset,
                               count_of(world_size(), "rank"), topology_.name(),
-                              count_of(accum_, "micro-batch", "micro-batches"));
+                              count_of(accum_, "micro-batch", "micro-batches"), to_string(collectives_));
   auto unit_name = [&](const ScheduledOp& op) {
     if (op.bucket >= 0) return fmt::format("bucket {}", op.bucket);
     return op.unit < 0 ? std::string("-") : units_.names[op.unit];
   };
+  // A flat op names the tiers its ring spans, innermost..outermost.
+  auto tier_name = [&](const ScheduledOp& op) {
+    const std::string& outer = topology_.tier(op.level).name;
+    if (op.levels_spanned == 1) return outer;
+    return fmt::format("{}..{}", topology_.tier(op.level - op.levels_spanned + 1).name, outer);
+  };
   auto section = [&](const char* title, const std::vector<ScheduledOp>& ops) {
-    s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",
+    s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",
                      "unit", "collective", "tier", "group", "wire", "bytes sent", "msgs");
     for (auto& op : ops)
-      s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<11} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
-                       to_string(op.purpose), unit_name(op), to_string(op.kind), topology_.tier(op.level).name,
+      s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
+                       to_string(op.purpose), unit_name(op), to_string(op.kind), tier_name(op),
                        op.group_size, comm::dtype_name(op.wire), op.bytes_sent, op.messages);
     if (ops.empty()) s += "  (none)\n";
   };

@@ -28,6 +28,12 @@ enum class OpKind { AllGather, ReduceScatter };
 // quantized reductions use, since int8/int4 values cannot be summed on the wire).
 enum class Algorithm { Ring, AllToAll };
 enum class When { Forward, Backward, Step };
+// How a collective over several tiers is formed. Hierarchical: strata's own, one op per
+// level (what the runtime executes). FlatRing: one ring over every rank of the group, the
+// way NCCL/RCCL run a PyTorch FSDP or DeepSpeed ZeRO all-gather and reduce-scatter (their
+// only algorithm for those two); the planner prices it so a published run can be predicted
+// as it ran. The runtime executes hierarchical schedules only.
+enum class Collectives { Hierarchical, FlatRing };
 enum class Purpose {
   WeightGatherForward,    // W shard -> full unit before its forward
   WeightGatherBackward,   // W (or secondary) shard -> full unit before its backward
@@ -43,6 +49,8 @@ enum class Purpose {
 std::string_view to_string(OpKind k);
 std::string_view to_string(Algorithm a);
 std::string_view to_string(When w);
+std::string_view to_string(Collectives c);
+Collectives parse_collectives(std::string_view text);  // throws Error naming --collectives
 std::string_view to_string(Purpose p);
 
 // The buffers an op reads and writes (the device buffers of the runtime's unit state).
@@ -75,6 +83,9 @@ struct ScheduledOp {
   int complete_by = -1;
   Slot reads = Slot::None, writes = Slot::None;
   int level = 0;          // tier index; the group is that tier's across-group
+  // A flat op (Collectives::FlatRing) runs one ring over levels [level - levels_spanned + 1,
+  // level]: group_size is their product and `level` the outermost, where its bytes are booked.
+  int levels_spanned = 1;
   int group_size = 1;
   DType wire = DType::F32;
   std::size_t elements_in = 0;   // per rank: shard for a gather, full buffer for a reduce-scatter
@@ -143,7 +154,8 @@ UnitPlan unit_plan(const model::ParamLayout& layout);
 
 class Schedule {
  public:
-  Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps);
+  Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
+           Collectives collectives = Collectives::Hierarchical);
   Schedule(const model::ParamLayout& layout, const topo::Topology& topology, const ShardSpec& spec,
            int accumulation_steps)
       : Schedule(unit_plan(layout), topology, spec, accumulation_steps) {}
@@ -152,6 +164,7 @@ class Schedule {
   const LevelSpec& levels() const { return levels_; }
   const topo::Topology& topology() const { return topology_; }
   int accumulation_steps() const { return accum_; }
+  Collectives collectives() const { return collectives_; }
   int world_size() const { return levels_.degree(levels_.num_levels); }
 
   // Unit sizes padded so every per-level chunk is a whole number of blocks and 16-float
@@ -202,6 +215,7 @@ class Schedule {
   ShardSpec spec_;
   LevelSpec levels_;
   int accum_;
+  Collectives collectives_;
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_, bucket_ops_;
   std::vector<std::vector<int>> buckets_;

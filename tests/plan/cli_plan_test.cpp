@@ -70,6 +70,11 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --seq 0", "--seq 0: must be positive"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --search --strategy zero3", "--search"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --collectives tree",
+                             "--collectives 'tree'"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --strategy zero3 --collectives "
+                             "flat-ring --compare-summary x.json",
+                             "runtime runs hierarchical collectives"},
                         Case{"plan --model llama2-7b --topology " + test_topology() + " --nodes 2", "--peak-tflops"},
                         Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --tp 3",
                              "--tp 3: does not divide what tier 'node' has left (8)"},

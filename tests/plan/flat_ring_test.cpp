@@ -1,0 +1,170 @@
+// Peers priced as they run (issue 13 item 3): --collectives flat-ring builds one ring over
+// the whole group, as NCCL runs FSDP's and DeepSpeed's gathers and reduce-scatters, into
+// the schedule itself; the planner prices that op.
+#include <gtest/gtest.h>
+
+#include "base/error.hpp"
+#include "plan/cost_model.hpp"
+#include "support.hpp"
+
+using namespace strata;
+using namespace strata::plan;
+using shard::Collectives;
+using shard::OpKind;
+using shard::Purpose;
+using strata::test::error_of;
+
+namespace {
+
+topo::Topology resolved(const char* preset, int nodes) {
+  topo::Topology t = topo::Topology::preset(preset);
+  t.resolve(t.world_size_for_nodes(nodes));
+  return t;
+}
+
+shard::Schedule llama_schedule(const topo::Topology& t, const char* strategy, Collectives collectives) {
+  const shard::UnitPlan units = ModelShape::preset("llama2-7b").unit_plan();
+  return shard::Schedule(units, t, apply_precision(strategy_spec(strategy, t), Precision::BF16), 1, collectives);
+}
+
+// The ops of one purpose for one unit, in schedule order.
+std::vector<shard::ScheduledOp> ops_of(const shard::Schedule& s, Purpose purpose, int unit) {
+  std::vector<shard::ScheduledOp> out;
+  for (const shard::ScheduledOp& op : s.micro_batch_ops())
+    if (op.purpose == purpose && op.unit == unit) out.push_back(op);
+  return out;
+}
+
+Estimate llama_estimate(const topo::Topology& t, const char* strategy, Collectives collectives) {
+  Workload w;
+  w.seq = 4096;
+  w.collectives = collectives;
+  // The scalars (8-byte all-gathers, per tier in either form) are left out: unit ops only.
+  PlanContext c(ModelShape::preset("llama2-7b"), t, *device_for_topology(t.name()), w,
+                {{Purpose::GradNormAllReduce, ""}, {Purpose::LossAllReduce, ""}});
+  return c.estimate(strategy, apply_precision(strategy_spec(strategy, t), Precision::BF16));
+}
+
+double latency_s(const Estimate& e) {
+  double s = 0;
+  for (const TierCost& t : e.tiers) s += t.latency_s;
+  return s;
+}
+
+}  // namespace
+
+TEST(FlatRing, OneOpOverTheWholeGroupWithTheHierarchicalRunsBytes) {
+  const topo::Topology t = resolved("dgx-h100", 4);  // node 8 x cluster 4
+  const shard::Schedule hier = llama_schedule(t, "zero3", Collectives::Hierarchical);
+  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::FlatRing);
+  EXPECT_EQ(flat.collectives(), Collectives::FlatRing);
+  for (Purpose p : {Purpose::WeightGatherForward, Purpose::GradReduce}) {
+    const auto h = ops_of(hier, p, 1), f = ops_of(flat, p, 1);
+    ASSERT_EQ(h.size(), 2u);  // per tier
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_EQ(f[0].group_size, 32);
+    EXPECT_EQ(f[0].messages, 31);
+    EXPECT_EQ(f[0].levels_spanned, 2);
+    EXPECT_EQ(f[0].level, 1);  // booked on the outermost tier it crosses
+    EXPECT_EQ(f[0].kind, h[0].kind);
+    // A ring sends d-1 chunks of 1/d of the unit; the hierarchical run sends as many in all.
+    EXPECT_EQ(f[0].bytes_sent, h[0].bytes_sent + h[1].bytes_sent);
+    EXPECT_EQ(f[0].messages, 31);
+    EXPECT_EQ(h[0].messages + h[1].messages, 7 + 3);
+  }
+  // The runtime's form is still the default and still per tier.
+  const shard::Schedule dflt(ModelShape::preset("llama2-7b").unit_plan(), t,
+                             apply_precision(strategy_spec("zero3", t), Precision::BF16), 1);
+  EXPECT_EQ(dflt.collectives(), Collectives::Hierarchical);
+  EXPECT_EQ(dflt.micro_batch_ops().size(), hier.micro_batch_ops().size());
+  // Whole-step totals: the same bytes a rank, all on the cluster tier for the flat ring.
+  const auto ht = hier.traffic_per_step(), ft = flat.traffic_per_step();
+  EXPECT_EQ(ft[0].bytes_sent + ft[1].bytes_sent, ht[0].bytes_sent + ht[1].bytes_sent);
+  EXPECT_EQ(ft[0].bytes_sent, 8u * 7u * 3u);  // only the scalars stay per tier (3 fp64 values)
+}
+
+TEST(FlatRing, OneTierStrategiesAreTheSameEitherWay) {
+  // hsdp shards inside the node and reduces replicas over the cluster: every op spans one tier.
+  const topo::Topology t = resolved("dgx-h100", 4);
+  const Estimate h = llama_estimate(t, "hsdp", Collectives::Hierarchical);
+  const Estimate f = llama_estimate(t, "hsdp", Collectives::FlatRing);
+  EXPECT_DOUBLE_EQ(h.step_time_s, f.step_time_s);
+  EXPECT_EQ(h.bytes_on("cluster"), f.bytes_on("cluster"));
+}
+
+TEST(FlatRing, LatencyGrowsWithTheRingHierarchicalWithTheTiers) {
+  const double n2 = latency_s(llama_estimate(resolved("dgx-h100", 2), "zero3", Collectives::FlatRing));
+  const double n16 = latency_s(llama_estimate(resolved("dgx-h100", 16), "zero3", Collectives::FlatRing));
+  // 16 -> 128 ranks: a unit's ring takes 127 steps, not 15, each at the cluster's 5 us.
+  EXPECT_NEAR(n16 / n2, 127.0 / 15.0, 1e-9);
+  const double h2 = latency_s(llama_estimate(resolved("dgx-h100", 2), "zero3", Collectives::Hierarchical));
+  const double h16 = latency_s(llama_estimate(resolved("dgx-h100", 16), "zero3", Collectives::Hierarchical));
+  // Per tier: 7 node steps at 3 us + N-1 cluster steps at 5 us.
+  EXPECT_NEAR(h16 / h2, (7 * 3.0 + 15 * 5.0) / (7 * 3.0 + 1 * 5.0), 1e-9);
+  EXPECT_GT(n16, 4 * h16);
+}
+
+TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
+  // One all-gather over dgx-h100's 16 ranks (2 nodes), 1 MB chunks, 15 steps:
+  //   node:    1 rank x 450 GB/s x 0.8 = 360 GB/s
+  //   cluster: 8 ranks' NICs (8 x 50 / 8 = 50 GB/s a rank) x 0.8 = 320 GB/s  <- the ring's rate
+  //   15 MB / 320 GB/s = 46.875 us; 15 steps x max(3, 5) us = 75 us; 121.875 us in all.
+  const topo::Topology t = resolved("dgx-h100", 2);
+  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
+  op.level = 1;
+  op.levels_spanned = 2;
+  op.group_size = 16;
+  op.messages = 15;
+  op.bytes_sent = op.bytes_received = 15'000'000;
+  const OpPrice p = price_op(op, t, nullptr);
+  EXPECT_NEAR(p.latency_s * 1e6, 75.0, 1e-9);
+  EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
+  // Frontier, gpu..cluster (2 x 4 x 2 = 16 ranks): gpu 200 x 0.8 = 160; node 2 GCDs x 50 x
+  // 0.8 = 80; cluster 8 GCDs x 12.5 (4 NICs of 25 GB/s shared by 8) x 0.8 = 80 GB/s.
+  const topo::Topology f = resolved("frontier", 2);
+  op.level = 2;
+  op.levels_spanned = 3;
+  const OpPrice q = price_op(op, f, nullptr);
+  EXPECT_NEAR(q.bandwidth_s * 1e6, 15e6 / 80e9 * 1e6, 1e-9);
+  EXPECT_NEAR(q.latency_s * 1e6, 75.0, 1e-9);
+  // A ring from level 1 up (one rank of each GCD pair; the other position runs its own ring
+  // at once): node 1 x 50 x 0.8 = 40; cluster 4 x 12.5 x 0.8 = 40 GB/s.
+  op.levels_spanned = 2;
+  op.group_size = 8;
+  op.messages = 7;
+  op.bytes_sent = 7'000'000;
+  const OpPrice r = price_op(op, f, nullptr);
+  EXPECT_NEAR(r.bandwidth_s * 1e6, 7e6 / 40e9 * 1e6, 1e-9);
+  EXPECT_NEAR(r.latency_s * 1e6, 35.0, 1e-9);
+}
+
+TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
+  // dgx-h100, 2 nodes: the cluster tier bounds the ring (as above). Its measured all-gather
+  // curve (every rank of a node crossing at once): 40 GB/s a rank, alpha 1 us for 1 message.
+  // The node's 8 ranks carry one ring member's bytes over the tier together: 15 MB / 8 at
+  // 40 GB/s = 46.875 us; 15 steps x 1 us = 15 us.
+  const topo::Topology t = resolved("dgx-h100", 2);
+  Calibration cal;
+  for (const char* name : {"node", "cluster"}) {
+    TierCalibration tier{name, name == std::string("node") ? 8 : 2, name == std::string("node") ? 1 : 8, {}};
+    for (CollectiveCurve& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
+    cal.tiers.push_back(tier);
+  }
+  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
+  op.level = 1;
+  op.levels_spanned = 2;
+  op.group_size = 16;
+  op.messages = 15;
+  op.bytes_sent = op.bytes_received = 15'000'000;
+  const OpPrice p = price_op(op, t, &cal);
+  EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
+  EXPECT_NEAR(p.latency_s * 1e6, 15.0, 1e-9);
+}
+
+TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
+  EXPECT_EQ(shard::parse_collectives("flat-ring"), Collectives::FlatRing);
+  EXPECT_EQ(shard::parse_collectives("hierarchical"), Collectives::Hierarchical);
+  const std::string e = error_of([] { shard::parse_collectives("ring"); });
+  EXPECT_NE(e.find("--collectives 'ring'"), std::string::npos) << e;
+  EXPECT_NE(e.find("flat-ring"), std::string::npos) << e;
+}

@@ -1,0 +1,90 @@
+"""docs/validation.md cannot go stale silently: every row's `strata plan` command is run, and
+the tokens/s a GPU it prints now must be the figure in the table, the row's error must follow
+from the measured and predicted figures, and the mean absolute percentage error must follow
+from the rows.
+
+usage: validation_doc_test.py STRATA_EXE SOURCE_DIR
+"""
+import concurrent.futures
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROW = re.compile(r"^\| (R\d+) \|")
+COMMAND = re.compile(r"```sh\n# (R\d+)\n(.*?)```", re.S)
+MAPE = re.compile(r"mean absolute percentage error over (\d+) rows: \*\*([0-9.]+)%\*\*")
+
+
+def rows_of(text):
+    rows = {}
+    for line in text.splitlines():
+        if not ROW.match(line):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        row, measured, predicted, error = cells[0], cells[-3], cells[-2], cells[-1]
+        rows[row] = (float(measured), int(predicted), error)
+    return rows
+
+
+def commands_of(text):
+    out = {}
+    for row, body in COMMAND.findall(text):
+        words = shlex.split(body.replace("\\\n", " "))
+        if words[:2] != ["strata", "plan"]:
+            raise SystemExit(f"{row}: the command must start with 'strata plan', not {words[:2]}")
+        out[row] = words[2:]
+    return out
+
+
+def predicted(exe, source_dir, args):
+    done = subprocess.run([exe, "plan", *args, "--json"], cwd=source_dir, capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, done.stderr.strip()
+    doc = json.loads(done.stdout)
+    (estimate,) = doc["strategies"].values()  # one strategy a row
+    return round(estimate["tokens_per_s"] / estimate["world_size"]), ""
+
+
+def main():
+    exe, source_dir = sys.argv[1], Path(sys.argv[2])
+    text = (source_dir / "docs" / "validation.md").read_text()
+    rows, commands = rows_of(text), commands_of(text)
+    problems = []
+    if len(rows) < 8:
+        problems.append(f"the table has {len(rows)} rows, the issue asks for at least 8")
+    if set(rows) != set(commands):
+        problems.append(f"rows without a command: {sorted(set(rows) - set(commands))}; "
+                        f"commands without a row: {sorted(set(commands) - set(rows))}")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        now = dict(zip(commands, pool.map(lambda r: predicted(exe, source_dir, commands[r]), commands)))
+    errors = []
+    for row, (measured, in_doc, error) in sorted(rows.items(), key=lambda kv: int(kv[0][1:])):
+        figure, stderr = now.get(row, (None, "no command"))
+        if figure is None:
+            problems.append(f"{row}: strata plan failed: {stderr}")
+            continue
+        if figure != in_doc:
+            problems.append(f"{row}: the table says {in_doc} tokens/s a GPU, strata plan prints {figure} now")
+        pct = (in_doc - measured) / measured * 100
+        errors.append(abs(pct))
+        if error != f"{pct:+.1f}%":
+            problems.append(f"{row}: error {error} in the table, {pct:+.1f}% from its figures")
+    found = MAPE.search(text)
+    if not found:
+        problems.append("no 'mean absolute percentage error over N rows: **X%**' line")
+    elif errors:
+        n, mape = int(found.group(1)), float(found.group(2))
+        if n != len(errors) or abs(mape - round(sum(errors) / len(errors), 1)) > 1e-9:
+            problems.append(f"mean absolute percentage error: the doc says {mape}% over {n} rows, the rows give "
+                            f"{sum(errors) / len(errors):.1f}% over {len(errors)}")
+    for p in problems:
+        print("FAILED:", p)
+    print(f"{len(rows)} rows checked, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
