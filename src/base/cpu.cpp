@@ -9,10 +9,13 @@ namespace strata {
 
 static Isa probe() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
+  // Everything the per-ISA target pragmas of any kernel family enable (base/simd_*.inc).
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+  if (avx2) return Isa::Avx2;
   return Isa::Scalar;
 }
 
@@ -29,6 +32,14 @@ Isa detected_isa() {
     return best;
   }();
   return isa;
+}
+
+bool isa_available(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(detected_isa()); }
+
+void require_isa(std::string_view family, Isa isa) {
+  if (!isa_available(isa))
+    throw Error(std::string(family) + ": kernels for " + std::string(isa_name(isa)) + " requested, but only " +
+                std::string(isa_name(detected_isa())) + " is available");
 }
 
 std::string_view isa_name(Isa isa) {

@@ -62,7 +62,7 @@ struct Buffers {
       float v = float(int(i % 7) - 3);
       if (t == comm::DType::F32) std::memcpy(full.data() + 4 * i, &v, 4);
       else {
-        std::uint16_t h = t == comm::DType::BF16 ? comm::f32_to_bf16(v) : comm::f32_to_f16(v);
+        std::uint16_t h = t == comm::DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
         std::memcpy(full.data() + 2 * i, &h, 2);
       }
     }

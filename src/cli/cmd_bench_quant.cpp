@@ -19,7 +19,7 @@
 #include "base/error.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
-#include "quant/convert.hpp"
+#include "base/half.hpp"
 #include "quant/quant.hpp"
 
 namespace strata::cli {
@@ -88,8 +88,8 @@ void run_bench_quant(const BenchQuantOptions& opt) {
     std::normal_distribution<float> normal;
     for (std::size_t i = 0; i < n; ++i) {
       src[i] = normal(rng);
-      src_bf16[i] = quant::float_to_bf16(src[i]);
-      src_fp16[i] = quant::float_to_fp16(src[i]);
+      src_bf16[i] = float_to_bf16(src[i]);
+      src_fp16[i] = float_to_fp16(src[i]);
     }
 
     std::vector<Row> rows;

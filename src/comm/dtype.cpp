@@ -71,48 +71,4 @@ std::size_t chunk_valid(std::size_t n, std::size_t c, int k) {
   return std::min(c, n - begin);
 }
 
-float f16_to_f32(std::uint16_t h) {
-  std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-  std::uint32_t u;
-  if (exp == 0) {
-    // Zero or subnormal: mant * 2^-24 is exact in fp32.
-    float mag = float(mant) * 0x1p-24f;
-    std::memcpy(&u, &mag, 4);
-    u |= sign;
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u);  // inf, or quiet NaN
-  } else {
-    u = sign | ((exp + 112) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-std::uint16_t f32_to_f16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
-  std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;          // NaN
-  if (a >= 0x477ff000u) return sign | 0x7c00u;         // >= 65520 rounds to inf (65504 is odd)
-  if (a >= 0x38800000u) {                              // normal half (>= 2^-14)
-    std::uint32_t h = a - (112u << 23);
-    h += 0xfffu + ((h >> 13) & 1u);                     // ties to even; carries bump the exponent
-    return std::uint16_t(sign | (h >> 13));
-  }
-  // Subnormal half or zero: round (1.m * 2^(e-127)) * 2^24 to an integer, ties to even.
-  std::uint32_t e = a >> 23;
-  if (e < 102) return sign;  // below 2^-25: rounds to zero (2^-25 itself is a tie, to even 0)
-  std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  std::uint32_t shift = 126 - e;  // 14..24
-  std::uint32_t q = m >> shift;
-  std::uint32_t rem = m & ((1u << shift) - 1);
-  std::uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1u))) ++q;
-  return std::uint16_t(sign | q);
-}
-
 }  // namespace strata::comm

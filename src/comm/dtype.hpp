@@ -1,15 +1,16 @@
 #pragma once
 // Element types a collective can carry, typed buffer views, the padding rule every
-// collective shares, and the bf16/fp16 <-> fp32 conversions the reductions use.
+// collective shares. The bf16/fp16 <-> fp32 conversions the reductions use are base/half.hpp's.
 //
 // Quantized buffers (int8, int4 packed two per byte, low nibble first) travel as (data
 // bytes, fp32 scales): one scale per `block` consecutive elements. Collectives move both and
 // never look inside; the quantize/dequantize kernels live in src/quant.
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string_view>
 #include <type_traits>
+
+#include "base/half.hpp"
 
 namespace strata::comm {
 
@@ -87,22 +88,5 @@ inline Buf quantized(DType t, std::uint8_t* p, std::size_t n, float* scales, std
 inline CBuf quantized(DType t, const std::uint8_t* p, std::size_t n, const float* scales, std::size_t block) {
   return {t, p, n, scales, block};
 }
-
-// ---- bf16 / fp16 conversions (round to nearest, ties to even; NaN stays NaN) -----------
-inline float bf16_to_f32(std::uint16_t h) {
-  std::uint32_t u = std::uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline std::uint16_t f32_to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // carries into the exponent round up to the next binade / inf
-  return std::uint16_t(u >> 16);
-}
-float f16_to_f32(std::uint16_t h);
-std::uint16_t f32_to_f16(float f);
 
 }  // namespace strata::comm

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 #include "comm/communicator.hpp"
 #include "comm/reduce.hpp"
 
@@ -31,8 +32,8 @@ MpiFlat::MpiFlat(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), nam
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &position_);
   world_ranks_ = world_ranks_of(comm_);
-  MPI_Op_create(&sum16<bf16_to_f32, f32_to_bf16>, 1, &bf16_sum_);
-  MPI_Op_create(&sum16<f16_to_f32, f32_to_f16>, 1, &f16_sum_);
+  MPI_Op_create(&sum16<bf16_to_float, float_to_bf16>, 1, &bf16_sum_);
+  MPI_Op_create(&sum16<fp16_to_float, float_to_fp16>, 1, &f16_sum_);
 }
 
 MpiFlat::~MpiFlat() {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/half.hpp"
 
 namespace strata::comm {
 
@@ -18,13 +19,13 @@ struct F32 {
 };
 struct BF16 {
   using T = std::uint16_t;
-  static float load(T v) { return bf16_to_f32(v); }
-  static T store(float f) { return f32_to_bf16(f); }
+  static float load(T v) { return bf16_to_float(v); }
+  static T store(float f) { return float_to_bf16(f); }
 };
 struct F16 {
   using T = std::uint16_t;
-  static float load(T v) { return f16_to_f32(v); }
-  static T store(float f) { return f32_to_f16(f); }
+  static float load(T v) { return fp16_to_float(v); }
+  static T store(float f) { return float_to_fp16(f); }
 };
 
 // Element by element, each read before its write, so out may alias an input.

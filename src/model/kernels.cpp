@@ -3,9 +3,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <string>
-
-#include "base/error.hpp"
 
 namespace strata::model {
 
@@ -20,15 +17,7 @@ const Kernels& table();
 }
 
 const Kernels& kernels_for(Isa isa) {
-  if (static_cast<int>(isa) > static_cast<int>(detected_isa()))
-    throw Error("model: kernels for " + std::string(isa_name(isa)) + " requested, but only " +
-                std::string(isa_name(detected_isa())) + " is available");
-  switch (isa) {
-    case Isa::Avx512: return isa_avx512::table();
-    case Isa::Avx2: return isa_avx2::table();
-    case Isa::Scalar: break;
-  }
-  return isa_scalar::table();
+  return pick_for_isa("model", isa, isa_scalar::table, isa_avx2::table, isa_avx512::table);
 }
 
 Range share(int n, int parts, int part, int align) {

@@ -1,22 +1,23 @@
-// C++ lets the compiler fuse a*b+c into one FMA (GCC's default -ffp-contract=fast), and it
-// would do so in the vector paths but not in the baseline scalar path, breaking the
-// bit-for-bit agreement between instruction sets. Every operation here is rounded on its own.
+// The update's coefficients, the split of work over threads and the learning-rate schedule;
+// the kernels themselves are adamw_impl.inc, compiled per instruction set. No FMA here either:
+// the learning rate must not depend on the -march a build is given.
 #pragma GCC optimize("fp-contract=off")
 
 #include "optim/adamw.hpp"
 
-#include <immintrin.h>
-
 #include <cmath>
-#include <cstring>
 #include <numbers>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "optim/adamw_kernels.hpp"
 
 namespace strata::optim {
+
+using detail::AdamWKernels;
+using detail::Coefficients;
 
 namespace {
 
@@ -25,13 +26,6 @@ constexpr std::size_t kPieceFloats = 8192;
 // sum_squares reduces blocks of this many floats, then adds the block sums in order: the
 // order depends on n only, not on threads or instruction set.
 constexpr std::size_t kSumBlock = 8192;
-
-// Per-update constants, computed once in double and rounded to float once.
-struct Coefficients {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float inv_bias_correction1, inv_bias_correction2;
-  float eps, lr, weight_decay, grad_scale;
-};
 
 Coefficients make_coefficients(const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step,
                                float grad_scale) {
@@ -50,117 +44,9 @@ Coefficients make_coefficients(const AdamWConfig& hp, float lr, float weight_dec
           grad_scale};
 }
 
-// The reference sequence of operations; the vector paths below repeat it lane by lane.
-void adamw_scalar(float* p, const float* g, float* m, float* v, std::size_t n, const Coefficients& c) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float grad = g[i] * c.grad_scale;
-    const float mi = c.beta1 * m[i] + c.one_minus_beta1 * grad;
-    const float vi = c.beta2 * v[i] + c.one_minus_beta2 * (grad * grad);
-    const float m_hat = mi * c.inv_bias_correction1;
-    const float v_hat = vi * c.inv_bias_correction2;
-    const float update = m_hat / (std::sqrt(v_hat) + c.eps) + c.weight_decay * p[i];
-    p[i] = p[i] - c.lr * update;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
-#define STRATA_AVX512 __attribute__((target("avx512f")))
-#define STRATA_AVX2 __attribute__((target("avx2")))
-
-struct Avx512Coefficients {
-  __m512 beta1, one_minus_beta1, beta2, one_minus_beta2, inv_bc1, inv_bc2, eps, lr, weight_decay, grad_scale;
-};
-
-STRATA_AVX512 __attribute__((always_inline)) inline void adamw_lanes16(__m512& p, __m512 g, __m512& m, __m512& v,
-                                                                       const Avx512Coefficients& k) {
-  const __m512 grad = _mm512_mul_ps(g, k.grad_scale);
-  m = _mm512_add_ps(_mm512_mul_ps(k.beta1, m), _mm512_mul_ps(k.one_minus_beta1, grad));
-  v = _mm512_add_ps(_mm512_mul_ps(k.beta2, v), _mm512_mul_ps(k.one_minus_beta2, _mm512_mul_ps(grad, grad)));
-  const __m512 m_hat = _mm512_mul_ps(m, k.inv_bc1);
-  const __m512 v_hat = _mm512_mul_ps(v, k.inv_bc2);
-  // The zero-masked sqrt with a full mask is plain sqrt; the unmasked intrinsic trips GCC 12's
-  // false -Wmaybe-uninitialized on _mm512_undefined_ps.
-  const __m512 root = _mm512_maskz_sqrt_ps(0xFFFF, v_hat);
-  const __m512 update = _mm512_add_ps(_mm512_div_ps(m_hat, _mm512_add_ps(root, k.eps)),
-                                      _mm512_mul_ps(k.weight_decay, p));
-  p = _mm512_sub_ps(p, _mm512_mul_ps(k.lr, update));
-}
-
-STRATA_AVX512 void adamw_avx512(float* p, const float* g, float* m, float* v, std::size_t n,
-                                const Coefficients& c) {
-  const Avx512Coefficients k{_mm512_set1_ps(c.beta1),        _mm512_set1_ps(c.one_minus_beta1),
-                             _mm512_set1_ps(c.beta2),        _mm512_set1_ps(c.one_minus_beta2),
-                             _mm512_set1_ps(c.inv_bias_correction1), _mm512_set1_ps(c.inv_bias_correction2),
-                             _mm512_set1_ps(c.eps),          _mm512_set1_ps(c.lr),
-                             _mm512_set1_ps(c.weight_decay), _mm512_set1_ps(c.grad_scale)};
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 P = _mm512_loadu_ps(p + i), M = _mm512_loadu_ps(m + i), V = _mm512_loadu_ps(v + i);
-    adamw_lanes16(P, _mm512_loadu_ps(g + i), M, V, k);
-    _mm512_storeu_ps(p + i, P);
-    _mm512_storeu_ps(m + i, M);
-    _mm512_storeu_ps(v + i, V);
-  }
-  if (i < n) {  // the tail runs the same arithmetic on masked lanes
-    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    __m512 P = _mm512_maskz_loadu_ps(mask, p + i), M = _mm512_maskz_loadu_ps(mask, m + i),
-           V = _mm512_maskz_loadu_ps(mask, v + i);
-    adamw_lanes16(P, _mm512_maskz_loadu_ps(mask, g + i), M, V, k);
-    _mm512_mask_storeu_ps(p + i, mask, P);
-    _mm512_mask_storeu_ps(m + i, mask, M);
-    _mm512_mask_storeu_ps(v + i, mask, V);
-  }
-}
-
-struct Avx2Coefficients {
-  __m256 beta1, one_minus_beta1, beta2, one_minus_beta2, inv_bc1, inv_bc2, eps, lr, weight_decay, grad_scale;
-};
-
-STRATA_AVX2 __attribute__((always_inline)) inline void adamw_lanes8(__m256& p, __m256 g, __m256& m, __m256& v,
-                                                                    const Avx2Coefficients& k) {
-  const __m256 grad = _mm256_mul_ps(g, k.grad_scale);
-  m = _mm256_add_ps(_mm256_mul_ps(k.beta1, m), _mm256_mul_ps(k.one_minus_beta1, grad));
-  v = _mm256_add_ps(_mm256_mul_ps(k.beta2, v), _mm256_mul_ps(k.one_minus_beta2, _mm256_mul_ps(grad, grad)));
-  const __m256 m_hat = _mm256_mul_ps(m, k.inv_bc1);
-  const __m256 v_hat = _mm256_mul_ps(v, k.inv_bc2);
-  const __m256 update = _mm256_add_ps(_mm256_div_ps(m_hat, _mm256_add_ps(_mm256_sqrt_ps(v_hat), k.eps)),
-                                      _mm256_mul_ps(k.weight_decay, p));
-  p = _mm256_sub_ps(p, _mm256_mul_ps(k.lr, update));
-}
-
-STRATA_AVX2 void adamw_avx2(float* p, const float* g, float* m, float* v, std::size_t n, const Coefficients& c) {
-  const Avx2Coefficients k{_mm256_set1_ps(c.beta1),        _mm256_set1_ps(c.one_minus_beta1),
-                           _mm256_set1_ps(c.beta2),        _mm256_set1_ps(c.one_minus_beta2),
-                           _mm256_set1_ps(c.inv_bias_correction1), _mm256_set1_ps(c.inv_bias_correction2),
-                           _mm256_set1_ps(c.eps),          _mm256_set1_ps(c.lr),
-                           _mm256_set1_ps(c.weight_decay), _mm256_set1_ps(c.grad_scale)};
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 P = _mm256_loadu_ps(p + i), M = _mm256_loadu_ps(m + i), V = _mm256_loadu_ps(v + i);
-    adamw_lanes8(P, _mm256_loadu_ps(g + i), M, V, k);
-    _mm256_storeu_ps(p + i, P);
-    _mm256_storeu_ps(m + i, M);
-    _mm256_storeu_ps(v + i, V);
-  }
-  if (i < n) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 P = _mm256_maskload_ps(p + i, mask), M = _mm256_maskload_ps(m + i, mask),
-           V = _mm256_maskload_ps(v + i, mask);
-    adamw_lanes8(P, _mm256_maskload_ps(g + i, mask), M, V, k);
-    _mm256_maskstore_ps(p + i, mask, P);
-    _mm256_maskstore_ps(m + i, mask, M);
-    _mm256_maskstore_ps(v + i, mask, V);
-  }
-}
-
-void adamw_kernel(Isa isa, float* p, const float* g, float* m, float* v, std::size_t n, const Coefficients& c) {
-  switch (isa) {
-    case Isa::Avx512: return adamw_avx512(p, g, m, v, n, c);
-    case Isa::Avx2: return adamw_avx2(p, g, m, v, n, c);
-    case Isa::Scalar: return adamw_scalar(p, g, m, v, n, c);
-  }
+const AdamWKernels& kernels_for(Isa isa) {
+  return pick_for_isa("optim", isa, detail::isa_scalar::table, detail::isa_avx2::table,
+                      detail::isa_avx512::table);
 }
 
 // A run of elements (relative to the pointers handed in) with its weight decay.
@@ -176,86 +62,13 @@ void append_pieces(std::vector<Piece>& pieces, std::size_t offset, std::size_t n
 
 void run_pieces(Isa isa, const std::vector<Piece>& pieces, float* p, const float* g, float* m, float* v,
                 const Coefficients& decay, const Coefficients& no_decay) {
+  const auto update = kernels_for(isa).update;
   const auto count = static_cast<std::ptrdiff_t>(pieces.size());
 #pragma omp parallel for schedule(static) if (count > 1)
   for (std::ptrdiff_t i = 0; i < count; ++i) {
     const Piece& pc = pieces[static_cast<std::size_t>(i)];
-    adamw_kernel(isa, p + pc.offset, g + pc.offset, m + pc.offset, v + pc.offset, pc.n,
-                 pc.decay ? decay : no_decay);
+    update(p + pc.offset, g + pc.offset, m + pc.offset, v + pc.offset, pc.n, pc.decay ? decay : no_decay);
   }
-}
-
-// sum_squares' order, the same on every path: within a block, lane j (of kLanes) sums the
-// squares of elements i with i % kLanes == j in order; squares of floats are exact in double.
-// The lanes then fold in halves (j += j + width for width = 16, 8, ..., 1). Several
-// independent lanes keep the vector adders busy instead of waiting on one chain.
-constexpr std::size_t kLanes = 32;
-
-double fold_lanes(double lane[kLanes]) {
-  for (std::size_t width = kLanes / 2; width > 0; width /= 2)
-    for (std::size_t j = 0; j < width; ++j) lane[j] += lane[j + width];
-  return lane[0];
-}
-
-double block_sum_squares_scalar(const float* x, std::size_t n) {
-  double lane[kLanes] = {};
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = x[i];
-    lane[i % kLanes] += d * d;
-  }
-  return fold_lanes(lane);
-}
-
-// Zero-masked conversions with full masks: the unmasked intrinsic trips GCC 12's false
-// -Wmaybe-uninitialized on _mm512_undefined_pd.
-STRATA_AVX512 __attribute__((always_inline)) inline void accumulate_squares8(__m512d& acc, const float* x) {
-  const __m512d d = _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(x));
-  acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
-}
-
-STRATA_AVX512 double block_sum_squares_avx512(const float* x, std::size_t n) {
-  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < 4; ++k) accumulate_squares8(acc[k], x + i + 8 * k);
-  if (i < n) {  // zero lanes add +0.0, which leaves a non-negative sum unchanged
-    alignas(64) float tail[kLanes] = {};
-    std::memcpy(tail, x + i, (n - i) * sizeof(float));
-    for (int k = 0; k < 4; ++k) accumulate_squares8(acc[k], tail + 8 * k);
-  }
-  alignas(64) double lane[kLanes];
-  for (int k = 0; k < 4; ++k) _mm512_store_pd(lane + 8 * k, acc[k]);
-  return fold_lanes(lane);
-}
-
-STRATA_AVX2 __attribute__((always_inline)) inline void accumulate_squares4(__m256d& acc, const float* x) {
-  const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x));
-  acc = _mm256_add_pd(acc, _mm256_mul_pd(d, d));
-}
-
-STRATA_AVX2 double block_sum_squares_avx2(const float* x, std::size_t n) {
-  __m256d acc[8];
-  for (auto& a : acc) a = _mm256_setzero_pd();
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < 8; ++k) accumulate_squares4(acc[k], x + i + 4 * k);
-  if (i < n) {
-    alignas(32) float tail[kLanes] = {};
-    std::memcpy(tail, x + i, (n - i) * sizeof(float));
-    for (int k = 0; k < 8; ++k) accumulate_squares4(acc[k], tail + 4 * k);
-  }
-  alignas(32) double lane[kLanes];
-  for (int k = 0; k < 8; ++k) _mm256_store_pd(lane + 4 * k, acc[k]);
-  return fold_lanes(lane);
-}
-
-double block_sum_squares(Isa isa, const float* x, std::size_t n) {
-  switch (isa) {
-    case Isa::Avx512: return block_sum_squares_avx512(x, n);
-    case Isa::Avx2: return block_sum_squares_avx2(x, n);
-    case Isa::Scalar: return block_sum_squares_scalar(x, n);
-  }
-  return 0.0;
 }
 
 void check_hyperparameter(bool ok, const char* field, double value, const char* rule) {
@@ -276,13 +89,14 @@ void adamw_update_isa(Isa isa, float* params, const float* grads, float* exp_avg
 }
 
 double sum_squares_isa(Isa isa, const float* x, std::size_t n) {
+  const auto block_sum_squares = kernels_for(isa).block_sum_squares;
   const std::size_t blocks = (n + kSumBlock - 1) / kSumBlock;
   std::vector<double> partial(blocks);
   const auto count = static_cast<std::ptrdiff_t>(blocks);
 #pragma omp parallel for schedule(static) if (count > 1)
   for (std::ptrdiff_t b = 0; b < count; ++b) {
     const std::size_t begin = static_cast<std::size_t>(b) * kSumBlock;
-    partial[static_cast<std::size_t>(b)] = block_sum_squares(isa, x + begin, std::min(kSumBlock, n - begin));
+    partial[static_cast<std::size_t>(b)] = block_sum_squares(x + begin, std::min(kSumBlock, n - begin));
   }
   double total = 0.0;
   for (double s : partial) total += s;

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to src/quant: the per-instruction-set block kernels and the arithmetic they share.
-// The scalar functions here are the reference; the vector kernels perform the same IEEE
+// The scalar functions here are the reference; the vector primitives perform the same IEEE
 // operations lane by lane (absmax on bit patterns; scale and its inverse computed once per
 // block by these functions; one fp32 multiply and RNE; on the way back one fp32 multiply,
 // one fp32 add), so every path gives identical bits.
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <limits>
 
-#include "quant/convert.hpp"
+#include "base/half.hpp"
 #include "quant/quant.hpp"
 
 namespace strata::quant::detail {
@@ -34,18 +34,20 @@ using QuantizeBlocks = std::size_t (*)(Source source, const void* src, std::size
 using DequantizeBlocks = void (*)(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n,
                                   const QuantSpec& spec, std::size_t first, std::size_t last, void* dst);
 
-std::size_t quantize_blocks_scalar(Source, const void*, std::size_t, const QuantSpec&, std::size_t,
-                                   std::size_t, std::uint8_t*, float*);
-std::size_t quantize_blocks_avx2(Source, const void*, std::size_t, const QuantSpec&, std::size_t, std::size_t,
-                                 std::uint8_t*, float*);
-std::size_t quantize_blocks_avx512(Source, const void*, std::size_t, const QuantSpec&, std::size_t,
-                                   std::size_t, std::uint8_t*, float*);
-void dequantize_blocks_scalar(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&,
-                              std::size_t, std::size_t, void*);
-void dequantize_blocks_avx2(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&,
-                            std::size_t, std::size_t, void*);
-void dequantize_blocks_avx512(Sink, const std::uint8_t*, const float*, std::size_t, const QuantSpec&,
-                              std::size_t, std::size_t, void*);
+// One instruction set's kernels: quant/kernels_impl.inc compiled by kernels_<isa>.cpp.
+struct BlockKernels {
+  QuantizeBlocks quantize;
+  DequantizeBlocks dequantize;
+};
+namespace isa_scalar {
+const BlockKernels& table();
+}
+namespace isa_avx2 {
+const BlockKernels& table();
+}
+namespace isa_avx512 {
+const BlockKernels& table();
+}
 
 // Values in block b: block_size, or fewer for the last block.
 inline std::size_t block_length(std::size_t n, std::size_t block_size, std::size_t b) {

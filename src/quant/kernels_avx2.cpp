@@ -1,19 +1,20 @@
-// AVX2 kernels: 8 values a vector; a block's last few values (fewer than a step) go through
-// the scalar reference functions, which compute the same IEEE operations.
-// Built with target attributes, not a global -march, so the binary runs on any x86-64.
+// AVX2 build of the block kernels: vector parts of 8 values a vector (16 for the absmax of
+// 16-bit sources); a block's last few values go through the scalar reference in the .inc.
 #pragma GCC optimize("fp-contract=off")
 #include <immintrin.h>
 
 #include "quant/kernels.hpp"
 
-#define STRATA_AVX2 __attribute__((target("avx2,f16c")))
+// Everything below, and only it, may use AVX2; pick_for_isa() picks it only on CPUs that
+// have it. Standard headers stay above, compiled for the baseline.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
 
-namespace strata::quant::detail {
-
+namespace strata::quant::detail::isa_avx2 {
 namespace {
 
 template <Source S>
-STRATA_AVX2 inline __m256 load8(const void* src, std::size_t i) {
+inline __m256 load8(const void* src, std::size_t i) {
   if constexpr (S == Source::F32) {
     return _mm256_loadu_ps(static_cast<const float*>(src) + i);
   } else {
@@ -26,17 +27,15 @@ STRATA_AVX2 inline __m256 load8(const void* src, std::size_t i) {
   }
 }
 
-STRATA_AVX2 inline std::uint32_t reduce_max_epu32(__m256i v) {
+inline std::uint32_t reduce_max_epu32(__m256i v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
 }
 
-// The block's largest |x| as an fp32 bit pattern (NaN and infinity above every finite one).
 template <Source S>
-STRATA_AVX2 inline std::uint32_t block_absmax_bits(const void* src, std::size_t begin, std::size_t len) {
-  std::uint32_t absmax;
+std::size_t absmax_head(const void* src, std::size_t begin, std::size_t len, std::uint32_t& absmax) {
   std::size_t i = 0;
   if constexpr (S == Source::F32) {
     const __m256i abs_mask = _mm256_set1_epi32(static_cast<int>(kAbsMask));
@@ -56,29 +55,26 @@ STRATA_AVX2 inline std::uint32_t block_absmax_bits(const void* src, std::size_t 
         _mm256_max_epu32(_mm256_and_si256(m, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(m, 16));
     absmax = widen_abs_bits(S, static_cast<std::uint16_t>(reduce_max_epu32(folded)));
   }
-  for (; i < len; ++i) absmax = std::max(absmax, abs_bits(load_value(S, src, begin + i)));
-  return absmax;
+  return i;
 }
 
-STRATA_AVX2 inline __m256i quantize8(__m256 x, __m256 inverse) {
+inline __m256i quantize8(__m256 x, __m256 inverse) {
   const __m256 rounded = _mm256_round_ps(_mm256_mul_ps(x, inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   return _mm256_cvttps_epi32(rounded);  // exact: already an integer
 }
 
 // 32 quantized values (4 x 8 int32 in [-127, 127]) -> 32 int8 in order. The in-lane packs
 // leave 4-value groups in lane-major order; one dword permute restores value order.
-STRATA_AVX2 inline __m256i narrow32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+inline __m256i narrow32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
   const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
   return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// Writes the block's used bytes; scale > 0. The last len % 8 values go through the scalar path.
+// Whole vectors of 8 values: 32 at a time, then 8 at a time.
 template <Source S, QuantBits B>
-STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::size_t len, float inverse,
-                                       std::uint8_t* out) {
+std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, float inverse, std::uint8_t* out) {
   const __m256 inverse_v = _mm256_set1_ps(inverse);
-  auto quantize_at = [&](std::size_t i)
-                         STRATA_AVX2 { return quantize8(load8<S>(src, begin + i), inverse_v); };
+  auto quantize_at = [&](std::size_t i) { return quantize8(load8<S>(src, begin + i), inverse_v); };
   std::size_t i = 0;
   for (; i + 32 <= len; i += 32) {
     const __m256i bytes =
@@ -107,42 +103,12 @@ STRATA_AVX2 inline void quantize_block(const void* src, std::size_t begin, std::
       std::memcpy(out + i / 2, &four, sizeof four);
     }
   }
-  for (; i < len; ++i) {
-    const int q = quantize_value(load_value(S, src, begin + i), inverse);
-    if constexpr (B == QuantBits::Int8)
-      out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
-    else if (i % 2 == 0)
-      out[i / 2] = static_cast<std::uint8_t>(q & 0x0f);  // the odd partner, if any, comes next
-    else
-      out[i / 2] = static_cast<std::uint8_t>(out[i / 2] | (q & 0x0f) << 4);
-  }
-}
-
-template <Source S, QuantBits B>
-STRATA_AVX2 std::size_t quantize_range(const void* src, std::size_t n, std::size_t bs, std::size_t first,
-                                       std::size_t last, std::uint8_t* data, float* scales) {
-  const std::size_t stride = block_bytes(QuantSpec{B, static_cast<int>(bs)});
-  const int qm = qmax(B);
-  for (std::size_t b = first; b < last; ++b) {
-    const std::size_t begin = b * bs, len = block_length(n, bs, b);
-    const std::uint32_t absmax = block_absmax_bits<S>(src, begin, len);
-    if (absmax >= kInfBits) return b;
-    const float scale = block_scale(absmax, qm);
-    scales[b] = scale;
-    std::uint8_t* out = data + b * stride;
-    if (scale == 0.0f) {  // all zeros: x / 0 would be NaN
-      std::memset(out, 0, stride);
-      continue;
-    }
-    quantize_block<S, B>(src, begin, len, block_inverse(scale), out);
-    zero_block_padding(out, B == QuantBits::Int8 ? len : (len + 1) / 2, stride);
-  }
-  return kAllFinite;
+  return i;
 }
 
 // 16 quantized values from value index i of a block, as int8 in order.
 template <QuantBits B>
-STRATA_AVX2 inline __m128i load_q16(const std::uint8_t* in, std::size_t i) {
+inline __m128i load_q16(const std::uint8_t* in, std::size_t i) {
   if constexpr (B == QuantBits::Int8) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
   } else {
@@ -159,97 +125,48 @@ STRATA_AVX2 inline __m128i load_q16(const std::uint8_t* in, std::size_t i) {
 
 // fp32 -> bf16 bit patterns in 32-bit lanes, as float_to_bf16 does it. Its NaN case is left
 // out: a dequantized value is an integer times a finite scale (scales are checked).
-STRATA_AVX2 inline __m256i to_bf16(__m256 value) {
+inline __m256i to_bf16(__m256 value) {
   const __m256i bits = _mm256_castps_si256(value);
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd), 16);
 }
 
+// Whole groups of 16 values.
 template <Sink K, QuantBits B>
-STRATA_AVX2 void dequantize_range(const std::uint8_t* data, const float* scales, std::size_t n,
-                                  std::size_t bs, std::size_t first, std::size_t last, void* dst) {
-  const std::size_t stride = block_bytes(QuantSpec{B, static_cast<int>(bs)});
-  for (std::size_t b = first; b < last; ++b) {
-    const std::size_t begin = b * bs, len = block_length(n, bs, b), full = len & ~std::size_t{15};
-    const std::uint8_t* in = data + b * stride;
-    const float scale = scales[b];
-    const __m256 scale_v = _mm256_set1_ps(scale);
-    for (std::size_t i = 0; i < full; i += 16) {
-      const __m128i q = load_q16<B>(in, i);
-      const __m256 low = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale_v);
-      const __m256 high = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), scale_v);
-      if constexpr (K == Sink::F32) {
-        float* p = static_cast<float*>(dst) + begin + i;
-        _mm256_storeu_ps(p, low);
-        _mm256_storeu_ps(p + 8, high);
-      } else if constexpr (K == Sink::AddF32) {
-        float* p = static_cast<float*>(dst) + begin + i;
-        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), low));
-        _mm256_storeu_ps(p + 8, _mm256_add_ps(_mm256_loadu_ps(p + 8), high));
-      } else {
-        // The in-lane pack interleaves 4-value groups of the halves; a qword permute restores order.
-        const __m256i packed = _mm256_packus_epi32(to_bf16(low), to_bf16(high));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(dst) + begin + i),
-                            _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
-      }
-    }
-    for (std::size_t i = full; i < len; ++i) {
-      const int q = B == QuantBits::Int8 ? static_cast<std::int8_t>(in[i]) : int4_value(in[i / 2], i);
-      const float value = static_cast<float>(q) * scale;
-      if constexpr (K == Sink::F32)
-        static_cast<float*>(dst)[begin + i] = value;
-      else if constexpr (K == Sink::AddF32)
-        static_cast<float*>(dst)[begin + i] += value;
-      else
-        static_cast<std::uint16_t*>(dst)[begin + i] = float_to_bf16(value);
+std::size_t dequantize_head(const std::uint8_t* in, float scale, std::size_t len, void* dst, std::size_t begin) {
+  const std::size_t full = len & ~std::size_t{15};
+  const __m256 scale_v = _mm256_set1_ps(scale);
+  for (std::size_t i = 0; i < full; i += 16) {
+    const __m128i q = load_q16<B>(in, i);
+    const __m256 low = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale_v);
+    const __m256 high = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), scale_v);
+    if constexpr (K == Sink::F32) {
+      float* p = static_cast<float*>(dst) + begin + i;
+      _mm256_storeu_ps(p, low);
+      _mm256_storeu_ps(p + 8, high);
+    } else if constexpr (K == Sink::AddF32) {
+      float* p = static_cast<float*>(dst) + begin + i;
+      _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), low));
+      _mm256_storeu_ps(p + 8, _mm256_add_ps(_mm256_loadu_ps(p + 8), high));
+    } else {
+      // The in-lane pack interleaves 4-value groups of the halves; a qword permute restores order.
+      const __m256i packed = _mm256_packus_epi32(to_bf16(low), to_bf16(high));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(dst) + begin + i),
+                          _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
     }
   }
+  return full;
 }
 
-template <Source S>
-std::size_t quantize_bits(const void* src, std::size_t n, const QuantSpec& spec, std::size_t first,
-                          std::size_t last, std::uint8_t* data, float* scales) {
-  const auto bs = static_cast<std::size_t>(spec.block_size);
-  return spec.bits == QuantBits::Int8
-             ? quantize_range<S, QuantBits::Int8>(src, n, bs, first, last, data, scales)
-             : quantize_range<S, QuantBits::Int4>(src, n, bs, first, last, data, scales);
-}
-
-template <Sink K>
-void dequantize_bits(const std::uint8_t* data, const float* scales, std::size_t n, const QuantSpec& spec,
-                     std::size_t first, std::size_t last, void* dst) {
-  const auto bs = static_cast<std::size_t>(spec.block_size);
-  if (spec.bits == QuantBits::Int8)
-    dequantize_range<K, QuantBits::Int8>(data, scales, n, bs, first, last, dst);
-  else
-    dequantize_range<K, QuantBits::Int4>(data, scales, n, bs, first, last, dst);
-}
+#include "quant/kernels_impl.inc"
 
 }  // namespace
 
-std::size_t quantize_blocks_avx2(Source source, const void* src, std::size_t n, const QuantSpec& spec,
-                                 std::size_t first, std::size_t last, std::uint8_t* data, float* scales) {
-  switch (source) {
-    case Source::F32:
-      return quantize_bits<Source::F32>(src, n, spec, first, last, data, scales);
-    case Source::BF16:
-      return quantize_bits<Source::BF16>(src, n, spec, first, last, data, scales);
-    case Source::F16:
-      return quantize_bits<Source::F16>(src, n, spec, first, last, data, scales);
-  }
-  return kAllFinite;
+#pragma GCC pop_options
+
+const BlockKernels& table() {
+  static const BlockKernels k{quantize_blocks, dequantize_blocks};
+  return k;
 }
 
-void dequantize_blocks_avx2(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n,
-                            const QuantSpec& spec, std::size_t first, std::size_t last, void* dst) {
-  switch (sink) {
-    case Sink::F32:
-      return dequantize_bits<Sink::F32>(data, scales, n, spec, first, last, dst);
-    case Sink::BF16:
-      return dequantize_bits<Sink::BF16>(data, scales, n, spec, first, last, dst);
-    case Sink::AddF32:
-      return dequantize_bits<Sink::AddF32>(data, scales, n, spec, first, last, dst);
-  }
-}
-
-}  // namespace strata::quant::detail
+}  // namespace strata::quant::detail::isa_avx2

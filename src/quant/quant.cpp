@@ -39,40 +39,14 @@ std::size_t for_block_ranges(std::size_t n, const QuantSpec& spec, Work work) {
   return first_bad;
 }
 
-QuantizeBlocks quantize_kernel(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar:
-      return quantize_blocks_scalar;
-    case Isa::Avx2:
-      return quantize_blocks_avx2;
-    case Isa::Avx512:
-      return quantize_blocks_avx512;
-  }
-  return quantize_blocks_scalar;
-}
-
-DequantizeBlocks dequantize_kernel(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar:
-      return dequantize_blocks_scalar;
-    case Isa::Avx2:
-      return dequantize_blocks_avx2;
-    case Isa::Avx512:
-      return dequantize_blocks_avx512;
-  }
-  return dequantize_blocks_scalar;
-}
-
-void require_usable(Isa isa) {
-  if (!isa_usable(isa))
-    throw Error(fmt::format("quant: the {} kernels need CPU features this machine lacks", isa_name(isa)));
+const BlockKernels& kernels_for(Isa isa) {
+  return pick_for_isa("quant", isa, isa_scalar::table, isa_avx2::table, isa_avx512::table);
 }
 
 void run_quantize(Source source, const void* src, std::size_t n, const QuantSpec& spec, std::uint8_t* data,
                   float* scales, Isa isa) {
   check_spec(spec);
-  require_usable(isa);
-  const QuantizeBlocks kernel = quantize_kernel(isa);
+  const QuantizeBlocks kernel = kernels_for(isa).quantize;
   const std::size_t bad = for_block_ranges(n, spec, [&](std::size_t first, std::size_t last) {
     return kernel(source, src, n, spec, first, last, data, scales);
   });
@@ -90,7 +64,7 @@ void run_quantize(Source source, const void* src, std::size_t n, const QuantSpec
 void run_dequantize(Sink sink, const std::uint8_t* data, const float* scales, std::size_t n,
                     const QuantSpec& spec, void* dst, Isa isa) {
   check_spec(spec);
-  require_usable(isa);
+  const DequantizeBlocks kernel = kernels_for(isa).dequantize;
   // Checked up front so a bad scale leaves dst untouched (dequantize_add must not half-add).
   const std::size_t blocks = num_blocks(n, spec);
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -98,7 +72,6 @@ void run_dequantize(Sink sink, const std::uint8_t* data, const float* scales, st
       throw Error(fmt::format("dequantize: scale of block {} is {}; scales must be finite and not negative",
                               b, scales[b]));
   }
-  const DequantizeBlocks kernel = dequantize_kernel(isa);
   for_block_ranges(n, spec, [&](std::size_t first, std::size_t last) {
     kernel(sink, data, scales, n, spec, first, last, dst);
     return kAllFinite;
@@ -132,19 +105,7 @@ std::size_t quantized_bytes(std::size_t n, const QuantSpec& spec) {
   return num_blocks(n, spec) * block_bytes(spec);
 }
 
-bool isa_usable(Isa isa) {
-  __builtin_cpu_init();
-  switch (isa) {
-    case Isa::Scalar:
-      return true;
-    case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    case Isa::Avx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-  }
-  return false;
-}
+bool isa_usable(Isa isa) { return isa_available(isa); }
 
 void quantize(const float* src, std::size_t n, const QuantSpec& spec, std::uint8_t* data, float* scales,
               Isa isa) {

@@ -7,7 +7,7 @@
 
 #include "base/aligned.hpp"
 #include "base/error.hpp"
-#include "quant/convert.hpp"
+#include "base/half.hpp"
 #include "quant/quant.hpp"
 
 namespace strata::shard {
@@ -59,12 +59,12 @@ void WireBuffer::encode(const float* src, std::size_t offset, std::size_t n) {
     case DType::F32: std::memcpy(dst, src, 4 * n); break;
     case DType::BF16: {
       auto* d = reinterpret_cast<std::uint16_t*>(dst);
-      for (std::size_t i = 0; i < n; ++i) d[i] = quant::float_to_bf16(src[i]);
+      for (std::size_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
       break;
     }
     case DType::F16: {
       auto* d = reinterpret_cast<std::uint16_t*>(dst);
-      for (std::size_t i = 0; i < n; ++i) d[i] = quant::float_to_fp16(src[i]);
+      for (std::size_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
       break;
     }
     case DType::I8:
@@ -78,12 +78,12 @@ void WireBuffer::decode(std::size_t offset, std::size_t n, float* dst) const {
     case DType::F32: std::memcpy(dst, src, 4 * n); break;
     case DType::BF16: {
       auto* s = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = quant::bf16_to_float(s[i]);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       break;
     }
     case DType::F16: {
       auto* s = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = quant::fp16_to_float(s[i]);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
       break;
     }
     case DType::I8:

@@ -65,7 +65,7 @@ double HostBuf::value(std::size_t i) const {
   }
   std::uint16_t h;
   std::memcpy(&h, data.data() + 2 * i, 2);
-  return dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  return dtype == DType::BF16 ? bf16_to_float(h) : fp16_to_float(h);
 }
 
 void HostBuf::set(std::size_t i, float v) {
@@ -73,7 +73,7 @@ void HostBuf::set(std::size_t i, float v) {
     std::memcpy(data.data() + 4 * i, &v, 4);
     return;
   }
-  std::uint16_t h = dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+  std::uint16_t h = dtype == DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
   std::memcpy(data.data() + 2 * i, &h, 2);
 }
 

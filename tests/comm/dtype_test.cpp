@@ -87,37 +87,37 @@ TEST(DType, BytesScalesAndBlocks) {
 
 TEST(Convert, Bf16WidenIsExactAndNarrowIsNearestEven) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {  // every bf16 survives a round trip
-    float f = bf16_to_f32(std::uint16_t(h));
+    float f = bf16_to_float(std::uint16_t(h));
     if (std::isnan(f)) {
-      EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(f))));
+      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f))));
       continue;
     }
-    EXPECT_EQ(f32_to_bf16(f), h);
+    EXPECT_EQ(float_to_bf16(f), h);
   }
   std::mt19937 rng(1);
   std::uniform_int_distribution<std::uint32_t> bits;
   for (int i = 0; i < 200000; ++i) {
     float f = from_bits(bits(rng));
     if (std::isnan(f)) {
-      EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(f))));
+      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f))));
       continue;
     }
     double want = nearest_even(f, 7, -126, 0x1.fep127);
-    EXPECT_EQ(double(bf16_to_f32(f32_to_bf16(f))), want) << std::hexfloat << f;
+    EXPECT_EQ(double(bf16_to_float(float_to_bf16(f))), want) << std::hexfloat << f;
   }
   // Ties: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7 -> even (1); 1 + 3*2^-8 -> 1 + 2^-6.
-  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 0x1p-8f)), 1.0f);
-  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
 }
 
 TEST(Convert, F16WidenIsExactAndNarrowIsNearestEven) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
-    float f = f16_to_f32(std::uint16_t(h));
+    float f = fp16_to_float(std::uint16_t(h));
     if (std::isnan(f)) {
-      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f))));
+      EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(f))));
       continue;
     }
-    EXPECT_EQ(f32_to_f16(f), h) << std::hex << h;
+    EXPECT_EQ(float_to_fp16(f), h) << std::hex << h;
     // Widening is exact: the value decoded from the fields in float64.
     int exp = (h >> 10) & 31, mant = h & 1023;
     double v = exp == 0 ? std::ldexp(mant, -24) : exp == 31 ? INFINITY : std::ldexp(1024 + mant, exp - 25);
@@ -131,14 +131,14 @@ TEST(Convert, F16WidenIsExactAndNarrowIsNearestEven) {
     float f = i % 3 == 0 ? from_bits(bits(rng)) : i % 3 == 1 ? small(rng) : tiny(rng);
     if (std::isnan(f)) continue;
     double want = nearest_even(f, 10, -14, 65504.0);
-    EXPECT_EQ(double(f16_to_f32(f32_to_f16(f))), want) << std::hexfloat << f;
+    EXPECT_EQ(double(fp16_to_float(float_to_fp16(f))), want) << std::hexfloat << f;
   }
-  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bffu);  // below the tie: max finite
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00u);  // the tie rounds to even = inf
-  EXPECT_EQ(f32_to_f16(0x1p-25f), 0u);       // half the smallest subnormal: tie to 0
-  EXPECT_EQ(f32_to_f16(0x1.000002p-25f), 1u);
-  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000u);
-  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+  EXPECT_EQ(float_to_fp16(65519.0f), 0x7bffu);  // below the tie: max finite
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00u);  // the tie rounds to even = inf
+  EXPECT_EQ(float_to_fp16(0x1p-25f), 0u);       // half the smallest subnormal: tie to 0
+  EXPECT_EQ(float_to_fp16(0x1.000002p-25f), 1u);
+  EXPECT_EQ(float_to_fp16(-0.0f), 0x8000u);
+  EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(NAN))));
 }
 
 TEST(Reduce, AddAndSumSlotsMatchFloat64) {
@@ -154,9 +154,9 @@ TEST(Reduce, AddAndSumSlotsMatchFloat64) {
         std::memcpy(slots.data() + 4 * i, &v, 4);
         return double(v);
       }
-      std::uint16_t h = t == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+      std::uint16_t h = t == DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
       std::memcpy(slots.data() + 2 * i, &h, 2);
-      return double(t == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h));
+      return double(t == DType::BF16 ? bf16_to_float(h) : fp16_to_float(h));
     };
     for (int j = 0; j < k; ++j)
       for (std::size_t i = 0; i < n; ++i) {
@@ -172,7 +172,7 @@ TEST(Reduce, AddAndSumSlotsMatchFloat64) {
       }
       std::uint16_t h;
       std::memcpy(&h, b.data() + 2 * i, 2);
-      return double(t == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h));
+      return double(t == DType::BF16 ? bf16_to_float(h) : fp16_to_float(h));
     };
     const double u = t == DType::F32 ? 0x1p-24 : t == DType::BF16 ? 0x1p-8 : 0x1p-11;
     sum_slots(t, slots.data(), k, n, out.data(), 2.0f);

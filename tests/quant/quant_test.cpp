@@ -16,7 +16,7 @@
 
 #include "base/cpu.hpp"
 #include "base/error.hpp"
-#include "quant/convert.hpp"
+#include "base/half.hpp"
 
 using namespace strata;
 using namespace strata::quant;

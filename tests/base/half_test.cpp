@@ -1,6 +1,6 @@
 // fp32 <-> bf16/fp16 against references built from the formats' definitions in float64:
 // decode fields with ldexp, and round by picking the nearer neighbour (ties to the even one).
-#include "quant/convert.hpp"
+#include "base/half.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-using namespace strata::quant;
+using namespace strata;
 
 namespace {
 

@@ -3,11 +3,12 @@
 // Each format has its own functions: a bf16 is never read as an fp16 or the other way round.
 // Narrowing rounds to nearest, ties to even, whatever the FPU rounding mode: it is done on
 // integers. NaN stays NaN (quiet, sign and top payload bits kept); overflow gives infinity.
-// Header-only and free of other strata headers so any module can use it.
+// The one implementation: comm's reductions, quant's kernels (whose vector paths repeat it
+// lane by lane) and the engine's wire buffers all call these.
 #include <bit>
 #include <cstdint>
 
-namespace strata::quant {
+namespace strata {
 
 // bf16 is the top half of an fp32: widening is exact.
 inline float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); }
@@ -68,4 +69,4 @@ inline std::uint16_t float_to_fp16(float f) {
   return static_cast<std::uint16_t>(sign | q);
 }
 
-}  // namespace strata::quant
+}  // namespace strata

@@ -1,0 +1,51 @@
+// AVX2 build of the AdamW kernels (8 floats a vector; sums of squares 4 doubles a vector).
+#pragma GCC optimize("fp-contract=off")
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "optim/adamw_kernels.hpp"
+
+// Everything below, and only it, may use AVX2; pick_for_isa() picks it only on CPUs that
+// have it. Standard headers stay above, compiled for the baseline.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace strata::optim::detail::isa_avx2 {
+namespace {
+
+#include "base/simd_avx2.inc"
+
+struct SquareSums {
+  __m256d lane[kSquareLanes / 4];
+};
+inline SquareSums squares_zero() {
+  SquareSums acc;
+  for (auto& a : acc.lane) a = _mm256_setzero_pd();
+  return acc;
+}
+inline void add_squares(SquareSums& acc, const float* x) {
+  for (std::size_t k = 0; k < kSquareLanes / 4; ++k) {
+    const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x + 4 * k));
+    acc.lane[k] = _mm256_add_pd(acc.lane[k], _mm256_mul_pd(d, d));
+  }
+}
+inline void store_squares(double* lanes, const SquareSums& acc) {
+  for (std::size_t k = 0; k < kSquareLanes / 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc.lane[k]);
+}
+
+#include "optim/adamw_impl.inc"
+
+}  // namespace
+
+#pragma GCC pop_options
+
+const AdamWKernels& table() {
+  static const AdamWKernels k{update_elements, block_sum_squares};
+  return k;
+}
+
+}  // namespace strata::optim::detail::isa_avx2

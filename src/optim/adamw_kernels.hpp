@@ -1,0 +1,40 @@
+#pragma once
+// Internal to src/optim: the AdamW and sum-of-squares kernels of one instruction set, written
+// once in adamw_impl.inc and compiled by adamw_<isa>.cpp (see base/cpu.hpp). Every element
+// goes through the same IEEE operations on every path (adamw.hpp says why), so these files
+// compile with fp-contract off.
+#include <cstddef>
+
+namespace strata::optim::detail {
+
+// Per-update constants, computed once in double and rounded to float once.
+struct Coefficients {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float inv_bias_correction1, inv_bias_correction2;
+  float eps, lr, weight_decay, grad_scale;
+};
+
+// sum_squares' order, the same on every path: within a block, lane j (of kSquareLanes) sums
+// the squares of elements i with i % kSquareLanes == j in order; squares of floats are exact
+// in double. The lanes then fold in halves (j += j + width for width = 16, 8, ..., 1).
+// Several independent lanes keep the vector adders busy instead of waiting on one chain.
+inline constexpr std::size_t kSquareLanes = 32;
+
+struct AdamWKernels {
+  // One AdamW update of n elements.
+  void (*update)(float* p, const float* g, float* m, float* v, std::size_t n, const Coefficients& c);
+  // The sum of squares of n floats, in the order above.
+  double (*block_sum_squares)(const float* x, std::size_t n);
+};
+
+namespace isa_scalar {
+const AdamWKernels& table();
+}
+namespace isa_avx2 {
+const AdamWKernels& table();
+}
+namespace isa_avx512 {
+const AdamWKernels& table();
+}
+
+}  // namespace strata::optim::detail
