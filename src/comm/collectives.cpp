@@ -8,6 +8,14 @@ namespace strata::comm {
 
 std::string_view reduce_op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "avg"; }
 
+void Collectives::reduce_scatter_inline(CBuf full, Buf shard, float divisor) {
+  if (divisor != 1.0f && divisor != float(size()))
+    throw Error(fmt::format("reduce_scatter on group '{}': a reduction divided by {} (a composition's average); this "
+                            "backend divides only by its own size {}",
+                            name(), divisor, size()));
+  reduce_scatter_async(full, shard, divisor == 1.0f ? ReduceOp::Sum : ReduceOp::Avg).wait();
+}
+
 namespace {
 
 std::string where(const Collectives& g, std::string_view op) { return fmt::format("{} on group '{}'", op, g.name()); }

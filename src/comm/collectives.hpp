@@ -4,7 +4,8 @@
 //                   all-gather / reduce-scatter / all-reduce, pairwise all-to-all, binomial
 //                   broadcast, dissemination barrier), every message accounted and, when
 //                   asked, link-emulated;
-//   Hierarchy     - compositions of Communicators over nested tiers (hierarchy.hpp);
+//   Hierarchy     - compositions of Communicators over nested tiers (hierarchy.hpp, run
+//                   as chains of per-level steps, compose.hpp);
 //   MpiFlat       - Open MPI's own collectives (a baseline for benchmarks);
 //   NcclCommunicator - device memory through NCCL (built when CUDA is found).
 //
@@ -60,10 +61,10 @@ class Collectives {
   // encoding between them, as one such task on the communication thread. The defaults wait
   // for the asynchronous forms, right for backends that enqueue on their own stream
   // (NCCL); backends whose asynchronous forms queue on the communication thread override.
+  // A reduction divides its final fp32 sums by `divisor` (1: sum; a composition over
+  // several levels averages over all of them at its last, compose.hpp).
   virtual void all_gather_inline(CBuf shard, Buf full) { all_gather_async(shard, full).wait(); }
-  virtual void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) {
-    reduce_scatter_async(full, shard, op).wait();
-  }
+  virtual void reduce_scatter_inline(CBuf full, Buf shard, float divisor);
   virtual void all_to_all_inline(CBuf send, Buf recv) { all_to_all_async(send, recv).wait(); }
 
   void all_gather(CBuf shard, Buf full) { all_gather_async(shard, full).wait(); }

@@ -51,9 +51,7 @@ class Communicator final : public Collectives {
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
   void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
-  void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) override {
-    run_reduce_scatter(full, shard, op == ReduceOp::Avg ? float(size()) : 1.0f);
-  }
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override { run_reduce_scatter(full, shard, divisor); }
   void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
 
   // ---- On the communication thread only (algorithms, Hierarchy) ----

@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/reduce.hpp"
 
 namespace strata::comm {
 
 namespace {
-// Scratch slots of a Hierarchy (its own Scratch; the levels keep theirs).
-constexpr int kPadded = 0, kWorkA = 1, kWorkB = 2;
+// Scratch slots of a Hierarchy (its own Scratch; the levels keep theirs): 0..3 hold what
+// lies between a chain's steps (HostChainScratch), then the padded input, and the
+// all-to-all's two layouts.
+constexpr int kPadded = 4, kWorkA = 5, kWorkB = 6;
 
 // dst block (y, x) = src block (x, y) for an X x Y grid of blocks of `blk` elements.
 void transpose_blocks(const CBuf& src, const Buf& dst, int X, int Y, std::size_t blk) {
@@ -36,6 +37,7 @@ Hierarchy::Hierarchy(std::string name, std::vector<Communicator*> levels)
     size_ *= l->size();
     digits_.push_back(l->index());
     index_ = index_ * l->size() + l->index();
+    level_sizes_.push_back(l->size());
     if (l->size() > 1) {
       active_.push_back(l);
       active_digits_.push_back(l->index());
@@ -44,6 +46,10 @@ Hierarchy::Hierarchy(std::string name, std::vector<Communicator*> levels)
   if (active_.empty()) {  // a group of one: level 0 performs the local copies
     active_.push_back(levels_.front());
     active_digits_.push_back(0);
+  }
+  for (Communicator* l : active_) {
+    active_levels_.push_back(l);
+    active_sizes_.push_back(l->size());
   }
 }
 
@@ -59,36 +65,25 @@ int Hierarchy::world_rank_of(int index) const {
 }
 
 std::size_t Hierarchy::level_elements(std::size_t n, DType t, std::size_t block, int l) const {
-  std::size_t elements = chunk_count(n, size_, granule(t, block)) * std::size_t(size_);
-  for (int i = 0; i < l; ++i) elements /= std::size_t(levels_.at(i)->size());
-  return elements;
+  return comm::level_elements(level_sizes_, chunk_count(n, size_, granule(t, block)) * std::size_t(size_), l);
 }
 
 // ---- compositions (communication thread) ------------------------------------------------
 
-void Hierarchy::run_reduce_scatter(CBuf full, Buf shard, float divisor) {
+void Hierarchy::run_reduction(CBuf full, Buf shard, float divisor, StepKind kind) {
   const std::size_t padded = shard.count * std::size_t(size_);
   CBuf cur = full.count == padded ? full : CBuf(scratch_.padded_copy(kPadded, full, padded));
-  const int k = int(active_.size()) - 1;
-  for (int l = 0; l <= k; ++l) {
-    std::size_t next = cur.count / std::size_t(active_[l]->size());
-    Buf out = l == k ? shard : scratch_.view(l % 2 ? kWorkB : kWorkA, full.dtype, next, full.block);
-    active_[l]->run_reduce_scatter(cur, out, l == k ? divisor : 1.0f);
-    cur = out;
-  }
+  const auto steps = reduce_scatter_steps(active_sizes_, padded, 0, int(active_.size()), kind, full.dtype, full.block);
+  HostChainScratch between(scratch_);
+  run_chain(active_levels_, steps, cur, &shard, divisor, between);
 }
 
 void Hierarchy::run_all_gather(CBuf shard, Buf full) {
   const std::size_t padded = shard.count * std::size_t(size_);
-  CBuf cur = shard;
-  for (int l = int(active_.size()) - 1; l >= 0; --l) {
-    std::size_t next = cur.count * std::size_t(active_[l]->size());
-    Buf out = (l == 0 && full.count == padded) ? full
-                                                : scratch_.view(l % 2 ? kWorkB : kWorkA, full.dtype, next, full.block);
-    active_[l]->run_all_gather(cur, out);
-    cur = out;
-  }
-  if (full.count != padded) copy_elements(cur, 0, full, 0, full.count);
+  const auto steps = all_gather_steps(active_sizes_, padded, int(active_.size()), 0, shard.dtype, shard.block);
+  HostChainScratch between(scratch_);
+  CBuf got = run_chain(active_levels_, steps, shard, full.count == padded ? &full : nullptr, 1.0f, between);
+  if (full.count != padded) copy_elements(got, 0, full, 0, full.count);
 }
 
 void Hierarchy::run_all_to_all(CBuf send, Buf recv) {
@@ -137,21 +132,6 @@ void Hierarchy::run_broadcast(Buf data, int root) {
   }
 }
 
-void Hierarchy::run_reduce_scatter_by_all_to_all(CBuf full, Buf shard, float divisor) {
-  const std::size_t padded = shard.count * std::size_t(size_);
-  CBuf cur = full.count == padded ? full : CBuf(scratch_.padded_copy(kPadded, full, padded));
-  const int k = int(active_.size()) - 1;
-  for (int l = 0; l <= k; ++l) {
-    const int a = active_[l]->size();
-    std::size_t next = cur.count / std::size_t(a);
-    Buf received = scratch_.view(kWorkA, full.dtype, cur.count, full.block);
-    active_[l]->run_all_to_all(cur, received);
-    Buf out = l == k ? shard : scratch_.view(l % 2 ? kPadded : kWorkB, full.dtype, next, full.block);
-    sum_slots(full.dtype, received.data, a, next, out.data, l == k ? divisor : 1.0f);
-    cur = out;
-  }
-}
-
 // ---- queued entry points -----------------------------------------------------------------
 
 Work Hierarchy::all_gather_async(CBuf shard, Buf full) {
@@ -162,7 +142,7 @@ Work Hierarchy::all_gather_async(CBuf shard, Buf full) {
 Work Hierarchy::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx().run("reduce_scatter", [=, this] { run_reduce_scatter(full, shard, divisor); });
+  return ctx().run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::ReduceScatter); });
 }
 
 Work Hierarchy::all_reduce_async(Buf data, ReduceOp op) {
@@ -174,7 +154,7 @@ Work Hierarchy::all_reduce_async(Buf data, ReduceOp op) {
     Buf whole = data.count == padded ? data : scratch_.padded_copy(kPadded, data, padded);
     // The shard is kept in the buffer's own chunk: nothing reads that chunk again before the gather.
     Buf shard(data.dtype, static_cast<std::byte*>(whole.data) + data_bytes(data.dtype, std::size_t(index_) * c), c);
-    run_reduce_scatter(whole, shard, divisor);
+    run_reduction(whole, shard, divisor, StepKind::ReduceScatter);
     run_all_gather(shard, whole);
     if (whole.data != data.data) copy_elements(whole, 0, data, 0, data.count);
   });
@@ -199,7 +179,7 @@ Work Hierarchy::barrier_async() {
 Work Hierarchy::reduce_scatter_by_all_to_all_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx().run("reduce_scatter", [=, this] { run_reduce_scatter_by_all_to_all(full, shard, divisor); });
+  return ctx().run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::AllToAllSum); });
 }
 
 }  // namespace strata::comm

@@ -14,7 +14,10 @@
 // and every layout statement of collectives.hpp holds with this index.
 //
 // Padding: a buffer of n elements is padded once to N = D * c, c = chunk_count(n, D,
-// granule); every level then divides evenly (level l sees N_l = N / (a_0 ... a_{l-1})).
+// granule); every level then divides evenly. Reduce-scatter, all-gather and the
+// all-to-all reduction are chains of per-level steps (compose.hpp: its order, its level
+// sizes N_l = N / (a_0 ... a_{l-1}), and its runner, which the sharding runtime's executor
+// runs too):
 //   reduce_scatter: RS over level 0 (N -> N/a_0), then over level 1, ... (inner tier
 //                   first: the slow outer tiers carry only what is left). Average divides
 //                   once, at the last level, by D.
@@ -28,16 +31,16 @@
 //   broadcast:      over level k among ranks sharing the root's digits < k, then k-1, ...
 //   barrier:        level 0, then 1, ..., k.
 //
-// ZeRO++ qgZ needs the all-to-all reduction with work between hops, so the phases are
-// exposed: for l = 0..k, run level(l).all_to_all(send = N_l elements, recv = a_l chunks of
-// N_{l+1}) (level_elements gives N_l), then dequantize the a_l received chunks, sum them in
-// fp32 (average only at the last level, by D), requantize to N_{l+1} elements. The last
-// N_{k+1} = c elements are the shard index() owns, as after reduce_scatter.
-// reduce_scatter_by_all_to_all is exactly that recipe without quantization.
+// reduce_scatter_by_all_to_all is ZeRO++ qgZ's reduction unquantized (StepKind::
+// AllToAllSum): for l = 0..k, level(l).all_to_all of N_l elements (level_elements gives
+// N_l), then the a_l received chunks summed in fp32 in member order (average only at the
+// last level, by D). The last N_{k+1} = c elements are the shard index() owns, as after
+// reduce_scatter. The executor runs the same steps with quantized wires in between.
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/compose.hpp"
 
 namespace strata::comm {
 
@@ -65,8 +68,8 @@ class Hierarchy final : public Collectives {
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
   void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
-  void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) override {
-    run_reduce_scatter(full, shard, op == ReduceOp::Avg ? float(size()) : 1.0f);
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override {
+    run_reduction(full, shard, divisor, StepKind::ReduceScatter);
   }
   void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
   // The qgZ recipe unquantized: per level an all-to-all, then an fp32 sum of the received
@@ -78,21 +81,23 @@ class Hierarchy final : public Collectives {
 
  private:
   Context& ctx() { return levels_.front()->context(); }
-  void run_reduce_scatter(CBuf full, Buf shard, float divisor);
+  void run_reduction(CBuf full, Buf shard, float divisor, StepKind kind);  // a reduce-scatter's chain
   void run_all_gather(CBuf shard, Buf full);
   void run_all_to_all(CBuf send, Buf recv);
   void run_broadcast(Buf data, int root);
-  void run_reduce_scatter_by_all_to_all(CBuf full, Buf shard, float divisor);
 
   std::string name_;
   std::vector<Communicator*> levels_;
   int size_ = 1;
   int index_ = 0;
   std::vector<int> digits_;
+  std::vector<int> level_sizes_;
   // The levels with more than one member (levels of one only copy), and this rank's digits
   // in them; a group of one keeps level 0 so that its local copies still happen.
   std::vector<Communicator*> active_;
   std::vector<int> active_digits_;
+  std::vector<Collectives*> active_levels_;  // active_ as the levels of a chain
+  std::vector<int> active_sizes_;
   Scratch scratch_;
 };
 

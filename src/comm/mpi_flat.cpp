@@ -69,15 +69,17 @@ void MpiFlat::all_gather_inline(CBuf shard, Buf full) {
 
 Work MpiFlat::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
-  return ctx_.run("mpi.reduce_scatter", [=, this] { reduce_scatter_inline(full, shard, op); });
+  return ctx_.run("mpi.reduce_scatter", [=, this] {
+    reduce_scatter_inline(full, shard, op == ReduceOp::Avg ? float(size()) : 1.0f);
+  });
 }
 
-void MpiFlat::reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) {
+void MpiFlat::reduce_scatter_inline(CBuf full, Buf shard, float divisor) {
   std::size_t padded = shard.count * std::size_t(size());
   CBuf in = full.count == padded ? full : CBuf(scratch_.padded_copy(0, full, padded));
   MPI_Reduce_scatter_block(in.data, shard.data, as_count(shard.count, "reduce_scatter"), mpi_type(full.dtype),
                            mpi_sum(full.dtype), comm_);
-  if (op == ReduceOp::Avg) scale_elements(shard.dtype, shard.data, shard.data, shard.count, float(size()));
+  if (divisor != 1.0f) scale_elements(shard.dtype, shard.data, shard.data, shard.count, divisor);
 }
 
 Work MpiFlat::all_reduce_async(Buf data, ReduceOp op) {

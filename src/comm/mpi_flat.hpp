@@ -37,7 +37,7 @@ class MpiFlat final : public Collectives {
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
   void all_gather_inline(CBuf shard, Buf full) override;
-  void reduce_scatter_inline(CBuf full, Buf shard, ReduceOp op) override;
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override;
   void all_to_all_inline(CBuf send, Buf recv) override;
 
  private:

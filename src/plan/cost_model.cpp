@@ -504,9 +504,9 @@ nlohmann::json PlanContext::assumptions() const {
       {"precision_means",
        bf16 ? "bf16 mixed precision as published systems run it: the presets' fp32 wires become bf16 (int8/int4 "
               "stay), weights, gradients, gathered buffers and activations take 2 bytes; optimizer state is fp32 "
-              "master weight + Adam m and v (12 bytes)"
+              "master weight + Adam m and v + the gradient the optimizer reads (16 bytes)"
             : "fp32 as strata's runtime runs: wires as the presets say, 4-byte weights, gradients and "
-              "activations; optimizer state 12 bytes"},
+              "activations; optimizer state 16 bytes"},
       {"device", device_.to_json()},
       {"tiers", tiers},
       {"collectives", shard::to_string(workload_.collectives)},

@@ -23,7 +23,7 @@ StateMemory ShardedEngine::memory_bytes() const {
     m.weights += U->weights.bytes();
     m.secondary += U->secondary.bytes();
     m.grads += 4 * U->grad_accum.size();
-    m.optimizer += 4 * (U->master.size() + U->exp_avg.size() + U->exp_avg_sq.size());
+    m.optimizer += 4 * (U->master.size() + U->exp_avg.size() + U->exp_avg_sq.size() + U->os_grad.size());
   }
   m.grads += 4 * replicated_grads_.size();
   m.gathered = 4 * replicated_params_.size();

@@ -21,7 +21,69 @@ quant::QuantSpec qspec(DType w, int block) {
 // Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
 std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
 
+void decode_add(comm::CBuf src, float* dst) {
+  if (comm::is_quantized(src.dtype)) {
+    quant::dequantize_add(static_cast<const std::uint8_t*>(src.data), src.scales, src.count,
+                          qspec(src.dtype, int(src.block)), dst);
+    return;
+  }
+  AlignedBuffer<float> tmp(src.count);
+  decode(src, tmp.data());
+  for (std::size_t i = 0; i < src.count; ++i) dst[i] += tmp[i];
+}
+
+// The wire formats between a chain's levels, for comm::run_chain.
+class QuantCodec final : public comm::WireCodec {
+ public:
+  void encode(comm::CBuf fp32, comm::Buf wire) const override { shard::encode(static_cast<const float*>(fp32.data), wire); }
+  void decode(comm::CBuf wire, comm::Buf fp32) const override { shard::decode(wire, static_cast<float*>(fp32.data)); }
+  void decode_add(comm::CBuf wire, comm::Buf fp32) const override {
+    shard::decode_add(wire, static_cast<float*>(fp32.data));
+  }
+};
+const QuantCodec kCodec{};
+
 }  // namespace
+
+void encode(const float* src, comm::Buf dst) {
+  auto* d = static_cast<std::uint8_t*>(dst.data);
+  const std::size_t n = dst.count;
+  switch (dst.dtype) {
+    case DType::F32: std::memcpy(d, src, 4 * n); break;
+    case DType::BF16: {
+      auto* h = reinterpret_cast<std::uint16_t*>(d);
+      for (std::size_t i = 0; i < n; ++i) h[i] = float_to_bf16(src[i]);
+      break;
+    }
+    case DType::F16: {
+      auto* h = reinterpret_cast<std::uint16_t*>(d);
+      for (std::size_t i = 0; i < n; ++i) h[i] = float_to_fp16(src[i]);
+      break;
+    }
+    case DType::I8:
+    case DType::I4: quant::quantize(src, n, qspec(dst.dtype, int(dst.block)), d, dst.scales); break;
+  }
+}
+
+void decode(comm::CBuf src, float* dst) {
+  const auto* s = static_cast<const std::uint8_t*>(src.data);
+  const std::size_t n = src.count;
+  switch (src.dtype) {
+    case DType::F32: std::memcpy(dst, s, 4 * n); break;
+    case DType::BF16: {
+      auto* h = reinterpret_cast<const std::uint16_t*>(s);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(h[i]);
+      break;
+    }
+    case DType::F16: {
+      auto* h = reinterpret_cast<const std::uint16_t*>(s);
+      for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(h[i]);
+      break;
+    }
+    case DType::I8:
+    case DType::I4: quant::dequantize(s, src.scales, n, qspec(src.dtype, int(src.block)), dst); break;
+  }
+}
 
 // ---- WireBuffer ------------------------------------------------------------------------
 
@@ -53,55 +115,6 @@ comm::CBuf WireBuffer::cview(std::size_t offset, std::size_t n) const {
   return const_cast<WireBuffer*>(this)->view(offset, n);
 }
 
-void WireBuffer::encode(const float* src, std::size_t offset, std::size_t n) {
-  std::uint8_t* dst = data.data() + byte_offset(wire, offset);
-  switch (wire) {
-    case DType::F32: std::memcpy(dst, src, 4 * n); break;
-    case DType::BF16: {
-      auto* d = reinterpret_cast<std::uint16_t*>(dst);
-      for (std::size_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
-      break;
-    }
-    case DType::F16: {
-      auto* d = reinterpret_cast<std::uint16_t*>(dst);
-      for (std::size_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
-      break;
-    }
-    case DType::I8:
-    case DType::I4: quant::quantize(src, n, qspec(wire, block), dst, scales.data() + offset / block); break;
-  }
-}
-
-void WireBuffer::decode(std::size_t offset, std::size_t n, float* dst) const {
-  const std::uint8_t* src = data.data() + byte_offset(wire, offset);
-  switch (wire) {
-    case DType::F32: std::memcpy(dst, src, 4 * n); break;
-    case DType::BF16: {
-      auto* s = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
-      break;
-    }
-    case DType::F16: {
-      auto* s = reinterpret_cast<const std::uint16_t*>(src);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
-      break;
-    }
-    case DType::I8:
-    case DType::I4: quant::dequantize(src, scales.data() + offset / block, n, qspec(wire, block), dst); break;
-  }
-}
-
-void WireBuffer::decode_add(std::size_t offset, std::size_t n, float* dst) const {
-  if (comm::is_quantized(wire)) {
-    quant::dequantize_add(data.data() + byte_offset(wire, offset), scales.data() + offset / block, n,
-                          qspec(wire, block), dst);
-    return;
-  }
-  AlignedBuffer<float> tmp(n);
-  decode(offset, n, tmp.data());
-  for (std::size_t i = 0; i < n; ++i) dst[i] += tmp[i];
-}
-
 // ---- OpExecutor ------------------------------------------------------------------------
 
 OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
@@ -127,65 +140,48 @@ std::uint64_t OpExecutor::scratch_bytes() const {
 
 std::vector<const ScheduledOp*> OpExecutor::take_trace() { return std::exchange(trace_, {}); }
 
-const WireBuffer& OpExecutor::gather(const Chain& chain, const WireBuffer& src) {
-  // Ping-pong between a and b (neither is `src`; wire_c holds an encoded source).
-  const WireBuffer* cur = &src;
-  WireBuffer* out = &wire_a_;
-  for (const ScheduledOp* op : chain) {
-    if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.wire)
-      throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
-                              to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
-    record(op);
-    out->set_format(src.wire, src.block);
-    level(op->level).all_gather_inline(cur->cview(0, op->elements_in), out->view(0, op->elements_out));
-    cur = out;
-    out = out == &wire_a_ ? &wire_b_ : &wire_a_;
-  }
-  return *cur;
+comm::Buf OpExecutor::Between::carried(int i, DType t, std::size_t n, std::size_t block) {
+  if (t == DType::F32) return comm::f32(i == 0 ? e_.f32_a_.data() : e_.f32_b_.data(), n);
+  return staged(i, t, n, block);
 }
 
-const WireBuffer& OpExecutor::gather(const Chain& chain, const float* src, std::size_t n, DType wire) {
+comm::Buf OpExecutor::Between::staged(int i, DType t, std::size_t n, std::size_t block) {
+  WireBuffer& w = i == 0 ? e_.wire_a_ : e_.wire_b_;
+  w.set_format(t, int(block));
+  return w.view(0, n);
+}
+
+const std::vector<comm::LevelStep>& OpExecutor::steps_of(const Chain& chain) {
+  steps_.clear();
+  for (const ScheduledOp* op : chain) {
+    record(op);
+    const comm::StepKind kind = op->kind == OpKind::AllGather     ? comm::StepKind::AllGather
+                                : op->algorithm == Algorithm::Ring ? comm::StepKind::ReduceScatter
+                                                                   : comm::StepKind::AllToAllSum;
+    const std::size_t block = comm::is_quantized(op->wire) ? static_cast<std::size_t>(block_) : 0;
+    steps_.push_back({kind, op->level, op->wire, block, op->elements_in, op->elements_out});
+  }
+  return steps_;
+}
+
+comm::CBuf OpExecutor::gather(const Chain& chain, comm::CBuf src) {
+  for (const ScheduledOp* op : chain)
+    if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.dtype)
+      throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
+                              to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
+  return comm::run_chain(levels_, steps_of(chain), src, nullptr, 1.0f, between_);
+}
+
+comm::CBuf OpExecutor::gather(const Chain& chain, const float* src, std::size_t n, DType wire) {
   wire_c_.set_format(wire, block_);
   wire_c_.encode(src, 0, n);
-  return gather(chain, wire_c_);
+  return gather(chain, wire_c_.cview(0, n));
 }
 
 const float* OpExecutor::reduce(const Chain& chain, const float* input) {
-  const float* cur = input;
-  for (const ScheduledOp* op : chain) {
-    record(op);
-    comm::Collectives& comm = level(op->level);
-    float* out = cur == f32_a_.data() ? f32_b_.data() : f32_a_.data();
-    const std::size_t n = op->elements_in, chunk = op->elements_out;
-    const int block = comm::is_quantized(op->wire) ? block_ : 0;
-    wire_a_.set_format(op->wire, block);
-    wire_b_.set_format(op->wire, block);
-    if (op->kind == OpKind::AllGather) {
-      // The all-gather half of a hierarchical all-reduce.
-      wire_a_.encode(cur, 0, n);
-      comm.all_gather_inline(wire_a_.cview(0, n), wire_b_.view(0, chunk));
-      wire_b_.decode(0, chunk, out);
-    } else if (op->algorithm == Algorithm::AllToAll) {
-      // Every chunk in the wire format to its member, then the received chunks dequantized
-      // and summed in fp32 in member order (the same order on every rank).
-      wire_a_.encode(cur, 0, n);
-      comm.all_to_all_inline(wire_a_.cview(0, n), wire_b_.view(0, n));
-      std::memset(out, 0, 4 * chunk);
-      for (int m = 0; m < op->group_size; ++m) wire_b_.decode_add(m * chunk, chunk, out);
-    } else if (comm::is_quantized(op->wire)) {
-      throw Error(fmt::format("shard: a ring reduce-scatter cannot sum {} on the wire (the schedule reduces "
-                              "quantized gradients by all-to-all)",
-                              comm::dtype_name(op->wire)));
-    } else if (op->wire == DType::F32) {
-      comm.reduce_scatter_inline(comm::f32(cur, n), comm::f32(out, chunk), comm::ReduceOp::Sum);
-    } else {
-      wire_a_.encode(cur, 0, n);
-      comm.reduce_scatter_inline(wire_a_.cview(0, n), wire_b_.view(0, chunk), comm::ReduceOp::Sum);
-      wire_b_.decode(0, chunk, out);
-    }
-    cur = out;
-  }
-  return cur;
+  if (chain.empty()) return input;
+  const comm::CBuf in = comm::f32(input, chain.front()->elements_in);
+  return static_cast<const float*>(comm::run_chain(levels_, steps_of(chain), in, nullptr, 1.0f, between_, &kCodec).data);
 }
 
 void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts) {
@@ -195,14 +191,15 @@ void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>
   std::size_t pieces = 1, gathered = 1;
   for (const ScheduledOp* op : chain)
     (op->kind == OpKind::ReduceScatter ? pieces : gathered) *= static_cast<std::size_t>(op->group_size);
-  float* packed = f32_a_.data();
+  // Packed where the chain's first op does not write (comm::run_chain's carried(0)).
+  float* packed = f32_b_.data();
   for (std::size_t q = 0; q < pieces; ++q)
     for (const BucketPart& p : parts) {
       const std::size_t n = p.padded / pieces;
       std::memcpy(packed, p.input + q * n, 4 * n);
       packed += n;
     }
-  const float* out = reduce(chain, f32_a_.data());
+  const float* out = reduce(chain, f32_b_.data());
   for (std::size_t q = 0; q < gathered; ++q)
     for (const BucketPart& p : parts) {
       const std::size_t n = p.padded / pieces;
@@ -219,8 +216,8 @@ void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
                               op->elements_in, k));
     record(op);
     std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
-    level(op->level).all_gather_inline(comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
-                                       comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
+    levels_.at(op->level)->all_gather_inline(comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
+                                            comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
     std::fill(values.begin(), values.end(), 0.0);
     for (std::size_t m = 0; m < all.size(); m += k)
       for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];

@@ -3,19 +3,27 @@
 // event, or of one unit in the step phase) and dispatches each on kind x algorithm x wire
 // to the collectives of its level, an abstract comm::Collectives (strata's MPI
 // Communicators today; a device backend implements the same interface). It decides
-// nothing: the op says which collective, which algorithm and which wire.
+// nothing: the op says which collective, which algorithm and which wire. A chain runs as
+// comm::run_chain (compose.hpp), the composition comm::Hierarchy runs too; the executor
+// adds the wire formats (fp32 between levels, encoded per op) and the buffers.
 //
 // A chain runs as one task on the communication thread (comm::Context::run), so its ops
 // and the encoding between them overlap with compute; the scratch below is shared by every
 // chain, which is safe because tasks run one at a time there.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "comm/collectives.hpp"
+#include "comm/compose.hpp"
 #include "device/device.hpp"
 #include "shard/schedule.hpp"
 
 namespace strata::shard {
+
+// fp32 <-> a wire format (bf16, fp16, int8/int4 with dst's scales); counts are the view's.
+void encode(const float* src, comm::Buf dst);
+void decode(comm::CBuf src, float* dst);
 
 // A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
 struct WireBuffer {
@@ -35,9 +43,9 @@ struct WireBuffer {
   // Elements [offset, offset + n) as a comm buffer; offsets and n are whole blocks.
   comm::Buf view(std::size_t offset, std::size_t n);
   comm::CBuf cview(std::size_t offset, std::size_t n) const;
-  void encode(const float* src, std::size_t offset, std::size_t n);     // fp32 -> wire
-  void decode(std::size_t offset, std::size_t n, float* dst) const;     // wire -> fp32
-  void decode_add(std::size_t offset, std::size_t n, float* dst) const; // dst += wire, in fp32
+  comm::CBuf cview() const { return cview(0, count); }
+  void encode(const float* src, std::size_t offset, std::size_t n) { shard::encode(src, view(offset, n)); }
+  void decode(std::size_t offset, std::size_t n, float* dst) const { shard::decode(cview(offset, n), dst); }
 };
 
 using Chain = std::vector<const ScheduledOp*>;
@@ -49,12 +57,12 @@ class OpExecutor {
   OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
              device::Device& device);
 
-  comm::Collectives& level(int t) { return *levels_.at(t); }
+  std::span<comm::Collectives* const> levels() const { return levels_; }
   // All-gathers level by level from `src` (elements_in of the first op) in its wire format;
   // returns where the result landed: `src` itself for an empty chain, else scratch.
-  const WireBuffer& gather(const Chain& chain, const WireBuffer& src);
+  comm::CBuf gather(const Chain& chain, comm::CBuf src);
   // The same from fp32 values, encoded first into the chain's wire (scratch).
-  const WireBuffer& gather(const Chain& chain, const float* src, std::size_t n, DType wire);
+  comm::CBuf gather(const Chain& chain, const float* src, std::size_t n, DType wire);
   // Reduces fp32 `input` level by level: reduce-scatters, and the all-gather half of a
   // hierarchical all-reduce; returns the fp32 result (scratch, or `input` for no ops).
   const float* reduce(const Chain& chain, const float* input);
@@ -79,12 +87,26 @@ class OpExecutor {
   std::vector<const ScheduledOp*> take_trace();
 
  private:
+  // What lies between a chain's ops: fp32 in f32_a/b, a wire format in wire_a/b.
+  class Between final : public comm::ChainScratch {
+   public:
+    explicit Between(OpExecutor& e) : e_(e) {}
+    comm::Buf carried(int i, DType t, std::size_t n, std::size_t block) override;
+    comm::Buf staged(int i, DType t, std::size_t n, std::size_t block) override;
+
+   private:
+    OpExecutor& e_;
+  };
   void record(const ScheduledOp* op) { trace_.push_back(op); }
+  // The chain's ops as steps of comm::run_chain, recorded in the trace.
+  const std::vector<comm::LevelStep>& steps_of(const Chain& chain);
 
   std::vector<comm::Collectives*> levels_;
   int block_;
   WireBuffer wire_a_, wire_b_, wire_c_;
   device::Buffer<float> f32_a_, f32_b_;
+  Between between_{*this};
+  std::vector<comm::LevelStep> steps_;  // steps_of's, reused
   std::vector<const ScheduledOp*> trace_;  // written on the communication thread
 };
 

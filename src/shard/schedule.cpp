@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/plural.hpp"
+#include "comm/compose.hpp"
 #include "model/model.hpp"
 
 namespace strata::shard {
@@ -67,24 +68,22 @@ std::string_view to_string(Slot s) {
 
 namespace {
 
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
-// One level's op on a per-rank buffer of `elements` (full buffer for reduce-scatter, shard
-// for all-gather). Both algorithms send group_size - 1 chunks a rank: the ring forwards
-// one chunk per step, the all-to-all sends each peer its chunk.
-ScheduledOp level_op(When when, Purpose purpose, OpKind kind, int unit, int level, int group_size, DType wire,
-                     std::size_t elements, int block) {
-  ScheduledOp op{when, purpose, kind};
-  op.algorithm = kind == OpKind::ReduceScatter && comm::is_quantized(wire) ? Algorithm::AllToAll : Algorithm::Ring;
+// One level's op: a step of comm's composition (compose.hpp) with its traffic. Both
+// algorithms send group_size - 1 chunks a rank: the ring forwards one chunk per step, the
+// all-to-all sends each peer its chunk.
+ScheduledOp level_op(When when, Purpose purpose, int unit, const comm::LevelStep& step, int group_size, int block) {
+  const bool gather = step.kind == comm::StepKind::AllGather;
+  ScheduledOp op{when, purpose, gather ? OpKind::AllGather : OpKind::ReduceScatter};
+  op.algorithm = step.kind == comm::StepKind::AllToAllSum ? Algorithm::AllToAll : Algorithm::Ring;
   op.unit = unit;
-  op.level = level;
+  op.level = step.level;
   op.group_size = group_size;
-  op.wire = wire;
-  op.elements_in = elements;
-  std::size_t chunk = kind == OpKind::ReduceScatter ? elements / group_size : elements;
-  op.elements_out = kind == OpKind::ReduceScatter ? chunk : elements * group_size;
+  op.wire = step.wire;
+  op.elements_in = step.elements_in;
+  op.elements_out = step.elements_out;
+  const std::size_t chunk = gather ? step.elements_in : step.elements_out;
   op.messages = group_size - 1;
-  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * comm::wire_bytes(wire, chunk, block);
+  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * comm::wire_bytes(step.wire, chunk, block);
   return op;
 }
 
@@ -215,44 +214,52 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   const int world = world_size();
   const bool quantized = comm::is_quantized(spec.weight_wire) || comm::is_quantized(spec.grad_wire) ||
                          comm::is_quantized(spec.step_grad_wire);
+  // Every rank's chunk a whole number of 16-float (and quantization) blocks: comm's padding
+  // rule with that granule.
   const std::size_t align = quantized ? std::lcm<std::size_t>(16, spec.block_size) : 16;
-  for (std::size_t n : units_.numel) padded_.push_back(round_up(n, static_cast<std::size_t>(world) * align));
+  for (std::size_t n : units_.numel) padded_.push_back(comm::chunk_count(n, world, align) * world);
 
   const LevelSpec& L = levels_;
   const int block = spec.block_size;
-  // Ops on `padded` elements (a unit's, or a bucket's units' together) sharded over levels.
-  auto size_at = [&](std::size_t padded, int levels) { return padded / L.degree(levels); };
-
-  // All-gather from `from` levels down to `to` levels: outer level first.
+  // Ops on `padded` elements (a unit's, or a bucket's units' together): comm's composition
+  // over the levels, one op per step.
+  auto add = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit,
+                 const std::vector<comm::LevelStep>& steps) {
+    for (const comm::LevelStep& step : steps)
+      out.push_back(level_op(when, purpose, unit, step, L.level_size[step.level], block));
+  };
+  // --collectives flat-ring: one ring over levels [inner, outer] instead of a step per level,
+  // booked on the outer one (as NCCL runs FSDP's and DeepSpeed's collectives).
   const bool flat = collectives == Collectives::FlatRing;
-  // A flat op: one ring over levels [inner, outer], booked on the outer one.
-  auto flat_op = [&](When when, Purpose purpose, OpKind kind, int unit, int inner, int outer, DType wire,
-                     std::size_t elements) {
-    ScheduledOp op = level_op(when, purpose, kind, unit, outer, L.degree(outer + 1) / L.degree(inner), wire, elements,
-                              block);
+  auto flat_op = [&](When when, Purpose purpose, comm::StepKind kind, int unit, int inner, int outer, DType wire,
+                     std::size_t padded) {
+    const int group = L.degree(outer + 1) / L.degree(inner);
+    comm::LevelStep step{kind, outer, wire, static_cast<std::size_t>(block), 0, 0};
+    const bool gathers = kind == comm::StepKind::AllGather;
+    step.elements_in = padded / L.degree(gathers ? outer + 1 : inner);
+    step.elements_out = gathers ? step.elements_in * group : step.elements_in / group;
+    ScheduledOp op = level_op(when, purpose, unit, step, group, block);
     op.levels_spanned = outer - inner + 1;
     return op;
   };
+  // All-gather from sharded over `from` levels down to `to` levels.
   auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
                     int to, DType wire) {
     if (flat && from - to > 1) {
-      out.push_back(flat_op(when, purpose, OpKind::AllGather, unit, to, from - 1, wire, size_at(padded, from)));
+      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, to, from - 1, wire, padded));
       return;
     }
-    for (int t = from - 1; t >= to; --t)
-      out.push_back(level_op(when, purpose, OpKind::AllGather, unit, t, L.level_size[t], wire, size_at(padded, t + 1),
-                             block));
+    add(out, when, purpose, unit, comm::all_gather_steps(L.level_size, padded, from, to, wire, block));
   };
-  // Reduce-scatter from `from` levels up to `to` levels: inner level first.
+  // Reduce-scatter from `from` levels up to `to` levels; quantized wires by all-to-all.
   auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
                     int to, DType wire) {
+    const comm::StepKind kind = comm::is_quantized(wire) ? comm::StepKind::AllToAllSum : comm::StepKind::ReduceScatter;
     if (flat && to - from > 1) {
-      out.push_back(flat_op(when, purpose, OpKind::ReduceScatter, unit, from, to - 1, wire, size_at(padded, from)));
+      out.push_back(flat_op(when, purpose, kind, unit, from, to - 1, wire, padded));
       return;
     }
-    for (int t = from; t < to; ++t)
-      out.push_back(level_op(when, purpose, OpKind::ReduceScatter, unit, t, L.level_size[t], wire, size_at(padded, t),
-                             block));
+    add(out, when, purpose, unit, comm::reduce_scatter_steps(L.level_size, padded, from, to, kind, wire, block));
   };
   // The step's reduction of the G slice down to the OS slice. Ranks outside the OS domain
   // hold the same OS slice: it is summed over them (hierarchical all-reduce: reduce-scatter
@@ -438,7 +445,7 @@ StateMemory Schedule::memory_per_rank(int compute_bytes) const {
     m.weights += comm::wire_bytes(spec_.weight_wire, n / L.degree(L.weights), spec_.block_size);
     if (L.secondary > 0) m.secondary += comm::wire_bytes(spec_.weight_wire, n / L.degree(L.secondary), spec_.block_size);
     m.grads += compute_bytes * (n / L.degree(L.grads));
-    m.optimizer += 12 * (n / L.degree(L.optimizer));
+    m.optimizer += 16 * (n / L.degree(L.optimizer));
   }
   // Full-unit buffers, from their lifetimes: the most alive at once over a training or an
   // evaluation micro-batch, each of the largest unit's size (one pool serves them all).

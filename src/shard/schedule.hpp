@@ -105,7 +105,8 @@ struct StateMemory {
   std::uint64_t weights = 0;    // W shard in its wire format
   std::uint64_t secondary = 0;  // hpZ copy
   std::uint64_t grads = 0;      // G shard (the accumulator), compute_bytes an element
-  std::uint64_t optimizer = 0;  // fp32 master + two Adam moments of the OS shard
+  std::uint64_t optimizer = 0;  // of the OS shard, fp32: master + two Adam moments + the gradient
+                                // the optimizer reads (the G shard reduced to the OS shard)
   std::uint64_t gathered = 0;   // full-unit buffers alive at once (weights and grads, the lifetime replay)
                                 // + decoded replicated weights
   std::uint64_t communication = 0;  // the executor's scratch for per-level ops

@@ -171,21 +171,21 @@ void ShardedEngine::issue(int chain) {
   Unit& U = *units_[ev.unit];
   const Chain& ops = chains_[chain];
   if (ev.kind == model::UnitEvent::Acquire) {
-    const WireBuffer& src = ops.front()->reads == Slot::Secondary ? U.secondary : U.weights;
+    const comm::CBuf src = (ops.front()->reads == Slot::Secondary ? U.secondary : U.weights).cview();
     // hpZ: a forward gather also refreshes this rank's secondary slice.
     const bool keep_secondary = ev.phase == model::Phase::Forward && schedule_.levels().secondary > 0;
     float* full = gathered_[chain] = borrow_full();
-    work_[chain] = ctx_.run("shard:weight_gather", [this, &U, &ops, &src, full, keep_secondary] {
+    work_[chain] = ctx_.run("shard:weight_gather", [this, &U, &ops, src, full, keep_secondary] {
       omp_set_num_threads(1);  // the compute thread owns the cores
-      const WireBuffer& got = executor_.gather(ops, src);
+      const comm::CBuf got = executor_.gather(ops, src);
       if (keep_secondary) {
-        const std::size_t at = comm::data_bytes(got.wire, U.s.offset);
-        std::memcpy(U.secondary.data.data(), got.data.data() + at, U.secondary.data.size());
+        const std::size_t at = comm::data_bytes(got.dtype, U.s.offset);
+        std::memcpy(U.secondary.data.data(), static_cast<const std::uint8_t*>(got.data) + at,
+                    U.secondary.data.size());
         if (U.secondary.scales.size() != 0)
-          std::memcpy(U.secondary.scales.data(), got.scales.data() + U.s.offset / got.block,
-                      4 * U.secondary.scales.size());
+          std::memcpy(U.secondary.scales.data(), got.scales + U.s.offset / got.block, 4 * U.secondary.scales.size());
       }
-      got.decode(0, U.padded, full);
+      decode(got, full);
     });
   } else {
     float* full = reducing_[chain] = grad_buffer_[ev.unit];
@@ -350,10 +350,9 @@ void ShardedEngine::refresh_weights_from_master() {
       if (U->weight_step.empty()) {
         U->weights.encode(U->master.data(), 0, U->o.count);  // OS slice == W slice
       } else {
-        const WireBuffer& got = executor_.gather(U->weight_step, U->master.data(), U->o.count, U->weights.wire);
-        std::memcpy(U->weights.data.data(), got.data.data(), U->weights.data.size());
-        if (U->weights.scales.size() != 0)
-          std::memcpy(U->weights.scales.data(), got.scales.data(), 4 * U->weights.scales.size());
+        const comm::CBuf got = executor_.gather(U->weight_step, U->master.data(), U->o.count, U->weights.wire);
+        std::memcpy(U->weights.data.data(), got.data, U->weights.data.size());
+        if (U->weights.scales.size() != 0) std::memcpy(U->weights.scales.data(), got.scales, 4 * U->weights.scales.size());
       }
       if (replicated_params_.size()) U->weights.decode(0, U->padded, replicated_params_.data() + U->padded_offset);
     }));
@@ -408,15 +407,14 @@ void ShardedEngine::gather_params(float* full) {
     Unit* U = Up.get();
     AlignedBuffer<float> unit(U->padded);
     comm::Work w = ctx_.run("shard:gather_params", [this, U, &unit, &L] {
-      // Master slices back to the whole unit: all-gather the OS levels, outer first.
-      AlignedBuffer<float> cur(U->o.count), next;
-      std::memcpy(cur.data(), U->master.data(), 4 * U->o.count);
-      for (int t = L.optimizer - 1; t >= 0; --t) {
-        next.resize(cur.size() * L.level_size[t]);
-        executor_.level(t).all_gather_inline(comm::f32(cur.data(), cur.size()), comm::f32(next.data(), next.size()));
-        cur = std::move(next);
-      }
-      std::memcpy(unit.data(), cur.data(), 4 * U->padded);
+      // Master slices back to the whole unit: the OS levels' all-gather (outer first).
+      const auto steps = comm::all_gather_steps(L.level_size, U->padded, L.optimizer, 0, DType::F32, 0);
+      comm::Scratch scratch;
+      comm::HostChainScratch between(scratch);
+      const comm::Buf out = comm::f32(unit.data(), U->padded);
+      const comm::CBuf got =
+          comm::run_chain(executor_.levels(), steps, comm::f32(U->master.data(), U->o.count), &out, 1.0f, between);
+      if (got.data != out.data) std::memcpy(unit.data(), got.data, 4 * U->padded);
     });
     w.wait();
     std::memcpy(full + U->arena_offset, unit.data(), 4 * U->numel);

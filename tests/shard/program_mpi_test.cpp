@@ -172,10 +172,9 @@ TEST(ShardedEngine, AllocatesEveryBufferThroughItsDeviceAndUsesItsKernels) {
     {
       shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, world.ctx, world.comms,
                                   preset(name), 1, 1234, counting);
-      // What the engine reports per state, plus the OS slice's gradient (as large as its
-      // fp32 master copy, a third of the optimizer state): all of it, nothing else.
+      // What the engine reports per state: all of it, nothing else.
       auto held = [](const shard::StateMemory& m) {
-        return m.weights + m.secondary + m.grads + m.optimizer + m.optimizer / 3 + m.gathered + m.communication;
+        return m.weights + m.secondary + m.grads + m.optimizer + m.gathered + m.communication;
       };
       const shard::StateMemory built = engine.memory_bytes();
       EXPECT_EQ(counting.live, held(built)) << name;

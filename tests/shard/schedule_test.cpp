@@ -124,7 +124,7 @@ TEST(Schedule, MemoryFollowsTheSpecFormula) {
   std::uint64_t n = s.total_padded();
   EXPECT_EQ(m.weights, comm::wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
   EXPECT_EQ(m.grads, 4 * n / 4);                           // G over node: degree 4
-  EXPECT_EQ(m.optimizer, 12 * n / 8);                      // OS over all 8
+  EXPECT_EQ(m.optimizer, 16 * n / 8);                      // OS over all 8: master, m, v, gradient
   EXPECT_EQ(m.secondary, 0u);
 }
 

@@ -1,0 +1,113 @@
+#include "comm/compose.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "comm/reduce.hpp"
+
+namespace strata::comm {
+
+namespace {
+
+// Elements [first, first + n) of b; `first` is a whole number of granules.
+CBuf part(const CBuf& b, std::size_t first, std::size_t n) {
+  CBuf p = b;
+  p.data = static_cast<const std::byte*>(b.data) + data_bytes(b.dtype, first);
+  p.count = n;
+  if (is_quantized(b.dtype)) p.scales = b.scales + first / b.block;
+  return p;
+}
+
+// A step in the carried type: the collective straight between the carried buffers.
+void run_direct(Collectives& group, const LevelStep& s, CBuf cur, Buf dst, float divisor, ChainScratch& scratch) {
+  switch (s.kind) {
+    case StepKind::AllGather: group.all_gather_inline(cur, dst); return;
+    case StepKind::ReduceScatter: group.reduce_scatter_inline(cur, dst, divisor); return;
+    case StepKind::AllToAllSum: {
+      Buf received = scratch.staged(0, cur.dtype, s.elements_in, cur.block);
+      group.all_to_all_inline(cur, received);
+      sum_slots(cur.dtype, received.data, group.size(), s.elements_out, dst.data, divisor);
+      return;
+    }
+  }
+}
+
+// A step in another wire than the carried fp32: encode, run, decode.
+void run_converted(Collectives& group, const LevelStep& s, CBuf cur, Buf dst, float divisor, ChainScratch& scratch,
+                   const WireCodec* codec) {
+  if (!codec || cur.dtype != DType::F32)
+    throw Error(fmt::format("comm: a step in {} on a chain carrying {} needs an fp32 chain and a wire codec",
+                            dtype_name(s.wire), dtype_name(cur.dtype)));
+  if (s.kind == StepKind::ReduceScatter && is_quantized(s.wire))
+    throw Error(fmt::format("comm: a ring reduce-scatter cannot sum {} on the wire (quantized reductions go by "
+                            "all-to-all)",
+                            dtype_name(s.wire)));
+  Buf sent = scratch.staged(0, s.wire, s.elements_in, s.block);
+  codec->encode(cur, sent);
+  Buf got = scratch.staged(1, s.wire, s.kind == StepKind::AllToAllSum ? s.elements_in : s.elements_out, s.block);
+  switch (s.kind) {
+    case StepKind::AllGather:
+      group.all_gather_inline(sent, got);
+      codec->decode(got, dst);
+      return;
+    case StepKind::ReduceScatter:
+      group.reduce_scatter_inline(sent, got, divisor);
+      codec->decode(got, dst);
+      return;
+    case StepKind::AllToAllSum:
+      group.all_to_all_inline(sent, got);
+      std::memset(dst.data, 0, dst.bytes());
+      for (int m = 0; m < group.size(); ++m)
+        codec->decode_add(part(got, std::size_t(m) * s.elements_out, s.elements_out), dst);
+      if (divisor != 1.0f) scale_elements(DType::F32, dst.data, dst.data, dst.count, divisor);
+      return;
+  }
+}
+
+}  // namespace
+
+std::size_t level_elements(std::span<const int> sizes, std::size_t whole, int level) {
+  for (int l = 0; l < level; ++l) whole /= std::size_t(sizes[l]);
+  return whole;
+}
+
+std::vector<LevelStep> reduce_scatter_steps(std::span<const int> sizes, std::size_t whole, int from, int to,
+                                            StepKind kind, DType wire, std::size_t block) {
+  std::vector<LevelStep> steps;
+  for (int l = from; l < to; ++l) {
+    const std::size_t n = level_elements(sizes, whole, l);
+    steps.push_back({kind, l, wire, block, n, n / std::size_t(sizes[l])});
+  }
+  return steps;
+}
+
+std::vector<LevelStep> all_gather_steps(std::span<const int> sizes, std::size_t whole, int from, int to, DType wire,
+                                        std::size_t block) {
+  std::vector<LevelStep> steps;
+  for (int l = from - 1; l >= to; --l)
+    steps.push_back({StepKind::AllGather, l, wire, block, level_elements(sizes, whole, l + 1),
+                     level_elements(sizes, whole, l)});
+  return steps;
+}
+
+CBuf run_chain(std::span<Collectives* const> levels, std::span<const LevelStep> steps, CBuf in, const Buf* out,
+               float divisor, ChainScratch& scratch, const WireCodec* codec) {
+  CBuf cur = in;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const LevelStep& s = steps[i];
+    const bool last = i + 1 == steps.size();
+    Collectives& group = *levels[s.level];
+    Buf dst = last && out ? *out : scratch.carried(int(i % 2), in.dtype, s.elements_out, in.block);
+    const float d = last ? divisor : 1.0f;
+    if (s.wire == in.dtype)
+      run_direct(group, s, cur, dst, d, scratch);
+    else
+      run_converted(group, s, cur, dst, d, scratch, codec);
+    cur = dst;
+  }
+  return cur;
+}
+
+}  // namespace strata::comm
