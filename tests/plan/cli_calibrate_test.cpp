@@ -71,7 +71,9 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   EXPECT_EQ(with["assumptions"]["device"]["peak_tflops"], cal.compute.peak_gflops / 1e3);
   for (const char* s : {"ddp", "zero3"}) {
     EXPECT_NE(with["strategies"][s]["step_time_s"], without["strategies"][s]["step_time_s"]) << s;
-    EXPECT_GT(with["strategies"][s]["comm_time_per_step"]["cluster"]["latency_s"].get<double>(), 0) << s;
+    // Present, and not negative: on a loaded machine a fit can put a curve's fixed cost at
+    // zero (fit_line_relative refits through the origin), so zero is a possible measurement.
+    EXPECT_GE(with["strategies"][s]["comm_time_per_step"]["cluster"]["latency_s"].get<double>(), 0) << s;
   }
   CommandResult text = run_command(plan("--calibration " + file), Stderr::Capture);
   ASSERT_EQ(text.exit_code, 0) << text.output;
