@@ -51,6 +51,17 @@ double latency_s(const Estimate& e) {
   return s;
 }
 
+// A flat ring all-gather booked on `level`, spanning `levels` tiers, over `group` ranks.
+shard::ScheduledOp flat_gather(int level, int levels, int group, std::size_t bytes) {
+  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
+  op.level = level;
+  op.levels_spanned = levels;
+  op.group_size = group;
+  op.messages = group - 1;
+  op.bytes_sent = op.bytes_received = bytes;
+  return op;
+}
+
 }  // namespace
 
 TEST(FlatRing, OneOpOverTheWholeGroupWithTheHierarchicalRunsBytes) {
@@ -110,12 +121,7 @@ TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
   //   cluster: 8 ranks' NICs (8 x 50 / 8 = 50 GB/s a rank) x 0.8 = 320 GB/s  <- the ring's rate
   //   15 MB / 320 GB/s = 46.875 us; 15 steps x max(3, 5) us = 75 us; 121.875 us in all.
   const topo::Topology t = resolved("dgx-h100", 2);
-  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
-  op.level = 1;
-  op.levels_spanned = 2;
-  op.group_size = 16;
-  op.messages = 15;
-  op.bytes_sent = op.bytes_received = 15'000'000;
+  shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
   const OpPrice p = price_op(op, t, nullptr);
   EXPECT_NEAR(p.latency_s * 1e6, 75.0, 1e-9);
   EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
@@ -150,12 +156,7 @@ TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
     for (CollectiveCurve& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
     cal.tiers.push_back(tier);
   }
-  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
-  op.level = 1;
-  op.levels_spanned = 2;
-  op.group_size = 16;
-  op.messages = 15;
-  op.bytes_sent = op.bytes_received = 15'000'000;
+  shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
   const OpPrice p = price_op(op, t, &cal);
   EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
   EXPECT_NEAR(p.latency_s * 1e6, 15.0, 1e-9);
