@@ -152,6 +152,10 @@ teardown() {
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-(v[0-9]+|m[0-9]+|mh)$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
+  # A rank killed with SIGKILL cannot remove its Open MPI shared-memory segments and session
+  # folder; the hosts share the machine's /dev/shm and /tmp, and their hostnames say whose.
+  rm -f /dev/shm/vader_segment."$name"-h*
+  rm -rf "${TMPDIR:-/tmp}"/ompi."$name"-h*
   rm -rf "$dir"
 }
 
