@@ -1,6 +1,7 @@
 #include "comm_world.hpp"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 namespace strata::comm::testing {
@@ -32,6 +33,15 @@ int mpi_world_size() {
   return n;
 }
 std::unique_ptr<World> g_world;
+
+// The world's communicators must go before MPI is finalised, which mpi_main.cpp does after
+// RUN_ALL_TESTS returns; a global environment's TearDown runs just before that.
+class WorldTeardown final : public ::testing::Environment {
+ public:
+  void TearDown() override { destroy_world(); }
+};
+[[maybe_unused]] ::testing::Environment* const kWorldTeardown =
+    ::testing::AddGlobalTestEnvironment(new WorldTeardown);
 }  // namespace
 
 World::World(int world_size)

@@ -1,7 +1,7 @@
 #pragma once
 // Shared state of the multi-rank comm tests: the topology for this world size, the
 // process groups, a communication context and every tier's collectives. Created on first
-// use, destroyed by mpi_main.cpp before MPI is finalised.
+// use, destroyed before MPI is finalised (a gtest environment's TearDown, comm_world.cpp).
 #include <cstdint>
 #include <memory>
 #include <random>

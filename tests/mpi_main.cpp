@@ -1,6 +1,8 @@
-// gtest main for multi-rank tests: every rank runs every test, so collectives line up in
-// the same order on all ranks. Rank 0 prints the usual report; the others print only their
-// failures, tagged with their rank. The exit code is the worst over all ranks.
+// gtest main for every multi-rank test binary: one MPI session around the whole run, every
+// rank runs every test (so collectives line up in the same order on all ranks), rank 0 prints
+// the usual report, the others print only their failures tagged with their rank, and the exit
+// code is non-zero if any rank failed. Suites that hold MPI resources free them in a gtest
+// Environment's TearDown, which runs before the session finalises MPI.
 #include <cstdio>
 
 #include <gtest/gtest.h>
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailurePrinter(mpi.world_rank()));
   }
-  int rc = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return rc;
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
 }
