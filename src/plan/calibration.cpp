@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
-#include <toml++/toml.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/toml.hpp"
 #include "base/fileio.hpp"
 
 namespace strata::plan {
@@ -182,13 +182,7 @@ nlohmann::json curve_json(const CollectiveCurve& c) {
 }  // namespace
 
 Calibration Calibration::from_toml_string(std::string_view text, std::string_view origin) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw Error(
-        fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column, e.description()));
-  }
+  const toml::table doc = parse_toml(text, origin);
   const Fields root(doc, std::string(origin), ": ");
   root.only({"version", "topology", "world_size", "command", "compute", "tiers"});
   Calibration c;

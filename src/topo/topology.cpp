@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
-#include <toml++/toml.h>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "topo/host.hpp"
 
@@ -198,13 +198,7 @@ Topology Topology::from_toml_file(const std::filesystem::path& path) {
 }
 
 Topology Topology::from_toml_string(std::string_view text, std::string_view origin) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw Error(
-        fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column, e.description()));
-  }
+  const toml::table doc = parse_toml(text, origin);
   for (auto&& [key, node] : doc) {
     if (key.str() != "tiers")
       throw Error(fmt::format("{}: unknown top-level key '{}' (a topology file holds only [[tiers]])", origin,

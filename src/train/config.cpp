@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
 
 #include "base/error.hpp"
+#include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
 #include "optim/loss_scaler.hpp"
@@ -213,13 +213,7 @@ const std::vector<SettingInfo>& setting_infos() {
 }
 
 Settings parse_config_toml(std::string_view text, std::string_view origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw Error(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line, e.source().begin.column,
-                            e.description()));
-  }
+  const toml::table root = parse_toml(text, origin);
   Settings out;
   for (auto&& [section, node] : root) {
     const toml::table* tbl = node.as_table();
