@@ -153,7 +153,7 @@ TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
   Calibration cal;
   for (const char* name : {"node", "cluster"}) {
     TierCalibration tier{name, name == std::string("node") ? 8 : 2, name == std::string("node") ? 1 : 8, {}};
-    for (CollectiveCurve& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
+    for (auto& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
     cal.tiers.push_back(tier);
   }
   shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
@@ -168,4 +168,56 @@ TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
   const std::string e = error_of([] { shard::parse_collectives("ring"); });
   EXPECT_NE(e.find("--collectives 'ring'"), std::string::npos) << e;
   EXPECT_NE(e.find("flat-ring"), std::string::npos) << e;
+}
+
+// DeepSpeed ZeRO-3 as it runs (issue 13 item 3): its prefetcher gathers parameters in buckets of
+// stage3_prefetch_bucket_size (5e7 elements) and reduces gradients in buckets of
+// reduce_bucket_size (5e8), its documented defaults; FSDP gathers and reduces once a wrapped
+// block. The bytes are the same; the fixed cost is paid once a call.
+TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
+  const topo::Topology t = resolved("dgx-h100", 4);
+  const shard::Schedule s = llama_schedule(t, "zero3", Collectives::FlatRing);
+  const shard::UnitPlan& units = s.units();
+  // A Llama-2-7B block: 4 x 4096^2 attention + 3 x 4096 x 11008 MLP + 2 x 4096 norm elements.
+  ASSERT_EQ(units.numel[1], 202'383'360u);
+  const shard::ScheduledOp gather = ops_of(s, Purpose::WeightGatherForward, 1).at(0);
+  const shard::ScheduledOp reduce = ops_of(s, Purpose::GradReduce, 1).at(0);
+  EXPECT_EQ(collective_launches(gather, units, Granularity::Unit), 1.0);
+  EXPECT_DOUBLE_EQ(collective_launches(gather, units, Granularity::DeepSpeed), 202'383'360 / 5e7);  // 4.05 calls
+  EXPECT_DOUBLE_EQ(collective_launches(reduce, units, Granularity::DeepSpeed), 202'383'360 / 5e8);  // 0.40 calls
+  // One flat ring over 32 ranks: 31 steps of 5 us a call (dgx-h100's cluster latency).
+  ASSERT_EQ(gather.messages, 31);
+  const OpPrice fsdp = price_op(gather, t, nullptr), deepspeed = price_op(gather, t, nullptr, 202'383'360 / 5e7);
+  EXPECT_NEAR(fsdp.latency_s * 1e6, 155.0, 1e-9);
+  EXPECT_NEAR(deepspeed.latency_s * 1e6, 155.0 * 4.0476672, 1e-9);
+  EXPECT_EQ(deepspeed.bandwidth_s, fsdp.bandwidth_s);
+
+  // The whole step: every unit op's fixed cost scaled by its calls, bytes untouched.
+  Workload w;
+  w.seq = 4096;
+  w.collectives = Collectives::FlatRing;
+  const PlanContext fsdp_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
+  w.granularity = Granularity::DeepSpeed;
+  const PlanContext deepspeed_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
+  const shard::ShardSpec spec = apply_precision(strategy_spec("zero3", t), Precision::BF16);
+  const Estimate a = fsdp_plan.estimate("zero3", spec), b = deepspeed_plan.estimate("zero3", spec);
+  double expected = 0;
+  for (const shard::ScheduledOp& op : s.micro_batch_ops()) {
+    const double calls = op.unit < 0                                     ? 1.0
+                         : op.purpose == Purpose::GradReduce             ? units.numel[op.unit] / 5e8
+                                                                         : units.numel[op.unit] / 5e7;
+    if (op.level == 1) expected += price_op(op, t, nullptr).latency_s * calls;
+  }
+  for (const shard::ScheduledOp& op : s.step_ops())
+    if (op.level == 1) expected += price_op(op, t, nullptr).latency_s;  // scalars: one call each
+  EXPECT_NEAR(b.tiers[1].latency_s, expected, 1e-12 * expected);
+  EXPECT_GT(b.tiers[1].latency_s, a.tiers[1].latency_s);
+  EXPECT_EQ(b.tiers[1].traffic.bytes_sent, a.tiers[1].traffic.bytes_sent);
+  EXPECT_NEAR(b.tiers[1].busy_s - b.tiers[1].latency_s, a.tiers[1].busy_s - a.tiers[1].latency_s,
+              1e-9 * a.tiers[1].busy_s);
+  EXPECT_EQ(deepspeed_plan.assumptions()["granularity"], "deepspeed");
+
+  EXPECT_EQ(parse_granularity("fsdp"), Granularity::Unit);
+  const std::string e = error_of([] { parse_granularity("bucket"); });
+  EXPECT_NE(e.find("--granularity 'bucket'"), std::string::npos) << e;
 }
