@@ -73,6 +73,11 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --collectives tree",
                              "--collectives 'tree'"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --granularity bucket",
+                             "--granularity 'bucket'"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 1 --calibration "
+                             "configs/calibration/missing.toml",
+                             "configs/calibration/missing.toml"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --strategy zero3 --collectives "
                              "flat-ring --compare-summary x.json",
                              "runtime runs hierarchical collectives"},
