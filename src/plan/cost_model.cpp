@@ -147,28 +147,29 @@ namespace {
 // domain's ranks x the rank rate (its ports' total, or its ranks' own links), shared by the
 // parallel rings of the other positions when the ring starts above level 0. The ring runs at
 // the slowest tier it spans by that rate, and each of its d-1 steps waits out the slowest
-// latency.
+// latency. A tier's rank rate is its calibrated bus bandwidth where the calibration has a curve
+// for the collective (measured with every rank of the inner domain crossing at once), else its
+// rank bandwidth x efficiency; the bound tier's curve, when it has one, prices the op.
 OpPrice price_flat_ring(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
   const int inner = op.level - op.levels_spanned + 1;
-  int bound = inner;
-  double rate = 0, latency_us = 0;
+  const CollectiveCurve* bound_curve = nullptr;
+  double rate = 0, bound_ranks = 1, latency_us = 0;
   for (int t = inner; t <= op.level; ++t) {
     const double ranks_per_ring = static_cast<double>(topology.domain_ranks(t - 1)) / topology.domain_ranks(inner - 1);
-    const double r = ranks_per_ring * topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
-    if (t == inner || r < rate) rate = r, bound = t;
+    const CollectiveCurve* curve =
+        calibration ? calibration->tier(topology.tier(t).name).find(collective_of(op)) : nullptr;
+    const double rank_rate =
+        curve ? curve->bus_GBps * 1e9 : topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
+    const double r = ranks_per_ring * rank_rate;
+    if (t == inner || r < rate) rate = r, bound_ranks = ranks_per_ring, bound_curve = curve;
     latency_us = std::max(latency_us, topology.tier(t).latency_us);
   }
   const double bytes = static_cast<double>(op.bytes_sent);
   const double topology_latency_s = op.messages * latency_us * 1e-6;
-  if (const CollectiveCurve* curve =
-          calibration ? calibration->tier(topology.tier(bound).name).find(collective_of(op)) : nullptr) {
-    // The curve was measured with every rank of the bound tier's inner domain crossing it.
-    const double ranks_per_ring =
-        static_cast<double>(topology.domain_ranks(bound - 1)) / topology.domain_ranks(inner - 1);
-    const double per_rank_bytes = bytes / ranks_per_ring;
-    const double at_bandwidth = per_rank_bytes / (curve->bus_GBps * 1e9);
-    if (!curve->latency_known) return {topology_latency_s, at_bandwidth};
-    return {curve->seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth};
+  if (bound_curve && bound_curve->latency_known) {
+    const double per_rank_bytes = bytes / bound_ranks;
+    const double at_bandwidth = per_rank_bytes / (bound_curve->bus_GBps * 1e9);
+    return {bound_curve->seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth};
   }
   return {topology_latency_s, bytes / rate};
 }

@@ -145,21 +145,34 @@ TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
 }
 
 TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
-  // dgx-h100, 2 nodes: the cluster tier bounds the ring (as above). Its measured all-gather
-  // curve (every rank of a node crossing at once): 40 GB/s a rank, alpha 1 us for 1 message.
-  // The node's 8 ranks carry one ring member's bytes over the tier together: 15 MB / 8 at
-  // 40 GB/s = 46.875 us; 15 steps x 1 us = 15 us.
+  // dgx-h100, 2 nodes. Measured all-gather curves (every rank of a node crossing at once):
+  // node 400 GB/s a rank, cluster 40 GB/s a rank, alpha 1 us for 1 message (half_bytes = B x 1 us). The node's 8 ranks
+  // carry one ring member's bytes over the cluster tier together (8 x 40 = 320 GB/s, below the
+  // node's 1 x 400): the cluster bounds the ring, 15 MB / 8 at 40 GB/s = 46.875 us; 15 steps x
+  // 1 us = 15 us.
   const topo::Topology t = resolved("dgx-h100", 2);
-  Calibration cal;
-  for (const char* name : {"node", "cluster"}) {
-    TierCalibration tier{name, name == std::string("node") ? 8 : 2, name == std::string("node") ? 1 : 8, {}};
-    for (auto& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
-    cal.tiers.push_back(tier);
-  }
+  auto calibration = [](double node_GBps) {
+    Calibration cal;
+    for (const char* name : {"node", "cluster"}) {
+      const bool node = name == std::string("node");
+      TierCalibration tier{name, node ? 8 : 2, node ? 1 : 8, {}};
+      const double bus = node ? node_GBps : 40.0;
+      for (auto& c : tier.curves) c = CollectiveCurve{bus, bus * 1e3, 1, {}, {}};  // alpha = 1 us
+      cal.tiers.push_back(tier);
+    }
+    return cal;
+  };
   shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
-  const OpPrice p = price_op(op, t, &cal);
+  const Calibration fast_node = calibration(400);
+  const OpPrice p = price_op(op, t, &fast_node);
   EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
   EXPECT_NEAR(p.latency_s * 1e6, 15.0, 1e-9);
+  // A node measured at 200 GB/s a rank is slower than the cluster's 320: it bounds the ring,
+  // 15 MB at 200 GB/s = 75 us, its own alpha (1 us) a step.
+  const Calibration slow_node = calibration(200);
+  const OpPrice q = price_op(op, t, &slow_node);
+  EXPECT_NEAR(q.bandwidth_s * 1e6, 75.0, 1e-9);
+  EXPECT_NEAR(q.latency_s * 1e6, 15.0, 1e-9);
 }
 
 TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
