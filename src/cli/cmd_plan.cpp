@@ -127,7 +127,8 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
              c.topology().name(), nodes_text);
   fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM{}\n", d.name,
              d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps,
-             c.calibration() ? " (times from the calibration below; the peak scales MFU)" : "");
+             c.calibration() && c.calibration()->compute ? " (times from the calibration below; the peak scales MFU)"
+                                                         : "");
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
              "collectives {}, granularity {}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
