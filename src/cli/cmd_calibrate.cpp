@@ -273,7 +273,7 @@ void run_calibrate(const Options& o) {
       fmt::print("{:<10} {:>6} {:<15} {:>10.4g} {:>12.4g} {:>11.4g}\n", t.name, t.group_size, plan::collective_key(k),
                  c.bus_GBps, c.half_bytes, c.latency_s() * 1e6);
     }
-  const plan::ComputeCalibration& c = cal.compute;
+  const plan::ComputeCalibration& c = *cal.compute;
   fmt::print("compute ({} a rank, model {}): matmul {:.4g} GFLOP/s, half of it at {:.3g} GFLOP; whole step x{:.3g} "
              "its matmuls; x{:.3g} beside an all-reduce; Adam {:.3g} GB/s\n",
              count_of(c.threads, "thread"), o.model, c.peak_gflops, c.half_gflop, c.kernel_overhead,

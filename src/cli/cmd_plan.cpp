@@ -43,6 +43,7 @@ struct PlanOptions {
   bool recompute = false, flash_attention = false, batch_per_device = false;
   std::string precision = "bf16";
   std::string collectives = "hierarchical";
+  std::string granularity = "unit";
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
   int tp = 1, pp = 1;
   std::string tp_tier, pp_tier;
@@ -126,12 +127,14 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
              c.topology().name(), nodes_text);
   fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM{}\n", d.name,
              d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps,
-             c.calibration() ? " (times from the calibration below; the peak scales MFU)" : "");
+             c.calibration() && c.calibration()->compute ? " (times from the calibration below; the peak scales MFU)"
+                                                         : "");
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
-             "collectives {}\n",
+             "collectives {}, granularity {}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
              plan::precision_name(w.precision), w.recompute ? "on" : "off",
-             w.flash_attention ? "flash" : "dense (seq x seq kept)", shard::to_string(w.collectives));
+             w.flash_attention ? "flash" : "dense (seq x seq kept)", shard::to_string(w.collectives),
+             plan::granularity_name(w.granularity));
   const topo::Topology& topology = c.topology();
   for (int i = 0; i < topology.num_tiers(); ++i) {
     const topo::Tier& t = topology.tier(i);
@@ -150,18 +153,27 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
     const plan::TierCalibration& cal = c.calibration()->tier(t.name);
     std::vector<std::string> curves;
     for (plan::Collective k : {plan::Collective::AllGather, plan::Collective::ReduceScatter, plan::Collective::AllToAll}) {
-      const plan::CollectiveCurve& curve = cal.curve(k);
-      curves.push_back(fmt::format("{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us)", plan::collective_key(k),
-                                   curve.bus_GBps, curve.half_bytes / 1e3, curve.latency_s() * 1e6));
+      const plan::CollectiveCurve* curve = cal.find(k);
+      if (!curve)
+        curves.push_back(fmt::format("{} the tier's figures above", plan::collective_key(k)));
+      else if (!curve->latency_known)
+        curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", plan::collective_key(k), curve->bus_GBps));
+      else
+        curves.push_back(fmt::format("{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us)", plan::collective_key(k),
+                                     curve->bus_GBps, curve->half_bytes / 1e3, curve->latency_s() * 1e6));
     }
-    fmt::print("  calibrated (a group of {}, {} crossing at once): {}\n", cal.group_size,
-               count_of(cal.ranks_sharing, "rank"), fmt::join(curves, "; "));
+    const std::string group = cal.group_size > 0 ? fmt::format("a group of {}, {} crossing at once", cal.group_size,
+                                                               count_of(cal.ranks_sharing, "rank"))
+                                                 : std::string("group not stated");
+    fmt::print("  calibrated ({}): {}\n", group, fmt::join(curves, "; "));
   }
-  if (const auto& cal = c.calibration())
+  if (const auto& cal = c.calibration(); cal && cal->compute)
     fmt::print("calibrated compute: matmul {:.4g} GFLOP/s a rank, half of it at {:.3g} GFLOP; other kernels x{:.3g}; "
                "x{:.3g} slower beside communication; Adam {:.3g} GB/s (ignoring the device's efficiency and HBM)\n",
-               cal->compute.peak_gflops, cal->compute.half_gflop, cal->compute.kernel_overhead,
-               cal->compute.overlap_slowdown, cal->compute.optimizer_GBps);
+               cal->compute->peak_gflops, cal->compute->half_gflop, cal->compute->kernel_overhead,
+               cal->compute->overlap_slowdown, cal->compute->optimizer_GBps);
+  else if (cal)
+    fmt::print("compute: the calibration has none; the device's peak x efficiency and HBM rate above\n");
 }
 
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
@@ -398,9 +410,9 @@ void run_plan(const PlanOptions& o) {
   if (o.memory_opt->count()) overrides.memory_gb = o.memory_gb;
   if (o.hbm_opt->count()) overrides.hbm_GBps = o.hbm_GBps;
   // A device without a preset takes its peak (for MFU) and memory rate from what was measured.
-  if (calibration && !plan::device_for_topology(o.topology)) {
-    if (!overrides.peak_tflops) overrides.peak_tflops = calibration->compute.peak_gflops / 1e3;
-    if (!overrides.hbm_GBps) overrides.hbm_GBps = calibration->compute.optimizer_GBps;
+  if (calibration && calibration->compute && !plan::device_for_topology(o.topology)) {
+    if (!overrides.peak_tflops) overrides.peak_tflops = calibration->compute->peak_gflops / 1e3;
+    if (!overrides.hbm_GBps) overrides.hbm_GBps = calibration->compute->optimizer_GBps;
   }
   if (o.efficiency_opt->count()) overrides.compute_efficiency = o.compute_efficiency;
   if (o.tdp_opt->count()) overrides.tdp_watts = o.tdp_watts;
@@ -416,6 +428,7 @@ void run_plan(const PlanOptions& o) {
   workload.batch_per_device = o.batch_per_device;
   workload.precision = plan::parse_precision(o.precision);
   workload.collectives = shard::parse_collectives(o.collectives);
+  workload.granularity = plan::parse_granularity(o.granularity);
   workload.validate(model);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
 
@@ -583,6 +596,11 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--collectives", o->collectives,
                   "hierarchical: strata's own, one op per tier; flat-ring: one NCCL ring over the whole group, "
                   "as PyTorch FSDP and DeepSpeed ZeRO run their all-gathers and reduce-scatters (docs/planner.md)")
+      ->capture_default_str();
+  cmd->add_option("--granularity", o->granularity,
+                  "collective calls an op of a unit makes: unit (strata's, and PyTorch FSDP's one a wrapped block; "
+                  "fsdp is the same), deepspeed (DeepSpeed ZeRO's default buckets: 5e7-element parameter gathers, "
+                  "5e8-element reductions; each call pays the fixed cost) (docs/planner.md \"Granularity\")")
       ->capture_default_str();
   o->peak_opt = cmd->add_option("--peak-tflops", o->peak_tflops, "peak dense bf16 TFLOP/s a device");
   o->memory_opt = cmd->add_option("--device-memory-gb", o->memory_gb, "memory a device, GB (1e9 bytes)");

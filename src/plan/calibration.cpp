@@ -82,6 +82,7 @@ class Fields {
       if (std::find(known.begin(), known.end(), key.str()) == known.end())
         throw Error(fmt::format("{}: unknown field (fields: {})", at(key.str()), fmt::join(known, ", ")));
   }
+  bool has(std::string_view field) const { return table_.contains(field); }
   const toml::node& node(std::string_view field) const {
     const toml::node* n = table_.get(field);
     if (!n) throw Error(fmt::format("{}: missing", at(field)));
@@ -155,16 +156,23 @@ void check_points(const Fields& f, std::string_view x_field, const std::vector<d
                             f.where(), x_field, x.size(), y.size()));
 }
 
+// bus_GBps always; half_bytes with messages, or neither (a published figure that states only the
+// large-message bandwidth); the measured points when given.
 CollectiveCurve read_curve(const Fields& tier, Collective c) {
   const Fields f(tier.table(collective_key(c)), tier.at(collective_key(c)));
   f.only({"bus_GBps", "half_bytes", "messages", "bytes", "seconds"});
   CollectiveCurve curve;
   curve.bus_GBps = f.positive("bus_GBps");
-  curve.half_bytes = f.at_least("half_bytes", 0);
-  curve.messages = f.integer("messages", 1);
-  curve.bytes = f.numbers("bytes");
-  curve.seconds = f.numbers("seconds");
-  check_points(f, "bytes", curve.bytes, curve.seconds);
+  curve.latency_known = f.has("half_bytes") || f.has("messages");
+  if (curve.latency_known) {
+    curve.half_bytes = f.at_least("half_bytes", 0);
+    curve.messages = f.integer("messages", 1);
+  }
+  if (f.has("bytes") || f.has("seconds")) {
+    curve.bytes = f.numbers("bytes");
+    curve.seconds = f.numbers("seconds");
+    check_points(f, "bytes", curve.bytes, curve.seconds);
+  }
   return curve;
 }
 
@@ -175,6 +183,7 @@ toml::array to_array(const std::vector<double>& v) {
 }
 
 nlohmann::json curve_json(const CollectiveCurve& c) {
+  if (!c.latency_known) return {{"bus_GBps", c.bus_GBps}, {"latency", "the topology's latency_us a message"}};
   return {{"bus_GBps", c.bus_GBps}, {"half_bytes", c.half_bytes}, {"latency_us", c.latency_s() * 1e6},
           {"messages", c.messages}};
 }
@@ -191,23 +200,26 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     throw Error(fmt::format("{} = {}: this strata reads version {} (run strata calibrate again)", root.at("version"),
                             c.version, kVersion));
   c.topology = root.string("topology");
-  c.world_size = root.integer("world_size", 1);
+  if (root.has("world_size")) c.world_size = root.integer("world_size", 1);  // a shipped file may not know it
   c.command = root.string("command");
 
-  const toml::table* compute = doc["compute"].as_table();
-  if (!compute) throw Error(fmt::format("{}: missing or not a table ([compute])", root.at("compute")));
-  const Fields cf(*compute, root.at("compute"));
-  cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "threads", "gflop",
-           "seconds"});
-  c.compute.peak_gflops = cf.positive("peak_gflops");
-  c.compute.half_gflop = cf.at_least("half_gflop", 0);
-  c.compute.kernel_overhead = cf.at_least("kernel_overhead", 1);
-  c.compute.overlap_slowdown = cf.at_least("overlap_slowdown", 1);
-  c.compute.optimizer_GBps = cf.positive("optimizer_GBps");
-  c.compute.threads = cf.integer("threads", 1);
-  c.compute.gflop = cf.numbers("gflop");
-  c.compute.seconds = cf.numbers("seconds");
-  check_points(cf, "gflop", c.compute.gflop, c.compute.seconds);
+  if (root.has("compute")) {
+    const toml::table* compute = doc["compute"].as_table();
+    if (!compute) throw Error(fmt::format("{}: must be a table ([compute])", root.at("compute")));
+    const Fields cf(*compute, root.at("compute"));
+    cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "threads", "gflop",
+             "seconds"});
+    ComputeCalibration& cc = c.compute.emplace();
+    cc.peak_gflops = cf.positive("peak_gflops");
+    cc.half_gflop = cf.at_least("half_gflop", 0);
+    cc.kernel_overhead = cf.at_least("kernel_overhead", 1);
+    cc.overlap_slowdown = cf.at_least("overlap_slowdown", 1);
+    cc.optimizer_GBps = cf.positive("optimizer_GBps");
+    cc.threads = cf.integer("threads", 1);
+    cc.gflop = cf.numbers("gflop");
+    cc.seconds = cf.numbers("seconds");
+    check_points(cf, "gflop", cc.gflop, cc.seconds);
+  }
 
   const toml::array* tiers = doc["tiers"].as_array();
   if (!tiers || tiers->empty())
@@ -224,13 +236,19 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     TierCalibration tier;
     tier.name = f.string("name");
     const Fields named_tier(*t, fmt::format("{}[{}] ('{}')", root.at("tiers"), i, tier.name));
-    tier.group_size = named_tier.integer("group_size", 1);
-    tier.ranks_sharing = named_tier.integer("ranks_sharing", 1);
-    for (Collective k : kCollectives) tier.curves[static_cast<int>(k)] = read_curve(named_tier, k);
+    if (named_tier.has("group_size")) tier.group_size = named_tier.integer("group_size", 1);
+    if (named_tier.has("ranks_sharing")) tier.ranks_sharing = named_tier.integer("ranks_sharing", 1);
+    for (Collective k : kCollectives)
+      if (named_tier.has(collective_key(k))) tier.curves[static_cast<int>(k)] = read_curve(named_tier, k);
     for (const TierCalibration& seen : c.tiers)
       if (seen.name == tier.name) throw Error(fmt::format("{}: name '{}' given twice", f.at("name"), tier.name));
     c.tiers.push_back(std::move(tier));
   }
+  bool any_curve = false;
+  for (const TierCalibration& t : c.tiers)
+    for (const auto& curve : t.curves) any_curve = any_curve || curve.has_value();
+  if (!any_curve && !c.compute)
+    throw Error(fmt::format("{}: calibrates nothing (no [compute] and no collective in any [[tiers]])", origin));
   return c;
 }
 
@@ -242,26 +260,29 @@ std::string Calibration::to_toml() const {
   toml::table doc;
   doc.insert("version", version);
   doc.insert("topology", topology);
-  doc.insert("world_size", world_size);
+  if (world_size > 0) doc.insert("world_size", world_size);
   doc.insert("command", command);
-  doc.insert("compute", toml::table{{"peak_gflops", compute.peak_gflops},
-                                    {"half_gflop", compute.half_gflop},
-                                    {"kernel_overhead", compute.kernel_overhead},
-                                    {"overlap_slowdown", compute.overlap_slowdown},
-                                    {"optimizer_GBps", compute.optimizer_GBps},
-                                    {"threads", compute.threads},
-                                    {"gflop", to_array(compute.gflop)},
-                                    {"seconds", to_array(compute.seconds)}});
+  if (compute)
+    doc.insert("compute", toml::table{{"peak_gflops", compute->peak_gflops},
+                                      {"half_gflop", compute->half_gflop},
+                                      {"kernel_overhead", compute->kernel_overhead},
+                                      {"overlap_slowdown", compute->overlap_slowdown},
+                                      {"optimizer_GBps", compute->optimizer_GBps},
+                                      {"threads", compute->threads},
+                                      {"gflop", to_array(compute->gflop)},
+                                      {"seconds", to_array(compute->seconds)}});
   toml::array tier_array;
   for (const TierCalibration& t : tiers) {
-    toml::table table{{"name", t.name}, {"group_size", t.group_size}, {"ranks_sharing", t.ranks_sharing}};
+    toml::table table{{"name", t.name}};
+    if (t.group_size > 0) table.insert("group_size", t.group_size);
+    if (t.ranks_sharing > 0) table.insert("ranks_sharing", t.ranks_sharing);
     for (Collective k : kCollectives) {
-      const CollectiveCurve& c = t.curve(k);
-      table.insert(collective_key(k), toml::table{{"bus_GBps", c.bus_GBps},
-                                                  {"half_bytes", c.half_bytes},
-                                                  {"messages", c.messages},
-                                                  {"bytes", to_array(c.bytes)},
-                                                  {"seconds", to_array(c.seconds)}});
+      const CollectiveCurve* c = t.find(k);
+      if (!c) continue;
+      toml::table curve{{"bus_GBps", c->bus_GBps}};
+      if (c->latency_known) curve.insert("half_bytes", c->half_bytes), curve.insert("messages", c->messages);
+      if (!c->bytes.empty()) curve.insert("bytes", to_array(c->bytes)), curve.insert("seconds", to_array(c->seconds));
+      table.insert(collective_key(k), std::move(curve));
     }
     tier_array.push_back(std::move(table));
   }
@@ -278,21 +299,29 @@ nlohmann::json Calibration::to_json() const {
   nlohmann::json tiers_json = nlohmann::json::array();
   for (const TierCalibration& t : tiers) {
     nlohmann::json j{{"name", t.name}, {"group_size", t.group_size}, {"ranks_sharing", t.ranks_sharing}};
-    for (Collective k : kCollectives) j[std::string(collective_key(k))] = curve_json(t.curve(k));
+    for (Collective k : kCollectives)
+      j[std::string(collective_key(k))] = t.find(k) ? curve_json(*t.find(k)) : nlohmann::json("the topology's figures");
     tiers_json.push_back(std::move(j));
   }
+  nlohmann::json compute_json = "the device's: peak x compute efficiency, HBM rate, no slowdown";
+  if (compute)
+    compute_json = {{"peak_gflops", compute->peak_gflops},
+                    {"half_gflop", compute->half_gflop},
+                    {"kernel_overhead", compute->kernel_overhead},
+                    {"overlap_slowdown", compute->overlap_slowdown},
+                    {"optimizer_GBps", compute->optimizer_GBps},
+                    {"threads", compute->threads}};
   return {{"version", version},
           {"topology", topology},
           {"world_size", world_size},
           {"command", command},
-          {"compute",
-           {{"peak_gflops", compute.peak_gflops},
-            {"half_gflop", compute.half_gflop},
-            {"kernel_overhead", compute.kernel_overhead},
-            {"overlap_slowdown", compute.overlap_slowdown},
-            {"optimizer_GBps", compute.optimizer_GBps},
-            {"threads", compute.threads}}},
+          {"compute", compute_json},
           {"tiers", tiers_json}};
+}
+
+const CollectiveCurve& TierCalibration::curve(Collective c) const {
+  if (const CollectiveCurve* found = find(c)) return *found;
+  throw Error(fmt::format("calibration: tier '{}' has no {} curve", name, collective_key(c)));
 }
 
 const TierCalibration& Calibration::tier(std::string_view name) const {

@@ -6,6 +6,7 @@
 // every refusal names the file and the field.
 #include <array>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,11 +32,15 @@ LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double
 // One collective over one tier: t(n) = n / (B · n/(n + n½)) = (n + n½) / B for n bytes a
 // rank sends; bus bandwidth B for large messages, half of it at n½. Its fixed cost
 // α = n½ / B (latency of its `messages` sends and the call's launch) is what a small op pays.
+// A calibration built from published figures may know B alone (a source that states only the
+// large-message bus bandwidth): then `latency_known` is false and the op's fixed cost stays the
+// topology's latency_us a message (docs/calibration.md "Shipped calibrations").
 struct CollectiveCurve {
   double bus_GBps = 0;
   double half_bytes = 0;
   int messages = 0;                    // sends a rank of one call, as measured
-  std::vector<double> bytes, seconds;  // the measurements the curve was fitted to
+  std::vector<double> bytes, seconds;  // the measurements the curve was fitted to (may be empty when shipped)
+  bool latency_known = true;           // false: half_bytes and messages unknown, the topology's latency is used
 
   double latency_s() const { return half_bytes / (bus_GBps * 1e9); }
   // An op of `sends` messages: α scaled by sends / messages (a ring over a group of another
@@ -46,11 +51,17 @@ struct CollectiveCurve {
 
 struct TierCalibration {
   std::string name;
-  int group_size = 0;     // ranks of the across-group it was measured on
-  int ranks_sharing = 0;  // ranks of one inner domain crossing the tier at once (shared ports included)
-  std::array<CollectiveCurve, 4> curves;  // kCollectives order
+  int group_size = 0;     // ranks of the across-group it was measured on (0: the source does not say)
+  int ranks_sharing = 0;  // ranks of one inner domain crossing the tier at once (shared ports included; 0: not said)
+  // kCollectives order; a collective a shipped file has no figure for is empty, and its ops are
+  // priced by the topology's α-β.
+  std::array<std::optional<CollectiveCurve>, 4> curves;
 
-  const CollectiveCurve& curve(Collective c) const { return curves[static_cast<int>(c)]; }
+  const CollectiveCurve* find(Collective c) const {
+    const auto& curve = curves[static_cast<int>(c)];
+    return curve ? &*curve : nullptr;
+  }
+  const CollectiveCurve& curve(Collective c) const;  // throws Error naming the tier when it has none
 };
 
 // Compute of one rank, as it runs while every rank of the calibration computes at once.
@@ -74,7 +85,9 @@ struct Calibration {
   int world_size = 0;
   std::string command;   // what measured it
   std::vector<TierCalibration> tiers;  // innermost first, as the topology
-  ComputeCalibration compute;
+  // Empty in a shipped calibration without a public compute figure: compute, Adam and overlap
+  // are then priced from the device (peak x --compute-efficiency, HBM rate, no slowdown).
+  std::optional<ComputeCalibration> compute;
 
   static Calibration from_toml_string(std::string_view text, std::string_view origin = "<string>");
   static Calibration from_toml_file(const std::filesystem::path& path);

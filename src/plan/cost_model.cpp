@@ -48,6 +48,32 @@ shard::ShardSpec strategy_spec(std::string_view name, const topo::Topology& topo
   return spec;
 }
 
+Granularity parse_granularity(std::string_view text) {
+  if (text == "unit" || text == "fsdp") return Granularity::Unit;
+  if (text == "deepspeed") return Granularity::DeepSpeed;
+  throw Error(fmt::format("--granularity '{}': expected unit, fsdp (the same: one collective a wrapped block) or "
+                          "deepspeed",
+                          text));
+}
+
+std::string_view granularity_name(Granularity g) { return g == Granularity::Unit ? "unit" : "deepspeed"; }
+
+double collective_launches(const ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity) {
+  if (granularity == Granularity::Unit || op.unit < 0) return 1.0;
+  const double elements = static_cast<double>(units.numel.at(op.unit));
+  switch (op.purpose) {
+    case Purpose::WeightGatherForward:
+    case Purpose::WeightGatherBackward: return elements / kDeepSpeedPrefetchBucket;
+    case Purpose::GradReduce:
+    case Purpose::StepGradReduce:
+    case Purpose::ReplicaReduce: return elements / kDeepSpeedReduceBucket;
+    case Purpose::StepGradGather:
+    case Purpose::ReplicaGather:
+    case Purpose::WeightGatherStep: return elements / kDeepSpeedAllgatherBucket;
+    default: return 1.0;
+  }
+}
+
 void Workload::validate(const ModelShape& model) const {
   if (micro_batch <= 0) throw Error(fmt::format("--micro-batch {}: must be positive", micro_batch));
   if (seq <= 0) throw Error(fmt::format("--seq {}: must be positive", seq));
@@ -121,45 +147,56 @@ namespace {
 // domain's ranks x the rank rate (its ports' total, or its ranks' own links), shared by the
 // parallel rings of the other positions when the ring starts above level 0. The ring runs at
 // the slowest tier it spans by that rate, and each of its d-1 steps waits out the slowest
-// latency.
+// latency. A tier's rank rate is its calibrated bus bandwidth where the calibration has a curve
+// for the collective (measured with every rank of the inner domain crossing at once), else its
+// rank bandwidth x efficiency; the bound tier's curve, when it has one, prices the op.
 OpPrice price_flat_ring(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
   const int inner = op.level - op.levels_spanned + 1;
-  int bound = inner;
-  double rate = 0, latency_us = 0;
+  const CollectiveCurve* bound_curve = nullptr;
+  double rate = 0, bound_ranks = 1, latency_us = 0;
   for (int t = inner; t <= op.level; ++t) {
     const double ranks_per_ring = static_cast<double>(topology.domain_ranks(t - 1)) / topology.domain_ranks(inner - 1);
-    const double r = ranks_per_ring * topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
-    if (t == inner || r < rate) rate = r, bound = t;
+    const CollectiveCurve* curve =
+        calibration ? calibration->tier(topology.tier(t).name).find(collective_of(op)) : nullptr;
+    const double rank_rate =
+        curve ? curve->bus_GBps * 1e9 : topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
+    const double r = ranks_per_ring * rank_rate;
+    if (t == inner || r < rate) rate = r, bound_ranks = ranks_per_ring, bound_curve = curve;
     latency_us = std::max(latency_us, topology.tier(t).latency_us);
   }
   const double bytes = static_cast<double>(op.bytes_sent);
-  if (calibration) {
-    // The curve was measured with every rank of the bound tier's inner domain crossing it.
-    const double ranks_per_ring =
-        static_cast<double>(topology.domain_ranks(bound - 1)) / topology.domain_ranks(inner - 1);
-    const CollectiveCurve& curve = calibration->tier(topology.tier(bound).name).curve(collective_of(op));
-    const double per_rank_bytes = bytes / ranks_per_ring;
-    const double at_bandwidth = per_rank_bytes / (curve.bus_GBps * 1e9);
-    return {curve.seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth};
+  const double topology_latency_s = op.messages * latency_us * 1e-6;
+  if (bound_curve && bound_curve->latency_known) {
+    const double per_rank_bytes = bytes / bound_ranks;
+    const double at_bandwidth = per_rank_bytes / (bound_curve->bus_GBps * 1e9);
+    return {bound_curve->seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth};
   }
-  return {op.messages * latency_us * 1e-6, bytes / rate};
+  return {topology_latency_s, bytes / rate};
+}
+
+// One collective call: the flat ring's price, the calibrated curve, or the tier's α-β.
+OpPrice one_call(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
+  if (op.levels_spanned > 1) return price_flat_ring(op, topology, calibration);
+  const topo::Tier& tier = topology.tier(op.level);
+  const double bytes = static_cast<double>(op.bytes_sent);
+  const double alpha = tier.latency_us * 1e-6;
+  // A collective the calibration has no curve for keeps the topology's figures.
+  if (const CollectiveCurve* curve = calibration ? calibration->tier(tier.name).find(collective_of(op)) : nullptr) {
+    const double at_bandwidth = bytes / (curve->bus_GBps * 1e9);
+    if (!curve->latency_known) return {op.messages * alpha, at_bandwidth};
+    return {curve->seconds_for(bytes, op.messages) - at_bandwidth, at_bandwidth};
+  }
+  const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
+  return {op.messages * alpha, bytes / beta};
 }
 
 }  // namespace
 
-OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
-  if (op.levels_spanned > 1) return price_flat_ring(op, topology, calibration);
-  const topo::Tier& tier = topology.tier(op.level);
-  const double bytes = static_cast<double>(op.bytes_sent);
-  if (calibration) {
-    const CollectiveCurve& curve = calibration->tier(tier.name).curve(collective_of(op));
-    const double total = curve.seconds_for(bytes, op.messages);
-    const double at_bandwidth = bytes / (curve.bus_GBps * 1e9);
-    return {total - at_bandwidth, at_bandwidth};
-  }
-  const double alpha = tier.latency_us * 1e-6;
-  const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
-  return {op.messages * alpha, bytes / beta};
+OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration,
+                 double launches) {
+  OpPrice price = one_call(op, topology, calibration);
+  price.latency_s *= launches;
+  return price;
 }
 
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
@@ -374,8 +411,8 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
   const std::vector<int> matmuls = model_.forward_matmuls();
   const std::vector<bool> again = model_.recomputed_units();
   for (std::size_t u = 0; u < flops.size(); ++u) {
-    if (calibration_) {
-      const ComputeCalibration& c = calibration_->compute;
+    if (calibration_ && calibration_->compute) {
+      const ComputeCalibration& c = *calibration_->compute;
       forward_s_.push_back(c.kernel_overhead * c.matmul_seconds(flops[u] * tokens, matmuls[u]));
     } else {
       forward_s_.push_back(flops[u] * tokens / flops_per_s);
@@ -413,23 +450,28 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   };
 
   const Calibration* calibrated = calibration_ ? &*calibration_ : nullptr;
+  auto price = [&](const ScheduledOp& op) {
+    return price_op(op, topology_, calibrated, collective_launches(op, units_, workload_.granularity));
+  };
   std::vector<double> op_seconds;
   for (const ScheduledOp& op : schedule.micro_batch_ops()) {
     const bool out = left_out(op);
     if (out) drop(op, K), note(op);
-    const OpPrice price = out ? OpPrice{} : price_op(op, topology_, calibrated);
-    op_seconds.push_back(price.seconds());
-    e.tiers[op.level].latency_s += K * price.latency_s;
+    const OpPrice p = out ? OpPrice{} : price(op);
+    op_seconds.push_back(p.seconds());
+    e.tiers[op.level].latency_s += K * p.latency_s;
   }
-  const double slowdown = calibrated ? calibrated->compute.overlap_slowdown : 1.0;
+  const ComputeCalibration* measured_compute =
+      calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
+  const double slowdown = measured_compute ? measured_compute->overlap_slowdown : 1.0;
   const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown);
   // The step's last micro-batch also runs the buckets' step reductions (once a step).
   for (const ScheduledOp& op : schedule.bucket_ops()) {
     const bool out = left_out(op);
     if (out) drop(op, 1), note(op);
-    const OpPrice price = out ? OpPrice{} : price_op(op, topology_, calibrated);
-    op_seconds.push_back(price.seconds());
-    e.tiers[op.level].latency_s += price.latency_s;
+    const OpPrice p = out ? OpPrice{} : price(op);
+    op_seconds.push_back(p.seconds());
+    e.tiers[op.level].latency_s += p.latency_s;
   }
   const Timeline last = schedule.buckets().empty()
                             ? mb
@@ -439,9 +481,9 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
       drop(op, 1), note(op);
       continue;
     }
-    const OpPrice price = price_op(op, topology_, calibrated);
-    const double s = price.seconds();
-    e.tiers[op.level].latency_s += price.latency_s;
+    const OpPrice p = price(op);
+    const double s = p.seconds();
+    e.tiers[op.level].latency_s += p.latency_s;
     e.tiers[op.level].step_phase_s += s;
     e.tiers[op.level].busy_s += s;
     e.step_comm_s += s;
@@ -457,7 +499,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   const int cb = compute_bytes(workload_.precision);
   const double os_elements =
       static_cast<double>(schedule.total_padded()) / schedule.levels().degree(schedule.levels().optimizer);
-  const double optimizer_GBps = calibrated ? calibrated->compute.optimizer_GBps : device_.hbm_GBps;
+  const double optimizer_GBps = measured_compute ? measured_compute->optimizer_GBps : device_.hbm_GBps;
   e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
 
   e.compute_s = K * mb.compute_s;
@@ -499,6 +541,7 @@ nlohmann::json PlanContext::assumptions() const {
                                   : fmt::format("{}@{}", purpose_flag(l.purpose), l.tier));
   const bool bf16 = workload_.precision == Precision::BF16;
   const bool calibrated = calibration_.has_value();
+  const bool calibrated_compute = calibrated && calibration_->compute.has_value();
   nlohmann::json out = {
       {"precision", precision_name(workload_.precision)},
       {"precision_means",
@@ -519,12 +562,22 @@ nlohmann::json PlanContext::assumptions() const {
              "rate = the slowest over its tiers of (ranks of a domain inside the tier / ranks of a domain inside "
              "the ring's innermost tier) x rank_bandwidth x efficiency (one ring a channel, channels spread over a "
              "domain's links); latency = d-1 x the largest latency_us of its tiers"},
+      {"granularity", granularity_name(workload_.granularity)},
+      {"granularity_means",
+       workload_.granularity == Granularity::Unit
+           ? "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
+             "transformer block"
+           : "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
+             "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
+             "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
+             "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once"},
       {"comm_time",
        calibrated ? "per op, the calibration's curve of its tier and collective (ring all-gather: all_gather, ring "
                     "reduce-scatter: reduce_scatter, quantized reduction: all_to_all): latency x messages / "
                     "calibrated messages + bytes_sent / bus_GBps, latency = half_bytes / bus_GBps (measured with "
-                    "every rank sending at once: shared ports included); tiers' latency_s and bandwidth_s split "
-                    "each tier's busy time so"
+                    "every rank sending at once: shared ports included); a collective the calibration has no "
+                    "curve for keeps the topology's figures, a curve without half_bytes keeps messages x "
+                    "latency_us; tiers' latency_s and bandwidth_s split each tier's busy time so"
                   : "per op: messages x latency + bytes_sent / (rank_bandwidth x efficiency); rank_bandwidth = "
                     "the pair rate bandwidth_GBps, or less where the ranks of one inner domain share the tier's "
                     "ports (ports x port_GBps / ranks_sharing_ports); ring and all-to-all both send "
@@ -541,7 +594,7 @@ nlohmann::json PlanContext::assumptions() const {
       {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; with recomputation the "
                 "hardware runs each block's forward twice (counted in hfu, not mfu)"},
       {"compute_time",
-       calibrated ? "per unit of the schedule: kernel_overhead x (FLOPs + matmuls x half_gflop) / peak_gflops "
+       calibrated_compute ? "per unit of the schedule: kernel_overhead x (FLOPs + matmuls x half_gflop) / peak_gflops "
                     "(the calibration's matmul curve: each matmul of F FLOPs takes (F + half_gflop) / peak_gflops; "
                     "a block has qkv, attention projection, 2 attention products and 2 (GELU) or 3 (SwiGLU) MLP "
                     "matmuls, the LM head 1); backward twice the forward"
@@ -550,7 +603,7 @@ nlohmann::json PlanContext::assumptions() const {
        "per block and token: 6 x hidden + 2 x kv_dim + (2 or 3 for SwiGLU) x ffn elements, plus heads x seq "
        "unless flash attention; with recomputation only each block's input plus one block's set; plus the final "
        "norm's input and output and fp32 logits"},
-      {"optimizer_time", calibrated ? "OS shard elements x (24 + 2 x element bytes) / the calibration's optimizer_GBps"
+      {"optimizer_time", calibrated_compute ? "OS shard elements x (24 + 2 x element bytes) / the calibration's optimizer_GBps"
                                     : "OS shard elements x (24 + 2 x element bytes) / HBM bandwidth"},
       {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations; "
                  "gathered = the most full-unit buffers alive at once over the micro-batch program (lifetime "

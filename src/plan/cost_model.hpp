@@ -33,6 +33,18 @@ shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision);
 std::vector<std::string> strategy_names();
 shard::ShardSpec strategy_spec(std::string_view name, const topo::Topology& topology);  // Error names --strategy
 
+// How many collective calls the system being priced makes for one unit's op (docs/planner.md
+// "Granularity"): strata and PyTorch FSDP (auto-wrap per transformer block) one per unit;
+// DeepSpeed ZeRO coalesces parameters into buckets of its own sizes, so a unit's op stands for
+// unit elements / bucket elements calls, each paying the op's fixed cost (latency, launch).
+enum class Granularity { Unit, DeepSpeed };
+Granularity parse_granularity(std::string_view text);  // unit | fsdp | deepspeed; Error names --granularity
+std::string_view granularity_name(Granularity g);
+// DeepSpeed's documented defaults, in elements (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig):
+inline constexpr double kDeepSpeedPrefetchBucket = 5e7;   // stage3_prefetch_bucket_size: ZeRO-3 parameter gathers
+inline constexpr double kDeepSpeedReduceBucket = 5e8;     // reduce_bucket_size: gradient reductions
+inline constexpr double kDeepSpeedAllgatherBucket = 5e8;  // allgather_bucket_size: ZeRO-1/2 post-step gathers
+
 struct Workload {
   int micro_batch = 1;          // sequences a rank runs per micro-batch
   int seq = 0;                  // tokens a sequence
@@ -47,6 +59,7 @@ struct Workload {
   // How multi-tier collectives are formed and priced: strata's per-tier ops, or one flat
   // ring over the group as NCCL runs FSDP and DeepSpeed (shard::Collectives).
   shard::Collectives collectives = shard::Collectives::Hierarchical;
+  Granularity granularity = Granularity::Unit;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };
 
@@ -75,8 +88,17 @@ struct OpPrice {
 };
 // A flat op (ScheduledOp::levels_spanned > 1) is priced as one ring over the tiers it spans
 // (docs/planner.md "Flat rings").
-OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration);
+// `launches`: the collective calls the op stands for (collective_launches); each pays the fixed cost.
+OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration,
+                 double launches = 1.0);
 Collective collective_of(const shard::ScheduledOp& op);
+// Calls one op of the schedule stands for under `granularity`: 1 for ops not tied to a unit
+// (scalars, ddp's buckets, which --bucket-bytes already sizes) and under Unit; under DeepSpeed
+// the unit's elements / the bucket of the op's purpose (weight gathers: prefetch bucket;
+// reductions: reduce bucket; post-step and replica gathers: allgather bucket), amortized:
+// DeepSpeed fills a bucket with whatever parameters are in flight, so a large unit is several
+// calls and small units share one.
+double collective_launches(const shard::ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity);
 
 // One micro-batch replayed on two streams (docs/planner.md "Overlap"): compute walks the
 // unit events; communication runs one op at a time in the order ops are issued. Issue and

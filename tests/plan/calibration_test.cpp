@@ -34,13 +34,14 @@ Calibration h100_calibration(double cluster_GBps, double overlap_slowdown = 1.0)
     for (Collective k : kCollectives) t.curves[static_cast<int>(k)] = exact_curve(bus, 64e3, group - 1);
     c.tiers.push_back(t);
   }
-  c.compute.peak_gflops = 600e3;
-  c.compute.half_gflop = 2;
-  c.compute.kernel_overhead = 1.2;
-  c.compute.overlap_slowdown = overlap_slowdown;
-  c.compute.optimizer_GBps = 2500;
-  c.compute.gflop = {1, 10, 100};
-  c.compute.seconds = {0.1, 0.2, 0.3};
+  ComputeCalibration& compute = c.compute.emplace();
+  compute.peak_gflops = 600e3;
+  compute.half_gflop = 2;
+  compute.kernel_overhead = 1.2;
+  compute.overlap_slowdown = overlap_slowdown;
+  compute.optimizer_GBps = 2500;
+  compute.gflop = {1, 10, 100};
+  compute.seconds = {0.1, 0.2, 0.3};
   return c;
 }
 
@@ -108,13 +109,13 @@ TEST(Calibration, RoundTripsThroughItsFile) {
       EXPECT_EQ(y.seconds, x.seconds);
     }
   }
-  EXPECT_DOUBLE_EQ(b.compute.peak_gflops, a.compute.peak_gflops);
-  EXPECT_DOUBLE_EQ(b.compute.half_gflop, a.compute.half_gflop);
-  EXPECT_DOUBLE_EQ(b.compute.kernel_overhead, a.compute.kernel_overhead);
-  EXPECT_DOUBLE_EQ(b.compute.overlap_slowdown, a.compute.overlap_slowdown);
-  EXPECT_DOUBLE_EQ(b.compute.optimizer_GBps, a.compute.optimizer_GBps);
-  EXPECT_EQ(b.compute.threads, a.compute.threads);
-  EXPECT_EQ(b.compute.gflop, a.compute.gflop);
+  EXPECT_DOUBLE_EQ(b.compute->peak_gflops, a.compute->peak_gflops);
+  EXPECT_DOUBLE_EQ(b.compute->half_gflop, a.compute->half_gflop);
+  EXPECT_DOUBLE_EQ(b.compute->kernel_overhead, a.compute->kernel_overhead);
+  EXPECT_DOUBLE_EQ(b.compute->overlap_slowdown, a.compute->overlap_slowdown);
+  EXPECT_DOUBLE_EQ(b.compute->optimizer_GBps, a.compute->optimizer_GBps);
+  EXPECT_EQ(b.compute->threads, a.compute->threads);
+  EXPECT_EQ(b.compute->gflop, a.compute->gflop);
   EXPECT_EQ(b.to_toml(), text);
 }
 
@@ -154,7 +155,7 @@ TEST(Calibration, ThePlanChangesWithTheCalibration) {
   const std::vector<int> matmuls = m.forward_matmuls();
   double expected = 0;
   for (std::size_t u = 0; u < flops.size(); ++u)
-    expected += 3 * cal.compute.kernel_overhead * cal.compute.matmul_seconds(flops[u] * 4096, matmuls[u]);
+    expected += 3 * cal.compute->kernel_overhead * cal.compute->matmul_seconds(flops[u] * 4096, matmuls[u]);
   EXPECT_NEAR(priced(fast, "zero3").compute_s, expected, 1e-12 * expected);
   // Adam at the calibrated rate.
   const Estimate d = priced(datasheet, "ddp"), f = priced(fast, "ddp");
@@ -176,4 +177,60 @@ TEST(Calibration, MustCoverEveryTierOfThePlan) {
   c.tiers.pop_back();
   EXPECT_NE(error_of([&] { h100_plan(c); }).find("--calibration: tiers: no tier 'cluster' of topology 'dgx-h100'"),
             std::string::npos);
+}
+
+// A shipped calibration (configs/calibration/) knows what a public source states and no more:
+// here the cluster tier's all-gather bus bandwidth alone, no compute.
+TEST(Calibration, APartialCalibrationPricesWhatItKnowsAndLeavesTheRestToTheTopology) {
+  const std::string text = R"(version = 1
+topology = "dgx-h100"
+command = "shipped"
+[[tiers]]
+name = "node"
+[[tiers]]
+name = "cluster"
+[tiers.all_gather]
+bus_GBps = 47
+)";
+  const Calibration cal = Calibration::from_toml_string(text, "cal.toml");
+  EXPECT_FALSE(cal.compute);
+  EXPECT_EQ(cal.world_size, 0);
+  ASSERT_NE(cal.tier("cluster").find(Collective::AllGather), nullptr);
+  EXPECT_FALSE(cal.tier("cluster").find(Collective::AllGather)->latency_known);
+  EXPECT_EQ(cal.tier("cluster").find(Collective::ReduceScatter), nullptr);
+  EXPECT_EQ(cal.tier("node").find(Collective::AllGather), nullptr);
+  EXPECT_EQ(Calibration::from_toml_string(cal.to_toml(), "again.toml").to_toml(), cal.to_toml());
+
+  // Hand-priced: a ring all-gather over the 4 nodes' across-group sends 3 chunks of 1 MB.
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(4));
+  shard::ScheduledOp gather{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  gather.level = 1;
+  gather.group_size = 4;
+  gather.messages = 3;
+  gather.bytes_sent = gather.bytes_received = 3'000'000;
+  const OpPrice p = price_op(gather, t, &cal);
+  EXPECT_DOUBLE_EQ(p.latency_s, 3 * 5e-6);           // the preset's 5 us a message: no half_bytes given
+  EXPECT_DOUBLE_EQ(p.bandwidth_s, 3e6 / 47e9);       // at the calibrated bus bandwidth, not 50 x 0.8
+  shard::ScheduledOp reduce = gather;                 // no reduce-scatter curve: the topology's α-β
+  reduce.kind = shard::OpKind::ReduceScatter;
+  EXPECT_DOUBLE_EQ(price_op(reduce, t, &cal).seconds(), price_op(reduce, t, nullptr).seconds());
+  gather.level = 0;                                   // nothing calibrated on the node tier
+  EXPECT_DOUBLE_EQ(price_op(gather, t, &cal).seconds(), price_op(gather, t, nullptr).seconds());
+
+  // Without [compute], compute and Adam are the device's; zero3's cluster gathers get faster.
+  const PlanContext datasheet = h100_plan(std::nullopt), shipped = h100_plan(cal);
+  const Estimate d = priced(datasheet, "zero3"), s = priced(shipped, "zero3");
+  EXPECT_EQ(s.compute_s, d.compute_s);
+  EXPECT_EQ(s.optimizer_s, d.optimizer_s);
+  EXPECT_EQ(s.overlap_slowdown_s, 0);
+  EXPECT_EQ(s.tiers[0].busy_s, d.tiers[0].busy_s);
+  EXPECT_LT(s.tiers[1].busy_s, d.tiers[1].busy_s);
+  EXPECT_EQ(s.tiers[1].latency_s, d.tiers[1].latency_s);
+  EXPECT_LE(s.step_time_s, d.step_time_s);
+  EXPECT_EQ(shipped.assumptions()["calibration"]["tiers"][1]["reduce_scatter"], "the topology's figures");
+
+  expect_refused(replace(text, "bus_GBps = 47", "bus_GBps = 47\nmessages = 3"),
+                 {"cal.toml: tiers[1] ('cluster').all_gather.half_bytes: missing"});
+  expect_refused(replace(text, "[tiers.all_gather]\nbus_GBps = 47\n", ""), {"cal.toml: calibrates nothing"});
 }

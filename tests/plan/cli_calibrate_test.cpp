@@ -58,17 +58,17 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
     EXPECT_EQ(cal.tiers[t].curve(strata::plan::Collective::AllGather).messages, 1);
     EXPECT_EQ(cal.tiers[t].curve(strata::plan::Collective::AllReduce).messages, 2);
   }
-  EXPECT_GT(cal.compute.peak_gflops, 0);
-  EXPECT_GE(cal.compute.kernel_overhead, 1);
-  EXPECT_GE(cal.compute.overlap_slowdown, 1);
-  EXPECT_EQ(cal.compute.gflop.size(), 15u);
+  EXPECT_GT(cal.compute->peak_gflops, 0);
+  EXPECT_GE(cal.compute->kernel_overhead, 1);
+  EXPECT_GE(cal.compute->overlap_slowdown, 1);
+  EXPECT_EQ(cal.compute->gflop.size(), 15u);
 
   // Priced with it: the calibration is in the assumptions, and the figures are its own.
   nlohmann::json with = parse_json_output(run_command(plan("--calibration " + file + " --json"), Stderr::Discard));
   nlohmann::json without =
       parse_json_output(run_command(plan("--peak-tflops 0.01 --hbm-gbps 2 --json"), Stderr::Discard));
   EXPECT_EQ(with["assumptions"]["calibration"]["world_size"], 8);
-  EXPECT_EQ(with["assumptions"]["device"]["peak_tflops"], cal.compute.peak_gflops / 1e3);
+  EXPECT_EQ(with["assumptions"]["device"]["peak_tflops"], cal.compute->peak_gflops / 1e3);
   for (const char* s : {"ddp", "zero3"}) {
     EXPECT_NE(with["strategies"][s]["step_time_s"], without["strategies"][s]["step_time_s"]) << s;
     // Present, and not negative: on a loaded machine a fit can put a curve's fixed cost at

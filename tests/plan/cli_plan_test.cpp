@@ -1,4 +1,5 @@
 // Drives `strata plan` as a user would and checks what it prints.
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -72,6 +73,11 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --collectives tree",
                              "--collectives 'tree'"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --granularity bucket",
+                             "--granularity 'bucket'"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 1 --calibration "
+                             "configs/calibration/missing.toml",
+                             "configs/calibration/missing.toml"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --strategy zero3 --collectives "
                              "flat-ring --compare-summary x.json",
                              "runtime runs hierarchical collectives"},
@@ -245,4 +251,36 @@ TEST(PlanCli, TensorAndPipelineTermsShowBesideEveryStrategyInTheTableAndJson) {
       splits.insert({e["tensor_parallel"].get<int>(), e["pipeline_stages"].get<int>()});
     }
   EXPECT_GT(splits.size(), 1u);
+}
+
+// Issue 13: the calibrations shipped for the presets (configs/calibration/, built from published
+// figures) load through the same parser as a measured one, and move the prediction the way their
+// figures say: each calibrates the cluster tier's gathers and reductions above the preset's
+// rate x efficiency, so zero3 over 4 nodes must get faster and its bytes stay the schedule's.
+TEST(PlanCli, ShippedCalibrationsLoadAndMoveThePredictionTheWayTheirFiguresSay) {
+  const std::set<std::string> expected{"dgx-a100", "dgx-h100"};
+  std::set<std::string> shipped;
+  for (const auto& entry : std::filesystem::directory_iterator(strata::test::source_path("configs/calibration")))
+    shipped.insert(entry.path().stem().string());
+  EXPECT_EQ(shipped, expected) << "a shipped calibration this test does not check";
+  for (const std::string& preset : expected) {
+    const std::string file = strata::test::source_path("configs/calibration/" + preset + ".toml").string();
+    const std::string args =
+        "plan --model llama2-13b --topology " + preset + " --nodes 4 --strategy zero3 --micro-batch 1 --json";
+    const nlohmann::json plain = parse_json_output(run_strata(args, Stderr::Discard));
+    const nlohmann::json calibrated = parse_json_output(run_strata(args + " --calibration " + file, Stderr::Discard));
+    const nlohmann::json &p = plain["strategies"]["zero3"], &c = calibrated["strategies"]["zero3"];
+    EXPECT_EQ(c["bytes_per_step"], p["bytes_per_step"]) << preset;
+    const double preset_rate = plain["assumptions"]["tiers"][1]["rank_bandwidth_GBps"].get<double>() *
+                               plain["assumptions"]["tiers"][1]["efficiency"].get<double>();
+    const nlohmann::json& cluster = calibrated["assumptions"]["calibration"]["tiers"][1];
+    EXPECT_GT(cluster["all_gather"]["bus_GBps"].get<double>(), preset_rate) << preset;
+    EXPECT_LT(c["comm_time_per_step"]["cluster"]["bandwidth_s"].get<double>(),
+              p["comm_time_per_step"]["cluster"]["bandwidth_s"].get<double>())
+        << preset;
+    EXPECT_EQ(c["comm_time_per_step"]["cluster"]["latency_s"], p["comm_time_per_step"]["cluster"]["latency_s"])
+        << preset << ": no published latency, the preset's stays";
+    EXPECT_LE(c["step_time_s"].get<double>(), p["step_time_s"].get<double>()) << preset;
+    EXPECT_EQ(c["compute_s"], p["compute_s"]) << preset << ": no published compute curve, the device's stays";
+  }
 }

@@ -145,21 +145,34 @@ TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
 }
 
 TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
-  // dgx-h100, 2 nodes: the cluster tier bounds the ring (as above). Its measured all-gather
-  // curve (every rank of a node crossing at once): 40 GB/s a rank, alpha 1 us for 1 message.
-  // The node's 8 ranks carry one ring member's bytes over the tier together: 15 MB / 8 at
-  // 40 GB/s = 46.875 us; 15 steps x 1 us = 15 us.
+  // dgx-h100, 2 nodes. Measured all-gather curves (every rank of a node crossing at once):
+  // node 400 GB/s a rank, cluster 40 GB/s a rank, alpha 1 us for 1 message (half_bytes = B x 1 us). The node's 8 ranks
+  // carry one ring member's bytes over the cluster tier together (8 x 40 = 320 GB/s, below the
+  // node's 1 x 400): the cluster bounds the ring, 15 MB / 8 at 40 GB/s = 46.875 us; 15 steps x
+  // 1 us = 15 us.
   const topo::Topology t = resolved("dgx-h100", 2);
-  Calibration cal;
-  for (const char* name : {"node", "cluster"}) {
-    TierCalibration tier{name, name == std::string("node") ? 8 : 2, name == std::string("node") ? 1 : 8, {}};
-    for (CollectiveCurve& c : tier.curves) c = CollectiveCurve{name == std::string("node") ? 200.0 : 40.0, 40e3, 1, {}, {}};
-    cal.tiers.push_back(tier);
-  }
+  auto calibration = [](double node_GBps) {
+    Calibration cal;
+    for (const char* name : {"node", "cluster"}) {
+      const bool node = name == std::string("node");
+      TierCalibration tier{name, node ? 8 : 2, node ? 1 : 8, {}};
+      const double bus = node ? node_GBps : 40.0;
+      for (auto& c : tier.curves) c = CollectiveCurve{bus, bus * 1e3, 1, {}, {}};  // alpha = 1 us
+      cal.tiers.push_back(tier);
+    }
+    return cal;
+  };
   shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
-  const OpPrice p = price_op(op, t, &cal);
+  const Calibration fast_node = calibration(400);
+  const OpPrice p = price_op(op, t, &fast_node);
   EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
   EXPECT_NEAR(p.latency_s * 1e6, 15.0, 1e-9);
+  // A node measured at 200 GB/s a rank is slower than the cluster's 320: it bounds the ring,
+  // 15 MB at 200 GB/s = 75 us, its own alpha (1 us) a step.
+  const Calibration slow_node = calibration(200);
+  const OpPrice q = price_op(op, t, &slow_node);
+  EXPECT_NEAR(q.bandwidth_s * 1e6, 75.0, 1e-9);
+  EXPECT_NEAR(q.latency_s * 1e6, 15.0, 1e-9);
 }
 
 TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
@@ -168,4 +181,56 @@ TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
   const std::string e = error_of([] { shard::parse_collectives("ring"); });
   EXPECT_NE(e.find("--collectives 'ring'"), std::string::npos) << e;
   EXPECT_NE(e.find("flat-ring"), std::string::npos) << e;
+}
+
+// DeepSpeed ZeRO-3 as it runs (issue 13 item 3): its prefetcher gathers parameters in buckets of
+// stage3_prefetch_bucket_size (5e7 elements) and reduces gradients in buckets of
+// reduce_bucket_size (5e8), its documented defaults; FSDP gathers and reduces once a wrapped
+// block. The bytes are the same; the fixed cost is paid once a call.
+TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
+  const topo::Topology t = resolved("dgx-h100", 4);
+  const shard::Schedule s = llama_schedule(t, "zero3", Collectives::FlatRing);
+  const shard::UnitPlan& units = s.units();
+  // A Llama-2-7B block: 4 x 4096^2 attention + 3 x 4096 x 11008 MLP + 2 x 4096 norm elements.
+  ASSERT_EQ(units.numel[1], 202'383'360u);
+  const shard::ScheduledOp gather = ops_of(s, Purpose::WeightGatherForward, 1).at(0);
+  const shard::ScheduledOp reduce = ops_of(s, Purpose::GradReduce, 1).at(0);
+  EXPECT_EQ(collective_launches(gather, units, Granularity::Unit), 1.0);
+  EXPECT_DOUBLE_EQ(collective_launches(gather, units, Granularity::DeepSpeed), 202'383'360 / 5e7);  // 4.05 calls
+  EXPECT_DOUBLE_EQ(collective_launches(reduce, units, Granularity::DeepSpeed), 202'383'360 / 5e8);  // 0.40 calls
+  // One flat ring over 32 ranks: 31 steps of 5 us a call (dgx-h100's cluster latency).
+  ASSERT_EQ(gather.messages, 31);
+  const OpPrice fsdp = price_op(gather, t, nullptr), deepspeed = price_op(gather, t, nullptr, 202'383'360 / 5e7);
+  EXPECT_NEAR(fsdp.latency_s * 1e6, 155.0, 1e-9);
+  EXPECT_NEAR(deepspeed.latency_s * 1e6, 155.0 * 4.0476672, 1e-9);
+  EXPECT_EQ(deepspeed.bandwidth_s, fsdp.bandwidth_s);
+
+  // The whole step: every unit op's fixed cost scaled by its calls, bytes untouched.
+  Workload w;
+  w.seq = 4096;
+  w.collectives = Collectives::FlatRing;
+  const PlanContext fsdp_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
+  w.granularity = Granularity::DeepSpeed;
+  const PlanContext deepspeed_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
+  const shard::ShardSpec spec = apply_precision(strategy_spec("zero3", t), Precision::BF16);
+  const Estimate a = fsdp_plan.estimate("zero3", spec), b = deepspeed_plan.estimate("zero3", spec);
+  double expected = 0;
+  for (const shard::ScheduledOp& op : s.micro_batch_ops()) {
+    const double calls = op.unit < 0                                     ? 1.0
+                         : op.purpose == Purpose::GradReduce             ? units.numel[op.unit] / 5e8
+                                                                         : units.numel[op.unit] / 5e7;
+    if (op.level == 1) expected += price_op(op, t, nullptr).latency_s * calls;
+  }
+  for (const shard::ScheduledOp& op : s.step_ops())
+    if (op.level == 1) expected += price_op(op, t, nullptr).latency_s;  // scalars: one call each
+  EXPECT_NEAR(b.tiers[1].latency_s, expected, 1e-12 * expected);
+  EXPECT_GT(b.tiers[1].latency_s, a.tiers[1].latency_s);
+  EXPECT_EQ(b.tiers[1].traffic.bytes_sent, a.tiers[1].traffic.bytes_sent);
+  EXPECT_NEAR(b.tiers[1].busy_s - b.tiers[1].latency_s, a.tiers[1].busy_s - a.tiers[1].latency_s,
+              1e-9 * a.tiers[1].busy_s);
+  EXPECT_EQ(deepspeed_plan.assumptions()["granularity"], "deepspeed");
+
+  EXPECT_EQ(parse_granularity("fsdp"), Granularity::Unit);
+  const std::string e = error_of([] { parse_granularity("bucket"); });
+  EXPECT_NE(e.find("--granularity 'bucket'"), std::string::npos) << e;
 }
