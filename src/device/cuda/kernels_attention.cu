@@ -77,9 +77,11 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
   load_rows(Qs, HD, q, b, T, q0, kOwnTile, h, hd);
 
   float m[kOwnRows], l[kOwnRows], o[kOwnRows][kDims];
+  #pragma unroll
   for (int i = 0; i < kOwnRows; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.f;
+    #pragma unroll
     for (int j = 0; j < kDims; ++j) o[i][j] = 0.f;
   }
   const int warp_last_query = q0 + warp * kOwnRows + kOwnRows - 1;
@@ -91,19 +93,23 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     __syncthreads();
 
     float sc[kOwnRows][2];
+    #pragma unroll
     for (int i = 0; i < kOwnRows; ++i) sc[i][0] = sc[i][1] = 0.f;
     for (int d = 0; d < hd; ++d) {
       const float k_a = Ks[lane * (HD + 1) + d], k_b = Ks[(lane + kWarp) * (HD + 1) + d];
+      #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) {
         const float qd = Qs[(warp * kOwnRows + i) * HD + d];
         sc[i][0] += qd * k_a;
         sc[i][1] += qd * k_b;
       }
     }
+    #pragma unroll
     for (int i = 0; i < kOwnRows; ++i) {
       const int query = q0 + warp * kOwnRows + i;
       float p[2];
       float tile_max = -INFINITY;
+      #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int key = k0 + lane + half * kWarp;
         sc[i][half] = key <= query && key < T ? sc[i][half] * scale : -INFINITY;
@@ -112,9 +118,11 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
       const float m_new = fmaxf(m[i], warp_max(tile_max));
       // A row with no key yet (m_new = -inf) keeps zeros: exp(-inf - -inf) would be NaN.
       const float correction = m[i] == -INFINITY ? 0.f : expf(m[i] - m_new);
+      #pragma unroll
       for (int half = 0; half < 2; ++half) p[half] = sc[i][half] == -INFINITY ? 0.f : expf(sc[i][half] - m_new);
       l[i] = l[i] * correction + warp_sum(p[0] + p[1]);
       m[i] = m_new;
+      #pragma unroll
       for (int j = 0; j < kDims; ++j) o[i][j] *= correction;
       Ps[(warp * kOwnRows + i) * kSweepTile + lane] = p[0];
       Ps[(warp * kOwnRows + i) * kSweepTile + lane + kWarp] = p[1];
@@ -123,18 +131,23 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     const int keys = min(kSweepTile, min(T, warp_last_query + 1) - k0);  // past it every p is 0
     for (int kk = 0; kk < keys; ++kk) {
       float vd[kDims];
+      #pragma unroll
       for (int j = 0; j < kDims; ++j) vd[j] = Vs[kk * HD + lane + j * kWarp];
+      #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) {
         const float p = Ps[(warp * kOwnRows + i) * kSweepTile + kk];
+        #pragma unroll
         for (int j = 0; j < kDims; ++j) o[i][j] += p * vd[j];
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kOwnRows; ++i) {
     const int query = q0 + warp * kOwnRows + i;
     if (query >= T) continue;
     float* dst = out + (static_cast<std::size_t>(b) * T + query) * out_stride + static_cast<std::size_t>(h) * hd;
     const float inv = 1.f / l[i];
+    #pragma unroll
     for (int j = 0; j < kDims; ++j)
       if (lane + j * kWarp < hd) dst[lane + j * kWarp] = o[i][j] * inv;
     if (lane == 0) lse[static_cast<std::size_t>(bh) * T + query] = m[i] + logf(l[i]);
@@ -185,7 +198,9 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
   load_rows(Vs, HD, v, b, T, k0, kOwnTile, g, hd);
 
   float dk_acc[kOwnRows][kDims], dv_acc[kOwnRows][kDims];
+  #pragma unroll
   for (int i = 0; i < kOwnRows; ++i)
+    #pragma unroll
     for (int j = 0; j < kDims; ++j) dk_acc[i][j] = dv_acc[i][j] = 0.f;
   const int warp_first_key = k0 + warp * kOwnRows;
 
@@ -204,10 +219,12 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
       __syncthreads();
 
       float sc[kOwnRows][2], dp[kOwnRows][2];
+      #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) sc[i][0] = sc[i][1] = dp[i][0] = dp[i][1] = 0.f;
       for (int d = 0; d < hd; ++d) {
         const float q_a = Qs[lane * (HD + 1) + d], q_b = Qs[(lane + kWarp) * (HD + 1) + d];
         const float o_a = dOs[lane * (HD + 1) + d], o_b = dOs[(lane + kWarp) * (HD + 1) + d];
+        #pragma unroll
         for (int i = 0; i < kOwnRows; ++i) {
           const float kd = Ks[(warp * kOwnRows + i) * HD + d], vd = Vs[(warp * kOwnRows + i) * HD + d];
           sc[i][0] += q_a * kd;
@@ -216,8 +233,10 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
           dp[i][1] += o_b * vd;
         }
       }
+      #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) {
         const int key = warp_first_key + i;
+        #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int ql = lane + half * kWarp, query = q0 + ql;
           const bool valid = key <= query && query < T && key < T;
@@ -231,13 +250,16 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
       const int last = min(kSweepTile, T - q0);
       for (int ql = first; ql < last; ++ql) {
         float od[kDims], qd[kDims];
+        #pragma unroll
         for (int j = 0; j < kDims; ++j) {
           od[j] = dOs[ql * (HD + 1) + lane + j * kWarp];
           qd[j] = Qs[ql * (HD + 1) + lane + j * kWarp];
         }
+        #pragma unroll
         for (int i = 0; i < kOwnRows; ++i) {
           const float p = Ps[(warp * kOwnRows + i) * kSweepTile + ql];
           const float ds = dSs[(warp * kOwnRows + i) * kSweepTile + ql];
+          #pragma unroll
           for (int j = 0; j < kDims; ++j) {
             dv_acc[i][j] += p * od[j];
             dk_acc[i][j] += ds * qd[j];
@@ -246,10 +268,12 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kOwnRows; ++i) {
     const int key = warp_first_key + i;
     if (key >= T) continue;
     const std::size_t at = (static_cast<std::size_t>(b) * T + key) * kv_stride + static_cast<std::size_t>(g) * hd;
+    #pragma unroll
     for (int j = 0; j < kDims; ++j) {
       const int d = lane + j * kWarp;
       if (d >= hd) continue;
@@ -287,7 +311,9 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq, Rows 
   }
 
   float dq_acc[kOwnRows][kDims];
+  #pragma unroll
   for (int i = 0; i < kOwnRows; ++i)
+    #pragma unroll
     for (int j = 0; j < kDims; ++j) dq_acc[i][j] = 0.f;
   const int warp_last_query = q0 + warp * kOwnRows + kOwnRows - 1;
   const int block_last_query = min(q0 + kOwnTile, T) - 1;
@@ -298,10 +324,12 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq, Rows 
     __syncthreads();
 
     float sc[kOwnRows][2], dp[kOwnRows][2];
+    #pragma unroll
     for (int i = 0; i < kOwnRows; ++i) sc[i][0] = sc[i][1] = dp[i][0] = dp[i][1] = 0.f;
     for (int d = 0; d < hd; ++d) {
       const float k_a = Ks[lane * (HD + 1) + d], k_b = Ks[(lane + kWarp) * (HD + 1) + d];
       const float v_a = Vs[lane * (HD + 1) + d], v_b = Vs[(lane + kWarp) * (HD + 1) + d];
+      #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) {
         const float qd = Qs[(warp * kOwnRows + i) * HD + d], od = dOs[(warp * kOwnRows + i) * HD + d];
         sc[i][0] += qd * k_a;
@@ -310,8 +338,10 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq, Rows 
         dp[i][1] += od * v_b;
       }
     }
+    #pragma unroll
     for (int i = 0; i < kOwnRows; ++i) {
       const int r = warp * kOwnRows + i, query = q0 + r;
+      #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int key = k0 + lane + half * kWarp;
         const bool valid = key <= query && query < T && key < T;
@@ -323,17 +353,22 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq, Rows 
     const int keys = min(kSweepTile, min(T, warp_last_query + 1) - k0);
     for (int kk = 0; kk < keys; ++kk) {
       float kd[kDims];
+      #pragma unroll
       for (int j = 0; j < kDims; ++j) kd[j] = Ks[kk * (HD + 1) + lane + j * kWarp];
+      #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) {
         const float ds = dSs[(warp * kOwnRows + i) * kSweepTile + kk];
+        #pragma unroll
         for (int j = 0; j < kDims; ++j) dq_acc[i][j] += ds * kd[j];
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kOwnRows; ++i) {
     const int query = q0 + warp * kOwnRows + i;
     if (query >= T) continue;
     const std::size_t at = (static_cast<std::size_t>(b) * T + query) * q_stride + static_cast<std::size_t>(h) * hd;
+    #pragma unroll
     for (int j = 0; j < kDims; ++j) {
       const int d = lane + j * kWarp;
       if (d < hd) dq[at + d] = dq_acc[i][j] * scale;
