@@ -44,6 +44,44 @@ __device__ void load_rows(float* dst, int pitch, Rows src, int b, int T, int fir
   }
 }
 
+// dots[i][half] = own row (warp * 4 + i) . swept row (lane + 32 half) over hd dims: own rows
+// [32][HD] (one address a warp: a broadcast), swept rows [64][HD + 1] (padded: 32 banks).
+template <int HD>
+__device__ __forceinline__ void own_by_swept(float (&dots)[kOwnRows][2], const float* own, const float* swept,
+                                             int hd) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int i = 0; i < kOwnRows; ++i) dots[i][0] = dots[i][1] = 0.f;
+  for (int d = 0; d < hd; ++d) {
+    const float a = swept[lane * (HD + 1) + d], b = swept[(lane + kWarp) * (HD + 1) + d];
+#pragma unroll
+    for (int i = 0; i < kOwnRows; ++i) {
+      const float o = own[(warp * kOwnRows + i) * HD + d];
+      dots[i][0] += o * a;
+      dots[i][1] += o * b;
+    }
+  }
+}
+
+// acc[i][j] += sum over swept rows r in [first, last) of weights[own row (warp * 4 + i)][r] *
+// rows[r][lane + 32 j]: the weights one address a warp, the rows' dims consecutive lanes.
+template <int HD>
+__device__ __forceinline__ void add_weighted_rows(float (&acc)[kOwnRows][HD / kWarp], const float* weights,
+                                                  const float* rows, int pitch, int first, int last) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  for (int r = first; r < last; ++r) {
+    float row[HD / kWarp];
+#pragma unroll
+    for (int j = 0; j < HD / kWarp; ++j) row[j] = rows[r * pitch + lane + j * kWarp];
+#pragma unroll
+    for (int i = 0; i < kOwnRows; ++i) {
+      const float w = weights[(warp * kOwnRows + i) * kSweepTile + r];
+#pragma unroll
+      for (int j = 0; j < HD / kWarp; ++j) acc[i][j] += w * row[j];
+    }
+  }
+}
+
 template <int HD>
 constexpr std::size_t forward_smem_floats() {
   return kOwnTile * HD + kSweepTile * (HD + 1) + kSweepTile * HD + kOwnTile * kSweepTile;
@@ -93,17 +131,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     __syncthreads();
 
     float sc[kOwnRows][2];
-    #pragma unroll
-    for (int i = 0; i < kOwnRows; ++i) sc[i][0] = sc[i][1] = 0.f;
-    for (int d = 0; d < hd; ++d) {
-      const float k_a = Ks[lane * (HD + 1) + d], k_b = Ks[(lane + kWarp) * (HD + 1) + d];
-      #pragma unroll
-      for (int i = 0; i < kOwnRows; ++i) {
-        const float qd = Qs[(warp * kOwnRows + i) * HD + d];
-        sc[i][0] += qd * k_a;
-        sc[i][1] += qd * k_b;
-      }
-    }
+    own_by_swept<HD>(sc, Qs, Ks, hd);
     #pragma unroll
     for (int i = 0; i < kOwnRows; ++i) {
       const int query = q0 + warp * kOwnRows + i;
@@ -129,17 +157,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(float* out,
     }
     __syncwarp();
     const int keys = min(kSweepTile, min(T, warp_last_query + 1) - k0);  // past it every p is 0
-    for (int kk = 0; kk < keys; ++kk) {
-      float vd[kDims];
-      #pragma unroll
-      for (int j = 0; j < kDims; ++j) vd[j] = Vs[kk * HD + lane + j * kWarp];
-      #pragma unroll
-      for (int i = 0; i < kOwnRows; ++i) {
-        const float p = Ps[(warp * kOwnRows + i) * kSweepTile + kk];
-        #pragma unroll
-        for (int j = 0; j < kDims; ++j) o[i][j] += p * vd[j];
-      }
-    }
+    add_weighted_rows<HD>(o, Ps, Vs, HD, 0, keys);
   }
   #pragma unroll
   for (int i = 0; i < kOwnRows; ++i) {
@@ -219,20 +237,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
       __syncthreads();
 
       float sc[kOwnRows][2], dp[kOwnRows][2];
-      #pragma unroll
-      for (int i = 0; i < kOwnRows; ++i) sc[i][0] = sc[i][1] = dp[i][0] = dp[i][1] = 0.f;
-      for (int d = 0; d < hd; ++d) {
-        const float q_a = Qs[lane * (HD + 1) + d], q_b = Qs[(lane + kWarp) * (HD + 1) + d];
-        const float o_a = dOs[lane * (HD + 1) + d], o_b = dOs[(lane + kWarp) * (HD + 1) + d];
-        #pragma unroll
-        for (int i = 0; i < kOwnRows; ++i) {
-          const float kd = Ks[(warp * kOwnRows + i) * HD + d], vd = Vs[(warp * kOwnRows + i) * HD + d];
-          sc[i][0] += q_a * kd;
-          sc[i][1] += q_b * kd;
-          dp[i][0] += o_a * vd;
-          dp[i][1] += o_b * vd;
-        }
-      }
+      own_by_swept<HD>(sc, Ks, Qs, hd);
+      own_by_swept<HD>(dp, Vs, dOs, hd);
       #pragma unroll
       for (int i = 0; i < kOwnRows; ++i) {
         const int key = warp_first_key + i;
@@ -248,24 +254,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_kernel(float* dk, floa
       __syncwarp();
       const int first = max(0, warp_first_key - q0);  // queries before the warp's first key add 0
       const int last = min(kSweepTile, T - q0);
-      for (int ql = first; ql < last; ++ql) {
-        float od[kDims], qd[kDims];
-        #pragma unroll
-        for (int j = 0; j < kDims; ++j) {
-          od[j] = dOs[ql * (HD + 1) + lane + j * kWarp];
-          qd[j] = Qs[ql * (HD + 1) + lane + j * kWarp];
-        }
-        #pragma unroll
-        for (int i = 0; i < kOwnRows; ++i) {
-          const float p = Ps[(warp * kOwnRows + i) * kSweepTile + ql];
-          const float ds = dSs[(warp * kOwnRows + i) * kSweepTile + ql];
-          #pragma unroll
-          for (int j = 0; j < kDims; ++j) {
-            dv_acc[i][j] += p * od[j];
-            dk_acc[i][j] += ds * qd[j];
-          }
-        }
-      }
+      add_weighted_rows<HD>(dv_acc, Ps, dOs, HD + 1, first, last);
+      add_weighted_rows<HD>(dk_acc, dSs, Qs, HD + 1, first, last);
     }
   }
   #pragma unroll
@@ -324,20 +314,8 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq, Rows 
     __syncthreads();
 
     float sc[kOwnRows][2], dp[kOwnRows][2];
-    #pragma unroll
-    for (int i = 0; i < kOwnRows; ++i) sc[i][0] = sc[i][1] = dp[i][0] = dp[i][1] = 0.f;
-    for (int d = 0; d < hd; ++d) {
-      const float k_a = Ks[lane * (HD + 1) + d], k_b = Ks[(lane + kWarp) * (HD + 1) + d];
-      const float v_a = Vs[lane * (HD + 1) + d], v_b = Vs[(lane + kWarp) * (HD + 1) + d];
-      #pragma unroll
-      for (int i = 0; i < kOwnRows; ++i) {
-        const float qd = Qs[(warp * kOwnRows + i) * HD + d], od = dOs[(warp * kOwnRows + i) * HD + d];
-        sc[i][0] += qd * k_a;
-        sc[i][1] += qd * k_b;
-        dp[i][0] += od * v_a;
-        dp[i][1] += od * v_b;
-      }
-    }
+    own_by_swept<HD>(sc, Qs, Ks, hd);
+    own_by_swept<HD>(dp, dOs, Vs, hd);
     #pragma unroll
     for (int i = 0; i < kOwnRows; ++i) {
       const int r = warp * kOwnRows + i, query = q0 + r;
@@ -351,17 +329,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(float* dq, Rows 
     }
     __syncwarp();
     const int keys = min(kSweepTile, min(T, warp_last_query + 1) - k0);
-    for (int kk = 0; kk < keys; ++kk) {
-      float kd[kDims];
-      #pragma unroll
-      for (int j = 0; j < kDims; ++j) kd[j] = Ks[kk * (HD + 1) + lane + j * kWarp];
-      #pragma unroll
-      for (int i = 0; i < kOwnRows; ++i) {
-        const float ds = dSs[(warp * kOwnRows + i) * kSweepTile + kk];
-        #pragma unroll
-        for (int j = 0; j < kDims; ++j) dq_acc[i][j] += ds * kd[j];
-      }
-    }
+    add_weighted_rows<HD>(dq_acc, dSs, Ks, HD + 1, 0, keys);
   }
   #pragma unroll
   for (int i = 0; i < kOwnRows; ++i) {

@@ -33,6 +33,17 @@ Format make_format(const char* name, std::size_t n, const QuantFormat& f) {
   return {n, (n + bs - 1) / bs, f.bits == 8 ? bs : (bs + 1) / 2, f.block_size, f.bits == 8 ? 127 : 7};
 }
 
+// The blocks a warp handles: warp w of the grid takes blocks w, w + warps in the grid, ...
+__device__ __forceinline__ std::size_t first_block() {
+  return blockIdx.x * static_cast<std::size_t>(kWarps) + threadIdx.x / kWarp;
+}
+__device__ __forceinline__ std::size_t block_stride() { return static_cast<std::size_t>(gridDim.x) * kWarps; }
+// Values in block b: block_size, or fewer for the last block.
+__device__ __forceinline__ int block_length(const Format& f, std::size_t b) {
+  const std::size_t rest = f.n - b * f.block_size;
+  return static_cast<int>(rest < static_cast<std::size_t>(f.block_size) ? rest : f.block_size);
+}
+
 template <bool kBf16>
 __device__ __forceinline__ float load(const void* src, std::size_t i) {
   if constexpr (kBf16)
@@ -53,11 +64,9 @@ template <bool kBf16, int kBits>
 __global__ void quantize_kernel(std::uint8_t* data, float* scales, const void* src, Format f,
                                 unsigned long long* first_bad) {
   const int lane = threadIdx.x % kWarp;
-  for (std::size_t b = blockIdx.x * static_cast<std::size_t>(kWarps) + threadIdx.x / kWarp; b < f.blocks;
-       b += static_cast<std::size_t>(gridDim.x) * kWarps) {
+  for (std::size_t b = first_block(); b < f.blocks; b += block_stride()) {
     const std::size_t begin = b * f.block_size;
-    const int len = static_cast<int>(f.n - begin < static_cast<std::size_t>(f.block_size) ? f.n - begin
-                                                                                          : f.block_size);
+    const int len = block_length(f, b);
     std::uint32_t absmax = 0;
     for (int i = lane; i < len; i += kWarp) absmax = max(absmax, __float_as_uint(load<kBf16>(src, begin + i)) & kAbsMask);
     absmax = __reduce_max_sync(0xffffffffu, absmax);
@@ -107,11 +116,9 @@ template <Sink kSink, int kBits>
 __global__ void dequantize_kernel(void* dst, const std::uint8_t* data, std::size_t data_stride, const float* scales,
                                   std::size_t scales_stride, int count, Format f) {
   const int lane = threadIdx.x % kWarp;
-  for (std::size_t b = blockIdx.x * static_cast<std::size_t>(kWarps) + threadIdx.x / kWarp; b < f.blocks;
-       b += static_cast<std::size_t>(gridDim.x) * kWarps) {
+  for (std::size_t b = first_block(); b < f.blocks; b += block_stride()) {
     const std::size_t begin = b * f.block_size;
-    const int len = static_cast<int>(f.n - begin < static_cast<std::size_t>(f.block_size) ? f.n - begin
-                                                                                          : f.block_size);
+    const int len = block_length(f, b);
     for (int i = lane; i < len; i += kWarp) {
       if constexpr (kSink == Sink::AddF32) {
         float* d = static_cast<float*>(dst) + begin + i;
