@@ -27,8 +27,10 @@ constexpr std::size_t kPieceFloats = 8192;
 // order depends on n only, not on threads or instruction set.
 constexpr std::size_t kSumBlock = 8192;
 
-Coefficients make_coefficients(const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step,
-                               float grad_scale) {
+}  // namespace
+
+AdamWCoefficients adamw_coefficients(const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step,
+                                     float grad_scale) {
   if (step < 1) throw Error(fmt::format("adamw: step = {}: updates are counted from 1", step));
   const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(step));
@@ -43,6 +45,8 @@ Coefficients make_coefficients(const AdamWConfig& hp, float lr, float weight_dec
           weight_decay,
           grad_scale};
 }
+
+namespace {
 
 const AdamWKernels& kernels_for(Isa isa) {
   return pick_for_isa("optim", isa, detail::isa_scalar::table, detail::isa_avx2::table,
@@ -82,7 +86,7 @@ namespace detail {
 void adamw_update_isa(Isa isa, float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                       std::size_t n, const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step,
                       float grad_scale) {
-  const Coefficients c = make_coefficients(hp, lr, weight_decay, step, grad_scale);
+  const Coefficients c = adamw_coefficients(hp, lr, weight_decay, step, grad_scale);
   std::vector<Piece> pieces;
   append_pieces(pieces, 0, n, true);
   run_pieces(isa, pieces, params, grads, exp_avg, exp_avg_sq, c, c);
@@ -115,8 +119,8 @@ void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std
                         const float* grads, float* exp_avg, float* exp_avg_sq, const AdamWConfig& hp, float lr,
                         std::int64_t step, float grad_scale) {
   if (begin > end) throw Error(fmt::format("adamw: range [{}, {}) ends before it begins", begin, end));
-  const Coefficients decay = make_coefficients(hp, lr, hp.weight_decay, step, grad_scale);
-  const Coefficients no_decay = make_coefficients(hp, lr, 0.0f, step, grad_scale);
+  const Coefficients decay = adamw_coefficients(hp, lr, hp.weight_decay, step, grad_scale);
+  const Coefficients no_decay = adamw_coefficients(hp, lr, 0.0f, step, grad_scale);
   std::vector<Piece> pieces;
   for (const auto& seg : layout.decay_segments(begin, end))
     append_pieces(pieces, seg.begin - begin, seg.end - seg.begin, seg.decay);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "base/adamw_coefficients.hpp"
 #include "base/cpu.hpp"
 #include "model/layout.hpp"
 
@@ -31,6 +32,11 @@ struct AdamWConfig {
 // step is the 1-based update count used for bias correction.
 void adamw_update(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
                   const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step, float grad_scale);
+
+// The constants adamw_update computes for these arguments (also what the CUDA kernel takes);
+// throws Error for a step below 1.
+AdamWCoefficients adamw_coefficients(const AdamWConfig& hp, float lr, float weight_decay, std::int64_t step,
+                                     float grad_scale);
 
 // Update the arena run [begin, end): params/grads/moments point at element `begin`.
 // Decay is applied only where the layout says so.

@@ -5,14 +5,11 @@
 // compile with fp-contract off.
 #include <cstddef>
 
+#include "base/adamw_coefficients.hpp"
+
 namespace strata::optim::detail {
 
-// Per-update constants, computed once in double and rounded to float once.
-struct Coefficients {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float inv_bias_correction1, inv_bias_correction2;
-  float eps, lr, weight_decay, grad_scale;
-};
+using Coefficients = AdamWCoefficients;
 
 // sum_squares' order, the same on every path: within a block, lane j (of kSquareLanes) sums
 // the squares of elements i with i % kSquareLanes == j in order; squares of floats are exact
