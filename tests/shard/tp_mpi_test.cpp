@@ -19,6 +19,7 @@
 #include "device/device.hpp"
 #include "model/init.hpp"
 #include "shard/runtime.hpp"
+#include "test_batches.hpp"
 
 using namespace strata;
 
@@ -41,25 +42,6 @@ std::string topology_file() {
     return p;
   }();
   return path;
-}
-
-// Deterministic tokens for (step, sequence group g): the 8-rank TP-1 run's rank g reads group
-// g; a TP-2 replica d reads groups 2d and 2d+1, the same global batch.
-void append_batch(int step, int group, std::vector<std::int32_t>& tok, std::vector<std::int32_t>& tgt) {
-  std::uint64_t x = 0x9E3779B97F4A7C15ull * (1 + step * 1315423911ull + group * 97531ull);
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
-  const int n = kBatch * kSeq;
-  std::vector<std::int32_t> stream(n + 1);
-  stream[0] = static_cast<std::int32_t>(next() % 256);
-  for (int i = 1; i <= n; ++i)
-    stream[i] = next() % 5 == 0 ? static_cast<std::int32_t>(x % 256) : (stream[i - 1] + 1) % 256;
-  tok.insert(tok.end(), stream.begin(), stream.begin() + n);
-  tgt.insert(tgt.end(), stream.begin() + 1, stream.end());
 }
 
 struct TpRun {
@@ -85,7 +67,9 @@ TpRun train_tp(const std::string& strategy, const std::string& shard, int tp) {
   run.tensor_parallel_ops = engine.schedule().tensor_parallel_ops().size();
   for (int step = 1; step <= kSteps; ++step) {
     std::vector<std::int32_t> tok, tgt;
-    for (int g = 0; g < tp; ++g) append_batch(step, replica * tp + g, tok, tgt);
+    // The 8-rank TP-1 run's rank g reads stream g; TP-2 replica d reads streams 2d and 2d+1:
+    // the same global batch.
+    for (int g = 0; g < tp; ++g) append_test_batch(step, 0, replica * tp + g, kBatch, kSeq, tok, tgt);
     const comm::CommStats before = engine.context().accounting().snapshot();
     const double loss = engine.micro_step(tok.data(), tgt.data(), 1.0f);
     engine.optimizer_step({}, train::StepArgs{1e-3f, step});
