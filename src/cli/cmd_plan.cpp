@@ -95,7 +95,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
   for (const std::string& variant : names) {
     const auto [name, mp] = plan::parse_strategy_variant(variant, {o.tp, o.pp, o.tp_tier, o.pp_tier});
     const topo::Topology topology =
-        plan::data_parallel_topology(physical, plan::model_parallel_dims(physical, mp));
+        plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
     if (!o.shard.empty()) spec.apply_shard_string(o.shard);
     if (!o.secondary.empty()) spec.secondary = o.secondary;
@@ -472,8 +472,9 @@ void run_plan(const PlanOptions& o) {
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
   if ((o.print_schedule || !o.compare_summary.empty()) &&
       (o.tp_opt->count() || o.pp_opt->count() || o.strategy.find('+') != std::string::npos))
-    throw Error(fmt::format("{}: the runtime runs no tensor or pipeline parallelism yet, so there is no schedule of "
-                            "it to print or compare; leave out --tp, --pp and +tpN/+ppN",
+    throw Error(fmt::format("{}: strata plan prices tensor and pipeline parallelism from its own list of their "
+                            "collectives, not from a schedule (strata train --tp N --print-schedule --world-size W "
+                            "prints a TP run's); leave out --tp, --pp and +tpN/+ppN",
                             o.print_schedule ? "--print-schedule" : "--compare-summary"));
   if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   topology.resolve(topology.world_size_for_nodes(o.nodes));

@@ -145,6 +145,13 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   if (config.shard.strategy.empty() && launched_ranks > 1) config.shard.strategy = "ddp";
   if (!config.shard.sharded() && (args.emulate_links || args.print_schedule || !args.tier_overrides.empty()))
     throw Error("--emulate-links, --print-schedule and --tier need a sharded run: give --strategy");
+  if (config.shard.tp > 1 && !config.shard.sharded())
+    throw Error(fmt::format("--tp {}: tensor parallelism needs ranks under mpirun (or --print-schedule --world-size)",
+                            config.shard.tp));
+  if (config.shard.tp > 1 && !config.out_dir.empty())
+    throw Error(fmt::format("--tp {}: checkpoints of tensor-parallel runs are not written yet (each rank holds "
+                            "slices); leave out --out",
+                            config.shard.tp));
   if (config.threads == 0 && launched_ranks > 1) {
     // Share the cores among the ranks of this machine rather than oversubscribe them.
     const int local = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", launched_ranks));
@@ -202,9 +209,10 @@ void preview_schedule(const TrainArgs& args) {
   if (config.shard.topology == "host")
     throw Error("--world-size: give --topology (a preset or a TOML file): 'host' is measured under mpirun, from the "
                 "ranks it launched");
-  const topo::Topology topology = shard::resolve_topology(config.shard, args.preview_world_size);
-  const shard::Schedule schedule(model::ParamLayout(config.model), topology, shard::build_spec(config.shard, topology),
-                                 config.grad_accum);
+  const shard::RunLayout run = shard::resolve_run(config.shard, config.model, args.preview_world_size);
+  const shard::Schedule schedule(
+      model::ParamLayout(config.model, {run.dims.tensor, 0}), run.data_parallel, run.spec, config.grad_accum,
+      shard::tensor_parallel_plan(run.dims, config.model, config.batch, config.seq_len(), config.recomputes()));
   print_schedule(schedule, args.schedule_json);
 }
 
@@ -260,13 +268,16 @@ bool run_train(const TrainArgs& args) {
   train::Trainer trainer(config, engine);
   const std::string placement = ranks_by_host(engine);
   if (leader) {
-    fmt::print("strata train: model {} ({:.2f}M parameters), strategy {} on {} of topology '{}'{}, "
-               "batch {} x seq {} x accum {} per rank, steps {}, {} a rank, {}\n",
+    const int tp = engine.parallel_dims().tensor;
+    fmt::print("strata train: model {} ({:.2f}M parameters), strategy {}{} on {} of topology '{}'{}, "
+               "batch {} x seq {} x accum {} per {}, steps {}, {} a rank, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6,
-               engine.schedule().spec().preset, count_of(engine.world_size(), "rank"), runtime.topology().name(),
+               engine.schedule().spec().preset, tp > 1 ? fmt::format(" with tensor parallelism {}", tp) : "",
+               count_of(engine.world_size(), "rank"), runtime.topology().name(),
                config.shard.emulate_links ? fmt::format(" (link emulation on, scale {})", config.shard.emulate_scale)
                                           : "",
-               config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
+               config.batch, config.seq_len(), config.grad_accum, tp > 1 ? "replica" : "rank",
+               steps_of(config, trainer),
                count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
     if (!placement.empty()) fmt::print("hosts: {}\n", placement);
     warn_if_nothing_saved(config);

@@ -10,6 +10,7 @@
 #include "model/kernels.hpp"
 #include "model/layout.hpp"
 #include "model/model.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace strata::model {
 
@@ -29,8 +30,10 @@ class GPT final : public Model {
   // first runs the block's forward again: the same losses and gradients, bit for bit, for one
   // more forward.
   // `kernels`: the table it computes with (the compute device's; by default the host's).
+  // `tp`: this rank's slice of a tensor-parallel split and the group it all-reduces over
+  // (tensor_parallel.hpp); its layout() is then the slice's.
   GPT(const GPTConfig& config, int batch, int seq, bool recompute = false,
-      const Kernels& kernels = kernels_for(detected_isa()));
+      const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
 
   // Bytes of activations (and their gradient buffers) such a model allocates: one source for
   // the engines' memory reports and the planner. The attention backward's T x T scratch per
@@ -43,6 +46,12 @@ class GPT final : public Model {
   int batch() const override { return B_; }
   int seq() const override { return T_; }
   static std::vector<UnitEvent> event_order(const GPTConfig& config);  // the walk above
+  // Its TP collectives (model.hpp's tensor_parallel_calls): the embedding's output, each
+  // block's two row-parallel outputs and the loss's (max, sum, target) gather in forward; the
+  // head input's gradient and each block's two column-parallel input gradients (after its
+  // two forward all-reduces again under recomputation) in backward.
+  static std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int batch, int seq,
+                                                               bool recompute);
 
   float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                          float grad_scale) override;
@@ -63,7 +72,12 @@ class GPT final : public Model {
   GPT& operator=(GPT&&) noexcept;
 
  private:
+  // Under TP: the group's element-wise sum of an activation (a no-op without TP).
+  void tp_sum(float* data, std::size_t n);
+  float head_forward_vocab_parallel(const float* lnf_params, const float* wte);
+
   ParamLayout layout_;
+  TensorParallelGroup* tp_group_ = nullptr;
   int B_, T_;
   bool recompute_ = false;
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,11 +16,48 @@ void init_params(const ParamLayout& layout, float* params, std::uint64_t seed) {
   init_params_range(layout, 0, layout.total_floats(), params, seed);
 }
 
+namespace {
+
+// A TP slice's values are the whole model's at the positions the slice came from: each
+// tensor's part of the whole arena that covers its runs inside [begin, end) is drawn once
+// (into `whole`), then the runs are copied out.
+void init_slice_range(const ParamLayout& slice, std::size_t begin, std::size_t end, float* out,
+                      std::uint64_t seed) {
+  const ParamLayout full(slice.config());
+  std::fill(out, out + (end - begin), 0.f);
+  std::vector<float> whole;
+  for (std::size_t ti = 0; ti < slice.tensors().size(); ++ti) {
+    const TensorInfo& t = slice.tensors()[ti];
+    if (end <= t.offset || begin >= t.offset + t.numel) continue;
+    struct Piece {
+      std::size_t at, from, count;  // slice arena position, whole-tensor element, elements
+    };
+    std::vector<Piece> pieces;
+    std::size_t lo = SIZE_MAX, hi = 0;
+    for (const SliceRun& run : slice.slice_runs(t)) {
+      const std::size_t a = std::max(begin, t.offset + run.local), b = std::min(end, t.offset + run.local + run.count);
+      if (a >= b) continue;
+      const std::size_t from = run.full + (a - t.offset - run.local);
+      pieces.push_back({a, from, b - a});
+      lo = std::min(lo, from);
+      hi = std::max(hi, from + (b - a));
+    }
+    if (pieces.empty()) continue;
+    const std::size_t whole_offset = full.tensors()[ti].offset;
+    whole.resize(hi - lo);
+    init_params_range(full, whole_offset + lo, whole_offset + hi, whole.data(), seed);
+    for (const Piece& p : pieces) std::copy_n(whole.data() + (p.from - lo), p.count, out + (p.at - begin));
+  }
+}
+
+}  // namespace
+
 void init_params_range(const ParamLayout& layout, std::size_t begin, std::size_t end, float* out,
                        std::uint64_t seed) {
   if (begin > end || end > layout.total_floats())
     throw Error(fmt::format("model: init range [{}, {}) is outside the arena of {} floats", begin, end,
                             layout.total_floats()));
+  if (layout.split().size > 1) return init_slice_range(layout, begin, end, out, seed);
   const GPTConfig& cfg = layout.config();
   std::fill(out, out + (end - begin), 0.f);  // biases, padding
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);

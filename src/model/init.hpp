@@ -3,7 +3,8 @@
 // std 0.02 matrices and embeddings, residual output projections 0.02/sqrt(2 n_layer), unit
 // norm gains, zero biases, padded vocabulary rows and alignment padding. Tensor i's chunk c
 // of 64Ki elements draws normal pairs from Rng(seed, i << 32 | c), so any element's value
-// depends on (seed, tensor, element index) only.
+// depends on (seed, tensor, element index) only. A TP slice's layout (layout.hpp) gets the
+// whole model's values at the elements it holds, so TP runs start from the TP-1 model.
 #include <cstddef>
 #include <cstdint>
 

@@ -8,8 +8,23 @@ namespace strata::model {
 
 static std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
+ParamLayout::ParamLayout(const GPTConfig& config, TensorSplit split) : config_(config), split_(split) {
   config_.validate();
+  const int N = split.size;
+  if (N < 1 || split.rank < 0 || split.rank >= N)
+    throw Error(fmt::format("--tp {}: TP rank {} is not in [0, {})", N, split.rank, N));
+  if (N > 1) {
+    if (config.family != Family::Gpt2)
+      throw Error(fmt::format("--tp {}: tensor parallelism runs model.family gpt2 only so far, not {}", N,
+                              family_name(config.family)));
+    if (config.n_head % N != 0)
+      throw Error(fmt::format("--tp {}: does not divide model.n_head = {} (heads are split over the TP ranks)", N,
+                              config.n_head));
+    if (config.padded_vocab_size % N != 0)
+      throw Error(fmt::format("--tp {}: does not divide model.padded_vocab_size = {} (the embedding is split by "
+                              "vocabulary rows)",
+                              N, config.padded_vocab_size));
+  }
   const std::int64_t C = config.n_embd, V = config.padded_vocab_size, T = config.seq_len;
   const std::int64_t KV = static_cast<std::int64_t>(config.kv_heads()) * config.head_dim(), F = config.ffn_size();
   std::size_t cursor = 0;
@@ -27,12 +42,15 @@ ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
       matrix{true, false, false, Init::Normal}, residual{true, false, false, Init::ResidualNormal},
       conv1d{true, true, false, Init::Normal}, conv1d_residual{true, true, false, Init::ResidualNormal},
       vocab{true, false, true, Init::Normal};
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, Kind k) {
+  auto add = [&](std::string name, std::vector<std::int64_t> full_shape, Kind k, Split cut = Split::None) {
     cursor = round_up(cursor, kTensorAlignFloats);
+    std::vector<std::int64_t> shape = full_shape;
+    if (cut == Split::Columns) shape.back() /= N;
+    else if (cut != Split::None) shape.front() /= N;  // rows, or each of q, k, v's rows
     std::size_t n = 1;
     for (auto d : shape) n *= static_cast<std::size_t>(d);
     TensorInfo t{std::move(name), static_cast<int>(units_.size()) - 1, cursor, std::move(shape), n, k.decay,
-                 k.hf_transposed, k.vocab_rows, k.init};
+                 k.hf_transposed, k.vocab_rows, k.init, cut, std::move(full_shape)};
     units_.back().tensors.push_back(static_cast<int>(tensors_.size()));
     tensors_.push_back(std::move(t));
     cursor += n;
@@ -71,7 +89,7 @@ ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
   }
 
   begin_unit("embeddings");
-  add("wte.weight", {V, C}, vocab);
+  add("wte.weight", {V, C}, vocab, Split::Rows);
   add("wpe.weight", {T, C}, matrix);
   end_unit();
   for (int l = 0; l < config.n_layer; ++l) {
@@ -79,15 +97,15 @@ ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
     begin_unit(fmt::format("h.{}", l));
     add(p + "ln_1.weight", {C}, gain);
     add(p + "ln_1.bias", {C}, bias);
-    add(p + "attn.c_attn.weight", {3 * C, C}, conv1d);
-    add(p + "attn.c_attn.bias", {3 * C}, bias);
-    add(p + "attn.c_proj.weight", {C, C}, conv1d_residual);
+    add(p + "attn.c_attn.weight", {3 * C, C}, conv1d, Split::HeadRows);
+    add(p + "attn.c_attn.bias", {3 * C}, bias, Split::HeadRows);
+    add(p + "attn.c_proj.weight", {C, C}, conv1d_residual, Split::Columns);
     add(p + "attn.c_proj.bias", {C}, bias);
     add(p + "ln_2.weight", {C}, gain);
     add(p + "ln_2.bias", {C}, bias);
-    add(p + "mlp.c_fc.weight", {4 * C, C}, conv1d);
-    add(p + "mlp.c_fc.bias", {4 * C}, bias);
-    add(p + "mlp.c_proj.weight", {C, 4 * C}, conv1d_residual);
+    add(p + "mlp.c_fc.weight", {4 * C, C}, conv1d, Split::Rows);
+    add(p + "mlp.c_fc.bias", {4 * C}, bias, Split::Rows);
+    add(p + "mlp.c_proj.weight", {C, 4 * C}, conv1d_residual, Split::Columns);
     add(p + "mlp.c_proj.bias", {C}, bias);
     end_unit();
   }
@@ -96,6 +114,29 @@ ParamLayout::ParamLayout(const GPTConfig& config) : config_(config) {
   add("ln_f.bias", {C}, bias);
   end_unit();
   total_ = cursor;
+}
+
+std::vector<SliceRun> ParamLayout::slice_runs(const TensorInfo& t) const {
+  const std::size_t N = static_cast<std::size_t>(split_.size), r = static_cast<std::size_t>(split_.rank);
+  // Elements of one row of the whole tensor (1 for a vector).
+  const std::size_t row = t.full_shape.size() > 1 ? static_cast<std::size_t>(t.full_shape.back()) : 1;
+  const std::size_t rows = static_cast<std::size_t>(t.full_shape.front());
+  std::vector<SliceRun> runs;
+  switch (t.split) {
+    case Split::None: runs.push_back({0, 0, t.numel}); break;
+    case Split::Rows: runs.push_back({r * (rows / N) * row, 0, t.numel}); break;
+    case Split::HeadRows: {
+      const std::size_t part = rows / 3, mine = part / N;  // q, k, v: `part` rows each
+      for (std::size_t p = 0; p < 3; ++p) runs.push_back({(p * part + r * mine) * row, p * mine * row, mine * row});
+      break;
+    }
+    case Split::Columns: {
+      const std::size_t cols = row / N;
+      for (std::size_t i = 0; i < rows; ++i) runs.push_back({i * row + r * cols, i * cols, cols});
+      break;
+    }
+  }
+  return runs;
 }
 
 std::int64_t ParamLayout::num_params() const {

@@ -12,6 +12,9 @@
 // without the "transformer." prefix, LlamaForCausalLM's as they are).
 // Matrices are stored [out, in] (torch.nn.Linear); Hugging Face's GPT-2 stores its Conv1D
 // weights [in, out], which `hf_transposed` marks for import and export.
+// Under tensor parallelism (tensor_parallel.hpp) a rank's layout holds its slice of every
+// split tensor under the whole tensor's name: `shape` is the slice's, `full_shape` the
+// whole tensor's, and slice_runs() says where the slice's elements sit in the whole.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace strata::model {
 
@@ -44,6 +48,14 @@ class BufferPlacer {
 // How initialization fills a tensor (model/init.hpp).
 enum class Init { Zero, One, Normal, ResidualNormal };
 
+// How a tensor is cut over a TensorSplit (tensor_parallel.hpp says which tensor is which).
+enum class Split {
+  None,      // whole on every rank
+  Rows,      // rows [r R/N, (r+1) R/N) (a vector: its entries)
+  Columns,   // input columns [r K/N, (r+1) K/N) of every row
+  HeadRows,  // q, k and v rows (entries) of this rank's heads: three runs of rows
+};
+
 struct TensorInfo {
   std::string name;              // e.g. "h.3.attn.c_attn.weight"
   int unit = 0;
@@ -54,6 +66,14 @@ struct TensorInfo {
   bool hf_transposed = false;    // Hugging Face stores it as shape reversed (Conv1D)
   bool vocab_rows = false;       // [padded_vocab_size, C]: rows past vocab_size are padding
   Init init = Init::Zero;
+  Split split = Split::None;
+  std::vector<std::int64_t> full_shape;  // the whole tensor's (== shape unless split)
+};
+
+// `count` elements of a tensor's slice from slice element `local` on are the whole tensor's
+// elements from `full` on.
+struct SliceRun {
+  std::size_t full = 0, local = 0, count = 0;
 };
 
 struct UnitInfo {
@@ -71,9 +91,14 @@ struct DecaySegment {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const GPTConfig& config);
+  // The whole model, or (split.size > 1, GPT-2 only) TP rank split.rank's slice of it; throws
+  // Error naming --tp when the model does not split that way.
+  explicit ParamLayout(const GPTConfig& config, TensorSplit split = {});
 
   const GPTConfig& config() const { return config_; }
+  const TensorSplit& split() const { return split_; }
+  // Where tensor t's slice sits in the whole tensor, in element indices, in slice order.
+  std::vector<SliceRun> slice_runs(const TensorInfo& t) const;
   const std::vector<UnitInfo>& units() const { return units_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t total_floats() const { return total_; }   // arena size, padding included
@@ -96,6 +121,7 @@ class ParamLayout {
 
  private:
   GPTConfig config_;
+  TensorSplit split_;
   std::vector<UnitInfo> units_;
   std::vector<TensorInfo> tensors_;
   std::size_t total_ = 0;

@@ -15,6 +15,7 @@
 #include "model/config.hpp"
 #include "model/kernels.hpp"
 #include "model/layout.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace strata::model {
 
@@ -40,6 +41,10 @@ struct UnitEvent {
 };
 // The walk of one training micro-batch of the config's family.
 std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
+// The TP collectives of one training micro-batch of `batch` x `seq` tokens under a split of
+// `tp` (none for tp 1), in the order forward_backward runs them.
+std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int tp, int batch, int seq,
+                                                      bool recompute);
 
 class Model {
  public:
@@ -74,9 +79,11 @@ class Model {
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
 // `recompute`, computing with `kernels` (the compute device's; by default the
-// host's); throws Error on other sizes.
+// host's), holding `tp`'s slice of the model (tensor_parallel.hpp; GPT-2 only); throws Error
+// on other sizes.
 std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false,
-                                  const Kernels& kernels = kernels_for(detected_isa()));
+                                  const Kernels& kernels = kernels_for(detected_isa()),
+                                  const TensorParallel& tp = {});
 
 // Bytes of activations (and their gradient buffers) the model of config.family allocates for
 // such micro-batches: one source for the engines' memory reports and the planner.

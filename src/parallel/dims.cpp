@@ -37,6 +37,31 @@ ParallelDims ParallelDims::model_parallel(const topo::Topology& topology, int te
   return d;
 }
 
+int ParallelDims::tensor_stride() const {
+  int stride = 1;
+  for (int t = 0; t < tensor_level; ++t) stride *= data_levels[t];
+  return stride;
+}
+
+int ParallelDims::data_parallel_rank(int world_rank) const {
+  const int stride = tensor_stride();
+  return world_rank / (stride * tensor) * stride + world_rank % stride;
+}
+
+topo::Topology ParallelDims::data_parallel_topology(const topo::Topology& physical) const {
+  std::vector<topo::Tier> tiers = physical.tiers();
+  int physical_ranks = 1, data_ranks = 1;  // ranks in one domain of the tier inside, before and after the split
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i].ports > 0) tiers[i].port_GBps *= static_cast<double>(data_ranks) / physical_ranks;
+    physical_ranks *= tiers[i].size;
+    tiers[i].size = data_levels[i];
+    data_ranks *= tiers[i].size;
+  }
+  topo::Topology out(std::move(tiers), physical.name());
+  out.resolve(data_parallel_size());
+  return out;
+}
+
 int ParallelDims::data_parallel_size() const {
   int n = 1;
   for (int s : data_levels) n *= s;

@@ -19,6 +19,8 @@ struct ShardOptions {
   int prefetch = -1;                     // -1 = the preset's (1)
   std::int64_t bucket_bytes = -1;        // -1 = the preset's (25 MiB); 0 = no buckets
   bool keep_weights_after_forward = false;
+  int tp = 1;                            // tensor-parallel degree (ParallelDims::tensor)
+  std::string tp_tier;                   // the tier the TP groups lie in; empty = the innermost
   bool emulate_links = false;
   double emulate_scale = 1.0;
 

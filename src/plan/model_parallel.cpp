@@ -55,23 +55,6 @@ parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const
   return parallel::ParallelDims::model_parallel(topology, mp.tp, tp_level, mp.pp, pp_level);
 }
 
-topo::Topology data_parallel_topology(const topo::Topology& topology, const parallel::ParallelDims& dims) {
-  std::vector<topo::Tier> tiers = topology.tiers();
-  int physical = 1, data = 1;  // ranks in one domain of the tier inside, before and after the split
-  for (std::size_t i = 0; i < tiers.size(); ++i) {
-    // Every rank of a physical domain still crosses the tier at once (each TP rank and stage
-    // runs its own group's collective), so a data-parallel rank gets the share of the ports a
-    // physical rank gets.
-    if (tiers[i].ports > 0) tiers[i].port_GBps *= static_cast<double>(data) / physical;
-    physical *= tiers[i].size;
-    tiers[i].size = dims.data_levels[i];
-    data *= tiers[i].size;
-  }
-  topo::Topology out(std::move(tiers), topology.name());
-  out.resolve(dims.data_parallel_size());
-  return out;
-}
-
 std::vector<shard::ScheduledOp> ModelParallelOp::steps() const {
   shard::ScheduledOp op{};
   op.when = when;
@@ -228,7 +211,7 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
       workload_(split_workload(workload, mp)),
       mp_(std::move(mp)),
       dims_(model_parallel_dims(topology_, mp_)),
-      stages_(stage_contexts(model, plan::data_parallel_topology(topology_, dims_), device, workload_, mp_,
+      stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, mp_,
                              leave_out, calibration)) {
   const Calibration* calibrated = calibrated_();
   for (int s = 0; s < mp_.pp; ++s) {

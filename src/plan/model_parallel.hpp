@@ -30,9 +30,6 @@ std::string variant_name(std::string_view strategy, const ModelParallel& mp);
 // The dims of (tp, pp) on a resolved topology; Error names --tp/--pp (a degree that does not
 // divide its tier, an unknown tier).
 parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp);
-// The topology data-parallel sharding runs over: each tier's size is its data-parallel level.
-// Ports keep their per-physical-rank share (every TP rank and stage crosses a tier at once).
-topo::Topology data_parallel_topology(const topo::Topology& topology, const parallel::ParallelDims& dims);
 
 // One collective or send of tensor or pipeline parallelism, per rank, as the planner prices it.
 enum class ModelParallelKind { AllReduce, Send };

@@ -13,6 +13,7 @@ namespace strata::shard {
 nlohmann::json ShardedEngine::describe() const {
   return {{"strategy", schedule_.spec().preset},
           {"world_size", world_size()},
+          {"tensor_parallel", dims_.tensor},
           {"shard_spec", schedule_.spec().to_json()},
           {"topology", schedule_.topology().to_json()}};
 }
@@ -104,6 +105,7 @@ nlohmann::json ShardedEngine::summary_report() {
   return {{"strategy", schedule_.spec().preset},
           {"shard_spec", schedule_.spec().to_json()},
           {"world_size", world_size()},
+          {"tensor_parallel", dims_.tensor},
           {"topology", schedule_.topology().to_json()},
           {"link_emulation", ctx_.emulation().enabled},
           {"comm", {{"per_step", measured}, {"scheduled_per_step", scheduled}, {"steps_measured", counted}}},

@@ -1,12 +1,16 @@
 #include "shard/runtime.hpp"
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
 #include "comm/agree.hpp"
 #include "comm/wait.hpp"
+#include "model/layout.hpp"
 
 namespace strata::shard {
 
@@ -41,6 +45,30 @@ ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology
   return spec;
 }
 
+parallel::ParallelDims build_dims(const parallel::ShardOptions& options, const topo::Topology& topology) {
+  int level = 0;
+  if (!options.tp_tier.empty()) {
+    const std::optional<int> t = topology.find_tier(options.tp_tier);
+    if (!t) {
+      std::vector<std::string> names;
+      for (const topo::Tier& x : topology.tiers()) names.push_back(x.name);
+      throw Error(fmt::format("--tp-tier '{}': unknown tier '{}' (tiers of '{}': {})", options.tp_tier,
+                              options.tp_tier, topology.name(), fmt::join(names, ", ")));
+    }
+    level = *t;
+  }
+  return parallel::ParallelDims::model_parallel(topology, options.tp, level, 1, topology.outermost());
+}
+
+RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTConfig& config, int world_size) {
+  topo::Topology topology = resolve_topology(options, world_size);
+  const parallel::ParallelDims dims = build_dims(options, topology);
+  static_cast<void>(model::ParamLayout(config, {dims.tensor, 0}));  // a model that does not split is refused
+  topo::Topology data_parallel = dims.tensor > 1 ? dims.data_parallel_topology(topology) : topology;
+  ShardSpec spec = build_spec(options, data_parallel);
+  return {std::move(topology), dims, std::move(data_parallel), std::move(spec)};
+}
+
 ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
                                int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute) {
   // Host detection and communicator creation block inside MPI until every rank takes part.
@@ -48,26 +76,45 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   // Every rank reads the same topology and settings: a refusal is agreed on and reported once.
-  std::optional<topo::Topology> topology;
-  std::optional<ShardSpec> spec;
+  std::optional<RunLayout> run;
   comm::agree(MPI_COMM_WORLD, "world", [&] {
-    topology.emplace(resolve_topology(options, world));
-    spec.emplace(build_spec(options, *topology));
+    run.emplace(resolve_run(options, config, world));
     if (options.emulate_scale <= 0)
       throw Error(fmt::format("shard.emulate_scale = {}: must be positive", options.emulate_scale));
   });
-  context_ = std::make_unique<comm::Context>(*topology, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
-  groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
+  const ShardSpec& spec = run->spec;
+  const parallel::ParallelDims& dims = run->dims;
+  context_ = std::make_unique<comm::Context>(run->topology, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
+  if (dims.tensor == 1) {
+    groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
+    comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
+    engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, spec, accumulation_steps, seed,
+                                              device, recompute);
+    return;
+  }
+  const int rank = context_->world_rank();
+  // The ranks of one TP index, in world order, are the data-parallel ranks in order
+  // (dims.hpp): the key keeps that order inside each communicator.
+  MPI_Comm_split(MPI_COMM_WORLD, dims.tensor_rank(rank), rank, &data_parallel_comm_);
+  MPI_Comm_split(MPI_COMM_WORLD, dims.data_parallel_rank(rank), rank, &tensor_parallel_comm_);
+  groups_ = std::make_unique<topo::ProcessGroups>(run->data_parallel, data_parallel_comm_);
   comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
-  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, *spec, accumulation_steps, seed,
-                                            device, recompute);
+  tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor_parallel_comm_,
+                                                       fmt::format("tp#{}", dims.data_parallel_rank(rank)));
+  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, spec, accumulation_steps, seed,
+                                            device, recompute, TensorParallelism{dims, tensor_group_.get()});
 }
 
 ShardedRuntime::~ShardedRuntime() {
   // The engine's collectives must finish before the groups and the comm thread go away.
   engine_.reset();
+  tensor_group_.reset();
   comms_.reset();
   groups_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  for (MPI_Comm* c : {&data_parallel_comm_, &tensor_parallel_comm_})
+    if (!finalized && *c != MPI_COMM_NULL) MPI_Comm_free(c);
   context_.reset();
 }
 

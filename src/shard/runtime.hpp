@@ -1,16 +1,22 @@
 #pragma once
 // Everything a sharded run holds, built in dependency order under mpirun: the topology
 // resolved for the world, the communication context (accounting, link emulation, comm
-// thread), the tier groups and their collectives, and the ShardedEngine.
+// thread), the tier groups and their collectives, and the ShardedEngine. With --tp the
+// world splits twice: into TP groups (ParallelDims: consecutive domains of --tp-tier) and
+// into the ranks of each TP index, whose tier groups the sharding runs over.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <mpi.h>
+
+#include "comm/communicator.hpp"
 #include "comm/context.hpp"
 #include "comm/tier_comms.hpp"
 #include "device/device.hpp"
 #include "model/config.hpp"
+#include "parallel/dims.hpp"
 #include "parallel/options.hpp"
 #include "shard/sharded_engine.hpp"
 #include "shard/spec.hpp"
@@ -22,7 +28,23 @@ namespace strata::shard {
 // The topology and spec the options describe, for a world of `world_size` ranks. Throws
 // Error naming the option and the problem.
 topo::Topology resolve_topology(const parallel::ShardOptions& options, int world_size);
+// `topology`: what the sharding runs over (the data-parallel topology under --tp).
 ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology);
+// The run's data- and tensor-parallel dims (--tp over --tp-tier, the innermost tier by
+// default); Error names the flag.
+parallel::ParallelDims build_dims(const parallel::ShardOptions& options, const topo::Topology& topology);
+
+// What a run of `world_size` ranks is, every rule checked before anything is built: the
+// physical topology, the parallel dims, the topology the sharding runs over (the physical one
+// without --tp) and the spec resolved against it. The runtime and --print-schedule
+// --world-size both start from it.
+struct RunLayout {
+  topo::Topology topology;
+  parallel::ParallelDims dims;
+  topo::Topology data_parallel;
+  ShardSpec spec;
+};
+RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTConfig& config, int world_size);
 
 class ShardedRuntime {
  public:
@@ -37,8 +59,10 @@ class ShardedRuntime {
 
  private:
   std::unique_ptr<comm::Context> context_;
+  MPI_Comm data_parallel_comm_ = MPI_COMM_NULL, tensor_parallel_comm_ = MPI_COMM_NULL;  // --tp only
   std::unique_ptr<topo::ProcessGroups> groups_;
   std::unique_ptr<comm::TierComms> comms_;
+  std::unique_ptr<comm::Communicator> tensor_group_;
   std::unique_ptr<ShardedEngine> engine_;
 };
 

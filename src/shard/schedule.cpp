@@ -1,5 +1,6 @@
 #include "shard/schedule.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <numeric>
 #include <tuple>
@@ -15,7 +16,14 @@
 
 namespace strata::shard {
 
-std::string_view to_string(OpKind k) { return k == OpKind::AllGather ? "all-gather" : "reduce-scatter"; }
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::AllGather: return "all-gather";
+    case OpKind::ReduceScatter: return "reduce-scatter";
+    case OpKind::AllReduce: return "all-reduce";
+  }
+  return "?";
+}
 std::string_view to_string(Algorithm a) { return a == Algorithm::Ring ? "ring" : "all-to-all"; }
 std::string_view to_string(When w) {
   switch (w) {
@@ -47,6 +55,8 @@ std::string_view to_string(Purpose p) {
     case Purpose::WeightGatherStep: return "W gather (after step)";
     case Purpose::GradNormAllReduce: return "grad-norm all-reduce";
     case Purpose::LossAllReduce: return "loss all-reduce";  // with the stop flag
+    case Purpose::TensorParallel: return "tensor parallel";
+    case Purpose::TensorParallelScalars: return "TP scalars";
   }
   return "?";
 }
@@ -100,7 +110,9 @@ std::pair<Slot, Slot> slots_of(Purpose p, bool secondary) {
     case Purpose::ReplicaGather: return {Slot::OptimizerGrad, Slot::OptimizerGrad};
     case Purpose::WeightGatherStep: return {Slot::Master, Slot::WeightShard};
     case Purpose::GradNormAllReduce:
-    case Purpose::LossAllReduce: return {Slot::Scalars, Slot::Scalars};
+    case Purpose::LossAllReduce:
+    case Purpose::TensorParallelScalars: return {Slot::Scalars, Slot::Scalars};
+    case Purpose::TensorParallel: return {Slot::None, Slot::None};  // the model's activations
   }
   return {Slot::None, Slot::None};
 }
@@ -201,8 +213,14 @@ UnitPlan unit_plan(const model::ParamLayout& layout) {
   return p;
 }
 
+TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::GPTConfig& config, int batch,
+                                        int seq, bool recompute) {
+  if (dims.tensor == 1) return {};
+  return {dims.tensor, dims.tensor_level, model::tensor_parallel_calls(config, dims.tensor, batch, seq, recompute)};
+}
+
 Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
-                   Collectives collectives)
+                   Collectives collectives, const TensorParallelPlan& tp)
     : units_(std::move(units)),
       topology_(topology),
       spec_(spec),
@@ -368,6 +386,30 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   };
   scalar(Purpose::GradNormAllReduce, L.optimizer, 1);
   scalar(Purpose::LossAllReduce, L.num_levels, 2);
+  // Tensor parallelism, over the TP group (ring collectives of comm::Communicator, comm's
+  // padding rule): an all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks
+  // of n; the grad norm's and the loss's sums are fp64 all-gathers (1 and 2 values a rank).
+  if (tp.degree > 1) {
+    const int t = tp.degree;
+    auto tp_op = [&](When when, Purpose purpose, OpKind kind, std::size_t n, std::size_t element_bytes) {
+      ScheduledOp op{when, purpose, kind};
+      op.level = tp.level;
+      op.group_size = t;
+      const std::size_t chunk = kind == OpKind::AllReduce ? comm::chunk_count(n, t, 1) : n;
+      op.elements_in = n;
+      op.elements_out = kind == OpKind::AllReduce ? n : n * t;
+      op.messages = (kind == OpKind::AllReduce ? 2 : 1) * (t - 1);
+      op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * chunk * element_bytes;
+      return op;
+    };
+    for (const model::TensorParallelCall& c : tp.calls)
+      tensor_parallel_.push_back(tp_op(c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
+                                       c.kind == model::TensorParallelCall::AllReduce ? OpKind::AllReduce
+                                                                                      : OpKind::AllGather,
+                                       c.elements, 4));
+    step_.push_back(tp_op(When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 1, 8));  // grad norm
+    step_.push_back(tp_op(When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 2, 8));  // loss, stop flag
+  }
   for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
     gather(step_, When::Step, Purpose::WeightGatherStep, u, padded_[u], L.optimizer, L.weights, spec.weight_wire);
   for (auto* ops : {&micro_, &step_, &bucket_ops_})
@@ -403,6 +445,11 @@ std::uint64_t scratch_bytes(std::size_t elements, int block_size) {
   return 3 * (4 * elements + 4 * (elements / std::max(block_size, 1) + 1)) + 2 * 4 * elements;
 }
 
+int Schedule::eval_tensor_parallel_ops() const {
+  return static_cast<int>(std::count_if(tensor_parallel_.begin(), tensor_parallel_.end(),
+                                        [](const ScheduledOp& op) { return op.when == When::Forward; }));
+}
+
 std::size_t Schedule::total_padded() const { return std::accumulate(padded_.begin(), padded_.end(), std::size_t{0}); }
 
 Slice Schedule::slice(int unit, int rank, int levels) const {
@@ -428,6 +475,7 @@ std::vector<TierTraffic> Schedule::traffic_per_step() const {
     }
   };
   add(micro_, accum_);
+  add(tensor_parallel_, accum_);
   add(bucket_ops_, 1);
   add(step_, 1);
   return out;
@@ -520,6 +568,8 @@ nlohmann::json Schedule::to_json() const {
   for (auto& op : micro_) j["micro_batch_ops"].push_back(op_json(op, topology_));
   j["bucket_ops"] = nlohmann::json::array();
   for (auto& op : bucket_ops_) j["bucket_ops"].push_back(op_json(op, topology_));
+  j["tensor_parallel_ops"] = nlohmann::json::array();
+  for (auto& op : tensor_parallel_) j["tensor_parallel_ops"].push_back(op_json(op, topology_));
   j["step_ops"] = nlohmann::json::array();
   for (auto& op : step_) j["step_ops"].push_back(op_json(op, topology_));
   nlohmann::json per_tier = nlohmann::json::object();
@@ -566,6 +616,8 @@ std::string Schedule::table() const {
     section("per optimizer step, in the last micro-batch's backward (each bucket once its last unit is done):",
             bucket_ops_);
   }
+  if (!tensor_parallel_.empty())
+    section("per micro-batch, tensor parallel (in the model's order, on the critical path):", tensor_parallel_);
   section("per optimizer step:", step_);
   s += fmt::format("per step, per rank, by tier:\n  {:<11} {:>14} {:>14} {:>9}\n", "tier", "bytes sent", "bytes recv",
                    "messages");

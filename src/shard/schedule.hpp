@@ -17,12 +17,13 @@
 
 #include "model/model.hpp"
 #include "model/layout.hpp"
+#include "parallel/dims.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::shard {
 
-enum class OpKind { AllGather, ReduceScatter };
+enum class OpKind { AllGather, ReduceScatter, AllReduce };  // all-reduce: tensor parallelism's
 // How the executor runs an op: a ring (all-gather, reduce-scatter), or a reduction as an
 // all-to-all whose received chunks are summed in fp32 in member order (ZeRO++ qgZ: what
 // quantized reductions use, since int8/int4 values cannot be summed on the wire).
@@ -45,6 +46,8 @@ enum class Purpose {
   WeightGatherStep,       // updated OS shard -> W shard after the optimizer step
   GradNormAllReduce,      // squared gradient norm over one OS domain: one fp64 a rank, gathered, summed
   LossAllReduce,          // the logged loss and the stop (preemption) flag: two fp64 a rank, over all ranks
+  TensorParallel,         // the model's TP collectives (model::TensorParallelCall), on the critical path
+  TensorParallelScalars,  // the grad norm's and the loss's sums completed over the TP group, once a step
 };
 std::string_view to_string(OpKind k);
 std::string_view to_string(Algorithm a);
@@ -153,13 +156,26 @@ struct UnitPlan {
 };
 UnitPlan unit_plan(const model::ParamLayout& layout);
 
+// Tensor parallelism: the TP group's size, the tier it lies in (its messages cross that tier)
+// and the model's collectives of one training micro-batch (model::tensor_parallel_calls).
+struct TensorParallelPlan {
+  int degree = 1;
+  int level = 0;
+  std::vector<model::TensorParallelCall> calls;
+};
+// The plan of a run's dims for micro-batches of `batch` x `seq` tokens (none without TP).
+TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::GPTConfig& config, int batch,
+                                        int seq, bool recompute);
+
 class Schedule {
  public:
+  // `topology`: what the sharding runs over (under TP the data-parallel topology, whose tiers
+  // are the physical ones by index).
   Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
-           Collectives collectives = Collectives::Hierarchical);
+           Collectives collectives = Collectives::Hierarchical, const TensorParallelPlan& tp = {});
   Schedule(const model::ParamLayout& layout, const topo::Topology& topology, const ShardSpec& spec,
-           int accumulation_steps)
-      : Schedule(unit_plan(layout), topology, spec, accumulation_steps) {}
+           int accumulation_steps, const TensorParallelPlan& tp = {})
+      : Schedule(unit_plan(layout), topology, spec, accumulation_steps, Collectives::Hierarchical, tp) {}
 
   const ShardSpec& spec() const { return spec_; }
   const LevelSpec& levels() const { return levels_; }
@@ -193,9 +209,14 @@ class Schedule {
   // micro-batch ops'); they replace the per-unit step reductions in step_ops().
   const std::vector<ScheduledOp>& bucket_ops() const { return bucket_ops_; }
   const MicroBatchProgram& eval_program() const { return eval_; }
+  // The TP collectives of a training micro-batch, in the model's order (empty without TP);
+  // evaluation runs the first eval_tensor_parallel_ops() of them (forward's). The step's TP
+  // scalar sums are step ops (Purpose::TensorParallelScalars).
+  const std::vector<ScheduledOp>& tensor_parallel_ops() const { return tensor_parallel_; }
+  int eval_tensor_parallel_ops() const;
 
-  // Bytes per rank per optimizer step, by tier: accumulation_steps x micro ops + bucket ops +
-  // step ops.
+  // Bytes per rank per optimizer step, by tier: accumulation_steps x (micro ops + TP ops) +
+  // bucket ops + step ops.
   std::vector<TierTraffic> traffic_per_step() const;
   // compute_bytes: bytes of one element of the gradient accumulator and the full-unit
   // compute buffers: 4 for strata's fp32 runtime, 2 for a bf16 mixed-precision system.
@@ -218,7 +239,7 @@ class Schedule {
   int accum_;
   Collectives collectives_;
   std::vector<std::size_t> padded_;
-  std::vector<ScheduledOp> micro_, step_, bucket_ops_;
+  std::vector<ScheduledOp> micro_, step_, bucket_ops_, tensor_parallel_;
   std::vector<std::vector<int>> buckets_;
   MicroBatchProgram training_, last_training_, eval_;
 };

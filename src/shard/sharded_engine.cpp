@@ -40,26 +40,39 @@ void init_unit_slice(const model::ParamLayout& layout, int unit, Slice slice, fl
   std::fill(out + real, out + slice.count, 0.f);
 }
 
+model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, int world_rank,
+                                  model::TensorParallelGroup* group) {
+  if (!tp) return {};
+  return {{tp->dims.tensor, tp->dims.tensor_rank(world_rank)}, group};
+}
+
 }  // namespace
 
 // ---- Construction ------------------------------------------------------------------------
 
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
-                             std::uint64_t seed, device::Device& device, bool recompute)
+                             std::uint64_t seed, device::Device& device, bool recompute,
+                             const std::optional<TensorParallelism>& tp)
     : device_(device),
-      model_(model::make_model(config, batch, seq, recompute, device.kernels())),
+      model_(model::make_model(config, batch, seq, recompute, device.kernels(), model_split(tp, ctx.world_rank(), this))),
       ctx_(ctx),
       comms_(comms),
-      schedule_(model_->layout(), ctx.topology(), spec, accumulation_steps),
-      dims_(parallel::ParallelDims::data_parallel(ctx.topology())),
+      schedule_(model_->layout(), tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec,
+                accumulation_steps,
+                tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute) : TensorParallelPlan{}),
+      dims_(tp ? tp->dims : parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
+      dp_rank_(dims_.data_parallel_rank(rank_)),
+      tp_group_(tp ? tp->group : nullptr),
       executor_(level_collectives(comms, schedule_.levels().num_levels), schedule_.scratch_elements(),
                 spec.block_size, device),
       replicated_params_(device),
       replicated_grads_(device) {
   const LevelSpec& L = schedule_.levels();
   const model::ParamLayout& layout = model_->layout();
+  if (tp && (!tp_group_ || tp_group_->size() != dims_.tensor))
+    throw Error(fmt::format("shard: --tp {} needs a TP group of that many ranks", dims_.tensor));
   if (spec.step_grad_allreduce)
     throw Error("shard.step_grad_allreduce: models ZeRO-topo's published cross-node all-reduce for the planner; "
                 "the runtime reduces gradient slices straight to the optimizer slice instead");
@@ -74,12 +87,12 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
     U->padded_offset = padded_total;
     padded_total += U->padded;
     largest = std::max(largest, U->padded);
-    U->w = schedule_.slice(u, rank_, L.weights);
-    U->g = schedule_.slice(u, rank_, L.grads);
-    U->o = schedule_.slice(u, rank_, L.optimizer);
+    U->w = schedule_.slice(u, dp_rank_, L.weights);
+    U->g = schedule_.slice(u, dp_rank_, L.grads);
+    U->o = schedule_.slice(u, dp_rank_, L.optimizer);
     U->weights.reset(spec.weight_wire, spec.block_size, U->w.count);
     if (L.secondary > 0) {
-      U->s = schedule_.slice(u, rank_, L.secondary);
+      U->s = schedule_.slice(u, dp_rank_, L.secondary);
       U->secondary.reset(spec.weight_wire, spec.block_size, U->s.count);
     }
     if (L.grads > 0) U->grad_accum.resize(U->g.count);
@@ -267,7 +280,9 @@ float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* 
   const bool last_of_step = ++micro_batches_in_step_ >= schedule_.accumulation_steps();
   program_ = last_of_step ? &schedule_.last_micro_batch_program() : &schedule_.training_program();
   next_event_ = 0;
+  next_tp_op_ = 0;
   float loss = model_->forward_backward(*this, tokens, targets, grad_scale);
+  check_tensor_parallel_done(static_cast<int>(schedule_.tensor_parallel_ops().size()));
   run_event(program_->last_event);  // the reductions still in flight
   micro_trace_ = executor_.take_trace();
   wall_s_ += seconds_since(t0);
@@ -280,7 +295,9 @@ float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* t
   executor_.take_trace();
   program_ = &schedule_.eval_program();
   next_event_ = 0;
+  next_tp_op_ = 0;
   float loss = model_->forward(*this, tokens, targets);
+  check_tensor_parallel_done(schedule_.eval_tensor_parallel_ops());
   run_event(program_->last_event);
   micro_trace_ = executor_.take_trace();
   wall_s_ += seconds_since(t0);
@@ -315,11 +332,13 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
   double local = 0;
   for (auto& U : units_) {
     for (std::size_t i = 0; i < U->o.count; ++i) U->os_grad[i] *= inv_replicas;
-    local += optim::sum_squares(U->os_grad.data(), U->o.count);
+    local += tp_group_ ? tensor_parallel_sum_squares(*U) : optim::sum_squares(U->os_grad.data(), U->o.count);
   }
   // Every rank sums the same values in the same order: the same norm, the same verdict.
+  std::vector<double> squares = scalar_sum({local}, Purpose::GradNormAllReduce);
+  tensor_parallel_sum(squares);
   train::StepOutcome out;
-  out.grad_norm = std::sqrt(scalar_sum({local}, Purpose::GradNormAllReduce)[0]) / args.loss_scale;
+  out.grad_norm = std::sqrt(squares[0]) / args.loss_scale;
   out.applied = !args.skip && std::isfinite(out.grad_norm);
   if (out.applied) {
     const float multiplier = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
@@ -371,7 +390,8 @@ std::vector<double> ShardedEngine::scalar_sum(std::vector<double> local, Purpose
 std::pair<double, bool> ShardedEngine::all_mean_and_any(double local, bool flag) {
   // Part of the step: its wait counts as exposed communication, so its time counts as step time.
   auto t0 = std::chrono::steady_clock::now();
-  const std::vector<double> sum = scalar_sum({local, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
+  std::vector<double> sum = scalar_sum({local, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
+  tensor_parallel_sum(sum);  // a stop flag on any TP rank reaches every data-parallel group
   wall_s_ += seconds_since(t0);
   return {sum[0] / world_size(), sum[1] > 0};
 }
@@ -386,8 +406,10 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
 }
 
 std::vector<train::StateShard> ShardedEngine::state_shards() {
+  if (tp_group_)
+    throw Error(fmt::format("--tp {}: checkpoints of tensor-parallel runs are not written yet", dims_.tensor));
   std::vector<train::StateShard> out;
-  for (const ArenaRun& run : optimizer_runs(schedule_, layout(), rank_)) {
+  for (const ArenaRun& run : optimizer_runs(schedule_, layout(), dp_rank_)) {
     Unit& U = *units_[run.unit];  // its OS slice starts at run.begin
     out.push_back({run.begin, run.end, U.master.data(), U.exp_avg.data(), U.exp_avg_sq.data()});
   }
@@ -395,13 +417,33 @@ std::vector<train::StateShard> ShardedEngine::state_shards() {
 }
 
 std::vector<train::StateShard> ShardedEngine::saved_shards() {
-  if (!saves_optimizer_state(schedule_, rank_)) return {};
+  if (!saves_optimizer_state(schedule_, dp_rank_)) return {};
   return state_shards();
 }
 
 void ShardedEngine::state_loaded() { refresh_weights_from_master(); }
 
 void ShardedEngine::gather_params(float* full) {
+  if (!tp_group_) return gather_slice_params(full);
+  // Every TP rank's slice arena, then each tensor's slice runs into the whole model's arena.
+  const model::ParamLayout& mine = layout();
+  AlignedBuffer<float> own(mine.total_floats());
+  AlignedBuffer<float> slices(mine.total_floats() * static_cast<std::size_t>(dims_.tensor));
+  gather_slice_params(own.data());
+  gather_over_tensor_group(own.data(), mine.total_floats(), slices.data());  // not a step's traffic
+  const model::ParamLayout whole(mine.config());
+  for (int r = 0; r < dims_.tensor; ++r) {
+    const model::ParamLayout slice(mine.config(), {dims_.tensor, r});
+    const float* arena = slices.data() + static_cast<std::size_t>(r) * mine.total_floats();
+    for (std::size_t ti = 0; ti < slice.tensors().size(); ++ti) {
+      const model::TensorInfo& t = slice.tensors()[ti];
+      for (const model::SliceRun& run : slice.slice_runs(t))
+        std::copy_n(arena + t.offset + run.local, run.count, full + whole.tensors()[ti].offset + run.full);
+    }
+  }
+}
+
+void ShardedEngine::gather_slice_params(float* full) {
   const LevelSpec& L = schedule_.levels();
   for (auto& Up : units_) {
     Unit* U = Up.get();
@@ -419,6 +461,69 @@ void ShardedEngine::gather_params(float* full) {
     w.wait();
     std::memcpy(full + U->arena_offset, unit.data(), 4 * U->numel);
   }
+}
+
+// ---- Tensor parallelism ----------------------------------------------------------------------
+
+// The schedule's next TP op must be the model's call: the runtime runs exactly those.
+void ShardedEngine::next_tensor_parallel_op(OpKind kind, std::size_t n) {
+  const std::vector<ScheduledOp>& ops = schedule_.tensor_parallel_ops();
+  const int k = next_tp_op_++;
+  if (k >= static_cast<int>(ops.size()) || ops[k].kind != kind || ops[k].elements_in != n)
+    throw Error(fmt::format("shard: the model's tensor-parallel {} of {} elements left the schedule at its op {}",
+                            to_string(kind), n, k));
+}
+
+void ShardedEngine::check_tensor_parallel_done(int ops) const {
+  if (next_tp_op_ != ops)
+    throw Error(fmt::format("shard: the model ran {} of the schedule's {} tensor-parallel ops", next_tp_op_, ops));
+}
+
+void ShardedEngine::all_reduce_sum(float* data, std::size_t n) {
+  next_tensor_parallel_op(OpKind::AllReduce, n);
+  comm::Work w = tp_group_->all_reduce_async(comm::f32(data, n), comm::ReduceOp::Sum);
+  wait(w);
+}
+
+void ShardedEngine::all_gather(const float* mine, std::size_t n, float* all) {
+  next_tensor_parallel_op(OpKind::AllGather, n);
+  gather_over_tensor_group(mine, n, all);
+}
+
+void ShardedEngine::gather_over_tensor_group(const float* mine, std::size_t n, float* all) {
+  comm::Work w = tp_group_->all_gather_async(comm::f32(mine, n), comm::f32(all, n * tp_group_->size()));
+  wait(w);
+}
+
+void ShardedEngine::tensor_parallel_sum(std::vector<double>& values) {
+  if (!tp_group_) return;
+  const std::size_t k = values.size();
+  std::vector<double> all(k * static_cast<std::size_t>(tp_group_->size()));
+  const auto& step = schedule_.step_ops();
+  if (std::none_of(step.begin(), step.end(), [k](const ScheduledOp& op) {
+        return op.purpose == Purpose::TensorParallelScalars && op.elements_in == k;
+      }))
+    throw Error(fmt::format("shard: the schedule has no tensor-parallel sum of {} values", k));
+  gather_over_tensor_group(reinterpret_cast<const float*>(values.data()), 2 * k, reinterpret_cast<float*>(all.data()));
+  std::fill(values.begin(), values.end(), 0.0);
+  for (std::size_t m = 0; m < all.size(); m += k)
+    for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];
+}
+
+// The squares of this rank's OS gradient slice that the TP group's norm counts: a whole
+// tensor's (the same on every TP rank) on TP rank 0 only, a split tensor's on every rank.
+double ShardedEngine::tensor_parallel_sum_squares(const Unit& U) const {
+  const model::ParamLayout& L = layout();
+  const bool lead = dims_.tensor_rank(rank_) == 0;
+  const std::size_t begin = U.arena_offset + U.o.offset, end = begin + U.o.count;
+  double sum = 0;
+  for (int ti : L.units()[U.index].tensors) {
+    const model::TensorInfo& t = L.tensors()[ti];
+    if (t.split == model::Split::None && !lead) continue;
+    const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo < hi) sum += optim::sum_squares(U.os_grad.data() + (lo - begin), hi - lo);
+  }
+  return sum;
 }
 
 }  // namespace strata::shard

@@ -8,12 +8,17 @@
 // Every buffer it holds is a device::Buffer of the compute device it is given, and the model
 // computes with that device's kernels (device/device.hpp).
 //
+// Under tensor parallelism (TensorParallelism) the model holds this rank's TP slice
+// (model/tensor_parallel.hpp) and all-reduces over the TP group; the schedule shards that
+// slice over the data-parallel ranks of the same TP index (the comms it is given span them).
+//
 // Each event's chain of per-level ops (a gather, a reduction) is one task on the
 // communication thread (comm::Context), so it overlaps with the model's compute; the compute
 // thread only waits where the program says. Time spent waiting is the step's exposed
 // communication.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/aligned.hpp"
@@ -27,24 +32,31 @@
 
 namespace strata::shard {
 
+// A tensor-parallel run: its dims (tensor > 1) and this rank's TP group.
+struct TensorParallelism {
+  parallel::ParallelDims dims;
+  comm::Collectives* group = nullptr;
+};
+
 struct StepTiming {
   double compute_s = 0;        // step wall time less exposed communication
   double exposed_comm_s = 0;   // compute thread waiting on communication
 };
 
-class ShardedEngine final : public train::Engine, private model::UnitAccess {
+class ShardedEngine final : public train::Engine, private model::UnitAccess, private model::TensorParallelGroup {
  public:
   // Collective over the world. Parameters are initialised from `seed` exactly as the
   // single-process trainer does, each rank drawing only the slices it holds. `recompute`:
-  // the model recomputes activations in backward (model::GPT).
+  // the model recomputes activations in backward (model::GPT). With `tp`, `comms` span the
+  // ranks of this rank's TP index over tp->dims.data_parallel_topology() (ShardedRuntime).
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
-                bool recompute = false);
+                bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt);
   ~ShardedEngine() override;
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return rank_; }
-  int world_size() const override { return schedule_.world_size(); }
+  int world_size() const override { return ctx_.world_size(); }
   parallel::ParallelDims parallel_dims() const override { return dims_; }
   float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
   float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
@@ -79,6 +91,17 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   float* grads(int unit) override;
   void grads_ready(int unit) override;
 
+  // model::TensorParallelGroup: the model's TP collectives, waited for as exposed communication.
+  void all_reduce_sum(float* data, std::size_t n) override;
+  void all_gather(const float* mine, std::size_t n, float* all) override;
+  // fp64 values summed over the TP group in member order (the same bits on every member).
+  void tensor_parallel_sum(std::vector<double>& values);
+  double tensor_parallel_sum_squares(const Unit& unit) const;
+  void next_tensor_parallel_op(OpKind kind, std::size_t n);
+  void check_tensor_parallel_done(int ops) const;
+  void gather_over_tensor_group(const float* mine, std::size_t n, float* all);
+  void gather_slice_params(float* slice_arena);  // this rank's layout's parameters, whole
+
   Chain ops_for(const std::vector<ScheduledOp>& ops, Purpose purpose, int unit) const;
   // The program's walk: the model's next call must be the next event.
   int advance(model::UnitEvent::Kind kind, int unit, model::Phase phase);
@@ -98,7 +121,10 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess {
   comm::TierComms& comms_;
   Schedule schedule_;
   parallel::ParallelDims dims_;
-  int rank_ = 0;
+  int rank_ = 0;       // in the world
+  int dp_rank_ = 0;    // among the ranks of this TP index: the schedule's rank
+  comm::Collectives* tp_group_ = nullptr;  // nullptr: no tensor parallelism
+  int next_tp_op_ = 0;                     // in Schedule::tensor_parallel_ops, this micro-batch
   std::vector<std::unique_ptr<Unit>> units_;
   OpExecutor executor_;
   // The micro-batch being walked: its program, the next event, and per event the chain's

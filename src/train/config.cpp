@@ -188,6 +188,12 @@ const std::vector<Entry>& entries() {
         "replicated gradients (ddp, zero1): reduce them in buckets of at most this many bytes while the step's "
         "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.bucket_bytes = non_negative_int64(k, v); }},
+      {{"shard.tp", "--tp", K::Int,
+        "tensor-parallel degree (Megatron splits of GPT-2): that many consecutive ranks of --tp-tier hold one "
+        "replica; sharding runs over the ranks of each TP index"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.tp = positive_int(k, v); }},
+      {{"shard.tp_tier", "--tp-tier", K::String, "the tier the tensor-parallel groups lie in"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.tp_tier = as_string(k, v); }},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
@@ -382,6 +388,8 @@ nlohmann::json TrainConfig::to_json() const {
             {"block_size", shard.block_size},
             {"prefetch", shard.prefetch},
             {"bucket_bytes", shard.bucket_bytes},
+            {"tp", shard.tp},
+            {"tp_tier", shard.tp_tier},
             {"emulate_links", shard.emulate_links},
             {"emulate_scale", shard.emulate_scale}}}};
 }

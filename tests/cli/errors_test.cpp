@@ -97,3 +97,17 @@ TEST(CliErrors, ANegativeBucketSizeIsRefusedNamingTheField) {
   expect_refusal("plan --model tiny --topology frontier --nodes 1 --bucket-bytes=-5",
                  "--bucket-bytes = -5: must not be negative");
 }
+
+TEST(CliErrors, TensorParallelismIsRefusedWhereItCannotRunNamingTheFlag) {
+  expect_refusal("train --train-data t.bin --tp 2", "--tp 2: tensor parallelism needs ranks under mpirun");
+  expect_refusal("train --train-data t.bin --tp 2 --strategy zero3 --out runs/tp",
+                 "--tp 2: checkpoints of tensor-parallel runs are not written yet");
+  expect_refusal("train --train-data t.bin --tp 3 --strategy zero3 --topology dgx-h100 --print-schedule --world-size 16",
+                 "--tp 3: does not divide what tier 'node' has left (8)");
+  expect_refusal("train --train-data t.bin --tp 2 --tp-tier rack --strategy zero3 --topology dgx-h100 "
+                 "--print-schedule --world-size 16",
+                 "--tp-tier 'rack': unknown tier");
+  expect_refusal("train --train-data t.bin --model llama-tiny --tp 2 --strategy zero3 --topology dgx-h100 "
+                 "--print-schedule --world-size 16",
+                 "--tp 2: tensor parallelism runs model.family gpt2 only so far, not llama");
+}

@@ -90,7 +90,7 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --strategy zero3+tq2",
                              "--strategy 'zero3+tq2'"},
                         Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --tp 2 --print-schedule",
-                             "--print-schedule: the runtime runs no tensor or pipeline parallelism"},
+                             "--print-schedule: strata plan prices tensor and pipeline parallelism from its own list"},
                         Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --search --tp 3", "--tp 3"}}) {
     CommandResult r = run_strata(c.args, Stderr::Capture);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;

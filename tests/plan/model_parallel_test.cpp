@@ -177,7 +177,7 @@ TEST(ModelParallel, ShardingRunsOverTheDataParallelRanksLeftWithTheirShareOfTheP
   const parallel::ParallelDims dims = model_parallel_dims(t, {2, 2, "", ""});
   EXPECT_EQ(dims.data_levels, (std::vector<int>{4, 2}));
   EXPECT_EQ(dims.world_size(), 32);
-  const topo::Topology dp = data_parallel_topology(t, dims);
+  const topo::Topology dp = dims.data_parallel_topology(t);
   EXPECT_EQ(dp.world_size(), 8);
   EXPECT_EQ(dp.tier(0).size, 4);
   // 8 GPUs of a node still cross InfiniBand at once over their 8 ports: 50 GB/s each.

@@ -12,6 +12,7 @@
 #include "model/init.hpp"
 #include "shard/sharded_engine.hpp"
 #include "train/local_engine.hpp"
+#include "test_batches.hpp"
 #include "test_topologies.hpp"
 #include "topo/groups.hpp"
 
@@ -30,23 +31,11 @@ struct TrainRun {
 
 constexpr int kBatch = 2, kSeq = 32;
 
-// Deterministic tokens for (step, micro, rank), the same under every strategy: a learnable
-// stream ("next byte = previous + 1") with random jumps.
+// The tokens of (step, micro, rank), the same under every strategy.
 void make_batch(int step, int micro, int rank, std::vector<std::int32_t>& tok, std::vector<std::int32_t>& tgt) {
-  std::uint64_t x = 0x9E3779B97F4A7C15ull * (1 + step * 1315423911ull + micro * 2654435761ull + rank * 97531ull);
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
-  const int n = kBatch * kSeq;
-  std::vector<std::int32_t> stream(n + 1);
-  stream[0] = static_cast<std::int32_t>(next() % 256);
-  for (int i = 1; i <= n; ++i)
-    stream[i] = next() % 5 == 0 ? static_cast<std::int32_t>(x % 256) : (stream[i - 1] + 1) % 256;
-  tok.assign(stream.begin(), stream.begin() + n);
-  tgt.assign(stream.begin() + 1, stream.end());
+  tok.clear();
+  tgt.clear();
+  append_test_batch(step, micro, rank, kBatch, kSeq, tok, tgt);
 }
 
 TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim::AdamWConfig hp = {},

@@ -270,3 +270,43 @@ TEST(Schedule, ReplicatedGradientsReduceInBucketsDuringTheLastBackward) {
   // Sharded gradients are whole only after their per-micro-batch reductions: no buckets.
   for (const char* name : {"zero2", "zero3", "hsdp"}) EXPECT_TRUE(make(name).buckets().empty()) << name;
 }
+
+TEST(Schedule, TensorParallelCollectivesAreOpsOnTheTpTierThatPrintScheduleShows) {
+  // TP 2 in the GPU tier of the test topology: sharding over the 4 ranks of each TP index.
+  const strata::topo::Topology physical = two_node_topology(8);
+  const strata::parallel::ParallelDims dims = strata::parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
+  const strata::model::GPTConfig config = strata::model::GPTConfig::preset("tiny");
+  const int B = 4, T = 32, accum = 2;
+  const strata::topo::Topology topology = dims.data_parallel_topology(physical);
+  const strata::shard::Schedule with(strata::model::ParamLayout(config, {2, 0}), topology,
+                                     strata::shard::ShardSpec::preset_for("zero3", topology), accum,
+                                     strata::shard::tensor_parallel_plan(dims, config, B, T, false));
+  const strata::shard::Schedule without(strata::model::ParamLayout(config, {2, 0}), topology,
+                                        strata::shard::ShardSpec::preset_for("zero3", topology), accum);
+  // Forward: the embedding, 2 a block, the loss's gather; backward: the head, 2 a block.
+  const auto& ops = with.tensor_parallel_ops();
+  ASSERT_EQ(ops.size(), 1u + 2 * 2 + 1 + 1 + 2 * 2);
+  EXPECT_EQ(with.eval_tensor_parallel_ops(), 6);
+  const std::size_t activation = static_cast<std::size_t>(B) * T * config.n_embd;
+  for (const auto& op : ops) {
+    EXPECT_EQ(op.level, 0);
+    EXPECT_EQ(op.group_size, 2);
+    EXPECT_EQ(op.purpose, strata::shard::Purpose::TensorParallel);
+    if (op.kind == strata::shard::OpKind::AllReduce) {
+      EXPECT_EQ(op.elements_in, activation);
+      EXPECT_EQ(op.bytes_sent, 2 * (activation / 2) * 4);  // reduce-scatter and all-gather of half each
+    } else {
+      EXPECT_EQ(op.elements_in, 3u * B * T);  // (max, sum, target logit) a row
+      EXPECT_EQ(op.bytes_sent, 3u * B * T * 4);
+    }
+  }
+  // Per step: every micro-batch's TP ops and the two TP scalar sums, on the GPU tier only.
+  std::uint64_t tp_bytes = 8 + 16;
+  for (const auto& op : ops) tp_bytes += accum * op.bytes_sent;
+  EXPECT_EQ(with.traffic_per_step()[0].bytes_sent, without.traffic_per_step()[0].bytes_sent + tp_bytes);
+  for (int t : {1, 2})
+    EXPECT_EQ(with.traffic_per_step()[t].bytes_sent, without.traffic_per_step()[t].bytes_sent);
+  EXPECT_NE(with.table().find("tensor parallel"), std::string::npos);
+  EXPECT_EQ(with.to_json()["tensor_parallel_ops"].size(), ops.size());
+  EXPECT_EQ(without.to_json()["tensor_parallel_ops"].size(), 0u);
+}

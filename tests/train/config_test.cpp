@@ -122,6 +122,14 @@ TEST(TrainConfig, ZeroAndNegativeSizesAreRefusedNamingTheField) {
             "optim.warmup = -1: must not be negative");
   EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[shard]\nbucket_bytes = -1\n"); }),
             "shard.bucket_bytes = -1: must not be negative");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[shard]\ntp = 0\n"); }), "shard.tp = 0: must be positive");
+}
+
+TEST(TrainConfig, TensorParallelismTakesThePlannersNames) {
+  const TrainConfig c = from_toml("[data]\ntrain = \"t.bin\"\n[shard]\ntp = 2\ntp_tier = \"node\"\n");
+  EXPECT_EQ(c.shard.tp, 2);
+  EXPECT_EQ(c.shard.tp_tier, "node");
+  EXPECT_EQ(from_toml("[data]\ntrain = \"t.bin\"\n").shard.tp, 1);
 }
 
 TEST(TrainConfig, HeadsThatDoNotDivideHiddenAreRefused) {
