@@ -37,8 +37,6 @@ std::size_t kernel_scratch_bytes(const model::GPTConfig& config, int B, int T) {
                    std::size_t{1}});
 }
 
-}  // namespace
-
 // Where each activation lives, laid out as model::GPT's (gpt.cpp) but for attention's
 // log-sum-exp in place of its T x T probabilities. place() with no base only counts.
 struct Activations {
