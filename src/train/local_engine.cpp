@@ -59,6 +59,7 @@ StepOutcome LocalEngine::optimizer_step(const optim::AdamWConfig& hp, const Step
     const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
     device_.adamw_update_range(layout(), 0, n, params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
                                hp, args.lr, args.update, scale);
+    ++updates_;
   }
   grads_.zero();
   return out;
@@ -67,12 +68,17 @@ StepOutcome LocalEngine::optimizer_step(const optim::AdamWConfig& hp, const Step
 std::vector<StateShard> LocalEngine::state_shards() {
   if (device_.host_visible()) return {{0, params_.size(), params_.data(), exp_avg_.data(), exp_avg_sq_.data()}};
   const std::size_t n = params_.size(), bytes = n * sizeof(float);
-  staged_master_.resize(n);
-  staged_exp_avg_.resize(n);
-  staged_exp_avg_sq_.resize(n);
-  device_.to_host(staged_master_.data(), params_.data(), bytes);
-  device_.to_host(staged_exp_avg_.data(), exp_avg_.data(), bytes);
-  device_.to_host(staged_exp_avg_sq_.data(), exp_avg_sq_.data(), bytes);
+  // Refreshed only when an update changed the device's state since: a checkpoint being loaded
+  // writes the host copies, then reads them back (its digest) before state_loaded() pushes them.
+  if (staged_update_ != updates_) {
+    staged_master_.resize(n);
+    staged_exp_avg_.resize(n);
+    staged_exp_avg_sq_.resize(n);
+    device_.to_host(staged_master_.data(), params_.data(), bytes);
+    device_.to_host(staged_exp_avg_.data(), exp_avg_.data(), bytes);
+    device_.to_host(staged_exp_avg_sq_.data(), exp_avg_sq_.data(), bytes);
+    staged_update_ = updates_;
+  }
   return {{0, n, staged_master_.data(), staged_exp_avg_.data(), staged_exp_avg_sq_.data()}};
 }
 

@@ -37,7 +37,7 @@ class LocalEngine final : public Engine {
   std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
 
   // On a device the host cannot address, the shards are host copies: taken from the device
-  // here, put back by state_loaded().
+  // here (again only after an update), put back by state_loaded().
   std::vector<StateShard> state_shards() override;
   void state_loaded() override;
   void gather_params(float* full) override;
@@ -53,8 +53,10 @@ class LocalEngine final : public Engine {
   std::unique_ptr<model::Model> model_;
   device::Buffer<float> params_, grads_, exp_avg_, exp_avg_sq_;
   model::ArenaAccess access_;
-  // Host copies of the optimizer state for checkpoints, on devices the host cannot address.
+  // Host copies of the optimizer state for checkpoints, on devices the host cannot address,
+  // as of update number staged_update_ (updates_ counts the applied ones).
   std::vector<float> staged_master_, staged_exp_avg_, staged_exp_avg_sq_;
+  std::int64_t updates_ = 0, staged_update_ = -1;
 };
 
 }  // namespace strata::train
