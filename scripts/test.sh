@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run):
 #   1. set-up (Debian packages),
-#   2. Release build in build/ and the `unit`, `mpi` and `cluster` tests (`slow` ones are left
-#      out; `cluster` ones need root and are skipped without it, saying why, unless
-#      STRATA_REQUIRE_CLUSTER=1, which CI sets: there they fail),
+#   2. Release build in build/ (the CUDA kernels too, where nvcc is found) and the `unit`, `mpi`,
+#      `cluster` and `gpu` tests (`slow` ones are left out; `cluster` ones need root and are
+#      skipped without it, saying why, unless STRATA_REQUIRE_CLUSTER=1, which CI sets: there
+#      they fail; `gpu` ones skip without a GPU, saying why),
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build of the unit tests in build-asan/,
+#      without CUDA (nvcc time is spent once, in the Release build),
 #   4. libFuzzer run of every fuzz target, 40 s each, in build-fuzz/ (scripts/fuzz.sh; its seeds
 #      come from build/strata): five targets, two at a time on 2 cores, take the 2 minutes that
 #      four targets of 60 s took.
@@ -18,9 +20,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 ninja -C build
 release_log=build/ctest-release.log
 release_status=0
-(cd build && ctest -L 'unit|mpi|cluster' -LE slow --output-on-failure) 2>&1 | tee "$release_log" || release_status=$?
+(cd build && ctest -L 'unit|mpi|cluster|gpu' -LE slow --output-on-failure) 2>&1 | tee "$release_log" || release_status=$?
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF \
+      -DSTRATA_CUDA=OFF
 ninja -C build-asan
 asan_log=build-asan/ctest-asan.log
 asan_status=0
@@ -33,9 +36,11 @@ fuzz_seconds=$(( $(date +%s) - fuzz_start ))
 
 echo
 echo "=== test summary ==="
-echo "release (unit + mpi + cluster): $(grep -E 'tests passed|tests failed' "$release_log" | tail -1)"
+echo "release (unit + mpi + cluster + gpu): $(grep -E 'tests passed|tests failed' "$release_log" | tail -1)"
 grep -A1000 -E '^The following tests FAILED' "$release_log" || true
 grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: cluster\..*Skipped' "$release_log" | sed 's/^/  skipped: /' || true
+gpu_skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: gpu\..*Skipped' "$release_log" || true)
+((gpu_skipped == 0)) || echo "  skipped: ${gpu_skipped} gpu tests (no CUDA device here)"
 echo "asan+ubsan (unit):    $(grep -E 'tests passed|tests failed' "$asan_log" | tail -1)"
 grep -A1000 -E '^The following tests FAILED' "$asan_log" || true
 echo "fuzz (40 s a target): $( ((fuzz_status)) && echo FAILED || echo "no findings"), ${fuzz_seconds} s with build and seeds"

@@ -148,7 +148,9 @@ void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n
               std::uint64_t* first_nonfinite_block, Stream stream);
 void quantize_bf16(std::uint8_t* data, float* scales, const std::uint16_t* src, std::size_t n,
                    const QuantFormat& format, std::uint64_t* first_nonfinite_block, Stream stream);
-// dst[i] = q[i] * scale (fp32; then bf16 for dequantize_bf16).
+// dst[i] = q[i] * scale (fp32; then bf16 for dequantize_bf16). Unlike the CPU's, these do not
+// check the scales first (they are in device memory): a negative or non-finite scale is used
+// as it is, where the CPU would refuse the buffer.
 void dequantize(float* dst, const std::uint8_t* data, const float* scales, std::size_t n, const QuantFormat& format,
                 Stream stream);
 void dequantize_bf16(std::uint16_t* dst, const std::uint8_t* data, const float* scales, std::size_t n,
