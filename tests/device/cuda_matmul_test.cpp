@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -16,6 +17,10 @@
 
 using namespace strata;
 using namespace strata::device;
+
+namespace strata::device {
+void PrintTo(Precision p, std::ostream* os) { *os << precision_name(p); }  // gtest's names for the parameter
+}  // namespace strata::device
 
 namespace {
 
