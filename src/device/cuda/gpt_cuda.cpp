@@ -10,6 +10,7 @@
 #include "device/cuda/kernels.hpp"
 #include "device/cuda/matmul.hpp"
 #include "device/cuda/model_ops.hpp"
+#include "model/gpt_walk.hpp"
 #include "model/team.hpp"
 
 namespace strata::device::cuda {
@@ -270,51 +271,31 @@ void CudaGPT::embed_backward(float* embed_grads) {
 
 float CudaGPT::forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                             float dlogits_scale) {
-  using model::Phase;
-  const int L = config().n_layer, E = layout_.embeddings_unit(), F = layout_.final_norm_unit();
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   // Bad ids are refused here, before anything is acquired (a kernel would only trap on them).
   model::check_ids(tokens, BT, config().vocab_size, "token");
   model::check_ids(targets, BT, config().vocab_size, "target");
-  const float* embed = access.acquire(E, Phase::Forward);
-  embed_forward(embed, tokens);
-  for (int l = 0; l < L; ++l) {
-    block_forward(l, access.acquire(layout_.block_unit(l), Phase::Forward));
-    access.release(layout_.block_unit(l), Phase::Forward);
-  }
-  const float loss = head_forward(access.acquire(F, Phase::Forward), embed, targets, dlogits_scale);
-  access.release(F, Phase::Forward);
-  access.release(E, Phase::Forward);
-  return loss;
+  return model::gpt2_forward_walk(
+      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
+      [&](int l, const float* p) { block_forward(l, p); },
+      [&](const float* lnf, const float* embed) { return head_forward(lnf, embed, targets, dlogits_scale); });
 }
 
 float CudaGPT::forward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
   return forward_walk(access, tokens, targets, 0.0f);
 }
 
-// GPT-2's walk (gpt.hpp), unit for unit.
 float CudaGPT::forward_backward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                                 float grad_scale) {
-  using model::Phase;
-  const int L = config().n_layer, E = layout_.embeddings_unit(), F = layout_.final_norm_unit();
+  // The fused cross-entropy scales the logits' gradient in the forward already.
   const float loss = forward_walk(access, tokens, targets, grad_scale / static_cast<float>(B_ * T_));
-  const float* lnf = access.acquire(F, Phase::Backward);
-  const float* embed = access.acquire(E, Phase::Backward);
-  float* lnf_grads = access.grads(F);
-  float* embed_grads = access.grads(E);
-  head_backward(lnf, embed, lnf_grads, embed_grads);
-  access.release(E, Phase::Backward);
-  access.release(F, Phase::Backward);
-  access.grads_ready(F);
-  for (int l = L - 1; l >= 0; --l) {
-    const int unit = layout_.block_unit(l);
-    const float* params = access.acquire(unit, Phase::Backward);
-    block_backward(l, params, access.grads(unit));
-    access.release(unit, Phase::Backward);
-    access.grads_ready(unit);
-  }
-  embed_backward(access.grads(E));
-  access.grads_ready(E);
+  model::gpt2_backward_walk(
+      layout_, access,
+      [&](const float* lnf, const float* embed, float* lnf_grads, float* embed_grads) {
+        head_backward(lnf, embed, lnf_grads, embed_grads);
+      },
+      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
+      [&](float* embed_grads) { embed_backward(embed_grads); });
   synchronize("gpt2 forward/backward");
   return loss;
 }
