@@ -79,6 +79,10 @@ void run_bench_step(const StepArgs& a) {
   // so drifts of the machine's speed fall on both alike and their ratio comes from one run.
   device::Device& dev = device::device_named(a.device, "--device");
   const device::Precision precision = device::precision_named(a.precision, "--precision");
+  if (dev.host_visible() && precision != device::Precision::F32)
+    throw strata::Error(fmt::format("bench step: --precision {}: the {} device computes in fp32; bf16 needs --device "
+                                    "cuda",
+                                    a.precision, dev.name()));
   std::vector<std::unique_ptr<train::LocalEngine>> engines;
   engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, /*seed=*/1, false, dev, precision));
   if (a.recompute)
