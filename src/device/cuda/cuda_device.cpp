@@ -93,16 +93,16 @@ class CudaDevice final : public Device {
   double sum_squares(const float* x, std::size_t n) override {
     // Its scratch (a few bytes per block of the arena) is taken on the first step, outside
     // the pool, and kept: the pool holds only what engines and models own.
-    const std::size_t need = sum_squares_scratch_bytes(n) + sizeof(double);
+    const std::size_t need = kPoolAlignBytes + sum_squares_scratch_bytes(n);
     if (need > norm_scratch_bytes_) {
       if (norm_scratch_) check(cudaFree(norm_scratch_), "cudaFree");
       norm_scratch_ = nullptr;
       check(cudaMalloc(&norm_scratch_, need), "cudaMalloc (gradient norm scratch)");
       norm_scratch_bytes_ = need;
     }
-    // The result first: a double's alignment, the kernel's scratch after it.
+    // The result first, the kernel's scratch on the next 256-byte boundary.
     double* result = static_cast<double*>(norm_scratch_);
-    cuda::sum_squares(result, x, n, result + 1, stream_);
+    cuda::sum_squares(result, x, n, static_cast<std::byte*>(norm_scratch_) + kPoolAlignBytes, stream_);
     double out = 0;
     to_host(&out, result, sizeof(out));
     return out;
