@@ -15,6 +15,7 @@
 #include "base/error.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "device/device.hpp"
 #include "train/config.hpp"
 #include "train/local_engine.hpp"
 
@@ -35,6 +36,7 @@ struct StepArgs {
   int batch = 4, seq = 0, threads = 0, steps = 10, warmup = 3;
   bool json = false;
   bool recompute = false;
+  std::string device = "cpu", precision = "fp32";
 };
 
 // Step times of one engine, in the order they ran.
@@ -75,9 +77,16 @@ void run_bench_step(const StepArgs& a) {
 
   // With --recompute, a second engine recomputes activations; the two take turns step by step,
   // so drifts of the machine's speed fall on both alike and their ratio comes from one run.
+  device::Device& dev = device::device_named(a.device, "--device");
+  const device::Precision precision = device::precision_named(a.precision, "--precision");
+  if (dev.host_visible() && precision != device::Precision::F32)
+    throw strata::Error(fmt::format("bench step: --precision {}: the {} device computes in fp32; bf16 needs --device "
+                                    "cuda",
+                                    a.precision, dev.name()));
   std::vector<std::unique_ptr<train::LocalEngine>> engines;
-  engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, /*seed=*/1));
-  if (a.recompute) engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, 1, true));
+  engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, /*seed=*/1, false, dev, precision));
+  if (a.recompute)
+    engines.push_back(std::make_unique<train::LocalEngine>(config, a.batch, seq, 1, true, dev, precision));
   const std::size_t n = static_cast<std::size_t>(a.batch) * seq;
   std::vector<std::int32_t> tokens(n), targets(n);
   std::mt19937_64 rng(42);  // the standard fixes mt19937_64's output: the same tokens everywhere
@@ -108,6 +117,8 @@ void run_bench_step(const StepArgs& a) {
                         {"params", config.num_params()},
                         {"batch", a.batch},
                         {"seq", seq},
+                        {"device", a.device},
+                        {"precision", a.precision},
                         {"threads", omp_get_max_threads()},
                         {"isa", std::string(isa_name(detected_isa()))},
                         {"warmup_steps", a.warmup},
@@ -124,9 +135,11 @@ void run_bench_step(const StepArgs& a) {
                         {"time_ratio", times[1].median() / kept.median()}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("bench step: model {} ({:.2f}M parameters), batch {} x seq {}, {}, {}\n", a.model,
-               static_cast<double>(config.num_params()) / 1e6, a.batch, seq, count_of(omp_get_max_threads(), "thread"),
-               isa_name(detected_isa()));
+    fmt::print("bench step: model {} ({:.2f}M parameters), batch {} x seq {}, {}\n", a.model,
+               static_cast<double>(config.num_params()) / 1e6, a.batch, seq,
+               dev.host_visible() ? fmt::format("{}, {}", count_of(omp_get_max_threads(), "thread"),
+                                                isa_name(detected_isa()))
+                                  : fmt::format("{} in {}", dev.name(), a.precision));
     fmt::print("  {} steps after {} warm-up: {:.1f} ms/step mean, {:.1f} median, {:.1f} min\n", a.steps, a.warmup,
                1e3 * kept.mean(), 1e3 * kept.median(), 1e3 * kept.min());
     fmt::print("  {:.0f} tokens/s, {:.1f} GFLOP/s (forward + backward + AdamW)\n", tokens_per_s, gflops);
@@ -162,6 +175,9 @@ CommandRegistrar registrar(90, [](CLI::App& app) {
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: OMP_NUM_THREADS or all cores)");
   cmd->add_option("--steps", a->steps, "timed steps")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "untimed steps first")->capture_default_str();
+  cmd->add_option("--device", a->device, "compute device: cpu, or cuda (one GPU; docs/gpu.md)")->capture_default_str();
+  cmd->add_option("--precision", a->precision, "matmul inputs: fp32, or bf16 with fp32 accumulation (cuda)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_flag("--recompute", a->recompute,
                 "also time steps with full activation recomputation, in turns with the kept-activation steps, "

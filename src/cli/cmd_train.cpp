@@ -134,6 +134,24 @@ void report(const train::TrainConfig& config, const train::TrainResult& result) 
   if (!config.out_dir.empty()) fmt::print("results in {}/ (summary.json, metrics.jsonl, ckpt/)\n", config.out_dir);
 }
 
+// The compute device and precision a run names, refused before anything runs where they
+// cannot work together.
+device::Device& check_device(const train::TrainConfig& config) {
+  device::Device& device = device::device_named(config.device, "train.device");
+  const device::Precision precision = device::precision_named(config.precision, "train.precision");
+  if (device.host_visible() && precision != device::Precision::F32)
+    throw Error(fmt::format("train.precision = '{}' (--precision): the {} device computes in fp32; bf16 needs "
+                            "--device cuda",
+                            config.precision, device.name()));
+  // The sharding engine's collectives and quantization still run on host memory (NCCL in the
+  // tiers is issue 15's remaining item): a GPU trains alone.
+  if (!device.host_visible() && config.shard.sharded())
+    throw Error(fmt::format("train.device = '{}' (--device): one process on one GPU only; sharded runs "
+                            "(--strategy, mpirun) compute on the cpu",
+                            config.device));
+  return device;
+}
+
 train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   train::TrainConfig config = train::build_config(collect_settings(args));
   config.resume = args.resume;
@@ -158,7 +176,7 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
     config.threads = std::max(1, omp_get_num_procs() / local);
   }
   config.validate();
-  device::device_named(config.device, "train.device");  // refused here, before anything runs
+  check_device(config);  // refused here, before anything runs
   return config;
 }
 
@@ -240,12 +258,17 @@ bool run_train(const TrainArgs& args) {
 
   if (!config.shard.sharded()) {
     train::PreemptionHandler preemption;
-    train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed, config.recomputes());
+    device::Device& device = check_device(config);
+    train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed, config.recomputes(), device,
+                              device::precision_named(config.precision, "train.precision"));
     train::Trainer trainer(config, engine);
-    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}, {}, {}\n",
+    const std::string where = device.host_visible()
+                                  ? fmt::format("{}, {}", count_of(omp_get_max_threads(), "thread"),
+                                                isa_name(detected_isa()))
+                                  : fmt::format("{} in {}", device.name(), config.precision);
+    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
-               config.seq_len(), config.grad_accum, steps_of(config, trainer),
-               count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
+               config.seq_len(), config.grad_accum, steps_of(config, trainer), where);
     warn_if_nothing_saved(config);
     std::fflush(stdout);
     const train::TrainResult result = trainer.run();
@@ -256,7 +279,7 @@ bool run_train(const TrainArgs& args) {
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
-                                config.seed, device::device_named(config.device, "train.device"),
+                                config.seed, check_device(config),
                                 config.recomputes());
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;

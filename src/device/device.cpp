@@ -9,8 +9,43 @@
 #include "base/aligned.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
+#ifdef STRATA_HAVE_CUDA
+#include "device/cuda/cuda_device.hpp"
+#endif
 
 namespace strata::device {
+
+std::string_view precision_name(Precision precision) { return precision == Precision::BF16 ? "bf16" : "fp32"; }
+
+Precision precision_named(std::string_view name, std::string_view field) {
+  if (name == "fp32") return Precision::F32;
+  if (name == "bf16") return Precision::BF16;
+  throw Error(fmt::format("{} = '{}': must be fp32 or bf16", field, name));
+}
+
+void Device::to_host(void* host, const void* memory, std::size_t bytes) { std::memcpy(host, memory, bytes); }
+void Device::from_host(void* memory, const void* host, std::size_t bytes) { std::memcpy(memory, host, bytes); }
+
+std::unique_ptr<model::Model> Device::make_model(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                                 Precision precision) {
+  if (precision != Precision::F32)
+    throw Error(fmt::format("train.precision = '{}': the {} device computes in fp32 only", precision_name(precision),
+                            name()));
+  return model::make_model(config, batch, seq, recompute, kernels());
+}
+
+std::uint64_t Device::model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                  Precision) const {
+  return model::activation_bytes(config, batch, seq, recompute);
+}
+
+double Device::sum_squares(const float* x, std::size_t n) { return optim::sum_squares(x, n); }
+
+void Device::adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std::size_t end, float* params,
+                                const float* grads, float* exp_avg, float* exp_avg_sq, const optim::AdamWConfig& hp,
+                                float lr, std::int64_t step, float grad_scale) {
+  optim::adamw_update_range(layout, begin, end, params, grads, exp_avg, exp_avg_sq, hp, lr, step, grad_scale);
+}
 
 namespace {
 
@@ -30,9 +65,25 @@ Device& host() {
   return device;
 }
 
+bool cuda_available(std::string* why_not) {
+#ifdef STRATA_HAVE_CUDA
+  return cuda::gpu_present(why_not);
+#else
+  if (why_not) *why_not = "this strata was built without CUDA (configure with the CUDA toolkit and -DSTRATA_CUDA=ON)";
+  return false;
+#endif
+}
+
 Device& device_named(std::string_view name, std::string_view field) {
   if (name == host().name()) return host();
-  throw Error(fmt::format("{} = '{}': no backend for that device (known: cpu)", field, name));
+  if (name == "cuda") {
+    std::string why;
+    if (!cuda_available(&why)) throw Error(fmt::format("{} = 'cuda' (--device cuda): {}", field, why));
+#ifdef STRATA_HAVE_CUDA
+    return cuda::gpu();
+#endif
+  }
+  throw Error(fmt::format("{} = '{}': no backend for that device (known: cpu, cuda)", field, name));
 }
 
 }  // namespace strata::device

@@ -1,16 +1,36 @@
 #pragma once
 // The compute device: where the engine's buffers live (its pool of full-unit buffers, the
-// shards of every state, the executor's scratch) and which kernel table the model computes
-// with. strata computes on the host CPU ("cpu"). A GPU backend implements Device (its
-// allocator, its kernel table) and is named in device_named(); the sharding engine, which
-// allocates only through Device and Buffer, then takes it unchanged (docs/architecture.md).
+// shards of every state, the executor's scratch), which model computes on them and how the
+// optimizer updates them. strata computes on the host CPU ("cpu") and, in a build with CUDA
+// and on a machine with a GPU, on one NVIDIA GPU ("cuda", device/cuda/). Engines allocate only
+// through Device and Buffer and run the model, the gradient norm and AdamW through it, so
+// the engines, the trainer and the checkpoint code never know which device runs
+// (docs/architecture.md, docs/gpu.md).
+//
+// The defaults of the compute members are the host's, so a Device over host memory (the
+// CPU, a test's counting wrapper) overrides only its allocator and kernel table.
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 
+#include "model/config.hpp"
 #include "model/kernels.hpp"
+#include "model/layout.hpp"
+#include "model/model.hpp"
+#include "optim/adamw.hpp"
 
 namespace strata::device {
+
+// What the matrix products read: fp32 throughout (the CPU, and the GPU's mode for checking
+// against it), or bf16 copies of weights and activations with fp32 accumulation, fp32 master
+// weights, gradients and optimizer state (mixed precision as FSDP and DeepSpeed run it).
+enum class Precision { F32, BF16 };
+std::string_view precision_name(Precision precision);
+// "fp32" or "bf16"; throws Error naming `field` for anything else.
+Precision precision_named(std::string_view name, std::string_view field);
 
 class Device {
  public:
@@ -21,11 +41,43 @@ class Device {
   virtual void deallocate(void* memory) noexcept = 0;
   virtual void zero(void* memory, std::size_t bytes) = 0;
   virtual const model::Kernels& kernels() const = 0;
+
+  // Whether the host reads and writes this device's memory in place: engines then hand its
+  // pointers out as they are, with no staging copies.
+  virtual bool host_visible() const { return true; }
+  // Sets aside `bytes` (pool_bytes() of every buffer to come) before the first allocation,
+  // so a run allocates once, up front, and never per step. Host memory needs no pool.
+  virtual void reserve(std::size_t /*bytes*/) {}
+  // Copies between host memory and memory this device allocated (checkpoints, data, tests).
+  virtual void to_host(void* host, const void* memory, std::size_t bytes);
+  virtual void from_host(void* memory, const void* host, std::size_t bytes);
+
+  // The model of config.family computing on this device at `precision` (make_model's
+  // contract); its activations come from this device's memory. The host computes fp32 only.
+  virtual std::unique_ptr<model::Model> make_model(const model::GPTConfig& config, int batch, int seq,
+                                                   bool recompute, Precision precision);
+  // Bytes of device memory such a model takes (activations, their gradients, its scratch).
+  virtual std::uint64_t model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                    Precision precision) const;
+  // optim::sum_squares and optim::adamw_update_range over this device's memory.
+  virtual double sum_squares(const float* x, std::size_t n);
+  virtual void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std::size_t end,
+                                  float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                                  const optim::AdamWConfig& hp, float lr, std::int64_t step, float grad_scale);
 };
 
+// Device allocations are rounded to this many bytes (a pool's unit, cuBLASLt's alignment).
+inline constexpr std::size_t kPoolAlignBytes = 256;
+inline constexpr std::size_t pool_bytes(std::size_t bytes) {
+  return (bytes + kPoolAlignBytes - 1) / kPoolAlignBytes * kPoolAlignBytes;
+}
+
 Device& host();  // the CPU, with the kernels of the widest instruction set it has
-// The device a run names; throws Error naming `field` for a device strata has no backend for.
+// The device a run names; throws Error naming `field` for a device strata has no backend for,
+// and for "cuda" in a build without CUDA or on a machine without a usable GPU (saying which).
 Device& device_named(std::string_view name, std::string_view field);
+// Whether device_named("cuda") would succeed; otherwise *why_not says why.
+bool cuda_available(std::string* why_not = nullptr);
 
 // n zeroed elements of T in one device's memory; moves, never copies. The device is bound
 // at construction, so resize() keeps allocating where the owner said.

@@ -10,6 +10,7 @@
 
 #include "base/aligned.hpp"
 #include "base/error.hpp"
+#include "model/gpt_walk.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
 
@@ -415,47 +416,26 @@ void GPT::embed_backward(float* embed_grads) {
 }
 
 float GPT::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
-  const int L = config().n_layer, E = layout_.embeddings_unit(), F = layout_.final_norm_unit();
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   // Refuse bad ids before acquiring anything, so no unit is left acquired.
   check_ids(tokens, BT, config().vocab_size, "token");
   check_ids(targets, BT, config().vocab_size, "target");
-  const float* embed = access.acquire(E, Phase::Forward);
-  embed_forward(embed, tokens);
-  for (int l = 0; l < L; ++l) {
-    block_forward(l, access.acquire(layout_.block_unit(l), Phase::Forward));
-    access.release(layout_.block_unit(l), Phase::Forward);
-  }
-  const float loss = head_forward(access.acquire(F, Phase::Forward), embed, targets);
-  access.release(F, Phase::Forward);
-  access.release(E, Phase::Forward);
-  return loss;
+  return gpt2_forward_walk(
+      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
+      [&](int l, const float* p) { block_forward(l, p); },
+      [&](const float* lnf, const float* embed) { return head_forward(lnf, embed, targets); });
 }
 
 float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                             float grad_scale) {
-  const int L = config().n_layer, E = layout_.embeddings_unit(), F = layout_.final_norm_unit();
   const float loss = forward(access, tokens, targets);
-
-  const float* lnf = access.acquire(F, Phase::Backward);
-  const float* embed = access.acquire(E, Phase::Backward);
-  // Named one by one: the walk is UnitAccess's documented order, whatever order a compiler
-  // evaluates arguments in (an engine lends gradient buffers at the acquire before them).
-  float* lnf_grads = access.grads(F);
-  float* embed_grads = access.grads(E);
-  head_backward(lnf, embed, lnf_grads, embed_grads, grad_scale);
-  access.release(E, Phase::Backward);
-  access.release(F, Phase::Backward);
-  access.grads_ready(F);
-  for (int l = L - 1; l >= 0; --l) {
-    const int unit = layout_.block_unit(l);
-    const float* params = access.acquire(unit, Phase::Backward);
-    block_backward(l, params, access.grads(unit));
-    access.release(unit, Phase::Backward);
-    access.grads_ready(unit);
-  }
-  embed_backward(access.grads(E));
-  access.grads_ready(E);
+  gpt2_backward_walk(
+      layout_, access,
+      [&](const float* lnf, const float* embed, float* lnf_grads, float* embed_grads) {
+        head_backward(lnf, embed, lnf_grads, embed_grads, grad_scale);
+      },
+      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
+      [&](float* embed_grads) { embed_backward(embed_grads); });
   return loss;
 }
 

@@ -129,8 +129,11 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.seed = static_cast<std::uint64_t>(non_negative_int64(k, v)); }},
       {{"train.threads", "--threads", K::Int, "OpenMP threads"},
        [](TrainConfig& c, auto& k, auto& v) { c.threads = positive_int(k, v); }},
-      {{"train.device", "--device", K::String, "compute device: cpu (the one backend so far)"},
+      {{"train.device", "--device", K::String, "compute device: cpu, or cuda (one GPU, one process; docs/gpu.md)"},
        [](TrainConfig& c, auto& k, auto& v) { c.device = as_string(k, v); }},
+      {{"train.precision", "--precision", K::String,
+        "matmul inputs: fp32, or bf16 with fp32 accumulation and fp32 master weights (cuda only)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.precision = as_string(k, v); }},
       {{"train.val_every", "--val-every", K::Int, "validate every N steps (0: only at the end)"},
        [](TrainConfig& c, auto& k, auto& v) { c.val_every = non_negative_int64(k, v); }},
       {{"train.val_batches", "--val-batches", K::Int, "micro-batches per validation (per rank)"},
@@ -331,6 +334,8 @@ void TrainConfig::validate() const {
     throw Error(fmt::format("train.max_skipped_steps = {}: must be positive", max_skipped_steps));
   if (recompute != "none" && recompute != "full")
     throw Error(fmt::format("train.recompute = '{}': must be none or full", recompute));
+  if (precision != "fp32" && precision != "bf16")
+    throw Error(fmt::format("train.precision = '{}': must be fp32 or bf16", precision));
   if (loss_scale != "auto" && loss_scale != "dynamic" && loss_scale != "off")
     throw Error(fmt::format("train.loss_scale = '{}': must be auto, dynamic or off", loss_scale));
   optim::LossScaler::validate(initial_loss_scale, loss_scale_window);
@@ -365,6 +370,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"seed", seed},
             {"threads", threads},
             {"device", device},
+            {"precision", precision},
             {"val_every", val_every},
             {"val_batches", val_batches},
             {"save_every", save_every},

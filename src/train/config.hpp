@@ -29,6 +29,7 @@ struct TrainConfig {
   std::uint64_t seed = 1337;
   int threads = 0;      // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
   std::string device = "cpu";  // compute device (device/device.hpp names the backends)
+  std::string precision = "fp32";  // what the matmuls read: fp32, or bf16 copies (fp32 accumulation)
 
   float lr = 6e-4f;     // peak learning rate, after warm-up
   float min_lr = 6e-5f; // end of the cosine decay

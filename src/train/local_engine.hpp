@@ -1,11 +1,12 @@
 #pragma once
 // The single-process engine: one full parameter arena, one gradient arena and the AdamW
-// moments, all in the layout's order. Its one state shard is the whole arena.
+// moments, all in the layout's order, in the memory of one compute device (the host CPU by
+// default, or a GPU: device/device.hpp). Its one state shard is the whole arena.
 #include <cstdint>
-
-#include "base/aligned.hpp"
 #include <memory>
+#include <vector>
 
+#include "device/device.hpp"
 #include "model/model.hpp"
 #include "train/engine.hpp"
 
@@ -14,8 +15,15 @@ namespace strata::train {
 class LocalEngine final : public Engine {
  public:
   // Activations for micro-batches of `batch` x `seq` tokens (recomputed in backward with
-  // `recompute`); parameters initialised from `seed`.
-  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute = false);
+  // `recompute`); parameters initialised from `seed`; everything held and computed on
+  // `device` at `precision` (the device refuses a precision it does not compute in).
+  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute = false,
+              device::Device& device = device::host(), device::Precision precision = device::Precision::F32);
+
+  // Device memory such an engine takes: the four arenas and the model's activations. The
+  // engine reserves exactly this from its device before allocating anything.
+  static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                    const device::Device& device, device::Precision precision);
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return 0; }
@@ -28,19 +36,27 @@ class LocalEngine final : public Engine {
   std::pair<double, bool> all_mean_and_any(double local, bool flag) override { return {local, flag}; }
   std::vector<std::string> all_gather_strings(const std::string& local) override { return {local}; }
 
+  // On a device the host cannot address, the shards are host copies: taken from the device
+  // here (again only after an update), put back by state_loaded().
   std::vector<StateShard> state_shards() override;
-  void state_loaded() override {}  // the master weights are the weights the forward reads
+  void state_loaded() override;
   void gather_params(float* full) override;
   nlohmann::json describe() const override { return {{"strategy", "single"}, {"world_size", 1}}; }
 
   const model::Model& model() const { return *model_; }
+  // In the device's memory.
   const float* params() const { return params_.data(); }
   const float* grads() const { return grads_.data(); }
 
  private:
+  device::Device& device_;
   std::unique_ptr<model::Model> model_;
-  AlignedBuffer<float> params_, grads_, exp_avg_, exp_avg_sq_;
+  device::Buffer<float> params_, grads_, exp_avg_, exp_avg_sq_;
   model::ArenaAccess access_;
+  // Host copies of the optimizer state for checkpoints, on devices the host cannot address,
+  // as of update number staged_update_ (updates_ counts the applied ones).
+  std::vector<float> staged_master_, staged_exp_avg_, staged_exp_avg_sq_;
+  std::int64_t updates_ = 0, staged_update_ = -1;
 };
 
 }  // namespace strata::train

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "device/device.hpp"
 #include "support.hpp"
 
 using namespace strata;
@@ -86,10 +87,25 @@ TEST(CliErrors, HelpAndVersionStillPrintWithStatusZero) {
 }
 
 TEST(CliErrors, AComputeDeviceWithoutABackendIsRefusedNamingTheField) {
-  expect_refusal("train --train-data x.bin --device cuda",
-                 "train.device = 'cuda': no backend for that device (known: cpu)");
+  expect_refusal("train --train-data x.bin --device gpu",
+                 "train.device = 'gpu': no backend for that device (known: cpu, cuda)");
   expect_refusal("train --train-data x.bin --strategy zero3 --print-schedule --world-size 8 --device gpu",
                  "train.device = 'gpu'");
+}
+
+// Where strata was built without CUDA or no GPU answers, --device cuda is refused before
+// anything runs, naming the flag and saying which of the two it is.
+TEST(CliErrors, DeviceCudaWithoutAUsableGpuIsRefusedNamingTheFlagAndWhy) {
+  std::string why;
+  if (device::cuda_available(&why)) GTEST_SKIP() << "a GPU answers here: --device cuda runs (tests/device)";
+  expect_refusal("train --train-data x.bin --device cuda", "train.device = 'cuda' (--device cuda): " + why);
+  EXPECT_TRUE(contains(why, "built without CUDA") || contains(why, "GPU")) << why;
+}
+
+TEST(CliErrors, APrecisionTheDeviceDoesNotComputeInIsRefusedNamingTheFlag) {
+  expect_refusal("train --train-data x.bin --precision fp16", "train.precision = 'fp16': must be fp32 or bf16");
+  expect_refusal("train --train-data x.bin --precision bf16",
+                 "train.precision = 'bf16' (--precision): the cpu device computes in fp32; bf16 needs --device cuda");
 }
 
 TEST(CliErrors, ANegativeBucketSizeIsRefusedNamingTheField) {

@@ -178,6 +178,11 @@ TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
             "train.recompute = 'half': must be none or full");
   EXPECT_TRUE(from_toml("[train]\nrecompute = \"full\"\n[data]\ntrain = \"t.bin\"\n").recomputes());
   EXPECT_FALSE(from_toml("[data]\ntrain = \"t.bin\"\n").recomputes());
+  EXPECT_EQ(error_of([] { from_toml("[train]\nprecision = \"fp16\"\n[data]\ntrain = \"t.bin\"\n"); }),
+            "train.precision = 'fp16': must be fp32 or bf16");
+  EXPECT_EQ(from_toml("[train]\ndevice = \"cuda\"\nprecision = \"bf16\"\n[data]\ntrain = \"t.bin\"\n").precision,
+            "bf16");
+  EXPECT_EQ(from_toml("[data]\ntrain = \"t.bin\"\n").precision, "fp32");
 }
 
 TEST(TrainConfig, EverySettingHasOneKeyAndOneFlag) {

@@ -1,0 +1,176 @@
+#include "device/cuda/cuda_device.hpp"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "device/cuda/gpt_cuda.hpp"
+
+namespace strata::device::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(fmt::format("cuda: {}: {}", what, cudaGetErrorString(e)));
+}
+
+// GPU memory as a pool: reserve() takes it with one cudaMalloc, allocations are carved from it
+// in order, and it starts over once every buffer is given back (an engine holds its buffers
+// for its whole life, so a run allocates once, before its first step).
+class CudaDevice final : public Device {
+ public:
+  CudaDevice() {
+    check(cudaSetDevice(0), "cudaSetDevice(0)");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  }
+  // The process ends with the device (a function-local static): the driver frees its memory.
+  ~CudaDevice() override = default;
+
+  std::string_view name() const override { return "cuda"; }
+  bool host_visible() const override { return false; }
+
+  void reserve(std::size_t bytes) override {
+    if (!chunks_.empty() && chunks_.back().capacity - chunks_.back().used >= bytes) return;
+    // Nothing held: one chunk of the new size replaces the old ones. Buffers held (a second
+    // engine beside a first): a chunk of its own.
+    if (live_ == 0) release_chunks();
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      std::size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw Error(fmt::format("cuda: a pool of {:.2f} GB for this run does not fit: {:.2f} of {:.2f} GB free ({})",
+                              bytes / 1e9, free / 1e9, total / 1e9, cudaGetErrorString(e)));
+    }
+    chunks_.push_back({static_cast<std::byte*>(p), bytes, 0});
+  }
+
+  void* allocate(std::size_t bytes) override {
+    const std::size_t rounded = pool_bytes(bytes);
+    Chunk* chunk = chunks_.empty() ? nullptr : &chunks_.back();
+    if (!chunk || chunk->used + rounded > chunk->capacity)
+      throw Error(fmt::format("cuda: {} bytes asked of a pool with {} left: the pool was sized (reserve) without "
+                              "this buffer",
+                              rounded, chunk ? chunk->capacity - chunk->used : 0));
+    void* p = chunk->base + chunk->used;
+    chunk->used += rounded;
+    ++live_;
+    zero(p, rounded);
+    return p;
+  }
+  void deallocate(void*) noexcept override {
+    if (--live_ == 0)
+      for (Chunk& c : chunks_) c.used = 0;
+  }
+  void zero(void* memory, std::size_t bytes) override {
+    check(cudaMemsetAsync(memory, 0, bytes, stream_), "cudaMemsetAsync");
+  }
+  const model::Kernels& kernels() const override {
+    throw Error("cuda: the cpu kernel table does not run on the GPU; its model comes from make_model()");
+  }
+
+  void to_host(void* host, const void* memory, std::size_t bytes) override {
+    check(cudaMemcpyAsync(host, memory, bytes, cudaMemcpyDeviceToHost, stream_), "copy to host");
+    synchronize("copy to host");
+  }
+  void from_host(void* memory, const void* host, std::size_t bytes) override {
+    check(cudaMemcpyAsync(memory, host, bytes, cudaMemcpyHostToDevice, stream_), "copy from host");
+    synchronize("copy from host");
+  }
+
+  std::unique_ptr<model::Model> make_model(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                           Precision precision) override {
+    return std::make_unique<CudaGPT>(*this, config, batch, seq, recompute, precision);
+  }
+  std::uint64_t model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                            Precision precision) const override {
+    return CudaGPT::device_bytes(config, batch, seq, recompute, precision);
+  }
+
+  double sum_squares(const float* x, std::size_t n) override {
+    // Its scratch (a few bytes per block of the arena) is taken on the first step, outside
+    // the pool, and kept: the pool holds only what engines and models own.
+    const std::size_t need = kPoolAlignBytes + sum_squares_scratch_bytes(n);
+    if (need > norm_scratch_bytes_) {
+      if (norm_scratch_) check(cudaFree(norm_scratch_), "cudaFree");
+      norm_scratch_ = nullptr;
+      check(cudaMalloc(&norm_scratch_, need), "cudaMalloc (gradient norm scratch)");
+      norm_scratch_bytes_ = need;
+    }
+    // The result first, the kernel's scratch on the next 256-byte boundary.
+    double* result = static_cast<double*>(norm_scratch_);
+    cuda::sum_squares(result, x, n, static_cast<std::byte*>(norm_scratch_) + kPoolAlignBytes, stream_);
+    double out = 0;
+    to_host(&out, result, sizeof(out));
+    return out;
+  }
+
+  void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std::size_t end, float* params,
+                          const float* grads, float* exp_avg, float* exp_avg_sq, const optim::AdamWConfig& hp,
+                          float lr, std::int64_t step, float grad_scale) override {
+    if (begin > end) throw Error(fmt::format("adamw: range [{}, {}) ends before it begins", begin, end));
+    const AdamWCoefficients decay = optim::adamw_coefficients(hp, lr, hp.weight_decay, step, grad_scale);
+    const AdamWCoefficients no_decay = optim::adamw_coefficients(hp, lr, 0.0f, step, grad_scale);
+    for (const model::DecaySegment& seg : layout.decay_segments(begin, end)) {
+      const std::size_t at = seg.begin - begin;
+      cuda::adamw_update(params + at, grads + at, exp_avg + at, exp_avg_sq + at, seg.end - seg.begin,
+                         seg.decay ? decay : no_decay, nullptr, stream_);
+    }
+  }
+
+  Stream stream() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  struct Chunk {
+    std::byte* base;
+    std::size_t capacity, used;
+  };
+  void release_chunks() {
+    for (Chunk& c : chunks_) check(cudaFree(c.base), "cudaFree");
+    chunks_.clear();
+  }
+  std::vector<Chunk> chunks_;  // cudaMalloc'd once each by reserve(); allocations carve the last
+  std::size_t live_ = 0;
+  void* norm_scratch_ = nullptr;
+  std::size_t norm_scratch_bytes_ = 0;
+};
+
+CudaDevice& the_device() {
+  static CudaDevice device;
+  return device;
+}
+
+}  // namespace
+
+bool gpu_present(std::string* why_not) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  std::string why;
+  if (e != cudaSuccess) {
+    why = fmt::format("no usable GPU here (cudaGetDeviceCount: {})", cudaGetErrorString(e));
+  } else if (count == 0) {
+    why = "no GPU on this machine";
+  } else {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    if (prop.major < 8)
+      why = fmt::format("GPU 0 ({}) is sm_{}{}; strata's CUDA code is built for sm_80 and sm_90", prop.name,
+                        prop.major, prop.minor);
+  }
+  if (why_not) *why_not = why;
+  return why.empty();
+}
+
+Device& gpu() { return the_device(); }
+Stream gpu_stream() { return the_device().stream(); }
+
+void synchronize(const char* what) {
+  check(cudaGetLastError(), what);
+  check(cudaStreamSynchronize(the_device().stream()), what);
+}
+
+}  // namespace strata::device::cuda

@@ -1,0 +1,60 @@
+#pragma once
+// GPT-2 on the GPU: the same model as model::GPT (gpt.hpp: its walk, its units, its
+// parameter layout, its kernels' conventions) computing with the CUDA kernels (kernels.hpp)
+// and cuBLASLt (matmul.hpp) on device buffers the engine lends. Attention is the fused,
+// memory-efficient kernel: it keeps each row's log-sum-exp instead of T x T probabilities.
+// Plain C++: no CUDA header is needed to include this one.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "device/device.hpp"
+#include "model/config.hpp"
+#include "model/layout.hpp"
+#include "model/model.hpp"
+
+namespace strata::device::cuda {
+
+class CudaGPT final : public model::Model {
+ public:
+  // Activations for micro-batches of exactly `batch` sequences of `seq` tokens, in `device`'s
+  // memory; throws Error on other sizes or another family (Llama has no GPU model yet).
+  CudaGPT(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute, Precision precision);
+  ~CudaGPT() override;
+
+  // Device bytes such a model takes: activations, their gradients, kernel scratch, token ids
+  // and the matmul's scratch (pool_bytes of each buffer).
+  static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                    Precision precision);
+
+  const model::ParamLayout& layout() const override { return layout_; }
+  int batch() const override { return B_; }
+  int seq() const override { return T_; }
+  float forward_backward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                         float grad_scale) override;
+  float forward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
+  // In device memory.
+  const float* logits() const override;
+  std::uint64_t activation_bytes() const override;
+  bool recompute() const override { return recompute_; }
+
+ private:
+  void embed_forward(const float* embed_params, const std::int32_t* tokens);
+  void block_forward(int layer, const float* p);
+  // dlogits_scale: what the fused cross-entropy scales dlogits by (0 in forward-only use).
+  float head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets,
+                     float dlogits_scale);
+  void head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads);
+  void block_backward(int layer, const float* p, float* g);
+  void embed_backward(float* embed_grads);
+  float forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                     float dlogits_scale);
+
+  model::ParamLayout layout_;
+  int B_, T_;
+  bool recompute_;
+  struct Impl;  // device buffers, offsets, the matmul; gpt_cuda.cpp
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::device::cuda

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What of scripts/gpu-check.sh runs without a GPU (label unit): its syntax and its Python's,
+# its refusal on a machine without a GPU (before building or writing anything), PyTorch's
+# GPU bench refusing a CPU-only torch, and the closing table from known results.
+#   gpu_check_test.sh SOURCE_DIR
+set -uo pipefail
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+bash -n "$src/scripts/gpu-check.sh" || fail "scripts/gpu-check.sh does not parse"
+for py in bench/torch_gpt2_gpu.py bench/gpu_check_table.py; do
+  python3 -c "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)" \
+    "$src/$py" "$tmp/compiled.pyc" || fail "$py does not compile"
+done
+
+# The table: strata at 300k tokens/s with 1e9 FLOPs a token is 300 TFLOP/s, 30.3% of 989;
+# PyTorch eager at 150k is 150 TFLOP/s, strata 2.00x it; the compiled run is missing.
+mkdir "$tmp/results"
+echo '{"model": "gpt2-124m", "batch": 8, "seq": 1024, "precision": "bf16", "tokens_per_s": 300000,
+       "flops_per_token": 1e9}' > "$tmp/results/strata_step.json"
+echo '{"tokens_per_s": 150000}' > "$tmp/results/torch_eager.json"
+table=$(python3 "$src/bench/gpu_check_table.py" "$tmp/results" --peak-tflops 989) || fail "the table did not print"
+echo "$table"
+grep -Eq '^strata +300000 +300\.0 +30\.3% +1\.00x$' <<< "$table" || fail "strata's row"
+grep -Eq '^pytorch eager +150000 +150\.0 +15\.2% +2\.00x$' <<< "$table" || fail "pytorch eager's row"
+grep -Eq '^pytorch compile +- +- +- +-$' <<< "$table" || fail "a missing result is not a row of dashes"
+
+if command -v nvidia-smi > /dev/null && nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then
+  echo "a GPU is here: the refusals below need a machine without one"
+  exit 77
+fi
+out=$(cd "$tmp" && OUT="$tmp/out" bash "$src/scripts/gpu-check.sh" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || fail "gpu-check.sh without a GPU: exit $rc, want 2: $out"
+grep -q "nothing to check here (it needs one NVIDIA GPU)" <<< "$out" || fail "refusal says why: $out"
+[ ! -e "$tmp/out" ] || fail "gpu-check.sh wrote its results folder before refusing"
+
+# PyTorch's GPU bench on a torch without CUDA (Debian's CPU build) refuses, saying why.
+if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
+  out=$(cd "$src/bench" && OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 torch_gpt2_gpu.py --model tiny 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] || fail "torch_gpt2_gpu.py ran without a GPU: $out"
+  grep -q "no GPU for PyTorch here" <<< "$out" || fail "torch_gpt2_gpu.py's refusal: $out"
+fi
+echo "PASS"
