@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON  # ON: the demo may have left it off
 ninja -C build
 release_log=build/ctest-release.log
 release_status=0
