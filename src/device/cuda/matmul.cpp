@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <fmt/format.h>
 
@@ -11,11 +12,42 @@ namespace strata::device::cuda {
 
 namespace {
 
+// cuBLASLt is opened on first use, not linked: its static initialisation costs every strata
+// process about a second and 200 MB of memory (measured: `strata --help` 0.07 s -> 0.95 s),
+// which CPU runs, and every rank of them, would pay for a GPU they do not use.
+void* cublaslt_library() {
+  static void* const library = [] {
+    void* l = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!l) l = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+    if (!l) throw Error(fmt::format("cuda: cannot open cuBLASLt (libcublasLt.so.13): {}", dlerror()));
+    return l;
+  }();
+  return library;
+}
+
+template <class F>
+F* cublaslt_symbol(const char* name) {
+  void* symbol = dlsym(cublaslt_library(), name);
+  if (!symbol) throw Error(fmt::format("cuda: cuBLASLt has no {}", name));
+  return reinterpret_cast<F*>(symbol);
+}
+
+}  // namespace
+
+// The cuBLASLt function `fn`, looked up once.
+#define STRATA_CUBLASLT(fn)                                                      \
+  (*[] {                                                                         \
+    static auto* const f = cublaslt_symbol<decltype(::fn)>(#fn);                 \
+    return f;                                                                    \
+  }())
+
+namespace {
+
 constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
 
 void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(fmt::format("cuBLASLt: {}: {}", what, cublasLtGetStatusString(status)));
+    throw Error(fmt::format("cuBLASLt: {}: {}", what, STRATA_CUBLASLT(cublasLtGetStatusString)(status)));
 }
 
 cublasLtHandle_t as_handle(void* h) { return static_cast<cublasLtHandle_t>(h); }
@@ -32,10 +64,10 @@ struct Matmul::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~Plan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) STRATA_CUBLASLT(cublasLtMatrixLayoutDestroy)(a);
+    if (b) STRATA_CUBLASLT(cublasLtMatrixLayoutDestroy)(b);
+    if (c) STRATA_CUBLASLT(cublasLtMatrixLayoutDestroy)(c);
+    if (desc) STRATA_CUBLASLT(cublasLtMatmulDescDestroy)(desc);
   }
 };
 
@@ -57,13 +89,13 @@ Matmul::Matmul(Device& device, Precision precision, std::size_t max_operand_elem
     bf16_b_.resize(max_operand_);
   }
   cublasLtHandle_t h = nullptr;
-  check(cublasLtCreate(&h), "create");
+  check(STRATA_CUBLASLT(cublasLtCreate)(&h), "create");
   handle_ = h;
 }
 
 Matmul::~Matmul() {
   plans_.clear();
-  if (handle_) cublasLtDestroy(as_handle(handle_));
+  if (handle_) STRATA_CUBLASLT(cublasLtDestroy)(as_handle(handle_));
 }
 
 const Matmul::Plan& Matmul::plan_for(bool transpose_a, bool transpose_b, int m, int n, int k, int lda, int ldb,
@@ -74,17 +106,17 @@ const Matmul::Plan& Matmul::plan_for(bool transpose_a, bool transpose_b, int m, 
   const cudaDataType_t in_type = precision_ == Precision::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   // CUBLAS_COMPUTE_32F is strict fp32 (TF32 would need the _FAST_TF32 variant): fp32 mode
   // multiplies as the CPU does; bf16 mode accumulates in fp32.
-  check(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+  check(STRATA_CUBLASLT(cublasLtMatmulDescCreate)(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "transa");
-  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "transb");
-  check(cublasLtMatrixLayoutCreate(&plan->a, in_type, transpose_a ? k : m, transpose_a ? m : k, lda), "layout A");
-  check(cublasLtMatrixLayoutCreate(&plan->b, in_type, transpose_b ? n : k, transpose_b ? k : n, ldb), "layout B");
-  check(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, m, n, ldc), "layout C");
+  check(STRATA_CUBLASLT(cublasLtMatmulDescSetAttribute)(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "transa");
+  check(STRATA_CUBLASLT(cublasLtMatmulDescSetAttribute)(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "transb");
+  check(STRATA_CUBLASLT(cublasLtMatrixLayoutCreate)(&plan->a, in_type, transpose_a ? k : m, transpose_a ? m : k, lda), "layout A");
+  check(STRATA_CUBLASLT(cublasLtMatrixLayoutCreate)(&plan->b, in_type, transpose_b ? n : k, transpose_b ? k : n, ldb), "layout B");
+  check(STRATA_CUBLASLT(cublasLtMatrixLayoutCreate)(&plan->c, CUDA_R_32F, m, n, ldc), "layout C");
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(STRATA_CUBLASLT(cublasLtMatmulPreferenceCreate)(&pref), "preference");
   const std::uint64_t workspace = kWorkspaceBytes;
   // Our tensors start on 64-byte boundaries (model/layout.hpp), not cuBLASLt's assumed 256.
   const std::uint32_t alignment = 16;
@@ -93,19 +125,19 @@ const Matmul::Plan& Matmul::plan_for(bool transpose_a, bool transpose_b, int m, 
   const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE;
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  cublasStatus_t status = STRATA_CUBLASLT(cublasLtMatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                &workspace, sizeof(workspace));
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment));
+      status = STRATA_CUBLASLT(cublasLtMatmulPreferenceSetAttribute)(pref, attr, &alignment, sizeof(alignment));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+    status = STRATA_CUBLASLT(cublasLtMatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
                                                   sizeof(reductions));
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(as_handle(handle_), plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
+    status = STRATA_CUBLASLT(cublasLtMatmulAlgoGetHeuristic)(as_handle(handle_), plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
                                             1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  STRATA_CUBLASLT(cublasLtMatmulPreferenceDestroy)(pref);
   check(status, "algorithm heuristic");
   if (found == 0)
     throw Error(fmt::format("cuBLASLt: no algorithm for a {} product m={} n={} k={} (op A {}, op B {})",
@@ -129,7 +161,7 @@ void Matmul::gemm(bool transpose_a, bool transpose_b, int m, int n, int k, const
   const void* a_in = operand(a, transpose_a ? k : m, transpose_a ? m : k, lda, bf16_a_);
   const void* b_in = operand(b, transpose_b ? n : k, transpose_b ? k : n, ldb, bf16_b_);
   const float alpha = 1.0f;
-  check(cublasLtMatmul(as_handle(handle_), plan.desc, &alpha, a_in, plan.a, b_in, plan.b, &beta, c, plan.c, c,
+  check(STRATA_CUBLASLT(cublasLtMatmul)(as_handle(handle_), plan.desc, &alpha, a_in, plan.a, b_in, plan.b, &beta, c, plan.c, c,
                        plan.c, &plan.algo, workspace_.data(), kWorkspaceBytes, reinterpret_cast<cudaStream_t>(stream_)),
         "matmul");
 }
