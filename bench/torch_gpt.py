@@ -63,7 +63,9 @@ def require_torch():
     _torch()
 
 
-def build_model(cfg, dtype=None):
+def build_model(cfg, dtype=None, flash=False):
+    """flash: attention through F.scaled_dot_product_attention (PyTorch 2.x; how bench/
+    torch_gpt2_gpu.py runs it fastest on a GPU) instead of the explicit masked softmax."""
     torch = _torch()
     if cfg.get("family", "gpt2") == "llama":  # the Llama twin, as Hugging Face's LlamaForCausalLM
         model = torch_llama.build_model(torch, cfg)
@@ -79,7 +81,8 @@ def build_model(cfg, dtype=None):
             self.c_proj = nn.Linear(C, C)
             # True above the diagonal: a position never attends to later ones. A plain
             # attribute, not a buffer: DDP would broadcast a buffer, and gloo carries no bool.
-            self.future = torch.ones(cfg["seq_len"], cfg["seq_len"], dtype=torch.bool).triu(1)
+            if not flash:
+                self.future = torch.ones(cfg["seq_len"], cfg["seq_len"], dtype=torch.bool).triu(1)
 
         def forward(self, x):
             B, T, _ = x.shape
@@ -89,6 +92,9 @@ def build_model(cfg, dtype=None):
             q = q.view(B, T, nh, hd).transpose(1, 2)
             k = k.view(B, T, nh, hd).transpose(1, 2)
             v = v.view(B, T, nh, hd).transpose(1, 2)
+            if flash:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+                return self.c_proj(y)
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
             att = att.masked_fill(self.future[:T, :T], float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
@@ -135,7 +141,8 @@ def build_model(cfg, dtype=None):
             self.logits = logits
             V = self.cfg["vocab_size"]
             real = logits if V == logits.shape[-1] else logits[..., :V]
-            return F.cross_entropy(real.reshape(B * T, V), targets.reshape(B * T))
+            # fp32 logits into the loss also under bf16 autocast (a no-op in fp32)
+            return F.cross_entropy(real.reshape(B * T, V).float(), targets.reshape(B * T))
 
     model = GPT()
     if dtype is not None:

@@ -4,9 +4,9 @@ is measured against in scripts/gpu-check.sh (issue 15). PyTorch 2.x with CUDA (t
 machine's python3, not Debian's CPU-only 1.13).
 
 The model of bench/torch_gpt.py (strata's GPT-2: tied, padded LM head whose padding takes no
-part in the loss; tanh GELU; LayerNorm eps 1e-5; its presets and initialisation), written
-the way PyTorch runs it fastest: attention through F.scaled_dot_product_attention (causal,
-flash), bf16 autocast over fp32 master weights (as strata's --precision bf16), fused AdamW
+part in the loss; tanh GELU; LayerNorm eps 1e-5; its presets and initialisation), run the way
+PyTorch runs it fastest: attention through F.scaled_dot_product_attention (causal, flash:
+torch_gpt.build_model(flash=True)), bf16 autocast over fp32 master weights (as strata's --precision bf16), fused AdamW
 (0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and embeddings), gradient clipping at 1.0.
 --mode eager runs it as is; --mode compile wraps the model in torch.compile first (compile
 time is reported apart, not in tokens/s).
@@ -20,58 +20,7 @@ import math
 import sys
 import time
 
-import torch_gpt  # this folder: presets and GPT-2 initialisation (imports torch lazily)
-
-
-def build_model(torch, cfg):
-    nn, F = torch.nn, torch.nn.functional
-    C, nh = cfg["n_embd"], cfg["n_head"]
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c_attn = nn.Linear(C, 3 * C)
-            self.c_proj = nn.Linear(C, C)
-
-        def forward(self, x):
-            B, T, _ = x.shape
-            q, k, v = self.c_attn(x).split(C, dim=2)
-            q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-            self.attn = Attention()
-            self.ln_2 = nn.LayerNorm(C, eps=1e-5)
-            self.c_fc = nn.Linear(C, 4 * C)
-            self.c_proj = nn.Linear(4 * C, C)
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.cfg = dict(cfg)
-            self.wte = nn.Embedding(cfg["padded_vocab_size"], C)
-            self.wpe = nn.Embedding(cfg["seq_len"], C)
-            self.h = nn.ModuleList([Block() for _ in range(cfg["n_layer"])])
-            self.ln_f = nn.LayerNorm(C, eps=1e-5)
-
-        def forward(self, idx, targets):
-            B, T = idx.shape
-            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-            for block in self.h:
-                x = block(x)
-            logits = F.linear(self.ln_f(x), self.wte.weight)
-            V = self.cfg["vocab_size"]
-            return F.cross_entropy(logits[..., :V].reshape(B * T, V).float(), targets.reshape(B * T))
-
-    return GPT()
+import torch_gpt  # this folder: the model, its presets and initialisation (imports torch lazily)
 
 
 def main():
@@ -99,7 +48,7 @@ def main():
         sys.exit(f"torch_gpt2_gpu: --seq {args.seq} exceeds the model's seq_len {cfg['seq_len']}")
     dev = torch.device("cuda")
     torch.manual_seed(args.seed)
-    model = build_model(torch, cfg)
+    model = torch_gpt.build_model(cfg, flash=True)
     torch_gpt.init_gpt2(model, args.seed)
     model.to(dev)
     decay = [q for q in model.parameters() if q.dim() >= 2]
