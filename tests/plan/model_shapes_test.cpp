@@ -119,6 +119,9 @@ TEST(ModelShapes, SelectiveOpRerunsEverySecondMatmulOfEachBlock) {
   // Under tensor parallelism a rank reruns its slice.
   const ModelShape tp2 = llama.slice(2, 0, 1);
   EXPECT_DOUBLE_EQ(tp2.rerun_per_token(seq, Recompute::SelectiveOp, 2)[1].matmul_flops, l[1].matmul_flops / 2);
+  // ... and its share of the rotary and MLP tensors; the norms and residual stay whole.
+  EXPECT_DOUBLE_EQ(tp2.rerun_per_token(seq, Recompute::SelectiveOp, 2)[1].memory_bound_bytes,
+                   2.0 * (7 * 4096 + (2 * (4096 + 4096) + 3 * 11008) / 2.0));
 }
 
 TEST(ModelShapes, RecomputeModesAreParsedAndBadOnesNamed) {
