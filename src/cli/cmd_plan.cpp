@@ -40,7 +40,8 @@ struct PlanOptions {
   std::int64_t bucket_bytes = 0;
   bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
-  bool recompute = false, flash_attention = false, batch_per_device = false;
+  std::string recompute;  // empty: none unless --recompute is given bare (full)
+  bool flash_attention = false, batch_per_device = false;
   std::string precision = "bf16";
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
@@ -57,7 +58,8 @@ struct PlanOptions {
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
               *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
-              *tdp_opt = nullptr, *idle_opt = nullptr, *tp_opt = nullptr, *pp_opt = nullptr;
+              *tdp_opt = nullptr, *idle_opt = nullptr, *tp_opt = nullptr, *pp_opt = nullptr,
+              *recompute_opt = nullptr;
 };
 
 // The mark of an estimate that does not fit in device memory, in every table.
@@ -132,7 +134,7 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
              "collectives {}, granularity {}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
-             plan::precision_name(w.precision), w.recompute ? "on" : "off",
+             plan::precision_name(w.precision), plan::recompute_name(w.recompute),
              w.flash_attention ? "flash" : "dense (seq x seq kept)", shard::to_string(w.collectives),
              plan::granularity_name(w.granularity));
   const topo::Topology& topology = c.topology();
@@ -197,6 +199,12 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   }
   fmt::print("  exposed s: micro-batch communication not hidden by compute; step s*: optimizer-step phase "
              "(communication + Adam), never hidden; GB: bytes a rank sends over each tier a step\n");
+  if (c.workload().recompute) {
+    fmt::print("  recompute {}\n", c.recompute_means());
+    for (const plan::Estimate& e : estimates)
+      fmt::print("    {:<12} compute s includes {:.4g} s of rerun matmuls + {:.4g} s of rerun memory-bound ops\n",
+                 e.strategy, e.recompute_matmul_s, e.recompute_memory_bound_s);
+  }
   if (model_parallel)
     fmt::print("  tp s: tensor-parallel all-reduces, p2p s: sends between pipeline stages (both on the critical path, "
                "in their tier's GB); bubble s: 1F1B fill and drain = (p-1) x the slowest stage's micro-batch; a "
@@ -423,7 +431,9 @@ void run_plan(const PlanOptions& o) {
   workload.micro_batch = o.micro_batch;
   workload.seq = o.seq_opt->count() ? o.seq : model.seq;
   workload.accumulation_steps = o.accum;
-  workload.recompute = o.recompute;
+  workload.recompute = !o.recompute_opt->count() ? plan::Recompute::None
+                       : o.recompute.empty()      ? plan::Recompute::Full
+                                                  : plan::parse_recompute(o.recompute);
   workload.flash_attention = o.flash_attention;
   workload.batch_per_device = o.batch_per_device;
   workload.precision = plan::parse_precision(o.precision);
@@ -587,7 +597,12 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();
   o->seq_opt = cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
-  cmd->add_flag("--recompute", o->recompute, "full activation recomputation");
+  o->recompute_opt = cmd->add_option("--recompute", o->recompute,
+                                     "activation recomputation: full (also a bare --recompute: every block's forward "
+                                     "rerun in backward), selective-op (torchtitan's per-op selective checkpointing: "
+                                     "every second matmul and the non-matmul ops rerun, never attention; needs "
+                                     "--flash-attention) or none (the default) (docs/planner.md \"Recomputation\")")
+                         ->expected(0, 1);
   cmd->add_flag("--flash-attention", o->flash_attention, "attention keeps no seq x seq probabilities");
   cmd->add_flag("--batch-per-device", o->batch_per_device,
                 "--micro-batch and --accum are one device's: a TP group of t runs t x the micro-batch, a pipeline of "

@@ -78,6 +78,10 @@ void Workload::validate(const ModelShape& model) const {
   if (micro_batch <= 0) throw Error(fmt::format("--micro-batch {}: must be positive", micro_batch));
   if (seq <= 0) throw Error(fmt::format("--seq {}: must be positive", seq));
   if (accumulation_steps <= 0) throw Error(fmt::format("--accum {}: must be positive", accumulation_steps));
+  if (recompute == Recompute::SelectiveOp && !flash_attention)
+    throw Error("--recompute selective-op: prices torchtitan's per-op policy, which saves the fused attention "
+                "kernel's output (PyTorch's scaled-dot-product flash/efficient/cuDNN kernels); give --flash-attention "
+                "too");
   if (model.learned_positions > 0 && seq > model.learned_positions)
     throw Error(fmt::format("--seq {}: model '{}' has {} learned positions", seq, model.name,
                             model.learned_positions));
@@ -359,6 +363,8 @@ nlohmann::json Estimate::to_json() const {
           {"memory_verdict", memory_verdict()},
           {"tokens_per_step", tokens_per_step},
           {"compute_s", compute_s},
+          {"recompute_matmul_s", recompute_matmul_s},
+          {"recompute_memory_bound_s", recompute_memory_bound_s},
           {"exposed_micro_batch_comm_s", exposed_micro_s},
           {"overlap_slowdown_s", overlap_slowdown_s},
           {"step_phase_comm_s", step_comm_s},
@@ -409,15 +415,25 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
   const std::vector<int> matmuls = model_.forward_matmuls();
-  const std::vector<bool> again = model_.recomputed_units();
+  const std::vector<Rerun> rerun = model_.rerun_per_token(workload_.seq, workload_.recompute,
+                                                          compute_bytes(workload_.precision));
+  const ComputeCalibration* measured = calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
+  // Memory-bound work is priced as Adam is: at the HBM rate, or the calibration's measured one.
+  const double memory_Bps = (measured ? measured->optimizer_GBps : device_.hbm_GBps) * 1e9;
   for (std::size_t u = 0; u < flops.size(); ++u) {
-    if (calibration_ && calibration_->compute) {
-      const ComputeCalibration& c = *calibration_->compute;
-      forward_s_.push_back(c.kernel_overhead * c.matmul_seconds(flops[u] * tokens, matmuls[u]));
-    } else {
-      forward_s_.push_back(flops[u] * tokens / flops_per_s);
-    }
-    backward_s_.push_back(forward_s_.back() * (2 + (workload_.recompute && again[u] ? 1 : 0)));
+    forward_s_.push_back(measured ? measured->kernel_overhead * measured->matmul_seconds(flops[u] * tokens, matmuls[u])
+                                  : flops[u] * tokens / flops_per_s);
+    // Full recomputation reruns the whole forward, its other kernels included; selective-op's
+    // rerun matmuls are bare (its non-matmul ops are the memory-bound term).
+    double rerun_matmul_s = 0;
+    if (workload_.recompute == Recompute::Full) rerun_matmul_s = rerun[u].matmuls > 0 ? forward_s_.back() : 0;
+    else if (rerun[u].matmuls > 0)
+      rerun_matmul_s = measured ? measured->matmul_seconds(rerun[u].matmul_flops * tokens, rerun[u].matmuls)
+                                : rerun[u].matmul_flops * tokens / flops_per_s;
+    const double rerun_memory_bound_s = rerun[u].memory_bound_bytes * tokens / memory_Bps;
+    rerun_matmul_s_ += rerun_matmul_s;
+    rerun_memory_bound_s_ += rerun_memory_bound_s;
+    backward_s_.push_back(2 * forward_s_.back() + rerun_matmul_s + rerun_memory_bound_s);
   }
 }
 
@@ -503,6 +519,8 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
 
   e.compute_s = K * mb.compute_s;
+  e.recompute_matmul_s = K * rerun_matmul_s_;
+  e.recompute_memory_bound_s = K * rerun_memory_bound_s_;
   e.overlap_slowdown_s = (K - 1) * mb.slowdown_s + last.slowdown_s;
   e.exposed_micro_s = (K - 1) * (mb.makespan_s - mb.compute_s - mb.slowdown_s) +
                       (last.makespan_s - last.compute_s - last.slowdown_s);
@@ -518,6 +536,39 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.device_memory_bytes = static_cast<std::uint64_t>(device_.memory_gb * 1e9);
   e.fits = e.total_memory_bytes <= e.device_memory_bytes;
   return e;
+}
+
+std::string PlanContext::recompute_means() const {
+  switch (workload_.recompute.mode()) {
+    case Recompute::None: return "none: every activation backward needs is kept";
+    case Recompute::Full:
+      return "full: each block keeps its input and backward reruns its whole forward (recompute_matmul_s: one more "
+             "forward of every block)";
+    case Recompute::SelectiveOp: break;
+  }
+  std::vector<std::string> again, kept;
+  double flops = 0;
+  for (const BlockLinear& l : model_.selective_op_recomputed()) again.push_back(l.name), flops += 2.0 * l.in * l.out;
+  for (const BlockLinear& l : model_.block_linears())
+    if (std::find(again.begin(), again.end(), l.name) == again.end()) kept.push_back(l.name);
+  double block_bytes = 0;
+  for (const Rerun& r : model_.rerun_per_token(workload_.seq, workload_.recompute, compute_bytes(workload_.precision)))
+    block_bytes = std::max(block_bytes, r.memory_bound_bytes);
+  const bool measured = calibration_ && calibration_->compute;
+  return fmt::format(
+      "selective-op: torchtitan's per-op selective activation checkpointing (activation_checkpoint mode selective, "
+      "selective_ac_option op): each block keeps its input, the outputs of its odd-numbered aten.mm calls ({}{}) and "
+      "the attention kernel's output and log-sum-exp; backward reruns the other projections ({}: {:.4g} GFLOP a token "
+      "a block, at {}: recompute_matmul_s) and the non-matmul ops it needs (both norms, the residual sum, rotary "
+      "positions, the MLP activation: {:.4g} KB a token a block read and written once, at {}: "
+      "recompute_memory_bound_s), never the attention core; a tensor-parallel block's all-reduces are rerun as under "
+      "full",
+      kept.empty() ? "none" : fmt::format("{}", fmt::join(kept, ", ")),
+      model_.biases ? "; with biases every projection is an aten.addmm, which the policy does not save" : "",
+      fmt::join(again, ", "), flops / 1e9 / model_.tensor_parallel,
+      measured ? "the calibration's matmul curve" : "peak x compute_efficiency",
+      block_bytes / 1e3,
+      measured ? "the calibration's optimizer_GBps (as Adam)" : "the HBM rate (as Adam)");
 }
 
 nlohmann::json PlanContext::assumptions() const {
@@ -591,8 +642,10 @@ nlohmann::json PlanContext::assumptions() const {
        "and the whole optimizer-step phase (step reductions, post-step weight gather, scalars, Adam) are never "
        "hidden; with a calibration, compute runs overlap_slowdown times slower while an op is on the stream "
        "(overlap_slowdown_s)"},
-      {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; with recomputation the "
-                "hardware runs each block's forward twice (counted in hfu, not mfu)"},
+      {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; recomputed FLOPs (full: each "
+                "block's forward again; selective-op: the recomputed projections' forward) count in hfu, not mfu"},
+      {"recompute", recompute_name(workload_.recompute)},
+      {"recompute_means", recompute_means()},
       {"compute_time",
        calibrated_compute ? "per unit of the schedule: kernel_overhead x (FLOPs + matmuls x half_gflop) / peak_gflops "
                     "(the calibration's matmul curve: each matmul of F FLOPs takes (F + half_gflop) / peak_gflops; "
@@ -601,8 +654,9 @@ nlohmann::json PlanContext::assumptions() const {
                   : "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
       {"activations",
        "per block and token: 6 x hidden + 2 x kv_dim + (2 or 3 for SwiGLU) x ffn elements, plus heads x seq "
-       "unless flash attention; with recomputation only each block's input plus one block's set; plus the final "
-       "norm's input and output and fp32 logits"},
+       "unless flash attention; with full recomputation only each block's input plus one block's set; with "
+       "selective-op each block's input, the saved projections' outputs, the attention output and its fp32 "
+       "log-sum-exp (heads), plus one block's set; plus the final norm's input and output and fp32 logits"},
       {"optimizer_time", calibrated_compute ? "OS shard elements x (24 + 2 x element bytes) / the calibration's optimizer_GBps"
                                     : "OS shard elements x (24 + 2 x element bytes) / HBM bandwidth"},
       {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations; "
@@ -611,7 +665,6 @@ nlohmann::json PlanContext::assumptions() const {
       {"micro_batch", workload_.micro_batch},
       {"seq", workload_.seq},
       {"accumulation_steps", workload_.accumulation_steps},
-      {"recompute", workload_.recompute},
       {"flash_attention", workload_.flash_attention},
       {"left_out", left}};
   if (calibrated) out["calibration"] = calibration_->to_json();

@@ -49,7 +49,7 @@ struct Workload {
   int micro_batch = 1;          // sequences a rank runs per micro-batch
   int seq = 0;                  // tokens a sequence
   int accumulation_steps = 1;   // micro-batches per optimizer step
-  bool recompute = false;       // full activation recomputation of every block
+  Recompute recompute;          // activation recomputation: none, full, selective-op (model_shapes.hpp)
   bool flash_attention = false; // attention keeps no seq x seq probabilities
   Precision precision = Precision::BF16;
   // --batch-per-device: micro_batch and accumulation_steps are what one device would run
@@ -140,6 +140,9 @@ struct Estimate {
   bool fits = false;
   double tokens_per_step = 0;        // all ranks
   double compute_s = 0;              // per step: every micro-batch's forward and backward
+  // Per step, of compute_s: backward's rerun of forward work under --recompute: its matmuls
+  // (full: the whole forward) and, under selective-op, its memory-bound non-matmul ops.
+  double recompute_matmul_s = 0, recompute_memory_bound_s = 0;
   double exposed_micro_s = 0;        // per step
   double overlap_slowdown_s = 0;     // per step: compute time added while communication runs beside it
   double step_comm_s = 0;            // per step
@@ -188,6 +191,8 @@ class PlanContext {
   // precision and overrides before).
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   nlohmann::json assumptions() const;
+  // What --recompute reruns and keeps, with its per-block figures (the explanation's line).
+  std::string recompute_means() const;
 
  private:
   bool left_out(const shard::ScheduledOp& op) const;
@@ -200,6 +205,7 @@ class PlanContext {
   std::optional<Calibration> calibration_;
   shard::UnitPlan units_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
+  double rerun_matmul_s_ = 0, rerun_memory_bound_s_ = 0;  // one micro-batch, all units
 };
 
 }  // namespace strata::plan

@@ -122,6 +122,24 @@ std::vector<int> stage_units(const ModelShape& m) {
 
 }  // namespace
 
+Recompute parse_recompute(std::string_view text) {
+  if (text == "none") return Recompute::None;
+  if (text == "full") return Recompute::Full;
+  if (text == "selective-op") return Recompute::SelectiveOp;
+  throw Error(fmt::format("--recompute '{}': expected none, full (the default of a bare --recompute: every block's "
+                          "forward rerun in backward) or selective-op (torchtitan's per-op selective checkpointing)",
+                          text));
+}
+
+std::string_view recompute_name(Recompute r) {
+  switch (r.mode()) {
+    case Recompute::None: return "none";
+    case Recompute::Full: return "full";
+    case Recompute::SelectiveOp: return "selective-op";
+  }
+  return "?";
+}
+
 ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
   auto divides = [&](const char* flag, int degree, const char* field, int value) {
     if (value % degree != 0)
@@ -356,37 +374,94 @@ std::vector<int> ModelShape::forward_matmuls() const {
   return matmuls;
 }
 
-std::vector<bool> ModelShape::recomputed_units() const {
+std::vector<BlockLinear> ModelShape::block_linears() const {
+  const int h = hidden, kv = kv_dim(), f = ffn;
+  if (mlp == Mlp::SwiGlu)  // torchtitan's Llama: xq, xk, xv = wq(x), wk(x), wv(x); w2(silu(w1(x)) * w3(x))
+    return {{"wq", h, h, false}, {"wk", h, kv, false}, {"wv", h, kv, false}, {"wo", h, h, true},
+            {"w1", h, f, false}, {"w3", h, f, false}, {"w2", f, h, true}};
+  return {{"qkv", h, h + 2 * kv, false}, {"proj", h, h, true}, {"fc", h, f, false}, {"mlp_proj", f, h, true}};
+}
+
+namespace {
+
+// For each of m.block_linears(), whether torchtitan's per-op policy recomputes it: every
+// second aten.mm of the block; every aten.addmm (a linear with a bias).
+std::vector<bool> selective_op_recomputes(const ModelShape& m) {
+  std::vector<bool> out;
+  int mm_calls = 0;
+  for (std::size_t i = 0; i < m.block_linears().size(); ++i) out.push_back(m.biases || ++mm_calls % 2 == 0);
+  return out;
+}
+
+}  // namespace
+
+std::vector<BlockLinear> ModelShape::selective_op_recomputed() const {
+  const std::vector<BlockLinear> all = block_linears();
+  const std::vector<bool> again = selective_op_recomputes(*this);
+  std::vector<BlockLinear> out;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (again[i]) out.push_back(all[i]);
+  return out;
+}
+
+std::vector<Rerun> ModelShape::rerun_per_token(int seq_tokens, Recompute recompute, int act_bytes) const {
   if (sliced()) {
-    const std::vector<bool> all = whole().recomputed_units();
-    std::vector<bool> out;
-    for (int u : stage_units(*this)) out.push_back(all[u]);
+    // Matmuls thinner by tp; the memory-bound part's split tensors too (norms and residuals
+    // stay whole, counted in the whole model's share below).
+    const std::vector<Rerun> all = whole().rerun_per_token(seq_tokens, recompute, act_bytes);
+    const double h = hidden, kv = kv_dim(), f = ffn;
+    const double split = (learned_positions == 0 ? 2 * (h + kv) : 0) + (mlp == Mlp::SwiGlu ? 3 : 2) * f;
+    std::vector<Rerun> out;
+    for (int u : stage_units(*this)) {
+      Rerun r = all[u];
+      r.matmul_flops /= tensor_parallel;
+      if (r.memory_bound_bytes > 0) r.memory_bound_bytes -= split * act_bytes * (1.0 - 1.0 / tensor_parallel);
+      out.push_back(r);
+    }
     return out;
   }
-  std::vector<bool> r(layers + (tied_head ? 2 : 3), false);
-  for (int l = 0; l < layers; ++l) r[1 + l] = true;
-  return r;
+  std::vector<Rerun> rerun(layers + (tied_head ? 2 : 3));
+  if (!recompute) return rerun;
+  Rerun block;
+  if (recompute == Recompute::Full) {
+    block.matmul_flops = forward_flops_per_token(seq_tokens)[1];
+    block.matmuls = forward_matmuls()[1];
+  } else {
+    for (const BlockLinear& l : selective_op_recomputed()) {
+      block.matmul_flops += 2.0 * l.in * l.out;
+      ++block.matmuls;
+    }
+    // The non-matmul ops backward needs rerun, each reading its inputs and writing its output
+    // once (fused, as torch.compile runs them): both norms (in, out), the residual sum the
+    // second norm reads (two in, one out), rotary positions on q and k (in, out), and the
+    // MLP's activation (SwiGLU: gate and up in, product out; GELU: in, out).
+    const double h = hidden, kv = kv_dim(), f = ffn;
+    const double elements = 4 * h + 3 * h + (learned_positions == 0 ? 2 * (h + kv) : 0) +
+                            (mlp == Mlp::SwiGlu ? 3 : 2) * f;
+    block.memory_bound_bytes = elements * act_bytes;
+  }
+  for (int l = 0; l < layers; ++l) rerun[1 + l] = block;
+  return rerun;
 }
 
 double ModelShape::model_flops_per_token(int seq_tokens) const {
   return 6.0 * static_cast<double>(matmul_params()) + 12.0 * layers * static_cast<double>(hidden) * seq_tokens;
 }
 
-double ModelShape::hardware_flops_per_token(int seq_tokens, bool recompute) const {
+double ModelShape::hardware_flops_per_token(int seq_tokens, Recompute recompute) const {
   if (sliced()) return whole().hardware_flops_per_token(seq_tokens, recompute);
   double flops = 0;
-  const std::vector<double> fwd = forward_flops_per_token(seq_tokens);
-  const std::vector<bool> again = recomputed_units();
-  for (std::size_t u = 0; u < fwd.size(); ++u) flops += fwd[u] * (3 + (recompute && again[u] ? 1 : 0));
+  for (double f : forward_flops_per_token(seq_tokens)) flops += 3 * f;
+  for (const Rerun& r : rerun_per_token(seq_tokens, recompute, 2)) flops += r.matmul_flops;
   return flops;
 }
 
-std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int act_bytes, bool recompute,
+std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int act_bytes, Recompute recompute,
                                            bool flash_attention) const {
   // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
   // the model allocates, so the plan and the engine's memory report cannot drift apart.
-  if (gpt && act_bytes == 4 && !flash_attention)
-    return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute);
+  if (gpt && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
+    return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute == Recompute::Full);
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the
   // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors
@@ -404,12 +479,25 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
   // written over them; vocab-parallel: a rank's share). Only the last pipeline stage.
   const std::uint64_t head =
       stage == stages - 1 ? 2 * h * act_bytes + 4 * static_cast<std::uint64_t>(vocab) / tp : 0;
-  // With recomputation only each block's input is kept, plus one block's full set while
-  // that block is recomputed in backward.
   const std::uint64_t stage_layers = static_cast<std::uint64_t>(layers / stages);
-  const std::uint64_t blocks =
-      recompute ? (stage_layers * h + block) * act_bytes : stage_layers * block * act_bytes;
-  return tokens * (blocks + head);
+  switch (recompute.mode()) {
+    case Recompute::None: return tokens * (stage_layers * block * act_bytes + head);
+    case Recompute::Full:
+      // Only each block's input is kept, plus one block's full set while that block is
+      // recomputed in backward.
+      return tokens * ((stage_layers * h + block) * act_bytes + head);
+    case Recompute::SelectiveOp: break;
+  }
+  // Each block keeps its input, the outputs of the projections the policy saves (a
+  // row-parallel one whole on every rank) and the attention kernel's output and fp32
+  // log-sum-exp (a head's row each); plus one block's full set while it is recomputed.
+  const std::vector<BlockLinear> all = block_linears();
+  const std::vector<bool> again = selective_op_recomputes(*this);
+  std::uint64_t saved_whole = h, saved_split = h;  // the block input; the attention output
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (!again[i]) (all[i].row_parallel ? saved_whole : saved_split) += static_cast<std::uint64_t>(all[i].out);
+  const std::uint64_t saved = (saved_whole + saved_split / tp) * act_bytes + 4 * static_cast<std::uint64_t>(heads) / tp;
+  return tokens * (stage_layers * saved + block * act_bytes + head);
 }
 
 nlohmann::json ModelShape::to_json() const {

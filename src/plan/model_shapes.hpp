@@ -19,6 +19,42 @@ namespace strata::plan {
 enum class Mlp { Gelu, SwiGlu };  // GELU: up + down (ffn wide); SwiGLU: gate + up + down
 enum class Norm { LayerNorm, RmsNorm };
 
+// Activation recomputation (--recompute, docs/planner.md "Recomputation"): none; full, every
+// block's forward rerun in backward from its input; or selective-op, torchtitan's per-op
+// selective checkpointing (torchtitan/distributed/activation_checkpoint.py): each block keeps
+// the outputs of its odd-numbered aten.mm calls and of the attention kernel, and backward
+// reruns the even-numbered matmuls and every non-matmul op, never the attention core.
+class Recompute {
+ public:
+  enum Mode { None, Full, SelectiveOp };
+  constexpr Recompute(Mode mode = None) : mode_(mode) {}
+  Mode mode() const { return mode_; }
+  // Whether backward reruns any of a block's forward (full or selective-op).
+  explicit operator bool() const { return mode_ != None; }
+  friend bool operator==(Recompute, Recompute) = default;
+
+ private:
+  Mode mode_;
+};
+Recompute parse_recompute(std::string_view text);  // none | full | selective-op; Error names --recompute
+std::string_view recompute_name(Recompute r);
+
+// One projection of a block's forward, a token's view: `in` x `out` weights. Row-parallel
+// projections (attention and MLP outputs) leave their output whole on every tensor-parallel
+// rank; the others split it.
+struct BlockLinear {
+  const char* name;
+  int in = 0, out = 0;
+  bool row_parallel = false;
+};
+
+// What backward reruns of one unit's forward under a recomputation mode, a token.
+struct Rerun {
+  double matmul_flops = 0;        // recomputed matmuls (under full also the attention products)
+  int matmuls = 0;                // how many (the calibrated compute curve charges each its fixed cost)
+  double memory_bound_bytes = 0;  // selective-op: bytes its recomputed non-matmul ops read and write
+};
+
 struct ModelShape {
   std::string name = "custom";
   int layers = 0;
@@ -78,19 +114,29 @@ struct ModelShape {
   // cost): a block's fused qkv, attention projection, QK^T and AV, and 2 (GELU) or 3
   // (SwiGLU) MLP matmuls; the LM head's one, where forward_flops_per_token puts its FLOPs.
   std::vector<int> forward_matmuls() const;
-  // Units whose forward is recomputed in backward under activation recomputation (blocks).
-  std::vector<bool> recomputed_units() const;
+  // A block's projections in the order its forward runs them, as the reference systems write
+  // the blocks: SwiGLU (torchtitan's Llama) wq, wk, wv, wo, w1 (gate), w3 (up), w2 (down);
+  // GELU (GPT) the fused qkv, the attention projection, fc, the MLP projection.
+  std::vector<BlockLinear> block_linears() const;
+  // The projections selective-op recomputes: torchtitan's policy counts aten.mm calls and
+  // saves the odd ones; a linear with a bias runs aten.addmm, which its save list lacks, so
+  // with biases every projection is recomputed.
+  std::vector<BlockLinear> selective_op_recomputed() const;
+  // What backward reruns of each unit of unit_plan() (blocks only; act_bytes an element for
+  // the memory-bound part).
+  std::vector<Rerun> rerun_per_token(int seq, Recompute recompute, int act_bytes) const;
 
   // Model FLOPs a token, forward + backward: 6·matmul_params + 12·layers·hidden·seq.
   double model_flops_per_token(int seq) const;
-  // FLOPs the hardware runs: with recomputation each block's forward runs twice
-  // (8·block params + 6·head params + 16·layers·hidden·seq).
-  double hardware_flops_per_token(int seq, bool recompute) const;
+  // FLOPs the hardware runs: forward + backward + what recomputation reruns (full: each
+  // block's forward again, 8·block params + 6·head params + 16·layers·hidden·seq).
+  double hardware_flops_per_token(int seq, Recompute recompute) const;
 
   // Activation bytes a rank holds for one micro-batch of `micro_batch` x `seq` tokens
   // (docs/planner.md): act_bytes an element; flash attention keeps no seq x seq matrix. For
   // strata's own models in fp32 with dense attention: what model::GPT allocates.
-  std::uint64_t activation_bytes(int micro_batch, int seq, int act_bytes, bool recompute, bool flash_attention) const;
+  std::uint64_t activation_bytes(int micro_batch, int seq, int act_bytes, Recompute recompute,
+                                 bool flash_attention) const;
 
   nlohmann::json to_json() const;
 };

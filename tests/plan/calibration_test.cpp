@@ -172,6 +172,36 @@ TEST(Calibration, ThePlanChangesWithTheCalibration) {
   EXPECT_EQ(fast.assumptions()["calibration"]["compute"]["overlap_slowdown"], 1.0);
 }
 
+// Under a calibration, selective-op's rerun projections take the matmul curve (no kernel
+// overhead: the rerun non-matmul ops are their own term, at the calibrated Adam rate); full
+// recomputation reruns the calibrated forward, overhead included.
+TEST(Calibration, RecomputationRerunsAtTheCalibratedRates) {
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(4));
+  Workload w;
+  w.seq = 4096;
+  w.flash_attention = true;
+  const Calibration cal = h100_calibration(40);
+  auto plan = [&](Recompute r) {
+    w.recompute = r;
+    return PlanContext(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w, {}, cal);
+  };
+  const PlanContext none = plan(Recompute::None), selective = plan(Recompute::SelectiveOp), full = plan(Recompute::Full);
+  const ModelShape& m = selective.model();
+  const Rerun block = m.rerun_per_token(4096, Recompute::SelectiveOp, 2)[1];
+  const Estimate s = priced(selective, "zero3");
+  EXPECT_NEAR(s.recompute_matmul_s, 32 * cal.compute->matmul_seconds(block.matmul_flops * 4096, 3),
+              1e-12 * s.recompute_matmul_s);
+  EXPECT_NEAR(s.recompute_memory_bound_s, 32 * block.memory_bound_bytes * 4096 / 2500e9,
+              1e-12 * s.recompute_memory_bound_s);
+  EXPECT_NEAR(s.compute_s - priced(none, "zero3").compute_s, s.recompute_matmul_s + s.recompute_memory_bound_s,
+              1e-9 * s.compute_s);
+  const double block_forward = cal.compute->kernel_overhead *
+                               cal.compute->matmul_seconds(m.forward_flops_per_token(4096)[1] * 4096, 7);
+  EXPECT_NEAR(priced(full, "zero3").recompute_matmul_s, 32 * block_forward, 1e-12 * 32 * block_forward);
+  EXPECT_NE(selective.recompute_means().find("the calibration's matmul curve"), std::string::npos);
+}
+
 TEST(Calibration, MustCoverEveryTierOfThePlan) {
   Calibration c = h100_calibration(40);
   c.tiers.pop_back();

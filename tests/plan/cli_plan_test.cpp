@@ -55,6 +55,38 @@ TEST(PlanCli, TextOutputShowsTheTableAndTheMemoryVerdicts) {
   EXPECT_NE(r.output.find("zero3"), std::string::npos);
 }
 
+// --recompute takes a mode; bare, it is full recomputation, as it always was.
+TEST(PlanCli, RecomputeTakesAModeAndAloneMeansFull) {
+  const std::string base = "plan --model llama2-7b --topology dgx-h100 --nodes 1 --strategy zero3 --flash-attention";
+  CommandResult bare = run_strata(base + " --recompute", Stderr::Capture);
+  ASSERT_EQ(bare.exit_code, 0) << bare.output;
+  EXPECT_NE(bare.output.find("recompute full;"), std::string::npos) << bare.output;
+  CommandResult before_flag = run_strata("plan --model llama2-7b --topology dgx-h100 --nodes 1 --strategy zero3 "
+                                         "--recompute --flash-attention",
+                                         Stderr::Capture);
+  ASSERT_EQ(before_flag.exit_code, 0) << before_flag.output;
+  EXPECT_NE(before_flag.output.find("recompute full;"), std::string::npos) << before_flag.output;
+  CommandResult selective = run_strata(base + " --recompute selective-op", Stderr::Capture);
+  ASSERT_EQ(selective.exit_code, 0) << selective.output;
+  EXPECT_NE(selective.output.find("recompute selective-op;"), std::string::npos) << selective.output;
+  EXPECT_NE(selective.output.find("reruns the other projections (wk, wo, w3:"), std::string::npos) << selective.output;
+  EXPECT_NE(selective.output.find("s of rerun memory-bound ops"), std::string::npos) << selective.output;
+
+  nlohmann::json none = parse_json_output(run_strata(base + " --json", Stderr::Discard));
+  nlohmann::json op = parse_json_output(run_strata(base + " --recompute selective-op --json", Stderr::Discard));
+  nlohmann::json full = parse_json_output(run_strata(base + " --recompute full --json", Stderr::Discard));
+  EXPECT_EQ(none["assumptions"]["recompute"], "none");
+  EXPECT_EQ(op["assumptions"]["recompute"], "selective-op");
+  EXPECT_EQ(full["assumptions"]["recompute"], "full");
+  auto term = [](const nlohmann::json& doc, const char* key) { return doc["strategies"]["zero3"][key].get<double>(); };
+  EXPECT_LT(term(none, "step_time_s"), term(op, "step_time_s"));
+  EXPECT_LT(term(op, "step_time_s"), term(full, "step_time_s"));
+  EXPECT_GT(term(op, "recompute_matmul_s"), 0);
+  EXPECT_GT(term(op, "recompute_memory_bound_s"), 0);
+  EXPECT_LT(term(op, "recompute_matmul_s"), term(full, "recompute_matmul_s"));
+  EXPECT_EQ(term(none, "recompute_matmul_s"), 0);
+}
+
 TEST(PlanCli, BadInputIsRefusedNamingTheField) {
   struct Case {
     std::string args, expect;
@@ -71,6 +103,10 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --seq 0", "--seq 0: must be positive"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --search --strategy zero3", "--search"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --svg x.svg", "--svg: only with"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --recompute half",
+                             "--recompute 'half': expected none, full"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --recompute selective-op",
+                             "--recompute selective-op: prices torchtitan's per-op policy"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --collectives tree",
                              "--collectives 'tree'"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --granularity bucket",

@@ -152,7 +152,7 @@ TEST(CostModel, MemoryByStateFollowsTheSpecFormula) {
   EXPECT_EQ(e.memory.grads, grads);
   EXPECT_EQ(e.memory.optimizer, optimizer);
   EXPECT_EQ(e.memory.secondary, 0u);
-  EXPECT_EQ(e.activation_bytes, c.model().activation_bytes(1, 2048, 2, false, false));
+  EXPECT_EQ(e.activation_bytes, c.model().activation_bytes(1, 2048, 2, Recompute::None, false));
   EXPECT_EQ(e.total_memory_bytes, e.memory.weights + e.memory.grads + e.memory.optimizer + e.memory.gathered +
                                       e.activation_bytes);
   EXPECT_EQ(e.device_memory_bytes, 64'000'000'000u);
@@ -344,6 +344,57 @@ TEST(CostModel, BucketsHideDdpsGradientReductionBehindBackward) {
   EXPECT_DOUBLE_EQ(on.compute_s, off.compute_s);
 }
 
+// Llama 3.1 8B at 8192 tokens on one DGX H100, as torchtitan's R18 row (docs/validation.md).
+PlanContext llama3_8b_on_dgx_h100(Recompute recompute) {
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(1));
+  Workload w;
+  w.seq = 8192;
+  w.micro_batch = 2;
+  w.flash_attention = true;
+  w.recompute = recompute;
+  return PlanContext(ModelShape::from_name_and_fields("llama2-7b", {"vocab=128256", "kv_heads=8", "ffn=14336"}), t,
+                     *device_for_topology("dgx-h100"), w);
+}
+
+TEST(CostModel, SelectiveOpRecomputationCostsLessTimeThanFullAndKeepsLessMemoryThanNone) {
+  const PlanContext none = llama3_8b_on_dgx_h100(Recompute::None);
+  const PlanContext selective = llama3_8b_on_dgx_h100(Recompute::SelectiveOp);
+  const PlanContext full = llama3_8b_on_dgx_h100(Recompute::Full);
+  const Estimate n = priced(none, "zero3"), s = priced(selective, "zero3"), f = priced(full, "zero3");
+  EXPECT_LT(n.step_time_s, s.step_time_s);
+  EXPECT_LT(s.step_time_s, f.step_time_s);
+  EXPECT_LT(n.compute_s, s.compute_s);
+  EXPECT_LT(s.compute_s, f.compute_s);
+  EXPECT_LT(f.activation_bytes, s.activation_bytes);
+  EXPECT_LT(s.activation_bytes, n.activation_bytes);
+  EXPECT_LT(f.total_memory_bytes, s.total_memory_bytes);
+  EXPECT_LT(s.total_memory_bytes, n.total_memory_bytes);
+  // The rerun matmuls are wk, wo, w3 of 32 blocks at peak x efficiency; the memory-bound ops
+  // their bytes at the HBM rate; together what selective-op adds to compute.
+  const DeviceFacts d = selective.device();
+  const double tokens = 2.0 * 8192;
+  const double flops = 32 * 2.0 * (4096.0 * 1024 + 4096.0 * 4096 + 4096.0 * 14336) * tokens;
+  EXPECT_NEAR(s.recompute_matmul_s, flops / (d.peak_tflops * 1e12 * d.compute_efficiency), 1e-9 * s.recompute_matmul_s);
+  const double bytes = 32 * 2.0 * (7 * 4096 + 2 * (4096 + 1024) + 3 * 14336) * tokens;
+  EXPECT_NEAR(s.recompute_memory_bound_s, bytes / (d.hbm_GBps * 1e9), 1e-9 * s.recompute_memory_bound_s);
+  EXPECT_NEAR(s.compute_s - n.compute_s, s.recompute_matmul_s + s.recompute_memory_bound_s, 1e-9 * s.compute_s);
+  EXPECT_EQ(n.recompute_matmul_s, 0);
+  EXPECT_EQ(f.recompute_memory_bound_s, 0);
+  // Rerun FLOPs count in HFU only.
+  EXPECT_NEAR(s.tflops_per_device * s.step_time_s, n.tflops_per_device * n.step_time_s,
+              1e-12 * n.tflops_per_device * n.step_time_s);
+  EXPECT_GT(s.hfu, s.mfu);
+  EXPECT_NEAR(s.hfu / s.mfu, selective.model().hardware_flops_per_token(8192, Recompute::SelectiveOp) /
+                                 selective.model().model_flops_per_token(8192), 1e-12);
+  const nlohmann::json j = s.to_json();
+  EXPECT_EQ(j["recompute_matmul_s"].get<double>(), s.recompute_matmul_s);
+  EXPECT_EQ(j["recompute_memory_bound_s"].get<double>(), s.recompute_memory_bound_s);
+  const nlohmann::json a = selective.assumptions();
+  EXPECT_EQ(a["recompute"], "selective-op");
+  EXPECT_NE(a["recompute_means"].get<std::string>().find("(wk, wo, w3:"), std::string::npos) << a["recompute_means"];
+}
+
 TEST(CostModel, JsonCarriesTheFieldsAUserReads) {
   PlanContext c = neox_on_frontier(48);
   nlohmann::json j = priced(c, "zeropp").to_json();
@@ -376,6 +427,11 @@ TEST(CostModel, BadInputIsRefusedNamingTheField) {
   w.micro_batch = 1;
   w.seq = 2048;
   EXPECT_NE(error_of([&] { w.validate(ModelShape::preset("gpt2-124m")); }).find("--seq 2048"), std::string::npos);
+  w.recompute = Recompute::SelectiveOp;  // its attention is the fused kernel, kept
+  EXPECT_NE(error_of([&] { w.validate(ModelShape::preset("llama2-7b")); }).find("--recompute selective-op"),
+            std::string::npos);
+  w.flash_attention = true;
+  w.validate(ModelShape::preset("llama2-7b"));
   EXPECT_NE(error_of([] { resolve_device("my-cluster", {}); })
                 .find("give --peak-tflops, --device-memory-gb, --hbm-gbps"),
             std::string::npos);
@@ -404,7 +460,7 @@ TEST(Search, EnumeratesEveryValidSpecAndNamesThePresets) {
 TEST(Search, RanksFittingSpecsByThroughputAndSaysWhyOthersLost) {
   Workload w;
   w.seq = 2048;
-  w.recompute = true;
+  w.recompute = Recompute::Full;
   topo::Topology t = frontier(48);
   SearchResult r = search(ModelParallelPlan(ModelShape::preset("gpt-neox-20b"), t, *device_for_topology("frontier"), w, {}), {});
   ASSERT_FALSE(r.fitting.empty());
@@ -427,7 +483,7 @@ TEST(Sweep, ScalingEfficiencyIsRelativeToTheFirstNodeCount) {
   topo::Topology t = topo::Topology::preset("frontier");
   Workload w;
   w.seq = 2048;
-  w.recompute = true;
+  w.recompute = Recompute::Full;
   std::vector<NamedSpec> strategies;
   for (const char* name : {"zero3", "topo"}) {
     strategies.push_back({name, apply_precision(strategy_spec(name, t), Precision::BF16)});

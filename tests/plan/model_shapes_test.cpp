@@ -64,14 +64,74 @@ TEST(ModelShapes, FlopsAreSixPsiPlusAttentionAndRecomputationAddsOneForward) {
   const double psi = static_cast<double>(m.matmul_params());
   const double attention = 12.0 * m.layers * m.hidden * seq;
   EXPECT_DOUBLE_EQ(m.model_flops_per_token(seq), 6 * psi + attention);
-  EXPECT_DOUBLE_EQ(m.hardware_flops_per_token(seq, false), m.model_flops_per_token(seq));
+  EXPECT_DOUBLE_EQ(m.hardware_flops_per_token(seq, Recompute::None), m.model_flops_per_token(seq));
   // Recomputation runs every block's forward once more: 2 x block matmul params + 4·h·seq a layer.
   const double block_psi = psi - static_cast<double>(m.vocab) * m.hidden;
-  EXPECT_NEAR(m.hardware_flops_per_token(seq, true), 8 * block_psi + 6.0 * m.vocab * m.hidden + 16.0 * m.layers * m.hidden * seq,
-              1e-9 * m.hardware_flops_per_token(seq, true));
+  EXPECT_NEAR(m.hardware_flops_per_token(seq, Recompute::Full), 8 * block_psi + 6.0 * m.vocab * m.hidden + 16.0 * m.layers * m.hidden * seq,
+              1e-9 * m.hardware_flops_per_token(seq, Recompute::Full));
   // Matmul params leave out the input embedding (a lookup) and the norms.
   EXPECT_LT(m.matmul_params(), m.num_params());
   EXPECT_GT(static_cast<double>(m.matmul_params()), 0.99 * static_cast<double>(m.num_params()));
+}
+
+// torchtitan's per-op policy counts a block's aten.mm calls and recomputes the even ones:
+// in Llama's order (wq, wk, wv, wo, w1, w3, w2) wk, wo and w3; in a GPT block's (qkv, proj,
+// fc, mlp_proj) the two output projections; never the attention products.
+TEST(ModelShapes, SelectiveOpRerunsEverySecondMatmulOfEachBlock) {
+  auto names = [](const std::vector<BlockLinear>& ls) {
+    std::vector<std::string> out;
+    for (const BlockLinear& l : ls) out.push_back(l.name);
+    return out;
+  };
+  const int seq = 4096;
+  const ModelShape llama = ModelShape::preset("llama2-7b");
+  EXPECT_EQ(names(llama.selective_op_recomputed()), (std::vector<std::string>{"wk", "wo", "w3"}));
+  // Hand count, a token: wk 4096 x 4096 (32 K/V heads), wo 4096 x 4096, w3 4096 x 11008.
+  const std::vector<Rerun> l = llama.rerun_per_token(seq, Recompute::SelectiveOp, 2);
+  ASSERT_EQ(l.size(), 35u);
+  EXPECT_DOUBLE_EQ(l[1].matmul_flops, 2.0 * (4096.0 * 4096 + 4096.0 * 4096 + 4096.0 * 11008));
+  EXPECT_EQ(l[1].matmuls, 3);
+  // The memory-bound rerun: norms 4h, residual 3h, rotary 2(h + kv), SwiGLU 3f, bf16.
+  EXPECT_DOUBLE_EQ(l[1].memory_bound_bytes, 2.0 * (7 * 4096 + 2 * (4096 + 4096) + 3 * 11008));
+  for (std::size_t u : {std::size_t{0}, std::size_t{33}, std::size_t{34}}) {  // embeddings, final norm, head
+    EXPECT_EQ(l[u].matmul_flops, 0) << u;
+    EXPECT_EQ(l[u].memory_bound_bytes, 0) << u;
+  }
+  const double none = llama.hardware_flops_per_token(seq, Recompute::None);
+  EXPECT_DOUBLE_EQ(llama.hardware_flops_per_token(seq, Recompute::SelectiveOp), none + 32 * l[1].matmul_flops);
+  EXPECT_LT(llama.hardware_flops_per_token(seq, Recompute::SelectiveOp),
+            llama.hardware_flops_per_token(seq, Recompute::Full));
+  EXPECT_EQ(llama.rerun_per_token(seq, Recompute::None, 2)[1].matmul_flops, 0);
+
+  // MPT-7B (GELU, no biases): proj 4096 x 4096 and mlp_proj 16384 x 4096.
+  const ModelShape mpt = ModelShape::from_name_and_fields(
+      "custom", {"layers=32", "hidden=4096", "heads=32", "ffn=16384", "vocab=50368", "seq=2048", "biases=false",
+                 "tied_head=true"});
+  EXPECT_EQ(names(mpt.selective_op_recomputed()), (std::vector<std::string>{"proj", "mlp_proj"}));
+  EXPECT_DOUBLE_EQ(mpt.rerun_per_token(2048, Recompute::SelectiveOp, 2)[1].matmul_flops,
+                   2.0 * (4096.0 * 4096 + 16384.0 * 4096));
+  // With biases every projection is an aten.addmm, which the policy does not save.
+  const ModelShape neox = ModelShape::preset("gpt-neox-20b");
+  EXPECT_EQ(names(neox.selective_op_recomputed()), (std::vector<std::string>{"qkv", "proj", "fc", "mlp_proj"}));
+  EXPECT_DOUBLE_EQ(neox.rerun_per_token(2048, Recompute::SelectiveOp, 2)[1].matmul_flops,
+                   2.0 * static_cast<double>(neox.matmul_params() - static_cast<std::int64_t>(neox.vocab) * neox.hidden) /
+                       neox.layers);
+  // Under tensor parallelism a rank reruns its slice.
+  const ModelShape tp2 = llama.slice(2, 0, 1);
+  EXPECT_DOUBLE_EQ(tp2.rerun_per_token(seq, Recompute::SelectiveOp, 2)[1].matmul_flops, l[1].matmul_flops / 2);
+  // ... and its share of the rotary and MLP tensors; the norms and residual stay whole.
+  EXPECT_DOUBLE_EQ(tp2.rerun_per_token(seq, Recompute::SelectiveOp, 2)[1].memory_bound_bytes,
+                   2.0 * (7 * 4096 + (2 * (4096 + 4096) + 3 * 11008) / 2.0));
+}
+
+TEST(ModelShapes, RecomputeModesAreParsedAndBadOnesNamed) {
+  EXPECT_EQ(parse_recompute("none"), Recompute::None);
+  EXPECT_EQ(parse_recompute("full"), Recompute::Full);
+  EXPECT_EQ(parse_recompute("selective-op"), Recompute::SelectiveOp);
+  EXPECT_EQ(recompute_name(Recompute::SelectiveOp), "selective-op");
+  EXPECT_FALSE(static_cast<bool>(Recompute(Recompute::None)));
+  EXPECT_TRUE(static_cast<bool>(Recompute(Recompute::SelectiveOp)));
+  EXPECT_NE(error_of([] { parse_recompute("selective"); }).find("--recompute 'selective'"), std::string::npos);
 }
 
 TEST(ModelShapes, ActivationBytesFollowTheDocumentedFormula) {
@@ -81,9 +141,30 @@ TEST(ModelShapes, ActivationBytesFollowTheDocumentedFormula) {
   // per block and token: 6h + 2kv + 3f (+ heads·seq) = 48 + 8 + 48 (+ 8)
   const std::uint64_t block_dense = 48 + 8 + 48 + 8, block_flash = 48 + 8 + 48;
   const std::uint64_t head = 2 * 8 * e + 4 * 10;
-  EXPECT_EQ(m.activation_bytes(b, s, e, false, false), b * s * (2 * block_dense * e + head));
-  EXPECT_EQ(m.activation_bytes(b, s, e, false, true), b * s * (2 * block_flash * e + head));
-  EXPECT_EQ(m.activation_bytes(b, s, e, true, false), b * s * ((2 * 8 + block_dense) * e + head));
+  EXPECT_EQ(m.activation_bytes(b, s, e, Recompute::None, false), b * s * (2 * block_dense * e + head));
+  EXPECT_EQ(m.activation_bytes(b, s, e, Recompute::None, true), b * s * (2 * block_flash * e + head));
+  EXPECT_EQ(m.activation_bytes(b, s, e, Recompute::Full, false), b * s * ((2 * 8 + block_dense) * e + head));
+  // selective-op (flash attention): each block keeps its input and w2's output whole (h each),
+  // wq's (h), wv's (kv), w1's (f) and the attention output (h) (all 20 when tp = 1: 8 + 8 + 4
+  // + 8 + 8 + 16 = 52 elements), and the fp32 log-sum-exp of 2 heads; one block's full set.
+  const ModelShape llama = ModelShape::from_name_and_fields(
+      "custom", {"layers=2", "hidden=8", "heads=2", "kv_heads=1", "ffn=16", "vocab=10", "seq=4", "mlp=swiglu",
+                 "biases=false"});
+  EXPECT_EQ(llama.activation_bytes(b, s, e, Recompute::SelectiveOp, true),
+            b * s * (2 * (52 * e + 4 * 2) + block_flash * e + head));
+}
+
+TEST(ModelShapes, SelectiveOpKeepsLessThanNoRecomputationAndMoreThanFull) {
+  const ModelShape m = ModelShape::from_name_and_fields("llama2-7b", {"vocab=128256", "kv_heads=8", "ffn=14336"});
+  for (int tp : {1, 8}) {
+    SCOPED_TRACE(tp);
+    const ModelShape slice = m.slice(tp, 0, 1);
+    const std::uint64_t none = slice.activation_bytes(2, 8192, 2, Recompute::None, true);
+    const std::uint64_t selective = slice.activation_bytes(2, 8192, 2, Recompute::SelectiveOp, true);
+    const std::uint64_t full = slice.activation_bytes(2, 8192, 2, Recompute::Full, true);
+    EXPECT_LT(full, selective);
+    EXPECT_LT(selective, none);
+  }
 }
 
 // One source of truth: for strata's own models in fp32 with dense attention the planner's
@@ -94,7 +175,7 @@ TEST(ModelShapes, StrataModelsPriceTheActivationsTheModelAllocates) {
       SCOPED_TRACE(std::string(name) + (recompute ? " recomputed" : " kept"));
       const ModelShape m = ModelShape::preset(name);
       const int b = 2, s = 48;
-      EXPECT_EQ(m.activation_bytes(b, s, 4, recompute, false),
+      EXPECT_EQ(m.activation_bytes(b, s, 4, recompute ? Recompute::Full : Recompute::None, false),
                 model::make_model(*m.gpt, b, s, recompute)->activation_bytes());
     }
   // strata's Llama presets are priced from the runtime's layout, with its shape.
@@ -105,7 +186,8 @@ TEST(ModelShapes, StrataModelsPriceTheActivationsTheModelAllocates) {
   EXPECT_EQ(llama.mlp, Mlp::SwiGlu);
   EXPECT_EQ(llama.kv_heads, config.kv_heads());
   const ModelShape small = ModelShape::preset("small");
-  EXPECT_LT(small.activation_bytes(2, 48, 4, true, false), small.activation_bytes(2, 48, 4, false, false));
+  EXPECT_LT(small.activation_bytes(2, 48, 4, Recompute::Full, false),
+            small.activation_bytes(2, 48, 4, Recompute::None, false));
 }
 
 TEST(ModelShapes, FieldsOverridePresetsAndBadFieldsAreNamed) {
