@@ -23,7 +23,8 @@ source "$(dirname "$0")/common.sh"
 parse_bench_args "$@"
 scale=${SCALE:-10000}
 steps=${STEPS:-6}
-strategies=(ddp zero1 zero3 hsdp zeropp topo)
+# STRATEGY+tpN: `strata train --strategy STRATEGY --tp N`, priced as STRATEGY+tpN.
+strategies=(ddp zero1 zero3 hsdp zeropp topo zero3+tp2 hsdp+tp2)
 ranks=8
 cores=$(nproc)
 topology=$src/configs/topology/2node-2gpu-2die.toml
@@ -41,18 +42,25 @@ peak_tflops=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.arg
               "$work/bench.json")
 
 "$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
-train_cmd=(train --topology "$topology" "${model[@]}" --batch $batch --seq $seq --grad-accum $accum --steps "$steps"
+train_cmd=(train --topology "$topology" "${model[@]}" --seq $seq --grad-accum $accum --steps "$steps"
            --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" --emulate-links --emulate-scale "$scale")
+# Under --tp N the N ranks of a TP group read the same batches: a group runs N x the batch, so
+# every run trains the same tokens a step (and each rank computes the same FLOPs).
 for strategy in "${strategies[@]}"; do
-  OMP_NUM_THREADS=1 "${mpi[@]}" -np $ranks "$strata" "${train_cmd[@]}" --strategy "$strategy" --out "$work/$strategy" \
+  tp=1
+  [[ $strategy == *+tp* ]] && tp=${strategy##*+tp}
+  train_split=(--strategy "${strategy%%+*}" --batch $((batch * tp)))
+  [[ $tp -gt 1 ]] && train_split+=(--tp "$tp")
+  OMP_NUM_THREADS=1 "${mpi[@]}" -np $ranks "$strata" "${train_cmd[@]}" "${train_split[@]}" --out "$work/$strategy" \
     > /dev/null
 done
 
 # The same tiers the emulation ran: bandwidth divided by SCALE, latency multiplied by it.
 scaled_tier_flags "$topology" "$scale"
 # Adam streams ~28 bytes an element; this host's ~20 GB/s of memory bandwidth is shared by 8 ranks.
-plan_cmd=(plan "${model[@]}" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum
-          --precision fp32 --peak-tflops "$peak_tflops" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5
+# --batch-per-device: a TP group of N runs N x the micro-batch, as the runs above do.
+plan_cmd=(plan "${model[@]}" --topology "$topology" --nodes 2 --micro-batch $batch --batch-per-device --seq $seq
+          --accum $accum --precision fp32 --peak-tflops "$peak_tflops" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5
           "${tiers[@]}")
 "$strata" "${plan_cmd[@]}" --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$work/plan.json"
 
@@ -118,6 +126,14 @@ measured ratios within 25%.
 
 - `tiny` on 8 ranks of `configs/topology/2node-2gpu-2die.toml` (2 nodes x 2 GPUs x 2 dies),
   micro-batch {batch} x {seq} tokens, {accum} micro-batches a step, {steps} steps a strategy, one thread a rank.
+- Tensor parallelism: `S+tp2` is `strata train --strategy S --tp 2` (TP over the GPU tier's
+  2 dies, S over the 4 data-parallel ranks left), priced as `--strategy S+tp2`. The two ranks
+  of a TP group read the same batches, so the run takes `--batch {2 * int(batch)}` (a group runs
+  {2 * int(batch)} sequences, each rank half the model's FLOPs for them) and the plan
+  `--batch-per-device` (a TP group of 2 runs 2 x the micro-batch): every row trains the same
+  tokens a step. The TP collectives run over `comm::Collectives` of the same context as the
+  sharding's, so link emulation holds each of their messages to the GPU tier's time like any
+  other; the planner prices them from the schedule's own TP ops (docs/planner.md).
 - Link emulation at scale {scale}: every message is held back to {scale} x its tier's alpha-beta
   time (the tiers act as {float(scale):g} times slower: bandwidth / {scale}, latency x {scale}).
   At this scale the emulated link time dominates this host's own copying (at scale 100 the
@@ -146,7 +162,8 @@ predicted by the planner; "predicted ratio / measured" within 0.75..1.25 is agre
 ## Commands
 
     strata data prepare --input /usr/share/games/fortunes --out WORK/data
-    {train_cmd} --strategy S --out WORK/S      # under mpirun -np 8, OMP_NUM_THREADS=1
+    {train_cmd} --strategy S --batch {batch} --out WORK/S      # under mpirun -np 8, OMP_NUM_THREADS=1
+    {train_cmd} --strategy S --batch {2 * int(batch)} --tp 2 --out WORK/S+tp2
     {plan_cmd} --strategy {','.join(names)} --json
 
 ## What the host cannot reproduce
