@@ -199,8 +199,9 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
              "(communication + Adam), never hidden; GB: bytes a rank sends over each tier a step\n");
   if (model_parallel)
     fmt::print("  tp s: the schedule's tensor-parallel collectives, p2p s: sends between pipeline stages (both on "
-               "the critical path, in their tier's GB); bubble s: 1F1B fill and drain = (p-1) x the slowest stage's micro-batch; a "
-               "strategy+tpN+ppM is its spec over the data-parallel ranks left (docs/planner.md)\n");
+               "the critical path, in their tier's GB); bubble s: 1F1B fill and drain = (p-1) x the slowest "
+               "stage's micro-batch; a strategy+tpN+ppM is its spec over the data-parallel ranks left "
+               "(docs/planner.md)\n");
   if (c.device().tdp_watts > 0) {
     fmt::print("  J/token: device power (idle {:g} W + ({:g} - {:g}) W x the share of the step spent computing) x "
                "devices / tokens a second; tokens/kWh:",

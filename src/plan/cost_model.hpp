@@ -193,7 +193,6 @@ class PlanContext {
   // The schedule of `spec` on this topology, with the model slice's TP collectives (the
   // runtime's own walk, model::tensor_parallel_calls, at the workload's precision).
   shard::Schedule schedule(const shard::ShardSpec& spec) const;
-  const shard::TensorParallelPlan& tensor_parallel() const { return tensor_parallel_; }
   // That schedule, priced: its TP ops on the critical path (tp_allreduce_s, in the step and
   // in their tier's exposed time). `spec` is taken as given (apply precision and overrides
   // before).

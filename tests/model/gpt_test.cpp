@@ -181,7 +181,9 @@ TEST(Gpt, ForwardBackwardFollowsTheUnitOrderAndReadsOnlyAcquiredUnits) {
 struct RecordingTensorParallelGroup final : TensorParallelGroup {
   std::vector<TensorParallelCall> calls;
   bool backward = false;
-  void all_reduce_sum(float*, std::size_t n) override { calls.push_back({TensorParallelCall::AllReduce, n, 4, backward}); }
+  void all_reduce_sum(float*, std::size_t n) override {
+    calls.push_back({TensorParallelCall::AllReduce, n, 4, backward});
+  }
   void all_gather(const float* mine, std::size_t n, float* all) override {
     calls.push_back({TensorParallelCall::AllGather, n, 4, backward});
     std::copy(mine, mine + n, all);
