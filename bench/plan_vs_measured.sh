@@ -23,7 +23,8 @@ source "$(dirname "$0")/common.sh"
 parse_bench_args "$@"
 scale=${SCALE:-10000}
 steps=${STEPS:-6}
-strategies=(ddp zero1 zero3 hsdp zeropp topo)
+# STRATEGY+tpN: `strata train --strategy STRATEGY --tp N`, priced as STRATEGY+tpN.
+strategies=(ddp zero1 zero3 hsdp zeropp topo zero3+tp2 hsdp+tp2)
 ranks=8
 cores=$(nproc)
 topology=$src/configs/topology/2node-2gpu-2die.toml
@@ -34,6 +35,7 @@ batch=16 seq=64 accum=2
 work=$(mktemp -d)
 [[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work" || trap 'rm -rf "$work"' EXIT
 
+load_start=$(cut -d' ' -f1 /proc/loadavg)  # other work shares the machine: said beside the result
 # One rank's compute rate: a full step of the same model and micro-batch on one thread, with
 # nothing else running. 8 ranks share this host's cores, so a rank computes at cores/8 of that.
 "$strata" bench step "${model[@]}" --batch $batch --seq $seq --threads 1 --steps 30 --warmup 3 --json > "$work/bench.json"
@@ -41,40 +43,56 @@ peak_tflops=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.arg
               "$work/bench.json")
 
 "$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
-train_cmd=(train --topology "$topology" "${model[@]}" --batch $batch --seq $seq --grad-accum $accum --steps "$steps"
-           --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" --emulate-links --emulate-scale "$scale")
+# Each step's tokens/s from its progress line (--log-every 1), so no run needs an output folder.
+train_cmd=(train --topology "$topology" "${model[@]}" --seq $seq --grad-accum $accum --steps "$steps"
+           --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" --emulate-links --emulate-scale "$scale"
+           --log-every 1)
+# Under --tp N the N ranks of a TP group read the same batches: a group runs N x the batch, so
+# every run trains the same tokens a step (and each rank computes the same FLOPs).
 for strategy in "${strategies[@]}"; do
-  OMP_NUM_THREADS=1 "${mpi[@]}" -np $ranks "$strata" "${train_cmd[@]}" --strategy "$strategy" --out "$work/$strategy" \
-    > /dev/null
+  tp=1
+  [[ $strategy == *+tp* ]] && tp=${strategy##*+tp}
+  train_split=(--strategy "${strategy%%+*}" --batch $((batch * tp)))
+  [[ $tp -gt 1 ]] && train_split+=(--tp "$tp")
+  OMP_NUM_THREADS=1 "${mpi[@]}" -np $ranks "$strata" "${train_cmd[@]}" "${train_split[@]}" > "$work/$strategy.log"
 done
 
 # The same tiers the emulation ran: bandwidth divided by SCALE, latency multiplied by it.
 scaled_tier_flags "$topology" "$scale"
 # Adam streams ~28 bytes an element; this host's ~20 GB/s of memory bandwidth is shared by 8 ranks.
-plan_cmd=(plan "${model[@]}" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum
-          --precision fp32 --peak-tflops "$peak_tflops" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5
+# --batch-per-device: a TP group of N runs N x the micro-batch, as the runs above do.
+plan_cmd=(plan "${model[@]}" --topology "$topology" --nodes 2 --micro-batch $batch --batch-per-device --seq $seq
+          --accum $accum --precision fp32 --peak-tflops "$peak_tflops" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5
           "${tiers[@]}")
 "$strata" "${plan_cmd[@]}" --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$work/plan.json"
 
+load_end=$(cut -d' ' -f1 /proc/loadavg)
 /usr/bin/python3 - "$work" "$src" "$markdown" "$scale" "$peak_tflops" "$cores" "$ranks" "$steps" "$batch" "$seq" \
-  "$accum" "${strategies[*]}" "strata ${train_cmd[*]}" "strata ${plan_cmd[*]}" <<'PY'
-import json, os, statistics, sys
-work, src, markdown, scale, peak, cores, ranks, steps, batch, seq, accum, names, train_cmd, plan_cmd = sys.argv[1:]
+  "$accum" "${strategies[*]}" "strata ${train_cmd[*]}" "strata ${plan_cmd[*]}" "$load_start" "$load_end" <<'PY'
+import json, os, re, statistics, sys
+(work, src, markdown, scale, peak, cores, ranks, steps, batch, seq, accum, names, train_cmd, plan_cmd, load_start,
+ load_end) = sys.argv[1:]
 names = names.split()
 # The commands as a reader would type them from the repository root (WORK: the runs' folder).
 train_cmd, plan_cmd = (c.replace(work, "WORK").replace(src.rstrip("/") + "/", "") for c in (train_cmd, plan_cmd))
 bench = json.load(open(os.path.join(work, "bench.json")))
 plan = json.load(open(os.path.join(work, "plan.json")))["strategies"]
+# Every row trains the same tokens a step: batch x seq x accum on each of the ranks (a TP
+# group of N runs N x the batch on N ranks).
+tokens_per_step = int(batch) * int(seq) * int(accum) * int(ranks)
 rows = {}
 for n in names:
-    summary = json.load(open(os.path.join(work, n, "summary.json")))
-    metrics = [json.loads(l) for l in open(os.path.join(work, n, "metrics.jsonl"))]
+    per_step = {int(m.group(1)): float(m.group(2))
+                for m in re.finditer(r"^step (\d+)/\d+ .*\| ([0-9.]+) tok/s", open(os.path.join(work, n + ".log")).read(),
+                                     re.M)}
+    if sorted(per_step) != list(range(1, int(steps) + 1)):
+        sys.exit(f"{n}: progress lines for steps {sorted(per_step)}, expected 1..{steps}")
     # Step 1 pays first-touch allocation and MPI connection set-up: left out. The median of
     # the rest resists the host's scheduling noise.
-    timed = metrics[1:]
+    timed = [per_step[k] for k in range(2, int(steps) + 1)]
     p = plan[n]
     rows[n] = dict(
-        measured=statistics.median(summary["tokens_per_step"] / m["tokens_per_s"] for m in timed),
+        measured=statistics.median(tokens_per_step / t for t in timed),
         predicted=p["step_time_s"], p_compute=p["compute_s"] + p["optimizer_s"],
         p_comm=p["step_time_s"] - p["compute_s"] - p["optimizer_s"])
 base = rows["ddp"]
@@ -96,7 +114,8 @@ rate = (f"one rank's compute: {bench['gflops']:.1f} GFLOP/s alone on one thread 
         f"{ranks} ranks = {float(peak) * 1e3:.2f} GFLOP/s a rank")
 verdict = ("every ratio agrees within 25%" if not disagree
            else f"ratios more than 25% off: {', '.join(disagree)}")
-print(f"emulation scale {scale}; {rate}")
+load = f"1-minute load average {load_start} when the runs began, {load_end} when they ended, on {cores} cores"
+print(f"emulation scale {scale}; {rate}; {load}")
 print(table)
 print(verdict)
 if markdown:
@@ -118,6 +137,14 @@ measured ratios within 25%.
 
 - `tiny` on 8 ranks of `configs/topology/2node-2gpu-2die.toml` (2 nodes x 2 GPUs x 2 dies),
   micro-batch {batch} x {seq} tokens, {accum} micro-batches a step, {steps} steps a strategy, one thread a rank.
+- Tensor parallelism: `S+tp2` is `strata train --strategy S --tp 2` (TP over the GPU tier's
+  2 dies, S over the 4 data-parallel ranks left), priced as `--strategy S+tp2`. The two ranks
+  of a TP group read the same batches, so the run takes `--batch {2 * int(batch)}` (a group runs
+  {2 * int(batch)} sequences, each rank half the model's FLOPs for them) and the plan
+  `--batch-per-device` (a TP group of 2 runs 2 x the micro-batch): every row trains the same
+  tokens a step. The TP collectives run over `comm::Collectives` of the same context as the
+  sharding's, so link emulation holds each of their messages to the GPU tier's time like any
+  other; the planner prices them from the schedule's own TP ops (docs/planner.md).
 - Link emulation at scale {scale}: every message is held back to {scale} x its tier's alpha-beta
   time (the tiers act as {float(scale):g} times slower: bandwidth / {scale}, latency x {scale}).
   At this scale the emulated link time dominates this host's own copying (at scale 100 the
@@ -131,8 +158,10 @@ measured ratios within 25%.
   single-thread figure includes AdamW in its step time (a small share for `tiny`).
   `--hbm-gbps 2.5` (this host's ~20 GB/s shared by 8 ranks) prices Adam; `--device-memory-gb 3`
   only sets the fit verdict.
-- Measured step time: the median over steps 2..{steps} of each step's time (tokens a step /
-  that step's tokens/s in `metrics.jsonl`); step 1 pays allocation and connection set-up.
+- Machine load: {load} (the 8 ranks themselves account for up to 8 of it).
+- Measured step time: the median over steps 2..{steps} of each step's time (tokens a step,
+  {tokens_per_step}, / that step's tokens/s in its progress line, `--log-every 1`); step 1 pays
+  allocation and connection set-up.
   Predicted compute+Adam / exposed comm: the planner's split of its step time (exposed comm =
   micro-batch communication not hidden by compute plus the optimizer-step phase's).
 
@@ -146,7 +175,8 @@ predicted by the planner; "predicted ratio / measured" within 0.75..1.25 is agre
 ## Commands
 
     strata data prepare --input /usr/share/games/fortunes --out WORK/data
-    {train_cmd} --strategy S --out WORK/S      # under mpirun -np 8, OMP_NUM_THREADS=1
+    {train_cmd} --strategy S --batch {batch}      # under mpirun -np 8, OMP_NUM_THREADS=1
+    {train_cmd} --strategy S --batch {2 * int(batch)} --tp 2
     {plan_cmd} --strategy {','.join(names)} --json
 
 ## What the host cannot reproduce

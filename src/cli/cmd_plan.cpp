@@ -206,9 +206,10 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
                  e.strategy, e.recompute_matmul_s, e.recompute_memory_bound_s);
   }
   if (model_parallel)
-    fmt::print("  tp s: tensor-parallel all-reduces, p2p s: sends between pipeline stages (both on the critical path, "
-               "in their tier's GB); bubble s: 1F1B fill and drain = (p-1) x the slowest stage's micro-batch; a "
-               "strategy+tpN+ppM is its spec over the data-parallel ranks left (docs/planner.md)\n");
+    fmt::print("  tp s: the schedule's tensor-parallel collectives, p2p s: sends between pipeline stages (both on "
+               "the critical path, in their tier's GB); bubble s: 1F1B fill and drain = (p-1) x the slowest "
+               "stage's micro-batch; a strategy+tpN+ppM is its spec over the data-parallel ranks left "
+               "(docs/planner.md)\n");
   if (c.device().tdp_watts > 0) {
     fmt::print("  J/token: device power (idle {:g} W + ({:g} - {:g}) W x the share of the step spent computing) x "
                "devices / tokens a second; tokens/kWh:",
@@ -334,13 +335,17 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
     throw Error(fmt::format("--compare-summary {}: no strategy: a single-process run, whose bytes the planner does "
                             "not price (compare a run under mpirun with --strategy)",
                             path));
-  // A preset changed by overrides: '*' in the plan, '+custom' in the run.
-  const std::string run_strategy = summary["strategy"].get<std::string>();
-  const std::string plan_strategy =
-      e.strategy.ends_with("*") ? e.strategy.substr(0, e.strategy.size() - 1) + "+custom" : e.strategy;
+  // A preset changed by overrides: '*' in the plan, '+custom' in the run; a TP run's degree as
+  // the plan names it (zero3+tp2).
+  const plan::ModelParallel run_mp{summary.value("tensor_parallel", 1), 1, "", ""};
+  const std::string run_strategy = plan::variant_name(summary["strategy"].get<std::string>(), run_mp);
+  std::string plan_strategy = e.strategy;
+  if (const std::size_t star = plan_strategy.find('*'); star != std::string::npos)
+    plan_strategy.replace(star, 1, "+custom");
   if (run_strategy != plan_strategy)
     throw differs("strategy", run_strategy, plan_strategy,
-                  fmt::format("plan it with --strategy {}", run_strategy.substr(0, run_strategy.find('+'))));
+                  fmt::format("plan it with --strategy {}",
+                              plan::variant_name(run_strategy.substr(0, run_strategy.find('+')), run_mp)));
   if (summary.contains("world_size") && summary["world_size"] != e.world_size)
     throw differs("world size", fmt::format("{} ranks", summary["world_size"].dump()),
                   fmt::format("{} ranks", e.world_size), "choose --nodes to match");
@@ -481,10 +486,9 @@ void run_plan(const PlanOptions& o) {
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
   if ((o.print_schedule || !o.compare_summary.empty()) &&
-      (o.tp_opt->count() || o.pp_opt->count() || o.strategy.find('+') != std::string::npos))
-    throw Error(fmt::format("{}: strata plan prices tensor and pipeline parallelism from its own list of their "
-                            "collectives, not from a schedule (strata train --tp N --print-schedule --world-size W "
-                            "prints a TP run's); leave out --tp, --pp and +tpN/+ppN",
+      (o.pp_opt->count() || o.strategy.find("+pp") != std::string::npos))
+    throw Error(fmt::format("{}: a pipeline's sends are priced beside the stages' schedules, not in one (the "
+                            "runtime runs no pipeline); leave out --pp and +ppN",
                             o.print_schedule ? "--print-schedule" : "--compare-summary"));
   if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   topology.resolve(topology.world_size_for_nodes(o.nodes));
@@ -527,12 +531,14 @@ void run_plan(const PlanOptions& o) {
   }
 
   if (o.print_schedule) {
-    // The very schedules the estimates price (the context's units, its accumulation steps).
+    // The very schedules the estimates price (TP ops included).
     nlohmann::json schedules = nlohmann::json::object();
     for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision)) {
-      const shard::Schedule schedule(context.units(), topology, s.spec, workload.accumulation_steps,
-                                     workload.collectives);
-      if (o.json) schedules[s.name] = schedule.to_json();
+      const shard::Schedule schedule =
+          plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).stage(0).schedule(
+              s.spec);
+      const std::string name = plan::variant_name(s.name, s.mp);
+      if (o.json) schedules[name] = schedule.to_json();
       else fmt::print("{}\n", schedule.table());
     }
     if (o.json) fmt::print("{}\n", nlohmann::json{{"model", model.to_json()}, {"schedules", schedules}}.dump(2));
@@ -561,7 +567,11 @@ void run_plan(const PlanOptions& o) {
     print_estimates(context, estimates);
   }
   std::fflush(stdout);
-  if (!o.compare_summary.empty()) compare_summary(o.compare_summary, estimates.front(), topology, workload.precision);
+  if (!o.compare_summary.empty())
+    compare_summary(o.compare_summary, estimates.front(),
+                    plan::model_parallel_dims(topology, chosen_strategies(o, topology, workload.precision).front().mp)
+                        .data_parallel_topology(topology),
+                    workload.precision);
 }
 
 const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {

@@ -439,19 +439,6 @@ float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, cons
   return loss;
 }
 
-std::vector<TensorParallelCall> GPT::tensor_parallel_calls(const GPTConfig& config, int batch, int seq,
-                                                           bool recompute) {
-  using K = TensorParallelCall;
-  const std::size_t BT = static_cast<std::size_t>(batch) * seq, activation = BT * config.n_embd;
-  const int L = config.n_layer;
-  std::vector<TensorParallelCall> calls{{K::AllReduce, activation, false}};  // embedding
-  for (int l = 0; l < L; ++l) calls.insert(calls.end(), 2, {K::AllReduce, activation, false});
-  calls.push_back({K::AllGather, 3 * BT, false});     // vocab-parallel loss
-  calls.push_back({K::AllReduce, activation, true});  // head input's gradient
-  for (int l = 0; l < L; ++l) calls.insert(calls.end(), recompute ? 4 : 2, {K::AllReduce, activation, true});
-  return calls;
-}
-
 std::vector<UnitEvent> GPT::event_order(const GPTConfig& config) {
   using K = UnitEvent;
   const int L = config.n_layer, E = 0, F = L + 1;

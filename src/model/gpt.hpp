@@ -46,13 +46,6 @@ class GPT final : public Model {
   int batch() const override { return B_; }
   int seq() const override { return T_; }
   static std::vector<UnitEvent> event_order(const GPTConfig& config);  // the walk above
-  // Its TP collectives (model.hpp's tensor_parallel_calls): the embedding's output, each
-  // block's two row-parallel outputs and the loss's (max, sum, target) gather in forward; the
-  // head input's gradient and each block's two column-parallel input gradients (after its
-  // two forward all-reduces again under recomputation) in backward.
-  static std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int batch, int seq,
-                                                               bool recompute);
-
   float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                          float grad_scale) override;
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;

@@ -18,7 +18,7 @@ std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, i
                                                       bool recompute) {
   if (tp == 1) return {};
   static_cast<void>(ParamLayout(config, {tp, 0}));  // refuses a model that does not split so
-  return GPT::tensor_parallel_calls(config, batch, seq, recompute);
+  return tensor_parallel_calls(TensorParallelWalk{config.n_layer, config.n_embd, batch, seq, recompute});
 }
 
 std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {

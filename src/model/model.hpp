@@ -42,7 +42,8 @@ struct UnitEvent {
 // The walk of one training micro-batch of the config's family.
 std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
 // The TP collectives of one training micro-batch of `batch` x `seq` tokens under a split of
-// `tp` (none for tp 1), in the order forward_backward runs them.
+// `tp` (none for tp 1), in the order forward_backward runs them: the walk of the whole model
+// in fp32 (tensor_parallel.hpp). Throws Error for a model that does not split so.
 std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int tp, int batch, int seq,
                                                       bool recompute);
 

@@ -18,6 +18,7 @@
 // all-reduced), so they stay identical without a reduction of their own.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace strata::model {
 
@@ -38,13 +39,36 @@ class TensorParallelGroup {
 
 // One collective of a training micro-batch's TP walk, in the order the model runs them
 // (forward's first: evaluation runs those alone). The sharding schedule makes each an op, so
-// the accounting counts them and the runtime checks every call against them.
+// the accounting counts them, the runtime checks every call against them and the planner
+// prices them.
 struct TensorParallelCall {
   enum Kind { AllReduce, AllGather } kind = AllReduce;
-  std::size_t elements = 0;  // fp32 a rank: the buffer reduced, or what each rank contributes
+  std::size_t elements = 0;  // a rank's: the buffer reduced, or what each rank contributes
+  int element_bytes = 4;     // on the wire: the activations' precision; the loss's statistics are fp32
   bool backward = false;
   bool operator==(const TensorParallelCall&) const = default;
 };
+
+// What decides a micro-batch's TP collectives, whoever asks: the runtime's GPT-2 (fp32, the
+// whole model) and the planner's shapes of every family (its precision, one pipeline
+// stage's slice). Every family splits the same way (above): per block one all-reduce after
+// each row-parallel output, one per column-parallel input's gradient; the SwiGLU gate is
+// column-parallel beside its up projection, so it adds none.
+struct TensorParallelWalk {
+  int blocks = 0;            // blocks this rank runs
+  int hidden = 0;
+  int batch = 0, seq = 0;    // one micro-batch
+  bool recompute = false;    // backward runs each block's forward (and its all-reduces) again
+  bool embedding = true;     // holds the vocab-parallel embedding (a pipeline's first stage)
+  bool head = true;          // holds the vocab-parallel LM head and loss (a pipeline's last stage)
+  int activation_bytes = 4;  // 4: strata's fp32 runtime; 2: a bf16 system
+};
+// In the order the model runs them: the embedding's output, each block's two row-parallel
+// outputs, the loss's gather of (max, sum of exponentials, target logit) per row (3·B·T fp32
+// from each rank: one all-gather instead of three all-reduces, as many bytes at TP 2 and
+// fewer messages); then in backward the head input's gradient and each block's two
+// column-parallel input gradients (after its two forward all-reduces again under recompute).
+std::vector<TensorParallelCall> tensor_parallel_calls(const TensorParallelWalk& walk);
 
 // What a model computes with under tensor parallelism; the default is no split.
 struct TensorParallel {

@@ -140,6 +140,7 @@ double op_time_s(const ScheduledOp& op, const topo::Topology& topology) {
 
 Collective collective_of(const ScheduledOp& op) {
   if (op.kind == shard::OpKind::AllGather) return Collective::AllGather;
+  if (op.kind == shard::OpKind::AllReduce) return Collective::AllReduce;  // tensor parallelism's
   return op.algorithm == shard::Algorithm::AllToAll ? Collective::AllToAll : Collective::ReduceScatter;
 }
 
@@ -398,7 +399,8 @@ void set_throughput(Estimate& e, const ModelShape& model, const Workload& worklo
 }
 
 PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
-                         std::vector<LeaveOut> leave_out, std::optional<Calibration> calibration)
+                         std::vector<LeaveOut> leave_out, std::optional<Calibration> calibration,
+                         int tensor_parallel_level)
     : model_(std::move(model)),
       topology_(std::move(topology)),
       device_(std::move(device)),
@@ -410,6 +412,11 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
   model_.validate();
   device_.validate();
   workload_.validate(model_);
+  if (model_.tensor_parallel > 1)
+    tensor_parallel_ = {model_.tensor_parallel, tensor_parallel_level,
+                        model::tensor_parallel_calls(model_.tensor_parallel_walk(
+                            workload_.micro_batch, workload_.seq, workload_.recompute,
+                            compute_bytes(workload_.precision)))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
@@ -443,8 +450,13 @@ bool PlanContext::left_out(const ScheduledOp& op) const {
   return false;
 }
 
+shard::Schedule PlanContext::schedule(const shard::ShardSpec& spec) const {
+  return shard::Schedule(units_, topology_, spec, workload_.accumulation_steps, workload_.collectives,
+                         tensor_parallel_);
+}
+
 Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spec) const {
-  const shard::Schedule schedule(units_, topology_, spec, workload_.accumulation_steps, workload_.collectives);
+  const shard::Schedule schedule = this->schedule(spec);
   const int K = workload_.accumulation_steps;
   Estimate e;
   e.strategy = std::move(strategy);
@@ -508,6 +520,18 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     e.tiers[t].busy_s += (K - 1) * mb.busy_by_level[t] + last.busy_by_level[t];
     e.tiers[t].exposed_micro_s = (K - 1) * mb.exposed_by_level[t] + last.exposed_by_level[t];
   }
+  // Tensor parallelism's collectives sit inside the model's compute, which waits for each
+  // (the runtime issues them on the communication stream and blocks on them): all their time
+  // is on the critical path and exposed on their tier, K times a step.
+  double tp_s = 0;
+  for (const ScheduledOp& op : schedule.tensor_parallel_ops()) {
+    const OpPrice p = price(op);
+    tp_s += p.seconds();
+    e.tiers[op.level].latency_s += K * p.latency_s;
+    e.tiers[op.level].busy_s += K * p.seconds();
+    e.tiers[op.level].exposed_micro_s += K * p.seconds();
+  }
+  e.tp_allreduce_s = K * tp_s;
   e.left_out = dropped;
 
   // Adam on the OS shard streams master weight, m and v in and out (24 bytes), reads the
@@ -524,7 +548,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.overlap_slowdown_s = (K - 1) * mb.slowdown_s + last.slowdown_s;
   e.exposed_micro_s = (K - 1) * (mb.makespan_s - mb.compute_s - mb.slowdown_s) +
                       (last.makespan_s - last.compute_s - last.slowdown_s);
-  e.step_time_s = (K - 1) * mb.makespan_s + last.makespan_s + e.step_comm_s + e.optimizer_s;
+  e.step_time_s = (K - 1) * mb.makespan_s + last.makespan_s + e.tp_allreduce_s + e.step_comm_s + e.optimizer_s;
   e.tokens_per_step = static_cast<double>(workload_.micro_batch) * workload_.seq * K * e.world_size;
   set_throughput(e, model_, workload_, device_);
 

@@ -81,7 +81,9 @@ double op_time_s(const shard::ScheduledOp& op, const topo::Topology& topology);
 // One op's time in two parts: the fixed cost (latency, launch) and the bytes' time at the
 // bandwidth. Without a calibration, op_time_s's α-β; with one, the measured curve of the
 // op's tier and collective (CollectiveCurve::seconds_for): a ring all-gather is an
-// all-gather, a ring reduce-scatter a reduce-scatter, a quantized reduction an all-to-all.
+// all-gather, a ring reduce-scatter a reduce-scatter, a quantized reduction an all-to-all, a
+// tensor-parallel all-reduce an all-reduce (2(t-1) messages of one chunk: α-β prices it as a
+// reduce-scatter plus an all-gather).
 struct OpPrice {
   double latency_s = 0, bandwidth_s = 0;
   double seconds() const { return latency_s + bandwidth_s; }
@@ -155,7 +157,7 @@ struct Estimate {
   std::vector<std::string> left_out;
   // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
   int tensor_parallel = 1, pipeline_stages = 1;
-  double tp_allreduce_s = 0;         // per step: tensor-parallel all-reduces, on the critical path
+  double tp_allreduce_s = 0;         // per step: the schedule's tensor-parallel ops, on the critical path
   double pp_p2p_s = 0;               // per step: activation sends between stages, on the critical path
   double pp_bubble_s = 0;            // per step: 1F1B fill and drain
   double pp_bubble_fraction = 0;     // (p-1)/(m+p-1)
@@ -177,8 +179,12 @@ class PlanContext {
  public:
   // With a calibration, its measured curves price communication, compute and Adam (the
   // device's peak then only scales MFU); it must cover every tier of the topology.
+  // A model sliced by tensor parallelism (ModelShape::slice) runs its TP collectives over
+  // tier `tensor_parallel_level` (`topology` is then the data-parallel one, whose tiers are
+  // the physical ones by index).
   PlanContext(ModelShape model, topo::Topology topology, DeviceFacts device, Workload workload,
-              std::vector<LeaveOut> leave_out = {}, std::optional<Calibration> calibration = std::nullopt);
+              std::vector<LeaveOut> leave_out = {}, std::optional<Calibration> calibration = std::nullopt,
+              int tensor_parallel_level = 0);
 
   const ModelShape& model() const { return model_; }
   const topo::Topology& topology() const { return topology_; }
@@ -187,8 +193,12 @@ class PlanContext {
   const shard::UnitPlan& units() const { return units_; }
   const std::optional<Calibration>& calibration() const { return calibration_; }
 
-  // The schedule of `spec` on this topology, priced. `spec` is taken as given (apply
-  // precision and overrides before).
+  // The schedule of `spec` on this topology, with the model slice's TP collectives (the
+  // runtime's own walk, model::tensor_parallel_calls, at the workload's precision).
+  shard::Schedule schedule(const shard::ShardSpec& spec) const;
+  // That schedule, priced: its TP ops on the critical path (tp_allreduce_s, in the step and
+  // in their tier's exposed time). `spec` is taken as given (apply precision and overrides
+  // before).
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   nlohmann::json assumptions() const;
   // What --recompute reruns and keeps, with its per-block figures (the explanation's line).
@@ -204,6 +214,7 @@ class PlanContext {
   std::vector<LeaveOut> leave_out_;
   std::optional<Calibration> calibration_;
   shard::UnitPlan units_;
+  shard::TensorParallelPlan tensor_parallel_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
   double rerun_matmul_s_ = 0, rerun_memory_bound_s_ = 0;  // one micro-batch, all units
 };

@@ -55,83 +55,32 @@ parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const
   return parallel::ParallelDims::model_parallel(topology, mp.tp, tp_level, mp.pp, pp_level);
 }
 
-std::vector<shard::ScheduledOp> ModelParallelOp::steps() const {
+shard::ScheduledOp PipelineSend::op() const {
   shard::ScheduledOp op{};
   op.when = when;
   op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind and algorithm are
+  op.kind = shard::OpKind::AllGather;
   op.algorithm = shard::Algorithm::Ring;
   op.level = level;
   op.wire = element_bytes == 4 ? comm::DType::F32 : comm::DType::BF16;
-  if (kind == ModelParallelKind::Send) {
-    op.kind = shard::OpKind::AllGather;
-    op.group_size = 2;
-    op.elements_in = op.elements_out = elements;
-    op.bytes_sent = op.bytes_received = elements * element_bytes;
-    op.messages = 1;
-    return {op};
-  }
-  const std::size_t chunk = (elements + group_size - 1) / group_size;
-  op.group_size = group_size;
-  op.bytes_sent = op.bytes_received = (group_size - 1) * chunk * element_bytes;
-  op.messages = group_size - 1;
-  shard::ScheduledOp reduce = op, gather = op;
-  reduce.kind = shard::OpKind::ReduceScatter;
-  reduce.elements_in = chunk * group_size;
-  reduce.elements_out = chunk;
-  gather.kind = shard::OpKind::AllGather;
-  gather.elements_in = chunk;
-  gather.elements_out = chunk * group_size;
-  return {reduce, gather};
+  op.group_size = 2;
+  op.elements_in = op.elements_out = elements;
+  op.bytes_sent = op.bytes_received = bytes_sent();
+  op.messages = 1;
+  return op;
 }
 
-std::size_t ModelParallelOp::bytes_sent() const {
-  std::size_t bytes = 0;
-  for (const shard::ScheduledOp& s : steps()) bytes += s.bytes_sent;
-  return bytes;
-}
-
-int ModelParallelOp::messages() const {
-  int n = 0;
-  for (const shard::ScheduledOp& s : steps()) n += s.messages;
-  return n;
-}
-
-std::vector<ModelParallelOp> model_parallel_ops(const ModelShape& slice, const parallel::ParallelDims& dims,
-                                                const Workload& workload) {
-  using shard::When;
-  std::vector<ModelParallelOp> ops;
-  const std::size_t tokens = static_cast<std::size_t>(workload.micro_batch) * workload.seq;
-  const std::size_t activations = tokens * slice.hidden;
+std::vector<PipelineSend> pipeline_sends(const ModelShape& slice, const parallel::ParallelDims& dims,
+                                         const Workload& workload) {
+  std::vector<PipelineSend> sends;
+  if (dims.pipeline == 1) return sends;
+  const std::size_t activations = static_cast<std::size_t>(workload.micro_batch) * workload.seq * slice.hidden;
   const int e = compute_bytes(workload.precision);
-  const int layers = slice.layers / slice.stages;
-  const bool first = slice.stage == 0, last = slice.stage == slice.stages - 1;
-  auto all_reduce = [&](std::string purpose, When when, std::size_t elements, int bytes, int count) {
-    ops.push_back({ModelParallelKind::AllReduce, std::move(purpose), when, dims.tensor_level, dims.tensor, elements,
-                   bytes, count, true});
-  };
-  if (dims.tensor > 1) {
-    if (first) all_reduce("embedding-output", When::Forward, activations, e, 1);
-    all_reduce("attention-output", When::Forward, activations, e, layers);
-    all_reduce("mlp-output", When::Forward, activations, e, layers);
-    if (workload.recompute) {
-      all_reduce("attention-output-recomputed", When::Backward, activations, e, layers);
-      all_reduce("mlp-output-recomputed", When::Backward, activations, e, layers);
-    }
-    all_reduce("mlp-input-grad", When::Backward, activations, e, layers);
-    all_reduce("attention-input-grad", When::Backward, activations, e, layers);
-    if (last) {
-      all_reduce("loss-vocab-parallel", When::Forward, tokens, 4, 3);
-      all_reduce("head-input-grad", When::Backward, activations, e, 1);
-    }
-  }
-  if (dims.pipeline > 1) {
-    auto send = [&](std::string purpose, When when) {
-      ops.push_back({ModelParallelKind::Send, std::move(purpose), when, dims.pipeline_level, 2, activations, e, 1, true});
-    };
-    if (!last) send("activation-send", When::Forward);
-    if (!first) send("activation-grad-send", When::Backward);
-  }
-  return ops;
+  if (slice.stage != slice.stages - 1)
+    sends.push_back({"activation-send", shard::When::Forward, dims.pipeline_level, activations, e});
+  if (slice.stage != 0)
+    sends.push_back({"activation-grad-send", shard::When::Backward, dims.pipeline_level, activations, e});
+  return sends;
 }
 
 double pipeline_bubble_fraction(int stages, int micro_batches) {
@@ -153,12 +102,15 @@ nlohmann::json model_parallel_assumptions() {
       {"tensor_parallel",
        "Megatron splits over --tp ranks of --tp-tier (innermost by default): qkv and MLP input column-parallel, "
        "attention and MLP output row-parallel, embeddings and LM head vocab-parallel; norms and row-parallel "
-       "biases replicated; no sequence parallelism. Per block 2 all-reduces of micro_batch x seq x hidden in "
-       "forward and 2 in backward (2 more when recomputed), plus the embedding's output, the head input's "
-       "gradient and 3 fp32 loss reductions of micro_batch x seq; ring all-reduce = reduce-scatter + all-gather "
-       "priced per step like the schedule's ops, all on the critical path. Weights, gradients, optimizer state "
+       "biases replicated; no sequence parallelism. The TP collectives are ops of the stage's shard::Schedule, "
+       "the very list the runtime runs (model::tensor_parallel_calls): per block 2 all-reduces of micro_batch x "
+       "seq x hidden in forward and 2 in backward (2 more when recomputed), the embedding's output (first stage), "
+       "and on the last stage the head input's gradient and one all-gather of the loss's (max, sum of "
+       "exponentials, target logit) a row, 3 x micro_batch x seq fp32 from each rank; activations at --precision "
+       "bytes. A ring all-reduce sends 2(tp-1) chunks of 1/tp, priced by price_op like every op (with a "
+       "calibration: its all_reduce curve); all on the critical path. Weights, gradients, optimizer state "
        "and FLOPs of split matrices / tp; activations: the norms' inputs and outputs (4 x hidden) whole, the "
-       "rest / tp. Priced in the planner: the runtime runs no TP yet, so these ops are not in shard::Schedule"},
+       "rest / tp"},
       {"pipeline",
        "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage, the embedding "
        "on the first and final norm + head on the last; m = --accum micro-batches; stage s holds min(p - s, m) "
@@ -178,12 +130,13 @@ nlohmann::json model_parallel_assumptions() {
 namespace {
 
 std::vector<PlanContext> stage_contexts(const ModelShape& model, const topo::Topology& dp_topology,
-                                        const DeviceFacts& device, const Workload& workload, const ModelParallel& mp,
-                                        const std::vector<LeaveOut>& leave_out,
+                                        const DeviceFacts& device, const Workload& workload,
+                                        const parallel::ParallelDims& dims, const std::vector<LeaveOut>& leave_out,
                                         const std::optional<Calibration>& calibration) {
   std::vector<PlanContext> out;
-  for (int s = 0; s < mp.pp; ++s)
-    out.emplace_back(model.slice(mp.tp, s, mp.pp), dp_topology, device, workload, leave_out, calibration);
+  for (int s = 0; s < dims.pipeline; ++s)
+    out.emplace_back(model.slice(dims.tensor, s, dims.pipeline), dp_topology, device, workload, leave_out,
+                     calibration, dims.tensor_level);
   return out;
 }
 
@@ -211,20 +164,13 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
       workload_(split_workload(workload, mp)),
       mp_(std::move(mp)),
       dims_(model_parallel_dims(topology_, mp_)),
-      stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, mp_,
+      stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, dims_,
                              leave_out, calibration)) {
-  const Calibration* calibrated = calibrated_();
   for (int s = 0; s < mp_.pp; ++s) {
-    ops_.push_back(model_parallel_ops(stages_[s].model(), dims_, workload_));
-    double all = 0, tp = 0;
-    for (const ModelParallelOp& op : ops_.back()) {
-      double one = 0;
-      for (const shard::ScheduledOp& step : op.steps()) one += price_op(step, topology_, calibrated).seconds();
-      all += op.per_micro_batch * one;
-      if (op.kind == ModelParallelKind::AllReduce) tp += op.per_micro_batch * one;
-    }
-    op_seconds_.push_back(all);
-    tp_seconds_.push_back(tp);
+    sends_.push_back(pipeline_sends(stages_[s].model(), dims_, workload_));
+    double seconds = 0;
+    for (const PipelineSend& send : sends_.back()) seconds += price_op(send.op(), topology_, calibrated_()).seconds();
+    send_seconds_.push_back(seconds);
   }
 }
 
@@ -232,7 +178,7 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
   const int p = mp_.pp, m = workload_.accumulation_steps;
   std::vector<Estimate> stages;
   int slowest = 0, largest = 0;
-  std::vector<double> micro_s;  // a stage's micro-batch time: data-parallel part + TP and sends
+  std::vector<double> micro_s;  // a stage's micro-batch time: its schedule's (TP included) + its sends
   for (int s = 0; s < p; ++s) {
     Estimate e = stages_[s].estimate(strategy, spec);
     // 1F1B: stage s holds the activations of up to p - s micro-batches at once.
@@ -240,7 +186,7 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
     e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
                            e.memory.gathered + e.activation_bytes;
     e.fits = e.total_memory_bytes <= e.device_memory_bytes;
-    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m + op_seconds_[s]);
+    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m + send_seconds_[s]);
     stages.push_back(std::move(e));
     if (micro_s[s] > micro_s[slowest]) slowest = s;
     if (stages[s].total_memory_bytes > stages[largest].total_memory_bytes) largest = s;
@@ -255,27 +201,21 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
   r.total_memory_bytes = stages[largest].total_memory_bytes;
   r.fits = r.total_memory_bytes <= r.device_memory_bytes;
 
-  // TP and sends sit on the critical path: every second of them is exposed on its tier.
-  for (const ModelParallelOp& op : ops_[slowest]) {
-    TierCost& tier = r.tiers[op.level];
-    double one = 0;
-    for (const shard::ScheduledOp& step : op.steps()) {
-      const OpPrice price = price_op(step, topology_, calibrated_());
-      one += price.seconds();
-      tier.latency_s += static_cast<double>(m) * op.per_micro_batch * price.latency_s;
-    }
-    const double per_step = static_cast<double>(m) * op.per_micro_batch;
-    tier.traffic.bytes_sent += static_cast<std::uint64_t>(per_step) * op.bytes_sent();
-    tier.traffic.bytes_received += static_cast<std::uint64_t>(per_step) * op.bytes_sent();
-    tier.traffic.messages += static_cast<std::uint64_t>(per_step) * op.messages();
-    tier.busy_s += per_step * one;
-    tier.exposed_micro_s += per_step * one;
+  // Sends sit on the critical path: every second of them is exposed on their tier.
+  for (const PipelineSend& send : sends_[slowest]) {
+    TierCost& tier = r.tiers[send.level];
+    const OpPrice price = price_op(send.op(), topology_, calibrated_());
+    tier.latency_s += m * price.latency_s;
+    tier.traffic.bytes_sent += static_cast<std::uint64_t>(m) * send.bytes_sent();
+    tier.traffic.bytes_received += static_cast<std::uint64_t>(m) * send.bytes_sent();
+    tier.traffic.messages += static_cast<std::uint64_t>(m);
+    tier.busy_s += m * price.seconds();
+    tier.exposed_micro_s += m * price.seconds();
   }
-  r.tp_allreduce_s = m * tp_seconds_[slowest];
-  r.pp_p2p_s = m * (op_seconds_[slowest] - tp_seconds_[slowest]);
+  r.pp_p2p_s = m * send_seconds_[slowest];
   r.pp_bubble_fraction = pipeline_bubble_fraction(p, m);
   r.pp_bubble_s = (p - 1) * micro_s[slowest];
-  r.step_time_s = stages[slowest].step_time_s + m * op_seconds_[slowest] + r.pp_bubble_s;
+  r.step_time_s = stages[slowest].step_time_s + r.pp_p2p_s + r.pp_bubble_s;
 
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   r.tokens_per_step = tokens * m * dims_.data_parallel_size();

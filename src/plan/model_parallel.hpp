@@ -4,11 +4,11 @@
 // (docs/planner.md "Tensor and pipeline parallelism", "Energy").
 //
 // The split comes from parallel::ParallelDims: a tier of size s holding a TP slice of t
-// becomes a data-parallel tier of s/t, and likewise for the pipeline's slice. Sharding is then
-// the ordinary shard::Schedule of one stage's TP-split units over that smaller topology,
-// priced by PlanContext. The TP all-reduces and the stage-to-stage sends are not ops of that
-// schedule (the runtime runs no TP or PP yet): they are the ModelParallelOp list below, built
-// once per stage from the same slice of the model, and both bytes and time come from it.
+// becomes a data-parallel tier of s/t, and likewise for the pipeline's slice. Each stage is a
+// PlanContext over that smaller topology: the ordinary shard::Schedule of the stage's
+// TP-split units, with the TP collectives as ops of that schedule (the runtime's own list,
+// model::tensor_parallel_calls), priced with every other op. The stage-to-stage sends are
+// the one planner-only list (PipelineSend below): the runtime runs no pipeline.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,36 +31,23 @@ std::string variant_name(std::string_view strategy, const ModelParallel& mp);
 // divide its tier, an unknown tier).
 parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp);
 
-// One collective or send of tensor or pipeline parallelism, per rank, as the planner prices it.
-enum class ModelParallelKind { AllReduce, Send };
-struct ModelParallelOp {
-  ModelParallelKind kind = ModelParallelKind::AllReduce;
-  std::string purpose;        // e.g. "attention-output", "activation-send"
+// One send between pipeline stages, per rank, as the planner prices it: one message of the
+// whole tensor, on the critical path.
+struct PipelineSend {
+  std::string purpose;        // "activation-send" or "activation-grad-send"
   shard::When when = shard::When::Forward;
-  int level = 0;              // tier of the physical topology the group (or the two stages) spans
-  int group_size = 1;         // TP degree; 2 for a send
-  std::size_t elements = 0;   // of the tensor reduced or sent
+  int level = 0;              // tier of the physical topology the two stages span
+  std::size_t elements = 0;   // B·T·hidden
   int element_bytes = 2;
-  int per_micro_batch = 1;    // how many a micro-batch runs
-  bool critical_path = true;  // compute waits for it (nothing overlaps it)
 
-  // What price_op prices: a ring all-reduce is a reduce-scatter then an all-gather, each
-  // group_size-1 messages of one chunk (elements/group_size, rounded up); a send is one
-  // message of the whole tensor.
-  std::vector<shard::ScheduledOp> steps() const;
-  std::size_t bytes_sent() const;  // one occurrence
-  int messages() const;
+  shard::ScheduledOp op() const;  // what price_op prices: a two-member exchange of one message
+  std::size_t bytes_sent() const { return elements * element_bytes; }
 };
 
-// The TP all-reduces and PP sends one rank of `slice`'s stage runs per micro-batch. Per block:
-// 2 all-reduces of B·T·hidden in forward (after the attention and MLP output projections) and
-// 2 in backward (the inputs' gradients of the column-parallel qkv and MLP input), 2 more in
-// backward when the block's forward is recomputed; the vocab-parallel embedding's output (first
-// stage); the head input's gradient and the vocab-parallel loss (max, target logit, sum of
-// exponentials: B·T fp32 each) on the last stage. A stage sends B·T·hidden activations forward
-// and their gradients back each micro-batch.
-std::vector<ModelParallelOp> model_parallel_ops(const ModelShape& slice, const parallel::ParallelDims& dims,
-                                                const Workload& workload);
+// The sends one rank of `slice`'s stage makes per micro-batch: B·T·hidden activations forward
+// (all but the last stage) and their gradients back (all but the first).
+std::vector<PipelineSend> pipeline_sends(const ModelShape& slice, const parallel::ParallelDims& dims,
+                                         const Workload& workload);
 
 // 1F1B's idle share: (p-1)/(m+p-1) for p stages and m micro-batches.
 double pipeline_bubble_fraction(int stages, int micro_batches);
@@ -82,14 +69,14 @@ class ModelParallelPlan {
   const topo::Topology& topology() const { return topology_; }  // the physical one
   const topo::Topology& data_parallel_topology() const { return stages_.front().topology(); }
   const PlanContext& stage(int s) const { return stages_.at(s); }
-  const std::vector<ModelParallelOp>& ops(int s) const { return ops_.at(s); }
+  const std::vector<PipelineSend>& sends(int s) const { return sends_.at(s); }
 
   // Nothing split (tp 1, pp 1): exactly PlanContext's estimate of the whole model (its strata
   // layout kept), with the energy added.
   // `spec` (resolved against the data-parallel topology) over every stage. Stages run in
-  // lockstep at the slowest stage's pace: step = its (data-parallel) step + m x (its TP and
-  // send time a micro-batch) + (p-1) x its micro-batch time (the bubble). Memory is the
-  // largest stage's, with min(p - s, m) micro-batches of activations in flight on stage s.
+  // lockstep at the slowest stage's pace: step = its step (TP ops included) + m x (its send
+  // time a micro-batch) + (p-1) x its micro-batch time (the bubble). Memory is the largest
+  // stage's, with min(p - s, m) micro-batches of activations in flight on stage s.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
 
  private:
@@ -104,9 +91,8 @@ class ModelParallelPlan {
   ModelParallel mp_;
   parallel::ParallelDims dims_;
   std::vector<PlanContext> stages_;
-  std::vector<std::vector<ModelParallelOp>> ops_;
-  std::vector<double> op_seconds_;  // per stage: TP + send time of one micro-batch
-  std::vector<double> tp_seconds_;
+  std::vector<std::vector<PipelineSend>> sends_;
+  std::vector<double> send_seconds_;  // per stage: its sends' time a micro-batch
 };
 
 // What the tensor/pipeline terms and the energy figure assume, for --json's assumptions.

@@ -162,8 +162,16 @@ ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
   m.tensor_parallel = tp;
   m.stage = stage_index;
   m.stages = num_stages;
-  if (m.sliced()) m.gpt.reset();  // the runtime's layout is not split: price the shape
+  // The runtime splits GPT-2 by TP (model::ParamLayout of the split), not Llama, and runs no
+  // pipeline: other slices are priced as shapes.
+  if (m.gpt && (m.stages > 1 || (tp > 1 && m.gpt->family != model::Family::Gpt2))) m.gpt.reset();
   return m;
+}
+
+model::TensorParallelWalk ModelShape::tensor_parallel_walk(int micro_batch, int seq_tokens, bool recompute,
+                                                           int activation_bytes) const {
+  return {layers / stages, hidden, micro_batch, seq_tokens, recompute, stage == 0, stage == stages - 1,
+          activation_bytes};
 }
 
 ModelShape ModelShape::whole() const {
@@ -292,6 +300,7 @@ std::int64_t ModelShape::matmul_params() const {
 }
 
 shard::UnitPlan ModelShape::unit_plan() const {
+  if (gpt) return shard::unit_plan(model::ParamLayout(*gpt, {tensor_parallel, 0}));
   if (sliced()) {
     // The whole model's plan, its split units resized, cut to the stage's units (events
     // renumbered, in the whole walk's order).
@@ -313,7 +322,6 @@ shard::UnitPlan ModelShape::unit_plan() const {
       if (index[e.unit] >= 0) p.events.push_back({e.kind, index[e.unit], e.phase});
     return p;
   }
-  if (gpt) return shard::unit_plan(model::ParamLayout(*gpt));
   shard::UnitPlan p;
   const std::size_t h = hidden, V = vocab;
   p.names.push_back("embeddings");
@@ -460,7 +468,7 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
                                            bool flash_attention) const {
   // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
   // the model allocates, so the plan and the engine's memory report cannot drift apart.
-  if (gpt && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
+  if (gpt && tensor_parallel == 1 && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
     return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute == Recompute::Full);
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the

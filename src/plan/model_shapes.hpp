@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/config.hpp"
+#include "model/tensor_parallel.hpp"
 #include "shard/schedule.hpp"
 
 namespace strata::plan {
@@ -69,7 +70,8 @@ struct ModelShape {
   Norm norm = Norm::LayerNorm;
   bool biases = true;        // linear layers carry biases
   bool tied_head = false;    // LM head reuses the token embedding
-  // strata's own models: units come from model::ParamLayout of this config.
+  // strata's own models: units come from model::ParamLayout of this config (of its TP split
+  // too, for the GPT family, which the runtime splits).
   std::optional<model::GPTConfig> gpt;
   // The part one rank holds under model parallelism (docs/planner.md "Tensor and pipeline
   // parallelism"): Megatron splits of every block matrix and vocab-parallel embeddings and
@@ -96,6 +98,11 @@ struct ModelShape {
   // head across stages).
   ModelShape slice(int tp, int stage_index, int num_stages) const;
   bool sliced() const { return tensor_parallel > 1 || stages > 1; }
+  // What decides the slice's TP collectives of one micro-batch (model::tensor_parallel_calls,
+  // the runtime's own list): its blocks, hidden size, whether it holds the embedding (first
+  // stage) and the head and loss (last stage), at `activation_bytes` an element.
+  model::TensorParallelWalk tensor_parallel_walk(int micro_batch, int seq, bool recompute,
+                                                 int activation_bytes) const;
   ModelShape whole() const;  // the unsliced model (its strata layout is not kept)
 
   int head_dim() const { return hidden / heads; }

@@ -226,7 +226,8 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
       spec_(spec),
       levels_(resolve(spec, topology)),
       accum_(accumulation_steps),
-      collectives_(collectives) {
+      collectives_(collectives),
+      tp_degree_(tp.degree) {
   if (accumulation_steps <= 0)
     throw Error(fmt::format("train.grad_accum = {}: must be positive", accumulation_steps));
   const int world = world_size();
@@ -394,6 +395,7 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
     auto tp_op = [&](When when, Purpose purpose, OpKind kind, std::size_t n, std::size_t element_bytes) {
       ScheduledOp op{when, purpose, kind};
       op.level = tp.level;
+      if (element_bytes == 2) op.wire = DType::BF16;  // a bf16 system's activations (the planner's)
       op.group_size = t;
       const std::size_t chunk = kind == OpKind::AllReduce ? comm::chunk_count(n, t, 1) : n;
       op.elements_in = n;
@@ -406,7 +408,7 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
       tensor_parallel_.push_back(tp_op(c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
                                        c.kind == model::TensorParallelCall::AllReduce ? OpKind::AllReduce
                                                                                       : OpKind::AllGather,
-                                       c.elements, 4));
+                                       c.elements, c.element_bytes));
     step_.push_back(tp_op(When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 1, 8));  // grad norm
     step_.push_back(tp_op(When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 2, 8));  // loss, stop flag
   }
@@ -539,6 +541,7 @@ nlohmann::json Schedule::to_json() const {
   nlohmann::json j;
   j["spec"] = spec_.to_json();
   j["world_size"] = world_size();
+  j["tensor_parallel"] = tp_degree_;
   j["accumulation_steps"] = accum_;
   j["collectives"] = to_string(collectives_);
   // The program's parameters (what decides the issue points of the ops below and the
@@ -583,8 +586,13 @@ nlohmann::json Schedule::to_json() const {
 }
 
 std::string Schedule::table() const {
+  // Under TP the sharding's ranks are one TP index's: the run has tp x as many.
+  const std::string ranks =
+      tp_degree_ == 1 ? count_of(world_size(), "rank")
+                      : fmt::format("{} ranks: tp {} x {} data-parallel", tp_degree_ * world_size(), tp_degree_,
+                                    world_size());
   std::string s = fmt::format("schedule: strategy {} on {} of '{}', {} a step, {} collectives\n", spec_.preset,
-                              count_of(world_size(), "rank"), topology_.name(),
+                              ranks, topology_.name(),
                               count_of(accum_, "micro-batch", "micro-batches"), to_string(collectives_));
   auto unit_name = [&](const ScheduledOp& op) {
     if (op.bucket >= 0) return fmt::format("bucket {}", op.bucket);

@@ -182,7 +182,8 @@ class Schedule {
   const topo::Topology& topology() const { return topology_; }
   int accumulation_steps() const { return accum_; }
   Collectives collectives() const { return collectives_; }
-  int world_size() const { return levels_.degree(levels_.num_levels); }
+  int world_size() const { return levels_.degree(levels_.num_levels); }  // the sharding's: data-parallel ranks
+  int tensor_parallel_degree() const { return tp_degree_; }
 
   // Unit sizes padded so every per-level chunk is a whole number of blocks and 16-float
   // aligned: padded = round_up(numel, world * lcm(16, block if quantized)).
@@ -238,6 +239,7 @@ class Schedule {
   LevelSpec levels_;
   int accum_;
   Collectives collectives_;
+  int tp_degree_ = 1;
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_, bucket_ops_, tensor_parallel_;
   std::vector<std::vector<int>> buckets_;

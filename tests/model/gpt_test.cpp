@@ -175,6 +175,73 @@ TEST(Gpt, ForwardBackwardFollowsTheUnitOrderAndReadsOnlyAcquiredUnits) {
   fwd.expect_no_writes_after_ready();
 }
 
+// One rank of a TP group of 2 whose partner contributes nothing: the sums are this rank's
+// own values and a gather repeats its part. The arithmetic is not the split model's; the
+// calls are, which is what it records.
+struct RecordingTensorParallelGroup final : TensorParallelGroup {
+  std::vector<TensorParallelCall> calls;
+  bool backward = false;
+  void all_reduce_sum(float*, std::size_t n) override {
+    calls.push_back({TensorParallelCall::AllReduce, n, 4, backward});
+  }
+  void all_gather(const float* mine, std::size_t n, float* all) override {
+    calls.push_back({TensorParallelCall::AllGather, n, 4, backward});
+    std::copy(mine, mine + n, all);
+    std::copy(mine, mine + n, all + n);
+  }
+};
+
+// The access of a TP slice that marks where backward begins (the head's backward acquire).
+struct PhaseMarkingAccess final : UnitAccess {
+  ArenaAccess arena;
+  RecordingTensorParallelGroup& group;
+  PhaseMarkingAccess(const ParamLayout& layout, const float* params, float* grads, RecordingTensorParallelGroup& g)
+      : arena(layout, params, grads), group(g) {}
+  const float* acquire(int unit, Phase phase) override {
+    if (phase == Phase::Backward) group.backward = true;
+    return arena.acquire(unit, phase);
+  }
+  void release(int unit, Phase phase) override { arena.release(unit, phase); }
+  float* grads(int unit) override { return arena.grads(unit); }
+  void grads_ready(int unit) override { arena.grads_ready(unit); }
+};
+
+TEST(Gpt, TheTensorParallelCallsAreTheOnesTheSplitModelMakesInOrder) {
+  // The one list the schedule (and so the accounting and the planner) takes: what
+  // forward_backward runs, call by call, with and without recomputation.
+  const GPTConfig config = test_config();
+  const int B = 2, T = 16;
+  for (bool recompute : {false, true}) {
+    RecordingTensorParallelGroup group;
+    GPT gpt(config, B, T, recompute, kernels_for(detected_isa()), TensorParallel{{2, 0}, &group});
+    std::vector<float> params(gpt.layout().total_floats()), grads(params.size(), 0.f);
+    Rng rng(5, 0);
+    for (float& p : params) p = static_cast<float>(0.02 * rng.normal());
+    std::vector<std::int32_t> tokens(B * T), targets(B * T);
+    for (int i = 0; i < B * T; ++i) {
+      tokens[i] = static_cast<std::int32_t>(rng.below(config.vocab_size));
+      targets[i] = static_cast<std::int32_t>(rng.below(config.vocab_size));
+    }
+    PhaseMarkingAccess access(gpt.layout(), params.data(), grads.data(), group);
+    gpt.forward_backward(access, tokens.data(), targets.data(), 1.f);
+    EXPECT_EQ(group.calls, tensor_parallel_calls(config, 2, B, T, recompute)) << "recompute " << recompute;
+    EXPECT_EQ(group.calls,
+              tensor_parallel_calls(TensorParallelWalk{config.n_layer, config.n_embd, B, T, recompute}));
+  }
+}
+
+TEST(Gpt, ATensorParallelWalkOfAPipelineStageHoldsOnlyItsEnds) {
+  using K = TensorParallelCall;
+  const std::size_t act = 2 * 8 * 32;
+  const K fwd{K::AllReduce, act, 2, false}, bwd{K::AllReduce, act, 2, true}, loss{K::AllGather, 3 * 2 * 8, 4, false};
+  // First of two stages (3 blocks), bf16: the embedding's output, no head or loss.
+  const std::vector<K> first = tensor_parallel_calls(TensorParallelWalk{3, 32, 2, 8, false, true, false, 2});
+  EXPECT_EQ(first, std::vector<K>({fwd, fwd, fwd, fwd, fwd, fwd, fwd, bwd, bwd, bwd, bwd, bwd, bwd}));
+  // Last stage, recomputing: no embedding; the loss's fp32 gather and the head's gradient.
+  const std::vector<K> last = tensor_parallel_calls(TensorParallelWalk{1, 32, 2, 8, true, false, true, 2});
+  EXPECT_EQ(last, std::vector<K>({fwd, fwd, loss, bwd, bwd, bwd, bwd, bwd}));
+}
+
 TEST(Gpt, RunsAreBitIdentical) {
   Problem pb(40);
   GPT a(pb.config, Problem::B, pb.T), b(pb.config, Problem::B, pb.T);

@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "plan/cost_model.hpp"
+#include "plan/model_parallel.hpp"
 #include "support.hpp"
 
 using namespace strata;
@@ -263,4 +264,35 @@ bus_GBps = 47
   expect_refused(replace(text, "bus_GBps = 47", "bus_GBps = 47\nmessages = 3"),
                  {"cal.toml: tiers[1] ('cluster').all_gather.half_bytes: missing"});
   expect_refused(replace(text, "[tiers.all_gather]\nbus_GBps = 47\n", ""), {"cal.toml: calibrates nothing"});
+}
+
+TEST(Calibration, TensorParallelAllReducesArePricedByTheirTiersAllReduceCurve) {
+  // The schedule's TP ops are all-reduces: the node tier's all_reduce curve prices them, and a
+  // slower one makes zero3+tp2's TP time grow by exactly the curve's difference.
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(4));
+  Workload w;
+  w.seq = 4096;
+  const ModelShape model = ModelShape::preset("llama2-7b");
+  Calibration slow = h100_calibration(25);
+  auto& node_all_reduce = slow.tiers[0].curves[static_cast<int>(Collective::AllReduce)];
+  node_all_reduce = exact_curve(30, 64e3, 7);  // a tenth of the node tier's other curves
+  const ModelParallelPlan fast_plan(model, t, *device_for_topology("dgx-h100"), w, {2, 1, "", ""}, {},
+                                    h100_calibration(25));
+  const ModelParallelPlan slow_plan(model, t, *device_for_topology("dgx-h100"), w, {2, 1, "", ""}, {}, slow);
+  const shard::ShardSpec spec =
+      apply_precision(strategy_spec("zero3", fast_plan.data_parallel_topology()), Precision::BF16);
+  const shard::Schedule schedule = fast_plan.stage(0).schedule(spec);
+  double fast_s = 0, slow_s = 0;
+  for (const shard::ScheduledOp& op : schedule.tensor_parallel_ops()) {
+    if (op.kind != shard::OpKind::AllReduce) continue;
+    EXPECT_EQ(collective_of(op), Collective::AllReduce);
+    const Calibration fast = h100_calibration(25);
+    fast_s += price_op(op, fast_plan.data_parallel_topology(), &fast).seconds();
+    slow_s += price_op(op, fast_plan.data_parallel_topology(), &slow).seconds();
+  }
+  ASSERT_GT(slow_s, fast_s);
+  const Estimate a = fast_plan.estimate("zero3", spec), b = slow_plan.estimate("zero3", spec);
+  EXPECT_NEAR(b.tp_allreduce_s - a.tp_allreduce_s, slow_s - fast_s, 1e-12);
+  EXPECT_NEAR(b.step_time_s - a.step_time_s, slow_s - fast_s, 1e-12);
 }

@@ -125,8 +125,11 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                              "--tp-tier 'rack': unknown tier"},
                         Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --strategy zero3+tq2",
                              "--strategy 'zero3+tq2'"},
-                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --tp 2 --print-schedule",
-                             "--print-schedule: strata plan prices tensor and pipeline parallelism from its own list"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --pp 2 --print-schedule",
+                             "--print-schedule: a pipeline's sends are priced beside the stages' schedules"},
+                        Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --strategy zero3+pp2 "
+                             "--compare-summary x.json",
+                             "--compare-summary: a pipeline's sends are priced beside"},
                         Case{"plan --model llama2-7b --topology dgx-h100 --nodes 2 --search --tp 3", "--tp 3"}}) {
     CommandResult r = run_strata(c.args, Stderr::Capture);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
@@ -165,6 +168,38 @@ TEST(PlanCli, Fp32PlanEqualsTheRuntimesScheduleForEveryPresetOnTheTestTopology) 
     CommandResult off = run_strata(args, Stderr::Capture);
     EXPECT_EQ(off.exit_code, 2) << off.output;
     EXPECT_NE(off.output.find("comm.per_step.cluster.bytes_sent"), std::string::npos) << off.output;
+  }
+  // Tensor parallelism: the runtime's schedule of `--tp 2` (its split layout over the
+  // data-parallel topology, its TP ops) against `--strategy zero3+tp2`; the summary names the
+  // strategy's preset, its TP degree and the data-parallel topology, as the runtime writes them.
+  {
+    const strata::parallel::ParallelDims dims = strata::parallel::ParallelDims::model_parallel(topology, 2, 0, 1, 2);
+    const strata::topo::Topology dp = dims.data_parallel_topology(topology);
+    const strata::model::GPTConfig config = strata::model::GPTConfig::preset("tiny");
+    strata::shard::Schedule s(strata::model::ParamLayout(config, {2, 0}), dp,
+                              strata::shard::ShardSpec::preset_for("zero3", dp), 3,
+                              strata::shard::tensor_parallel_plan(dims, config, 1, config.seq_len, false));
+    nlohmann::json per_tier = nlohmann::json::object();
+    for (const auto& t : s.traffic_per_step())
+      per_tier[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
+    const nlohmann::json summary = {{"strategy", "zero3"},
+                                    {"world_size", 8},
+                                    {"tensor_parallel", 2},
+                                    {"topology", dp.to_json()},
+                                    {"comm", {{"scheduled_per_step", per_tier}, {"per_step", per_tier}}}};
+    const auto path = dir / "tp_summary.json";
+    std::ofstream(path) << summary.dump(2);
+    const std::string args = "plan --model tiny --topology " + test_topology() +
+                             " --nodes 2 --accum 3 --micro-batch 1 --precision fp32 --peak-tflops 1 "
+                             "--device-memory-gb 8 --hbm-gbps 50 --compare-summary " + path.string() + " --strategy ";
+    CommandResult ok = run_strata(args + "zero3+tp2", Stderr::Capture);
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_NE(ok.output.find("all equal"), std::string::npos) << ok.output;
+    CommandResult flat = run_strata(args + "zero3", Stderr::Capture);
+    EXPECT_EQ(flat.exit_code, 2) << flat.output;
+    EXPECT_NE(flat.output.find("strategy differs: the run has zero3+tp2, the plan zero3 (plan it with --strategy "
+                               "zero3+tp2)"),
+              std::string::npos) << flat.output;
   }
   // bf16 planning does not price the fp32 runtime, and says so.
   CommandResult bf16 = run_strata("plan --model tiny --topology " + test_topology() +

@@ -3,12 +3,15 @@
 // and a (tp, pp, spec) search under the memory cap.
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include <gtest/gtest.h>
 
 #include "base/error.hpp"
+#include "model/layout.hpp"
 #include "plan/model_parallel.hpp"
+#include "shard/test_topologies.hpp"
 #include "support.hpp"
 
 using namespace strata;
@@ -49,34 +52,79 @@ Workload llama_workload(int accum = 1) {
 
 }  // namespace
 
-TEST(ModelParallel, TensorParallelAllReducesMatchAHandComputedRing) {
+TEST(ModelParallel, TensorParallelOpsMatchAHandComputedRing) {
   Workload w;
   w.micro_batch = 2;
   w.seq = 16;
   const topo::Topology t = small_cluster(2);
   const ModelParallelPlan plan(small_model(), t, small_device(), w, {2, 1, "", ""});
-  const Estimate e = plan.estimate("ddp", apply_precision(strategy_spec("ddp", plan.data_parallel_topology()),
-                                                          Precision::BF16));
-  // Activations B·T·h = 2·16·64 = 2048 bf16 elements. A ring all-reduce over 2 ranks is a
-  // reduce-scatter and an all-gather, each 1 message of 1024 elements (2048 bytes) at 100 GB/s
-  // after 2 us. Per micro-batch: 4 blocks x 4, the embedding's output, the head input's
-  // gradient: 18 such; and 3 loss reductions of B·T = 32 fp32 (16 a chunk, 64 bytes).
-  const double activation_all_reduce = 2 * (2e-6 + 2048 / 100e9);
-  const double loss_all_reduce = 2 * (2e-6 + 64 / 100e9);
-  EXPECT_NEAR(e.tp_allreduce_s, 18 * activation_all_reduce + 3 * loss_all_reduce, 1e-15);
+  const shard::ShardSpec spec = apply_precision(strategy_spec("ddp", plan.data_parallel_topology()), Precision::BF16);
+  const Estimate e = plan.estimate("ddp", spec);
+  // Activations B·T·h = 2·16·64 = 2048 bf16 elements. A ring all-reduce over 2 ranks sends 2
+  // messages of 1024 elements (4096 bytes) at 100 GB/s, 2 us each. Per micro-batch: 4 blocks x 4,
+  // the embedding's output, the head input's gradient: 18 such; and the loss's gather of
+  // (max, sum, target) for B·T = 32 rows, 96 fp32 from each rank: 1 message of 384 bytes.
+  const double activation_all_reduce = 2 * 2e-6 + 4096 / 100e9;
+  const double loss_gather = 2e-6 + 384 / 100e9;
+  EXPECT_NEAR(e.tp_allreduce_s, 18 * activation_all_reduce + loss_gather, 1e-15);
   EXPECT_EQ(e.tensor_parallel, 2);
   EXPECT_EQ(e.world_size, 8);
   EXPECT_EQ(e.strategy, "ddp+tp2");
-  // Their bytes are in the node tier's account: the same plan without TP, plus 18 x 4096 + 3 x 128.
+  // They are the stage schedule's own TP ops, whose bytes are in the node tier's account.
+  const shard::Schedule schedule = plan.stage(0).schedule(spec);
   std::uint64_t tp_bytes = 0;
-  for (const ModelParallelOp& op : plan.ops(0))
-    if (op.kind == ModelParallelKind::AllReduce) tp_bytes += op.per_micro_batch * op.bytes_sent();
-  EXPECT_EQ(tp_bytes, 18u * 4096 + 3 * 128);
-  // And the step waits for all of them: step time grows by exactly their time over the DP-only
-  // estimate of the same stage.
-  const Estimate stage = plan.stage(0).estimate("ddp", e.spec);
-  EXPECT_NEAR(e.step_time_s, stage.step_time_s + e.tp_allreduce_s, 1e-15);
-  EXPECT_EQ(e.tiers[0].traffic.bytes_sent, stage.tiers[0].traffic.bytes_sent + tp_bytes);
+  for (const shard::ScheduledOp& op : schedule.tensor_parallel_ops()) tp_bytes += op.bytes_sent;
+  EXPECT_EQ(tp_bytes, 18u * 4096 + 384);
+  EXPECT_EQ(e.tiers[0].traffic.bytes_sent, schedule.traffic_per_step()[0].bytes_sent);
+  // And the step waits for all of them: they come on top of compute, exposed data-parallel
+  // communication and the step phase.
+  EXPECT_NEAR(e.step_time_s,
+              e.compute_s + e.overlap_slowdown_s + e.exposed_micro_s + e.tp_allreduce_s + e.step_comm_s + e.optimizer_s,
+              1e-12);
+  EXPECT_GE(e.tiers[0].exposed_micro_s, e.tp_allreduce_s);
+}
+
+TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte) {
+  // strata's own GPT on the 8-rank test topology with TP 2 in its GPU tier, in fp32: the
+  // stage schedule the planner prices is the one `strata train --tp 2` runs, built as the
+  // runtime builds it (its split layout, its data-parallel topology, its TP calls).
+  const topo::Topology physical = two_node_topology(8);
+  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  for (bool recompute : {false, true})
+    for (const char* name : {"zero3", "hsdp", "ddp"}) {
+      Workload w;
+      w.micro_batch = 2;
+      w.seq = 32;
+      w.accumulation_steps = 2;
+      w.recompute = recompute;
+      w.precision = Precision::FP32;
+      const ModelParallelPlan plan(ModelShape::preset("tiny"), physical, DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"},
+                                   w, {2, 1, "", ""});
+      const parallel::ParallelDims dims = parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
+      const topo::Topology dp = dims.data_parallel_topology(physical);
+      const shard::ShardSpec spec = shard::ShardSpec::preset_for(name, dp);
+      const shard::Schedule runtime(model::ParamLayout(config, {2, 0}), dp, spec, w.accumulation_steps,
+                                    shard::tensor_parallel_plan(dims, config, w.micro_batch, w.seq, recompute));
+      const shard::Schedule planned = plan.stage(0).schedule(apply_precision(spec, Precision::FP32));
+      const std::string what = std::string(name) + (recompute ? " recompute" : "");
+      ASSERT_EQ(planned.tensor_parallel_ops().size(), runtime.tensor_parallel_ops().size()) << what;
+      for (std::size_t i = 0; i < runtime.tensor_parallel_ops().size(); ++i) {
+        const shard::ScheduledOp &a = planned.tensor_parallel_ops()[i], &b = runtime.tensor_parallel_ops()[i];
+        EXPECT_EQ(std::tie(a.kind, a.when, a.level, a.group_size, a.elements_in, a.bytes_sent, a.messages),
+                  std::tie(b.kind, b.when, b.level, b.group_size, b.elements_in, b.bytes_sent, b.messages))
+            << what << " op " << i;
+      }
+      const Estimate e = plan.estimate(name, apply_precision(spec, Precision::FP32));
+      const std::vector<shard::TierTraffic> want = runtime.traffic_per_step();
+      ASSERT_EQ(e.tiers.size(), want.size());
+      for (std::size_t t = 0; t < want.size(); ++t) {
+        EXPECT_EQ(e.tiers[t].traffic.tier, want[t].tier);
+        EXPECT_EQ(e.tiers[t].traffic.bytes_sent, want[t].bytes_sent) << what << " " << want[t].tier;
+        EXPECT_EQ(e.tiers[t].traffic.bytes_received, want[t].bytes_received) << what << " " << want[t].tier;
+        EXPECT_EQ(e.tiers[t].traffic.messages, want[t].messages) << what << " " << want[t].tier;
+      }
+      EXPECT_GT(want[0].bytes_sent, 0u) << what;  // the TP ops' tier carries their bytes
+    }
 }
 
 TEST(ModelParallel, OnePipelineStageAndNoTensorSplitPricesExactlyWhatPlanContextPrices) {
@@ -252,10 +300,10 @@ TEST(ModelParallel, PipelineSendsMatchAHandComputedMessageAcrossTheStagesTier) {
   // Each stage sends one message a micro-batch across the cluster tier (10 GB/s after 5 us):
   // the first its B·T·h = 2048 bf16 activations forward, the last their gradient back.
   for (int s = 0; s < 2; ++s) {
-    ASSERT_EQ(plan.ops(s).size(), 1u);
-    EXPECT_EQ(plan.ops(s)[0].kind, ModelParallelKind::Send);
-    EXPECT_EQ(plan.ops(s)[0].level, 1);
-    EXPECT_EQ(plan.ops(s)[0].bytes_sent(), 4096u);
+    ASSERT_EQ(plan.sends(s).size(), 1u);
+    EXPECT_EQ(plan.sends(s)[0].purpose, s == 0 ? "activation-send" : "activation-grad-send");
+    EXPECT_EQ(plan.sends(s)[0].level, 1);
+    EXPECT_EQ(plan.sends(s)[0].bytes_sent(), 4096u);
   }
   const Estimate e =
       plan.estimate("zero3", apply_precision(strategy_spec("zero3", plan.data_parallel_topology()), Precision::BF16));

@@ -309,4 +309,35 @@ TEST(Schedule, TensorParallelCollectivesAreOpsOnTheTpTierThatPrintScheduleShows)
   EXPECT_NE(with.table().find("tensor parallel"), std::string::npos);
   EXPECT_EQ(with.to_json()["tensor_parallel_ops"].size(), ops.size());
   EXPECT_EQ(without.to_json()["tensor_parallel_ops"].size(), 0u);
+  // The header counts the run's ranks and how they split, not only the sharding's.
+  EXPECT_EQ(with.table().rfind("schedule: strategy zero3 on 8 ranks: tp 2 x 4 data-parallel of '", 0), 0u)
+      << with.table().substr(0, 120);
+  EXPECT_EQ(without.table().rfind("schedule: strategy zero3 on 4 ranks of '", 0), 0u);
+  EXPECT_EQ(with.to_json()["tensor_parallel"], 2);
+  EXPECT_EQ(with.to_json()["world_size"], 4);
+}
+
+TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
+  // A bf16 system's activations (the planner's): half the bytes on a bf16 wire; the loss's
+  // statistics stay fp32.
+  const strata::topo::Topology physical = two_node_topology(8);
+  const strata::parallel::ParallelDims dims = strata::parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
+  const strata::topo::Topology topology = dims.data_parallel_topology(physical);
+  const strata::model::GPTConfig config = strata::model::GPTConfig::preset("tiny");
+  const int B = 2, T = 16;
+  strata::model::TensorParallelWalk walk{config.n_layer, config.n_embd, B, T, false};
+  walk.activation_bytes = 2;
+  const strata::shard::Schedule s(strata::model::ParamLayout(config, {2, 0}), topology,
+                                  strata::shard::ShardSpec::preset_for("zero3", topology), 1,
+                                  {2, 0, strata::model::tensor_parallel_calls(walk)});
+  const std::size_t activation = static_cast<std::size_t>(B) * T * config.n_embd;
+  for (const auto& op : s.tensor_parallel_ops()) {
+    if (op.kind == strata::shard::OpKind::AllReduce) {
+      EXPECT_EQ(op.wire, strata::comm::DType::BF16);
+      EXPECT_EQ(op.bytes_sent, 2 * (activation / 2) * 2);
+    } else {
+      EXPECT_EQ(op.wire, strata::comm::DType::F32);
+      EXPECT_EQ(op.bytes_sent, 3u * B * T * 4);
+    }
+  }
 }

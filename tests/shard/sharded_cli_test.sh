@@ -119,6 +119,22 @@ for op in t["micro_batch_ops"]:
     assert (op["writes"] == "gathered") == (op["kind"] == "all-gather"), op
 assert p["micro_batch_ops"] == t["micro_batch_ops"] and p["program"] == t["program"]
 PY
+# Tensor parallelism: the preview counts the run's ranks and both splits, and strata plan
+# prints (and prices) the very schedule `--tp 2` runs, its TP ops included.
+"$strata" train --strategy zero3 --tp 2 "${common[@]}" --grad-accum 2 --print-schedule --world-size 8 > "$work/tp.txt"
+grep -q "^schedule: strategy zero3 on 8 ranks: tp 2 x 4 data-parallel of '2node-2gpu-2die', 2 micro-batches a step" \
+  "$work/tp.txt" || fail "--tp 2 preview: $(head -1 "$work/tp.txt")"
+"$strata" train --strategy zero3 --tp 2 "${common[@]}" --grad-accum 2 --print-schedule --json --world-size 8 \
+  > "$work/tp_train.json"
+"$strata" plan "${plan[@]}" --strategy zero3+tp2 --accum 2 --print-schedule --json > "$work/tp_plan.json"
+/usr/bin/python3 - "$work/tp_train.json" "$work/tp_plan.json" <<'PY' || fail "--tp 2: strata plan's schedule differs"
+import json, sys
+t = json.load(open(sys.argv[1]))
+p = json.load(open(sys.argv[2]))["schedules"]["zero3+tp2"]
+assert t["tensor_parallel"] == 2 and p["tensor_parallel"] == 2 and t["tensor_parallel_ops"], t["tensor_parallel_ops"]
+for k in ("micro_batch_ops", "tensor_parallel_ops", "step_ops", "per_step", "program"):
+    assert p[k] == t[k], k
+PY
 preview_error() {  # WANT ARGS...: one process, refused saying WANT
   local want=$1 out; shift
   if out=$("$strata" train "${common[@]}" "$@" 2>&1); then fail "accepted: $*"; fi

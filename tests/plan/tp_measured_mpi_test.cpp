@@ -1,0 +1,88 @@
+// The planner's bytes against a run's, under tensor parallelism: `strata plan --strategy
+// S+tp2 --precision fp32` prices, tier by tier, exactly the bytes and messages 8 ranks of
+// `--strategy S --tp 2` measure a step (2x2x2 test topology, TP in the GPU tier), with and
+// without recomputation.
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "device/device.hpp"
+#include "plan/model_parallel.hpp"
+#include "shard/runtime.hpp"
+
+using namespace strata;
+
+namespace {
+
+constexpr int kTp = 2, kBatch = 4, kSeq = 32, kAccum = 2, kSteps = 2;
+
+std::string topology_path() {
+  const char* src = std::getenv("STRATA_SOURCE_DIR");
+  return std::string(src ? src : ".") + "/configs/topology/2node-2gpu-2die.toml";
+}
+
+// Bytes and messages by tier that this rank measured in each of kSteps steps.
+std::vector<comm::CommStats> measure(const std::string& strategy, bool recompute) {
+  parallel::ShardOptions options;
+  options.strategy = strategy;
+  options.topology = topology_path();
+  options.tp = kTp;
+  shard::ShardedRuntime runtime(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, kAccum, 7, device::host(),
+                                recompute);
+  shard::ShardedEngine& engine = runtime.engine();
+  std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>((7 * i + 3) % 256);
+    targets[i] = static_cast<std::int32_t>((11 * i + 5) % 256);
+  }
+  std::vector<comm::CommStats> steps;
+  for (int step = 1; step <= kSteps; ++step) {
+    const comm::CommStats before = engine.context().accounting().snapshot();
+    double loss = 0;
+    for (int m = 0; m < kAccum; ++m) loss += engine.micro_step(tokens.data(), targets.data(), 1.0f / kAccum);
+    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
+    engine.all_mean(loss / kAccum);  // the logged loss, as the trainer reduces it each step
+    steps.push_back(engine.context().accounting().snapshot() - before);
+  }
+  return steps;
+}
+
+plan::Estimate planned(const std::string& strategy, bool recompute) {
+  topo::Topology physical = topo::Topology::load(topology_path());
+  physical.resolve(8);
+  plan::Workload w;
+  w.micro_batch = kBatch;
+  w.seq = kSeq;
+  w.accumulation_steps = kAccum;
+  w.recompute = recompute;
+  w.precision = plan::Precision::FP32;
+  const plan::ModelParallelPlan p(plan::ModelShape::preset("tiny"), physical,
+                                  plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, {kTp, 1, "", ""});
+  return p.estimate(strategy, plan::strategy_spec(strategy, p.data_parallel_topology()));
+}
+
+}  // namespace
+
+TEST(PlanVsRun, TensorParallelBytesPerTierEqualWhatTheRunMeasures) {
+  for (bool recompute : {false, true})
+    for (const char* strategy : {"zero3", "hsdp"}) {
+      const std::string what = std::string(strategy) + "+tp2" + (recompute ? " recompute" : "");
+      const std::vector<comm::CommStats> measured = measure(strategy, recompute);
+      const plan::Estimate e = planned(strategy, recompute);
+      EXPECT_EQ(e.strategy, std::string(strategy) + "+tp2");
+      for (const comm::CommStats& step : measured) {
+        ASSERT_EQ(step.tiers.size(), e.tiers.size()) << what;
+        for (std::size_t t = 0; t < e.tiers.size(); ++t) {
+          EXPECT_EQ(step.tiers[t].bytes_sent, e.tiers[t].traffic.bytes_sent) << what << " " << e.tiers[t].traffic.tier;
+          EXPECT_EQ(step.tiers[t].bytes_received, e.tiers[t].traffic.bytes_received) << what;
+          EXPECT_EQ(step.tiers[t].messages, e.tiers[t].traffic.messages) << what;
+        }
+      }
+      EXPECT_GT(e.tp_allreduce_s, 0) << what;
+      EXPECT_GT(e.tiers[0].traffic.bytes_sent, 0u) << what;  // the TP group's tier
+    }
+}
