@@ -61,15 +61,22 @@ void run_inspect(const InspectArgs& a) {
   const model::ParamLayout layout(info.model);
   std::map<std::string, std::vector<const train::ShardRecord*>> files;
   std::uint64_t total = 0;
+  std::size_t runs = 0;
   for (const auto& r : ckpt.shards()) {
     files[r.file].push_back(&r);
     total += r.bytes;
+    runs += r.runs.size();
   }
   fmt::print("checkpoint {} (format {})\n", dir.string(), train::kCheckpointVersion);
   fmt::print("  step {}; model n_layer {}, n_head {}, n_embd {}, vocab {} ({:.2f}M parameters, {} arena floats)\n",
              info.step, info.model.n_layer, info.model.n_head, info.model.n_embd, info.model.vocab_size,
              static_cast<double>(layout.num_params()) / 1e6, ckpt.arena_floats());
-  fmt::print("  written by {} on {}{}\n", str_or(info.engine, "strategy", "?"), count_of(info.world_size, "rank"),
+  const int tp = info.engine.is_object() && info.engine.contains("tensor_parallel") &&
+                         info.engine["tensor_parallel"].is_number_integer()
+                     ? info.engine["tensor_parallel"].get<int>()
+                     : 1;
+  fmt::print("  written by {}{} on {}{}\n", str_or(info.engine, "strategy", "?"),
+             tp > 1 ? fmt::format(" with tensor parallelism {}", tp) : "", count_of(info.world_size, "rank"),
              info.engine.contains("topology") ? fmt::format(" of topology '{}'", str_or(info.engine["topology"], "name", "?"))
                                               : "");
   if (info.engine.contains("shard_spec")) fmt::print("  shard spec {}\n", info.engine["shard_spec"].dump());
@@ -78,14 +85,14 @@ void run_inspect(const InspectArgs& a) {
   fmt::print("  run {}\n  data {}\n  trainer {}\n", info.run.dump(), info.data.dump(), info.trainer.dump());
   fmt::print("  state digest {} (master weights, exp_avg, exp_avg_sq; the same in any layout)\n",
              train::digest_hex(ckpt.state_digest()));
-  fmt::print("  {} shard file{}, {} runs, {}\n", files.size(), files.size() == 1 ? "" : "s", ckpt.shards().size(),
-             human_bytes(static_cast<double>(total)));
+  fmt::print("  {} shard file{}, {} records of {} arena runs (whole-model coordinates), {}\n", files.size(),
+             files.size() == 1 ? "" : "s", ckpt.shards().size(), runs, human_bytes(static_cast<double>(total)));
   for (auto& [file, recs] : files) {
     std::uint64_t bytes = 0;
-    std::size_t floats = 0;
-    for (auto* r : recs) bytes += r->bytes, floats += r->end - r->begin;
-    fmt::print("    {}  rank {:>4}  {:>4} runs  {:>12} floats  {:>10}\n", file, recs.front()->rank, recs.size(), floats,
-               human_bytes(static_cast<double>(bytes)));
+    std::size_t floats = 0, file_runs = 0;
+    for (auto* r : recs) bytes += r->bytes, floats += r->floats(), file_runs += r->runs.size();
+    fmt::print("    {}  rank {:>4}  {:>4} records  {:>6} runs  {:>12} floats  {:>10}\n", file, recs.front()->rank,
+               recs.size(), file_runs, floats, human_bytes(static_cast<double>(bytes)));
   }
   if (a.verify) fmt::print("verified: every shard's checksum and content digest, and the state digest\n");
 }

@@ -166,10 +166,6 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   if (config.shard.tp > 1 && !config.shard.sharded())
     throw Error(fmt::format("--tp {}: tensor parallelism needs ranks under mpirun (or --print-schedule --world-size)",
                             config.shard.tp));
-  if (config.shard.tp > 1 && !config.out_dir.empty())
-    throw Error(fmt::format("--tp {}: checkpoints of tensor-parallel runs are not written yet (each rank holds "
-                            "slices); leave out --out",
-                            config.shard.tp));
   if (config.threads == 0 && launched_ranks > 1) {
     // Share the cores among the ranks of this machine rather than oversubscribe them.
     const int local = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", launched_ranks));

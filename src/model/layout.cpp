@@ -1,5 +1,7 @@
 #include "model/layout.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -137,6 +139,29 @@ std::vector<SliceRun> ParamLayout::slice_runs(const TensorInfo& t) const {
     }
   }
   return runs;
+}
+
+std::vector<WholeRun> ParamLayout::whole_runs(std::size_t begin, std::size_t end, WholeCover cover) const {
+  if (split_.size == 1) return {{begin, 0, end - begin}};
+  const ParamLayout whole(config_);
+  const bool lead = split_.rank == 0;
+  std::vector<WholeRun> out;
+  for (std::size_t ti = 0; ti < tensors_.size(); ++ti) {
+    const TensorInfo& t = tensors_[ti];
+    if (end <= t.offset || begin >= t.offset + t.numel) continue;
+    const TensorInfo& w = whole.tensors()[ti];
+    if (t.split == Split::None && !lead && cover == WholeCover::Saved) continue;
+    for (const SliceRun& run : slice_runs(t)) {
+      const std::size_t lo = std::max(begin, t.offset + run.local), hi = std::min(end, t.offset + run.local + run.count);
+      if (lo < hi) out.push_back({w.offset + run.full + (lo - t.offset - run.local), lo - begin, hi - lo});
+    }
+    // TP rank 0 holds every tensor's first element.
+    if (cover == WholeCover::Saved && lead && t.offset >= begin) {
+      const std::size_t gap_end = ti + 1 < tensors_.size() ? whole.tensors()[ti + 1].offset : whole.total_floats();
+      if (gap_end > w.offset + w.numel) out.push_back({w.offset + w.numel, 0, gap_end - w.offset - w.numel, true});
+    }
+  }
+  return out;
 }
 
 std::int64_t ParamLayout::num_params() const {

@@ -76,6 +76,21 @@ struct SliceRun {
   std::size_t full = 0, local = 0, count = 0;
 };
 
+// `count` floats of a layout's arena from `local` (relative to the run asked about) on are the
+// whole model's arena floats from `whole` on; `zeros`: none of the run's floats, the whole
+// arena's padding, which is zero.
+struct WholeRun {
+  std::size_t whole = 0, local = 0, count = 0;
+  bool zeros = false;
+};
+
+// Which floats of a TP rank's arena whole_runs() maps.
+enum class WholeCover {
+  Saved,   // each whole-arena float once over the TP group: split tensors' slices on every rank;
+           // whole tensors, and the whole arena's padding after each tensor, on TP rank 0
+  Loaded,  // every float of this rank's tensors (its own padding maps nowhere: zero)
+};
+
 struct UnitInfo {
   std::string name;              // "embeddings", "h.<l>", "ln_f", "lm_head"
   std::size_t offset = 0;        // floats from the start of the arena
@@ -99,6 +114,10 @@ class ParamLayout {
   const TensorSplit& split() const { return split_; }
   // Where tensor t's slice sits in the whole tensor, in element indices, in slice order.
   std::vector<SliceRun> slice_runs(const TensorInfo& t) const;
+  // Where the floats of arena run [begin, end) sit in the whole (TP 1) model's arena, in order
+  // of this arena: checkpoints are written and read in whole-model coordinates. Without a split,
+  // the run itself. Under one, the padding after a tensor goes with the tensor's first element.
+  std::vector<WholeRun> whole_runs(std::size_t begin, std::size_t end, WholeCover cover) const;
   const std::vector<UnitInfo>& units() const { return units_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   std::size_t total_floats() const { return total_; }   // arena size, padding included

@@ -51,7 +51,7 @@ void convert_checkpoint(const train::Checkpoint& source, const fs::path& destina
     for (std::size_t rank = 0; rank < target.runs.size(); ++rank) {
       // One rank's runs in memory at a time.
       std::vector<AlignedBuffer<float>> buffers;
-      std::vector<train::StateShard> shards;
+      std::vector<train::SavedShard> shards;
       buffers.reserve(3 * target.runs[rank].size());  // the shards point into them
       for (auto [begin, end] : target.runs[rank]) {
         for (int k = 0; k < 3; ++k) buffers.emplace_back(end - begin);
@@ -59,7 +59,7 @@ void convert_checkpoint(const train::Checkpoint& source, const fs::path& destina
         float* a = buffers[buffers.size() - 2].data();
         float* v = buffers[buffers.size() - 1].data();
         source.read(begin, end, m, a, v);
-        shards.push_back({begin, end, m, a, v});
+        shards.push_back({{{begin, end}}, m, a, v});
       }
       auto written = train::write_rank_file(tmp, static_cast<int>(rank), shards);
       records.insert(records.end(), written.begin(), written.end());

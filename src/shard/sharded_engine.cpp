@@ -406,8 +406,6 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
 }
 
 std::vector<train::StateShard> ShardedEngine::state_shards() {
-  if (tp_group_)
-    throw Error(fmt::format("--tp {}: checkpoints of tensor-parallel runs are not written yet", dims_.tensor));
   std::vector<train::StateShard> out;
   for (const ArenaRun& run : optimizer_runs(schedule_, layout(), dp_rank_)) {
     Unit& U = *units_[run.unit];  // its OS slice starts at run.begin
@@ -431,14 +429,13 @@ void ShardedEngine::gather_params(float* full) {
   AlignedBuffer<float> slices(mine.total_floats() * static_cast<std::size_t>(dims_.tensor));
   gather_slice_params(own.data());
   gather_over_tensor_group(own.data(), mine.total_floats(), slices.data());  // not a step's traffic
-  const model::ParamLayout whole(mine.config());
+  // Each whole-arena float comes from the one TP rank that would save it (a checkpoint's map).
   for (int r = 0; r < dims_.tensor; ++r) {
     const model::ParamLayout slice(mine.config(), {dims_.tensor, r});
     const float* arena = slices.data() + static_cast<std::size_t>(r) * mine.total_floats();
-    for (std::size_t ti = 0; ti < slice.tensors().size(); ++ti) {
-      const model::TensorInfo& t = slice.tensors()[ti];
-      for (const model::SliceRun& run : slice.slice_runs(t))
-        std::copy_n(arena + t.offset + run.local, run.count, full + whole.tensors()[ti].offset + run.full);
+    for (const model::WholeRun& w : slice.whole_runs(0, slice.total_floats(), model::WholeCover::Saved)) {
+      if (w.zeros) std::fill_n(full + w.whole, w.count, 0.f);
+      else std::copy_n(arena + w.local, w.count, full + w.whole);
     }
   }
 }

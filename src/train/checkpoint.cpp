@@ -141,18 +141,55 @@ void read_exact(int fd, void* data, std::size_t n, std::uint64_t offset, const f
   }
 }
 
+// Runs of equal length at equal distances, as manifests write them: [begin, end, stride, repeats].
+nlohmann::json runs_to_json(const std::vector<ArenaRange>& runs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 0; i < runs.size();) {
+    const std::size_t length = runs[i].end - runs[i].begin;
+    std::size_t j = i + 1, stride = 0;
+    if (j < runs.size() && runs[j].begin > runs[i].begin) stride = runs[j].begin - runs[i].begin;
+    while (j < runs.size() && stride > 0 && runs[j].end - runs[j].begin == length &&
+           runs[j].begin == runs[j - 1].begin + stride)
+      ++j;
+    if (j - i > 1) out.push_back({runs[i].begin, runs[i].end, stride, j - i});
+    else out.push_back({runs[i].begin, runs[i].end});
+    i = j;
+  }
+  return out;
+}
+
+// The runs of runs_to_json's groups (already checked: see Checkpoint::open).
+std::vector<ArenaRange> runs_from_json(const nlohmann::json& groups) {
+  std::vector<ArenaRange> runs;
+  for (const auto& g : groups) {
+    const auto begin = g[0].get<std::size_t>(), end = g[1].get<std::size_t>();
+    const std::size_t stride = g.size() == 4 ? g[2].get<std::size_t>() : 0, repeats = g.size() == 4 ? g[3].get<std::size_t>() : 1;
+    for (std::size_t i = 0; i < repeats; ++i) runs.push_back({begin + i * stride, end + i * stride});
+  }
+  return runs;
+}
+
 nlohmann::json record_to_json(const ShardRecord& r) {
   nlohmann::json blocks = nlohmann::json::array();
   for (std::uint64_t b : r.blocks) blocks.push_back(digest_hex(b));
-  return {{"rank", r.rank},   {"file", r.file},   {"offset", r.offset}, {"begin", r.begin},
-          {"end", r.end},     {"bytes", r.bytes}, {"xxh3", r.xxh3},     {"blocks", blocks},
-          {"digest", digest_hex(r.digest)}};
+  nlohmann::json j = {{"rank", r.rank}, {"file", r.file}, {"offset", r.offset}};
+  // One run keeps the fields of manifests written before records could hold several.
+  if (r.runs.size() == 1) j["begin"] = r.runs[0].begin, j["end"] = r.runs[0].end;
+  else j["runs"] = runs_to_json(r.runs);
+  j.update({{"bytes", r.bytes}, {"xxh3", r.xxh3}, {"blocks", blocks}, {"digest", digest_hex(r.digest)}});
+  return j;
 }
 
 ShardRecord record_from_json(const nlohmann::json& j) {
-  ShardRecord r{j.at("rank").get<int>(),          j.at("file").get<std::string>(),   j.at("offset").get<std::uint64_t>(),
-                j.at("begin").get<std::size_t>(), j.at("end").get<std::size_t>(),    j.at("bytes").get<std::uint64_t>(),
-                j.at("xxh3").get<std::string>(),  {}, std::stoull(j.at("digest").get<std::string>(), nullptr, 16)};
+  ShardRecord r{j.at("rank").get<int>(),
+                j.at("file").get<std::string>(),
+                j.at("offset").get<std::uint64_t>(),
+                j.contains("runs") ? runs_from_json(j.at("runs"))
+                                   : std::vector<ArenaRange>{{j.at("begin").get<std::size_t>(), j.at("end").get<std::size_t>()}},
+                j.at("bytes").get<std::uint64_t>(),
+                j.at("xxh3").get<std::string>(),
+                {},
+                std::stoull(j.at("digest").get<std::string>(), nullptr, 16)};
   for (const auto& b : j.at("blocks")) r.blocks.push_back(std::stoull(b.get<std::string>(), nullptr, 16));
   return r;
 }
@@ -211,23 +248,67 @@ void rename_into_place(const fs::path& from, const fs::path& to) {
 std::string checkpoint_name(std::int64_t step) { return fmt::format("step_{:08d}", step); }
 std::string rank_file_name(int rank) { return fmt::format("rank{:05d}.bin", rank); }
 
-std::uint64_t state_digest(const StateShard& s) {
-  const std::size_t n = s.end - s.begin;
-  return digest_run(s.master, n, s.begin, 0) + digest_run(s.exp_avg, n, s.begin, 1) +
-         digest_run(s.exp_avg_sq, n, s.begin, 2);
+std::size_t ShardRecord::floats() const {
+  std::size_t n = 0;
+  for (const ArenaRange& r : runs) n += r.end - r.begin;
+  return n;
+}
+
+std::uint64_t state_digest(const SavedShard& s) {
+  std::uint64_t sum = 0;
+  int k = 0;
+  for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
+    for (const ArenaRange& r : s.runs) {
+      sum += digest_run(state, r.end - r.begin, r.begin, k);
+      state += r.end - r.begin;
+    }
+    ++k;
+  }
+  return sum;
 }
 
 std::string digest_hex(std::uint64_t digest) { return fmt::format("{:016x}", digest); }
 
+SavedState saved_state(Engine& engine) {
+  const model::ParamLayout& layout = engine.layout();
+  SavedState out;
+  for (const StateShard& s : engine.saved_shards()) {
+    if (layout.split().size == 1) {
+      out.shards.push_back({{{s.begin, s.end}}, s.master, s.exp_avg, s.exp_avg_sq});
+      continue;
+    }
+    const std::vector<model::WholeRun> pieces = layout.whole_runs(s.begin, s.end, model::WholeCover::Saved);
+    std::size_t n = 0;
+    for (const model::WholeRun& p : pieces) n += p.count;
+    if (n == 0) continue;
+    float* packed = out.packed.emplace_back(kStates * n, 0.f).data();  // the padding stays zero
+    SavedShard shard{{}, packed, packed + n, packed + 2 * n};
+    std::size_t at = 0;
+    for (const model::WholeRun& p : pieces) {
+      if (!p.zeros) {
+        std::copy_n(s.master + p.local, p.count, packed + at);
+        std::copy_n(s.exp_avg + p.local, p.count, packed + n + at);
+        std::copy_n(s.exp_avg_sq + p.local, p.count, packed + 2 * n + at);
+      }
+      if (!shard.runs.empty() && shard.runs.back().end == p.whole) shard.runs.back().end += p.count;
+      else shard.runs.push_back({p.whole, p.whole + p.count});
+      at += p.count;
+    }
+    out.shards.push_back(std::move(shard));
+  }
+  return out;
+}
+
 std::uint64_t engine_state_digest(Engine& engine) {
   std::uint64_t mine = 0;
-  for (const StateShard& s : engine.saved_shards()) mine += state_digest(s);
+  const SavedState saved = saved_state(engine);
+  for (const SavedShard& s : saved.shards) mine += state_digest(s);
   std::uint64_t total = 0;
   for (const std::string& d : engine.all_gather_strings(std::to_string(mine))) total += std::stoull(d);
   return total;
 }
 
-std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const std::vector<StateShard>& shards) {
+std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const std::vector<SavedShard>& shards) {
   if (shards.empty()) return {};  // a rank holding only replicas writes no file
   const std::string name = rank_file_name(rank);
   const fs::path path = dir / name;
@@ -235,8 +316,9 @@ std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const st
   if (fd.fd < 0) throw Error(fmt::format("{}: cannot create: {}", path.string(), std::strerror(errno)));
   std::vector<ShardRecord> records;
   std::uint64_t offset = 0;
-  for (const StateShard& s : shards) {
-    const std::size_t n = s.end - s.begin;
+  for (const SavedShard& s : shards) {
+    std::size_t n = 0;
+    for (const ArenaRange& r : s.runs) n += r.end - r.begin;
     ShardHasher hash(/*whole=*/true, kChecksumBlockBytes);  // the whole one for readers without blocks
     for (const float* state : {s.master, s.exp_avg, s.exp_avg_sq}) {
       write_all(fd.fd, state, n * sizeof(float), path);
@@ -244,7 +326,7 @@ std::vector<ShardRecord> write_rank_file(const fs::path& dir, int rank, const st
     }
     const std::uint64_t bytes = std::uint64_t{kStates} * n * sizeof(float);
     const std::string xxh3 = hash.finish();
-    records.push_back({rank, name, offset, s.begin, s.end, bytes, xxh3, hash.blocks(), state_digest(s)});
+    records.push_back({rank, name, offset, s.runs, bytes, xxh3, hash.blocks(), state_digest(s)});
     offset += bytes;
   }
   if (::fsync(fd.fd) != 0) throw Error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
@@ -302,7 +384,8 @@ fs::path save_checkpoint(Engine& engine, const fs::path& root, const CheckpointI
   std::vector<ShardRecord> mine;
   std::string local_error;
   try {
-    mine = write_rank_file(tmp_dir, engine.rank(), engine.saved_shards());
+    const SavedState saved = saved_state(engine);
+    mine = write_rank_file(tmp_dir, engine.rank(), saved.shards);
   } catch (const Error& e) {
     local_error = e.what();
   }
@@ -322,11 +405,68 @@ fs::path save_checkpoint(Engine& engine, const fs::path& root, const CheckpointI
       }
       for (auto& rec : nlohmann::json::parse(gathered[r])) shards.push_back(record_from_json(rec));
     }
-    write_manifest(tmp_dir, info, engine.layout().total_floats(), shards);
+    // The whole model's arena, whatever slice of it this engine's layout holds.
+    write_manifest(tmp_dir, info, model::ParamLayout(engine.layout().config()).total_floats(), shards);
     commit_checkpoint_dir(tmp_dir, final_dir);
   });
   return final_dir;
 }
+
+namespace {
+
+// A record's runs: "begin" and "end", or "runs" (runs_to_json's groups), each checked before
+// any is expanded: non-empty, inside the arena, no more floats in all than the arena holds;
+// and expanded only when the record's file holds that many floats, so that a manifest cannot
+// make a reader allocate more runs than there are floats on disk.
+std::vector<ArenaRange> record_runs(const ManifestReader& mr, const nlohmann::json& s, const std::string& where,
+                                    std::size_t arena_floats, const fs::path& file, int rank) {
+  auto inside = [&](std::uint64_t begin, std::uint64_t end, const std::string& field) {
+    if (begin >= end || end > arena_floats)
+      throw Error(fmt::format("{}: malformed: field '{}' = [{}, {}) is not a run of the arena of {} floats",
+                              mr.origin, field, begin, end, arena_floats));
+  };
+  if (!s.contains("runs")) {
+    const std::uint64_t begin = mr.uint(s, "begin", where), end = mr.uint(s, "end", where);
+    inside(begin, end, where + "begin, end");
+    return {{begin, end}};
+  }
+  const nlohmann::json& groups = s["runs"];
+  if (!groups.is_array() || groups.empty())
+    throw Error(fmt::format("{}: malformed: field '{}runs' must be a non-empty array", mr.origin, where));
+  std::uint64_t floats = 0;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const std::string field = fmt::format("{}runs[{}]", where, i);
+    const nlohmann::json& g = groups[i];
+    if (!g.is_array() || (g.size() != 2 && g.size() != 4) ||
+        !std::all_of(g.begin(), g.end(), [](const nlohmann::json& v) { return v.is_number_unsigned(); }))
+      throw Error(fmt::format("{}: malformed: field '{}' must be [begin, end] or [begin, end, stride, repeats]",
+                              mr.origin, field));
+    const auto begin = g[0].get<std::uint64_t>(), end = g[1].get<std::uint64_t>();
+    inside(begin, end, field);
+    std::uint64_t repeats = 1;
+    if (g.size() == 4) {
+      const auto stride = g[2].get<std::uint64_t>();
+      repeats = g[3].get<std::uint64_t>();
+      if (repeats == 0 || stride < end - begin || (repeats - 1) > (arena_floats - end) / std::max<std::uint64_t>(stride, 1))
+        throw Error(fmt::format("{}: malformed: field '{}': {} runs {} apart from [{}, {}) do not fit the arena of {} "
+                                "floats without overlapping",
+                                mr.origin, field, repeats, stride, begin, end, arena_floats));
+    }
+    if (repeats * (end - begin) > arena_floats - floats)
+      throw Error(fmt::format("{}: malformed: the runs of '{}runs' hold more floats than the arena's {}", mr.origin,
+                              where, arena_floats));
+    floats += repeats * (end - begin);
+  }
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(file, ec);
+  if (ec) throw Error(fmt::format("{}: missing shard file (rank {}): {}", file.string(), rank, ec.message()));
+  if (size / (kStates * sizeof(float)) < floats)
+    throw Error(fmt::format("{}: truncated shard file (rank {}): {} bytes, the manifest's {}runs hold {} floats",
+                            file.string(), rank, size, where, floats));
+  return runs_from_json(groups);
+}
+
+}  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& dir) {
   Checkpoint c;
@@ -380,8 +520,6 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     r.rank = static_cast<int>(mr.uint(s, "rank", where, kMaxInt));
     r.file = mr.str(s, "file", where);
     r.offset = mr.uint(s, "offset", where);
-    r.begin = mr.uint(s, "begin", where);
-    r.end = mr.uint(s, "end", where);
     r.bytes = mr.uint(s, "bytes", where);
     r.xxh3 = mr.str(s, "xxh3", where);
     r.digest = parse_digest(mr.str(s, "digest", where), mr.origin, where + "digest");
@@ -399,23 +537,28 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
     // Shard files live inside the checkpoint folder; a path elsewhere is not ours to read.
     if (r.file.empty() || r.file.find('/') != std::string::npos || r.file == "." || r.file == "..")
       throw Error(fmt::format("{}: malformed: {}file '{}' is not a file name", mr.origin, where, r.file));
+    r.runs = record_runs(mr, s, where, c.arena_floats_, dir / r.file, r.rank);
     // The size limit keeps bytes = 12 x floats (and the sum over all shards) from wrapping.
-    if (r.end < r.begin || r.end - r.begin > kMaxArenaFloats ||
-        r.bytes != std::uint64_t{kStates} * (r.end - r.begin) * sizeof(float))
-      throw Error(fmt::format("{}: malformed: {}bytes = {} does not hold 3 states of [{}, {})", mr.origin, where,
-                              r.bytes, r.begin, r.end));
+    if (r.floats() > kMaxArenaFloats || r.bytes != std::uint64_t{kStates} * r.floats() * sizeof(float))
+      throw Error(fmt::format("{}: malformed: {}bytes = {} does not hold 3 states of {}", mr.origin, where, r.bytes,
+                              r.runs.size() == 1 ? fmt::format("[{}, {})", r.runs[0].begin, r.runs[0].end)
+                                                 : fmt::format("its {} runs ({} floats)", r.runs.size(), r.floats())));
     c.shards_.push_back(std::move(r));
   }
 
-  // The shards must tile the arena exactly once.
-  std::sort(c.shards_.begin(), c.shards_.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  // The records' runs must tile the arena exactly once.
+  std::sort(c.shards_.begin(), c.shards_.end(),
+            [](auto& a, auto& b) { return a.runs.front().begin < b.runs.front().begin; });
+  for (std::size_t i = 0; i < c.shards_.size(); ++i)
+    for (const ArenaRange& run : c.shards_[i].runs) c.runs_.push_back({run.begin, run.end, i});
+  std::sort(c.runs_.begin(), c.runs_.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
   std::size_t cursor = 0;
-  for (auto& r : c.shards_) {
-    if (r.begin != cursor)
+  for (const Placed& run : c.runs_) {
+    if (run.begin != cursor)
       throw Error(fmt::format("{}: malformed: the shards do not cover the arena exactly once (gap or overlap at "
                               "float {})",
                               mr.origin, cursor));
-    cursor = r.end;
+    cursor = run.end;
   }
   if (cursor != c.arena_floats_ || cursor > kMaxArenaFloats)
     throw Error(fmt::format("{}: malformed: the shards cover {} floats, arena_floats = {}", mr.origin, cursor,
@@ -477,7 +620,7 @@ void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_b
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.fd < 0)
     throw Error(fmt::format("{}: cannot open shard file (rank {}): {}", path.string(), r.rank, std::strerror(errno)));
-  const std::size_t n = r.end - r.begin;
+  const std::size_t n = r.floats();
   std::vector<float> buf(std::min(n, kChunkFloats));
   // The blocks cover every byte, so with them the whole checksum would only cost a second pass.
   const bool by_blocks = !r.blocks.empty();
@@ -491,12 +634,20 @@ void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_b
   });
   std::uint64_t offset = r.offset;
   for (int k = 0; k < kStates; ++k) {
+    std::size_t run = 0, into = 0;  // where the next value sits: r.runs[run].begin + into
     for (std::size_t i = 0; i < n; i += kChunkFloats) {
       const std::size_t m = std::min(kChunkFloats, n - i);
       read_exact(fd.fd, buf.data(), m * sizeof(float), offset, path);
       offset += m * sizeof(float);
       hash.update(buf.data(), m * sizeof(float));
-      fn(k, r.begin + i, buf.data(), m);
+      // The chunk, run by run.
+      for (std::size_t done = 0; done < m;) {
+        const ArenaRange& a = r.runs[run];
+        const std::size_t take = std::min(m - done, a.end - a.begin - into);
+        fn(k, a.begin + into, buf.data() + done, take);
+        done += take, into += take;
+        if (into == a.end - a.begin) ++run, into = 0;
+      }
     }
   }
   const std::string whole = hash.finish();
@@ -508,18 +659,36 @@ void scan_shard(const fs::path& dir, const ShardRecord& r, std::uint64_t block_b
 
 }  // namespace
 
-void Checkpoint::read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const {
-  if (end > arena_floats_ || begin > end)
-    throw Error(fmt::format("{}: range [{}, {}) lies outside the arena of {} floats", dir_.string(), begin, end,
-                            arena_floats_));
-  float* const dst[kStates] = {master, exp_avg, exp_avg_sq};
-  for (const ShardRecord& r : shards_) {
-    if (r.end <= begin || r.begin >= end) continue;
-    // The whole shard is read (its checksum covers all of it); the overlap is copied out.
-    scan_shard(dir_, r, block_bytes_, [&](int k, std::size_t first, const float* values, std::size_t m) {
-      if (!dst[k]) return;
-      const std::size_t lo = std::max(begin, first), hi = std::min(end, first + m);
-      if (lo < hi) std::memcpy(dst[k] + (lo - begin), values + (lo - first), (hi - lo) * sizeof(float));
+void Checkpoint::read(std::vector<Copy> copies) const {
+  std::sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) { return a.begin < b.begin; });
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const Copy& c = copies[i];
+    if (c.begin > arena_floats_ || c.count > arena_floats_ - c.begin)
+      throw Error(fmt::format("{}: range [{}, {}) lies outside the arena of {} floats", dir_.string(), c.begin,
+                              c.begin + c.count, arena_floats_));
+    if (i > 0 && copies[i - 1].begin + copies[i - 1].count > c.begin)
+      throw Error(fmt::format("{}: ranges to read overlap at float {}", dir_.string(), c.begin));
+  }
+  // The records any copy touches, each read once (its checksums cover all of it).
+  std::vector<bool> needed(shards_.size(), false);
+  for (const Copy& c : copies) {
+    auto it = std::upper_bound(runs_.begin(), runs_.end(), c.begin,
+                               [](std::size_t at, const Placed& p) { return at < p.begin; });
+    if (it != runs_.begin()) --it;
+    for (; it != runs_.end() && it->begin < c.begin + c.count; ++it)
+      if (it->end > c.begin) needed[it->record] = true;
+  }
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    if (!needed[i]) continue;
+    scan_shard(dir_, shards_[i], block_bytes_, [&](int k, std::size_t first, const float* values, std::size_t m) {
+      auto c = std::upper_bound(copies.begin(), copies.end(), first,
+                                [](std::size_t at, const Copy& x) { return at < x.begin; });
+      if (c != copies.begin()) --c;
+      for (; c != copies.end() && c->begin < first + m; ++c) {
+        float* const dst[kStates] = {c->master, c->exp_avg, c->exp_avg_sq};
+        const std::size_t lo = std::max(first, c->begin), hi = std::min(first + m, c->begin + c->count);
+        if (dst[k] && lo < hi) std::memcpy(dst[k] + (lo - c->begin), values + (lo - first), (hi - lo) * sizeof(float));
+      }
     });
   }
 }
@@ -585,8 +754,16 @@ void put_trainer_state(CheckpointInfo& info, const TrainerState& state) {
 
 void load_checkpoint(Engine& engine, const Checkpoint& ckpt) {
   agree(engine, [&] {
-    check_same_model(ckpt, engine.layout().config());
-    for (const StateShard& s : engine.state_shards()) ckpt.read(s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq);
+    const model::ParamLayout& layout = engine.layout();
+    check_same_model(ckpt, layout.config());
+    std::vector<Checkpoint::Copy> copies;
+    for (const StateShard& s : engine.state_shards()) {
+      if (layout.split().size > 1)  // a TP slice's own padding comes from nowhere: zero
+        for (float* state : {s.master, s.exp_avg, s.exp_avg_sq}) std::fill(state, state + (s.end - s.begin), 0.f);
+      for (const model::WholeRun& w : layout.whole_runs(s.begin, s.end, model::WholeCover::Loaded))
+        copies.push_back({w.whole, w.count, s.master + w.local, s.exp_avg + w.local, s.exp_avg_sq + w.local});
+    }
+    ckpt.read(std::move(copies));
   });
   // Whatever the two layouts, the loaded slices must add up to the saved state.
   const std::uint64_t loaded = engine_state_digest(engine);

@@ -2,23 +2,31 @@
 // Checkpoints, laid out for sharded engines and readable by any other layout:
 //
 //   OUT/ckpt/step_00000050/
-//     rank00000.bin   each StateShard of rank 0 in turn: master weights, exp_avg, exp_avg_sq of
-//     rank00001.bin   its arena run [begin, end), fp32 little-endian, no header
+//     rank00000.bin   each shard record of rank 0 in turn: master weights, exp_avg, exp_avg_sq
+//     rank00001.bin   of its runs of the whole model's arena, fp32 little-endian, no header
 //     manifest.json   written last: format version, step, model config, world size, the
-//                     writer's layout (strategy, shard spec, topology), the run settings a
-//                     resume must match, data position, RNG and trainer state, per shard its
-//                     rank, file, byte offset, [begin, end), bytes, XXH3-64 checksum, the
-//                     XXH3-64 of each MiB of it (so damage is placed within a MiB) and
-//                     content digest, and the digest of the whole state
+//                     writer's layout (strategy, shard spec, topology, tensor_parallel), the
+//                     run settings a resume must match, data position, RNG and trainer state,
+//                     per record its rank, file, byte offset, arena runs, bytes, XXH3-64
+//                     checksum, the XXH3-64 of each MiB of it (so damage is placed within a MiB)
+//                     and content digest, and the digest of the whole state
+//
+// Every record is in whole-model (TP 1) arena coordinates, whatever wrote it: a record is one
+// run ("begin", "end") or, from a tensor-parallel rank, a list of them ("runs": [begin, end]
+// or [begin, end, stride, repeats], the runs [begin + i stride, end + i stride) for i <
+// repeats), its values in that order. A TP rank writes its slices of the split tensors; TP
+// rank 0 also the tensors whole on every TP rank and the whole arena's padding (zeros). So a
+// checkpoint loads at any TP degree, and tp is not among the run settings a resume must match.
 //
 // A save writes into step_00000050.tmp/, fsyncs every file and the folder, then renames the
 // folder into place, so a checkpoint folder with a manifest is always whole and a failed or
 // killed save leaves every older checkpoint untouched. Loading copies any arena range from
-// whichever shards cover it, so a checkpoint written by one strategy and world size loads
-// into any other (the "universal checkpoint" of DeepSpeed, without a conversion step).
+// whichever records cover it, so a checkpoint written by one strategy, world size and TP
+// degree loads into any other (the "universal checkpoint" of DeepSpeed, without a conversion
+// step).
 //
 // The state digest is a sum over every arena position i and state k of mix(i, k, bits),
-// modulo 2^64: it does not depend on how the arena is cut into shards, so the digest a
+// modulo 2^64: it does not depend on how the arena is cut into records, so the digest a
 // loading engine computes over its own slices must equal the writer's, whatever the layouts.
 #include <cstddef>
 #include <cstdint>
@@ -52,31 +60,55 @@ struct CheckpointInfo {
   nlohmann::json trainer;          // trainer counters: skipped steps, loss scale
 };
 
+// A run [begin, end) of the whole model's arena, in floats.
+struct ArenaRange {
+  std::size_t begin = 0, end = 0;
+  bool operator==(const ArenaRange&) const = default;
+};
+
 struct ShardRecord {
   int rank = 0;
   std::string file;                // inside the checkpoint folder
   std::uint64_t offset = 0;        // bytes into the file
-  std::size_t begin = 0, end = 0;  // arena run, in floats
-  std::uint64_t bytes = 0;         // 3 states x (end - begin) x 4
+  std::vector<ArenaRange> runs;    // where its values sit in the arena, in file order
+  std::uint64_t bytes = 0;         // 3 states x floats() x 4
   std::string xxh3;                // of those bytes, 16 hex digits
   std::vector<std::uint64_t> blocks;  // XXH3-64 of each block of those bytes; empty: not recorded
-  std::uint64_t digest = 0;        // this run's part of the state digest
+  std::uint64_t digest = 0;        // this record's part of the state digest
+  std::size_t floats() const;      // of each state
 };
+
+// What one record holds: its runs of the whole model's arena, in order, and each state's
+// values for them, back to back.
+struct SavedShard {
+  std::vector<ArenaRange> runs;
+  const float* master = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+};
+
+// What this rank of an engine saves (Engine::saved_shards()) in whole-model coordinates. A
+// TP rank's slices are gathered into `packed`, which its shards point into.
+struct SavedState {
+  std::vector<SavedShard> shards;
+  std::vector<std::vector<float>> packed;
+};
+SavedState saved_state(Engine& engine);
 
 std::string checkpoint_name(std::int64_t step);  // "step_00000050"
 std::string rank_file_name(int rank);            // "rank00003.bin"
 
-// The state digest of one arena run (see above); digests of disjoint runs add up.
-std::uint64_t state_digest(const StateShard& shard);
+// The state digest of a record's runs (see above); digests of disjoint runs add up.
+std::uint64_t state_digest(const SavedShard& shard);
 std::string digest_hex(std::uint64_t digest);
-// Sum over ranks of the digests of their saved_shards(): the digest of the engine's state.
+// Sum over ranks of the digests of their saved_state(): the digest of the engine's state.
 // Collective.
 std::uint64_t engine_state_digest(Engine& engine);
 
 // The pieces of a save, also used by `strata ckpt convert` to write another layout offline.
 // Writes `shards` into dir/rank_file_name(rank), fsynced, and returns their records.
 std::vector<ShardRecord> write_rank_file(const std::filesystem::path& dir, int rank,
-                                         const std::vector<StateShard>& shards);
+                                         const std::vector<SavedShard>& shards);
 // Writes dir/manifest.json (atomically) for the given shards, which must tile the arena.
 void write_manifest(const std::filesystem::path& dir, const CheckpointInfo& info, std::size_t arena_floats,
                     const std::vector<ShardRecord>& shards);
@@ -102,9 +134,19 @@ class Checkpoint {
   std::uint64_t state_digest() const { return state_digest_; }
   std::uint64_t block_bytes() const { return block_bytes_; }  // of ShardRecord::blocks; 0: none
 
-  // Copies the arena run [begin, end) of each state (null: skip it) out of the shards that
-  // cover it, verifying the checksum of every shard it reads.
-  void read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const;
+  // `count` floats of the arena from `begin` on, to each state's destination (null: skip it).
+  struct Copy {
+    std::size_t begin = 0, count = 0;
+    float* master = nullptr;
+    float* exp_avg = nullptr;
+    float* exp_avg_sq = nullptr;
+  };
+  // Copies each run (they must not overlap) out of the records that cover it, reading each of
+  // those records once and verifying its checksums.
+  void read(std::vector<Copy> copies) const;
+  void read(std::size_t begin, std::size_t end, float* master, float* exp_avg, float* exp_avg_sq) const {
+    read({{begin, end - begin, master, exp_avg, exp_avg_sq}});
+  }
   // Reads every shard: checksums, per-shard digests and the state digest. Throws naming
   // the first bad shard file, its rank and the byte range of its first damaged block.
   void verify() const;
@@ -112,7 +154,11 @@ class Checkpoint {
  private:
   std::filesystem::path dir_;
   CheckpointInfo info_;
-  std::vector<ShardRecord> shards_;  // sorted by begin; they tile [0, arena_floats)
+  std::vector<ShardRecord> shards_;  // sorted by their first run; their runs tile [0, arena_floats)
+  struct Placed {
+    std::size_t begin, end, record;
+  };
+  std::vector<Placed> runs_;  // every record's runs, sorted by begin
   std::size_t arena_floats_ = 0;
   std::uint64_t state_digest_ = 0;
   std::uint64_t block_bytes_ = 0;
@@ -134,9 +180,10 @@ TrainerState read_trainer_state(const Checkpoint& ckpt);
 // Sets those fields of `info` (data.train_position and trainer): what read_trainer_state reads.
 void put_trainer_state(CheckpointInfo& info, const TrainerState& state);
 
-// Collective: fills every rank's state shards from the checkpoint, checks that the state
-// digest of what was loaded equals the checkpoint's, and calls state_loaded(). The
-// checkpoint's model must equal the engine's. Every rank throws the same Error if any fails.
+// Collective: fills every rank's state shards from the checkpoint (a TP rank its slices,
+// model::WholeCover::Loaded), checks that the state digest of what was loaded equals the
+// checkpoint's, and calls state_loaded(). The checkpoint's model must equal the engine's.
+// Every rank throws the same Error if any fails.
 void load_checkpoint(Engine& engine, const Checkpoint& ckpt);
 
 // The steps of the complete checkpoints (folders step_<digits> with a manifest) under

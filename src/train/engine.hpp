@@ -75,8 +75,9 @@ class Engine {
   // shard records into one manifest and to agree on errors; it also orders file writes.
   virtual std::vector<std::string> all_gather_strings(const std::string& local) = 0;
 
-  // Optimizer state this rank owns, for checkpoints. Together the shards of all ranks
-  // cover the arena exactly once.
+  // Optimizer state this rank owns, for checkpoints, in its layout's arena (a TP rank's: its
+  // slice; checkpoints map it to the whole model's, model::ParamLayout::whole_runs). Together
+  // the shards of the ranks of one TP index cover that arena exactly once.
   virtual std::vector<StateShard> state_shards() = 0;
   // The shards this rank writes into a checkpoint: those of state_shards() that no other
   // rank writes (ranks holding replicas of a slice leave it to one of them).

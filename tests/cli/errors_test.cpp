@@ -116,8 +116,6 @@ TEST(CliErrors, ANegativeBucketSizeIsRefusedNamingTheField) {
 
 TEST(CliErrors, TensorParallelismIsRefusedWhereItCannotRunNamingTheFlag) {
   expect_refusal("train --train-data t.bin --tp 2", "--tp 2: tensor parallelism needs ranks under mpirun");
-  expect_refusal("train --train-data t.bin --tp 2 --strategy zero3 --out runs/tp",
-                 "--tp 2: checkpoints of tensor-parallel runs are not written yet");
   expect_refusal("train --train-data t.bin --tp 3 --strategy zero3 --topology dgx-h100 --print-schedule --world-size 16",
                  "--tp 3: does not divide what tier 'node' has left (8)");
   expect_refusal("train --train-data t.bin --tp 2 --tp-tier rack --strategy zero3 --topology dgx-h100 "

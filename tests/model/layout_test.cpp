@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "base/error.hpp"
 #include "model/layout.hpp"
 
@@ -45,6 +49,43 @@ TEST(Layout, DecaySegmentsCoverARangeExactly) {
   for (std::size_t i = 1; i < segs.size(); ++i) {
     EXPECT_EQ(segs[i].begin, segs[i - 1].end);
     EXPECT_NE(segs[i].decay, segs[i - 1].decay);
+  }
+}
+
+// Checkpoints are written in whole-model coordinates: what the TP ranks save of their arenas,
+// cut anywhere, covers every float of the whole arena exactly once (padding as zeros), and
+// what a rank loads is every float of its tensors, at the place its slice came from.
+TEST(Layout, WholeRunsOfTheTpRanksCoverTheWholeArenaOnce) {
+  GPTConfig config = GPTConfig::preset("tiny");
+  config.n_head = 4;  // room for --tp 4
+  const ParamLayout whole(config);
+  for (int tp : {1, 2, 4}) {
+    std::vector<int> saved(whole.total_floats(), 0);
+    for (int r = 0; r < tp; ++r) {
+      const ParamLayout slice(config, {tp, r});
+      const std::size_t n = slice.total_floats(), cut = n / 3 + 5;  // two runs, cut inside a tensor
+      for (auto [begin, end] : {std::pair{std::size_t{0}, cut}, std::pair{cut, n}})
+        for (const WholeRun& w : slice.whole_runs(begin, end, WholeCover::Saved)) {
+          ASSERT_LE(w.whole + w.count, whole.total_floats());
+          if (!w.zeros) {
+            ASSERT_LE(begin + w.local + w.count, end);
+          }
+          for (std::size_t i = 0; i < w.count; ++i) ++saved[w.whole + i];
+        }
+      // Loaded: each tensor element of the slice maps to the whole tensor's element slice_runs names.
+      std::size_t loaded = 0;
+      for (const WholeRun& w : slice.whole_runs(0, n, WholeCover::Loaded)) {
+        EXPECT_FALSE(w.zeros);
+        loaded += w.count;
+      }
+      EXPECT_EQ(loaded, static_cast<std::size_t>(slice.num_params())) << "tp " << tp << " rank " << r;
+      const TensorInfo& fc = slice.find("h.1.mlp.c_proj.weight");  // row-parallel: a run per row
+      const auto runs = slice.whole_runs(fc.offset, fc.offset + fc.numel, WholeCover::Loaded);
+      ASSERT_EQ(runs.size(), tp == 1 ? 1u : static_cast<std::size_t>(fc.shape[0]));
+      EXPECT_EQ(runs.back().whole + runs.back().count - slice.slice_runs(fc).back().count,
+                whole.find("h.1.mlp.c_proj.weight").offset + slice.slice_runs(fc).back().full);
+    }
+    EXPECT_TRUE(std::all_of(saved.begin(), saved.end(), [](int c) { return c == 1; })) << "tp " << tp;
   }
 }
 

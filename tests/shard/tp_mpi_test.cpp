@@ -2,24 +2,33 @@
 // x 2 dies): --tp 2 over the innermost tier with zero3, hsdp and a topo-like spec trains to
 // the losses and weights of the same global batch without TP (the reduction order changes,
 // so within fp32 rounding, not bit for bit), TP ranks start from slices of the TP-1 model,
-// and a TP run is deterministic.
+// a TP run is deterministic, and a TP 2 checkpoint loads at TP 4, at TP 1 and in one process
+// with the saved state and trains on to the uninterrupted run's losses.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "base/error.hpp"
+#include "base/fileio.hpp"
+#include "data/safetensors.hpp"
 #include "device/device.hpp"
 #include "model/init.hpp"
 #include "shard/runtime.hpp"
 #include "test_batches.hpp"
+#include "train/checkpoint.hpp"
+#include "train/local_engine.hpp"
 
 using namespace strata;
 
@@ -27,20 +36,30 @@ namespace {
 
 constexpr int kBatch = 2, kSeq = 32, kSteps = 6;
 
+// A topology file every rank names, written by rank 0.
+std::string topology_file(const std::string& name, const std::string& toml) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::string p = (std::filesystem::temp_directory_path() / ("strata_tp_test_" + name + ".toml")).string();
+  if (rank == 0) std::ofstream(p) << toml;
+  MPI_Barrier(MPI_COMM_WORLD);
+  return p;
+}
+
 // The topology of test_topologies.hpp as a file, which ShardOptions names.
 std::string topology_file() {
-  static const std::string path = [] {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    const std::string p = (std::filesystem::temp_directory_path() / "strata_tp_test_topology.toml").string();
-    if (rank == 0) {
-      std::ofstream(p) << "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n"
-                          "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 50\nlatency_us = 3\n"
-                          "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n";
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    return p;
-  }();
+  static const std::string path =
+      topology_file("topology", "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n"
+                                "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 50\nlatency_us = 3\n"
+                                "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
+  return path;
+}
+
+// 2 nodes of 4 GPUs: room for --tp 4 in the inner tier.
+std::string four_gpu_topology_file() {
+  static const std::string path =
+      topology_file("4gpu", "[[tiers]]\nname = \"gpu\"\nsize = 4\nbandwidth_GBps = 200\nlatency_us = 2\n"
+                            "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
   return path;
 }
 
@@ -52,32 +71,47 @@ struct TpRun {
   std::size_t tensor_parallel_ops = 0;
 };
 
-TpRun train_tp(const std::string& strategy, const std::string& shard, int tp) {
+std::unique_ptr<shard::ShardedRuntime> runtime_at(const std::string& strategy, const std::string& shard, int tp,
+                                                  const std::string& topology = topology_file(),
+                                                  const model::GPTConfig& config = model::GPTConfig::preset("tiny")) {
   parallel::ShardOptions options;
   options.strategy = strategy;
   options.shard = shard;
-  options.topology = topology_file();
+  options.topology = topology;
   options.tp = tp;
-  shard::ShardedRuntime runtime(options, model::GPTConfig::preset("tiny"), kBatch * tp, kSeq, 1, 1234,
-                                device::host());
-  shard::ShardedEngine& engine = runtime.engine();
+  return std::make_unique<shard::ShardedRuntime>(options, config, kBatch * tp, kSeq, 1, 1234, device::host());
+}
+
+// One training step; returns the mean loss. The 8-rank TP-1 run's rank g reads stream g; TP-t
+// replica d reads streams t d .. t d + t - 1: the same global batch at every degree.
+double train_step(shard::ShardedEngine& engine, int step) {
+  const int tp = engine.parallel_dims().tensor;
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
+  std::vector<std::int32_t> tok, tgt;
+  for (int g = 0; g < tp; ++g) append_test_batch(step, 0, replica * tp + g, kBatch, kSeq, tok, tgt);
+  const double loss = engine.micro_step(tok.data(), tgt.data(), 1.0f);
+  engine.optimizer_step({}, train::StepArgs{1e-3f, step});
+  return engine.all_mean(loss);
+}
+
+std::vector<float> whole_params(train::Engine& engine) {
+  std::vector<float> params(model::ParamLayout(engine.layout().config()).total_floats());
+  engine.gather_params(params.data());
+  return params;
+}
+
+TpRun train_tp(const std::string& strategy, const std::string& shard, int tp) {
+  const auto runtime = runtime_at(strategy, shard, tp);
+  shard::ShardedEngine& engine = runtime->engine();
   TpRun run;
   run.scheduled = engine.schedule().traffic_per_step();
   run.tensor_parallel_ops = engine.schedule().tensor_parallel_ops().size();
   for (int step = 1; step <= kSteps; ++step) {
-    std::vector<std::int32_t> tok, tgt;
-    // The 8-rank TP-1 run's rank g reads stream g; TP-2 replica d reads streams 2d and 2d+1:
-    // the same global batch.
-    for (int g = 0; g < tp; ++g) append_test_batch(step, 0, replica * tp + g, kBatch, kSeq, tok, tgt);
     const comm::CommStats before = engine.context().accounting().snapshot();
-    const double loss = engine.micro_step(tok.data(), tgt.data(), 1.0f);
-    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
-    run.losses.push_back(engine.all_mean(loss));
+    run.losses.push_back(train_step(engine, step));
     run.step_traffic.push_back(engine.context().accounting().snapshot() - before);
   }
-  run.params.resize(model::ParamLayout(model::GPTConfig::preset("tiny")).total_floats());
-  engine.gather_params(run.params.data());
+  run.params = whole_params(engine);
   return run;
 }
 
@@ -180,6 +214,141 @@ TEST(TensorParallel, ATpRunIsDeterministic) {
   const TpRun a = train_tp("zero3", "", 2), b = train_tp("zero3", "", 2);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.params, b.params);
+}
+
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// An empty folder of rank 0's, the same on every rank.
+std::filesystem::path shared_scratch(const std::string& name) {
+  long long pid = ::getpid();
+  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("strata_{}_{}", name, pid);
+  if (world_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
+}
+
+train::CheckpointInfo info_at(train::Engine& engine, int step) {
+  train::CheckpointInfo info;
+  info.step = step;
+  info.model = engine.layout().config();
+  info.world_size = engine.world_size();
+  info.engine = engine.describe();
+  info.run = {{"train.global_batch", kBatch * 8}};
+  info.rng = {{"data_shuffle_seed", 1234}};
+  train::put_trainer_state(info, {step, 0, false, 1.0, 0});
+  return info;
+}
+
+// Master weights, exp_avg and exp_avg_sq of the whole arena, back to back.
+std::vector<float> all_states(const train::Checkpoint& c) {
+  const std::size_t n = c.arena_floats();
+  std::vector<float> v(3 * n);
+  c.read(0, n, v.data(), v.data() + n, v.data() + 2 * n);
+  return v;
+}
+
+double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+}  // namespace
+
+// Issue 16's "a TP 2 checkpoint resumes at TP 1 and at TP 4 with equal weights" on 8 ranks, TP 4
+// on another topology (the CLI test tp_checkpoint_cli_test.sh resumes it on 4 ranks).
+TEST(TensorParallel, ATp2CheckpointLoadsAtTp4AtTp1AndInOneProcessWithTheSavedState) {
+  constexpr int kSaveAt = 2, kLast = 4;
+  model::GPTConfig config = model::GPTConfig::preset("tiny");
+  config.n_head = 4;  // room for --tp 4
+  const std::filesystem::path root = shared_scratch("tp_ckpt_test");
+  std::filesystem::path saved;
+  std::uint64_t digest = 0;
+  std::vector<float> params;
+  std::vector<double> uninterrupted;
+  {
+    const auto tp2 = runtime_at("zero3", "", 2, topology_file(), config);
+    for (int step = 1; step <= kSaveAt; ++step) train_step(tp2->engine(), step);
+    saved = train::save_checkpoint(tp2->engine(), root / "tp2", info_at(tp2->engine(), kSaveAt));
+    digest = train::engine_state_digest(tp2->engine());
+    params = whole_params(tp2->engine());
+    for (int step = kSaveAt + 1; step <= kLast; ++step) uninterrupted.push_back(train_step(tp2->engine(), step));
+  }
+  const train::Checkpoint ckpt = train::Checkpoint::open(saved);
+  EXPECT_EQ(ckpt.state_digest(), digest);
+  EXPECT_EQ(ckpt.info().engine["tensor_parallel"], 2);
+  // load_checkpoint refuses a load whose state digest is not the checkpoint's; the weights
+  // the engines assemble must also be the saved ones, bit for bit; training goes on to the
+  // uninterrupted run's losses within fp32 reduction-order tolerance.
+  auto resume = [&](int tp, const std::string& topology, const char* name) {
+    const auto runtime = runtime_at("zero3", "", tp, topology, config);
+    train::load_checkpoint(runtime->engine(), ckpt);
+    EXPECT_EQ(train::engine_state_digest(runtime->engine()), digest) << name;
+    EXPECT_EQ(whole_params(runtime->engine()), params) << name;
+    std::vector<double> losses;
+    for (int step = kSaveAt + 1; step <= kLast; ++step) losses.push_back(train_step(runtime->engine(), step));
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], uninterrupted[i], 1e-5 * std::abs(uninterrupted[i])) << name << " step " << kSaveAt + 1 + i;
+    if (world_rank() == 0)
+      std::printf("TP 2 checkpoint resumed at %s: steps %d-%d, largest loss difference from the uninterrupted TP 2 "
+                  "run %.3g\n",
+                  name, kSaveAt + 1, kLast, largest_difference(losses, uninterrupted));
+  };
+  resume(4, four_gpu_topology_file(), "TP 4 (2 nodes of 4 GPUs)");
+  {
+    // At TP 1 it saves again: a TP 1 checkpoint of the same state.
+    const auto tp1 = runtime_at("zero3", "", 1, topology_file(), config);
+    train::load_checkpoint(tp1->engine(), ckpt);
+    train::save_checkpoint(tp1->engine(), root / "tp1", info_at(tp1->engine(), kSaveAt));
+  }
+  resume(1, topology_file(), "TP 1");
+
+  if (world_rank() == 0) {
+    train::LocalEngine local(config, kBatch, kSeq, 99);
+    train::load_checkpoint(local, ckpt);
+    EXPECT_EQ(whole_params(local), params);
+    const train::Checkpoint tp1 = train::Checkpoint::open(root / "tp1" / train::checkpoint_name(kSaveAt));
+    EXPECT_EQ(tp1.state_digest(), ckpt.state_digest());
+    const std::vector<float> states = all_states(ckpt);
+    EXPECT_EQ(all_states(tp1), states);  // master weights and both moments, every float
+    const train::StateShard all = local.state_shards().front();
+    const std::size_t n = all.end - all.begin;
+    EXPECT_TRUE(std::equal(all.exp_avg_sq, all.exp_avg_sq + n, states.begin() + 2 * n));
+    // The safetensors exports (whole tensors, Hugging Face names) of both, byte for byte.
+    const model::ParamLayout layout(config);
+    data::export_hf_safetensors(layout, states.data(), (root / "tp2.safetensors").string());
+    std::vector<float> tp1_params(n);
+    tp1.read(0, n, tp1_params.data(), nullptr, nullptr);
+    data::export_hf_safetensors(layout, tp1_params.data(), (root / "tp1.safetensors").string());
+    EXPECT_EQ(read_file_text(root / "tp2.safetensors"), read_file_text(root / "tp1.safetensors"));
+
+    // A damaged TP checkpoint is refused naming the shard file and its rank.
+    std::filesystem::copy(saved, root / "damaged");
+    const std::filesystem::path file = root / "damaged" / train::rank_file_name(3);
+    std::string bytes = read_file_text(file);
+    bytes[bytes.size() / 2] ^= 0x40;
+    atomic_write_file(file, bytes);
+    try {
+      train::Checkpoint::open(root / "damaged").verify();
+      ADD_FAILURE() << "a damaged TP checkpoint verified";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(file.string() + ": checksum mismatch in the shard of rank 3"),
+                std::string::npos)
+          << e.what();
+    }
+    std::filesystem::remove_all(root);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(TensorParallel, ADegreeThatDoesNotDivideTheTierIsRefusedNamingTheFlag) {

@@ -127,6 +127,62 @@ TEST(Checkpoint, SavesAndLoadsEveryStateBitExactAcrossDifferentShardings) {
   EXPECT_EQ(reader.loaded_, 1);
 }
 
+// Tensor-parallel ranks write records of several arena runs (docs/faults.md): rows of a
+// row-parallel weight alternate between them. Such records read back into any layout, their
+// run lists are written compactly ([begin, end, stride, repeats]), and a bad run list is
+// refused naming the field, before anything is expanded.
+TEST(Checkpoint, RecordsOfSeveralRunsReadBackAndBadRunListsAreRefusedNamingTheField) {
+  test::ScratchDir dir;
+  ShardedStateEngine source(kTiny, {});
+  source.fill(7);
+  const std::size_t n = source.layout().total_floats(), row = 100, rows = n / row;
+  std::vector<ArenaRange> even, odd;
+  for (std::size_t i = 0; i < rows; ++i) (i % 2 ? odd : even).push_back({i * row, (i + 1) * row});
+  if (rows * row < n) odd.push_back({rows * row, n});
+  std::vector<std::vector<float>> packed;
+  auto record = [&](const std::vector<ArenaRange>& runs) {
+    std::vector<float>& buf = packed.emplace_back();
+    for (const float* state : {source.master_.data(), source.exp_avg_.data(), source.exp_avg_sq_.data()})
+      for (const ArenaRange& r : runs) buf.insert(buf.end(), state + r.begin, state + r.end);
+    const std::size_t floats = buf.size() / 3;
+    return SavedShard{runs, buf.data(), buf.data() + floats, buf.data() + 2 * floats};
+  };
+  const fs::path saved = dir / "multi";
+  fs::create_directories(saved);
+  const SavedShard a = record(even), b = record(odd);
+  std::vector<ShardRecord> records = write_rank_file(saved, 0, {a});
+  for (auto& r : write_rank_file(saved, 1, {b})) records.push_back(r);
+  write_manifest(saved, info_at(3, kTiny), n, records);
+
+  const Checkpoint ckpt = Checkpoint::open(saved);
+  ckpt.verify();
+  EXPECT_EQ(ckpt.state_digest(), engine_state_digest(source));
+  ShardedStateEngine reader(kTiny, {12345, 40000});
+  load_checkpoint(reader, ckpt);
+  EXPECT_TRUE(same_bits(reader.master_, source.master_));
+  EXPECT_TRUE(same_bits(reader.exp_avg_sq_, source.exp_avg_sq_));
+
+  const fs::path manifest = saved / "manifest.json";
+  const auto good = nlohmann::json::parse(read_file_text(manifest));
+  ASSERT_EQ(good["shards"][0]["runs"][0], nlohmann::json({0, row, 2 * row, (rows + 1) / 2}));
+  auto refused = [&](const nlohmann::json& runs) {
+    auto j = good;
+    j["shards"][0]["runs"] = runs;
+    atomic_write_file(manifest, j.dump());
+    return error_of([&] { Checkpoint::open(saved); });
+  };
+  const std::string m = manifest.string() + ": malformed: field ";
+  EXPECT_EQ(refused({{5, 3}}), m + fmt::format("'shards[0].runs[0]' = [5, 3) is not a run of the arena of {} floats", n));
+  EXPECT_EQ(refused({{0, 100, 50, 2}}),
+            m + fmt::format("'shards[0].runs[0]': 2 runs 50 apart from [0, 100) do not fit the arena of {} floats "
+                            "without overlapping",
+                            n));
+  // A trillion runs are refused by arithmetic, not by allocating them.
+  EXPECT_NE(refused({{0, 1, 1, std::uint64_t{1} << 40}}).find("do not fit the arena"), std::string::npos);
+  EXPECT_EQ(refused("x"), m + "'shards[0].runs' must be a non-empty array");
+  EXPECT_EQ(refused({{0, 100, 7}}), m + "'shards[0].runs[0]' must be [begin, end] or [begin, end, stride, repeats]");
+}
+
 TEST(Checkpoint, ReadsAnyRangeFromTheShardsThatCoverIt) {
   test::ScratchDir dir;
   ShardedStateEngine writer(kTiny, {1000, 5000});
