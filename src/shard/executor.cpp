@@ -15,7 +15,9 @@ quant::QuantSpec qspec(DType w, std::size_t block) {
   return {w == DType::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, static_cast<int>(block)};
 }
 
-device::Device::Half half_of(DType w) { return w == DType::BF16 ? device::Device::Half::BF16 : device::Device::Half::F16; }
+device::Device::Half half_of(DType w) {
+  return w == DType::BF16 ? device::Device::Half::BF16 : device::Device::Half::F16;
+}
 
 // Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
 std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
@@ -174,7 +176,8 @@ comm::CBuf OpExecutor::gather(const Chain& chain, const float* src, std::size_t 
 const float* OpExecutor::reduce(const Chain& chain, const float* input) {
   if (chain.empty()) return input;
   const comm::CBuf in = comm::f32(input, chain.front()->elements_in);
-  return static_cast<const float*>(comm::run_chain(levels_, steps_of(chain), in, nullptr, 1.0f, between_, &codec_).data);
+  return static_cast<const float*>(
+      comm::run_chain(levels_, steps_of(chain), in, nullptr, 1.0f, between_, &codec_).data);
 }
 
 void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts) {

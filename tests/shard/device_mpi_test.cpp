@@ -201,8 +201,9 @@ TEST(ShardedOnADevice, TensorParallelismIsRefusedOnADeviceTheHostCannotAddressNa
   const parallel::ParallelDims dims = parallel::ParallelDims::model_parallel(world.topology, 2, 0, 1,
                                                                              world.topology.outermost());
   const std::string what = test::error_of([&] {
-    shard::ShardedEngine(tiny(), kBatch, kSeq, world.ctx, world.comms, shard::ShardSpec::preset_for("zero3", world.topology),
-                         1, 1234, staged, false, shard::TensorParallelism{dims, &world.comms.within(0)});
+    const shard::ShardSpec spec = shard::ShardSpec::preset_for("zero3", world.topology);
+    shard::ShardedEngine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged, false,
+                         shard::TensorParallelism{dims, &world.comms.within(0)});
   });
   EXPECT_NE(what.find("--tp 2: tensor parallelism computes on the cpu in fp32 only, not on the staged cpu device"),
             std::string::npos)
