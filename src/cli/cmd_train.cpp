@@ -143,11 +143,12 @@ device::Device& check_device(const train::TrainConfig& config) {
     throw Error(fmt::format("train.precision = '{}' (--precision): the {} device computes in fp32; bf16 needs "
                             "--device cuda",
                             config.precision, device.name()));
-  // The sharding engine's collectives and quantization still run on host memory (NCCL in the
-  // tiers is issue 15's remaining item): a GPU trains alone.
+  // The sharding engine runs on any device, but its tier collectives are MPI over host
+  // memory until NCCL is wired into the tiers (shard::host_tier_collectives): a GPU trains alone.
   if (!device.host_visible() && config.shard.sharded())
     throw Error(fmt::format("train.device = '{}' (--device): one process on one GPU only; sharded runs "
-                            "(--strategy, mpirun) compute on the cpu",
+                            "(--strategy, mpirun) compute on the cpu until NCCL tier communicators are wired "
+                            "into the sharding runtime (issue 15, item 4)",
                             config.device));
   return device;
 }
@@ -275,8 +276,8 @@ bool run_train(const TrainArgs& args) {
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
-                                config.seed, check_device(config),
-                                config.recomputes());
+                                config.seed, check_device(config), config.recomputes(),
+                                device::precision_named(config.precision, "train.precision"));
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {

@@ -9,6 +9,7 @@
 #include "base/aligned.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
+#include "base/half.hpp"
 #ifdef STRATA_HAVE_CUDA
 #include "device/cuda/cuda_device.hpp"
 #endif
@@ -45,6 +46,53 @@ void Device::adamw_update_range(const model::ParamLayout& layout, std::size_t be
                                 const float* grads, float* exp_avg, float* exp_avg_sq, const optim::AdamWConfig& hp,
                                 float lr, std::int64_t step, float grad_scale) {
   optim::adamw_update_range(layout, begin, end, params, grads, exp_avg, exp_avg_sq, hp, lr, step, grad_scale);
+}
+
+void Device::copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+
+void Device::add(float* x, const float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void Device::scale(float* x, std::size_t n, float factor) {
+  for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void Device::to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst) {
+  if (format == Half::BF16)
+    for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+  else
+    for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
+}
+
+void Device::from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst) {
+  if (format == Half::BF16)
+    for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  else
+    for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+}
+
+// Widening is exact, so this is decode-then-add's bits without the temporary.
+void Device::from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst) {
+  if (format == Half::BF16)
+    for (std::size_t i = 0; i < n; ++i) dst[i] += bf16_to_float(src[i]);
+  else
+    for (std::size_t i = 0; i < n; ++i) dst[i] += fp16_to_float(src[i]);
+}
+
+void Device::quantize(const float* src, std::size_t n, const quant::QuantSpec& spec, std::uint8_t* data,
+                      float* scales) {
+  quant::quantize(src, n, spec, data, scales);
+}
+
+void Device::dequantize(const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& spec,
+                        float* dst) {
+  quant::dequantize(data, scales, n, spec, dst);
+}
+
+void Device::dequantize_add(const std::uint8_t* data, const float* scales, std::size_t n,
+                            const quant::QuantSpec& spec, float* dst) {
+  quant::dequantize_add(data, scales, n, spec, dst);
 }
 
 namespace {

@@ -8,7 +8,8 @@
 // (docs/architecture.md, docs/gpu.md).
 //
 // The defaults of the compute members are the host's, so a Device over host memory (the
-// CPU, a test's counting wrapper) overrides only its allocator and kernel table.
+// CPU, a test's counting wrapper) overrides only its allocator and kernel table. The sharding
+// engine moves, accumulates, encodes and decodes its buffers only through these members too.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "model/layout.hpp"
 #include "model/model.hpp"
 #include "optim/adamw.hpp"
+#include "quant/quant.hpp"
 
 namespace strata::device {
 
@@ -64,6 +66,27 @@ class Device {
   virtual void adamw_update_range(const model::ParamLayout& layout, std::size_t begin, std::size_t end,
                                   float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                                   const optim::AdamWConfig& hp, float lr, std::int64_t step, float grad_scale);
+
+  // Between buffers of this device's memory (the sharding engine's staging, gradient
+  // accumulation and averaging). The host's: memcpy, and one fp32 operation an element.
+  virtual void copy(void* dst, const void* src, std::size_t bytes);
+  virtual void add(float* x, const float* y, std::size_t n);       // x[i] += y[i]
+  virtual void scale(float* x, std::size_t n, float factor);       // x[i] *= factor
+
+  // The wire codec: fp32 to and from the formats weights and gradients cross ranks in, over
+  // this device's memory. The host's are the CPU kernels (base/half.hpp, quant/quant.hpp); a
+  // device's own must give their bits, so ranks exchange the same bytes whatever computes.
+  enum class Half { BF16, F16 };  // 16-bit floats, rounded to nearest even
+  virtual void to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst);
+  virtual void from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst);
+  virtual void from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst);  // dst +=
+  // quant::quantize / dequantize / dequantize_add (a block with NaN or infinity is an Error).
+  virtual void quantize(const float* src, std::size_t n, const quant::QuantSpec& spec, std::uint8_t* data,
+                        float* scales);
+  virtual void dequantize(const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& spec,
+                          float* dst);
+  virtual void dequantize_add(const std::uint8_t* data, const float* scales, std::size_t n,
+                              const quant::QuantSpec& spec, float* dst);
 };
 
 // Device allocations are rounded to this many bytes (a pool's unit, cuBLASLt's alignment).

@@ -1,88 +1,74 @@
 #include "shard/executor.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
-#include "base/aligned.hpp"
 #include "base/error.hpp"
-#include "base/half.hpp"
 #include "quant/quant.hpp"
 
 namespace strata::shard {
 
 namespace {
 
-quant::QuantSpec qspec(DType w, int block) {
-  return {w == DType::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, block};
+quant::QuantSpec qspec(DType w, std::size_t block) {
+  return {w == DType::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, static_cast<int>(block)};
+}
+
+device::Device::Half half_of(DType w) {
+  return w == DType::BF16 ? device::Device::Half::BF16 : device::Device::Half::F16;
 }
 
 // Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
 std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
 
-void decode_add(comm::CBuf src, float* dst) {
-  if (comm::is_quantized(src.dtype)) {
-    quant::dequantize_add(static_cast<const std::uint8_t*>(src.data), src.scales, src.count,
-                          qspec(src.dtype, int(src.block)), dst);
-    return;
-  }
-  AlignedBuffer<float> tmp(src.count);
-  decode(src, tmp.data());
-  for (std::size_t i = 0; i < src.count; ++i) dst[i] += tmp[i];
-}
-
-// The wire formats between a chain's levels, for comm::run_chain.
-class QuantCodec final : public comm::WireCodec {
- public:
-  void encode(comm::CBuf fp32, comm::Buf wire) const override { shard::encode(static_cast<const float*>(fp32.data), wire); }
-  void decode(comm::CBuf wire, comm::Buf fp32) const override { shard::decode(wire, static_cast<float*>(fp32.data)); }
-  void decode_add(comm::CBuf wire, comm::Buf fp32) const override {
-    shard::decode_add(wire, static_cast<float*>(fp32.data));
-  }
-};
-const QuantCodec kCodec{};
-
 }  // namespace
 
-void encode(const float* src, comm::Buf dst) {
+void encode(device::Device& device, const float* src, comm::Buf dst) {
   auto* d = static_cast<std::uint8_t*>(dst.data);
-  const std::size_t n = dst.count;
   switch (dst.dtype) {
-    case DType::F32: std::memcpy(d, src, 4 * n); break;
-    case DType::BF16: {
-      auto* h = reinterpret_cast<std::uint16_t*>(d);
-      for (std::size_t i = 0; i < n; ++i) h[i] = float_to_bf16(src[i]);
-      break;
-    }
-    case DType::F16: {
-      auto* h = reinterpret_cast<std::uint16_t*>(d);
-      for (std::size_t i = 0; i < n; ++i) h[i] = float_to_fp16(src[i]);
-      break;
-    }
+    case DType::F32: device.copy(d, src, 4 * dst.count); break;
+    case DType::BF16:
+    case DType::F16: device.to_half(half_of(dst.dtype), src, dst.count, reinterpret_cast<std::uint16_t*>(d)); break;
     case DType::I8:
-    case DType::I4: quant::quantize(src, n, qspec(dst.dtype, int(dst.block)), d, dst.scales); break;
+    case DType::I4: device.quantize(src, dst.count, qspec(dst.dtype, dst.block), d, dst.scales); break;
   }
 }
 
-void decode(comm::CBuf src, float* dst) {
+void decode(device::Device& device, comm::CBuf src, float* dst) {
   const auto* s = static_cast<const std::uint8_t*>(src.data);
-  const std::size_t n = src.count;
   switch (src.dtype) {
-    case DType::F32: std::memcpy(dst, s, 4 * n); break;
-    case DType::BF16: {
-      auto* h = reinterpret_cast<const std::uint16_t*>(s);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(h[i]);
+    case DType::F32: device.copy(dst, s, 4 * src.count); break;
+    case DType::BF16:
+    case DType::F16:
+      device.from_half(half_of(src.dtype), reinterpret_cast<const std::uint16_t*>(s), src.count, dst);
       break;
-    }
-    case DType::F16: {
-      auto* h = reinterpret_cast<const std::uint16_t*>(s);
-      for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(h[i]);
-      break;
-    }
     case DType::I8:
-    case DType::I4: quant::dequantize(s, src.scales, n, qspec(src.dtype, int(src.block)), dst); break;
+    case DType::I4: device.dequantize(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
   }
+}
+
+void decode_add(device::Device& device, comm::CBuf src, float* dst) {
+  const auto* s = static_cast<const std::uint8_t*>(src.data);
+  switch (src.dtype) {
+    case DType::F32: device.add(dst, reinterpret_cast<const float*>(s), src.count); break;
+    case DType::BF16:
+    case DType::F16:
+      device.from_half_add(half_of(src.dtype), reinterpret_cast<const std::uint16_t*>(s), src.count, dst);
+      break;
+    case DType::I8:
+    case DType::I4: device.dequantize_add(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+  }
+}
+
+void OpExecutor::Codec::encode(comm::CBuf fp32, comm::Buf wire) const {
+  shard::encode(device_, static_cast<const float*>(fp32.data), wire);
+}
+void OpExecutor::Codec::decode(comm::CBuf wire, comm::Buf fp32) const {
+  shard::decode(device_, wire, static_cast<float*>(fp32.data));
+}
+void OpExecutor::Codec::decode_add(comm::CBuf wire, comm::Buf fp32) const {
+  shard::decode_add(device_, wire, static_cast<float*>(fp32.data));
 }
 
 // ---- WireBuffer ------------------------------------------------------------------------
@@ -115,11 +101,20 @@ comm::CBuf WireBuffer::cview(std::size_t offset, std::size_t n) const {
   return const_cast<WireBuffer*>(this)->view(offset, n);
 }
 
+void WireBuffer::copy_from(const comm::WireChunk& src) {
+  if (src.bytes != data.size() || src.n_scales != scales.size())
+    throw Error(fmt::format("shard: {} bytes and {} scales copied into a wire buffer of {} and {}", src.bytes,
+                            src.n_scales, data.size(), scales.size()));
+  device->copy(data.data(), src.data, src.bytes);
+  if (src.n_scales != 0) device->copy(scales.data(), src.scales, sizeof(float) * src.n_scales);
+}
+
 // ---- OpExecutor ------------------------------------------------------------------------
 
 OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
                        device::Device& device)
     : levels_(std::move(levels)),
+      device_(device),
       block_(block_size),
       wire_a_(device),
       wire_b_(device),
@@ -181,7 +176,8 @@ comm::CBuf OpExecutor::gather(const Chain& chain, const float* src, std::size_t 
 const float* OpExecutor::reduce(const Chain& chain, const float* input) {
   if (chain.empty()) return input;
   const comm::CBuf in = comm::f32(input, chain.front()->elements_in);
-  return static_cast<const float*>(comm::run_chain(levels_, steps_of(chain), in, nullptr, 1.0f, between_, &kCodec).data);
+  return static_cast<const float*>(
+      comm::run_chain(levels_, steps_of(chain), in, nullptr, 1.0f, between_, &codec_).data);
 }
 
 void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts) {
@@ -196,16 +192,24 @@ void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>
   for (std::size_t q = 0; q < pieces; ++q)
     for (const BucketPart& p : parts) {
       const std::size_t n = p.padded / pieces;
-      std::memcpy(packed, p.input + q * n, 4 * n);
+      device_.copy(packed, p.input + q * n, 4 * n);
       packed += n;
     }
   const float* out = reduce(chain, f32_b_.data());
   for (std::size_t q = 0; q < gathered; ++q)
     for (const BucketPart& p : parts) {
       const std::size_t n = p.padded / pieces;
-      std::memcpy(p.output + q * n, out, 4 * n);
+      device_.copy(p.output + q * n, out, 4 * n);
       out += n;
     }
+}
+
+comm::CBuf OpExecutor::run_steps(std::span<const comm::LevelStep> steps, comm::CBuf src) {
+  for (const comm::LevelStep& s : steps)
+    if (std::max(s.elements_in, s.elements_out) > f32_a_.size())
+      throw Error(fmt::format("shard: a step of {} elements does not fit the executor's scratch of {}",
+                              std::max(s.elements_in, s.elements_out), f32_a_.size()));
+  return comm::run_chain(levels_, steps, src, nullptr, 1.0f, between_, &codec_);
 }
 
 void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {

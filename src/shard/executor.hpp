@@ -7,6 +7,9 @@
 // comm::run_chain (compose.hpp), the composition comm::Hierarchy runs too; the executor
 // adds the wire formats (fp32 between levels, encoded per op) and the buffers.
 //
+// Every buffer it touches is in the compute device's memory, and every copy, encoding and
+// sum between ops goes through that device (device.hpp).
+//
 // A chain runs as one task on the communication thread (comm::Context::run), so its ops
 // and the encoding between them overlap with compute; the scratch below is shared by every
 // chain, which is safe because tasks run one at a time there.
@@ -16,19 +19,23 @@
 
 #include "comm/collectives.hpp"
 #include "comm/compose.hpp"
+#include "comm/wire.hpp"
 #include "device/device.hpp"
 #include "shard/schedule.hpp"
 
 namespace strata::shard {
 
-// fp32 <-> a wire format (bf16, fp16, int8/int4 with dst's scales); counts are the view's.
-void encode(const float* src, comm::Buf dst);
-void decode(comm::CBuf src, float* dst);
+// fp32 <-> a wire format (bf16, fp16, int8/int4 with the view's scales) on `device`'s
+// memory, through its codec (device.hpp); counts are the view's. decode_add adds in fp32.
+void encode(device::Device& device, const float* src, comm::Buf dst);
+void decode(device::Device& device, comm::CBuf src, float* dst);
+void decode_add(device::Device& device, comm::CBuf src, float* dst);
 
 // A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
 struct WireBuffer {
-  explicit WireBuffer(device::Device& device) : data(device), scales(device) {}
+  explicit WireBuffer(device::Device& d) : device(&d), data(d), scales(d) {}
 
+  device::Device* device;  // whose memory holds it, whose codec fills and reads it
   DType wire = DType::F32;
   int block = 0;
   std::size_t count = 0;  // elements
@@ -44,8 +51,13 @@ struct WireBuffer {
   comm::Buf view(std::size_t offset, std::size_t n);
   comm::CBuf cview(std::size_t offset, std::size_t n) const;
   comm::CBuf cview() const { return cview(0, count); }
-  void encode(const float* src, std::size_t offset, std::size_t n) { shard::encode(src, view(offset, n)); }
-  void decode(std::size_t offset, std::size_t n, float* dst) const { shard::decode(cview(offset, n), dst); }
+  void encode(const float* src, std::size_t offset, std::size_t n) { shard::encode(*device, src, view(offset, n)); }
+  void decode(std::size_t offset, std::size_t n, float* dst) const {
+    shard::decode(*device, cview(offset, n), dst);
+  }
+  // A chunk of another buffer in the same format and of the same size (comm::wire_chunk),
+  // copied within the device.
+  void copy_from(const comm::WireChunk& src);
 };
 
 using Chain = std::vector<const ScheduledOp*>;
@@ -58,6 +70,7 @@ class OpExecutor {
              device::Device& device);
 
   std::span<comm::Collectives* const> levels() const { return levels_; }
+  device::Device& device() const { return device_; }
   // All-gathers level by level from `src` (elements_in of the first op) in its wire format;
   // returns where the result landed: `src` itself for an empty chain, else scratch.
   comm::CBuf gather(const Chain& chain, comm::CBuf src);
@@ -78,6 +91,9 @@ class OpExecutor {
   // chunk in an order fixed by the chunk's index, so every element keeps its summation order
   // (and bits); concatenating the units as they lie would move elements between chunks.
   void reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts);
+  // Runs `steps` (not the schedule's: e.g. gathering the master weights for export) from
+  // `src` in the executor's scratch; returns where the result landed, as gather() does.
+  comm::CBuf run_steps(std::span<const comm::LevelStep> steps, comm::CBuf src);
   // Sums a few fp64 a rank over the chain's levels: each level all-gathers them and every
   // rank adds them up in member order, so every rank gets the same bits.
   void scalar_sum(const Chain& chain, std::vector<double>& values);
@@ -87,6 +103,17 @@ class OpExecutor {
   std::vector<const ScheduledOp*> take_trace();
 
  private:
+  // The wire formats between a chain's levels, for comm::run_chain: the device's codec.
+  class Codec final : public comm::WireCodec {
+   public:
+    explicit Codec(device::Device& d) : device_(d) {}
+    void encode(comm::CBuf fp32, comm::Buf wire) const override;
+    void decode(comm::CBuf wire, comm::Buf fp32) const override;
+    void decode_add(comm::CBuf wire, comm::Buf fp32) const override;
+
+   private:
+    device::Device& device_;
+  };
   // What lies between a chain's ops: fp32 in f32_a/b, a wire format in wire_a/b.
   class Between final : public comm::ChainScratch {
    public:
@@ -102,6 +129,8 @@ class OpExecutor {
   const std::vector<comm::LevelStep>& steps_of(const Chain& chain);
 
   std::vector<comm::Collectives*> levels_;
+  device::Device& device_;
+  Codec codec_{device_};
   int block_;
   WireBuffer wire_a_, wire_b_, wire_c_;
   device::Buffer<float> f32_a_, f32_b_;

@@ -69,8 +69,19 @@ RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTCon
   return {std::move(topology), dims, std::move(data_parallel), std::move(spec)};
 }
 
+TierCollectives host_tier_collectives(comm::Context&, const topo::ProcessGroups&, comm::TierComms& mpi,
+                                      device::Device& device) {
+  if (!device.host_visible())
+    throw Error(fmt::format("train.device = '{}': the sharding engine runs on it, but its tier collectives are MPI "
+                            "over host memory; a sharded run on it waits for NCCL communicators per tier group "
+                            "(issue 15, item 4)",
+                            device.name()));
+  return {mpi_levels(mpi), {}};
+}
+
 ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
-                               int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute) {
+                               int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute,
+                               device::Precision precision, const TierCollectivesFactory& tier_collectives) {
   // Host detection and communicator creation block inside MPI until every rank takes part.
   const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);
   int world = 0;
@@ -88,8 +99,9 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   if (dims.tensor == 1) {
     groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
     comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
-    engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, spec, accumulation_steps, seed,
-                                              device, recompute);
+    levels_ = tier_collectives(*context_, *groups_, *comms_, device);
+    engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, levels_.levels, spec, accumulation_steps,
+                                              seed, device, recompute, std::nullopt, precision);
     return;
   }
   const int rank = context_->world_rank();
@@ -99,16 +111,19 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   MPI_Comm_split(MPI_COMM_WORLD, dims.data_parallel_rank(rank), rank, &tensor_parallel_comm_);
   groups_ = std::make_unique<topo::ProcessGroups>(run->data_parallel, data_parallel_comm_);
   comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
+  levels_ = tier_collectives(*context_, *groups_, *comms_, device);
   tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor_parallel_comm_,
                                                        fmt::format("tp#{}", dims.data_parallel_rank(rank)));
-  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, *comms_, spec, accumulation_steps, seed,
-                                            device, recompute, TensorParallelism{dims, tensor_group_.get()});
+  engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, levels_.levels, spec, accumulation_steps,
+                                            seed, device, recompute, TensorParallelism{dims, tensor_group_.get()},
+                                            precision);
 }
 
 ShardedRuntime::~ShardedRuntime() {
   // The engine's collectives must finish before the groups and the comm thread go away.
   engine_.reset();
   tensor_group_.reset();
+  levels_ = {};
   comms_.reset();
   groups_.reset();
   int finalized = 0;

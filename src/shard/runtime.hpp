@@ -5,6 +5,7 @@
 // world splits twice: into TP groups (ParallelDims: consecutive domains of --tp-tier) and
 // into the ranks of each TP index, whose tier groups the sharding runs over.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,12 +47,31 @@ struct RunLayout {
 };
 RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTConfig& config, int world_size);
 
+// The collectives each level of the schedule runs on, for buffers in the compute device's
+// memory, and whatever was built for them (kept alive by the runtime).
+struct TierCollectives {
+  LevelCollectives levels;
+  std::vector<std::unique_ptr<comm::Collectives>> owned;
+};
+// The seam where the tier collectives are chosen by device: given the run's tier groups,
+// strata's MPI Communicators over them (`mpi`) and the device, returns the collectives of
+// every level. Collective over the world.
+using TierCollectivesFactory = std::function<TierCollectives(comm::Context& ctx, const topo::ProcessGroups& groups,
+                                                              comm::TierComms& mpi, device::Device& device)>;
+// The default: the MPI Communicators where the host addresses the device's memory. Any other
+// device is refused, naming the missing piece: NCCL communicators per tier group over device
+// buffers (issue 15, item 4: src/comm/nccl), which a factory for that device returns.
+TierCollectives host_tier_collectives(comm::Context& ctx, const topo::ProcessGroups& groups, comm::TierComms& mpi,
+                                      device::Device& device);
+
 class ShardedRuntime {
  public:
-  // Collective over MPI_COMM_WORLD (MPI must be initialised).
+  // Collective over MPI_COMM_WORLD (MPI must be initialised). `tier_collectives` chooses what
+  // the levels run on for `device`'s memory.
   ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
-                 int accumulation_steps, std::uint64_t seed, device::Device& device,
-                 bool recompute = false);
+                 int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute = false,
+                 device::Precision precision = device::Precision::F32,
+                 const TierCollectivesFactory& tier_collectives = host_tier_collectives);
   ~ShardedRuntime();
 
   ShardedEngine& engine() { return *engine_; }
@@ -62,6 +82,7 @@ class ShardedRuntime {
   MPI_Comm data_parallel_comm_ = MPI_COMM_NULL, tensor_parallel_comm_ = MPI_COMM_NULL;  // --tp only
   std::unique_ptr<topo::ProcessGroups> groups_;
   std::unique_ptr<comm::TierComms> comms_;
+  TierCollectives levels_;
   std::unique_ptr<comm::Communicator> tensor_group_;
   std::unique_ptr<ShardedEngine> engine_;
 };

@@ -440,11 +440,20 @@ std::size_t Schedule::scratch_elements() const {
   return n;
 }
 
-std::uint64_t scratch_bytes(std::size_t elements, int block_size) {
+namespace {
+
+std::uint64_t aligned(std::uint64_t bytes, std::size_t align_bytes) {
+  return (bytes + align_bytes - 1) / align_bytes * align_bytes;
+}
+
+}  // namespace
+
+std::uint64_t scratch_bytes(std::size_t elements, int block_size, std::size_t align_bytes) {
   if (elements == 0) return 0;
   // Three wire buffers (room for fp32 data and the scales of the smallest blocks) and two
   // fp32 buffers: see the executor.
-  return 3 * (4 * elements + 4 * (elements / std::max(block_size, 1) + 1)) + 2 * 4 * elements;
+  const std::uint64_t data = aligned(4 * elements, align_bytes);
+  return 3 * (data + aligned(4 * (elements / std::max(block_size, 1) + 1), align_bytes)) + 2 * data;
 }
 
 int Schedule::eval_tensor_parallel_ops() const {
@@ -483,30 +492,42 @@ std::vector<TierTraffic> Schedule::traffic_per_step() const {
   return out;
 }
 
-StateMemory Schedule::memory_per_rank(int compute_bytes) const {
+StateMemory Schedule::memory_per_rank(int compute_bytes, std::size_t align_bytes) const {
   if (compute_bytes != 2 && compute_bytes != 4)
     throw Error(fmt::format("memory_per_rank: compute_bytes = {}: expected 2 (bf16) or 4 (fp32)", compute_bytes));
+  if (align_bytes == 0) throw Error("memory_per_rank: align_bytes = 0: must be positive");
   const LevelSpec& L = levels_;
+  const auto held = [align_bytes](std::uint64_t bytes) { return aligned(bytes, align_bytes); };
+  // A wire-format buffer is two: its data and, quantized, its scales.
+  const auto wire = [&](std::size_t count) {
+    return held(comm::data_bytes(spec_.weight_wire, count)) +
+           held(sizeof(float) * comm::scale_count(spec_.weight_wire, count, spec_.block_size));
+  };
   StateMemory m;
   std::size_t largest = 0;
   for (std::size_t u = 0; u < padded_.size(); ++u) {
     std::size_t n = padded_[u];
     largest = std::max(largest, n);
-    m.weights += comm::wire_bytes(spec_.weight_wire, n / L.degree(L.weights), spec_.block_size);
-    if (L.secondary > 0) m.secondary += comm::wire_bytes(spec_.weight_wire, n / L.degree(L.secondary), spec_.block_size);
-    m.grads += compute_bytes * (n / L.degree(L.grads));
-    m.optimizer += 16 * (n / L.degree(L.optimizer));
+    m.weights += wire(n / L.degree(L.weights));
+    if (L.secondary > 0) m.secondary += wire(n / L.degree(L.secondary));
+    if (L.grads > 0) m.grads += held(compute_bytes * (n / L.degree(L.grads)));
+    m.optimizer += 4 * held(4 * (n / L.degree(L.optimizer)));  // master, two moments, its gradient
   }
+  // Replicated gradients: one buffer over every unit.
+  if (L.grads == 0) m.grads = held(static_cast<std::uint64_t>(compute_bytes) * total_padded());
   // Full-unit buffers, from their lifetimes: the most alive at once over a training or an
   // evaluation micro-batch, each of the largest unit's size (one pool serves them all).
-  const int buffers = std::max({peak_buffers(training_), peak_buffers(last_training_), peak_buffers(eval_)});
-  m.gathered = static_cast<std::uint64_t>(compute_bytes) * largest * static_cast<std::uint64_t>(buffers);
+  m.gathered = held(static_cast<std::uint64_t>(compute_bytes) * largest) * static_cast<std::uint64_t>(pool_buffers());
   // Replicated weights whose wire is not the compute format are decoded once, whole.
   const bool compute_format = (spec_.weight_wire == DType::F32 && compute_bytes == 4) ||
                               (spec_.weight_wire == DType::BF16 && compute_bytes == 2);
-  if (L.weights == 0 && !compute_format) m.gathered += static_cast<std::uint64_t>(compute_bytes) * total_padded();
-  m.communication = scratch_bytes(scratch_elements(), spec_.block_size);
+  if (L.weights == 0 && !compute_format) m.gathered += held(static_cast<std::uint64_t>(compute_bytes) * total_padded());
+  m.communication = scratch_bytes(scratch_elements(), spec_.block_size, align_bytes);
   return m;
+}
+
+int Schedule::pool_buffers() const {
+  return std::max({peak_buffers(training_), peak_buffers(last_training_), peak_buffers(eval_)});
 }
 
 static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topology) {

@@ -113,6 +113,8 @@ struct StateMemory {
   std::uint64_t gathered = 0;   // full-unit buffers alive at once (weights and grads, the lifetime replay)
                                 // + decoded replicated weights
   std::uint64_t communication = 0;  // the executor's scratch for per-level ops
+
+  std::uint64_t total() const { return weights + secondary + grads + optimizer + gathered + communication; }
 };
 
 // A rank's slice of one unit at a given number of levels: [offset, offset + count).
@@ -221,11 +223,14 @@ class Schedule {
   std::vector<TierTraffic> traffic_per_step() const;
   // compute_bytes: bytes of one element of the gradient accumulator and the full-unit
   // compute buffers: 4 for strata's fp32 runtime, 2 for a bf16 mixed-precision system.
-  StateMemory memory_per_rank(int compute_bytes = 4) const;
-  // The most full-unit buffers alive at once over a program, replaying their lifetimes: the
-  // runtime keeps one pool of buffers of the largest padded unit, lent to gathers and
-  // gradients and never shrunk, so this is its size.
+  // align_bytes: each buffer the runtime holds rounded up to it, as a device pool carves them
+  // (device::kPoolAlignBytes): what the runtime reserves before it allocates (1: the bytes).
+  StateMemory memory_per_rank(int compute_bytes = 4, std::size_t align_bytes = 1) const;
+  // The most full-unit buffers alive at once over a program, replaying their lifetimes.
   int peak_buffers(const MicroBatchProgram& program) const;
+  // The runtime's pool of full-unit buffers (each of the largest padded unit), allocated up
+  // front and lent to gathers and gradients: the peak over training and evaluation.
+  int pool_buffers() const;
   // Elements of the executor's scratch buffers: the largest per-rank buffer of a unit's op.
   std::size_t scratch_elements() const;
 
@@ -246,8 +251,9 @@ class Schedule {
   MicroBatchProgram training_, last_training_, eval_;
 };
 
-// Bytes of the executor's scratch for buffers of `elements` (executor.hpp allocates them).
-std::uint64_t scratch_bytes(std::size_t elements, int block_size);
+// Bytes of the executor's scratch for buffers of `elements` (executor.hpp allocates them),
+// each buffer rounded up to align_bytes.
+std::uint64_t scratch_bytes(std::size_t elements, int block_size, std::size_t align_bytes = 1);
 
 // A run [begin, end) of the flat parameter arena inside one unit.
 struct ArenaRun {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -23,15 +22,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Level t's group: the tier's own domain at level 0, its across-group above.
-std::vector<comm::Collectives*> level_collectives(comm::TierComms& comms, int levels) {
-  std::vector<comm::Collectives*> out;
-  for (int t = 0; t < levels; ++t) out.push_back(t == 0 ? &comms.within(0) : &comms.across(t));
-  return out;
-}
-
-// A slice of a unit's padded positions, initialised: the unit's part from the model's
-// initialiser, its padding zero.
+// A slice of a unit's padded positions, initialised on the host: the unit's part from the
+// model's initialiser, its padding zero.
 void init_unit_slice(const model::ParamLayout& layout, int unit, Slice slice, float* out, std::uint64_t seed) {
   const model::UnitInfo& u = layout.units()[unit];
   const std::size_t real = slice.offset < u.numel ? std::min(slice.count, u.numel - slice.offset) : 0;
@@ -46,31 +38,63 @@ model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, in
   return {{tp->dims.tensor, tp->dims.tensor_rank(world_rank)}, group};
 }
 
+// The model on `device`, made once the device has set aside everything the engine will hold.
+// Tensor parallelism's model all-reduces through the engine and computes with the host's
+// kernels: the host only.
+std::unique_ptr<model::Model> reserve_and_make_model(const Schedule& schedule, device::Device& device,
+                                                     const model::GPTConfig& config, int batch, int seq,
+                                                     bool recompute, device::Precision precision,
+                                                     const model::TensorParallel& split) {
+  if (split.split.size > 1 && (!device.host_visible() || precision != device::Precision::F32))
+    throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device in {} "
+                            "(train.device, train.precision)",
+                            split.split.size, device.name(), device::precision_name(precision)));
+  device.reserve(ShardedEngine::device_bytes(schedule, device, config, batch, seq, recompute, precision));
+  if (split.split.size > 1) return model::make_model(config, batch, seq, recompute, device.kernels(), split);
+  return device.make_model(config, batch, seq, recompute, precision);
+}
+
 }  // namespace
+
+LevelCollectives mpi_levels(comm::TierComms& comms) {
+  LevelCollectives out;
+  for (int t = 0; t < comms.num_tiers(); ++t) out.push_back(t == 0 ? &comms.within(0) : &comms.across(t));
+  return out;
+}
+
+std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device::Device& device,
+                                          const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                          device::Precision precision) {
+  // The runtime's buffers are fp32 (4 bytes an element) whatever the products read.
+  return schedule.memory_per_rank(4, device::kPoolAlignBytes).total() +
+         device.model_bytes(config, batch, seq, recompute, precision);
+}
 
 // ---- Construction ------------------------------------------------------------------------
 
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
-                             comm::TierComms& comms, const ShardSpec& spec, int accumulation_steps,
+                             LevelCollectives levels, const ShardSpec& spec, int accumulation_steps,
                              std::uint64_t seed, device::Device& device, bool recompute,
-                             const std::optional<TensorParallelism>& tp)
+                             const std::optional<TensorParallelism>& tp, device::Precision precision)
     : device_(device),
-      model_(model::make_model(config, batch, seq, recompute, device.kernels(), model_split(tp, ctx.world_rank(), this))),
-      ctx_(ctx),
-      comms_(comms),
-      schedule_(model_->layout(), tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec,
-                accumulation_steps,
+      schedule_(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
+                tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec, accumulation_steps,
                 tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute) : TensorParallelPlan{}),
+      model_(reserve_and_make_model(schedule_, device, config, batch, seq, recompute, precision,
+                                    model_split(tp, ctx.world_rank(), this))),
+      ctx_(ctx),
       dims_(tp ? tp->dims : parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
       dp_rank_(dims_.data_parallel_rank(rank_)),
       tp_group_(tp ? tp->group : nullptr),
-      executor_(level_collectives(comms, schedule_.levels().num_levels), schedule_.scratch_elements(),
-                spec.block_size, device),
+      executor_(std::move(levels), schedule_.scratch_elements(), spec.block_size, device),
       replicated_params_(device),
       replicated_grads_(device) {
   const LevelSpec& L = schedule_.levels();
   const model::ParamLayout& layout = model_->layout();
+  if (static_cast<int>(executor_.levels().size()) < L.num_levels)
+    throw Error(fmt::format("shard: collectives for {} levels given, the schedule runs over {}",
+                            executor_.levels().size(), L.num_levels));
   if (tp && (!tp_group_ || tp_group_->size() != dims_.tensor))
     throw Error(fmt::format("shard: --tp {} needs a TP group of that many ranks", dims_.tensor));
   if (spec.step_grad_allreduce)
@@ -108,6 +132,11 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
   if (L.weights == 0 && spec.weight_wire != DType::F32) replicated_params_.resize(padded_total);
   if (L.grads == 0) replicated_grads_.resize(padded_total);
   largest_unit_ = largest;
+  // The pool of full-unit buffers, whole before the first micro-batch: no step allocates.
+  for (int b = 0; b < schedule_.pool_buffers(); ++b) {
+    pool_.emplace_back(device_, largest_unit_);
+    free_buffers_.push_back(pool_.back().data());
+  }
 
   const std::size_t events = schedule_.units().events.size();
   chains_.resize(events);
@@ -120,16 +149,22 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
   reducing_.assign(events, nullptr);
   grad_buffer_.assign(units_.size(), nullptr);
 
-  // The single-process trainer's initial weights, drawn only for the slices this rank holds:
-  // no rank ever builds the whole model. The master (OS) slice feeds W by the post-step
-  // gather; the secondary slice is drawn too, so it is whole before the first forward.
-  AlignedBuffer<float> secondary;
+  // The single-process trainer's initial weights, drawn on the host only for the slices this
+  // rank holds (no rank ever builds the whole model) and copied to the device. The master
+  // (OS) slice feeds W by the post-step gather; the secondary slice is drawn too, so it is
+  // whole before the first forward (encoded on the device from a pool buffer).
+  std::vector<float> initial;
   for (auto& U : units_) {
-    init_unit_slice(layout, U->index, U->o, U->master.data(), seed);
+    initial.resize(U->o.count);
+    init_unit_slice(layout, U->index, U->o, initial.data(), seed);
+    device_.from_host(U->master.data(), initial.data(), sizeof(float) * U->o.count);
     if (L.secondary > 0) {
-      secondary.resize(U->s.count);
-      init_unit_slice(layout, U->index, U->s, secondary.data(), seed);
-      U->secondary.encode(secondary.data(), 0, U->s.count);
+      initial.resize(U->s.count);
+      init_unit_slice(layout, U->index, U->s, initial.data(), seed);
+      float* staged = borrow_full();
+      device_.from_host(staged, initial.data(), sizeof(float) * U->s.count);
+      U->secondary.encode(staged, 0, U->s.count);
+      give_back(staged);
     }
   }
   refresh_weights_from_master();
@@ -170,7 +205,7 @@ void ShardedEngine::run_event(int event) {
   for (int b : step.bucket_complete) wait(bucket_work_[b]);
   for (int u : step.lend) {
     float* b = borrow_full();
-    std::memset(b, 0, 4 * units_[u]->padded);
+    device_.zero(b, sizeof(float) * units_[u]->padded);
     grad_buffer_[u] = b;
   }
   for (int a : step.free) {
@@ -191,22 +226,15 @@ void ShardedEngine::issue(int chain) {
     work_[chain] = ctx_.run("shard:weight_gather", [this, &U, &ops, src, full, keep_secondary] {
       omp_set_num_threads(1);  // the compute thread owns the cores
       const comm::CBuf got = executor_.gather(ops, src);
-      if (keep_secondary) {
-        const std::size_t at = comm::data_bytes(got.dtype, U.s.offset);
-        std::memcpy(U.secondary.data.data(), static_cast<const std::uint8_t*>(got.data) + at,
-                    U.secondary.data.size());
-        if (U.secondary.scales.size() != 0)
-          std::memcpy(U.secondary.scales.data(), got.scales + U.s.offset / got.block, 4 * U.secondary.scales.size());
-      }
-      decode(got, full);
+      if (keep_secondary) U.secondary.copy_from(comm::wire_chunk(got, U.s.offset, U.s.count));
+      decode(device_, got, full);
     });
   } else {
     float* full = reducing_[chain] = grad_buffer_[ev.unit];
     grad_buffer_[ev.unit] = nullptr;
     work_[chain] = ctx_.run("shard:grad_reduce", [this, &U, &ops, full] {
       omp_set_num_threads(1);
-      const float* out = executor_.reduce(ops, full);
-      for (std::size_t i = 0; i < U.g.count; ++i) U.grad_accum[i] += out[i];
+      device_.add(U.grad_accum.data(), executor_.reduce(ops, full), U.g.count);
     });
   }
 }
@@ -239,10 +267,9 @@ void ShardedEngine::wait(comm::Work& work) {
 }
 
 float* ShardedEngine::borrow_full() {
-  if (free_buffers_.empty()) {
-    pool_.emplace_back(device_, largest_unit_);
-    free_buffers_.push_back(pool_.back().data());
-  }
+  if (free_buffers_.empty())
+    throw Error(fmt::format("shard: all {} full-unit buffers of the pool (the schedule's lifetime replay) are lent",
+                            pool_.size()));
   float* b = free_buffers_.back();
   free_buffers_.pop_back();
   return b;
@@ -321,8 +348,7 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
       const float* input = L.grads > 0 ? U->grad_accum.data() : replicated_grads_.data() + U->padded_offset;
       works.push_back(ctx_.run("shard:step_reduce", [this, U, input] {
         omp_set_num_threads(1);
-        const float* out = executor_.reduce(U->step_reduce, input);
-        std::memcpy(U->os_grad.data(), out, 4 * U->o.count);
+        device_.copy(U->os_grad.data(), executor_.reduce(U->step_reduce, input), sizeof(float) * U->o.count);
       }));
     }
   for (auto& w : works) wait(w);
@@ -331,8 +357,8 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
   const float inv_replicas = 1.0f / static_cast<float>(dims_.data_parallel_size());
   double local = 0;
   for (auto& U : units_) {
-    for (std::size_t i = 0; i < U->o.count; ++i) U->os_grad[i] *= inv_replicas;
-    local += tp_group_ ? tensor_parallel_sum_squares(*U) : optim::sum_squares(U->os_grad.data(), U->o.count);
+    device_.scale(U->os_grad.data(), U->o.count, inv_replicas);
+    local += tp_group_ ? tensor_parallel_sum_squares(*U) : device_.sum_squares(U->os_grad.data(), U->o.count);
   }
   // Every rank sums the same values in the same order: the same norm, the same verdict.
   std::vector<double> squares = scalar_sum({local}, Purpose::GradNormAllReduce);
@@ -346,9 +372,10 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
       if (U->o.offset >= U->numel) continue;  // all padding
       std::size_t n = std::min(U->o.count, U->numel - U->o.offset);
       std::size_t begin = U->arena_offset + U->o.offset;
-      optim::adamw_update_range(layout(), begin, begin + n, U->master.data(), U->os_grad.data(), U->exp_avg.data(),
-                                U->exp_avg_sq.data(), hp, args.lr, args.update, multiplier);
+      device_.adamw_update_range(layout(), begin, begin + n, U->master.data(), U->os_grad.data(), U->exp_avg.data(),
+                                 U->exp_avg_sq.data(), hp, args.lr, args.update, multiplier);
     }
+    ++updates_;
   }
   // A skipped step still runs the post-step weight gather: the schedule (and every rank)
   // expects it, and it hands out the unchanged weights.
@@ -370,8 +397,7 @@ void ShardedEngine::refresh_weights_from_master() {
         U->weights.encode(U->master.data(), 0, U->o.count);  // OS slice == W slice
       } else {
         const comm::CBuf got = executor_.gather(U->weight_step, U->master.data(), U->o.count, U->weights.wire);
-        std::memcpy(U->weights.data.data(), got.data, U->weights.data.size());
-        if (U->weights.scales.size() != 0) std::memcpy(U->weights.scales.data(), got.scales, 4 * U->weights.scales.size());
+        U->weights.copy_from(comm::wire_chunk(got, 0, got.count));
       }
       if (replicated_params_.size()) U->weights.decode(0, U->padded, replicated_params_.data() + U->padded_offset);
     }));
@@ -405,7 +431,7 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
   return comm::all_gather_strings(MPI_COMM_WORLD, local, "shard:all_gather_strings", "world");
 }
 
-std::vector<train::StateShard> ShardedEngine::state_shards() {
+std::vector<train::StateShard> ShardedEngine::device_shards() {
   std::vector<train::StateShard> out;
   for (const ArenaRun& run : optimizer_runs(schedule_, layout(), dp_rank_)) {
     Unit& U = *units_[run.unit];  // its OS slice starts at run.begin
@@ -414,12 +440,20 @@ std::vector<train::StateShard> ShardedEngine::state_shards() {
   return out;
 }
 
+std::vector<train::StateShard> ShardedEngine::state_shards() {
+  if (device_.host_visible()) return device_shards();
+  return staged_.host_shards(device_, device_shards(), updates_);
+}
+
 std::vector<train::StateShard> ShardedEngine::saved_shards() {
   if (!saves_optimizer_state(schedule_, dp_rank_)) return {};
   return state_shards();
 }
 
-void ShardedEngine::state_loaded() { refresh_weights_from_master(); }
+void ShardedEngine::state_loaded() {
+  if (!device_.host_visible()) staged_.put_back(device_, device_shards());
+  refresh_weights_from_master();
+}
 
 void ShardedEngine::gather_params(float* full) {
   if (!tp_group_) return gather_slice_params(full);
@@ -444,19 +478,14 @@ void ShardedEngine::gather_slice_params(float* full) {
   const LevelSpec& L = schedule_.levels();
   for (auto& Up : units_) {
     Unit* U = Up.get();
-    AlignedBuffer<float> unit(U->padded);
-    comm::Work w = ctx_.run("shard:gather_params", [this, U, &unit, &L] {
-      // Master slices back to the whole unit: the OS levels' all-gather (outer first).
+    comm::Work w = ctx_.run("shard:gather_params", [this, U, full, &L] {
+      // Master slices back to the whole unit: the OS levels' all-gather (outer first), in the
+      // executor's scratch, then to the host.
       const auto steps = comm::all_gather_steps(L.level_size, U->padded, L.optimizer, 0, DType::F32, 0);
-      comm::Scratch scratch;
-      comm::HostChainScratch between(scratch);
-      const comm::Buf out = comm::f32(unit.data(), U->padded);
-      const comm::CBuf got =
-          comm::run_chain(executor_.levels(), steps, comm::f32(U->master.data(), U->o.count), &out, 1.0f, between);
-      if (got.data != out.data) std::memcpy(unit.data(), got.data, 4 * U->padded);
+      const comm::CBuf got = executor_.run_steps(steps, comm::f32(U->master.data(), U->o.count));
+      device_.to_host(full + U->arena_offset, got.data, sizeof(float) * U->numel);
     });
     w.wait();
-    std::memcpy(full + U->arena_offset, unit.data(), 4 * U->numel);
   }
 }
 
@@ -518,7 +547,7 @@ double ShardedEngine::tensor_parallel_sum_squares(const Unit& U) const {
     const model::TensorInfo& t = L.tensors()[ti];
     if (t.split == model::Split::None && !lead) continue;
     const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-    if (lo < hi) sum += optim::sum_squares(U.os_grad.data() + (lo - begin), hi - lo);
+    if (lo < hi) sum += device_.sum_squares(U.os_grad.data() + (lo - begin), hi - lo);
   }
   return sum;
 }

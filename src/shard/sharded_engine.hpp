@@ -5,8 +5,11 @@
 // issue points — to give the model full units when it needs them. The engine keeps unit
 // state and compute; when an op is issued, waited for, and which buffer it fills is the
 // schedule's (MicroBatchProgram), how it runs is the executor's (executor.hpp).
-// Every buffer it holds is a device::Buffer of the compute device it is given, and the model
-// computes with that device's kernels (device/device.hpp).
+// Every buffer it holds is a device::Buffer of the compute device it is given, reserved up
+// front from the schedule's memory formula (no allocation per step); the model is the one
+// that device makes, and every copy, sum, encoding, norm and update of those buffers goes
+// through the device (device/device.hpp), so the engine runs unchanged on memory the host
+// cannot address. Its collectives are given per level, for that memory.
 //
 // Under tensor parallelism (TensorParallelism) the model holds this rank's TP slice
 // (model/tensor_parallel.hpp) and all-reduces over the TP group; the schedule shards that
@@ -29,6 +32,7 @@
 #include "shard/executor.hpp"
 #include "shard/schedule.hpp"
 #include "train/engine.hpp"
+#include "train/staged_state.hpp"
 
 namespace strata::shard {
 
@@ -37,6 +41,12 @@ struct TensorParallelism {
   parallel::ParallelDims dims;
   comm::Collectives* group = nullptr;
 };
+
+// The collectives each level of the schedule runs on (level 0: this rank's domain of the
+// innermost tier, level t: its across-group of tier t), over buffers in the engine's memory.
+using LevelCollectives = std::vector<comm::Collectives*>;
+// strata's MPI Communicators over `comms`' tiers, which read host memory.
+LevelCollectives mpi_levels(comm::TierComms& comms);
 
 struct StepTiming {
   double compute_s = 0;        // step wall time less exposed communication
@@ -47,12 +57,28 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
  public:
   // Collective over the world. Parameters are initialised from `seed` exactly as the
   // single-process trainer does, each rank drawing only the slices it holds. `recompute`:
-  // the model recomputes activations in backward (model::GPT). With `tp`, `comms` span the
-  // ranks of this rank's TP index over tp->dims.data_parallel_topology() (ShardedRuntime).
+  // the model recomputes activations in backward (model::GPT); `precision`: what its products
+  // read (the device refuses one it does not compute in). With `tp`, `levels` span the ranks
+  // of this rank's TP index over tp->dims.data_parallel_topology() (ShardedRuntime); tensor
+  // parallelism runs on a host-visible device only (its model computes with kernels()).
+  ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
+                const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
+                bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
+                device::Precision precision = device::Precision::F32);
+  // Over strata's MPI Communicators (host memory).
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
-                bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt);
+                bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
+                device::Precision precision = device::Precision::F32)
+      : ShardedEngine(config, batch, seq, ctx, mpi_levels(comms), spec, accumulation_steps, seed, device, recompute,
+                      tp, precision) {}
   ~ShardedEngine() override;
+
+  // What the engine reserves of `device` before its first allocation: every buffer it holds,
+  // from the schedule's memory formula at the device pool's alignment, and the model's.
+  static std::uint64_t device_bytes(const Schedule& schedule, const device::Device& device,
+                                    const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                    device::Precision precision);
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return rank_; }
@@ -114,12 +140,12 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   std::vector<double> scalar_sum(std::vector<double> local, Purpose purpose);
   float* borrow_full();
   void give_back(float* buffer);
+  std::vector<train::StateShard> device_shards();  // the optimizer state in the device's memory
 
-  device::Device& device_;  // where every buffer below lives, whose kernels the model runs
+  device::Device& device_;  // where every buffer below lives, which makes the model
+  Schedule schedule_;       // built before the model: the device's pool is sized from it
   std::unique_ptr<model::Model> model_;
   comm::Context& ctx_;
-  comm::TierComms& comms_;
-  Schedule schedule_;
   parallel::ParallelDims dims_;
   int rank_ = 0;       // in the world
   int dp_rank_ = 0;    // among the ranks of this TP index: the schedule's rank
@@ -139,7 +165,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   std::vector<float*> gathered_, reducing_;
   std::vector<float*> grad_buffer_;  // per unit, while lent
   std::size_t largest_unit_ = 0;
-  std::vector<device::Buffer<float>> pool_;
+  std::vector<device::Buffer<float>> pool_;  // Schedule::pool_buffers(), allocated up front
   std::vector<float*> free_buffers_;
   device::Buffer<float> replicated_params_;  // W replicated in a non-fp32 wire: decoded weights
   device::Buffer<float> replicated_grads_;   // G replicated: the full fp32 gradients
@@ -149,6 +175,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   comm::CommStats last_stats_;
   bool evaluated_since_report_ = false;
   std::vector<nlohmann::json> step_reports_;
+  std::int64_t updates_ = 0;   // applied optimizer steps
+  train::StagedState staged_;  // host copies of the state for checkpoints, where the host cannot address it
 };
 
 }  // namespace strata::shard

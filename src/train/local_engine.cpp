@@ -65,30 +65,18 @@ StepOutcome LocalEngine::optimizer_step(const optim::AdamWConfig& hp, const Step
   return out;
 }
 
+std::vector<StateShard> LocalEngine::device_shards() {
+  return {{0, params_.size(), params_.data(), exp_avg_.data(), exp_avg_sq_.data()}};
+}
+
 std::vector<StateShard> LocalEngine::state_shards() {
-  if (device_.host_visible()) return {{0, params_.size(), params_.data(), exp_avg_.data(), exp_avg_sq_.data()}};
-  const std::size_t n = params_.size(), bytes = n * sizeof(float);
-  // Refreshed only when an update changed the device's state since: a checkpoint being loaded
-  // writes the host copies, then reads them back (its digest) before state_loaded() pushes them.
-  if (staged_update_ != updates_) {
-    staged_master_.resize(n);
-    staged_exp_avg_.resize(n);
-    staged_exp_avg_sq_.resize(n);
-    device_.to_host(staged_master_.data(), params_.data(), bytes);
-    device_.to_host(staged_exp_avg_.data(), exp_avg_.data(), bytes);
-    device_.to_host(staged_exp_avg_sq_.data(), exp_avg_sq_.data(), bytes);
-    staged_update_ = updates_;
-  }
-  return {{0, n, staged_master_.data(), staged_exp_avg_.data(), staged_exp_avg_sq_.data()}};
+  if (device_.host_visible()) return device_shards();
+  return staged_.host_shards(device_, device_shards(), updates_);
 }
 
 void LocalEngine::state_loaded() {
   // On the host the master weights are the weights the forward reads: nothing to rebuild.
-  if (device_.host_visible()) return;
-  const std::size_t bytes = params_.size() * sizeof(float);
-  device_.from_host(params_.data(), staged_master_.data(), bytes);
-  device_.from_host(exp_avg_.data(), staged_exp_avg_.data(), bytes);
-  device_.from_host(exp_avg_sq_.data(), staged_exp_avg_sq_.data(), bytes);
+  if (!device_.host_visible()) staged_.put_back(device_, device_shards());
 }
 
 void LocalEngine::gather_params(float* full) {

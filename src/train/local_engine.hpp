@@ -9,6 +9,7 @@
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "train/engine.hpp"
+#include "train/staged_state.hpp"
 
 namespace strata::train {
 
@@ -53,10 +54,9 @@ class LocalEngine final : public Engine {
   std::unique_ptr<model::Model> model_;
   device::Buffer<float> params_, grads_, exp_avg_, exp_avg_sq_;
   model::ArenaAccess access_;
-  // Host copies of the optimizer state for checkpoints, on devices the host cannot address,
-  // as of update number staged_update_ (updates_ counts the applied ones).
-  std::vector<float> staged_master_, staged_exp_avg_, staged_exp_avg_sq_;
-  std::int64_t updates_ = 0, staged_update_ = -1;
+  std::vector<StateShard> device_shards();  // the state in the device's memory
+  StagedState staged_;       // its host copies for checkpoints, where the host cannot address it
+  std::int64_t updates_ = 0;  // applied ones
 };
 
 }  // namespace strata::train

@@ -9,44 +9,17 @@
 #include <map>
 
 #include "device/device.hpp"
+#include "staged_device.hpp"
 #include "train/local_engine.hpp"
 #include "train/trainer.hpp"
 #include "util.hpp"
 
 using namespace strata;
 using namespace strata::train;
+using strata::test::StagedDevice;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Host memory behind a device that says the host cannot read it: every transfer is counted,
-// and every allocation must fit in what was reserved up front.
-class StagedDevice final : public device::Device {
- public:
-  std::string_view name() const override { return "staged cpu"; }
-  bool host_visible() const override { return false; }
-  void reserve(std::size_t bytes) override { reserved += bytes; }
-  void* allocate(std::size_t bytes) override {
-    allocated += device::pool_bytes(bytes);
-    if (allocated > reserved) over_reserve = true;
-    return device::host().allocate(bytes);
-  }
-  void deallocate(void* memory) noexcept override { device::host().deallocate(memory); }
-  void zero(void* memory, std::size_t bytes) override { device::host().zero(memory, bytes); }
-  const model::Kernels& kernels() const override { return device::host().kernels(); }
-  void to_host(void* host, const void* memory, std::size_t bytes) override {
-    ++copies_to_host;
-    std::memcpy(host, memory, bytes);
-  }
-  void from_host(void* memory, const void* host, std::size_t bytes) override {
-    ++copies_from_host;
-    std::memcpy(memory, host, bytes);
-  }
-
-  std::size_t reserved = 0, allocated = 0;
-  bool over_reserve = false;
-  int copies_to_host = 0, copies_from_host = 0;
-};
 
 TrainConfig seam_config(const test::ScratchDir& dir) {
   if (!fs::exists(dir / "train.bin")) test::write_tokens(dir / "train.bin", test::sample_text_tokens(30000, 3));
@@ -78,7 +51,7 @@ TEST(DeviceSeam, ADeviceTheHostCannotAddressTrainsToTheHostsLossesBitForBit) {
     EXPECT_EQ(std::memcmp(&host.steps[i].loss, &other.steps[i].loss, sizeof(double)), 0) << "step " << i + 1;
     EXPECT_EQ(std::memcmp(&host.steps[i].grad_norm, &other.steps[i].grad_norm, sizeof(double)), 0) << "step " << i + 1;
   }
-  EXPECT_EQ(staged.copies_from_host, 1);  // the initial weights, once
+  EXPECT_EQ(staged.copies_from_host.load(), 1);  // the initial weights, once
   EXPECT_FALSE(staged.over_reserve) << staged.allocated << " bytes allocated, " << staged.reserved << " reserved";
   EXPECT_EQ(staged.reserved, LocalEngine::device_bytes(c.model, c.batch, c.seq_len(), false, staged,
                                                        device::Precision::F32));
@@ -109,7 +82,7 @@ TEST(DeviceSeam, ACheckpointTakenThroughTheDevicesCopiesResumesToTheSameLosses) 
   std::vector<float> params(engine.layout().total_floats());
   const int before = staged.copies_to_host;
   engine.gather_params(params.data());
-  EXPECT_EQ(staged.copies_to_host, before + 1);
+  EXPECT_EQ(staged.copies_to_host.load(), before + 1);
 }
 
 TEST(DeviceSeam, TheHostDeviceRefusesBf16NamingThePrecision) {

@@ -121,6 +121,48 @@ class CudaDevice final : public Device {
     }
   }
 
+  // Within the pool (or host memory the driver knows): ordered on the stream like the kernels.
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync (device copy)");
+  }
+  void add(float* x, const float* y, std::size_t n) override { cuda::add(x, y, n, stream_); }
+  void scale(float* x, std::size_t n, float factor) override { cuda::scale(x, n, factor, stream_); }
+
+  void to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst) override {
+    require_bf16(format);
+    cast_f32_to_bf16(dst, src, n, stream_);
+  }
+  void from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
+    require_bf16(format);
+    cast_bf16_to_f32(dst, src, n, stream_);
+  }
+  void from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
+    require_bf16(format);
+    add_bf16(dst, src, n, stream_);
+  }
+  void quantize(const float* src, std::size_t n, const quant::QuantSpec& spec, std::uint8_t* data,
+                float* scales) override {
+    // The CPU refuses a block with NaN or infinity, naming it; the kernel reports the first
+    // such block through device memory, read back here (a synchronisation per call).
+    if (!nonfinite_block_)
+      check(cudaMalloc(reinterpret_cast<void**>(&nonfinite_block_), sizeof(std::uint64_t)),
+            "cudaMalloc (quantize's non-finite flag)");
+    check(cudaMemsetAsync(nonfinite_block_, 0xff, sizeof(std::uint64_t), stream_), "cudaMemsetAsync");
+    cuda::quantize(data, scales, src, n, format_of(spec), nonfinite_block_, stream_);
+    std::uint64_t first = 0;
+    to_host(&first, nonfinite_block_, sizeof(first));
+    if (first != ~std::uint64_t{0})
+      throw Error(fmt::format("quantize: block {} holds NaN or infinity", first));
+  }
+  void dequantize(const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& spec,
+                  float* dst) override {
+    cuda::dequantize(dst, data, scales, n, format_of(spec), stream_);
+  }
+  void dequantize_add(const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& spec,
+                      float* dst) override {
+    cuda::dequantize_sum(dst, data, 0, scales, 0, 1, n, format_of(spec), stream_);
+  }
+
   Stream stream() const { return stream_; }
 
  private:
@@ -137,6 +179,17 @@ class CudaDevice final : public Device {
   std::size_t live_ = 0;
   void* norm_scratch_ = nullptr;
   std::size_t norm_scratch_bytes_ = 0;
+  std::uint64_t* nonfinite_block_ = nullptr;  // 8 bytes outside the pool, as the norm's scratch
+
+  static QuantFormat format_of(const quant::QuantSpec& spec) {
+    return {spec.bits == quant::QuantBits::Int4 ? 4 : 8, spec.block_size};
+  }
+  // fp16 wires have no GPU kernel (the casts are bf16's).
+  static void require_bf16(Half format) {
+    if (format != Half::BF16)
+      throw Error("cuda: an fp16 wire has no GPU kernel; choose bf16, int8 or int4 (--weight-wire, --grad-wire, "
+                  "--step-grad-wire)");
+  }
 };
 
 CudaDevice& the_device() {

@@ -131,6 +131,14 @@ void cast_f32_to_bf16(std::uint16_t* dst, const float* src, std::size_t n, Strea
 void cast_bf16_to_f32(float* dst, const std::uint16_t* src, std::size_t n, Stream stream);
 
 // ---------------------------------------------------------------------------------------
+// Elementwise, for the sharding engine (Device::add, scale, from_half_add): one rounded fp32
+// operation an element, the host loop's bits.
+
+void add(float* x, const float* y, std::size_t n, Stream stream);               // x += y
+void add_bf16(float* x, const std::uint16_t* y, std::size_t n, Stream stream);  // x += widened y
+void scale(float* x, std::size_t n, float factor, Stream stream);                // x *= factor
+
+// ---------------------------------------------------------------------------------------
 // Block quantization, byte for byte the CPU format of quant/quant.hpp (bits 8 or 4, any
 // positive block_size, one fp32 scale per block, INT4 low nibble first, padding zeroed).
 

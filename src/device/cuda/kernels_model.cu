@@ -467,6 +467,26 @@ __global__ void from_bf16_kernel(float* dst, const std::uint16_t* src, std::size
     dst[i] = from_bf16_bits(src[i]);
 }
 
+// The sharding engine's elementwise steps, one IEEE operation an element (explicit rounding:
+// the host's bits).
+__global__ void add_kernel(float* x, const float* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = __fadd_rn(x[i], y[i]);
+}
+
+__global__ void add_bf16_kernel(float* x, const std::uint16_t* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = __fadd_rn(x[i], from_bf16_bits(y[i]));
+}
+
+__global__ void scale_kernel(float* x, std::size_t n, float factor) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = __fmul_rn(x[i], factor);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -660,6 +680,24 @@ void cast_bf16_to_f32(float* dst, const std::uint16_t* src, std::size_t n, Strea
   if (n == 0) return;
   from_bf16_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
   check_launch("cast_bf16_to_f32");
+}
+
+void add(float* x, const float* y, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  add_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  check_launch("add");
+}
+
+void add_bf16(float* x, const std::uint16_t* y, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  add_bf16_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  check_launch("add_bf16");
+}
+
+void scale(float* x, std::size_t n, float factor, Stream stream) {
+  if (n == 0) return;
+  scale_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, n, factor);
+  check_launch("scale");
 }
 
 }  // namespace strata::device::cuda

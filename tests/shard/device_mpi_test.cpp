@@ -1,0 +1,211 @@
+// The sharding engine on a compute device the host cannot address (tests/staged_device.hpp:
+// host memory behind device calls), 8 ranks of configs/topology/2node-2gpu-2die.toml, the
+// tiny model, 3 steps: zero3, zeropp and topo (int8/int4 wires), bf16 wires and zero1's
+// buckets train through the device's copies, sums, codec, norm and AdamW to the host's losses
+// bit for bit; the engine allocates exactly what it reserved from the schedule's memory
+// formula, all of it before the first step; a checkpoint taken through the device's copies
+// resumes to the uninterrupted run's losses.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/context.hpp"
+#include "comm/tier_comms.hpp"
+#include "shard/runtime.hpp"
+#include "shard/sharded_engine.hpp"
+#include "staged_device.hpp"
+#include "support.hpp"
+#include "test_batches.hpp"
+#include "topo/groups.hpp"
+#include "train/checkpoint.hpp"
+
+using namespace strata;
+using test::StagedDevice;
+
+namespace {
+
+constexpr int kBatch = 2, kSeq = 32, kSteps = 3;
+
+topo::Topology test_topology() {
+  topo::Topology t = topo::Topology::load(test::source_path("configs/topology/2node-2gpu-2die.toml").string());
+  t.resolve(8);
+  return t;
+}
+
+struct World {
+  topo::Topology topology = test_topology();
+  comm::Context ctx{topology};
+  topo::ProcessGroups groups{topology};
+  comm::TierComms comms{ctx, groups};
+};
+
+const model::GPTConfig& tiny() {
+  static const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  return config;
+}
+
+struct StepResult {
+  double loss = 0, grad_norm = 0;
+};
+
+// One micro-batch and one optimizer step; the loss averaged over the ranks.
+StepResult train_step(shard::ShardedEngine& engine, int step) {
+  std::vector<std::int32_t> tok, tgt;
+  append_test_batch(step, 0, engine.rank(), kBatch, kSeq, tok, tgt);
+  const float loss = engine.micro_step(tok.data(), tgt.data(), 1.0f);
+  const train::StepOutcome out = engine.optimizer_step({}, train::StepArgs{1e-3f, step});
+  return {engine.all_mean(loss), out.grad_norm};
+}
+
+void expect_same_bits(double a, double b, const std::string& what) {
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << what << ": " << a << " vs " << b;
+}
+
+std::vector<std::pair<std::string, shard::ShardSpec>> specs(const topo::Topology& topology) {
+  std::vector<std::pair<std::string, shard::ShardSpec>> out;
+  for (const char* name : {"zero3", "zeropp", "topo", "zero1"})
+    out.emplace_back(name, shard::ShardSpec::preset_for(name, topology));
+  shard::ShardSpec bf16 = shard::ShardSpec::preset_for("zero3", topology);
+  bf16.weight_wire = bf16.grad_wire = shard::DType::BF16;
+  out.emplace_back("zero3 in bf16 wires", bf16);
+  return out;
+}
+
+// rank 0's path, on every rank (a checkpoint folder all ranks write into).
+std::string rank0_path(const std::string& mine) {
+  int n = static_cast<int>(mine.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string path = mine;
+  path.resize(n);
+  MPI_Bcast(path.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
+}
+
+}  // namespace
+
+TEST(ShardedOnADevice, TrainsThroughTheDeviceToTheHostsLossesBitForBitWithinItsReservation) {
+  World world;
+  for (const auto& [name, spec] : specs(world.topology)) {
+    std::vector<StepResult> host_steps, device_steps;
+    std::vector<float> host_params, device_params;
+    {
+      shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, device::host());
+      for (int s = 1; s <= kSteps; ++s) host_steps.push_back(train_step(engine, s));
+      host_params.resize(engine.layout().total_floats());
+      engine.gather_params(host_params.data());
+    }
+    StagedDevice staged;
+    shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged);
+    const shard::Schedule& schedule = engine.schedule();
+    // Reserved: the schedule's formula at the pool's alignment, and the model's activations;
+    // allocated: exactly the formula's buffers, all of them before the first step.
+    EXPECT_EQ(staged.reserved, shard::ShardedEngine::device_bytes(schedule, staged, tiny(), kBatch, kSeq, false,
+                                                                  device::Precision::F32))
+        << name;
+    EXPECT_EQ(staged.allocated, schedule.memory_per_rank(4, device::kPoolAlignBytes).total()) << name;
+    const int allocations = staged.allocations;
+    EXPECT_GE(staged.copies_from_host.load(), schedule.num_units()) << name << ": the initial master slices";
+    for (int s = 1; s <= kSteps; ++s) device_steps.push_back(train_step(engine, s));
+    EXPECT_EQ(staged.allocations, allocations) << name << ": a step allocated";
+    EXPECT_FALSE(staged.over_reserve) << name << ": " << staged.allocated << " bytes allocated, " << staged.reserved
+                                      << " reserved";
+    const int to_host = staged.copies_to_host;
+    device_params.resize(engine.layout().total_floats());
+    engine.gather_params(device_params.data());
+    EXPECT_EQ(staged.copies_to_host.load(), to_host + schedule.num_units()) << name << ": export, a unit a copy";
+
+    for (int s = 0; s < kSteps; ++s) {
+      expect_same_bits(host_steps[s].loss, device_steps[s].loss, name + ", loss of step " + std::to_string(s + 1));
+      expect_same_bits(host_steps[s].grad_norm, device_steps[s].grad_norm,
+                       name + ", gradient norm of step " + std::to_string(s + 1));
+    }
+    EXPECT_EQ(std::memcmp(host_params.data(), device_params.data(), 4 * host_params.size()), 0) << name;
+
+    // Every step's norm, averaging and update went through the device, a unit at a time.
+    EXPECT_EQ(staged.norms.load(), kSteps * schedule.num_units()) << name;
+    EXPECT_EQ(staged.scales.load(), kSteps * schedule.num_units()) << name;
+    EXPECT_GT(staged.updates.load(), 0) << name;
+    EXPECT_GT(staged.copies.load(), 0) << name;
+    const shard::LevelSpec& L = schedule.levels();
+    if (L.grads > 0) {
+      EXPECT_GT(staged.adds.load(), 0) << name << ": gradient slices accumulated";
+    }
+    const bool quantized = comm::is_quantized(spec.weight_wire) || comm::is_quantized(spec.grad_wire);
+    EXPECT_EQ(staged.quantizes.load() > 0, quantized) << name;
+    EXPECT_EQ(staged.dequantizes.load() > 0, quantized) << name;
+    const bool half = spec.weight_wire == shard::DType::BF16 || spec.grad_wire == shard::DType::BF16;
+    EXPECT_EQ(staged.half_encodes.load() > 0, half) << name;
+    EXPECT_EQ(staged.half_decodes.load() > 0, half) << name;
+  }
+}
+
+TEST(ShardedOnADevice, ACheckpointTakenThroughTheDevicesCopiesResumesToTheSameLosses) {
+  World world;
+  const shard::ShardSpec spec = shard::ShardSpec::preset_for("zeropp", world.topology);
+  std::vector<StepResult> straight;
+  {
+    StagedDevice staged;
+    shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged);
+    for (int s = 1; s <= kSteps; ++s) straight.push_back(train_step(engine, s));
+  }
+  test::ScratchDir dir;
+  const std::string root = rank0_path((dir / "ckpt").string());
+  std::filesystem::path saved;
+  {
+    StagedDevice staged;
+    shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged);
+    for (int s = 1; s < kSteps; ++s) train_step(engine, s);
+    train::CheckpointInfo info;
+    info.step = kSteps - 1;
+    info.model = tiny();
+    info.world_size = engine.world_size();
+    info.engine = engine.describe();
+    const int before = staged.copies_to_host;
+    saved = train::save_checkpoint(engine, root, info);
+    // Master weights and both moments of every optimizer slice, through the device's copies.
+    const int shards = static_cast<int>(shard::optimizer_runs(engine.schedule(), engine.layout(),
+                                                              engine.rank()).size());
+    EXPECT_EQ(staged.copies_to_host.load(), before + 3 * shards);
+  }
+  StagedDevice staged;
+  shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged);
+  const int before = staged.copies_from_host;
+  train::load_checkpoint(engine, train::Checkpoint::open(saved));
+  EXPECT_GT(staged.copies_from_host.load(), before);
+  const StepResult resumed = train_step(engine, kSteps);
+  expect_same_bits(straight.back().loss, resumed.loss, "the resumed step's loss");
+  expect_same_bits(straight.back().grad_norm, resumed.grad_norm, "the resumed step's gradient norm");
+}
+
+TEST(ShardedOnADevice, TheRuntimesTierCollectivesRefuseADeviceMpiCannotReadNamingTheMissingPiece) {
+  World world;
+  StagedDevice staged;
+  const std::string what =
+      test::error_of([&] { shard::host_tier_collectives(world.ctx, world.groups, world.comms, staged); });
+  EXPECT_NE(what.find("train.device = 'staged cpu': the sharding engine runs on it, but its tier collectives are "
+                      "MPI over host memory"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("NCCL communicators per tier group (issue 15, item 4)"), std::string::npos) << what;
+  EXPECT_EQ(shard::host_tier_collectives(world.ctx, world.groups, world.comms, device::host()).levels.size(),
+            static_cast<std::size_t>(world.topology.num_tiers()));
+}
+
+TEST(ShardedOnADevice, TensorParallelismIsRefusedOnADeviceTheHostCannotAddressNamingTheFlag) {
+  World world;
+  StagedDevice staged;
+  const parallel::ParallelDims dims = parallel::ParallelDims::model_parallel(world.topology, 2, 0, 1,
+                                                                             world.topology.outermost());
+  const std::string what = test::error_of([&] {
+    const shard::ShardSpec spec = shard::ShardSpec::preset_for("zero3", world.topology);
+    shard::ShardedEngine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged, false,
+                         shard::TensorParallelism{dims, &world.comms.within(0)});
+  });
+  EXPECT_NE(what.find("--tp 2: tensor parallelism computes on the cpu in fp32 only, not on the staged cpu device"),
+            std::string::npos)
+      << what;
+}
