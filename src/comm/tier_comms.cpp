@@ -39,10 +39,12 @@ std::unique_ptr<Collectives> device_group(Context& ctx, MPI_Comm comm, const std
 #endif
 }
 
-std::unique_ptr<SlotMemory> device_memory() {
+// On the innermost level's stream, so that ordering that level orders the memory's work.
+std::unique_ptr<SlotMemory> device_memory(Collectives& innermost) {
 #ifdef STRATA_HAVE_NCCL
-  return std::make_unique<DeviceSlotMemory>();
+  return std::make_unique<DeviceSlotMemory>(static_cast<NcclCommunicator&>(innermost).stream());
 #else
+  (void)innermost;
   return nullptr;  // unreachable: device_group refused first
 #endif
 }
@@ -80,11 +82,31 @@ TierComms::TierComms(Context& ctx, const topo::ProcessGroups& groups, Backend ba
     std::vector<Collectives*> levels{within_device_[0].get()};
     for (int u = 1; u <= t; ++u) levels.push_back(across_device_[u].get());
     hier_device_.push_back(
-        std::make_unique<Hierarchy>("hier:" + within_device_[t]->name(), ctx, levels, device_memory()));
+        std::make_unique<Hierarchy>("hier:" + within_device_[t]->name(), ctx, levels, device_memory(*levels[0])));
   }
 }
 
 TierComms::~TierComms() = default;
+
+void TierComms::after_compute(CUstream_st* compute) {
+#ifdef STRATA_HAVE_NCCL
+  for (auto* groups : {&within_device_, &across_device_})
+    for (auto& g : *groups)
+      if (g) static_cast<NcclCommunicator&>(*g).after_compute(compute);
+#else
+  (void)compute;  // no NCCL groups in this build
+#endif
+}
+
+void TierComms::before_compute(CUstream_st* compute) {
+#ifdef STRATA_HAVE_NCCL
+  for (auto* groups : {&within_device_, &across_device_})
+    for (auto& g : *groups)
+      if (g) static_cast<NcclCommunicator&>(*g).before_compute(compute);
+#else
+  (void)compute;
+#endif
+}
 
 Communicator& TierComms::across(int t) {
   if (t < 1 || t >= num_tiers())

@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
 #include "comm/communicator.hpp"
 #include "comm/hierarchy.hpp"
 #include "comm/mpi_flat.hpp"
@@ -53,6 +55,12 @@ class TierComms {
   Collectives& backend_within(int t);
   Collectives& backend_across(int t);
   Hierarchy& backend_hierarchical(int t);
+  // Backend::Nccl: orders, by events and without a host wait, every NCCL group's (and so
+  // every hierarchy's) later operations after what `compute` holds now (the buffers it is
+  // producing), or `compute`'s later work after the groups' operations so far (the buffers
+  // they fill). Nothing to order for Backend::Mpi (host buffers).
+  void after_compute(CUstream_st* compute);
+  void before_compute(CUstream_st* compute);
 
  private:
   Backend backend_;

@@ -148,6 +148,19 @@ TEST(Nccl, OrderedAgainstAComputeStreamByEvents) {
   reduced.wait();
   const float ranks = float(g.size()), rank_sum = ranks * (ranks + 1) / 2;
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], rank_sum * float(i % 64)) << "element " << i;
+
+  // The same through the tiers: a hierarchical all-reduce, every NCCL group ordered at once.
+  TierComms tiers(w.ctx, w.groups, Backend::Nccl);
+  Hierarchy& h = tiers.backend_hierarchical(tiers.num_tiers() - 1);
+  for (std::size_t i = 0; i < n; ++i) host[i] = float(w.rank + 1) * float(i % 64);
+  ASSERT_EQ(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, compute), cudaSuccess);
+  tiers.after_compute(compute);
+  Work hier = h.all_reduce_async(f32(device, n), ReduceOp::Sum);
+  hier.wait();  // the composition's levels run one after another, from the communication thread
+  tiers.before_compute(compute);
+  ASSERT_EQ(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, compute), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], rank_sum * float(i % 64)) << "hierarchical, element " << i;
   cudaStreamDestroy(compute);
   cudaFree(device);
   cudaFreeHost(host);

@@ -26,14 +26,10 @@ constexpr std::size_t kAlign = 256;  // what cudaMalloc gives; scales start on s
 
 }  // namespace
 
-DeviceSlotMemory::DeviceSlotMemory() {
-  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-}
+DeviceSlotMemory::DeviceSlotMemory(cudaStream_t stream) : stream_(stream) {}
 
 DeviceSlotMemory::~DeviceSlotMemory() {
-  cudaStreamSynchronize(stream_);
-  for (Slot& s : slots_) cudaFree(s.data);
-  cudaStreamDestroy(stream_);
+  for (Slot& s : slots_) cudaFree(s.data);  // waits for the device
 }
 
 void DeviceSlotMemory::finish() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }

@@ -1,9 +1,10 @@
 #pragma once
 // A composition's memory on the GPU (built with NCCL): the numbered scratch views of a
 // Hierarchy over NCCL levels, and the copies, padding and fp32 sums between its levels,
-// as kernels and copies on this memory's own stream. Each returns once its work finished:
-// the levels' collectives wait for theirs the same way (NcclCommunicator's inline forms),
-// so the chain's steps keep their order across the levels' streams.
+// as kernels and copies on the stream given (its innermost level's: what orders that
+// level after a compute stream orders them too). Each returns once its work finished: the
+// levels' collectives wait for theirs the same way (NcclCommunicator's inline forms), so
+// the chain's steps keep their order across the levels' streams.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -15,7 +16,7 @@ namespace strata::comm {
 
 class DeviceSlotMemory final : public SlotMemory {
  public:
-  DeviceSlotMemory();  // on the current CUDA device
+  explicit DeviceSlotMemory(cudaStream_t stream);  // on the current CUDA device
   ~DeviceSlotMemory() override;
   DeviceSlotMemory(const DeviceSlotMemory&) = delete;
   DeviceSlotMemory& operator=(const DeviceSlotMemory&) = delete;
@@ -34,7 +35,7 @@ class DeviceSlotMemory final : public SlotMemory {
     std::size_t bytes = 0;
   };
   std::vector<Slot> slots_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_;  // not owned
 };
 
 }  // namespace strata::comm
