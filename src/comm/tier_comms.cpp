@@ -88,23 +88,22 @@ TierComms::TierComms(Context& ctx, const topo::ProcessGroups& groups, Backend ba
 
 TierComms::~TierComms() = default;
 
-void TierComms::after_compute(CUstream_st* compute) {
-#ifdef STRATA_HAVE_NCCL
-  for (auto* groups : {&within_device_, &across_device_})
-    for (auto& g : *groups)
-      if (g) static_cast<NcclCommunicator&>(*g).after_compute(compute);
-#else
-  (void)compute;  // no NCCL groups in this build
-#endif
-}
+void TierComms::after_compute(CUstream_st* compute) { order_against(compute, true); }
+void TierComms::before_compute(CUstream_st* compute) { order_against(compute, false); }
 
-void TierComms::before_compute(CUstream_st* compute) {
+void TierComms::order_against(CUstream_st* compute, bool after) {
 #ifdef STRATA_HAVE_NCCL
   for (auto* groups : {&within_device_, &across_device_})
-    for (auto& g : *groups)
-      if (g) static_cast<NcclCommunicator&>(*g).before_compute(compute);
+    for (auto& g : *groups) {
+      if (!g) continue;  // across(0)
+      auto& nccl = static_cast<NcclCommunicator&>(*g);
+      if (after)
+        nccl.after_compute(compute);
+      else
+        nccl.before_compute(compute);
+    }
 #else
-  (void)compute;
+  (void)compute, (void)after;  // no NCCL groups in this build
 #endif
 }
 

@@ -63,6 +63,8 @@ class TierComms {
   void before_compute(CUstream_st* compute);
 
  private:
+  void order_against(CUstream_st* compute, bool after);
+
   Backend backend_;
   std::vector<std::unique_ptr<Communicator>> within_, across_;  // across_[0] stays empty
   std::vector<std::unique_ptr<Hierarchy>> hier_;
