@@ -3,23 +3,20 @@
 // bit (largest first). ceil(log2 d) rounds; the root sends ceil(log2 d) messages and
 // every other member receives exactly one.
 #include "comm/communicator.hpp"
+#include "comm/traffic.hpp"
 
 namespace strata::comm {
 
 void binomial_broadcast(Communicator& c, Buf data, int root) {
-  const int d = c.size();
-  const int v = (c.index() - root + d) % d;
   WireChunk whole = wire_chunk(data, 0, data.count);
-  int mask = 1;
-  while (mask < d) {
-    if (v & mask) {
-      c.recv(whole, (v - mask + root) % d);
-      break;
-    }
-    mask <<= 1;
+  // The tree is traffic.hpp's, which also counts it for backends strata does not see.
+  for (const Transfer& t :
+       algorithm_transfers(Algorithm::BinomialBroadcast, c.size(), c.index(), whole.total_bytes(), root)) {
+    if (t.sent)
+      c.send(whole, t.peer);
+    else
+      c.recv(whole, t.peer);
   }
-  for (mask >>= 1; mask > 0; mask >>= 1)
-    if (v + mask < d) c.send(whole, (v + mask + root) % d);
 }
 
 }  // namespace strata::comm

@@ -66,6 +66,8 @@ class Collectives {
   virtual void all_gather_inline(CBuf shard, Buf full) { all_gather_async(shard, full).wait(); }
   virtual void reduce_scatter_inline(CBuf full, Buf shard, float divisor);
   virtual void all_to_all_inline(CBuf send, Buf recv) { all_to_all_async(send, recv).wait(); }
+  virtual void broadcast_inline(Buf data, int root) { broadcast_async(data, root).wait(); }
+  virtual void barrier_inline() { barrier_async().wait(); }
 
   void all_gather(CBuf shard, Buf full) { all_gather_async(shard, full).wait(); }
   void reduce_scatter(CBuf full, Buf shard, ReduceOp op) { reduce_scatter_async(full, shard, op).wait(); }

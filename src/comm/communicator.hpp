@@ -53,6 +53,8 @@ class Communicator final : public Collectives {
   void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
   void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override { run_reduce_scatter(full, shard, divisor); }
   void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
+  void broadcast_inline(Buf data, int root) override { run_broadcast(data, root); }
+  void barrier_inline() override { run_barrier(); }
 
   // ---- On the communication thread only (algorithms, Hierarchy) ----
   // The collectives with the padding rule applied (sizes as in collectives.hpp); a

@@ -1,7 +1,5 @@
 #include "comm/compose.hpp"
 
-#include <cstring>
-
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -28,7 +26,7 @@ void run_direct(Collectives& group, const LevelStep& s, CBuf cur, Buf dst, float
     case StepKind::AllToAllSum: {
       Buf received = scratch.staged(0, cur.dtype, s.elements_in, cur.block);
       group.all_to_all_inline(cur, received);
-      sum_slots(cur.dtype, received.data, group.size(), s.elements_out, dst.data, divisor);
+      scratch.sum_slots(received, group.size(), dst, divisor);
       return;
     }
   }
@@ -58,15 +56,31 @@ void run_converted(Collectives& group, const LevelStep& s, CBuf cur, Buf dst, fl
       return;
     case StepKind::AllToAllSum:
       group.all_to_all_inline(sent, got);
-      std::memset(dst.data, 0, dst.bytes());
+      scratch.zero(dst, 0, dst.count);
       for (int m = 0; m < group.size(); ++m)
         codec->decode_add(part(got, std::size_t(m) * s.elements_out, s.elements_out), dst);
-      if (divisor != 1.0f) scale_elements(DType::F32, dst.data, dst.data, dst.count, divisor);
+      if (divisor != 1.0f) scratch.scale(dst, divisor);
       return;
   }
 }
 
 }  // namespace
+
+void ChainScratch::sum_slots(CBuf slots, int k, Buf dst, float divisor) {
+  comm::sum_slots(dst.dtype, slots.data, k, dst.count, dst.data, divisor);
+}
+void ChainScratch::scale(Buf b, float divisor) { scale_elements(b.dtype, b.data, b.data, b.count, divisor); }
+void ChainScratch::zero(Buf b, std::size_t first, std::size_t count) { zero_elements(b, first, count); }
+void ChainScratch::copy(CBuf src, std::size_t src_first, Buf dst, std::size_t dst_first, std::size_t count) {
+  copy_elements(src, src_first, dst, dst_first, count);
+}
+
+Buf SlotMemory::padded_copy(int slot, CBuf src, std::size_t padded) {
+  Buf b = view(slot, src.dtype, padded, src.block);
+  copy(src, 0, b, 0, src.count);
+  zero(b, src.count, padded - src.count);
+  return b;
+}
 
 std::size_t level_elements(std::span<const int> sizes, std::size_t whole, int level) {
   for (int l = 0; l < level; ++l) whole /= std::size_t(sizes[l]);

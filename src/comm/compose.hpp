@@ -50,19 +50,42 @@ std::vector<LevelStep> all_gather_steps(std::span<const int> sizes, std::size_t 
 // staged(i): a step's buffers in its wire when that is not the carried type (0 sent, 1
 // received), and the received chunks of an all-to-all. A view stays valid until the same
 // (function, i) is asked for again.
+// The element-wise work between steps runs on the memory the views are in: host memory
+// unless overridden. A scratch in device memory overrides the four, running them on its
+// device and finished before they return, as a step's collective is.
 class ChainScratch {
  public:
   virtual ~ChainScratch() = default;
   virtual Buf carried(int i, DType t, std::size_t n, std::size_t block) = 0;
   virtual Buf staged(int i, DType t, std::size_t n, std::size_t block) = 0;
+
+  // dst = (slot 0 + ... + slot k-1) / divisor, slot j the dst.count elements at j * dst.count
+  // of `slots`; fp32 sums in slot order (reduce.hpp's sum_slots).
+  virtual void sum_slots(CBuf slots, int k, Buf dst, float divisor);
+  virtual void scale(Buf b, float divisor);  // b /= divisor
+  // Elements [first, first + count) of b and the scales of the blocks that start there
+  // (wire.hpp's zero_elements).
+  virtual void zero(Buf b, std::size_t first, std::size_t count);
+  // Elements [src_first, +count) of src to [dst_first, +count) of dst (wire.hpp's copy_elements).
+  virtual void copy(CBuf src, std::size_t src_first, Buf dst, std::size_t dst_first, std::size_t count);
 };
 
-// Host memory from a comm::Scratch (slots 0..3), for chains on host buffers.
-class HostChainScratch final : public ChainScratch {
+// Numbered views of one memory: slots 0..3 are a chain's scratch (carried 0, 1; staged 0,
+// 1), higher ones a composition's own working space (hierarchy.hpp).
+class SlotMemory : public ChainScratch {
+ public:
+  virtual Buf view(int slot, DType t, std::size_t n, std::size_t block) = 0;
+  Buf carried(int i, DType t, std::size_t n, std::size_t block) final { return view(i, t, n, block); }
+  Buf staged(int i, DType t, std::size_t n, std::size_t block) final { return view(2 + i, t, n, block); }
+  // A copy of src padded with zeros to `padded` elements, in `slot`.
+  Buf padded_copy(int slot, CBuf src, std::size_t padded);
+};
+
+// Host memory from a comm::Scratch, for chains on host buffers.
+class HostChainScratch final : public SlotMemory {
  public:
   explicit HostChainScratch(Scratch& scratch) : scratch_(scratch) {}
-  Buf carried(int i, DType t, std::size_t n, std::size_t block) override { return scratch_.view(i, t, n, block); }
-  Buf staged(int i, DType t, std::size_t n, std::size_t block) override { return scratch_.view(2 + i, t, n, block); }
+  Buf view(int slot, DType t, std::size_t n, std::size_t block) override { return scratch_.view(slot, t, n, block); }
 
  private:
   Scratch& scratch_;

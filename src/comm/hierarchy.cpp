@@ -7,28 +7,27 @@
 namespace strata::comm {
 
 namespace {
-// Scratch slots of a Hierarchy (its own Scratch; the levels keep theirs): 0..3 hold what
-// lies between a chain's steps (HostChainScratch), then the padded input, and the
-// all-to-all's two layouts.
+// Slots of a Hierarchy's memory (its own; the levels keep theirs): 0..3 hold what lies
+// between a chain's steps, then the padded input, and the all-to-all's two layouts.
 constexpr int kPadded = 4, kWorkA = 5, kWorkB = 6;
 
 // dst block (y, x) = src block (x, y) for an X x Y grid of blocks of `blk` elements.
-void transpose_blocks(const CBuf& src, const Buf& dst, int X, int Y, std::size_t blk) {
+void transpose_blocks(SlotMemory& memory, const CBuf& src, const Buf& dst, int X, int Y, std::size_t blk) {
   for (int x = 0; x < X; ++x)
     for (int y = 0; y < Y; ++y)
-      copy_elements(src, (std::size_t(x) * Y + y) * blk, dst, (std::size_t(y) * X + x) * blk, blk);
+      memory.copy(src, (std::size_t(x) * Y + y) * blk, dst, (std::size_t(y) * X + x) * blk, blk);
 }
 }  // namespace
 
-Hierarchy::Hierarchy(std::string name, std::vector<Communicator*> levels)
-    : name_(std::move(name)), levels_(std::move(levels)) {
+Hierarchy::Hierarchy(std::string name, Context& ctx, std::vector<Collectives*> levels,
+                     std::unique_ptr<SlotMemory> memory)
+    : name_(std::move(name)), ctx_(ctx), levels_(std::move(levels)), memory_(std::move(memory)) {
+  if (!memory_) memory_ = std::make_unique<HostChainScratch>(scratch_);
   if (levels_.empty()) throw Error(fmt::format("hierarchy '{}': needs at least one level", name_));
   for (auto* l : levels_) {
     if (!l) throw Error(fmt::format("hierarchy '{}': a level is null", name_));
-    if (&l->context() != &levels_.front()->context())
-      throw Error(fmt::format("hierarchy '{}': levels '{}' and '{}' use different contexts", name_,
-                              levels_.front()->name(), l->name()));
-    const auto& w = l->world_ranks();
+    std::vector<int> w;
+    for (int m = 0; m < l->size(); ++m) w.push_back(l->world_rank_of(m));
     for (std::size_t i = 2; i < w.size(); ++i)
       if (w[i] - w[i - 1] != w[1] - w[0])
         throw Error(fmt::format("hierarchy '{}': level '{}' has world ranks that are not evenly strided; levels "
@@ -47,15 +46,12 @@ Hierarchy::Hierarchy(std::string name, std::vector<Communicator*> levels)
     active_.push_back(levels_.front());
     active_digits_.push_back(0);
   }
-  for (Communicator* l : active_) {
-    active_levels_.push_back(l);
-    active_sizes_.push_back(l->size());
-  }
+  for (Collectives* l : active_) active_sizes_.push_back(l->size());
 }
 
 int Hierarchy::world_rank_of(int index) const {
   if (index < 0 || index >= size_) throw Error(fmt::format("hierarchy '{}': index {} out of [0, {})", name_, index, size_));
-  int world = levels_.front()->context().world_rank();
+  int world = ctx_.world_rank();
   for (int l = num_levels() - 1; l >= 0; --l) {
     int a = levels_[l]->size(), e = index % a;
     index /= a;
@@ -72,24 +68,22 @@ std::size_t Hierarchy::level_elements(std::size_t n, DType t, std::size_t block,
 
 void Hierarchy::run_reduction(CBuf full, Buf shard, float divisor, StepKind kind) {
   const std::size_t padded = shard.count * std::size_t(size_);
-  CBuf cur = full.count == padded ? full : CBuf(scratch_.padded_copy(kPadded, full, padded));
+  CBuf cur = full.count == padded ? full : CBuf(memory_->padded_copy(kPadded, full, padded));
   const auto steps = reduce_scatter_steps(active_sizes_, padded, 0, int(active_.size()), kind, full.dtype, full.block);
-  HostChainScratch between(scratch_);
-  run_chain(active_levels_, steps, cur, &shard, divisor, between);
+  run_chain(active_, steps, cur, &shard, divisor, *memory_);
 }
 
 void Hierarchy::run_all_gather(CBuf shard, Buf full) {
   const std::size_t padded = shard.count * std::size_t(size_);
   const auto steps = all_gather_steps(active_sizes_, padded, int(active_.size()), 0, shard.dtype, shard.block);
-  HostChainScratch between(scratch_);
-  CBuf got = run_chain(active_levels_, steps, shard, full.count == padded ? &full : nullptr, 1.0f, between);
-  if (full.count != padded) copy_elements(got, 0, full, 0, full.count);
+  CBuf got = run_chain(active_, steps, shard, full.count == padded ? &full : nullptr, 1.0f, *memory_);
+  if (full.count != padded) memory_->copy(got, 0, full, 0, full.count);
 }
 
 void Hierarchy::run_all_to_all(CBuf send, Buf recv) {
   const std::size_t c = recv.count / std::size_t(size_);
   // Layout before level l: [source s < S][destination t < T][c], S * T = D.
-  CBuf cur = send.count == recv.count ? send : CBuf(scratch_.padded_copy(kPadded, send, recv.count));
+  CBuf cur = send.count == recv.count ? send : CBuf(memory_->padded_copy(kPadded, send, recv.count));
   int S = 1, T = size_;
   const int k = int(active_.size()) - 1;
   for (int l = 0; l <= k; ++l) {
@@ -99,19 +93,19 @@ void Hierarchy::run_all_to_all(CBuf send, Buf recv) {
     // Pack [s][p][t'] -> [p][s][t'] so each peer's part is contiguous.
     CBuf packed = cur;
     if (S > 1) {
-      Buf p = scratch_.view(kWorkA, send.dtype, recv.count, send.block);
-      transpose_blocks(cur, p, S, a, blk);
+      Buf p = memory_->view(kWorkA, send.dtype, recv.count, send.block);
+      transpose_blocks(*memory_, cur, p, S, a, blk);
       packed = p;
     }
     // Receive [p'][s][t'] and unpack to [s][p'][t']: the source index gains digit l last.
     // With a single source the received layout already is the unpacked one.
-    Buf received = (l == k && S == 1) ? recv : scratch_.view(kWorkB, send.dtype, recv.count, send.block);
-    active_[l]->run_all_to_all(packed, received);
+    Buf received = (l == k && S == 1) ? recv : memory_->view(kWorkB, send.dtype, recv.count, send.block);
+    active_[l]->all_to_all_inline(packed, received);
     if (S == 1) {
       cur = received;
     } else {
-      Buf out = l == k ? recv : scratch_.view(kPadded, send.dtype, recv.count, send.block);
-      transpose_blocks(received, out, a, S, blk);
+      Buf out = l == k ? recv : memory_->view(kPadded, send.dtype, recv.count, send.block);
+      transpose_blocks(*memory_, received, out, a, S, blk);
       cur = out;
     }
     S *= a;
@@ -128,7 +122,7 @@ void Hierarchy::run_broadcast(Buf data, int root) {
   for (int l = int(active_.size()) - 1; l >= 0; --l) {
     bool holds_or_gets = true;  // ranks sharing the root's digits below l take part at level l
     for (int i = 0; i < l; ++i) holds_or_gets = holds_or_gets && active_digits_[i] == root_digits[i];
-    if (holds_or_gets) active_[l]->run_broadcast(data, root_digits[l]);
+    if (holds_or_gets) active_[l]->broadcast_inline(data, root_digits[l]);
   }
 }
 
@@ -136,50 +130,50 @@ void Hierarchy::run_broadcast(Buf data, int root) {
 
 Work Hierarchy::all_gather_async(CBuf shard, Buf full) {
   check_all_gather(*this, shard, full);
-  return ctx().run("all_gather", [=, this] { run_all_gather(shard, full); });
+  return ctx_.run("all_gather", [=, this] { run_all_gather(shard, full); });
 }
 
 Work Hierarchy::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx().run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::ReduceScatter); });
+  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::ReduceScatter); });
 }
 
 Work Hierarchy::all_reduce_async(Buf data, ReduceOp op) {
   check_all_reduce(*this, data, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx().run("all_reduce", [=, this] {
+  return ctx_.run("all_reduce", [=, this] {
     const std::size_t c = chunk_count(data.count, size_, data.granule());
     const std::size_t padded = c * std::size_t(size_);
-    Buf whole = data.count == padded ? data : scratch_.padded_copy(kPadded, data, padded);
+    Buf whole = data.count == padded ? data : memory_->padded_copy(kPadded, data, padded);
     // The shard is kept in the buffer's own chunk: nothing reads that chunk again before the gather.
     Buf shard(data.dtype, static_cast<std::byte*>(whole.data) + data_bytes(data.dtype, std::size_t(index_) * c), c);
     run_reduction(whole, shard, divisor, StepKind::ReduceScatter);
     run_all_gather(shard, whole);
-    if (whole.data != data.data) copy_elements(whole, 0, data, 0, data.count);
+    if (whole.data != data.data) memory_->copy(whole, 0, data, 0, data.count);
   });
 }
 
 Work Hierarchy::all_to_all_async(CBuf send, Buf recv) {
   check_all_to_all(*this, send, recv);
-  return ctx().run("all_to_all", [=, this] { run_all_to_all(send, recv); });
+  return ctx_.run("all_to_all", [=, this] { run_all_to_all(send, recv); });
 }
 
 Work Hierarchy::broadcast_async(Buf data, int root) {
   check_broadcast(*this, data, root);
-  return ctx().run("broadcast", [=, this] { run_broadcast(data, root); });
+  return ctx_.run("broadcast", [=, this] { run_broadcast(data, root); });
 }
 
 Work Hierarchy::barrier_async() {
-  return ctx().run("barrier", [this] {
-    for (auto* l : active_) l->run_barrier();
+  return ctx_.run("barrier", [this] {
+    for (auto* l : active_) l->barrier_inline();
   });
 }
 
 Work Hierarchy::reduce_scatter_by_all_to_all_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx().run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::AllToAllSum); });
+  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::AllToAllSum); });
 }
 
 }  // namespace strata::comm

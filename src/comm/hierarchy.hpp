@@ -1,6 +1,7 @@
 #pragma once
 // Hierarchical collectives: one collective over D = a_0 * a_1 * ... * a_k ranks composed
-// of collectives over nested levels, innermost first. Level l is a Communicator over this
+// of collectives over nested levels, innermost first. Level l is a group (a host
+// Communicator, or an NcclCommunicator with the buffers in device memory) over this
 // rank's peers that differ from it only in digit l; with the tier groups of groups.hpp the
 // levels are within(0), across(1), ..., across(T) and the composition spans within(T).
 // A member's digits are its positions in the levels: d_l = level(l).index(), and its
@@ -36,6 +37,7 @@
 // N_l), then the a_l received chunks summed in fp32 in member order (average only at the
 // last level, by D). The last N_{k+1} = c elements are the shard index() owns, as after
 // reduce_scatter. The executor runs the same steps with quantized wires in between.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,9 +48,12 @@ namespace strata::comm {
 
 class Hierarchy final : public Collectives {
  public:
-  // Levels inner first, all on the same Context. Each level's world ranks must be evenly
-  // strided (as tier groups are), else Error.
-  Hierarchy(std::string name, std::vector<Communicator*> levels);
+  // Levels inner first; the compositions run as tasks on ctx's communication thread, each
+  // level's collectives inline there. Each level's world ranks must be evenly strided (as
+  // tier groups are), else Error. `memory`: where the buffers are, and the copies, padding
+  // and sums between levels (host memory when null).
+  Hierarchy(std::string name, Context& ctx, std::vector<Collectives*> levels,
+            std::unique_ptr<SlotMemory> memory = nullptr);
 
   const std::string& name() const override { return name_; }
   int size() const override { return size_; }
@@ -56,8 +61,8 @@ class Hierarchy final : public Collectives {
   int world_rank_of(int index) const override;
 
   int num_levels() const { return int(levels_.size()); }
-  Communicator& level(int l) { return *levels_.at(l); }
-  const Communicator& level(int l) const { return *levels_.at(l); }
+  Collectives& level(int l) { return *levels_.at(l); }
+  const Collectives& level(int l) const { return *levels_.at(l); }
   // N_l: elements entering level l for a buffer of n elements of t (padding applied).
   std::size_t level_elements(std::size_t n, DType t, std::size_t block, int l) const;
 
@@ -80,25 +85,25 @@ class Hierarchy final : public Collectives {
   }
 
  private:
-  Context& ctx() { return levels_.front()->context(); }
   void run_reduction(CBuf full, Buf shard, float divisor, StepKind kind);  // a reduce-scatter's chain
   void run_all_gather(CBuf shard, Buf full);
   void run_all_to_all(CBuf send, Buf recv);
   void run_broadcast(Buf data, int root);
 
   std::string name_;
-  std::vector<Communicator*> levels_;
+  Context& ctx_;
+  std::vector<Collectives*> levels_;
   int size_ = 1;
   int index_ = 0;
   std::vector<int> digits_;
   std::vector<int> level_sizes_;
   // The levels with more than one member (levels of one only copy), and this rank's digits
   // in them; a group of one keeps level 0 so that its local copies still happen.
-  std::vector<Communicator*> active_;
+  std::vector<Collectives*> active_;
   std::vector<int> active_digits_;
-  std::vector<Collectives*> active_levels_;  // active_ as the levels of a chain
   std::vector<int> active_sizes_;
-  Scratch scratch_;
+  Scratch scratch_;                     // host memory_'s
+  std::unique_ptr<SlotMemory> memory_;
 };
 
 }  // namespace strata::comm

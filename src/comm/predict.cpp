@@ -44,9 +44,10 @@ double pairwise_exchange_seconds(const topo::Topology& topo, const std::vector<i
   return total;
 }
 
-double predict_seconds(const topo::Topology& topo, const Communicator& group, CollectiveKind kind,
+double predict_seconds(const topo::Topology& topo, const Collectives& group, CollectiveKind kind,
                        std::size_t total_bytes, double scale) {
-  const auto& m = group.world_ranks();
+  std::vector<int> m;
+  for (int i = 0; i < group.size(); ++i) m.push_back(group.world_rank_of(i));
   const std::size_t chunk = total_bytes / m.size();
   switch (kind) {
     case CollectiveKind::AllGather:
@@ -65,7 +66,7 @@ double predict_seconds(const topo::Topology& topo, const Hierarchy& group, Colle
   double total = 0;
   std::size_t carried = total_bytes;
   for (int l = 0; l < group.num_levels(); ++l) {
-    const Communicator& level = group.level(l);
+    const Collectives& level = group.level(l);
     total += predict_seconds(topo, level, kind, carried, scale);
     if (kind != CollectiveKind::AllToAll) carried /= std::size_t(level.size());
   }

@@ -17,7 +17,7 @@
 
 namespace strata::comm {
 
-class Communicator;
+class Collectives;
 class Hierarchy;
 
 enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, AllToAll };
@@ -31,7 +31,7 @@ double pairwise_exchange_seconds(const topo::Topology& topo, const std::vector<i
 
 // `total_bytes`: the padded buffer on the wire (d whole chunks; the send buffer of an
 // all-to-all, the full buffer otherwise).
-double predict_seconds(const topo::Topology& topo, const Communicator& group, CollectiveKind kind,
+double predict_seconds(const topo::Topology& topo, const Collectives& group, CollectiveKind kind,
                        std::size_t total_bytes, double scale);
 double predict_seconds(const topo::Topology& topo, const Hierarchy& group, CollectiveKind kind,
                        std::size_t total_bytes, double scale);

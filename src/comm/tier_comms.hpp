@@ -7,8 +7,21 @@
 //                    ranks as within(t), inner tiers first (layout: hierarchy.hpp)
 //   mpi(t)           Open MPI's own collectives over within(t) (benchmark baseline)
 // Names follow the groups: "node#1", "across-node#1.0", "hier:node#1", "mpi:node#1".
+//
+// These host groups always exist (host values: bootstrap, scalar sums). The backend chosen
+// at construction gives the groups that move the training buffers, on the same process
+// groups: Backend::Mpi the host ones above; Backend::Nccl one NCCL communicator per tier
+// group on device buffers ("nccl:node#1", "nccl:across-node#1.0"; nccl_communicator.hpp),
+// and their hierarchical compositions ("hier:nccl:node#1") with the copies, padding and
+// sums between levels in device memory. Every rank creates the NCCL communicators in the
+// same order (tier by tier, within before across), each bootstrapped over its group's MPI
+// communicator, so no rank waits on a group its peers have not reached. Their traffic is
+// charged to the same Accounting, per tier, by traffic.hpp's count.
 #include <memory>
+#include <string_view>
 #include <vector>
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
 
 #include "comm/communicator.hpp"
 #include "comm/hierarchy.hpp"
@@ -17,10 +30,19 @@
 
 namespace strata::comm {
 
+enum class Backend { Mpi, Nccl };
+std::string_view backend_name(Backend b);
+// "mpi" or "nccl"; throws Error naming `field` otherwise.
+Backend parse_backend(std::string_view name, std::string_view field);
+// Whether this build has the NCCL backend (CUDA and NCCL found at configure time).
+bool nccl_built();
+
 class TierComms {
  public:
-  // Collective over the world: every rank builds it at the same point.
-  TierComms(Context& ctx, const topo::ProcessGroups& groups);
+  // Collective over the world: every rank builds it at the same point. Backend::Nccl needs
+  // a build with NCCL (else Error) and the rank's GPU selected (cudaSetDevice) before.
+  TierComms(Context& ctx, const topo::ProcessGroups& groups, Backend backend = Backend::Mpi);
+  ~TierComms();
 
   int num_tiers() const { return int(within_.size()); }
   Communicator& within(int t) { return *within_.at(t); }
@@ -28,10 +50,28 @@ class TierComms {
   Hierarchy& hierarchical(int t) { return *hier_.at(t); }
   MpiFlat& mpi(int t) { return *mpi_.at(t); }
 
+  // The backend's groups (for Backend::Mpi, the host ones above).
+  Backend backend() const { return backend_; }
+  Collectives& backend_within(int t);
+  Collectives& backend_across(int t);
+  Hierarchy& backend_hierarchical(int t);
+  // Backend::Nccl: orders, by events and without a host wait, every NCCL group's (and so
+  // every hierarchy's) later operations after what `compute` holds now (the buffers it is
+  // producing), or `compute`'s later work after the groups' operations so far (the buffers
+  // they fill). Nothing to order for Backend::Mpi (host buffers).
+  void after_compute(CUstream_st* compute);
+  void before_compute(CUstream_st* compute);
+
  private:
+  void order_against(CUstream_st* compute, bool after);
+
+  Backend backend_;
   std::vector<std::unique_ptr<Communicator>> within_, across_;  // across_[0] stays empty
   std::vector<std::unique_ptr<Hierarchy>> hier_;
   std::vector<std::unique_ptr<MpiFlat>> mpi_;
+  // Backend::Nccl only; across_device_[0] stays empty. Destroyed first (declared last).
+  std::vector<std::unique_ptr<Collectives>> within_device_, across_device_;
+  std::vector<std::unique_ptr<Hierarchy>> hier_device_;
 };
 
 }  // namespace strata::comm

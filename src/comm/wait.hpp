@@ -2,7 +2,8 @@
 // The collective timeout: a job whose rank died or stalls must end, never hang. Every wait
 // for peers polls with a deadline: the point-to-point waits of strata's host collectives
 // (Communicator, on the communication thread), the MPI collectives issued on the main
-// thread (wait_mpi_collective) and NcclCommunicator's waits on its CUDA events. A wait that
+// thread (wait_mpi_collective) and NcclCommunicator's waits on its CUDA events (which first
+// abort the NCCL communicator: its kernels would spin on for ever). A wait that
 // outlasts the timeout prints one line to stderr naming this rank, the collective, the
 // group, the peers still awaited and the time waited, then (a moment later) calls MPI_Abort
 // on MPI_COMM_WORLD so that mpirun ends every rank.

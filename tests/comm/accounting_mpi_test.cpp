@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/traffic.hpp"
 #include "comm_world.hpp"
 
 namespace strata::comm::testing {
@@ -143,6 +146,54 @@ TEST(Accounting, BroadcastAndBarrierTotalsOverTheGroup) {
     got = delta_of(acc, [&] { g.barrier(); });
     EXPECT_EQ(got.tiers, want) << "barrier " << g.name();
   }
+}
+
+// traffic.hpp's count of `algorithm` on g, charged to a fresh Accounting.
+Traffic counted(const topo::Topology& topo, Collectives& g, Algorithm algorithm, std::uint64_t bytes, int root = 0) {
+  std::vector<std::string> names;
+  for (const auto& tier : topo.tiers()) names.push_back(tier.name);
+  Accounting acc(names);
+  std::vector<int> tiers;
+  for (int m = 0; m < g.size(); ++m) tiers.push_back(tier_to(topo, g, m));
+  charge_transfers(acc, algorithm_transfers(algorithm, g.size(), g.index(), bytes, root), tiers);
+  return acc.snapshot().tiers;
+}
+
+// The one counting function (what the NCCL backend charges) gives what the host measured,
+// for every algorithm, group, type and size.
+TEST(Accounting, CountingFunctionGivesTheMeasuredTraffic) {
+  auto& w = world();
+  auto& acc = w.ctx.accounting();
+  for (Communicator* g : flat_groups(w))
+    for (DType t : {DType::F32, DType::BF16, DType::I4})
+      for (std::size_t n : {std::size_t(1), std::size_t(64) * g->size(), std::size_t(5) * g->size() + 3}) {
+        const std::size_t block = t == DType::I4 ? 8 : 0, d = std::size_t(g->size());
+        const std::size_t c = g->chunk_elements(n, t, block);
+        const std::uint64_t chunk = wire_bytes(t, c, block);
+        const std::string what = fmt::format("{} {} n={}", g->name(), dtype_name(t), n);
+        HostBuf full(t, n, block), shard(t, c, block), recv(t, d * c, block);
+        EXPECT_EQ(delta_of(acc, [&] { g->all_gather(shard.cview(), full.view()); }).tiers,
+                  counted(w.topology, *g, Algorithm::RingAllGather, chunk))
+            << "all_gather " << what;
+        EXPECT_EQ(delta_of(acc, [&] { g->all_to_all(full.cview(), recv.view()); }).tiers,
+                  counted(w.topology, *g, Algorithm::PairwiseAllToAll, chunk))
+            << "all_to_all " << what;
+        for (int root = 0; root < g->size(); ++root)
+          EXPECT_EQ(delta_of(acc, [&] { g->broadcast(full.view(), root); }).tiers,
+                    counted(w.topology, *g, Algorithm::BinomialBroadcast, wire_bytes(t, n, block), root))
+              << "broadcast from " << root << " " << what;
+        if (is_quantized(t)) continue;
+        EXPECT_EQ(delta_of(acc, [&] { g->reduce_scatter(full.cview(), shard.view(), ReduceOp::Avg); }).tiers,
+                  counted(w.topology, *g, Algorithm::RingReduceScatter, chunk))
+            << "reduce_scatter " << what;
+        EXPECT_EQ(delta_of(acc, [&] { g->all_reduce(full.view(), ReduceOp::Sum); }).tiers,
+                  counted(w.topology, *g, Algorithm::RingAllReduce, chunk))
+            << "all_reduce " << what;
+      }
+  for (Communicator* g : flat_groups(w))
+    EXPECT_EQ(delta_of(acc, [&] { g->barrier(); }).tiers,
+              counted(w.topology, *g, Algorithm::DisseminationBarrier, 0))
+        << "barrier " << g->name();
 }
 
 TEST(Accounting, OpenMpiBaselineRecordsTimeButNoBytes) {

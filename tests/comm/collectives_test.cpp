@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "comm/hierarchy.hpp"
+#include "comm/tier_comms.hpp"
 #include "comm_world.hpp"
 
 namespace strata::comm::testing {
@@ -326,6 +327,87 @@ TEST(Collectives, RefusesReductionsOfQuantizedDataAndMisfitBuffers) {
     EXPECT_THROW(g->broadcast(f.view(), g->size()), Error) << label;
     HostBuf odd_block(DType::I4, n, 3);
     EXPECT_THROW(g->broadcast(odd_block.view(), 0), Error) << label;
+  }
+}
+
+// A composition's memory that is not the Hierarchy's own: it keeps its views apart and does
+// the element-wise work itself, counting it. A Hierarchy over it must give the host
+// hierarchy's bits, with every copy, padding and sum between levels through it: what a
+// device memory (comm/nccl/device_memory.hpp) relies on.
+class CountingMemory final : public SlotMemory {
+ public:
+  Buf view(int slot, DType t, std::size_t n, std::size_t block) override { return scratch_.view(slot, t, n, block); }
+  void sum_slots(CBuf slots, int k, Buf dst, float divisor) override {
+    ++sums;
+    ChainScratch::sum_slots(slots, k, dst, divisor);
+  }
+  void scale(Buf b, float divisor) override { ChainScratch::scale(b, divisor); }
+  void zero(Buf b, std::size_t first, std::size_t count) override {
+    ++zeros;
+    ChainScratch::zero(b, first, count);
+  }
+  void copy(CBuf src, std::size_t src_first, Buf dst, std::size_t dst_first, std::size_t count) override {
+    ++copies;
+    ChainScratch::copy(src, src_first, dst, dst_first, count);
+  }
+  int sums = 0, zeros = 0, copies = 0;
+
+ private:
+  Scratch scratch_;
+};
+
+TEST(Collectives, HierarchyDoesItsMemoryWorkThroughItsSlotMemory) {
+  auto& w = world();
+  const int top = w.comms.num_tiers() - 1;
+  Hierarchy& host = w.comms.hierarchical(top);
+  std::vector<Collectives*> levels{&w.comms.within(0)};
+  for (int u = 1; u <= top; ++u) levels.push_back(&w.comms.across(u));
+  auto memory = std::make_unique<CountingMemory>();
+  CountingMemory& counted = *memory;
+  Hierarchy h("hier:counted", w.ctx, levels, std::move(memory));
+  ASSERT_EQ(h.index(), host.index());
+  const std::size_t n = 1021, c = h.chunk_elements(n, DType::BF16), D = std::size_t(h.size());
+  std::uint64_t seed = 7000;
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    HostBuf mine = member_data(DType::BF16, n, 0, ++seed, w.rank);
+    HostBuf a(DType::BF16, c), b(DType::BF16, c);
+    host.reduce_scatter(mine.cview(), a.view(), op);
+    h.reduce_scatter(mine.cview(), b.view(), op);
+    EXPECT_EQ(a.data, b.data) << "reduce_scatter";
+    host.reduce_scatter_by_all_to_all(mine.cview(), a.view(), op);
+    h.reduce_scatter_by_all_to_all(mine.cview(), b.view(), op);
+    EXPECT_EQ(a.data, b.data) << "reduce_scatter_by_all_to_all";
+    HostBuf x = mine, y = mine;
+    host.all_reduce(x.view(), op);
+    h.all_reduce(y.view(), op);
+    EXPECT_EQ(x.data, y.data) << "all_reduce";
+  }
+  HostBuf shard = member_data(DType::I4, h.chunk_elements(n, DType::I4, 4), 4, ++seed, w.rank);
+  HostBuf f1(DType::I4, n, 4), f2(DType::I4, n, 4);
+  host.all_gather(shard.cview(), f1.view());
+  h.all_gather(shard.cview(), f2.view());
+  EXPECT_EQ(f1.data, f2.data) << "all_gather";
+  EXPECT_EQ(f1.scales, f2.scales) << "all_gather";
+  HostBuf send = member_data(DType::F32, n, 0, ++seed, w.rank), r1(DType::F32, D * h.chunk_elements(n, DType::F32)),
+          r2 = r1;
+  host.all_to_all(send.cview(), r1.view());
+  h.all_to_all(send.cview(), r2.view());
+  EXPECT_EQ(r1.data, r2.data) << "all_to_all";
+  // n is never a multiple of D * c here, so every collective padded (a zero and a copy);
+  // the all-to-all reductions summed.
+  EXPECT_GT(counted.copies, 0);
+  EXPECT_GT(counted.zeros, 0);
+  EXPECT_GT(counted.sums, 0);
+}
+
+TEST(TierComms, NcclBackendRefusedWithoutNccl) {
+  if (nccl_built()) GTEST_SKIP() << "this build has NCCL (test_comm_nccl, label gpu, drives it)";
+  auto& w = world();
+  try {
+    TierComms comms(w.ctx, w.groups, Backend::Nccl);
+    FAIL() << "a build without NCCL built NCCL groups";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("built without NCCL"), std::string::npos) << e.what();
   }
 }
 

@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "comm/dtype.hpp"
 #include "comm/reduce.hpp"
+#include "comm/tier_comms.hpp"
 #include "comm/wire.hpp"
 
 namespace strata::comm {
@@ -83,6 +84,18 @@ TEST(DType, BytesScalesAndBlocks) {
   EXPECT_NO_THROW(check_block(DType::F32, 0, "test"));
   EXPECT_EQ(parse_dtype("int4", "--dtype"), DType::I4);
   EXPECT_THROW(parse_dtype("int3", "--dtype"), Error);
+}
+
+TEST(Backend, ParsesItsNamesAndRefusesOthersNamingTheField) {
+  EXPECT_EQ(parse_backend("mpi", "comm.backend"), Backend::Mpi);
+  EXPECT_EQ(parse_backend("nccl", "comm.backend"), Backend::Nccl);
+  EXPECT_EQ(backend_name(Backend::Nccl), "nccl");
+  try {
+    parse_backend("gloo", "comm.backend");
+    FAIL() << "gloo accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("comm.backend = 'gloo'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Convert, Bf16WidenIsExactAndNarrowIsNearestEven) {

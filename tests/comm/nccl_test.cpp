@@ -1,5 +1,7 @@
-// The NCCL backend against the same references as the host collectives. Runs where every
-// rank has a GPU of its own; elsewhere (this project's build machine) it is skipped.
+// The NCCL backend against the same references as the host collectives, alone and as the
+// tiers' groups (TierComms with Backend::Nccl) against the host groups: same results, same
+// per-tier accounting. Label gpu: runs where every rank has a GPU of its own (NCCL refuses
+// two ranks on one GPU); elsewhere it reports itself skipped, saying why.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,9 @@
 #include <cuda_runtime.h>
 
 #include "comm/nccl/nccl_communicator.hpp"
+#include "comm/tier_comms.hpp"
 #include "comm_world.hpp"
+#include "device/gpu_skip.hpp"
 
 namespace strata::comm::testing {
 namespace {
@@ -38,15 +42,26 @@ struct DeviceBuf {
   float* scales = nullptr;
 };
 
+// Skips (every rank alike) unless each rank has a GPU of its own, then selects it.
+#define REQUIRE_GPU_PER_RANK()                                                                     \
+  do {                                                                                             \
+    STRATA_REQUIRE_GPU();                                                                          \
+    int rank_ = 0, world_ = 1, devices_ = 0;                                                       \
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);                                                         \
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);                                                        \
+    if (cudaGetDeviceCount(&devices_) != cudaSuccess || devices_ < world_)                         \
+      GTEST_SKIP() << "needs one GPU per rank: NCCL refuses two ranks on one GPU (" << world_      \
+                   << " ranks, " << devices_ << " GPUs)";                                          \
+    ASSERT_EQ(cudaSetDevice(rank_), cudaSuccess);                                                  \
+  } while (0)
+
 TEST(Nccl, CollectivesMatchTheReference) {
-  int rank = 0, world = 1, devices = 0;
+  REQUIRE_GPU_PER_RANK();
+  int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < world)
-    GTEST_SKIP() << "needs one GPU per rank (" << world << " ranks, " << devices << " GPUs)";
-  cudaSetDevice(rank);
-  NcclCommunicator g(MPI_COMM_WORLD, "nccl:world");
-  const std::size_t D = std::size_t(world);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  NcclCommunicator g(world().ctx, MPI_COMM_WORLD, "nccl:world");
+  const std::size_t D = std::size_t(ranks);
   std::uint64_t seed = 9000;
   for (DType t : {DType::F32, DType::BF16, DType::F16})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
@@ -109,6 +124,159 @@ TEST(Nccl, CollectivesMatchTheReference) {
       ASSERT_EQ(bh.scales, sends[0].scales);
     }
   g.barrier();
+}
+
+// Input produced on a compute stream, the all-reduce ordered after it and the copy out
+// ordered after the all-reduce, by events only: the host waits for nothing but the end.
+TEST(Nccl, OrderedAgainstAComputeStreamByEvents) {
+  REQUIRE_GPU_PER_RANK();
+  auto& w = world();
+  NcclCommunicator g(w.ctx, MPI_COMM_WORLD, "nccl:world");
+  const std::size_t n = 1 << 20;
+  float *host = nullptr, *device = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&host), n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), n * sizeof(float)), cudaSuccess);
+  for (std::size_t i = 0; i < n; ++i) host[i] = float(w.rank + 1) * float(i % 64);
+  cudaStream_t compute;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, compute), cudaSuccess);
+  g.after_compute(compute);
+  Work reduced = g.all_reduce_async(f32(device, n), ReduceOp::Sum);
+  g.before_compute(compute);
+  ASSERT_EQ(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, compute), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  reduced.wait();
+  const float ranks = float(g.size()), rank_sum = ranks * (ranks + 1) / 2;
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], rank_sum * float(i % 64)) << "element " << i;
+
+  // The same through the tiers: a hierarchical all-reduce, every NCCL group ordered at once.
+  TierComms tiers(w.ctx, w.groups, Backend::Nccl);
+  Hierarchy& h = tiers.backend_hierarchical(tiers.num_tiers() - 1);
+  for (std::size_t i = 0; i < n; ++i) host[i] = float(w.rank + 1) * float(i % 64);
+  ASSERT_EQ(cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, compute), cudaSuccess);
+  tiers.after_compute(compute);
+  Work hier = h.all_reduce_async(f32(device, n), ReduceOp::Sum);
+  hier.wait();  // the composition's levels run one after another, from the communication thread
+  tiers.before_compute(compute);
+  ASSERT_EQ(cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, compute), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(host[i], rank_sum * float(i % 64)) << "hierarchical, element " << i;
+  cudaStreamDestroy(compute);
+  cudaFree(device);
+  cudaFreeHost(host);
+}
+
+// Accounting delta of running `fn` (blocking collectives) on this rank.
+template <class Fn>
+std::vector<TierTraffic> traffic_of(Accounting& acc, Fn&& fn) {
+  CommStats before = acc.snapshot();
+  fn();
+  return (acc.snapshot() - before).tiers;
+}
+
+// One collective on a host group and on its NCCL twin, from the same member data: the same
+// bytes out (inputs are small integers, so every sum and power-of-two average is exact and
+// NCCL's summation order cannot show), and the same traffic charged to each tier.
+class Twins {
+ public:
+  Twins(Collectives& host, Collectives& device, Accounting& acc) : host_(host), device_(device), acc_(acc) {}
+
+  void all_gather(DType t, std::size_t n, std::size_t block, std::uint64_t seed) {
+    const std::size_t c = host_.chunk_elements(n, t, block);
+    HostBuf mine = member_data(t, c, block, seed, host_.world_rank_of(host_.index()));
+    HostBuf h(t, n, block);
+    DeviceBuf in(mine), d(HostBuf(t, n, block));
+    compare("all_gather", t, n, [&] { host_.all_gather(mine.cview(), h.view()); },
+            [&] { device_.all_gather(in.view(), d.view()); }, h, d);
+  }
+  void reduce_scatter(DType t, std::size_t n, ReduceOp op, std::uint64_t seed, bool by_all_to_all = false) {
+    const std::size_t c = host_.chunk_elements(n, t);
+    HostBuf mine = member_data(t, n, 0, seed, host_.world_rank_of(host_.index()));
+    HostBuf h(t, c);
+    DeviceBuf in(mine), d(HostBuf(t, c));
+    auto run = [&](Collectives& g, CBuf full, Buf shard) {
+      if (by_all_to_all)
+        static_cast<Hierarchy&>(g).reduce_scatter_by_all_to_all(full, shard, op);
+      else
+        g.reduce_scatter(full, shard, op);
+    };
+    compare(by_all_to_all ? "reduce_scatter_by_all_to_all" : "reduce_scatter", t, n,
+            [&] { run(host_, mine.cview(), h.view()); }, [&] { run(device_, in.view(), d.view()); }, h, d);
+  }
+  void all_reduce(DType t, std::size_t n, ReduceOp op, std::uint64_t seed) {
+    HostBuf h = member_data(t, n, 0, seed, host_.world_rank_of(host_.index()));
+    DeviceBuf d(h);
+    compare("all_reduce", t, n, [&] { host_.all_reduce(h.view(), op); }, [&] { device_.all_reduce(d.view(), op); },
+            h, d);
+  }
+  void all_to_all(DType t, std::size_t n, std::size_t block, std::uint64_t seed) {
+    const std::size_t recv = host_.chunk_elements(n, t, block) * std::size_t(host_.size());
+    HostBuf mine = member_data(t, n, block, seed, host_.world_rank_of(host_.index()));
+    HostBuf h(t, recv, block);
+    DeviceBuf in(mine), d(HostBuf(t, recv, block));
+    compare("all_to_all", t, n, [&] { host_.all_to_all(mine.cview(), h.view()); },
+            [&] { device_.all_to_all(in.view(), d.view()); }, h, d);
+  }
+  void broadcast(DType t, std::size_t n, std::size_t block, int root, std::uint64_t seed) {
+    HostBuf h = host_.index() == root ? member_data(t, n, block, seed, 0) : HostBuf(t, n, block);
+    DeviceBuf d(h);
+    compare("broadcast", t, n, [&] { host_.broadcast(h.view(), root); }, [&] { device_.broadcast(d.view(), root); },
+            h, d);
+  }
+
+ private:
+  template <class RunHost, class RunDevice>
+  void compare(const char* op, DType t, std::size_t n, RunHost&& run_host, RunDevice&& run_device, const HostBuf& h,
+               DeviceBuf& d) {
+    const auto host_traffic = traffic_of(acc_, run_host);
+    const auto device_traffic = traffic_of(acc_, run_device);
+    const HostBuf got = d.to_host();
+    EXPECT_EQ(got.data, h.data) << op << " on " << device_.name() << " " << dtype_name(t) << " n=" << n;
+    EXPECT_EQ(got.scales, h.scales) << op << " on " << device_.name() << " " << dtype_name(t) << " n=" << n;
+    EXPECT_EQ(device_traffic, host_traffic) << op << " on " << device_.name() << " " << dtype_name(t) << " n=" << n;
+  }
+
+  Collectives& host_;
+  Collectives& device_;
+  Accounting& acc_;
+};
+
+TEST(Nccl, TierGroupsMatchTheHostGroupsResultsAndTraffic) {
+  REQUIRE_GPU_PER_RANK();
+  auto& w = world();
+  TierComms nccl(w.ctx, w.groups, Backend::Nccl);
+  ASSERT_EQ(nccl.backend(), Backend::Nccl);
+  auto& acc = w.ctx.accounting();
+  std::vector<std::pair<Collectives*, Collectives*>> pairs;
+  for (int t = 0; t < nccl.num_tiers(); ++t) {
+    pairs.emplace_back(&w.comms.within(t), &nccl.backend_within(t));
+    if (t > 0) pairs.emplace_back(&w.comms.across(t), &nccl.backend_across(t));
+    pairs.emplace_back(&w.comms.hierarchical(t), &nccl.backend_hierarchical(t));
+  }
+  std::uint64_t seed = 12000;
+  for (auto [host, device] : pairs) {
+    ASSERT_EQ(device->size(), host->size()) << device->name();
+    ASSERT_EQ(device->index(), host->index()) << device->name();
+    Twins twins(*host, *device, acc);
+    const bool hierarchical = dynamic_cast<Hierarchy*>(host) != nullptr;
+    for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(1021), std::size_t(64) * host->size()}) {
+      for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+          twins.reduce_scatter(t, n, op, ++seed);
+          twins.all_reduce(t, n, op, ++seed);
+          if (hierarchical) twins.reduce_scatter(t, n, op, ++seed, true);
+        }
+      }
+      for (DType t : {DType::F32, DType::I8, DType::I4}) {
+        const std::size_t block = is_quantized(t) ? 4 : 0;
+        twins.all_gather(t, n, block, ++seed);
+        twins.all_to_all(t, n, block, ++seed);
+        twins.broadcast(t, n, block, host->size() - 1, ++seed);
+      }
+    }
+    const auto host_barrier = traffic_of(acc, [&] { host->barrier(); });
+    EXPECT_EQ(traffic_of(acc, [&] { device->barrier(); }), host_barrier) << "barrier on " << device->name();
+  }
 }
 
 }  // namespace

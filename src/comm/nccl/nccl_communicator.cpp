@@ -37,7 +37,7 @@ std::byte* bytes_at(const void* p, std::size_t offset) {
 // stalls leaves NCCL's kernel spinning on the GPU for ever, and cudaEventSynchronize with it.
 class EventWork final : public WorkState {
  public:
-  EventWork(cudaEvent_t start, cudaEvent_t done, const NcclCommunicator& comm, Accounting* acc, std::string kind)
+  EventWork(cudaEvent_t start, cudaEvent_t done, NcclCommunicator& comm, Accounting* acc, std::string kind)
       : start_(start), done_(done), comm_(comm), acc_(acc), kind_(std::move(kind)) {}
   ~EventWork() override {
     cudaEventDestroy(start_);
@@ -51,6 +51,7 @@ class EventWork final : public WorkState {
       MPI_Comm_rank(MPI_COMM_WORLD, &me);
       std::vector<int> members;
       for (int i = 0; i < comm_.size(); ++i) members.push_back(comm_.world_rank_of(i));
+      comm_.abort();  // else NCCL's kernels spin on, and MPI_Abort may wait for them
       abort_timed_out({me, kind_, comm_.name(), {members_awaited(members, me, "", "NCCL")}, waited, timeout});
     }
   }
@@ -78,7 +79,7 @@ class EventWork final : public WorkState {
     acc_->record_time(kind_, double(ms) * 1e-3);
   }
   cudaEvent_t start_, done_;
-  const NcclCommunicator& comm_;
+  NcclCommunicator& comm_;
   Accounting* acc_;
   std::string kind_;
   bool recorded_ = false;
@@ -97,10 +98,11 @@ void grouped(const char* what, F&& enqueue) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, Accounting* accounting)
-    : name_(std::move(name)), accounting_(accounting) {
+NcclCommunicator::NcclCommunicator(Context& ctx, MPI_Comm comm, std::string name)
+    : name_(std::move(name)), accounting_(&ctx.accounting()) {
   MPI_Comm_rank(comm, &position_);
   world_ranks_ = world_ranks_of(comm);
+  for (int w : world_ranks_) tiers_.push_back(ctx.topology().tier_between(ctx.world_rank(), w));
   // The bootstrap waits for every member; NCCL's init cannot be polled.
   const BlockingCallWatchdog watchdog("ncclCommInitRank", name_, comm);
   ncclUniqueId id{};
@@ -112,10 +114,36 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, Accounting* 
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  cudaStreamSynchronize(stream_);
-  if (comm_) ncclCommDestroy(comm_);
+  if (comm_) {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+  }
   cudaStreamDestroy(stream_);
   cudaFreeHost(pinned_byte_);
+}
+
+void NcclCommunicator::abort() {
+  if (!comm_) return;
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+namespace {
+// `waiter` waits (on the device) for what `signaller` holds now.
+void order_streams(cudaStream_t signaller, cudaStream_t waiter) {
+  cudaEvent_t e;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventRecord(e, signaller), "cudaEventRecord");
+  check(cudaStreamWaitEvent(waiter, e, 0), "cudaStreamWaitEvent");
+  check(cudaEventDestroy(e), "cudaEventDestroy");  // released once it completed
+}
+}  // namespace
+
+void NcclCommunicator::after_compute(cudaStream_t compute) { order_streams(compute, stream_); }
+void NcclCommunicator::before_compute(cudaStream_t compute) { order_streams(stream_, compute); }
+
+void NcclCommunicator::charge(Algorithm algorithm, std::uint64_t message_bytes, int root) {
+  charge_transfers(*accounting_, algorithm_transfers(algorithm, size(), position_, message_bytes, root), tiers_);
 }
 
 cudaEvent_t NcclCommunicator::start_event() {
@@ -187,17 +215,43 @@ Work NcclCommunicator::all_gather_async(CBuf shard, Buf full) {
     return r;
   });
   if (out.data != full.data) copy_prefix(out, full);
+  charge(Algorithm::RingAllGather, wire_bytes(shard.dtype, shard.count, shard.block));
   return finish("nccl.all_gather", start);
 }
 
 Work NcclCommunicator::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
+  return enqueue_reduce_scatter(full, shard, op == ReduceOp::Avg ? ncclAvg : ncclSum);
+}
+
+void NcclCommunicator::reduce_scatter_inline(CBuf full, Buf shard, float divisor) {
+  check_reduce_scatter(*this, full, shard, ReduceOp::Sum);
+  if (divisor == 1.0f) return enqueue_reduce_scatter(full, shard, ncclSum).wait();
+  // The scalar is of the data's type (bf16/fp16 round 1/divisor; exact for powers of two).
+  const float inverse = 1.0f / divisor;
+  std::uint16_t half = 0;
+  const void* scalar = &inverse;
+  if (full.dtype == DType::BF16 || full.dtype == DType::F16) {
+    half = full.dtype == DType::BF16 ? float_to_bf16(inverse) : float_to_fp16(inverse);
+    scalar = &half;
+  }
+  ncclRedOp_t op;
+  check(ncclRedOpCreatePreMulSum(&op, const_cast<void*>(scalar), nccl_type(full.dtype), ncclScalarHostImmediate,
+                                 comm_),
+        "ncclRedOpCreatePreMulSum");
+  Work w = enqueue_reduce_scatter(full, shard, op);
+  // Destroying the operator once the reduction is enqueued is allowed (NCCL keeps it alive).
+  check(ncclRedOpDestroy(op, comm_), "ncclRedOpDestroy");
+  w.wait();
+}
+
+Work NcclCommunicator::enqueue_reduce_scatter(CBuf full, Buf shard, ncclRedOp_t op) {
   cudaEvent_t start = start_event();
   const std::size_t padded = shard.count * std::size_t(size());
   CBuf in = full.count == padded ? full : CBuf(padded_copy(full, padded));
-  check(ncclReduceScatter(in.data, shard.data, shard.count, nccl_type(full.dtype),
-                          op == ReduceOp::Avg ? ncclAvg : ncclSum, comm_, stream_),
+  check(ncclReduceScatter(in.data, shard.data, shard.count, nccl_type(full.dtype), op, comm_, stream_),
         "ncclReduceScatter");
+  charge(Algorithm::RingReduceScatter, wire_bytes(shard.dtype, shard.count, shard.block));
   return finish("nccl.reduce_scatter", start);
 }
 
@@ -207,6 +261,7 @@ Work NcclCommunicator::all_reduce_async(Buf data, ReduceOp op) {
   check(ncclAllReduce(data.data, data.data, data.count, nccl_type(data.dtype), op == ReduceOp::Avg ? ncclAvg : ncclSum,
                       comm_, stream_),
         "ncclAllReduce");
+  charge(Algorithm::RingAllReduce, data_bytes(data.dtype, chunk_count(data.count, size(), data.granule())));
   return finish("nccl.all_reduce", start);
 }
 
@@ -226,6 +281,7 @@ Work NcclCommunicator::all_to_all_async(CBuf send, Buf recv) {
     }
     return r;
   });
+  charge(Algorithm::PairwiseAllToAll, wire_bytes(send.dtype, c, send.block));
   return finish("nccl.all_to_all", start);
 }
 
@@ -238,6 +294,7 @@ Work NcclCommunicator::broadcast_async(Buf data, int root) {
       r = ncclBroadcast(data.scales, data.scales, data.n_scales(), ncclFloat32, root, comm_, stream_);
     return r;
   });
+  charge(Algorithm::BinomialBroadcast, wire_bytes(data.dtype, data.count, data.block), root);
   return finish("nccl.broadcast", start);
 }
 
@@ -247,6 +304,7 @@ Work NcclCommunicator::barrier_async() {
   check(cudaMemsetAsync(token.data, 0, sizeof(float), stream_), "cudaMemsetAsync");
   // An all-reduce completes on no member before every member contributed.
   check(ncclAllReduce(token.data, token.data, 1, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+  charge(Algorithm::DisseminationBarrier, 0);
   return finish("nccl.barrier", start);
 }
 

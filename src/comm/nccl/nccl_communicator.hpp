@@ -6,11 +6,16 @@
 //
 // Non-blocking: each operation is enqueued on this communicator's own CUDA stream and its
 // Work completes when an event recorded after it does (test = cudaEventQuery; wait polls
-// it under the collective timeout of comm/wait.hpp). Operations run in submission order.
-// Differences from the host backend, by NCCL's design: NCCL picks its own algorithm (ring
-// or tree) and accumulates bf16/fp16 its own way, so per-tier bytes are not accounted
-// (only GPU time, under "nccl.<kind>", when an Accounting is given) and link emulation
-// does not apply. int8/int4 data moves as bytes and scales as fp32, in one NCCL group.
+// it under the collective timeout of comm/wait.hpp, and on expiry aborts the NCCL
+// communicator, then reports and ends the job as the host collectives do). Operations run
+// in submission order.
+// Accounting: NCCL picks its own algorithm (ring or tree) and strata sees none of its
+// messages, so each operation charges the context's Accounting with what strata's host
+// algorithm of the same collective and size sends and receives, peer by peer and so tier by
+// tier (traffic.hpp, the count the host's measured figures are tested against), and its GPU
+// time under "nccl.<kind>". NCCL accumulates bf16/fp16 its own way (results may differ from
+// the host's in the last bit) and link emulation does not apply. int8/int4 data moves as
+// bytes and scales as fp32, in one NCCL group.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -18,15 +23,18 @@
 #include <string>
 #include <vector>
 
-#include "comm/accounting.hpp"
 #include "comm/collectives.hpp"
+#include "comm/context.hpp"
+#include "comm/traffic.hpp"
 
 namespace strata::comm {
 
 class NcclCommunicator final : public Collectives {
  public:
-  // Collective over `comm`. `accounting` (optional) receives the GPU time of each operation.
-  NcclCommunicator(MPI_Comm comm, std::string name, Accounting* accounting = nullptr);
+  // Collective over `comm` (bootstrapped over it; every member creates its communicators in
+  // the same order). Traffic and GPU time go to ctx's Accounting; ctx's topology says which
+  // tier each member is across.
+  NcclCommunicator(Context& ctx, MPI_Comm comm, std::string name);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -36,6 +44,12 @@ class NcclCommunicator final : public Collectives {
   int index() const override { return position_; }
   int world_rank_of(int index) const override { return world_ranks_.at(index); }
   cudaStream_t stream() const { return stream_; }
+  // Ordering against a compute stream without blocking the host, through events:
+  // after_compute: every later operation starts after what `compute` holds so far (the
+  // buffers it produces); before_compute: what `compute` gets later starts after this
+  // communicator's operations so far (the buffers they fill).
+  void after_compute(cudaStream_t compute);
+  void before_compute(cudaStream_t compute);
   ncclComm_t nccl_comm() const { return comm_; }
 
   Work all_gather_async(CBuf shard, Buf full) override;
@@ -44,6 +58,11 @@ class NcclCommunicator final : public Collectives {
   Work all_to_all_async(CBuf send, Buf recv) override;
   Work broadcast_async(Buf data, int root) override;
   Work barrier_async() override;
+  // A composition's average divides by more than this group's size: NCCL's pre-multiplied
+  // sum (by 1/divisor) does it in the reduction.
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override;
+  // After a timed-out wait: ends NCCL's kernels and the communicator (ncclCommAbort).
+  void abort();
 
  private:
   // A device buffer of `count` elements of t (data, then scales) from the stream-ordered
@@ -55,11 +74,15 @@ class NcclCommunicator final : public Collectives {
   void release_scratch();
   // Records the completion event and makes the handle (with GPU timing from `start`).
   Work finish(std::string kind, cudaEvent_t start);
+  // Charges what strata's host `algorithm` would send and receive (traffic.hpp).
+  void charge(Algorithm algorithm, std::uint64_t message_bytes, int root = 0);
+  Work enqueue_reduce_scatter(CBuf full, Buf shard, ncclRedOp_t op);
   cudaEvent_t start_event();
 
   std::string name_;
   int position_ = 0;
   std::vector<int> world_ranks_;
+  std::vector<int> tiers_;  // the tier a message to each member crosses
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   Accounting* accounting_ = nullptr;
