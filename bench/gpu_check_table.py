@@ -3,9 +3,10 @@
 eager and compiled runs of the same model and shape, from the JSON results in one folder:
   strata_step.json   `strata bench step --device cuda --json`
   torch_eager.json, torch_compile.json   bench/torch_gpt2_gpu.py
+  strata_llama_step.json   `strata bench step --device cuda --json` of a Llama (no PyTorch run)
 TFLOP/s = tokens/s x strata's FLOPs per token (GPTConfig::flops_per_token, the same count for
-every row); MFU = TFLOP/s / --peak-tflops (H200: 989, dense bf16). A missing result is a row
-of dashes.
+the GPT-2 rows; the Llama row its own model's); MFU = TFLOP/s / --peak-tflops (H200: 989, dense
+bf16). A missing result is a row of dashes.
   python3 bench/gpu_check_table.py RESULTS_DIR [--peak-tflops 989]
 """
 import argparse
@@ -27,7 +28,7 @@ def table(folder, peak):
     if strata:
         fpt = strata["flops_per_token"]
         lines.append(f"{strata['model']}, batch {strata['batch']} x seq {strata['seq']}, {strata['precision']}; "
-                     f"MFU against {peak:g} TFLOP/s; {fpt:.4g} FLOPs per token (strata's count, every row)")
+                     f"MFU against {peak:g} TFLOP/s; {fpt:.4g} FLOPs per token (strata's count, every GPT-2 row)")
     else:
         fpt = None
         lines.append("strata's step did not run: no TFLOP/s or MFU")
@@ -44,6 +45,15 @@ def table(folder, peak):
         tflops = tps * fpt / 1e12
         lines.append(f"{name:<18} {tps:>10.0f} {tflops:>8.1f} {100 * tflops / peak:>6.1f}% "
                      f"{strata['tokens_per_s'] / tps:>11.2f}x")
+    llama = load(folder, "strata_llama_step.json")
+    if llama:
+        tps = llama["tokens_per_s"]
+        tflops = tps * llama["flops_per_token"] / 1e12
+        lines.append(f"{'strata llama':<18} {tps:>10.0f} {tflops:>8.1f} {100 * tflops / peak:>6.1f}% {'-':>12}")
+        lines.append(f"  strata llama: {llama['model']}, batch {llama['batch']} x seq {llama['seq']}, "
+                     f"{llama['precision']}; {llama['flops_per_token']:.4g} FLOPs per token (its own)")
+    else:
+        lines.append(f"{'strata llama':<18} {'-':>10} {'-':>8} {'-':>7} {'-':>12}")
     return "\n".join(lines)
 
 

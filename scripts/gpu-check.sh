@@ -10,6 +10,8 @@
 #   4. PyTorch's own run of the same model and shape on the same GPU (bench/torch_gpt2_gpu.py),
 #      eager, then torch.compile
 #   5. the quantization kernels' GB/s against a device-to-device copy (cuda_kernels_bench)
+#   6. a tinyllama-1.1b training step in bf16, batch 4 x seq 1024 (Llama: grouped-query
+#      attention, SwiGLU), strata alone: last, in what is left of the budget
 # and prints a short table last. FLOPs per token are strata's count for the model
 # (GPTConfig::flops_per_token: 6 x matmul parameters + causal attention), the same for both.
 # With $OUT set, the full log and every JSON result go there.
@@ -18,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 readonly START=$SECONDS BUDGET=${GPU_CHECK_BUDGET:-470} BUILD=build-gpu
-readonly PEAK_TFLOPS=989 MODEL=gpt2-124m BATCH=8 SEQ=1024
+readonly PEAK_TFLOPS=989 MODEL=gpt2-124m BATCH=8 SEQ=1024 LLAMA=tinyllama-1.1b LLAMA_BATCH=4
 
 no_gpu() {
   echo "gpu-check: $1: nothing to check here (it needs one NVIDIA GPU)" >&2
@@ -110,12 +112,19 @@ else
   status["kernel bench"]="skipped (cuda_kernels_bench not built${bench:+; bench folder $bench})"
 fi
 
+# 6. Llama's step: no PyTorch counterpart, so only if time is left after the rest.
+if built; then
+  run_step "strata llama" 60 $BUILD/strata bench step --model $LLAMA --batch $LLAMA_BATCH --seq $SEQ --steps 5 \
+    --warmup 2 --device cuda --precision bf16 --json > "$RESULTS/strata_llama_step.json"
+fi
+
 # The table, last.
 python3 bench/gpu_check_table.py "$RESULTS" --peak-tflops $PEAK_TFLOPS
 echo
 printf '%-16s %s\n' step status
 failed=0
-for name in configure build "ctest -L gpu" "strata bf16" "pytorch eager" "pytorch compile" "kernel bench"; do
+for name in configure build "ctest -L gpu" "strata bf16" "pytorch eager" "pytorch compile" "kernel bench" \
+  "strata llama"; do
   printf '%-16s %s\n' "$name" "${status[$name]:-not run}"
   case "${status[$name]:-not run}" in ok | skipped*) ;; *) failed=1 ;; esac
 done

@@ -63,29 +63,20 @@ struct GPT::Impl {
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take. Under recomputation every layer shares layer 0's buffers except its output (the
-// next block's input), which forward keeps for backward to recompute the block from. Under
-// TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice.
+// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice.
 std::size_t GPT::Impl::place(const GPTConfig& config, int tp, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
   const std::size_t NH = config.n_head / tp, Vp = config.padded_vocab_size / tp, Ca = C / tp, F = 4 * C / tp;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
-  layers.resize(config.n_layer);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    Layer& la = layers[l];
-    if (recompute && l > 0) {
-      la = layers[0];
-      take(la.res3, BT * C);
-      continue;
-    }
+  place_layers(layers, config.n_layer, recompute, placer, BT * C, [&](Layer& la) {
     take(la.ln1, BT * C); take(la.ln1_mean, BT); take(la.ln1_rstd, BT);
     take(la.qkv, BT * 3 * Ca);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
     take(la.atty, BT * Ca); take(la.res2, BT * C);
     take(la.ln2, BT * C); take(la.ln2_mean, BT); take(la.ln2_rstd, BT);
     take(la.fch, BT * F); take(la.fch_gelu, BT * F); take(la.res3, BT * C);
-  }
+  });
   take(encoded, BT * C); take(lnf, BT * C); take(lnf_mean, BT); take(lnf_rstd, BT);
   take(logits, BT * Vp); take(lse, BT); take(losses, BT);
   take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);

@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "model/kernels.hpp"
 #include "model/llama_kernels.hpp"
+#include "model/gpt_walk.hpp"
 #include "model/team.hpp"
 
 namespace strata::model {
@@ -252,29 +253,21 @@ struct Llama::Impl {
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take. Under recomputation every layer shares layer 0's buffers except its output (the
-// next block's input), which forward keeps for backward to recompute the block from.
+// they take (recomputation: place_layers, layout.hpp).
 std::size_t Llama::Impl::place(const GPTConfig& config, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
   const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
   const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
-  layers.resize(config.n_layer);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    Layer& la = layers[l];
-    if (recompute && l > 0) {
-      la = layers[0];
-      take(la.res3, BT * C);
-      continue;
-    }
+  place_layers(layers, config.n_layer, recompute, placer, BT * C, [&](Layer& la) {
     take(la.xn1, BT * C); take(la.rstd1, BT);
     take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
     take(la.atty, BT * C); take(la.res2, BT * C);
     take(la.xn2, BT * C); take(la.rstd2, BT);
     take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
-  }
+  });
   take(encoded, BT * C); take(xf, BT * C); take(rstdf, BT);
   take(logits, BT * Vp); take(lse, BT); take(losses, BT);
   take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
@@ -466,53 +459,28 @@ void Llama::embed_backward(float* embed_grads) {
 }
 
 float Llama::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
-  const int L = config().n_layer, E = layout_.embeddings_unit(), N = layout_.final_norm_unit(),
-            H = layout_.head_unit();
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   // Refuse bad ids before acquiring anything, so no unit is left acquired.
   check_ids(tokens, BT, config().vocab_size, "token");
   check_ids(targets, BT, config().vocab_size, "target");
   std::copy(tokens, tokens + BT, impl_->tokens.begin());
   std::copy(targets, targets + BT, impl_->targets.begin());
-  embed_forward(access.acquire(E, Phase::Forward));
-  access.release(E, Phase::Forward);
-  for (int l = 0; l < L; ++l) {
-    block_forward(l, access.acquire(layout_.block_unit(l), Phase::Forward));
-    access.release(layout_.block_unit(l), Phase::Forward);
-  }
-  const float* norm = access.acquire(N, Phase::Forward);
-  const float loss = head_forward(norm, access.acquire(H, Phase::Forward));
-  access.release(H, Phase::Forward);
-  access.release(N, Phase::Forward);
-  return loss;
+  return llama_forward_walk(
+      layout_, access, [&](const float* embed) { embed_forward(embed); },
+      [&](int l, const float* p) { block_forward(l, p); },
+      [&](const float* norm, const float* head) { return head_forward(norm, head); });
 }
 
 float Llama::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                               float grad_scale) {
-  const int L = config().n_layer, E = layout_.embeddings_unit(), N = layout_.final_norm_unit(),
-            H = layout_.head_unit();
   const float loss = forward(access, tokens, targets);
-
-  // Named one by one: the walk is the documented order, whatever order a compiler evaluates
-  // arguments in (an engine lends gradient buffers at the acquire before them).
-  const float* norm = access.acquire(N, Phase::Backward);
-  const float* head = access.acquire(H, Phase::Backward);
-  float* head_grads = access.grads(H);
-  float* norm_grads = access.grads(N);
-  head_backward(norm, head, norm_grads, head_grads, grad_scale);
-  access.release(H, Phase::Backward);
-  access.release(N, Phase::Backward);
-  access.grads_ready(H);
-  access.grads_ready(N);
-  for (int l = L - 1; l >= 0; --l) {
-    const int unit = layout_.block_unit(l);
-    const float* params = access.acquire(unit, Phase::Backward);
-    block_backward(l, params, access.grads(unit));
-    access.release(unit, Phase::Backward);
-    access.grads_ready(unit);
-  }
-  embed_backward(access.grads(E));
-  access.grads_ready(E);
+  llama_backward_walk(
+      layout_, access,
+      [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
+        head_backward(norm, head, norm_grads, head_grads, grad_scale);
+      },
+      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
+      [&](float* embed_grads) { embed_backward(embed_grads); });
   return loss;
 }
 

@@ -5,9 +5,10 @@
 // head (rotate_half, not interleaved pairs), grouped-query attention, SwiGLU MLP
 // (down(silu(gate x) * up x)), no biases, an untied LM head.
 //
-// The walk (L = n_layer; E = embeddings, N = final norm, H = LM head, as in layout.hpp). The
-// embedding is a lookup: forward needs its parameters only to copy rows, backward scatters
-// the incoming gradient by token id and reads none.
+// The walk (L = n_layer; E = embeddings, N = final norm, H = LM head, as in layout.hpp;
+// model/gpt_walk.hpp runs it, for this model and the GPU's). The embedding is a lookup:
+// forward needs its parameters only to copy rows, backward scatters the incoming gradient by
+// token id and reads none.
 //   acquire(E,Fwd)  embed forward  release(E,Fwd)
 //   for l in 0..L-1: acquire(1+l,Fwd)  block forward  release(1+l,Fwd)
 //   acquire(N,Fwd)  acquire(H,Fwd)  final norm + LM head + loss  release(H,Fwd)  release(N,Fwd)

@@ -9,6 +9,7 @@
 #include <limits>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "device/cuda/cuda_device.hpp"
@@ -47,15 +48,38 @@ std::vector<float> read_back(Device& d, const Buffer<float>& b) {
 
 double tolerance(Precision p) { return p == Precision::F32 ? 2e-6 : 1e-2; }
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& scale,
-                  Precision p, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
+// out[i, j] = start[i, j] + sum over k of a(i, k) b(k, j), in float64, for rows x cols; and
+// the sum of the terms' magnitudes, which the products' rounding scales with.
+struct Reference {
+  std::vector<double> want, scale;
+};
+template <class A, class B>
+Reference reference(int rows, int cols, int depth, A&& a, B&& b, const std::vector<float>* start) {
+  Reference r{std::vector<double>(static_cast<std::size_t>(rows) * cols), {}};
+  r.scale = r.want;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) {
+      const std::size_t at = static_cast<std::size_t>(i) * cols + j;
+      double sum = start ? (*start)[at] : 0.0, mag = std::abs(sum);
+      for (int k = 0; k < depth; ++k) {
+        const double term = static_cast<double>(a(i, k)) * b(k, j);
+        sum += term;
+        mag += std::abs(term);
+      }
+      r.want[at] = sum;
+      r.scale[at] = mag;
+    }
+  return r;
+}
+
+void expect_close(const std::vector<float>& got, const Reference& ref, Precision p, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.want.size());
   int bad = 0;
   for (std::size_t i = 0; i < got.size() && bad < 5; ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= tolerance(p) * scale[i])) {  // NaN (poison left) fails too
+    const double err = std::abs(static_cast<double>(got[i]) - ref.want[i]);
+    if (!(err <= tolerance(p) * ref.scale[i])) {  // NaN (poison left) fails too
       ADD_FAILURE() << what << " in " << precision_name(p) << ": element " << i << " = " << got[i] << ", want "
-                    << want[i] << " (error " << err / scale[i] << " of sum |a||b|)";
+                    << ref.want[i] << " (error " << err / ref.scale[i] << " of sum |a||b|)";
       ++bad;
     }
   }
@@ -69,6 +93,10 @@ class CudaMatmul : public ::testing::TestWithParam<Precision> {
     STRATA_REQUIRE_GPU();
     cuda::gpu().reserve(std::size_t{256} << 20);  // the products' scratch and the arrays below
   }
+  // Where an output is overwritten it starts as NaN (poison); where it accumulates, as `start`.
+  static std::vector<float> start_or_poison(bool accumulate, const std::vector<float>& start) {
+    return accumulate ? start : std::vector<float>(start.size(), std::numeric_limits<float>::quiet_NaN());
+  }
 };
 
 }  // namespace
@@ -80,27 +108,17 @@ TEST_P(CudaMatmul, ForwardMatchesFloat64WithAndWithoutAccumulation) {
   cuda::Matmul mm(gpu, p, kN * kLdDy, cuda::gpu_stream());
   DeviceArray dx(gpu, x), dw(gpu, w);
   for (bool accumulate : {false, true}) {
-    std::vector<float> start(kN * kOut, std::numeric_limits<float>::quiet_NaN());
-    if (accumulate) start = y0;
-    DeviceArray dy(gpu, start);
+    DeviceArray dy(gpu, start_or_poison(accumulate, y0));
     mm.forward(dy.buffer.data(), dx.buffer.data(), dw.buffer.data(), kN, kIn, kOut, accumulate);
     cuda::synchronize("matmul forward");
-    std::vector<double> want(kN * kOut), scale(kN * kOut);
-    for (int i = 0; i < kN; ++i)
-      for (int o = 0; o < kOut; ++o) {
-        double sum = accumulate ? y0[i * kOut + o] : 0.0, mag = accumulate ? std::abs(y0[i * kOut + o]) : 0.0;
-        for (int k = 0; k < kIn; ++k) {
-          sum += double(x[i * kIn + k]) * w[o * kIn + k];
-          mag += std::abs(double(x[i * kIn + k]) * w[o * kIn + k]);
-        }
-        want[i * kOut + o] = sum;
-        scale[i * kOut + o] = mag;
-      }
-    expect_close(read_back(gpu, dy.buffer), want, scale, p, accumulate ? "y += x W^T" : "y = x W^T");
+    const Reference ref = reference(
+        kN, kOut, kIn, [&](int i, int k) { return x[i * kIn + k]; }, [&](int k, int o) { return w[o * kIn + k]; },
+        accumulate ? &y0 : nullptr);
+    expect_close(read_back(gpu, dy.buffer), ref, p, accumulate ? "y += x W^T" : "y = x W^T");
   }
 }
 
-TEST_P(CudaMatmul, BackwardInputReadsAStridedGradient) {
+TEST_P(CudaMatmul, BackwardInputReadsAStridedGradientWithAndWithoutAccumulation) {
   Device& gpu = cuda::gpu();
   const Precision p = GetParam();
   // dy has row stride kLdDy > kOut, as the LM head's padded logits do; the padding is NaN
@@ -108,24 +126,18 @@ TEST_P(CudaMatmul, BackwardInputReadsAStridedGradient) {
   auto dy = random_values(kN * kLdDy, 4);
   for (int i = 0; i < kN; ++i)
     for (int o = kOut; o < kLdDy; ++o) dy[i * kLdDy + o] = std::numeric_limits<float>::quiet_NaN();
-  const auto w = random_values(kOut * kIn, 5);
+  const auto w = random_values(kOut * kIn, 5), dx0 = random_values(kN * kIn, 9);
   cuda::Matmul mm(gpu, p, kN * kLdDy, cuda::gpu_stream());
   DeviceArray ddy(gpu, dy), dw(gpu, w);
-  DeviceArray ddx(gpu, std::vector<float>(kN * kIn, std::numeric_limits<float>::quiet_NaN()));
-  mm.backward_input(ddx.buffer.data(), ddy.buffer.data(), kLdDy, dw.buffer.data(), kN, kIn, kOut);
-  cuda::synchronize("matmul backward input");
-  std::vector<double> want(kN * kIn), scale(kN * kIn);
-  for (int i = 0; i < kN; ++i)
-    for (int k = 0; k < kIn; ++k) {
-      double sum = 0, mag = 0;
-      for (int o = 0; o < kOut; ++o) {
-        sum += double(dy[i * kLdDy + o]) * w[o * kIn + k];
-        mag += std::abs(double(dy[i * kLdDy + o]) * w[o * kIn + k]);
-      }
-      want[i * kIn + k] = sum;
-      scale[i * kIn + k] = mag;
-    }
-  expect_close(read_back(gpu, ddx.buffer), want, scale, p, "dx = dy W");
+  for (bool accumulate : {false, true}) {
+    DeviceArray ddx(gpu, start_or_poison(accumulate, dx0));
+    mm.backward_input(ddx.buffer.data(), ddy.buffer.data(), kLdDy, dw.buffer.data(), kN, kIn, kOut, accumulate);
+    cuda::synchronize("matmul backward input");
+    const Reference ref = reference(
+        kN, kIn, kOut, [&](int i, int o) { return dy[i * kLdDy + o]; }, [&](int o, int k) { return w[o * kIn + k]; },
+        accumulate ? &dx0 : nullptr);
+    expect_close(read_back(gpu, ddx.buffer), ref, p, accumulate ? "dx += dy W" : "dx = dy W");
+  }
 }
 
 TEST_P(CudaMatmul, BackwardWeightAccumulatesOverRows) {
@@ -136,18 +148,10 @@ TEST_P(CudaMatmul, BackwardWeightAccumulatesOverRows) {
   DeviceArray ddy(gpu, dy), dx(gpu, x), dg(gpu, g0);
   mm.backward_weight(dg.buffer.data(), ddy.buffer.data(), kLdDy, dx.buffer.data(), kN, kIn, kOut);
   cuda::synchronize("matmul backward weight");
-  std::vector<double> want(kOut * kIn), scale(kOut * kIn);
-  for (int o = 0; o < kOut; ++o)
-    for (int k = 0; k < kIn; ++k) {
-      double sum = g0[o * kIn + k], mag = std::abs(g0[o * kIn + k]);
-      for (int i = 0; i < kN; ++i) {
-        sum += double(dy[i * kLdDy + o]) * x[i * kIn + k];
-        mag += std::abs(double(dy[i * kLdDy + o]) * x[i * kIn + k]);
-      }
-      want[o * kIn + k] = sum;
-      scale[o * kIn + k] = mag;
-    }
-  expect_close(read_back(gpu, dg.buffer), want, scale, p, "dW += dy^T x");
+  const Reference ref = reference(
+      kOut, kIn, kN, [&](int o, int i) { return dy[i * kLdDy + o]; }, [&](int i, int k) { return x[i * kIn + k]; },
+      &g0);
+  expect_close(read_back(gpu, dg.buffer), ref, p, "dW += dy^T x");
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaMatmul, ::testing::Values(Precision::F32, Precision::BF16),

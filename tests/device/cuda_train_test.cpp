@@ -1,6 +1,7 @@
-// The single-GPU trainer (LocalEngine on the cuda device, CudaGPT) against the CPU trainer on
-// the same data, seed and schedule: the whole path a user runs with --device cuda (data
-// loader, engine, AdamW, gradient norm and clipping, checkpoints through host copies).
+// The single-GPU trainer (LocalEngine on the cuda device: CudaGPT, CudaLlama) against the CPU
+// trainer on the same data, seed and schedule: the whole path a user runs with --device cuda
+// (data loader, engine, AdamW, gradient norm and clipping, checkpoints through host copies),
+// for each family's smallest preset (tiny: GPT-2; llama-tiny: Llama, grouped-query).
 // Bands, per step, on the loss relative to the CPU's:
 //   fp32  1e-4 over 50 steps (different summation orders only: no TF32, no bf16)
 //   bf16  3e-2 over 50 steps (bf16 inputs to every product; fp32 master weights and state)
@@ -8,6 +9,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "device/cuda/cuda_device.hpp"
@@ -21,24 +24,6 @@ using namespace strata::train;
 namespace fs = std::filesystem;
 
 namespace {
-
-TrainConfig gpu_config(const test::ScratchDir& dir, std::int64_t steps) {
-  if (!fs::exists(dir / "train.bin")) {
-    test::write_tokens(dir / "train.bin", test::sample_text_tokens(60000, 1));
-    test::write_tokens(dir / "val.bin", test::sample_text_tokens(8000, 2));
-  }
-  TrainConfig c;
-  c.batch = 4;
-  c.seq = 64;
-  c.steps = steps;
-  c.lr = 3e-3f;
-  c.min_lr = 3e-4f;
-  c.warmup = 5;
-  c.train_data = (dir / "train.bin").string();
-  c.val_data = (dir / "val.bin").string();
-  c.val_batches = 2;
-  return c;
-}
 
 TrainResult run_on(const TrainConfig& c, device::Device& device, device::Precision precision) {
   LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed, c.recomputes(), device, precision);
@@ -60,16 +45,47 @@ void expect_loss_curve_within(const TrainResult& cpu, const TrainResult& gpu, do
   EXPECT_LT(gpu.steps.back().loss, gpu.steps.front().loss - 0.5) << what;
 }
 
-class CudaTrainer : public ::testing::Test {
+void expect_same_losses(const TrainResult& a, const TrainResult& b, const std::string& what) {
+  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
+  for (std::size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a.steps[i].loss, &b.steps[i].loss, sizeof(double)), 0) << what << " step " << i + 1;
+    EXPECT_EQ(std::memcmp(&a.steps[i].grad_norm, &b.steps[i].grad_norm, sizeof(double)), 0)
+        << what << " step " << i + 1;
+  }
+}
+
+// Every test runs once per model preset (the parameter), on token files of its own.
+class CudaTrainer : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { STRATA_REQUIRE_GPU(); }
+  void SetUp() override {
+    STRATA_REQUIRE_GPU();
+    test::write_tokens(dir_ / "train.bin", test::sample_text_tokens(60000, 1));
+    test::write_tokens(dir_ / "val.bin", test::sample_text_tokens(8000, 2));
+  }
+
+  TrainConfig config(std::int64_t steps) const {
+    TrainConfig c;
+    c.model_name = GetParam();
+    c.model = model::GPTConfig::preset(GetParam());
+    c.batch = 4;
+    c.seq = 64;
+    c.steps = steps;
+    c.lr = 3e-3f;
+    c.min_lr = 3e-4f;
+    c.warmup = 5;
+    c.train_data = (dir_ / "train.bin").string();
+    c.val_data = (dir_ / "val.bin").string();
+    c.val_batches = 2;
+    return c;
+  }
+
+  test::ScratchDir dir_;
 };
 
 }  // namespace
 
-TEST_F(CudaTrainer, Fp32MatchesTheCpuLossCurveWithin1e4Over50Steps) {
-  test::ScratchDir dir;
-  const TrainConfig c = gpu_config(dir, 50);
+TEST_P(CudaTrainer, Fp32MatchesTheCpuLossCurveWithin1e4Over50Steps) {
+  const TrainConfig c = config(50);
   const TrainResult cpu = run_on(c, device::host(), device::Precision::F32);
   const TrainResult gpu = run_on(c, device::cuda::gpu(), device::Precision::F32);
   expect_loss_curve_within(cpu, gpu, 1e-4, "fp32");
@@ -78,37 +94,37 @@ TEST_F(CudaTrainer, Fp32MatchesTheCpuLossCurveWithin1e4Over50Steps) {
         << "step " << i + 1 << " gradient norm";
 }
 
-TEST_F(CudaTrainer, Bf16StaysWithin3e2OfTheCpuLossCurveOver50Steps) {
-  test::ScratchDir dir;
-  const TrainConfig c = gpu_config(dir, 50);
+TEST_P(CudaTrainer, Bf16StaysWithin3e2OfTheCpuLossCurveOver50Steps) {
+  const TrainConfig c = config(50);
   const TrainResult cpu = run_on(c, device::host(), device::Precision::F32);
   const TrainResult gpu = run_on(c, device::cuda::gpu(), device::Precision::BF16);
   expect_loss_curve_within(cpu, gpu, 3e-2, "bf16");
 }
 
-TEST_F(CudaTrainer, SameSeedGivesTheSameLossesBitForBit) {
-  test::ScratchDir dir;
-  const TrainConfig c = gpu_config(dir, 8);
-  for (device::Precision p : {device::Precision::F32, device::Precision::BF16}) {
-    const TrainResult a = run_on(c, device::cuda::gpu(), p), b = run_on(c, device::cuda::gpu(), p);
-    ASSERT_EQ(a.steps.size(), b.steps.size());
-    for (std::size_t i = 0; i < a.steps.size(); ++i) {
-      EXPECT_EQ(std::memcmp(&a.steps[i].loss, &b.steps[i].loss, sizeof(double)), 0)
-          << device::precision_name(p) << " step " << i + 1;
-      EXPECT_EQ(std::memcmp(&a.steps[i].grad_norm, &b.steps[i].grad_norm, sizeof(double)), 0)
-          << device::precision_name(p) << " step " << i + 1;
-    }
-  }
+TEST_P(CudaTrainer, SameSeedGivesTheSameLossesBitForBit) {
+  const TrainConfig c = config(8);
+  for (device::Precision p : {device::Precision::F32, device::Precision::BF16})
+    expect_same_losses(run_on(c, device::cuda::gpu(), p), run_on(c, device::cuda::gpu(), p),
+                       std::string(device::precision_name(p)));
 }
 
-TEST_F(CudaTrainer, ACheckpointTakenOnTheGpuResumesToTheSameLosses) {
-  test::ScratchDir dir;
-  TrainConfig whole = gpu_config(dir, 12);
-  whole.out_dir = (dir / "whole").string();
+// Recomputation reruns each block's forward with the same kernels on the same inputs: the
+// same losses and gradients as keeping the activations, bit for bit, as on the CPU.
+TEST_P(CudaTrainer, RecomputationGivesTheSameLossesBitForBit) {
+  TrainConfig kept = config(8), recomputed = kept;
+  recomputed.recompute = "full";
+  for (device::Precision p : {device::Precision::F32, device::Precision::BF16})
+    expect_same_losses(run_on(kept, device::cuda::gpu(), p), run_on(recomputed, device::cuda::gpu(), p),
+                       std::string(device::precision_name(p)) + " recompute full");
+}
+
+TEST_P(CudaTrainer, ACheckpointTakenOnTheGpuResumesToTheSameLosses) {
+  TrainConfig whole = config(12);
+  whole.out_dir = (dir_ / "whole").string();
   const TrainResult straight = run_on(whole, device::cuda::gpu(), device::Precision::F32);
 
   TrainConfig first = whole;
-  first.out_dir = (dir / "split").string();
+  first.out_dir = (dir_ / "split").string();
   first.stop_after = 6;
   run_on(first, device::cuda::gpu(), device::Precision::F32);
   TrainConfig rest = whole;
@@ -120,8 +136,8 @@ TEST_F(CudaTrainer, ACheckpointTakenOnTheGpuResumesToTheSameLosses) {
     EXPECT_EQ(resumed.steps[i].loss, straight.steps[6 + i].loss) << "step " << 7 + i;
 }
 
-TEST_F(CudaTrainer, TheInitialWeightsAreTheCpusAndComeBackThroughHostCopies) {
-  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+TEST_P(CudaTrainer, TheInitialWeightsAreTheCpusAndComeBackThroughHostCopies) {
+  const model::GPTConfig config = model::GPTConfig::preset(GetParam());
   LocalEngine cpu(config, 2, 32, 7);
   LocalEngine gpu(config, 2, 32, 7, false, device::cuda::gpu(), device::Precision::F32);
   const std::size_t n = cpu.layout().total_floats();
@@ -131,14 +147,21 @@ TEST_F(CudaTrainer, TheInitialWeightsAreTheCpusAndComeBackThroughHostCopies) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
 }
 
-TEST_F(CudaTrainer, TheCommandLineTrainsOnTheGpuInBf16) {
-  test::ScratchDir dir;
-  gpu_config(dir, 1);  // writes the token files
-  const auto r = test::run_strata("train --model tiny --batch 4 --seq 64 --steps 5 --device cuda --precision bf16 "
-                                  "--train-data " + (dir / "train.bin").string() + " --out " + (dir / "run").string());
+TEST_P(CudaTrainer, TheCommandLineTrainsOnTheGpuInBf16) {
+  const auto r = test::run_strata("train --model " + GetParam() +
+                                  " --batch 4 --seq 64 --steps 5 --device cuda --precision bf16 --train-data " +
+                                  (dir_ / "train.bin").string() + " --out " + (dir_ / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cuda in bf16"), std::string::npos) << r.output;
-  const auto summary = test::read_json(dir / "run" / "summary.json");
+  const auto summary = test::read_json(dir_ / "run" / "summary.json");
   EXPECT_EQ(summary["config"]["train"]["device"], "cuda") << summary.dump();
   EXPECT_EQ(summary["config"]["train"]["precision"], "bf16") << summary.dump();
+  EXPECT_EQ(summary["model"]["config"], model::GPTConfig::preset(GetParam()).to_json()) << summary.dump();
 }
+
+INSTANTIATE_TEST_SUITE_P(Presets, CudaTrainer, ::testing::Values("tiny", "llama-tiny"), [](const auto& info) {
+  std::string name = info.param;
+  for (char& ch : name)
+    if (ch == '-') ch = '_';  // gtest names: letters, digits and underscores
+  return name;
+});

@@ -24,6 +24,7 @@
 #include "base/half.hpp"
 #include "base/rng.hpp"
 #include "device/cuda/kernels.hpp"
+#include "device/cuda/model_ops.hpp"
 #include "model/kernels.hpp"
 #include "model/reference.hpp"
 #include "optim/adamw.hpp"
@@ -283,6 +284,20 @@ TEST_F(Gpu, BroadcastRowsAndColumnSums) {
   for (int i = 0; i < N; ++i)
     for (int c = 0; c < C; ++c) sums[c] += x[i * ld + c];
   expect_rel(d_sums.download(), sums, kElementwise, "column sums");
+}
+
+TEST_F(Gpu, ResidualStartsAsTheInputPlusAnOptionalBias) {
+  Rng rng(16);
+  const int N = 129, C = 48;
+  const auto x = random_floats(static_cast<std::size_t>(N) * C, rng), bias = random_floats(C, rng);
+  DeviceArray<float> d_x(x), d_bias(bias), d_out(x.size());
+  for (const bool with_bias : {true, false}) {
+    d_out.poison();
+    residual_with_bias(d_out.get(), d_x.get(), with_bias ? d_bias.get() : nullptr, N, C, nullptr);
+    std::vector<float> want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) want[i] = with_bias ? x[i] + bias[i % C] : x[i];
+    expect_bits(d_out.download(), want, with_bias ? "x + bias (GPT-2)" : "x (Llama)");
+  }
 }
 
 TEST_F(Gpu, SumSquaresIsDeterministicAndNearTheExactSum) {

@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "device/cuda/gpt_cuda.hpp"
+#include "device/cuda/llama_cuda.hpp"
 
 namespace strata::device::cuda {
 
@@ -83,11 +84,14 @@ class CudaDevice final : public Device {
 
   std::unique_ptr<model::Model> make_model(const model::GPTConfig& config, int batch, int seq, bool recompute,
                                            Precision precision) override {
+    if (config.family == model::Family::Llama)
+      return std::make_unique<CudaLlama>(*this, config, batch, seq, recompute, precision);
     return std::make_unique<CudaGPT>(*this, config, batch, seq, recompute, precision);
   }
   std::uint64_t model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
                             Precision precision) const override {
-    return CudaGPT::device_bytes(config, batch, seq, recompute, precision);
+    return config.family == model::Family::Llama ? CudaLlama::device_bytes(config, batch, seq, recompute, precision)
+                                                 : CudaGPT::device_bytes(config, batch, seq, recompute, precision);
   }
 
   double sum_squares(const float* x, std::size_t n) override {

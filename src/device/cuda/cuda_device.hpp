@@ -1,8 +1,8 @@
 #pragma once
 // The "cuda" compute device: GPU 0 of this process, its memory one pool taken up front
 // (Device::reserve, sized by the engine's own count of what it will hold: no allocation per
-// step), every kernel, product and copy in order on one stream. Its model is CudaGPT
-// (gpt_cuda.hpp); its optimizer the fused AdamW kernel over the layout's decay segments.
+// step), every kernel, product and copy in order on one stream. Its models are CudaGPT
+// (gpt_cuda.hpp) and CudaLlama (llama_cuda.hpp); its optimizer the fused AdamW kernel over the layout's decay segments.
 // Plain C++: no CUDA header is needed to include this one.
 #include <string>
 

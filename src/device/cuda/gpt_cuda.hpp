@@ -6,37 +6,23 @@
 // Plain C++: no CUDA header is needed to include this one.
 #include <cstdint>
 #include <memory>
-#include <vector>
 
-#include "device/device.hpp"
-#include "model/config.hpp"
-#include "model/layout.hpp"
-#include "model/model.hpp"
+#include "device/cuda/cuda_model.hpp"
 
 namespace strata::device::cuda {
 
-class CudaGPT final : public model::Model {
+class CudaGPT final : public CudaModel {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens, in `device`'s
-  // memory; throws Error on other sizes or another family (Llama has no GPU model yet).
+  // memory; throws Error on other sizes or another family (Llama's is CudaLlama).
   CudaGPT(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute, Precision precision);
   ~CudaGPT() override;
 
-  // Device bytes such a model takes: activations, their gradients, kernel scratch, token ids
-  // and the matmul's scratch (pool_bytes of each buffer).
+  // Device bytes such a model takes (ModelBuffers::device_bytes of its sizes).
   static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
                                     Precision precision);
 
-  const model::ParamLayout& layout() const override { return layout_; }
-  int batch() const override { return B_; }
-  int seq() const override { return T_; }
-  float forward_backward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                         float grad_scale) override;
-  float forward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
-  // In device memory.
-  const float* logits() const override;
-  std::uint64_t activation_bytes() const override;
-  bool recompute() const override { return recompute_; }
+  const float* logits() const override;  // in device memory
 
  private:
   void embed_forward(const float* embed_params, const std::int32_t* tokens);
@@ -48,12 +34,10 @@ class CudaGPT final : public model::Model {
   void block_backward(int layer, const float* p, float* g);
   void embed_backward(float* embed_grads);
   float forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                     float dlogits_scale);
+                     float dlogits_scale) override;
+  void backward_walk(model::UnitAccess& access) override;
 
-  model::ParamLayout layout_;
-  int B_, T_;
-  bool recompute_;
-  struct Impl;  // device buffers, offsets, the matmul; gpt_cuda.cpp
+  struct Impl;  // activations, offsets; gpt_cuda.cpp
   std::unique_ptr<Impl> impl_;
 };
 

@@ -172,8 +172,9 @@ void Matmul::forward(float* y, const float* x, const float* w, int N, int in, in
   gemm(true, false, out, N, in, w, in, x, in, y, out, accumulate ? 1.0f : 0.0f);
 }
 
-void Matmul::backward_input(float* dx, const float* dy, int ld_dy, const float* w, int N, int in, int out) {
-  gemm(false, false, in, N, out, w, in, dy, ld_dy, dx, in, 0.0f);
+void Matmul::backward_input(float* dx, const float* dy, int ld_dy, const float* w, int N, int in, int out,
+                            bool accumulate) {
+  gemm(false, false, in, N, out, w, in, dy, ld_dy, dx, in, accumulate ? 1.0f : 0.0f);
 }
 
 void Matmul::backward_weight(float* dw, const float* dy, int ld_dy, const float* x, int N, int in, int out) {

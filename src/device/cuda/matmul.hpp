@@ -36,8 +36,10 @@ class Matmul {
   // The linear layers of model/kernels.hpp, row-major, W stored [out, in]:
   // y [N,out] = x W^T, or y += x W^T when accumulate.
   void forward(float* y, const float* x, const float* w, int N, int in, int out, bool accumulate);
-  // dx [N,in] = dy W, dy having row stride ld_dy (>= out).
-  void backward_input(float* dx, const float* dy, int ld_dy, const float* w, int N, int in, int out);
+  // dx [N,in] = dy W, dy having row stride ld_dy (>= out); dx += dy W when accumulate (an
+  // input that feeds several products, as Llama's normed input feeds q, k and v).
+  void backward_input(float* dx, const float* dy, int ld_dy, const float* w, int N, int in, int out,
+                      bool accumulate = false);
   // dw [out,in] += dy^T x, summed over the N rows.
   void backward_weight(float* dw, const float* dy, int ld_dy, const float* x, int N, int in, int out);
 

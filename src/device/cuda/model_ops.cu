@@ -14,7 +14,7 @@ namespace {
 __global__ void residual_with_bias_kernel(float* out, const float* x, const float* bias, long long n, int C) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x)
-    out[i] = x[i] + bias[i % C];
+    out[i] = bias ? x[i] + bias[i % C] : x[i];
 }
 
 }  // namespace

@@ -1,0 +1,269 @@
+#include "device/cuda/llama_cuda.hpp"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "device/cuda/cuda_device.hpp"
+#include "device/cuda/kernels.hpp"
+#include "device/cuda/model_ops.hpp"
+#include "model/llama.hpp"
+#include "model/llama_kernels.hpp"
+#include "model/gpt_walk.hpp"
+
+namespace strata::device::cuda {
+
+namespace {
+
+// The largest operand any product of the model reads, in elements (Matmul sizes its bf16
+// scratch by it): the logits, their gradient and the LM head, or the MLP's.
+std::size_t largest_operand(const model::GPTConfig& config, int B, int T) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Vp = config.padded_vocab_size,
+                    F = config.ffn_size();
+  return std::max({BT * Vp, Vp * C, BT * F, F * C, BT * C, C * C});
+}
+
+// q [BT, C], k and v [BT, KV] as the projections write them; out [BT, C].
+AttentionShape attention_shape(const model::GPTConfig& config, int B, int T) {
+  const int C = config.n_embd, KV = config.kv_heads() * config.head_dim();
+  return {B, T, config.n_head, config.kv_heads(), config.head_dim(), C, KV, C};
+}
+
+// Scratch every row-reducing kernel of the model shares (one stream: never two at once).
+std::size_t kernel_scratch_bytes(const model::GPTConfig& config, int B, int T) {
+  const int BT = B * T;
+  return std::max({embed_backward_scratch_bytes(BT, config.vocab_size), norm_backward_scratch_bytes(BT, config.n_embd),
+                   attention_backward_scratch_bytes(attention_shape(config, B, T))});
+}
+
+// Where each activation lives, laid out as model::Llama's (llama.cpp) but for attention's
+// log-sum-exp in place of its T x T probabilities, and without the CPU's dtmp: the products
+// that feed one input gradient accumulate into it. place() with no base only counts.
+struct Activations {
+  struct Layer {
+    float *xn1, *rstd1;      // attention RMSNorm output and 1/rms per row
+    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV]; q and k rotated
+    float* lse;              // [B, NH, T] attention's row log-sum-exp
+    float* atty;             // [BT, C] heads' outputs, before o_proj
+    float* res2;             // [BT, C] x + attention
+    float *xn2, *rstd2;      // MLP RMSNorm
+    float *gate, *up, *act;  // [BT, F] each; act = silu(gate) * up
+    float* res3;             // [BT, C] block output
+  };
+  std::vector<Layer> layers;
+  float *encoded = nullptr, *xf = nullptr, *rstdf = nullptr;
+  float *logits = nullptr, *dlogits = nullptr, *head_lse = nullptr, *losses = nullptr;
+  // dres: the residual stream's gradient, walked from the head down; a block also fills
+  // dres_mid (after its attention) and dres_in (its input).
+  float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr;
+  float *dxn1 = nullptr, *dxn2 = nullptr, *datty = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
+
+  std::size_t place(const model::GPTConfig& config, int B, int T, bool recompute, float* base);
+  const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
+};
+
+std::size_t Activations::place(const model::GPTConfig& config, int B, int T, bool recompute, float* base) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
+  const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
+  const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
+  model::BufferPlacer placer(base);
+  auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
+  model::place_layers(layers, config.n_layer, recompute, placer, BT * C, [&](Layer& la) {
+    take(la.xn1, BT * C); take(la.rstd1, BT);
+    take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
+    take(la.lse, static_cast<std::size_t>(B) * NH * T);
+    take(la.atty, BT * C); take(la.res2, BT * C);
+    take(la.xn2, BT * C); take(la.rstd2, BT);
+    take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
+  });
+  take(encoded, BT * C); take(xf, BT * C); take(rstdf, BT);
+  take(logits, BT * Vp); take(dlogits, BT * Vp); take(head_lse, BT); take(losses, BT);
+  take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C);
+  take(dxn1, BT * C); take(dxn2, BT * C); take(datty, BT * C);
+  take(dq, BT * C); take(dk, BT * KV); take(dv, BT * KV);
+  take(dact, BT * F); take(dgate, BT * F); take(dup, BT * F);
+  return placer.floats();
+}
+
+ModelSizes model_sizes(const model::GPTConfig& config, int B, int T, bool recompute) {
+  Activations counter;
+  // The rotary tables: cos and sin of T positions by hd/2 frequencies.
+  const std::size_t rope_floats = 2 * static_cast<std::size_t>(T) * (config.head_dim() / 2);
+  return {counter.place(config, B, T, recompute, nullptr), static_cast<std::size_t>(B) * T,
+          kernel_scratch_bytes(config, B, T), largest_operand(config, B, T), rope_floats};
+}
+
+}  // namespace
+
+struct CudaLlama::Impl {
+  Impl(ModelBuffers& buffers, const model::ParamLayout& layout, int B, int T, bool recompute)
+      : buffers(buffers), shape(attention_shape(layout.config(), B, T)), off(model::llama_offsets(layout)) {
+    a.place(layout.config(), B, T, recompute, buffers.storage.data());
+    // The CPU model's tables (the same angles, the same rounding), copied once.
+    std::vector<float> cos, sin;
+    model::llama_kernels::rope_tables(layout.config(), T, cos, sin);
+    float* tables = buffers.tables.data();
+    buffers.device.from_host(tables, cos.data(), cos.size() * sizeof(float));
+    buffers.device.from_host(tables + cos.size(), sin.data(), sin.size() * sizeof(float));
+    rope_cos = tables;
+    rope_sin = tables + cos.size();
+  }
+
+  ModelBuffers& buffers;
+  AttentionShape shape;
+  model::LlamaOffsets off;
+  Activations a;
+  const float *rope_cos = nullptr, *rope_sin = nullptr;  // [T, hd/2] each, in buffers.tables
+};
+
+std::uint64_t CudaLlama::device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                      Precision precision) {
+  return ModelBuffers::device_bytes(model_sizes(config, batch, seq, recompute), precision);
+}
+
+CudaLlama::CudaLlama(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute,
+                     Precision precision)
+    : CudaModel(device, config, model::Family::Llama, batch, seq, recompute, precision, model_sizes),
+      impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
+
+CudaLlama::~CudaLlama() = default;
+
+const float* CudaLlama::logits() const { return impl_->a.logits; }
+
+void CudaLlama::embed_forward(const float* embed_params, const std::int32_t* tokens) {
+  Impl& m = *impl_;
+  m.buffers.upload_tokens(tokens);
+  cuda::embed_forward(m.a.encoded, m.buffers.tokens(), embed_params + m.off.embed, nullptr, B_ * T_, T_,
+                      config().n_embd, config().vocab_size, gpu_stream());
+}
+
+void CudaLlama::block_forward(int layer, const float* p) {
+  Impl& m = *impl_;
+  const model::LlamaBlockOffsets& o = m.off.block;
+  const AttentionShape& sh = m.shape;
+  Activations::Layer& la = m.a.layers[layer];
+  const int BT = B_ * T_, C = config().n_embd, KV = sh.kv_stride, F = config().ffn_size();
+  const Stream s = gpu_stream();
+  const float* x = m.a.block_input(layer);
+  Matmul& mm = m.buffers.matmul;
+  // h = x + o_proj(attention(rope(q_proj(norm x)), rope(k_proj(norm x)), v_proj(norm x))); the
+  // residual stream starts as x, and o_proj accumulates onto it (the CPU model's order).
+  rmsnorm_forward(la.xn1, la.rstd1, x, p + o.attn_norm, BT, C, model::kRmsNormEps, s);
+  residual_with_bias(la.res2, x, nullptr, BT, C, s);
+  mm.forward(la.q, la.xn1, p + o.q, BT, C, C, false);
+  mm.forward(la.k, la.xn1, p + o.k, BT, C, KV, false);
+  mm.forward(la.v, la.xn1, p + o.v, BT, C, KV, false);
+  rope_forward(la.q, BT, sh.NH, sh.hd, T_, m.rope_cos, m.rope_sin, s);
+  rope_forward(la.k, BT, sh.NKV, sh.hd, T_, m.rope_cos, m.rope_sin, s);
+  attention_forward(la.atty, la.lse, la.q, la.k, la.v, sh, s);
+  mm.forward(la.res2, la.atty, p + o.o, BT, C, C, true);
+  // out = h + down_proj(silu(gate_proj(norm h)) * up_proj(norm h))
+  rmsnorm_forward(la.xn2, la.rstd2, la.res2, p + o.mlp_norm, BT, C, model::kRmsNormEps, s);
+  residual_with_bias(la.res3, la.res2, nullptr, BT, C, s);
+  mm.forward(la.gate, la.xn2, p + o.gate, BT, C, F, false);
+  mm.forward(la.up, la.xn2, p + o.up, BT, C, F, false);
+  swiglu_forward(la.act, la.gate, la.up, static_cast<std::size_t>(BT) * F, s);
+  mm.forward(la.res3, la.act, p + o.down, BT, F, C, true);
+}
+
+float CudaLlama::head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
+                              float dlogits_scale) {
+  Impl& m = *impl_;
+  const model::GPTConfig& cfg = config();
+  const int BT = B_ * T_, C = cfg.n_embd;
+  const Stream s = gpu_stream();
+  m.buffers.upload_targets(targets);
+  const float* x = m.a.block_input(cfg.n_layer);
+  rmsnorm_forward(m.a.xf, m.a.rstdf, x, norm_params + m.off.final_norm, BT, C, model::kRmsNormEps, s);
+  m.buffers.matmul.forward(m.a.logits, m.a.xf, head_params + m.off.head, BT, C, cfg.padded_vocab_size, false);
+  // The loss and the logits' gradient in one pass; the logits stay for logits().
+  crossentropy_fused(m.a.dlogits, m.a.losses, m.a.head_lse, m.a.logits, m.buffers.targets(), BT, cfg.vocab_size,
+                     cfg.padded_vocab_size, dlogits_scale, s);
+  return m.buffers.mean_loss(m.a.losses);
+}
+
+void CudaLlama::head_backward(const float* norm_params, const float* head_params, float* norm_grads,
+                              float* head_grads) {
+  Impl& m = *impl_;
+  const model::GPTConfig& cfg = config();
+  const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  const float* x = m.a.block_input(cfg.n_layer);
+  float* dxf = m.a.dxn1;
+  // Logits past V carry no gradient: only the first V rows of lm_head take part.
+  m.buffers.matmul.backward_input(dxf, m.a.dlogits, Vp, head_params + m.off.head, BT, C, V);
+  rmsnorm_backward(m.a.dres, norm_grads + m.off.final_norm, nullptr, dxf, x, norm_params + m.off.final_norm,
+                   m.a.rstdf, BT, C, m.buffers.scratch.data(), gpu_stream());
+  m.buffers.matmul.backward_weight(head_grads + m.off.head, m.a.dlogits, Vp, m.a.xf, BT, C, V);
+}
+
+void CudaLlama::block_backward(int layer, const float* p, float* g) {
+  Impl& m = *impl_;
+  const model::LlamaBlockOffsets& o = m.off.block;
+  const AttentionShape& sh = m.shape;
+  // Recomputation: later blocks overwrote this block's activations; its forward from the kept
+  // input restores them.
+  if (recompute_) block_forward(layer, p);
+  Activations::Layer& la = m.a.layers[layer];
+  Activations& a = m.a;
+  const int BT = B_ * T_, C = config().n_embd, KV = sh.kv_stride, F = config().ffn_size();
+  const Stream s = gpu_stream();
+  void* scratch = m.buffers.scratch.data();
+  Matmul& mm = m.buffers.matmul;
+  const float* x = a.block_input(layer);
+  const float* d_out = a.dres;
+  float* d_mid = a.dres_mid;
+  float* d_in = a.dres_in;
+  // MLP: through down_proj, SwiGLU, gate_proj + up_proj (both into dxn2), the norm; plus the residual.
+  mm.backward_input(a.dact, d_out, C, p + o.down, BT, F, C);
+  swiglu_backward(a.dgate, a.dup, a.dact, la.gate, la.up, static_cast<std::size_t>(BT) * F, s);
+  mm.backward_input(a.dxn2, a.dgate, F, p + o.gate, BT, C, F);
+  mm.backward_input(a.dxn2, a.dup, F, p + o.up, BT, C, F, true);
+  rmsnorm_backward(d_mid, g + o.mlp_norm, d_out, a.dxn2, la.res2, p + o.mlp_norm, la.rstd2, BT, C, scratch, s);
+  // Attention: through o_proj, the softmax, the rotation, q/k/v_proj (all into dxn1), the
+  // norm; plus the residual.
+  mm.backward_input(a.datty, d_mid, C, p + o.o, BT, C, C);
+  attention_backward(a.dq, a.dk, a.dv, a.datty, la.atty, la.lse, la.q, la.k, la.v, sh, scratch, s);
+  rope_backward(a.dq, BT, sh.NH, sh.hd, T_, m.rope_cos, m.rope_sin, s);
+  rope_backward(a.dk, BT, sh.NKV, sh.hd, T_, m.rope_cos, m.rope_sin, s);
+  mm.backward_input(a.dxn1, a.dq, C, p + o.q, BT, C, C);
+  mm.backward_input(a.dxn1, a.dk, KV, p + o.k, BT, C, KV, true);
+  mm.backward_input(a.dxn1, a.dv, KV, p + o.v, BT, C, KV, true);
+  rmsnorm_backward(d_in, g + o.attn_norm, d_mid, a.dxn1, x, p + o.attn_norm, la.rstd1, BT, C, scratch, s);
+  // The weights' gradients, summed over every row.
+  mm.backward_weight(g + o.down, d_out, C, la.act, BT, F, C);
+  mm.backward_weight(g + o.gate, a.dgate, F, la.xn2, BT, C, F);
+  mm.backward_weight(g + o.up, a.dup, F, la.xn2, BT, C, F);
+  mm.backward_weight(g + o.o, d_mid, C, la.atty, BT, C, C);
+  mm.backward_weight(g + o.q, a.dq, C, la.xn1, BT, C, C);
+  mm.backward_weight(g + o.k, a.dk, KV, la.xn1, BT, C, KV);
+  mm.backward_weight(g + o.v, a.dv, KV, la.xn1, BT, C, KV);
+  std::swap(a.dres, a.dres_in);  // the next block (or the embeddings) continues from here
+}
+
+void CudaLlama::embed_backward(float* embed_grads) {
+  Impl& m = *impl_;
+  // The lookup has no position table: only the token rows take gradients.
+  cuda::embed_backward(embed_grads + m.off.embed, nullptr, m.a.dres, m.buffers.tokens(), B_ * T_, T_,
+                       config().n_embd, config().vocab_size, m.buffers.scratch.data(), gpu_stream());
+}
+
+float CudaLlama::forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                              float dlogits_scale) {
+  return model::llama_forward_walk(
+      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
+      [&](int l, const float* p) { block_forward(l, p); },
+      [&](const float* norm, const float* head) { return head_forward(norm, head, targets, dlogits_scale); });
+}
+
+void CudaLlama::backward_walk(model::UnitAccess& access) {
+  model::llama_backward_walk(
+      layout_, access,
+      [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
+        head_backward(norm, head, norm_grads, head_grads);
+      },
+      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
+      [&](float* embed_grads) { embed_backward(embed_grads); });
+}
+
+}  // namespace strata::device::cuda

@@ -1,0 +1,46 @@
+#pragma once
+// Llama on the GPU: the same model as model::Llama (llama.hpp: its walk, model/gpt_walk.hpp,
+// its units, its parameter layout, its kernels' conventions) computing with the CUDA kernels
+// (kernels.hpp) and cuBLASLt (matmul.hpp) on device buffers the engine lends. Attention is
+// the fused, memory-efficient grouped-query kernel: it keeps each row's log-sum-exp instead
+// of T x T probabilities. Plain C++: no CUDA header is needed to include this one.
+#include <cstdint>
+#include <memory>
+
+#include "device/cuda/cuda_model.hpp"
+
+namespace strata::device::cuda {
+
+class CudaLlama final : public CudaModel {
+ public:
+  // Activations for micro-batches of exactly `batch` sequences of `seq` tokens, in `device`'s
+  // memory, and the rotary tables of `seq` positions; throws Error on other sizes or another
+  // family.
+  CudaLlama(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute,
+            Precision precision);
+  ~CudaLlama() override;
+
+  // Device bytes such a model takes (ModelBuffers::device_bytes of its sizes).
+  static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                    Precision precision);
+
+  const float* logits() const override;  // in device memory
+
+ private:
+  void embed_forward(const float* embed_params, const std::int32_t* tokens);
+  void block_forward(int layer, const float* p);
+  // dlogits_scale: what the fused cross-entropy scales dlogits by (0 in forward-only use).
+  float head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
+                     float dlogits_scale);
+  void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads);
+  void block_backward(int layer, const float* p, float* g);
+  void embed_backward(float* embed_grads);
+  float forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                     float dlogits_scale) override;
+  void backward_walk(model::UnitAccess& access) override;
+
+  struct Impl;  // activations, rotary tables, offsets; llama_cuda.cpp
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::device::cuda
