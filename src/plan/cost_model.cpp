@@ -415,7 +415,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
   if (model_.tensor_parallel > 1)
     tensor_parallel_ = {model_.tensor_parallel, tensor_parallel_level,
                         model::tensor_parallel_calls(model_.tensor_parallel_walk(
-                            workload_.micro_batch, workload_.seq, workload_.recompute,
+                            workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
                             compute_bytes(workload_.precision)))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;

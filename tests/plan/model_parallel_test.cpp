@@ -96,7 +96,7 @@ TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte
       w.micro_batch = 2;
       w.seq = 32;
       w.accumulation_steps = 2;
-      w.recompute = recompute;
+      w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
       w.precision = Precision::FP32;
       const ModelParallelPlan plan(ModelShape::preset("tiny"), physical, DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"},
                                    w, {2, 1, "", ""});
