@@ -351,6 +351,35 @@ TEST(TensorParallel, ATp2CheckpointLoadsAtTp4AtTp1AndInOneProcessWithTheSavedSta
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Under hsdp only one replica's ranks write the optimizer state; a TP 2 checkpoint of it still
+// holds the whole state, which zero3 at TP 1 loads and trains on from.
+TEST(TensorParallel, AnHsdpTp2CheckpointLoadsAtTp1UnderZero3WithTheSavedState) {
+  constexpr int kSaveAt = 2;
+  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  const std::filesystem::path root = shared_scratch("tp_hsdp_ckpt_test");
+  std::filesystem::path saved;
+  std::uint64_t digest = 0;
+  std::vector<float> params;
+  double next_loss = 0;
+  {
+    const auto hsdp = runtime_at("hsdp", "", 2, topology_file(), config);
+    for (int step = 1; step <= kSaveAt; ++step) train_step(hsdp->engine(), step);
+    saved = train::save_checkpoint(hsdp->engine(), root / "hsdp", info_at(hsdp->engine(), kSaveAt));
+    digest = train::engine_state_digest(hsdp->engine());
+    params = whole_params(hsdp->engine());
+    next_loss = train_step(hsdp->engine(), kSaveAt + 1);
+  }
+  const train::Checkpoint ckpt = train::Checkpoint::open(saved);
+  EXPECT_EQ(ckpt.state_digest(), digest);
+  const auto zero3 = runtime_at("zero3", "", 1, topology_file(), config);
+  train::load_checkpoint(zero3->engine(), ckpt);
+  EXPECT_EQ(train::engine_state_digest(zero3->engine()), digest);
+  EXPECT_EQ(whole_params(zero3->engine()), params);
+  EXPECT_NEAR(train_step(zero3->engine(), kSaveAt + 1), next_loss, 1e-5 * std::abs(next_loss));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(root);
+}
+
 TEST(TensorParallel, ADegreeThatDoesNotDivideTheTierIsRefusedNamingTheFlag) {
   parallel::ShardOptions options;
   options.strategy = "zero3";
