@@ -36,11 +36,39 @@ namespace {
 
 constexpr int kBatch = 2, kSeq = 32, kSteps = 6;
 
+// Rank 0's folder for this program's files, the same on every rank (named after rank 0's
+// process), removed when the program ends, whether its tests passed or failed. First used by
+// every rank at once.
+class SharedScratch {
+ public:
+  SharedScratch() {
+    long long pid = ::getpid();
+    MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    dir_ = std::filesystem::temp_directory_path() / fmt::format("strata_tp_test_{}", pid);
+    if (rank_ == 0) std::filesystem::create_directories(dir_);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ~SharedScratch() {
+    if (rank_ == 0) std::filesystem::remove_all(dir_);
+  }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  int rank_ = 0;
+  std::filesystem::path dir_;
+};
+
+const std::filesystem::path& scratch_dir() {
+  static const SharedScratch scratch;
+  return scratch.dir();
+}
+
 // A topology file every rank names, written by rank 0.
 std::string topology_file(const std::string& name, const std::string& toml) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string p = (std::filesystem::temp_directory_path() / ("strata_tp_test_" + name + ".toml")).string();
+  const std::string p = (scratch_dir() / (name + ".toml")).string();
   if (rank == 0) std::ofstream(p) << toml;
   MPI_Barrier(MPI_COMM_WORLD);
   return p;
@@ -224,11 +252,9 @@ int world_rank() {
   return rank;
 }
 
-// An empty folder of rank 0's, the same on every rank.
+// An empty folder of rank 0's, the same on every rank, inside the program's scratch folder.
 std::filesystem::path shared_scratch(const std::string& name) {
-  long long pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("strata_{}_{}", name, pid);
+  const auto dir = scratch_dir() / name;
   if (world_rank() == 0) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
