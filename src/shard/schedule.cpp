@@ -367,6 +367,34 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
       last_training_.steps[issue_at[b]].bucket_issue.push_back(b);
       last_training_.steps[num_events].bucket_complete.push_back(b);
     }
+  } else if (L.grads > 0 && L.grads < L.num_levels) {
+    // Sharded gradients that the step still reduces (over the OS levels, or across replicas:
+    // hsdp, topo) are whole once the step's last micro-batch has reduced them. Each unit's
+    // step reduction is a bucket of its own, issued right behind that reduction (the FIFO
+    // communication thread runs it after) and done by the micro-batch's end: it overlaps
+    // the rest of backward, as PyTorch's HYBRID_SHARD all-reduces each unit's gradient
+    // across replicas in backward, instead of waiting for the step phase.
+    for (int event = 0; event < num_events; ++event) {
+      const model::UnitEvent& e = units_.events[event];
+      if (e.kind != model::UnitEvent::GradsReady) continue;
+      const auto reduction = std::find_if(micro_.begin(), micro_.end(),
+                                          [&](const ScheduledOp& op) { return op.event == event; });
+      if (reduction == micro_.end())
+        throw Error(fmt::format("schedule: unit {}'s gradients are sharded but nothing reduces them", e.unit));
+      const int b = static_cast<int>(buckets_.size());
+      buckets_.push_back({e.unit});
+      const std::size_t first = bucket_ops_.size();
+      step_reduction(bucket_ops_, When::Backward, e.unit, padded_[e.unit]);
+      for (std::size_t i = first; i < bucket_ops_.size(); ++i) {
+        ScheduledOp& op = bucket_ops_[i];
+        op.bucket = b;
+        op.event = event;
+        op.issue_event = reduction->issue_event;
+        op.complete_by = num_events;
+      }
+      last_training_.steps[reduction->issue_event].bucket_issue.push_back(b);
+      last_training_.steps[num_events].bucket_complete.push_back(b);
+    }
   } else {
     for (int u = 0; u < static_cast<int>(padded_.size()); ++u) step_reduction(step_, When::Step, u, padded_[u]);
   }
@@ -616,8 +644,8 @@ std::string Schedule::table() const {
                               ranks, topology_.name(),
                               count_of(accum_, "micro-batch", "micro-batches"), to_string(collectives_));
   auto unit_name = [&](const ScheduledOp& op) {
-    if (op.bucket >= 0) return fmt::format("bucket {}", op.bucket);
-    return op.unit < 0 ? std::string("-") : units_.names[op.unit];
+    if (op.unit >= 0) return units_.names[op.unit];
+    return op.bucket >= 0 ? fmt::format("bucket {}", op.bucket) : std::string("-");
   };
   // A flat op names the tiers its ring spans, innermost..outermost.
   auto tier_name = [&](const ScheduledOp& op) {
@@ -635,7 +663,10 @@ std::string Schedule::table() const {
     if (ops.empty()) s += "  (none)\n";
   };
   section("per micro-batch:", micro_);
-  if (!buckets_.empty()) {
+  if (!buckets_.empty() && levels_.grads > 0) {
+    section("per optimizer step, in the last micro-batch's backward (each unit's right behind its gradient reduction):",
+            bucket_ops_);
+  } else if (!buckets_.empty()) {
     s += fmt::format("buckets of at most {} B of gradient, in the order backward finishes them:\n", spec_.bucket_bytes);
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       std::vector<std::string> names;

@@ -204,12 +204,17 @@ class Schedule {
   // The step's last training micro-batch: the training program plus the buckets' step
   // reductions (the same program when there are no buckets).
   const MicroBatchProgram& last_micro_batch_program() const { return last_training_; }
-  // Buckets (ShardSpec::bucket_bytes): units in the order backward finishes them, each
-  // bucket at most bucket_bytes of fp32 gradient unless one unit alone is larger. Empty when
-  // the step reduces unit by unit (gradients sharded, or bucket_bytes 0).
+  // The step's gradient reductions that run in the last micro-batch's backward, as buckets
+  // of units in the order backward finishes them. Replicated gradients (ShardSpec::
+  // bucket_bytes): each bucket at most bucket_bytes of fp32 gradient unless one unit alone is
+  // larger, issued at its last unit's GradsReady. Sharded gradients the step still reduces
+  // (OS over more levels than G, or replicas: hsdp, topo): one unit a bucket, issued right
+  // behind the unit's micro-batch reduction. Empty when the step phase reduces unit by unit
+  // (bucket_bytes 0, or gradients sharded over every level: a copy).
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
   // The buckets' step reductions, once per step in the last micro-batch (issue points as
-  // micro-batch ops'); they replace the per-unit step reductions in step_ops().
+  // micro-batch ops'; a one-unit bucket's ops name their unit); they replace the per-unit
+  // step reductions in step_ops().
   const std::vector<ScheduledOp>& bucket_ops() const { return bucket_ops_; }
   const MicroBatchProgram& eval_program() const { return eval_; }
   // The TP collectives of a training micro-batch, in the model's order (empty without TP);

@@ -239,8 +239,17 @@ void ShardedEngine::issue(int chain) {
   }
 }
 
-// The bucket's units' replicated gradients, reduced straight into their OS slices' gradient.
+// The bucket's units' replicated gradients, reduced straight into their OS slices' gradient;
+// or, gradients sharded, its one unit's accumulated G slice, reduced as the step phase would.
 void ShardedEngine::issue_bucket(int bucket) {
+  if (schedule_.levels().grads > 0) {
+    Unit* U = units_[schedule_.buckets()[bucket].front()].get();
+    bucket_work_[bucket] = ctx_.run("shard:step_reduce", [this, U, bucket] {
+      omp_set_num_threads(1);
+      reduce_for_step(*U, bucket_chains_[bucket], U->grad_accum.data());
+    });
+    return;
+  }
   std::vector<OpExecutor::BucketPart> parts;
   for (int u : schedule_.buckets()[bucket]) {
     Unit& U = *units_[u];
@@ -250,6 +259,10 @@ void ShardedEngine::issue_bucket(int bucket) {
     omp_set_num_threads(1);
     executor_.reduce_bucket(bucket_chains_[bucket], parts);
   });
+}
+
+void ShardedEngine::reduce_for_step(Unit& U, const Chain& ops, const float* input) {
+  device_.copy(U.os_grad.data(), executor_.reduce(ops, input), sizeof(float) * U.o.count);
 }
 
 void ShardedEngine::complete(int chain) {
@@ -348,7 +361,7 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
       const float* input = L.grads > 0 ? U->grad_accum.data() : replicated_grads_.data() + U->padded_offset;
       works.push_back(ctx_.run("shard:step_reduce", [this, U, input] {
         omp_set_num_threads(1);
-        device_.copy(U->os_grad.data(), executor_.reduce(U->step_reduce, input), sizeof(float) * U->o.count);
+        reduce_for_step(*U, U->step_reduce, input);
       }));
     }
   for (auto& w : works) wait(w);

@@ -135,6 +135,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   void issue(int chain);
   void complete(int chain);
   void issue_bucket(int bucket);
+  // The step's reduction of one unit's gradient (`ops` from `input`) into its OS slice's gradient.
+  void reduce_for_step(Unit& unit, const Chain& ops, const float* input);
   void wait(comm::Work& work);
   void refresh_weights_from_master();
   std::vector<double> scalar_sum(std::vector<double> local, Purpose purpose);

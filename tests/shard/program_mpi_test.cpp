@@ -139,7 +139,9 @@ TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay
                    .order;
         EXPECT_EQ(want.size(), ops) << what;
         EXPECT_EQ(indices(engine.last_micro_batch_trace(), s.micro_batch_ops(), s.bucket_ops()), want) << what;
-        EXPECT_EQ(s.bucket_ops().empty(), spec.grads != "none" || spec.bucket_bytes == 0) << what;
+        // Buckets: replicated gradients unless bucket_bytes is 0; sharded ones the step still reduces.
+        const shard::LevelSpec& L = s.levels();
+        EXPECT_EQ(s.bucket_ops().empty(), L.grads == 0 ? spec.bucket_bytes == 0 : L.grads == L.num_levels) << what;
       } else if (phase == "step") {
         // Every step op but the logged loss's (the trainer asks for it after the step), in
         // the schedule's order.

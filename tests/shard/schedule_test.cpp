@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -267,8 +268,55 @@ TEST(Schedule, ReplicatedGradientsReduceInBucketsDuringTheLastBackward) {
       EXPECT_NE(s.table().find("bucket 0"), std::string::npos) << what;
     }
   }
-  // Sharded gradients are whole only after their per-micro-batch reductions: no buckets.
-  for (const char* name : {"zero2", "zero3", "hsdp"}) EXPECT_TRUE(make(name).buckets().empty()) << name;
+  // Gradients sharded over every level: the step only copies them, in the step phase.
+  for (const char* name : {"zero2", "zero3"}) EXPECT_TRUE(make(name).buckets().empty()) << name;
+}
+
+// Sharded gradients the step still reduces (hsdp across replicas; G over the node with OS
+// over the cluster) are whole once the last micro-batch has reduced them: each unit's step
+// reduction is a bucket of its own, issued at the event its micro-batch reduction is issued
+// (after it: the runtime's FIFO) and done by the micro-batch's end; the step phase keeps none.
+TEST(Schedule, ShardedGradientsStillReducedByTheStepReduceUnitByUnitInTheLastBackward) {
+  auto topo = two_node_topology(8);
+  ShardSpec node_grads = ShardSpec::preset_for("zero3", topo);
+  node_grads.apply_shard_string("W=node,G=node,OS=cluster");
+  static_cast<void>(resolve(node_grads, topo));  // a valid spec
+  for (const auto& [what, spec, purposes] :
+       {std::tuple{"hsdp", ShardSpec::preset_for("hsdp", topo),
+                   std::vector<Purpose>{Purpose::ReplicaReduce, Purpose::ReplicaGather}},
+        std::tuple{"G=node,OS=cluster", node_grads, std::vector<Purpose>{Purpose::StepGradReduce}}}) {
+    for (int accum : {1, 3}) {
+      const Schedule s(tiny_layout(), topo, spec, accum);
+      const std::vector<model::UnitEvent>& events = s.units().events;
+      const int num_events = static_cast<int>(events.size());
+      std::vector<int> finished;
+      for (const model::UnitEvent& e : events)
+        if (e.kind == model::UnitEvent::GradsReady) finished.push_back(e.unit);
+      ASSERT_EQ(static_cast<int>(s.buckets().size()), s.num_units()) << what;
+      for (int b = 0; b < s.num_units(); ++b) EXPECT_EQ(s.buckets()[b], std::vector<int>{finished[b]}) << what;
+      for (const ScheduledOp& op : s.step_ops())
+        EXPECT_TRUE(op.purpose != Purpose::StepGradReduce && op.purpose != Purpose::ReplicaReduce &&
+                    op.purpose != Purpose::ReplicaGather)
+            << what << ": " << to_string(op.purpose);
+      std::vector<Purpose> seen;
+      for (const ScheduledOp& op : s.bucket_ops()) {
+        ASSERT_GE(op.bucket, 0) << what;
+        EXPECT_EQ(op.unit, s.buckets()[op.bucket].front()) << what;
+        EXPECT_EQ(events[op.event].kind, model::UnitEvent::GradsReady) << what;
+        EXPECT_EQ(events[op.event].unit, op.unit) << what;
+        // Issued where the unit's micro-batch reduction is, and after it.
+        const std::vector<int>& issued = s.last_micro_batch_program().steps[op.issue_event].issue;
+        EXPECT_NE(std::find(issued.begin(), issued.end(), op.event), issued.end()) << what;
+        const std::vector<int>& buckets = s.last_micro_batch_program().steps[op.issue_event].bucket_issue;
+        EXPECT_NE(std::find(buckets.begin(), buckets.end(), op.bucket), buckets.end()) << what;
+        EXPECT_EQ(op.complete_by, num_events) << what;
+        if (std::find(seen.begin(), seen.end(), op.purpose) == seen.end()) seen.push_back(op.purpose);
+      }
+      EXPECT_EQ(seen, purposes) << what;
+      for (const EventStep& step : s.training_program().steps) EXPECT_TRUE(step.bucket_issue.empty()) << what;
+      EXPECT_NE(s.table().find("right behind its gradient reduction"), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(Schedule, TensorParallelCollectivesAreOpsOnTheTpTierThatPrintScheduleShows) {
