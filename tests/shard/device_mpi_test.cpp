@@ -4,11 +4,16 @@
 // buckets train through the device's copies, sums, codec, norm and AdamW to the host's losses
 // bit for bit; the engine allocates exactly what it reserved from the schedule's memory
 // formula, all of it before the first step; a checkpoint taken through the device's copies
-// resumes to the uninterrupted run's losses.
+// resumes to the uninterrupted run's losses. The runtime on such a device, its levels from a
+// factory as the cuda device's NCCL ones come: only device buffers reach the training levels,
+// the scalar sums run on the host levels.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +89,75 @@ std::string rank0_path(const std::string& mine) {
   MPI_Bcast(path.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
   return path;
 }
+
+// One level's collectives, checked: every buffer an operation gets (data and scales) must lie
+// in the staged device's memory (a training level) or outside it (a host level).
+class CheckedLevel final : public comm::Collectives {
+ public:
+  enum class Memory { Device, Host };
+  CheckedLevel(comm::Collectives& inner, const StagedDevice& device, Memory memory)
+      : inner_(inner), device_(device), memory_(memory) {}
+
+  const std::string& name() const override { return inner_.name(); }
+  int size() const override { return inner_.size(); }
+  int index() const override { return inner_.index(); }
+  int world_rank_of(int index) const override { return inner_.world_rank_of(index); }
+
+  comm::Work all_gather_async(comm::CBuf shard, comm::Buf full) override {
+    return inner_.all_gather_async(check(shard), check(full));
+  }
+  comm::Work reduce_scatter_async(comm::CBuf full, comm::Buf shard, comm::ReduceOp op) override {
+    return inner_.reduce_scatter_async(check(full), check(shard), op);
+  }
+  comm::Work all_reduce_async(comm::Buf data, comm::ReduceOp op) override {
+    return inner_.all_reduce_async(check(data), op);
+  }
+  comm::Work all_to_all_async(comm::CBuf send, comm::Buf recv) override {
+    return inner_.all_to_all_async(check(send), check(recv));
+  }
+  comm::Work broadcast_async(comm::Buf data, int root) override { return inner_.broadcast_async(check(data), root); }
+  comm::Work barrier_async() override { return inner_.barrier_async(); }
+  // The executor's: run on the communication thread, by the inner group's own inline forms.
+  void all_gather_inline(comm::CBuf shard, comm::Buf full) override {
+    inner_.all_gather_inline(check(shard), check(full));
+  }
+  void reduce_scatter_inline(comm::CBuf full, comm::Buf shard, float divisor) override {
+    inner_.reduce_scatter_inline(check(full), check(shard), divisor);
+  }
+  void all_to_all_inline(comm::CBuf send, comm::Buf recv) override {
+    inner_.all_to_all_inline(check(send), check(recv));
+  }
+  void broadcast_inline(comm::Buf data, int root) override { inner_.broadcast_inline(check(data), root); }
+  void barrier_inline() override { inner_.barrier_inline(); }
+
+  int buffers() const { return buffers_; }
+  int misplaced() const { return misplaced_; }
+  std::string first_misplaced() const {
+    std::lock_guard lock(mutex_);
+    return first_misplaced_;
+  }
+
+ private:
+  template <bool C>
+  comm::BufView<C> check(comm::BufView<C> b) {
+    ++buffers_;
+    const bool on_device = device_.holds(b.data, b.bytes()) &&
+                           (!comm::is_quantized(b.dtype) || device_.holds(b.scales, 4 * b.n_scales()));
+    if (on_device != (memory_ == Memory::Device) && misplaced_++ == 0) {
+      std::lock_guard lock(mutex_);
+      first_misplaced_ = std::to_string(b.count) + " elements of " + std::string(comm::dtype_name(b.dtype)) +
+                         (on_device ? " in the device's memory" : " outside the device's memory");
+    }
+    return b;
+  }
+
+  comm::Collectives& inner_;
+  const StagedDevice& device_;
+  Memory memory_;
+  std::atomic<int> buffers_{0}, misplaced_{0};
+  mutable std::mutex mutex_;
+  std::string first_misplaced_;
+};
 
 }  // namespace
 
@@ -186,13 +260,81 @@ TEST(ShardedOnADevice, TheRuntimesTierCollectivesRefuseADeviceMpiCannotReadNamin
   StagedDevice staged;
   const std::string what =
       test::error_of([&] { shard::host_tier_collectives(world.ctx, world.groups, world.comms, staged); });
-  EXPECT_NE(what.find("train.device = 'staged cpu': the sharding engine runs on it, but its tier collectives are "
+  EXPECT_NE(what.find("train.device = 'staged cpu': the sharding engine runs on it, but these tier collectives are "
                       "MPI over host memory"),
             std::string::npos)
       << what;
-  EXPECT_NE(what.find("NCCL communicators per tier group (issue 15, item 4)"), std::string::npos) << what;
-  EXPECT_EQ(shard::host_tier_collectives(world.ctx, world.groups, world.comms, device::host()).levels.size(),
-            static_cast<std::size_t>(world.topology.num_tiers()));
+  EXPECT_NE(what.find("its levels are NCCL communicators per tier group (shard::nccl_tier_collectives"),
+            std::string::npos)
+      << what;
+  // On the host, the device and host levels are the same MPI groups.
+  const shard::TierCollectives host = shard::host_tier_collectives(world.ctx, world.groups, world.comms,
+                                                                    device::host());
+  EXPECT_EQ(host.levels.device.size(), static_cast<std::size_t>(world.topology.num_tiers()));
+  EXPECT_EQ(host.levels.device, host.levels.host);
+}
+
+// The runtime on a device the host cannot address, its levels from a factory (the seam the
+// cuda device's NCCL levels plug into), each level checked: the training levels get only
+// buffers in the device's memory, the host levels only host memory (the loss and gradient-norm
+// sums), and the run gives the host engine's losses, norms and weights bit for bit.
+TEST(ShardedOnADevice, TheRuntimesTrainingLevelsGetOnlyDeviceBuffersAndItsScalarSumsTheHostLevels) {
+  World world;
+  for (const char* strategy : {"zeropp", "zero3", "zero1"}) {
+    const shard::ShardSpec spec = shard::ShardSpec::preset_for(strategy, world.topology);
+    std::vector<StepResult> host_steps, device_steps;
+    std::vector<float> host_params, device_params;
+    {
+      shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, device::host());
+      for (int s = 1; s <= kSteps; ++s) host_steps.push_back(train_step(engine, s));
+      host_params.resize(engine.layout().total_floats());
+      engine.gather_params(host_params.data());
+    }
+    StagedDevice staged;
+    std::vector<CheckedLevel*> device_levels, host_levels;
+    const shard::TierCollectivesFactory checked = [&](comm::Context&, const topo::ProcessGroups&,
+                                                      comm::TierComms& mpi, device::Device& device) {
+      EXPECT_EQ(&device, &staged);
+      const shard::LevelCollectives groups = shard::mpi_levels(mpi);
+      shard::TierCollectives out;
+      for (std::size_t t = 0; t < groups.device.size(); ++t) {
+        auto on_device = std::make_unique<CheckedLevel>(*groups.device[t], staged, CheckedLevel::Memory::Device);
+        auto on_host = std::make_unique<CheckedLevel>(*groups.host[t], staged, CheckedLevel::Memory::Host);
+        device_levels.push_back(on_device.get());
+        host_levels.push_back(on_host.get());
+        out.levels.device.push_back(on_device.get());
+        out.levels.host.push_back(on_host.get());
+        out.owned.push_back(std::move(on_device));
+        out.owned.push_back(std::move(on_host));
+      }
+      return out;
+    };
+    parallel::ShardOptions options;
+    options.strategy = strategy;
+    options.topology = test::source_path("configs/topology/2node-2gpu-2die.toml").string();
+    shard::ShardedRuntime runtime(options, tiny(), kBatch, kSeq, 1, 1234, staged, false, device::Precision::F32,
+                                  checked);
+    for (int s = 1; s <= kSteps; ++s) device_steps.push_back(train_step(runtime.engine(), s));
+    device_params.resize(runtime.engine().layout().total_floats());
+    runtime.engine().gather_params(device_params.data());
+
+    int device_buffers = 0, host_buffers = 0;
+    for (auto* levels : {&device_levels, &host_levels})
+      for (const CheckedLevel* level : *levels) {
+        EXPECT_EQ(level->misplaced(), 0) << strategy << ", level " << level->name() << ": "
+                                         << level->first_misplaced();
+        (levels == &device_levels ? device_buffers : host_buffers) += level->buffers();
+      }
+    EXPECT_GT(device_buffers, 0) << strategy << ": the training buffers moved on the device levels";
+    EXPECT_GT(host_buffers, 0) << strategy << ": the scalar sums ran on the host levels";
+    for (int s = 0; s < kSteps; ++s) {
+      expect_same_bits(host_steps[s].loss, device_steps[s].loss,
+                       std::string(strategy) + ", loss of step " + std::to_string(s + 1));
+      expect_same_bits(host_steps[s].grad_norm, device_steps[s].grad_norm,
+                       std::string(strategy) + ", gradient norm of step " + std::to_string(s + 1));
+    }
+    EXPECT_EQ(std::memcmp(host_params.data(), device_params.data(), 4 * host_params.size()), 0) << strategy;
+  }
 }
 
 TEST(ShardedOnADevice, TensorParallelismIsRefusedOnADeviceTheHostCannotAddressNamingTheFlag) {
