@@ -24,9 +24,8 @@ int made_on_gpu = -1;
 
 // local rank % GPUs; GPU 0 where none answers (gpu_present then says why).
 int chosen_gpu() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 0;
-  return chosen_local_rank % count;
+  const int count = gpu_count();
+  return count == 0 ? 0 : chosen_local_rank % count;
 }
 
 // GPU memory as a pool: reserve() takes it with one cudaMalloc, allocations are carved from it
@@ -216,6 +215,11 @@ CudaDevice& the_device() {
 }
 
 }  // namespace
+
+int gpu_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
 
 void choose_gpu(int local_rank) {
   if (local_rank < 0) throw Error(fmt::format("cuda: local rank {}: must be >= 0", local_rank));

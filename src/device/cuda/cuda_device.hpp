@@ -13,6 +13,8 @@ namespace strata::device::cuda {
 
 // device::choose_gpu's: records the local rank whose GPU the device is made on.
 void choose_gpu(int local_rank);
+// The GPUs this machine has (0 where none answers).
+int gpu_count();
 // Whether the chosen GPU answers and this build runs on it (sm_80 or newer); otherwise
 // *why_not says why.
 bool gpu_present(std::string* why_not);
