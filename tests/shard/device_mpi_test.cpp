@@ -70,6 +70,39 @@ void expect_same_bits(double a, double b, const std::string& what) {
   EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << what << ": " << a << " vs " << b;
 }
 
+struct RunResult {
+  std::vector<StepResult> steps;
+  std::vector<float> params;  // the whole model after the last step
+};
+
+void train_steps(shard::ShardedEngine& engine, RunResult& run) {
+  for (int s = 1; s <= kSteps; ++s) run.steps.push_back(train_step(engine, s));
+}
+void gather(shard::ShardedEngine& engine, RunResult& run) {
+  run.params.resize(engine.layout().total_floats());
+  engine.gather_params(run.params.data());
+}
+
+// The host engine's run of `spec`.
+RunResult host_run(World& world, const shard::ShardSpec& spec) {
+  RunResult run;
+  shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, device::host());
+  train_steps(engine, run);
+  gather(engine, run);
+  return run;
+}
+
+void expect_same_run(const RunResult& host, const RunResult& device, const std::string& name) {
+  ASSERT_EQ(host.steps.size(), device.steps.size()) << name;
+  for (std::size_t s = 0; s < host.steps.size(); ++s) {
+    expect_same_bits(host.steps[s].loss, device.steps[s].loss, name + ", loss of step " + std::to_string(s + 1));
+    expect_same_bits(host.steps[s].grad_norm, device.steps[s].grad_norm,
+                     name + ", gradient norm of step " + std::to_string(s + 1));
+  }
+  ASSERT_EQ(host.params.size(), device.params.size()) << name;
+  EXPECT_EQ(std::memcmp(host.params.data(), device.params.data(), 4 * host.params.size()), 0) << name;
+}
+
 std::vector<std::pair<std::string, shard::ShardSpec>> specs(const topo::Topology& topology) {
   std::vector<std::pair<std::string, shard::ShardSpec>> out;
   for (const char* name : {"zero3", "zeropp", "topo", "zero1"})
@@ -164,14 +197,8 @@ class CheckedLevel final : public comm::Collectives {
 TEST(ShardedOnADevice, TrainsThroughTheDeviceToTheHostsLossesBitForBitWithinItsReservation) {
   World world;
   for (const auto& [name, spec] : specs(world.topology)) {
-    std::vector<StepResult> host_steps, device_steps;
-    std::vector<float> host_params, device_params;
-    {
-      shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, device::host());
-      for (int s = 1; s <= kSteps; ++s) host_steps.push_back(train_step(engine, s));
-      host_params.resize(engine.layout().total_floats());
-      engine.gather_params(host_params.data());
-    }
+    const RunResult host = host_run(world, spec);
+    RunResult on_device;
     StagedDevice staged;
     shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, staged);
     const shard::Schedule& schedule = engine.schedule();
@@ -183,21 +210,14 @@ TEST(ShardedOnADevice, TrainsThroughTheDeviceToTheHostsLossesBitForBitWithinItsR
     EXPECT_EQ(staged.allocated, schedule.memory_per_rank(4, device::kPoolAlignBytes).total()) << name;
     const int allocations = staged.allocations;
     EXPECT_GE(staged.copies_from_host.load(), schedule.num_units()) << name << ": the initial master slices";
-    for (int s = 1; s <= kSteps; ++s) device_steps.push_back(train_step(engine, s));
+    train_steps(engine, on_device);
     EXPECT_EQ(staged.allocations, allocations) << name << ": a step allocated";
     EXPECT_FALSE(staged.over_reserve) << name << ": " << staged.allocated << " bytes allocated, " << staged.reserved
                                       << " reserved";
     const int to_host = staged.copies_to_host;
-    device_params.resize(engine.layout().total_floats());
-    engine.gather_params(device_params.data());
+    gather(engine, on_device);
     EXPECT_EQ(staged.copies_to_host.load(), to_host + schedule.num_units()) << name << ": export, a unit a copy";
-
-    for (int s = 0; s < kSteps; ++s) {
-      expect_same_bits(host_steps[s].loss, device_steps[s].loss, name + ", loss of step " + std::to_string(s + 1));
-      expect_same_bits(host_steps[s].grad_norm, device_steps[s].grad_norm,
-                       name + ", gradient norm of step " + std::to_string(s + 1));
-    }
-    EXPECT_EQ(std::memcmp(host_params.data(), device_params.data(), 4 * host_params.size()), 0) << name;
+    expect_same_run(host, on_device, name);
 
     // Every step's norm, averaging and update went through the device, a unit at a time.
     EXPECT_EQ(staged.norms.load(), kSteps * schedule.num_units()) << name;
@@ -281,15 +301,7 @@ TEST(ShardedOnADevice, TheRuntimesTierCollectivesRefuseADeviceMpiCannotReadNamin
 TEST(ShardedOnADevice, TheRuntimesTrainingLevelsGetOnlyDeviceBuffersAndItsScalarSumsTheHostLevels) {
   World world;
   for (const char* strategy : {"zeropp", "zero3", "zero1"}) {
-    const shard::ShardSpec spec = shard::ShardSpec::preset_for(strategy, world.topology);
-    std::vector<StepResult> host_steps, device_steps;
-    std::vector<float> host_params, device_params;
-    {
-      shard::ShardedEngine engine(tiny(), kBatch, kSeq, world.ctx, world.comms, spec, 1, 1234, device::host());
-      for (int s = 1; s <= kSteps; ++s) host_steps.push_back(train_step(engine, s));
-      host_params.resize(engine.layout().total_floats());
-      engine.gather_params(host_params.data());
-    }
+    const RunResult host = host_run(world, shard::ShardSpec::preset_for(strategy, world.topology));
     StagedDevice staged;
     std::vector<CheckedLevel*> device_levels, host_levels;
     const shard::TierCollectivesFactory checked = [&](comm::Context&, const topo::ProcessGroups&,
@@ -314,9 +326,9 @@ TEST(ShardedOnADevice, TheRuntimesTrainingLevelsGetOnlyDeviceBuffersAndItsScalar
     options.topology = test::source_path("configs/topology/2node-2gpu-2die.toml").string();
     shard::ShardedRuntime runtime(options, tiny(), kBatch, kSeq, 1, 1234, staged, false, device::Precision::F32,
                                   checked);
-    for (int s = 1; s <= kSteps; ++s) device_steps.push_back(train_step(runtime.engine(), s));
-    device_params.resize(runtime.engine().layout().total_floats());
-    runtime.engine().gather_params(device_params.data());
+    RunResult on_device;
+    train_steps(runtime.engine(), on_device);
+    gather(runtime.engine(), on_device);
 
     int device_buffers = 0, host_buffers = 0;
     for (auto* levels : {&device_levels, &host_levels})
@@ -327,13 +339,7 @@ TEST(ShardedOnADevice, TheRuntimesTrainingLevelsGetOnlyDeviceBuffersAndItsScalar
       }
     EXPECT_GT(device_buffers, 0) << strategy << ": the training buffers moved on the device levels";
     EXPECT_GT(host_buffers, 0) << strategy << ": the scalar sums ran on the host levels";
-    for (int s = 0; s < kSteps; ++s) {
-      expect_same_bits(host_steps[s].loss, device_steps[s].loss,
-                       std::string(strategy) + ", loss of step " + std::to_string(s + 1));
-      expect_same_bits(host_steps[s].grad_norm, device_steps[s].grad_norm,
-                       std::string(strategy) + ", gradient norm of step " + std::to_string(s + 1));
-    }
-    EXPECT_EQ(std::memcmp(host_params.data(), device_params.data(), 4 * host_params.size()), 0) << strategy;
+    expect_same_run(host, on_device, strategy);
   }
 }
 
