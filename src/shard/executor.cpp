@@ -275,8 +275,9 @@ void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
                               op->elements_in, k));
     record(op);
     std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
-    levels_.host.at(op->level)->all_gather_inline(comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
-                                            comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
+    levels_.host.at(op->level)->all_gather_inline(
+        comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
+        comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
     std::fill(values.begin(), values.end(), 0.0);
     for (std::size_t m = 0; m < all.size(); m += k)
       for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];

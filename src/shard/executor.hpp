@@ -2,7 +2,7 @@
 // Runs the schedule's per-level ops. One executor walks a chain of ops (the ops of one
 // event, or of one unit in the step phase) and dispatches each on kind x algorithm x wire
 // to the collectives of its level, an abstract comm::Collectives (strata's MPI
-// Communicators today; a device backend implements the same interface). It decides
+// Communicators on the cpu, NCCL communicators on the cuda device). It decides
 // nothing: the op says which collective, which algorithm and which wire. A chain runs as
 // comm::run_chain (compose.hpp), the composition comm::Hierarchy runs too; the executor
 // adds the wire formats (fp32 between levels, encoded per op) and the buffers.
