@@ -2,6 +2,8 @@
 """The table scripts/gpu-check.sh prints last: strata's bf16 training step against PyTorch's
 eager and compiled runs of the same model and shape, from the JSON results in one folder:
   strata_step.json   `strata bench step --device cuda --json`
+  strata_zero3.json  the summary of `strata train --strategy zero3 --device cuda` (mpirun -np 1),
+                     the same model and shape sharded over NCCL
   torch_eager.json, torch_compile.json   bench/torch_gpt2_gpu.py
   strata_llama_step.json   `strata bench step --device cuda --json` of a Llama (no PyTorch run)
 TFLOP/s = tokens/s x strata's FLOPs per token (GPTConfig::flops_per_token, the same count for
@@ -33,7 +35,8 @@ def table(folder, peak):
         fpt = None
         lines.append("strata's step did not run: no TFLOP/s or MFU")
     lines.append(f"{'run':<18} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>7} {'strata / it':>12}")
-    for name, r in (("strata", strata), ("pytorch eager", load(folder, "torch_eager.json")),
+    for name, r in (("strata", strata), ("strata zero3", load(folder, "strata_zero3.json")),
+                    ("pytorch eager", load(folder, "torch_eager.json")),
                     ("pytorch compile", load(folder, "torch_compile.json"))):
         if not r:
             lines.append(f"{name:<18} {'-':>10} {'-':>8} {'-':>7} {'-':>12}")

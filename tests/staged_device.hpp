@@ -3,9 +3,13 @@
 // cannot address it (as a GPU's), so an engine must go through its copies for initialisation,
 // checkpoints and export. It counts every transfer and every device operation (copies, sums,
 // the wire codec, the gradient norm, AdamW), so a test fails if an engine bypasses the device,
-// and checks that every allocation fits in what was reserved up front.
+// and checks that every allocation fits in what was reserved up front. It knows its
+// allocations, so a test can check where a buffer lies (holds).
 #include <atomic>
+#include <cstddef>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "device/device.hpp"
 
@@ -20,9 +24,27 @@ class StagedDevice final : public device::Device {
     allocated += device::pool_bytes(bytes);
     ++allocations;
     if (allocated > reserved) over_reserve = true;
-    return device::host().allocate(bytes);
+    void* memory = device::host().allocate(bytes);
+    std::lock_guard lock(blocks_mutex_);
+    blocks_[static_cast<const std::byte*>(memory)] = bytes;
+    return memory;
   }
-  void deallocate(void* memory) noexcept override { device::host().deallocate(memory); }
+  void deallocate(void* memory) noexcept override {
+    {
+      std::lock_guard lock(blocks_mutex_);
+      blocks_.erase(static_cast<const std::byte*>(memory));
+    }
+    device::host().deallocate(memory);
+  }
+  // Whether [memory, memory + bytes) lies inside one allocation of this device.
+  bool holds(const void* memory, std::size_t bytes) const {
+    const auto* p = static_cast<const std::byte*>(memory);
+    std::lock_guard lock(blocks_mutex_);
+    auto it = blocks_.upper_bound(p);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return p + bytes <= it->first + it->second;
+  }
   void zero(void* memory, std::size_t bytes) override { device::host().zero(memory, bytes); }
   const model::Kernels& kernels() const override { return device::host().kernels(); }
   void to_host(void* host, const void* memory, std::size_t bytes) override {
@@ -91,6 +113,10 @@ class StagedDevice final : public device::Device {
   // Called from the engine's compute and communication threads alike.
   std::atomic<int> copies_to_host{0}, copies_from_host{0}, copies{0}, adds{0}, scales{0}, half_encodes{0},
       half_decodes{0}, quantizes{0}, dequantizes{0}, norms{0}, updates{0};
+
+ private:
+  mutable std::mutex blocks_mutex_;
+  std::map<const std::byte*, std::size_t> blocks_;  // live allocations: start, bytes
 };
 
 }  // namespace strata::test

@@ -19,6 +19,7 @@
 #include "cli/format.hpp"
 #include "comm/agree.hpp"
 #include "comm/mpi_session.hpp"
+#include "comm/tier_comms.hpp"
 #include "comm/wait.hpp"
 #include "device/device.hpp"
 #include "model/layout.hpp"
@@ -143,14 +144,32 @@ device::Device& check_device(const train::TrainConfig& config) {
     throw Error(fmt::format("train.precision = '{}' (--precision): the {} device computes in fp32; bf16 needs "
                             "--device cuda",
                             config.precision, device.name()));
-  // The sharding engine runs on any device, but its tier collectives are MPI over host
-  // memory until NCCL is wired into the tiers (shard::host_tier_collectives): a GPU trains alone.
-  if (!device.host_visible() && config.shard.sharded())
-    throw Error(fmt::format("train.device = '{}' (--device): one process on one GPU only; sharded runs "
-                            "(--strategy, mpirun) compute on the cpu until NCCL tier communicators are wired "
-                            "into the sharding runtime (issue 15, item 4)",
-                            config.device));
+  // A sharded run on a GPU moves its buffers with NCCL (tier_collectives_for); tensor
+  // parallelism's model computes with the host's kernels.
+  if (!device.host_visible() && config.shard.sharded()) {
+    if (config.shard.tp > 1)
+      throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device "
+                              "(train.device)",
+                              config.shard.tp, config.device));
+    if (!comm::nccl_built())
+      throw Error(fmt::format("train.device = '{}' (--device): a sharded run (--strategy, mpirun) on it moves its "
+                              "buffers with NCCL communicators per tier group, and this strata was built without "
+                              "NCCL (nccl.h and libnccl not found at configure time); one GPU trains alone, or the "
+                              "sharded run computes on the cpu",
+                              config.device));
+  }
   return device;
+}
+
+// What a sharded run's levels run on: strata's MPI collectives over host memory, NCCL's over
+// a GPU's (check_device refused a GPU in a build without NCCL).
+shard::TierCollectivesFactory tier_collectives_for(const device::Device& device) {
+#ifdef STRATA_HAVE_NCCL
+  if (!device.host_visible()) return shard::nccl_tier_collectives;
+#else
+  static_cast<void>(device);
+#endif
+  return shard::host_tier_collectives;
 }
 
 train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
@@ -242,6 +261,8 @@ bool run_train(const TrainArgs& args) {
     return false;
   }
   const int launched_ranks = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  // Each rank's GPU, chosen before the first CUDA call (the cuda device is made on it).
+  device::choose_gpu(env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0));
   train::TrainConfig config;
   if (launched_ranks > 1) {
     // Every rank builds the same configuration from the same input: agreed, a refusal
@@ -275,9 +296,11 @@ bool run_train(const TrainArgs& args) {
 
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
+  device::Device& device = check_device(config);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
-                                config.seed, check_device(config), config.recomputes(),
-                                device::precision_named(config.precision, "train.precision"));
+                                config.seed, device, config.recomputes(),
+                                device::precision_named(config.precision, "train.precision"),
+                                tier_collectives_for(device));
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;
   if (args.print_schedule) {
@@ -290,7 +313,7 @@ bool run_train(const TrainArgs& args) {
   if (leader) {
     const int tp = engine.parallel_dims().tensor;
     fmt::print("strata train: model {} ({:.2f}M parameters), strategy {}{} on {} of topology '{}'{}, "
-               "batch {} x seq {} x accum {} per {}, steps {}, {} a rank, {}\n",
+               "batch {} x seq {} x accum {} per {}, steps {}, {}\n",
                config.model_name, static_cast<double>(config.model.num_params()) / 1e6,
                engine.schedule().spec().preset, tp > 1 ? fmt::format(" with tensor parallelism {}", tp) : "",
                count_of(engine.world_size(), "rank"), runtime.topology().name(),
@@ -298,7 +321,9 @@ bool run_train(const TrainArgs& args) {
                                           : "",
                config.batch, config.seq_len(), config.grad_accum, tp > 1 ? "replica" : "rank",
                steps_of(config, trainer),
-               count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()));
+               device.host_visible()
+                   ? fmt::format("{} a rank, {}", count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()))
+                   : fmt::format("{} in {} a rank", device.name(), config.precision));
     if (!placement.empty()) fmt::print("hosts: {}\n", placement);
     warn_if_nothing_saved(config);
     std::fflush(stdout);

@@ -122,6 +122,14 @@ bool cuda_available(std::string* why_not) {
 #endif
 }
 
+void choose_gpu(int local_rank) {
+#ifdef STRATA_HAVE_CUDA
+  cuda::choose_gpu(local_rank);
+#else
+  static_cast<void>(local_rank);
+#endif
+}
+
 Device& device_named(std::string_view name, std::string_view field) {
   if (name == host().name()) return host();
   if (name == "cuda") {

@@ -101,6 +101,12 @@ Device& host();  // the CPU, with the kernels of the widest instruction set it h
 Device& device_named(std::string_view name, std::string_view field);
 // Whether device_named("cuda") would succeed; otherwise *why_not says why.
 bool cuda_available(std::string* why_not = nullptr);
+// Which GPU is "cuda" in this process: GPU local_rank % (the GPUs this machine has), so the
+// ranks mpirun starts on one machine spread over its GPUs (NCCL refuses two ranks on one
+// GPU). Makes no CUDA call: it takes effect when the cuda device is first made, and is an
+// Error after that if it names another GPU. Without a call, local rank 0 (GPU 0). Nothing
+// to choose in a build without CUDA.
+void choose_gpu(int local_rank);
 
 // n zeroed elements of T in one device's memory; moves, never copies. The device is bound
 // at construction, so resize() keeps allocating where the owner said.

@@ -1,6 +1,7 @@
 #include "shard/executor.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -109,10 +110,64 @@ void WireBuffer::copy_from(const comm::WireChunk& src) {
   if (src.n_scales != 0) device->copy(scales.data(), src.scales, sizeof(float) * src.n_scales);
 }
 
+// ---- DeviceChainWork -------------------------------------------------------------------
+
+namespace {
+
+void require_sum(float divisor, std::string_view what) {
+  if (divisor != 1.0f)
+    throw Error(fmt::format("shard: {} divides by {} between levels, but the executor's chains sum (divisor 1): "
+                            "the device's scale multiplies, which would round otherwise than the host's division",
+                            what, divisor));
+}
+
+}  // namespace
+
+void DeviceChainWork::sum_slots(comm::CBuf slots, int k, comm::Buf dst, float divisor) {
+  require_sum(divisor, "sum_slots");
+  if (dst.dtype != DType::F32)
+    throw Error(fmt::format("shard: sum_slots of {} elements: the executor carries fp32 between levels",
+                            comm::dtype_name(dst.dtype)));
+  // The host's order: s = slot 0, then s += slot j for j = 1, 2, ... (comm/reduce.cpp).
+  const auto* first = static_cast<const float*>(slots.data);
+  auto* out = static_cast<float*>(dst.data);
+  if (out != first) device_.copy(out, first, 4 * dst.count);
+  for (int j = 1; j < k; ++j) device_.add(out, first + std::size_t(j) * dst.count, dst.count);
+}
+
+void DeviceChainWork::scale(comm::Buf, float divisor) { require_sum(divisor, "scale"); }
+
+void DeviceChainWork::zero(comm::Buf b, std::size_t first, std::size_t count) {
+  if (count == 0) return;
+  auto* base = static_cast<std::uint8_t*>(b.data);
+  if (b.dtype == DType::I4 && first % 2 == 1) {
+    // Element `first` is the high nibble of a byte whose low nibble stays: that byte goes
+    // through the host, as no device call masks a nibble (only an odd-sized int4 pad starts so).
+    std::uint8_t byte = 0;
+    device_.to_host(&byte, base + first / 2, 1);
+    byte &= 0x0f;
+    device_.from_host(base + first / 2, &byte, 1);
+  }
+  const std::size_t begin = comm::data_bytes(b.dtype, first), end = comm::data_bytes(b.dtype, first + count);
+  if (end > begin) device_.zero(base + begin, end - begin);
+  if (comm::is_quantized(b.dtype)) {
+    const std::size_t s0 = comm::scale_count(b.dtype, first, b.block);  // the first block starting at or after it
+    const std::size_t s1 = comm::scale_count(b.dtype, first + count, b.block);
+    if (s1 > s0) device_.zero(b.scales + s0, sizeof(float) * (s1 - s0));
+  }
+}
+
+void DeviceChainWork::copy(comm::CBuf src, std::size_t src_first, comm::Buf dst, std::size_t dst_first,
+                           std::size_t count) {
+  if (count == 0) return;
+  const comm::WireChunk s = comm::wire_chunk(src, src_first, count), d = comm::wire_chunk(dst, dst_first, count);
+  if (s.data != d.data) device_.copy(d.data, s.data, s.bytes);
+  if (s.n_scales && s.scales != d.scales) device_.copy(d.scales, s.scales, sizeof(float) * s.n_scales);
+}
+
 // ---- OpExecutor ------------------------------------------------------------------------
 
-OpExecutor::OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
-                       device::Device& device)
+OpExecutor::OpExecutor(LevelCollectives levels, std::size_t scratch_elements, int block_size, device::Device& device)
     : levels_(std::move(levels)),
       device_(device),
       block_(block_size),
@@ -164,7 +219,7 @@ comm::CBuf OpExecutor::gather(const Chain& chain, comm::CBuf src) {
     if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.dtype)
       throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
                               to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
-  return comm::run_chain(levels_, steps_of(chain), src, nullptr, 1.0f, between_);
+  return comm::run_chain(levels_.device, steps_of(chain), src, nullptr, 1.0f, between_);
 }
 
 comm::CBuf OpExecutor::gather(const Chain& chain, const float* src, std::size_t n, DType wire) {
@@ -177,7 +232,7 @@ const float* OpExecutor::reduce(const Chain& chain, const float* input) {
   if (chain.empty()) return input;
   const comm::CBuf in = comm::f32(input, chain.front()->elements_in);
   return static_cast<const float*>(
-      comm::run_chain(levels_, steps_of(chain), in, nullptr, 1.0f, between_, &codec_).data);
+      comm::run_chain(levels_.device, steps_of(chain), in, nullptr, 1.0f, between_, &codec_).data);
 }
 
 void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts) {
@@ -209,7 +264,7 @@ comm::CBuf OpExecutor::run_steps(std::span<const comm::LevelStep> steps, comm::C
     if (std::max(s.elements_in, s.elements_out) > f32_a_.size())
       throw Error(fmt::format("shard: a step of {} elements does not fit the executor's scratch of {}",
                               std::max(s.elements_in, s.elements_out), f32_a_.size()));
-  return comm::run_chain(levels_, steps, src, nullptr, 1.0f, between_, &codec_);
+  return comm::run_chain(levels_.device, steps, src, nullptr, 1.0f, between_, &codec_);
 }
 
 void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
@@ -220,8 +275,9 @@ void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
                               op->elements_in, k));
     record(op);
     std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
-    levels_.at(op->level)->all_gather_inline(comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
-                                            comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
+    levels_.host.at(op->level)->all_gather_inline(
+        comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
+        comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
     std::fill(values.begin(), values.end(), 0.0);
     for (std::size_t m = 0; m < all.size(); m += k)
       for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];

@@ -2,13 +2,15 @@
 // Runs the schedule's per-level ops. One executor walks a chain of ops (the ops of one
 // event, or of one unit in the step phase) and dispatches each on kind x algorithm x wire
 // to the collectives of its level, an abstract comm::Collectives (strata's MPI
-// Communicators today; a device backend implements the same interface). It decides
+// Communicators on the cpu, NCCL communicators on the cuda device). It decides
 // nothing: the op says which collective, which algorithm and which wire. A chain runs as
 // comm::run_chain (compose.hpp), the composition comm::Hierarchy runs too; the executor
 // adds the wire formats (fp32 between levels, encoded per op) and the buffers.
 //
 // Every buffer it touches is in the compute device's memory, and every copy, encoding and
-// sum between ops goes through that device (device.hpp).
+// sum between ops goes through that device (device.hpp). The scalar sums (the loss, the
+// gradient norm: host doubles) run on the host levels, which for a device the host cannot
+// address are not the training levels (NCCL's run on device buffers only).
 //
 // A chain runs as one task on the communication thread (comm::Context::run), so its ops
 // and the encoding between them overlap with compute; the scratch below is shared by every
@@ -62,14 +64,37 @@ struct WireBuffer {
 
 using Chain = std::vector<const ScheduledOp*>;
 
+// The collectives each level of the schedule runs on (level 0: this rank's domain of the
+// innermost tier, level t: its across-group of tier t): `device` for buffers in the compute
+// device's memory (every training buffer), `host` for values in host memory (the scalar
+// sums). Where the host addresses the device's memory they are the same objects.
+struct LevelCollectives {
+  std::vector<comm::Collectives*> device, host;
+};
+
+// The element-wise work between a chain's steps (comm::ChainScratch's sums, zeroing and
+// copies) through `device`'s calls, on the memory its views lie in, with the host's bits:
+// fp32 sums in slot order (slot 0 copied, each next slot added), data bytes and block scales
+// copied and zeroed as wire.hpp's copy_elements / zero_elements do. The executor's chains sum
+// and never average (divisor 1): a division is refused, not rounded another way.
+class DeviceChainWork : public comm::ChainScratch {
+ public:
+  explicit DeviceChainWork(device::Device& d) : device_(d) {}
+  void sum_slots(comm::CBuf slots, int k, comm::Buf dst, float divisor) override;
+  void scale(comm::Buf b, float divisor) override;
+  void zero(comm::Buf b, std::size_t first, std::size_t count) override;
+  void copy(comm::CBuf src, std::size_t src_first, comm::Buf dst, std::size_t dst_first, std::size_t count) override;
+
+ private:
+  device::Device& device_;
+};
+
 class OpExecutor {
  public:
-  // levels[t]: the collectives over level t's group (topology tier t's across-group).
   // Scratch for buffers of `scratch_elements` (Schedule::scratch_elements), on `device`.
-  OpExecutor(std::vector<comm::Collectives*> levels, std::size_t scratch_elements, int block_size,
-             device::Device& device);
+  OpExecutor(LevelCollectives levels, std::size_t scratch_elements, int block_size, device::Device& device);
 
-  std::span<comm::Collectives* const> levels() const { return levels_; }
+  const LevelCollectives& levels() const { return levels_; }
   device::Device& device() const { return device_; }
   // All-gathers level by level from `src` (elements_in of the first op) in its wire format;
   // returns where the result landed: `src` itself for an empty chain, else scratch.
@@ -94,8 +119,8 @@ class OpExecutor {
   // Runs `steps` (not the schedule's: e.g. gathering the master weights for export) from
   // `src` in the executor's scratch; returns where the result landed, as gather() does.
   comm::CBuf run_steps(std::span<const comm::LevelStep> steps, comm::CBuf src);
-  // Sums a few fp64 a rank over the chain's levels: each level all-gathers them and every
-  // rank adds them up in member order, so every rank gets the same bits.
+  // Sums a few fp64 a rank over the chain's host levels: each level all-gathers them and
+  // every rank adds them up in member order, so every rank gets the same bits.
   void scalar_sum(const Chain& chain, std::vector<double>& values);
 
   std::uint64_t scratch_bytes() const;  // what the scratch holds (schedule.hpp's scratch_bytes)
@@ -115,9 +140,9 @@ class OpExecutor {
     device::Device& device_;
   };
   // What lies between a chain's ops: fp32 in f32_a/b, a wire format in wire_a/b.
-  class Between final : public comm::ChainScratch {
+  class Between final : public DeviceChainWork {
    public:
-    explicit Between(OpExecutor& e) : e_(e) {}
+    explicit Between(OpExecutor& e) : DeviceChainWork(e.device_), e_(e) {}
     comm::Buf carried(int i, DType t, std::size_t n, std::size_t block) override;
     comm::Buf staged(int i, DType t, std::size_t n, std::size_t block) override;
 
@@ -128,7 +153,7 @@ class OpExecutor {
   // The chain's ops as steps of comm::run_chain, recorded in the trace.
   const std::vector<comm::LevelStep>& steps_of(const Chain& chain);
 
-  std::vector<comm::Collectives*> levels_;
+  LevelCollectives levels_;
   device::Device& device_;
   Codec codec_{device_};
   int block_;

@@ -72,11 +72,11 @@ RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTCon
 TierCollectives host_tier_collectives(comm::Context&, const topo::ProcessGroups&, comm::TierComms& mpi,
                                       device::Device& device) {
   if (!device.host_visible())
-    throw Error(fmt::format("train.device = '{}': the sharding engine runs on it, but its tier collectives are MPI "
-                            "over host memory; a sharded run on it waits for NCCL communicators per tier group "
-                            "(issue 15, item 4)",
+    throw Error(fmt::format("train.device = '{}': the sharding engine runs on it, but these tier collectives are "
+                            "MPI over host memory; its levels are NCCL communicators per tier group "
+                            "(shard::nccl_tier_collectives, in a build with NCCL)",
                             device.name()));
-  return {mpi_levels(mpi), {}};
+  return {mpi_levels(mpi), nullptr, {}};
 }
 
 ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,

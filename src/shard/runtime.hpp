@@ -47,22 +47,33 @@ struct RunLayout {
 };
 RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTConfig& config, int world_size);
 
-// The collectives each level of the schedule runs on, for buffers in the compute device's
-// memory, and whatever was built for them (kept alive by the runtime).
+// The collectives each level of the schedule runs on: for buffers in the compute device's
+// memory and for host values (executor.hpp's LevelCollectives), and whatever was built for
+// them, kept alive by the runtime (adapters destroyed before the groups they wrap).
 struct TierCollectives {
   LevelCollectives levels;
+  std::unique_ptr<comm::TierComms> comms;  // a device backend's groups (NCCL's), when built for the run
   std::vector<std::unique_ptr<comm::Collectives>> owned;
 };
 // The seam where the tier collectives are chosen by device: given the run's tier groups,
-// strata's MPI Communicators over them (`mpi`) and the device, returns the collectives of
-// every level. Collective over the world.
+// strata's MPI Communicators over them (`mpi`: the host levels) and the device, returns the
+// collectives of every level. Collective over the world.
 using TierCollectivesFactory = std::function<TierCollectives(comm::Context& ctx, const topo::ProcessGroups& groups,
                                                               comm::TierComms& mpi, device::Device& device)>;
-// The default: the MPI Communicators where the host addresses the device's memory. Any other
-// device is refused, naming the missing piece: NCCL communicators per tier group over device
-// buffers (issue 15, item 4: src/comm/nccl), which a factory for that device returns.
+// The default: the MPI Communicators, device and host levels alike, where the host addresses
+// the device's memory. Any other device is refused, naming what its levels are: NCCL
+// communicators per tier group (nccl_tier_collectives).
 TierCollectives host_tier_collectives(comm::Context& ctx, const topo::ProcessGroups& groups, comm::TierComms& mpi,
                                       device::Device& device);
+#ifdef STRATA_HAVE_NCCL
+// The cuda device's (a build with NCCL; comm::nccl_built()): comm::TierComms with
+// Backend::Nccl over the same groups, its within(0) and across(t) groups as the device levels,
+// each waiting for the device's stream before every operation (nccl_levels.cpp says why that
+// orders them), and `mpi`'s as the host levels. The process's GPU is chosen and the cuda
+// device made before (device::choose_gpu, device_named); any other device is refused.
+TierCollectives nccl_tier_collectives(comm::Context& ctx, const topo::ProcessGroups& groups, comm::TierComms& mpi,
+                                      device::Device& device);
+#endif
 
 class ShardedRuntime {
  public:

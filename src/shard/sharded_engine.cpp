@@ -57,9 +57,9 @@ std::unique_ptr<model::Model> reserve_and_make_model(const Schedule& schedule, d
 }  // namespace
 
 LevelCollectives mpi_levels(comm::TierComms& comms) {
-  LevelCollectives out;
-  for (int t = 0; t < comms.num_tiers(); ++t) out.push_back(t == 0 ? &comms.within(0) : &comms.across(t));
-  return out;
+  std::vector<comm::Collectives*> levels;
+  for (int t = 0; t < comms.num_tiers(); ++t) levels.push_back(t == 0 ? &comms.within(0) : &comms.across(t));
+  return {levels, levels};
 }
 
 std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device::Device& device,
@@ -92,9 +92,10 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
       replicated_grads_(device) {
   const LevelSpec& L = schedule_.levels();
   const model::ParamLayout& layout = model_->layout();
-  if (static_cast<int>(executor_.levels().size()) < L.num_levels)
-    throw Error(fmt::format("shard: collectives for {} levels given, the schedule runs over {}",
-                            executor_.levels().size(), L.num_levels));
+  for (const auto* given : {&executor_.levels().device, &executor_.levels().host})
+    if (static_cast<int>(given->size()) < L.num_levels)
+      throw Error(fmt::format("shard: {} collectives for {} levels given, the schedule runs over {}",
+                              given == &executor_.levels().device ? "device" : "host", given->size(), L.num_levels));
   if (tp && (!tp_group_ || tp_group_->size() != dims_.tensor))
     throw Error(fmt::format("shard: --tp {} needs a TP group of that many ranks", dims_.tensor));
   if (spec.step_grad_allreduce)

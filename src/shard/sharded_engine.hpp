@@ -42,10 +42,8 @@ struct TensorParallelism {
   comm::Collectives* group = nullptr;
 };
 
-// The collectives each level of the schedule runs on (level 0: this rank's domain of the
-// innermost tier, level t: its across-group of tier t), over buffers in the engine's memory.
-using LevelCollectives = std::vector<comm::Collectives*>;
-// strata's MPI Communicators over `comms`' tiers, which read host memory.
+// strata's MPI Communicators over `comms`' tiers, which read host memory: both the device
+// and the host levels of an engine on a device the host addresses.
 LevelCollectives mpi_levels(comm::TierComms& comms);
 
 struct StepTiming {
@@ -56,11 +54,13 @@ struct StepTiming {
 class ShardedEngine final : public train::Engine, private model::UnitAccess, private model::TensorParallelGroup {
  public:
   // Collective over the world. Parameters are initialised from `seed` exactly as the
-  // single-process trainer does, each rank drawing only the slices it holds. `recompute`:
-  // the model recomputes activations in backward (model::GPT); `precision`: what its products
-  // read (the device refuses one it does not compute in). With `tp`, `levels` span the ranks
-  // of this rank's TP index over tp->dims.data_parallel_topology() (ShardedRuntime); tensor
-  // parallelism runs on a host-visible device only (its model computes with kernels()).
+  // single-process trainer does, each rank drawing only the slices it holds. `levels.device`
+  // move the buffers in `device`'s memory, `levels.host` the host values (executor.hpp).
+  // `recompute`: the model recomputes activations in backward (model::GPT); `precision`:
+  // what its products read (the device refuses one it does not compute in). With `tp`,
+  // `levels` span the ranks of this rank's TP index over tp->dims.data_parallel_topology()
+  // (ShardedRuntime); tensor parallelism runs on a host-visible device only (its model
+  // computes with kernels()).
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,

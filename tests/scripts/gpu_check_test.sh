@@ -19,17 +19,20 @@ for py in bench/torch_gpt2_gpu.py bench/gpu_check_table.py; do
 done
 
 # The table: strata at 300k tokens/s with 1e9 FLOPs a token is 300 TFLOP/s, 30.3% of 989;
+# its zero3 run's summary at 250k is 250 TFLOP/s, strata 1.20x it;
 # PyTorch eager at 150k is 150 TFLOP/s, strata 2.00x it; the compiled run is missing; the
 # Llama step at 100k tokens/s with its own 2e9 FLOPs a token is 200 TFLOP/s, 20.2%.
 mkdir "$tmp/results"
 echo '{"model": "gpt2-124m", "batch": 8, "seq": 1024, "precision": "bf16", "tokens_per_s": 300000,
        "flops_per_token": 1e9}' > "$tmp/results/strata_step.json"
+echo '{"strategy": "zero3", "world_size": 1, "tokens_per_s": 250000}' > "$tmp/results/strata_zero3.json"
 echo '{"tokens_per_s": 150000}' > "$tmp/results/torch_eager.json"
 echo '{"model": "tinyllama-1.1b", "batch": 4, "seq": 1024, "precision": "bf16", "tokens_per_s": 100000,
        "flops_per_token": 2e9}' > "$tmp/results/strata_llama_step.json"
 table=$(python3 "$src/bench/gpu_check_table.py" "$tmp/results" --peak-tflops 989) || fail "the table did not print"
 echo "$table"
 grep -Eq '^strata +300000 +300\.0 +30\.3% +1\.00x$' <<< "$table" || fail "strata's row"
+grep -Eq '^strata zero3 +250000 +250\.0 +25\.3% +1\.20x$' <<< "$table" || fail "strata zero3's row"
 grep -Eq '^pytorch eager +150000 +150\.0 +15\.2% +2\.00x$' <<< "$table" || fail "pytorch eager's row"
 grep -Eq '^pytorch compile +- +- +- +-$' <<< "$table" || fail "a missing result is not a row of dashes"
 grep -Eq '^strata llama +100000 +200\.0 +20\.2% +-$' <<< "$table" || fail "strata llama's row"

@@ -18,14 +18,25 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(fmt::format("cuda: {}: {}", what, cudaGetErrorString(e)));
 }
 
+// The local rank choose_gpu recorded, and the GPU the device was made on (-1: not yet).
+int chosen_local_rank = 0;
+int made_on_gpu = -1;
+
+// local rank % GPUs; GPU 0 where none answers (gpu_present then says why).
+int chosen_gpu() {
+  const int count = gpu_count();
+  return count == 0 ? 0 : chosen_local_rank % count;
+}
+
 // GPU memory as a pool: reserve() takes it with one cudaMalloc, allocations are carved from it
 // in order, and it starts over once every buffer is given back (an engine holds its buffers
 // for its whole life, so a run allocates once, before its first step).
 class CudaDevice final : public Device {
  public:
-  CudaDevice() {
-    check(cudaSetDevice(0), "cudaSetDevice(0)");
+  CudaDevice() : gpu_(chosen_gpu()) {
+    check(cudaSetDevice(gpu_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+    made_on_gpu = gpu_;
   }
   // The process ends with the device (a function-local static): the driver frees its memory.
   ~CudaDevice() override = default;
@@ -168,8 +179,10 @@ class CudaDevice final : public Device {
   }
 
   Stream stream() const { return stream_; }
+  int gpu_index() const { return gpu_; }
 
  private:
+  int gpu_;
   cudaStream_t stream_ = nullptr;
   struct Chunk {
     std::byte* base;
@@ -203,6 +216,24 @@ CudaDevice& the_device() {
 
 }  // namespace
 
+int gpu_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+void choose_gpu(int local_rank) {
+  if (local_rank < 0) throw Error(fmt::format("cuda: local rank {}: must be >= 0", local_rank));
+  const int before = chosen_local_rank;
+  chosen_local_rank = local_rank;
+  if (made_on_gpu < 0) return;  // no CUDA call before the device is made
+  const int wanted = chosen_gpu();
+  if (wanted == made_on_gpu) return;
+  chosen_local_rank = before;
+  throw Error(fmt::format("cuda: local rank {} computes on GPU {}, but this process's cuda device was made on GPU {} "
+                          "already: the GPU is chosen before the first use of --device cuda",
+                          local_rank, wanted, made_on_gpu));
+}
+
 bool gpu_present(std::string* why_not) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -212,10 +243,11 @@ bool gpu_present(std::string* why_not) {
   } else if (count == 0) {
     why = "no GPU on this machine";
   } else {
+    const int gpu = chosen_gpu();
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    check(cudaGetDeviceProperties(&prop, gpu), "cudaGetDeviceProperties");
     if (prop.major < 8)
-      why = fmt::format("GPU 0 ({}) is sm_{}{}; strata's CUDA code is built for sm_80 and sm_90", prop.name,
+      why = fmt::format("GPU {} ({}) is sm_{}{}; strata's CUDA code is built for sm_80 and sm_90", gpu, prop.name,
                         prop.major, prop.minor);
   }
   if (why_not) *why_not = why;
@@ -224,6 +256,7 @@ bool gpu_present(std::string* why_not) {
 
 Device& gpu() { return the_device(); }
 Stream gpu_stream() { return the_device().stream(); }
+void use_gpu_on_this_thread() { check(cudaSetDevice(the_device().gpu_index()), "cudaSetDevice"); }
 
 void synchronize(const char* what) {
   check(cudaGetLastError(), what);
