@@ -663,8 +663,9 @@ nlohmann::json PlanContext::assumptions() const {
        "the runtime uses (the schedule's micro-batch program): a unit's weight gather is issued at the acquire "
        "`prefetch` acquires earlier, a gradient reduction when its backward ends, and lending a gradient buffer "
        "first waits until at most `reductions_in_flight` reductions remain; the first gathers of a micro-batch "
-       "and the whole optimizer-step phase (step reductions, post-step weight gather, scalars, Adam) are never "
-       "hidden; with a calibration, compute runs overlap_slowdown times slower while an op is on the stream "
+       "and the optimizer-step phase (post-step weight gather, scalars, Adam, and the step reductions the last "
+       "micro-batch's backward does not run: Schedule::bucket_ops runs ddp's and zero1's buckets and hsdp's and "
+       "topo's unit by unit there) are never hidden; with a calibration, compute runs overlap_slowdown times slower while an op is on the stream "
        "(overlap_slowdown_s)"},
       {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; recomputed FLOPs (full: each "
                 "block's forward again; selective-op: the recomputed projections' forward) count in hfu, not mfu"},
