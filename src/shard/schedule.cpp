@@ -333,6 +333,21 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   // micro-batches only accumulate, as under DDP's no_sync). Sharded gradients are whole only
   // after their per-micro-batch reductions: reduced in the step phase, unit by unit.
   last_training_ = training_;
+  // Bucket b's step reduction in the last micro-batch: serving `event`, issued at `issue`,
+  // done by the micro-batch's end.
+  auto add_bucket = [&](int b, int unit, std::size_t padded, int event, int issue) {
+    const std::size_t first = bucket_ops_.size();
+    step_reduction(bucket_ops_, When::Backward, unit, padded);
+    for (std::size_t i = first; i < bucket_ops_.size(); ++i) {
+      ScheduledOp& op = bucket_ops_[i];
+      op.bucket = b;
+      op.event = event;
+      op.issue_event = issue;
+      op.complete_by = num_events;
+    }
+    last_training_.steps[issue].bucket_issue.push_back(b);
+    last_training_.steps[num_events].bucket_complete.push_back(b);
+  };
   if (L.grads == 0 && spec.bucket_bytes > 0) {
     std::uint64_t filled = 0;
     std::vector<int> issue_at;  // per bucket: the GradsReady event of its last unit
@@ -356,16 +371,7 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
     for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
       std::size_t padded = 0;
       for (int u : buckets_[b]) padded += padded_[u];
-      const std::size_t first = bucket_ops_.size();
-      step_reduction(bucket_ops_, When::Backward, -1, padded);
-      for (std::size_t i = first; i < bucket_ops_.size(); ++i) {
-        ScheduledOp& op = bucket_ops_[i];
-        op.bucket = b;
-        op.event = op.issue_event = issue_at[b];
-        op.complete_by = num_events;
-      }
-      last_training_.steps[issue_at[b]].bucket_issue.push_back(b);
-      last_training_.steps[num_events].bucket_complete.push_back(b);
+      add_bucket(b, -1, padded, issue_at[b], issue_at[b]);
     }
   } else if (L.grads > 0 && L.grads < L.num_levels) {
     // Sharded gradients that the step still reduces (over the OS levels, or across replicas:
@@ -381,19 +387,8 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
                                           [&](const ScheduledOp& op) { return op.event == event; });
       if (reduction == micro_.end())
         throw Error(fmt::format("schedule: unit {}'s gradients are sharded but nothing reduces them", e.unit));
-      const int b = static_cast<int>(buckets_.size());
       buckets_.push_back({e.unit});
-      const std::size_t first = bucket_ops_.size();
-      step_reduction(bucket_ops_, When::Backward, e.unit, padded_[e.unit]);
-      for (std::size_t i = first; i < bucket_ops_.size(); ++i) {
-        ScheduledOp& op = bucket_ops_[i];
-        op.bucket = b;
-        op.event = event;
-        op.issue_event = reduction->issue_event;
-        op.complete_by = num_events;
-      }
-      last_training_.steps[reduction->issue_event].bucket_issue.push_back(b);
-      last_training_.steps[num_events].bucket_complete.push_back(b);
+      add_bucket(static_cast<int>(buckets_.size()) - 1, e.unit, padded_[e.unit], event, reduction->issue_event);
     }
   } else {
     for (int u = 0; u < static_cast<int>(padded_.size()); ++u) step_reduction(step_, When::Step, u, padded_[u]);
