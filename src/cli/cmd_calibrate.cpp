@@ -7,12 +7,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,6 +32,8 @@
 #include "model/kernels.hpp"
 #include "plan/calibration.hpp"
 #include "plan/model_shapes.hpp"
+#include "quant/quant.hpp"
+#include "shard/spec.hpp"
 #include "topo/groups.hpp"
 #include "train/local_engine.hpp"
 
@@ -76,6 +80,25 @@ double time_slowest(int iterations, F&& run) {
     times.push_back(world_max(MPI_Wtime() - t0));
   }
   return median(times);
+}
+
+// Compute timings repeat their kernel until a timing lasts at least this long: where ranks
+// share cores, a kernel shorter than the scheduler's slice is timed alone or four times over
+// depending on whether it was preempted; a longer run averages the sharing a step sees.
+constexpr double kMinComputeTiming_s = 0.05;
+
+// time_slowest of `run` repeated as often as every rank needs to reach kMinComputeTiming_s
+// (the same count on every rank), a run's share of it.
+template <class F>
+double time_slowest_repeated(int iterations, F&& run) {
+  const double t0 = MPI_Wtime();
+  run();
+  const double once = world_max(MPI_Wtime() - t0);
+  const int reps = std::clamp(static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(once, 1e-9))), 1, 100000);
+  return time_slowest(iterations, [&] {
+           for (int i = 0; i < reps; ++i) run();
+         }) /
+         reps;
 }
 
 // The sizes of the sweep: `points` buffer sizes from min_kib to max_mib, evenly on a log scale.
@@ -155,9 +178,69 @@ std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int token
   return out;
 }
 
+// The model's widest matmul, run over and over on a thread of its own until stopped: the
+// compute a training step runs beside its collectives.
+class ComputeBeside {
+ public:
+  ComputeBeside(const model::GPTConfig& config, int tokens)
+      : wide_({tokens, config.n_embd, 4 * config.n_embd}), thread_([this] {
+          while (!stop_.load(std::memory_order_relaxed)) wide_.run();
+        }) {}
+  ~ComputeBeside() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  Matmul wide_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Each tier's collectives again, at the sweep's smallest and largest buffers, while every
+// rank computes beside them: the busy curve the planner prices the part of an op that
+// overlaps compute with (where ranks share cores, a message waits for its thread).
+void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::Calibration& cal, const Options& o) {
+  const model::GPTConfig config = model::GPTConfig::preset(o.model);
+  const int tokens = o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len);
+  const std::vector<std::size_t> sweep = sweep_bytes(o);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ComputeBeside beside(config, tokens);
+  for (int t = 0; t < ctx.topology().num_tiers(); ++t) {
+    comm::Collectives& c = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
+    for (plan::Collective kind : plan::kCollectives) {
+      plan::CollectiveCurve& curve = *cal.tiers[t].curves[static_cast<int>(kind)];
+      std::vector<double> bytes, seconds;
+      for (std::size_t i : {std::size_t{0}, sweep.size() - 1}) {
+        const std::size_t chunk = comm::chunk_count(sweep[i] / 4, c.size(), 1);
+        std::vector<float> full(chunk * c.size(), 1.0f), shard(chunk, 1.0f), recv(chunk * c.size());
+        bytes.push_back(curve.bytes[i]);  // the same buffers send what the sweep counted
+        seconds.push_back(time_slowest(o.iterations, [&] { run_collective(c, kind, full, shard, recv); }));
+      }
+      curve.fit_under_compute(std::move(bytes), std::move(seconds));
+    }
+  }
+}
+
+// Block quantization as the CPU runtime codes a quantized wire (encode, then decode-and-add),
+// on the sweep's largest buffer, every rank at once: fp32 bytes through the codec a second.
+double codec_GBps(quant::QuantBits bits, const Options& o) {
+  const quant::QuantSpec spec{bits, shard::ShardSpec{}.block_size};
+  const std::size_t n = sweep_bytes(o).back() / 4;
+  std::vector<float> src(n), dst(n, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) src[i] = std::sin(0.001 * static_cast<double>(i));
+  std::vector<std::uint8_t> data(quant::quantized_bytes(n, spec));
+  std::vector<float> scales(quant::num_blocks(n, spec));
+  const double s = time_slowest_repeated(o.iterations, [&] {
+    quant::quantize(src.data(), n, spec, data.data(), scales.data());
+    quant::dequantize_add(data.data(), scales.data(), n, spec, dst.data());
+  });
+  return 2.0 * 4.0 * static_cast<double>(n) / s / 1e9;
+}
+
 double time_matmul(const MatmulShape& s, int iterations) {
   Matmul m(s);
-  return time_slowest(iterations, [&] { m.run(); });
+  return time_slowest_repeated(iterations, [&] { m.run(); });
 }
 
 plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::Topology& topology,
@@ -180,7 +263,8 @@ plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::T
   std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
   std::mt19937_64 rng(42);
   for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
-  const double step_s = time_slowest(o.iterations, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
+  const double step_s =
+      time_slowest_repeated(o.iterations, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
   const plan::ModelShape shape = plan::ModelShape::preset(o.model);
   const std::vector<double> flops = shape.forward_flops_per_token(seq);
   const std::vector<int> matmuls = shape.forward_matmuls();
@@ -190,35 +274,44 @@ plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::T
 
   // Adam over every parameter, in the planner's count of its bytes (fp32: 24 + 2 x 4 an element).
   int step = 0;
-  const double adam_s = time_slowest(o.iterations, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
+  const double adam_s =
+      time_slowest_repeated(o.iterations, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
   c.optimizer_GBps = static_cast<double>(config.num_params()) * 32.0 / adam_s / 1e9;
 
   // The model's widest matmul, alone and while the outermost tier's all-reduces of the
-  // largest size run on the communication thread, queued to outlast it.
+  // largest size run on the communication thread, queued to outlast it; the median ratio of
+  // `iterations` such pairs (one pair swings with where the scheduler's slices fall).
   Matmul wide({tokens, config.n_embd, 4 * config.n_embd});
-  const int reps = 8;
+  double t0 = MPI_Wtime();
+  wide.run();  // warm-up, and the repetitions a timing needs
+  const int reps = std::clamp(
+      static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(world_max(MPI_Wtime() - t0), 1e-9))), 1, 100000);
   auto run_reps = [&] {
-    const double t0 = MPI_Wtime();
+    const double start = MPI_Wtime();
     for (int i = 0; i < reps; ++i) wide.run();
-    return MPI_Wtime() - t0;
+    return MPI_Wtime() - start;
   };
-  wide.run();  // warm-up
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double alone = world_max(run_reps());
   const int t = topology.outermost();
   comm::Collectives& group = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
-  const plan::CollectiveCurve& all_reduce = outer.curve(plan::Collective::AllReduce);
-  const double one_s = all_reduce.seconds.back();
-  // Queued to outlast the matmuls even if they slow down threefold.
-  const int queued = std::clamp(static_cast<int>(std::ceil(3 * alone / one_s)) + 1, 2, 10000);
+  const double one_s = outer.curve(plan::Collective::AllReduce).seconds.back();
   std::vector<float> data(static_cast<std::size_t>(o.max_mib * 1024 * 1024 / 4), 1.0f);
-  std::vector<comm::Work> inflight;
-  MPI_Barrier(MPI_COMM_WORLD);
-  for (int i = 0; i < queued; ++i)
-    inflight.push_back(group.all_reduce_async(comm::f32(data.data(), data.size()), comm::ReduceOp::Avg));
-  const double beside = run_reps();
-  for (comm::Work& w : inflight) w.wait();
-  c.overlap_slowdown = std::max(1.0, world_max(beside) / alone);
+  std::vector<double> ratios;
+  for (int trial = 0; trial < o.iterations; ++trial) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double alone = world_max(run_reps());
+    // Queued to outlast the matmuls even if they slow down threefold.
+    const int queued = std::clamp(static_cast<int>(std::ceil(3 * alone / one_s)) + 1, 2, 10000);
+    std::vector<comm::Work> inflight;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < queued; ++i)
+      inflight.push_back(group.all_reduce_async(comm::f32(data.data(), data.size()), comm::ReduceOp::Avg));
+    const double beside = run_reps();
+    for (comm::Work& w : inflight) w.wait();
+    ratios.push_back(world_max(beside) / alone);
+  }
+  c.overlap_slowdown = std::max(1.0, median(ratios));
+  c.int8_codec_GBps = codec_GBps(quant::QuantBits::Int8, o);
+  c.int4_codec_GBps = codec_GBps(quant::QuantBits::Int4, o);
   return c;
 }
 
@@ -259,25 +352,28 @@ void run_calibrate(const Options& o) {
   cal.world_size = topology.world_size();
   cal.command = o.command_line;
   for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers.push_back(calibrate_tier(ctx, comms, t, o));
+  calibrate_under_compute(ctx, comms, cal, o);
   cal.compute = calibrate_compute(comms, topology, cal.tiers.back(), o);
   if (!root) return;
   atomic_write_file(o.out, cal.to_toml());
 
   fmt::print("strata calibrate: topology '{}', {}; sizes {:g} KiB..{:g} MiB in {} points, median of {} (slowest rank)\n",
              topology.name(), count_of(topology.world_size(), "rank"), o.min_kib, o.max_mib, o.points, o.iterations);
-  fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}\n", "tier", "group", "collective", "bus GB/s", "n1/2 bytes",
-             "latency us");
+  fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}   {:>10} {:>11}\n", "tier", "group", "collective", "bus GB/s",
+             "n1/2 bytes", "latency us", "busy GB/s", "busy lat us");
   for (const plan::TierCalibration& t : cal.tiers)
     for (plan::Collective k : plan::kCollectives) {
       const plan::CollectiveCurve& c = t.curve(k);
-      fmt::print("{:<10} {:>6} {:<15} {:>10.4g} {:>12.4g} {:>11.4g}\n", t.name, t.group_size, plan::collective_key(k),
-                 c.bus_GBps, c.half_bytes, c.latency_s() * 1e6);
+      fmt::print("{:<10} {:>6} {:<15} {:>10.4g} {:>12.4g} {:>11.4g}   {:>10.4g} {:>11.4g}\n", t.name, t.group_size,
+                 plan::collective_key(k), c.bus_GBps, c.half_bytes, c.latency_s() * 1e6, c.busy_GBps,
+                 c.busy_half_bytes / (c.busy_GBps * 1e9) * 1e6);
     }
+  fmt::print("(busy: the same collective while every rank computes beside it)\n");
   const plan::ComputeCalibration& c = *cal.compute;
   fmt::print("compute ({} a rank, model {}): matmul {:.4g} GFLOP/s, half of it at {:.3g} GFLOP; whole step x{:.3g} "
-             "its matmuls; x{:.3g} beside an all-reduce; Adam {:.3g} GB/s\n",
+             "its matmuls; x{:.3g} beside an all-reduce; Adam {:.3g} GB/s; int8/int4 wire coding {:.3g}/{:.3g} GB/s\n",
              count_of(c.threads, "thread"), o.model, c.peak_gflops, c.half_gflop, c.kernel_overhead,
-             c.overlap_slowdown, c.optimizer_GBps);
+             c.overlap_slowdown, c.optimizer_GBps, c.int8_codec_GBps, c.int4_codec_GBps);
   fmt::print("wrote {}\n", o.out);
   std::fflush(stdout);
 }

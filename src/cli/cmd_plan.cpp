@@ -161,8 +161,13 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
       else if (!curve->latency_known)
         curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", plan::collective_key(k), curve->bus_GBps));
       else
-        curves.push_back(fmt::format("{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us)", plan::collective_key(k),
-                                     curve->bus_GBps, curve->half_bytes / 1e3, curve->latency_s() * 1e6));
+        curves.push_back(fmt::format(
+            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us){}", plan::collective_key(k), curve->bus_GBps,
+            curve->half_bytes / 1e3, curve->latency_s() * 1e6,
+            curve->has_under_compute()
+                ? fmt::format(", beside compute {:.4g} GB/s, latency {:.3g} us", curve->busy_GBps,
+                              curve->busy_half_bytes / (curve->busy_GBps * 1e9) * 1e6)
+                : std::string()));
     }
     const std::string group = cal.group_size > 0 ? fmt::format("a group of {}, {} crossing at once", cal.group_size,
                                                                count_of(cal.ranks_sharing, "rank"))
@@ -171,9 +176,13 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   }
   if (const auto& cal = c.calibration(); cal && cal->compute)
     fmt::print("calibrated compute: matmul {:.4g} GFLOP/s a rank, half of it at {:.3g} GFLOP; other kernels x{:.3g}; "
-               "x{:.3g} slower beside communication; Adam {:.3g} GB/s (ignoring the device's efficiency and HBM)\n",
+               "x{:.3g} slower beside communication; Adam {:.3g} GB/s{} (ignoring the device's efficiency and HBM)\n",
                cal->compute->peak_gflops, cal->compute->half_gflop, cal->compute->kernel_overhead,
-               cal->compute->overlap_slowdown, cal->compute->optimizer_GBps);
+               cal->compute->overlap_slowdown, cal->compute->optimizer_GBps,
+               cal->compute->int8_codec_GBps > 0
+                   ? fmt::format("; int8/int4 wire coding {:.3g}/{:.3g} GB/s of fp32", cal->compute->int8_codec_GBps,
+                                 cal->compute->int4_codec_GBps)
+                   : std::string());
   else if (cal)
     fmt::print("compute: the calibration has none; the device's peak x efficiency and HBM rate above\n");
 }
@@ -220,12 +229,18 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   if (c.calibration()) {
     // The calibrated terms: each tier's fixed costs against its bytes' time, and compute lost
     // to running beside communication.
-    fmt::print("  calibrated terms, s a step (tier: latency + bandwidth busy time; overlap: compute slowed by "
-               "communication beside it; step s = compute s + exposed s + overlap + step s*):\n");
+    fmt::print("  calibrated terms, s a step (tier: latency + bandwidth [+ wire coding] [+ slowed by compute beside "
+               "it] busy time; overlap: compute slowed by communication beside it; step s = compute s + exposed s + "
+               "overlap + step s*):\n");
     for (const plan::Estimate& e : estimates) {
       std::vector<std::string> parts;
-      for (const plan::TierCost& t : e.tiers)
-        parts.push_back(fmt::format("{} {:.4g} + {:.4g}", t.traffic.tier, t.latency_s, t.busy_s - t.latency_s));
+      for (const plan::TierCost& t : e.tiers) {
+        std::string part = fmt::format("{} {:.4g} + {:.4g}", t.traffic.tier, t.latency_s,
+                                       t.busy_s - t.latency_s - t.codec_s - t.under_compute_s);
+        if (t.codec_s > 0) part += fmt::format(" + coding {:.4g}", t.codec_s);
+        if (t.under_compute_s > 0) part += fmt::format(" + beside compute {:.4g}", t.under_compute_s);
+        parts.push_back(std::move(part));
+      }
       fmt::print("    {:<12} {}; overlap {:.4g}\n", e.strategy, fmt::join(parts, ", "), e.overlap_slowdown_s);
     }
   }

@@ -50,6 +50,21 @@ double CollectiveCurve::seconds_for(double bytes_sent, int sends) const {
   return alpha + bytes_sent / (bus_GBps * 1e9);
 }
 
+double CollectiveCurve::under_compute_factor(double bytes_sent, int sends) const {
+  if (!has_under_compute()) return 1.0;
+  const double scale = messages > 0 ? static_cast<double>(sends) / messages : 1.0;
+  const double busy = scale * busy_half_bytes / (busy_GBps * 1e9) + bytes_sent / (busy_GBps * 1e9);
+  return std::max(1.0, busy / seconds_for(bytes_sent, sends));
+}
+
+void CollectiveCurve::fit_under_compute(std::vector<double> bytes, std::vector<double> seconds) {
+  const LineFit f = fit_line_relative(bytes, seconds);
+  busy_GBps = 1 / f.slope / 1e9;
+  busy_half_bytes = f.intercept / f.slope;
+  busy_bytes = std::move(bytes);
+  busy_seconds = std::move(seconds);
+}
+
 CollectiveCurve CollectiveCurve::fit(std::vector<double> bytes, std::vector<double> seconds, int messages) {
   const LineFit f = fit_line_relative(bytes, seconds);
   CollectiveCurve c;
@@ -160,7 +175,7 @@ void check_points(const Fields& f, std::string_view x_field, const std::vector<d
 // large-message bandwidth); the measured points when given.
 CollectiveCurve read_curve(const Fields& tier, Collective c) {
   const Fields f(tier.table(collective_key(c)), tier.at(collective_key(c)));
-  f.only({"bus_GBps", "half_bytes", "messages", "bytes", "seconds"});
+  f.only({"bus_GBps", "half_bytes", "messages", "bytes", "seconds", "under_compute"});
   CollectiveCurve curve;
   curve.bus_GBps = f.positive("bus_GBps");
   curve.latency_known = f.has("half_bytes") || f.has("messages");
@@ -173,6 +188,19 @@ CollectiveCurve read_curve(const Fields& tier, Collective c) {
     curve.seconds = f.numbers("seconds");
     check_points(f, "bytes", curve.bytes, curve.seconds);
   }
+  if (f.has("under_compute")) {
+    // Measured by strata calibrate with the curve above; its scale of fixed cost (messages) is the curve's.
+    if (!curve.latency_known)
+      throw Error(fmt::format("{}: needs the curve's half_bytes and messages (it is measured with them)",
+                              f.at("under_compute")));
+    const Fields b(f.table("under_compute"), f.at("under_compute"));
+    b.only({"bus_GBps", "half_bytes", "bytes", "seconds"});
+    curve.busy_GBps = b.positive("bus_GBps");
+    curve.busy_half_bytes = b.at_least("half_bytes", 0);
+    curve.busy_bytes = b.numbers("bytes");
+    curve.busy_seconds = b.numbers("seconds");
+    check_points(b, "bytes", curve.busy_bytes, curve.busy_seconds);
+  }
   return curve;
 }
 
@@ -184,8 +212,14 @@ toml::array to_array(const std::vector<double>& v) {
 
 nlohmann::json curve_json(const CollectiveCurve& c) {
   if (!c.latency_known) return {{"bus_GBps", c.bus_GBps}, {"latency", "the topology's latency_us a message"}};
-  return {{"bus_GBps", c.bus_GBps}, {"half_bytes", c.half_bytes}, {"latency_us", c.latency_s() * 1e6},
-          {"messages", c.messages}};
+  nlohmann::json j{{"bus_GBps", c.bus_GBps}, {"half_bytes", c.half_bytes}, {"latency_us", c.latency_s() * 1e6},
+                   {"messages", c.messages}};
+  j["under_compute"] = c.has_under_compute()
+                           ? nlohmann::json{{"bus_GBps", c.busy_GBps},
+                                            {"half_bytes", c.busy_half_bytes},
+                                            {"latency_us", c.busy_half_bytes / (c.busy_GBps * 1e9) * 1e6}}
+                           : nlohmann::json("not measured: priced as alone");
+  return j;
 }
 
 }  // namespace
@@ -207,14 +241,16 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     const toml::table* compute = doc["compute"].as_table();
     if (!compute) throw Error(fmt::format("{}: must be a table ([compute])", root.at("compute")));
     const Fields cf(*compute, root.at("compute"));
-    cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "threads", "gflop",
-             "seconds"});
+    cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "int8_codec_GBps",
+             "int4_codec_GBps", "threads", "gflop", "seconds"});
     ComputeCalibration& cc = c.compute.emplace();
     cc.peak_gflops = cf.positive("peak_gflops");
     cc.half_gflop = cf.at_least("half_gflop", 0);
     cc.kernel_overhead = cf.at_least("kernel_overhead", 1);
     cc.overlap_slowdown = cf.at_least("overlap_slowdown", 1);
     cc.optimizer_GBps = cf.positive("optimizer_GBps");
+    if (cf.has("int8_codec_GBps")) cc.int8_codec_GBps = cf.positive("int8_codec_GBps");
+    if (cf.has("int4_codec_GBps")) cc.int4_codec_GBps = cf.positive("int4_codec_GBps");
     cc.threads = cf.integer("threads", 1);
     cc.gflop = cf.numbers("gflop");
     cc.seconds = cf.numbers("seconds");
@@ -262,15 +298,19 @@ std::string Calibration::to_toml() const {
   doc.insert("topology", topology);
   if (world_size > 0) doc.insert("world_size", world_size);
   doc.insert("command", command);
-  if (compute)
-    doc.insert("compute", toml::table{{"peak_gflops", compute->peak_gflops},
-                                      {"half_gflop", compute->half_gflop},
-                                      {"kernel_overhead", compute->kernel_overhead},
-                                      {"overlap_slowdown", compute->overlap_slowdown},
-                                      {"optimizer_GBps", compute->optimizer_GBps},
-                                      {"threads", compute->threads},
-                                      {"gflop", to_array(compute->gflop)},
-                                      {"seconds", to_array(compute->seconds)}});
+  if (compute) {
+    toml::table table{{"peak_gflops", compute->peak_gflops},
+                      {"half_gflop", compute->half_gflop},
+                      {"kernel_overhead", compute->kernel_overhead},
+                      {"overlap_slowdown", compute->overlap_slowdown},
+                      {"optimizer_GBps", compute->optimizer_GBps},
+                      {"threads", compute->threads},
+                      {"gflop", to_array(compute->gflop)},
+                      {"seconds", to_array(compute->seconds)}};
+    if (compute->int8_codec_GBps > 0) table.insert("int8_codec_GBps", compute->int8_codec_GBps);
+    if (compute->int4_codec_GBps > 0) table.insert("int4_codec_GBps", compute->int4_codec_GBps);
+    doc.insert("compute", std::move(table));
+  }
   toml::array tier_array;
   for (const TierCalibration& t : tiers) {
     toml::table table{{"name", t.name}};
@@ -282,6 +322,11 @@ std::string Calibration::to_toml() const {
       toml::table curve{{"bus_GBps", c->bus_GBps}};
       if (c->latency_known) curve.insert("half_bytes", c->half_bytes), curve.insert("messages", c->messages);
       if (!c->bytes.empty()) curve.insert("bytes", to_array(c->bytes)), curve.insert("seconds", to_array(c->seconds));
+      if (c->has_under_compute())
+        curve.insert("under_compute", toml::table{{"bus_GBps", c->busy_GBps},
+                                                  {"half_bytes", c->busy_half_bytes},
+                                                  {"bytes", to_array(c->busy_bytes)},
+                                                  {"seconds", to_array(c->busy_seconds)}});
       table.insert(collective_key(k), std::move(curve));
     }
     tier_array.push_back(std::move(table));
@@ -290,7 +335,8 @@ std::string Calibration::to_toml() const {
   std::ostringstream out;
   out << "# strata calibration (docs/calibration.md): measured by `strata calibrate`, read by\n"
          "# `strata plan --calibration FILE`. Collective time = (bytes a rank sends + half_bytes) / bus_GBps;\n"
-         "# matmul time = (FLOPs + half_gflop) / peak_gflops, times kernel_overhead for the whole step.\n"
+         "# matmul time = (FLOPs + half_gflop) / peak_gflops, times kernel_overhead for the whole step;\n"
+         "# under_compute: the collective while every rank computes beside it.\n"
       << doc << "\n";
   return out.str();
 }
@@ -310,6 +356,8 @@ nlohmann::json Calibration::to_json() const {
                     {"kernel_overhead", compute->kernel_overhead},
                     {"overlap_slowdown", compute->overlap_slowdown},
                     {"optimizer_GBps", compute->optimizer_GBps},
+                    {"int8_codec_GBps", compute->int8_codec_GBps},
+                    {"int4_codec_GBps", compute->int4_codec_GBps},
                     {"threads", compute->threads}};
   return {{"version", version},
           {"topology", topology},

@@ -42,11 +42,22 @@ struct CollectiveCurve {
   std::vector<double> bytes, seconds;  // the measurements the curve was fitted to (may be empty when shipped)
   bool latency_known = true;           // false: half_bytes and messages unknown, the topology's latency is used
 
+  // The same collective timed while every rank's compute thread runs matmuls beside it, as a
+  // training step overlaps them (calibrate measures two sizes): where ranks share cores, a
+  // message waits for its thread to be scheduled between compute. Absent (busy_GBps 0): the
+  // op is priced as when alone. Same form, same `messages`.
+  double busy_GBps = 0, busy_half_bytes = 0;
+  std::vector<double> busy_bytes, busy_seconds;
+
   double latency_s() const { return half_bytes / (bus_GBps * 1e9); }
   // An op of `sends` messages: α scaled by sends / messages (a ring over a group of another
   // size pays its own number of steps), plus its bytes at B.
   double seconds_for(double bytes_sent, int sends) const;
+  bool has_under_compute() const { return busy_GBps > 0; }
+  // The op's time beside compute / alone (>= 1; 1 without the busy curve).
+  double under_compute_factor(double bytes_sent, int sends) const;
   static CollectiveCurve fit(std::vector<double> bytes, std::vector<double> seconds, int messages);
+  void fit_under_compute(std::vector<double> bytes, std::vector<double> seconds);
 };
 
 struct TierCalibration {
@@ -72,6 +83,10 @@ struct ComputeCalibration {
   double kernel_overhead = 1;   // measured forward+backward / its matmuls' curve time (norms, softmax, ...)
   double overlap_slowdown = 1;  // matmul time while a collective runs / alone (>= 1)
   double optimizer_GBps = 0;    // Adam: elements x (24 + 2 x 4) bytes / its time (the planner's count)
+  // Block quantization on the cores that also compute (the CPU runtime codes int8/int4 wires
+  // on its communication thread): fp32 bytes encoded plus decoded a second, every rank at
+  // once. 0: not measured (a device's kernels; the codec is then not priced).
+  double int8_codec_GBps = 0, int4_codec_GBps = 0;
   int threads = 1;              // OpenMP threads a rank computed with
   std::vector<double> gflop, seconds;  // the matmuls the curve was fitted to
 

@@ -174,7 +174,8 @@ OpPrice price_flat_ring(const ScheduledOp& op, const topo::Topology& topology, c
   if (bound_curve && bound_curve->latency_known) {
     const double per_rank_bytes = bytes / bound_ranks;
     const double at_bandwidth = per_rank_bytes / (bound_curve->bus_GBps * 1e9);
-    return {bound_curve->seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth};
+    return {bound_curve->seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth, 0,
+            bound_curve->under_compute_factor(per_rank_bytes, op.messages)};
   }
   return {topology_latency_s, bytes / rate};
 }
@@ -189,7 +190,8 @@ OpPrice one_call(const ScheduledOp& op, const topo::Topology& topology, const Ca
   if (const CollectiveCurve* curve = calibration ? calibration->tier(tier.name).find(collective_of(op)) : nullptr) {
     const double at_bandwidth = bytes / (curve->bus_GBps * 1e9);
     if (!curve->latency_known) return {op.messages * alpha, at_bandwidth};
-    return {curve->seconds_for(bytes, op.messages) - at_bandwidth, at_bandwidth};
+    return {curve->seconds_for(bytes, op.messages) - at_bandwidth, at_bandwidth, 0,
+            curve->under_compute_factor(bytes, op.messages)};
   }
   const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
   return {op.messages * alpha, bytes / beta};
@@ -197,16 +199,31 @@ OpPrice one_call(const ScheduledOp& op, const topo::Topology& topology, const Ca
 
 }  // namespace
 
+double codec_elements(const ScheduledOp& op) {
+  if (!comm::is_quantized(op.wire)) return 0;
+  // A gather chain moves weights already in their wire format (encoded once, after the step)
+  // and decodes the unit when it is whole: each gather of the chain is charged what it brought
+  // in, so the chain pays the unit less the rank's own shard.
+  if (op.kind == shard::OpKind::AllGather) return static_cast<double>(op.elements_out - op.elements_in);
+  return static_cast<double>(op.elements_in) + static_cast<double>(op.elements_out) * op.group_size;
+}
+
 OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration,
                  double launches) {
   OpPrice price = one_call(op, topology, calibration);
   price.latency_s *= launches;
+  if (calibration && calibration->compute) {
+    const ComputeCalibration& c = *calibration->compute;
+    const double GBps = op.wire == DType::I8 ? c.int8_codec_GBps : op.wire == DType::I4 ? c.int4_codec_GBps : 0;
+    if (GBps > 0) price.codec_s = 4 * codec_elements(op) / (GBps * 1e9);
+  }
   return price;
 }
 
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            double overlap_slowdown, bool last_of_step) {
+                            double overlap_slowdown, bool last_of_step,
+                            const std::vector<double>& op_under_compute) {
   const std::vector<model::UnitEvent>& events = schedule.units().events;
   std::vector<ScheduledOp> ops = schedule.micro_batch_ops();
   const std::size_t micro_ops = ops.size();
@@ -231,68 +248,80 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
   // The communication stream serves ops one at a time in the order the program issues them
   // (the runtime's communication thread is a FIFO), each starting once issued and the
   // stream is free. Compute issues at each event, then waits for what the program says
-  // must be complete before the event's compute.
+  // must be complete before the event's compute. The two streams advance together: while
+  // both run, compute goes at 1/overlap_slowdown and the op on the stream at
+  // 1/op_under_compute; alone, each at full speed.
+  if (!op_under_compute.empty() && op_under_compute.size() != ops.size())
+    throw Error(fmt::format("replay: {} under-compute factors for {} ops", op_under_compute.size(), ops.size()));
+  auto factor = [&](int i) { return op_under_compute.empty() ? 1.0 : op_under_compute[i]; };
   Timeline t;
   t.busy_by_level.assign(levels, 0);
+  t.stretch_by_level.assign(levels, 0);
   t.exposed_by_level.assign(levels, 0);
   std::vector<double> start(ops.size(), 0), end(ops.size(), 0);
-  std::vector<double> chain_end(events.size(), 0), bucket_end(ops_of_bucket.size(), 0);
+  std::vector<char> done(ops.size(), 0);
+  std::vector<int> chain_last(events.size(), -1), bucket_last(ops_of_bucket.size(), -1);
   std::vector<std::pair<double, double>> waits;
-  double comm_free = 0, clock = 0, run = 0;
-  auto wait_until = [&](double ready) {
-    if (ready > clock) waits.emplace_back(clock, ready);
-    clock = std::max(clock, ready);
+  double clock = 0, run = 0;
+  // The stream, simulated up to `clock`: t.order[head] is on it with `left` seconds of its
+  // own (alone) time to go; the ops before it are done.
+  std::size_t head = 0;
+  double left = 0;
+  auto finish_head = [&] {
+    const int i = t.order[head];
+    end[i] = clock, done[i] = 1;
+    if (++head < t.order.size()) start[t.order[head]] = clock, left = op_seconds[t.order[head]];
   };
-  // Runs `work` seconds of compute from `clock`, slowed while an issued op is on the stream.
-  // Ops issued later start after this compute, so the issued ones are all it can meet; they
-  // run back to back in issue order (t.order).
-  std::size_t first_live = 0;  // in t.order: ops before it ended before `clock`
+  auto settle = [&] {  // ops of no time end where they start
+    while (head < t.order.size() && left <= 0) finish_head();
+  };
+  // Compute waits, the stream alone, until op i is done.
+  auto wait_for = [&](int i) {
+    const double from = clock;
+    while (!done[i]) {
+      settle();
+      if (done[i]) break;
+      clock += left, left = 0;
+      finish_head();
+    }
+    if (clock > from) waits.emplace_back(from, clock);
+  };
+  // Runs `work` seconds of compute from `clock`, both streams slowed while they overlap.
   auto run_compute = [&](double work) {
-    if (overlap_slowdown == 1.0) {  // the plain sum: no rounding of its own
-      clock += work;
-      return;
+    while (work > 0) {
+      settle();
+      if (head == t.order.size()) {
+        clock += work;
+        return;
+      }
+      const double f = factor(t.order[head]), compute_wall = work * overlap_slowdown, op_wall = left * f;
+      if (compute_wall <= op_wall) {
+        clock += compute_wall, left -= compute_wall / f;
+        t.slowdown_s += compute_wall - work;
+        return;
+      }
+      clock += op_wall, left = 0;
+      work -= op_wall / overlap_slowdown;
+      t.slowdown_s += op_wall - op_wall / overlap_slowdown;
+      finish_head();
     }
-    const double begin = clock;
-    double now = clock;
-    for (std::size_t k = first_live; k < t.order.size() && work > 0; ++k) {
-      const int i = t.order[k];
-      if (end[i] <= now) {
-        first_live = k + 1;
-        continue;
-      }
-      if (start[i] > now) {
-        const double gap = start[i] - now;
-        if (work <= gap) break;
-        work -= gap, now = start[i];
-      }
-      const double can = (end[i] - now) / overlap_slowdown;
-      if (work <= can) {
-        now += work * overlap_slowdown, work = 0;
-        break;
-      }
-      work -= can, now = end[i];
-    }
-    clock = now + work;
-    t.slowdown_s += clock - begin;
   };
-  // Queues a chain on the stream; returns when it ends.
+  // Queues a chain on the stream; returns its last op.
   auto enqueue = [&](const std::vector<int>& chain) {
     for (int i : chain) {
-      start[i] = std::max(comm_free, clock);
-      end[i] = start[i] + op_seconds[i];
-      comm_free = end[i];
       t.order.push_back(i);
+      if (head == t.order.size() - 1) start[i] = clock, left = op_seconds[i];
     }
-    return comm_free;
+    return chain.empty() ? -1 : chain.back();
   };
   for (std::size_t e = 0; e <= events.size(); ++e) {
     const shard::EventStep& step = program.steps[e];
-    for (int c : step.issue) chain_end[c] = enqueue(ops_of_event[c]);
-    for (int b : step.bucket_issue) bucket_end[b] = enqueue(ops_of_bucket[b]);
-    double ready = 0;
-    for (int c : step.complete) ready = std::max(ready, chain_end[c]);
-    for (int b : step.bucket_complete) ready = std::max(ready, bucket_end[b]);
-    wait_until(ready);
+    for (int c : step.issue) chain_last[c] = enqueue(ops_of_event[c]);
+    for (int b : step.bucket_issue) bucket_last[b] = enqueue(ops_of_bucket[b]);
+    for (int c : step.complete)
+      if (chain_last[c] >= 0) wait_for(chain_last[c]);
+    for (int b : step.bucket_complete)
+      if (bucket_last[b] >= 0) wait_for(bucket_last[b]);
     if (e == events.size()) break;
     const model::UnitEvent& ev = events[e];
     if (ev.kind != model::UnitEvent::Acquire) continue;
@@ -305,14 +334,15 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
       run = 0;
     }
   }
-  wait_until(comm_free);
+  if (!t.order.empty()) wait_for(t.order.back());
   t.makespan_s = clock;
-  if (overlap_slowdown != 1.0) t.slowdown_s -= t.compute_s;  // run_compute summed the stretched times
 
   // The stream is busy through every wait (compute waits only on an issued op, and the
   // tail only on queued reductions), so each wait splits exactly over the ops it overlaps.
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    t.busy_by_level[ops[i].level] += op_seconds[i];
+    const double stretch = factor(i) == 1.0 ? 0.0 : std::max(0.0, end[i] - start[i] - op_seconds[i]);
+    t.busy_by_level[ops[i].level] += op_seconds[i] + stretch;
+    t.stretch_by_level[ops[i].level] += stretch;
     for (auto [from, to] : waits)
       t.exposed_by_level[ops[i].level] += std::max(0.0, std::min(to, end[i]) - std::max(from, start[i]));
   }
@@ -341,7 +371,9 @@ nlohmann::json Estimate::to_json() const {
                              {"messages", t.traffic.messages}};
     time[t.traffic.tier] = {{"busy_s", t.busy_s},
                             {"latency_s", t.latency_s},
-                            {"bandwidth_s", t.busy_s - t.latency_s},
+                            {"codec_s", t.codec_s},
+                            {"under_compute_s", t.under_compute_s},
+                            {"bandwidth_s", t.busy_s - t.latency_s - t.codec_s - t.under_compute_s},
                             {"exposed_micro_batch_s", t.exposed_micro_s},
                             {"step_phase_s", t.step_phase_s}};
   }
@@ -481,29 +513,33 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   auto price = [&](const ScheduledOp& op) {
     return price_op(op, topology_, calibrated, collective_launches(op, units_, workload_.granularity));
   };
-  std::vector<double> op_seconds;
+  std::vector<double> op_seconds, under_compute;
   for (const ScheduledOp& op : schedule.micro_batch_ops()) {
     const bool out = left_out(op);
     if (out) drop(op, K), note(op);
     const OpPrice p = out ? OpPrice{} : price(op);
     op_seconds.push_back(p.seconds());
+    under_compute.push_back(p.under_compute);
     e.tiers[op.level].latency_s += K * p.latency_s;
+    e.tiers[op.level].codec_s += K * p.codec_s;
   }
   const ComputeCalibration* measured_compute =
       calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
   const double slowdown = measured_compute ? measured_compute->overlap_slowdown : 1.0;
-  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown);
+  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown, false, under_compute);
   // The step's last micro-batch also runs the buckets' step reductions (once a step).
   for (const ScheduledOp& op : schedule.bucket_ops()) {
     const bool out = left_out(op);
     if (out) drop(op, 1), note(op);
     const OpPrice p = out ? OpPrice{} : price(op);
     op_seconds.push_back(p.seconds());
+    under_compute.push_back(p.under_compute);
     e.tiers[op.level].latency_s += p.latency_s;
+    e.tiers[op.level].codec_s += p.codec_s;
   }
-  const Timeline last = schedule.buckets().empty()
-                            ? mb
-                            : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown, true);
+  const Timeline last = schedule.buckets().empty() ? mb
+                                                   : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds,
+                                                                        slowdown, true, under_compute);
   for (const ScheduledOp& op : schedule.step_ops()) {
     if (left_out(op)) {
       drop(op, 1), note(op);
@@ -512,12 +548,14 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     const OpPrice p = price(op);
     const double s = p.seconds();
     e.tiers[op.level].latency_s += p.latency_s;
+    e.tiers[op.level].codec_s += p.codec_s;
     e.tiers[op.level].step_phase_s += s;
     e.tiers[op.level].busy_s += s;
     e.step_comm_s += s;
   }
   for (std::size_t t = 0; t < e.tiers.size(); ++t) {
     e.tiers[t].busy_s += (K - 1) * mb.busy_by_level[t] + last.busy_by_level[t];
+    e.tiers[t].under_compute_s = (K - 1) * mb.stretch_by_level[t] + last.stretch_by_level[t];
     e.tiers[t].exposed_micro_s = (K - 1) * mb.exposed_by_level[t] + last.exposed_by_level[t];
   }
   // Tensor parallelism's collectives sit inside the model's compute, which waits for each
@@ -528,6 +566,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     const OpPrice p = price(op);
     tp_s += p.seconds();
     e.tiers[op.level].latency_s += K * p.latency_s;
+    e.tiers[op.level].codec_s += K * p.codec_s;
     e.tiers[op.level].busy_s += K * p.seconds();
     e.tiers[op.level].exposed_micro_s += K * p.seconds();
   }

@@ -84,12 +84,21 @@ double op_time_s(const shard::ScheduledOp& op, const topo::Topology& topology);
 // all-gather, a ring reduce-scatter a reduce-scatter, a quantized reduction an all-to-all, a
 // tensor-parallel all-reduce an all-reduce (2(t-1) messages of one chunk: α-β prices it as a
 // reduce-scatter plus an all-gather).
+// With a calibration that measured them, two more terms: the op's block quantization on the
+// cores (codec_s: its wire's encode and decode at the calibrated codec rate), and how much
+// slower it runs while compute runs beside it (under_compute: its curve's busy form / alone,
+// applied by the replay to the part of the op that overlaps compute).
 struct OpPrice {
-  double latency_s = 0, bandwidth_s = 0;
-  double seconds() const { return latency_s + bandwidth_s; }
+  double latency_s = 0, bandwidth_s = 0, codec_s = 0;
+  double under_compute = 1;
+  double seconds() const { return latency_s + bandwidth_s + codec_s; }
 };
 // A flat op (ScheduledOp::levels_spanned > 1) is priced as one ring over the tiers it spans
 // (docs/planner.md "Flat rings").
+// Elements an op of a quantized wire encodes and decodes a rank (0 for other wires): a gather
+// decodes what it brought in (its weights travel in their stored wire format); an all-to-all
+// reduction encodes its input and decodes (and sums) the group's chunks of its output.
+double codec_elements(const shard::ScheduledOp& op);
 // `launches`: the collective calls the op stands for (collective_launches); each pays the fixed cost.
 OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration,
                  double launches = 1.0);
@@ -106,7 +115,9 @@ double collective_launches(const shard::ScheduledOp& op, const shard::UnitPlan& 
 // unit events; communication runs one op at a time in the order ops are issued. Issue and
 // wait points are the schedule's micro-batch program, the one the runtime executes (no
 // policy of its own here): the timeline is the runtime's order by construction. Compute
-// runs `overlap_slowdown` times slower while an op is on the communication stream.
+// runs `overlap_slowdown` times slower while an op is on the communication stream, and op i
+// `op_under_compute[i]` times slower while compute runs beside it (empty: 1 for every op);
+// when both run, each advances at its slowed rate.
 // `last_of_step`: the step's last micro-batch (Schedule::last_micro_batch_program), which
 // also runs the buckets' step reductions; ops are then numbered micro-batch ops first, bucket
 // ops after (op_seconds and order alike).
@@ -115,17 +126,21 @@ struct Timeline {
   double compute_s = 0;
   double slowdown_s = 0;               // compute time added by running beside communication
   std::vector<double> busy_by_level;   // time ops of each tier occupy the stream
+  std::vector<double> stretch_by_level;  // of it, added by compute running beside the ops
   std::vector<double> exposed_by_level;  // time compute waits (or the micro-batch runs on) per tier
   std::vector<int> order;              // ops (indices) in the order the stream runs them
 };
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            double overlap_slowdown = 1.0, bool last_of_step = false);
+                            double overlap_slowdown = 1.0, bool last_of_step = false,
+                            const std::vector<double>& op_under_compute = {});
 
 struct TierCost {
   shard::TierTraffic traffic;   // bytes and messages a rank sends and receives per step
   double busy_s = 0;            // time its ops occupy the communication stream, per step
   double latency_s = 0;         //   of which their fixed costs (latency, launch), the rest bytes at bandwidth
+  double codec_s = 0;           //   of which block quantization on the cores (calibrated codec rate)
+  double under_compute_s = 0;   //   of which added by compute running beside the ops (calibrated busy curves)
   double exposed_micro_s = 0;   // per-micro-batch communication not hidden by compute, per step
   double step_phase_s = 0;      // optimizer-step phase communication (never hidden)
 };

@@ -35,12 +35,21 @@ Calibration h100_calibration(double cluster_GBps, double overlap_slowdown = 1.0)
     for (Collective k : kCollectives) t.curves[static_cast<int>(k)] = exact_curve(bus, 64e3, group - 1);
     c.tiers.push_back(t);
   }
+  // The cluster tier also measured beside compute: three times its fixed cost, half its bandwidth.
+  for (Collective k : kCollectives) {
+    CollectiveCurve& curve = *c.tiers[1].curves[static_cast<int>(k)];
+    std::vector<double> bytes{1e4, 1e7}, seconds;
+    for (double n : bytes) seconds.push_back((n / 0.5 + 3 * 64e3) / (cluster_GBps * 1e9));
+    curve.fit_under_compute(bytes, seconds);
+  }
   ComputeCalibration& compute = c.compute.emplace();
   compute.peak_gflops = 600e3;
   compute.half_gflop = 2;
   compute.kernel_overhead = 1.2;
   compute.overlap_slowdown = overlap_slowdown;
   compute.optimizer_GBps = 2500;
+  compute.int8_codec_GBps = 50;
+  compute.int4_codec_GBps = 40;
   compute.gflop = {1, 10, 100};
   compute.seconds = {0.1, 0.2, 0.3};
   return c;
@@ -108,8 +117,15 @@ TEST(Calibration, RoundTripsThroughItsFile) {
       EXPECT_EQ(y.messages, x.messages);
       EXPECT_EQ(y.bytes, x.bytes);
       EXPECT_EQ(y.seconds, x.seconds);
+      EXPECT_EQ(y.has_under_compute(), t == 1);
+      EXPECT_DOUBLE_EQ(y.busy_GBps, x.busy_GBps);
+      EXPECT_DOUBLE_EQ(y.busy_half_bytes, x.busy_half_bytes);
+      EXPECT_EQ(y.busy_bytes, x.busy_bytes);
+      EXPECT_EQ(y.busy_seconds, x.busy_seconds);
     }
   }
+  EXPECT_DOUBLE_EQ(b.compute->int8_codec_GBps, 50);
+  EXPECT_DOUBLE_EQ(b.compute->int4_codec_GBps, 40);
   EXPECT_DOUBLE_EQ(b.compute->peak_gflops, a.compute->peak_gflops);
   EXPECT_DOUBLE_EQ(b.compute->half_gflop, a.compute->half_gflop);
   EXPECT_DOUBLE_EQ(b.compute->kernel_overhead, a.compute->kernel_overhead);
@@ -134,6 +150,14 @@ TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
   expect_refused(replace(good, "gflop = [ 1.0, 10.0, 100.0 ]", "gflop = [ 1.0, 10.0 ]"),
                  {"cal.toml: compute", "same number of points"});
   expect_refused("version = 1\n[compute\n", {"cal.toml:2:"});
+  expect_refused(replace(good, "int8_codec_GBps = 50", "int8_codec_GBps = 0"),
+                 {"cal.toml: compute.int8_codec_GBps = 0", "positive"});
+  const std::string busy = "[tiers.all_gather.under_compute]\n";
+  ASSERT_NE(good.find(busy), std::string::npos) << good;
+  expect_refused(replace(good, busy, busy + "speed = 1\n"),
+                 {"cal.toml: tiers[1] ('cluster').all_gather.under_compute.speed: unknown field"});
+  expect_refused(replace(good, busy, busy + "bus_GBps = -2\n# "),
+                 {"tiers[1] ('cluster').all_gather.under_compute.bus_GBps = -2", "positive"});
 }
 
 TEST(Calibration, ThePlanChangesWithTheCalibration) {
@@ -143,7 +167,9 @@ TEST(Calibration, ThePlanChangesWithTheCalibration) {
     const Estimate d = priced(datasheet, name), f = priced(fast, name), s = priced(slow, name);
     EXPECT_EQ(d.bytes_on("cluster"), s.bytes_on("cluster")) << name;  // the bytes are the schedule's
     EXPECT_NE(d.step_time_s, f.step_time_s) << name;
-    EXPECT_GT(s.tiers[1].busy_s, 7 * f.tiers[1].busy_s) << name;      // 8x slower bytes, same latency
+    // 8x slower bytes, same latency (alone: what compute beside them adds is its own term)
+    EXPECT_GT(s.tiers[1].busy_s - s.tiers[1].under_compute_s, 7 * (f.tiers[1].busy_s - f.tiers[1].under_compute_s))
+        << name;
     EXPECT_GT(s.step_time_s, f.step_time_s) << name;
     EXPECT_GT(f.tiers[1].latency_s, 0) << name;
     EXPECT_EQ(f.to_json()["comm_time_per_step"]["cluster"]["latency_s"], f.tiers[1].latency_s);
@@ -295,4 +321,57 @@ TEST(Calibration, TensorParallelAllReducesArePricedByTheirTiersAllReduceCurve) {
   const Estimate a = fast_plan.estimate("zero3", spec), b = slow_plan.estimate("zero3", spec);
   EXPECT_NEAR(b.tp_allreduce_s - a.tp_allreduce_s, slow_s - fast_s, 1e-12);
   EXPECT_NEAR(b.step_time_s - a.step_time_s, slow_s - fast_s, 1e-12);
+}
+
+// What calibrate measures on cores that compute and communicate at once: block quantization
+// of an int8/int4 wire at the codec rate, and a collective beside compute at its busy curve.
+TEST(Calibration, WireCodingAndCommunicationBesideComputeArePricedFromTheirMeasurements) {
+  const Calibration cal = h100_calibration(40);
+  topo::Topology t = topo::Topology::preset("dgx-h100");
+  t.resolve(t.world_size_for_nodes(4));
+  // An int8 ring gather of 1M elements a rank over the 4 nodes: it brings 3M elements in
+  // (4 bytes each through the codec at 50 GB/s); an int4 all-to-all reduction of 4M elements
+  // encodes them and decodes 4 chunks of 1M.
+  shard::ScheduledOp gather{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  gather.level = 1, gather.group_size = 4, gather.messages = 3;
+  gather.wire = comm::DType::I8;
+  gather.elements_in = 1'000'000, gather.elements_out = 4'000'000;
+  gather.bytes_sent = gather.bytes_received = 3'000'000;
+  EXPECT_DOUBLE_EQ(codec_elements(gather), 3e6);
+  EXPECT_DOUBLE_EQ(price_op(gather, t, &cal).codec_s, 4 * 3e6 / 50e9);
+  shard::ScheduledOp reduce = gather;
+  reduce.kind = shard::OpKind::ReduceScatter, reduce.algorithm = shard::Algorithm::AllToAll;
+  reduce.wire = comm::DType::I4;
+  reduce.elements_in = 4'000'000, reduce.elements_out = 1'000'000;
+  EXPECT_DOUBLE_EQ(codec_elements(reduce), 8e6);
+  EXPECT_DOUBLE_EQ(price_op(reduce, t, &cal).codec_s, 4 * 8e6 / 40e9);
+  gather.wire = comm::DType::F32;  // nothing to code
+  EXPECT_EQ(price_op(gather, t, &cal).codec_s, 0);
+  EXPECT_EQ(price_op(gather, t, nullptr).codec_s, 0);
+
+  // The busy curve: 3M bytes at half the bus bandwidth and three times the fixed cost,
+  // against the curve alone; the node tier was not measured busy.
+  const CollectiveCurve& curve = cal.tier("cluster").curve(Collective::AllGather);
+  const double alone = curve.seconds_for(3e6, 3), busy = (3e6 / 0.5 + 3 * 64e3) / 40e9;
+  EXPECT_NEAR(price_op(gather, t, &cal).under_compute, busy / alone, 1e-9);
+  gather.level = 0;
+  EXPECT_EQ(price_op(gather, t, &cal).under_compute, 1.0);
+
+  // In the plan: zeropp's quantized wires pay coding, zero3's fp32 ones none; cross-node ops
+  // that overlap compute take longer, so the step does, and --json shows both terms.
+  const PlanContext with = h100_plan(cal);
+  Calibration no_busy = cal;
+  for (auto& curve : no_busy.tiers[1].curves) curve->busy_GBps = 0;
+  const PlanContext without = h100_plan(no_busy);
+  const Estimate zeropp = priced(with, "zeropp"), zero3 = priced(with, "zero3"), zero3_alone = priced(without, "zero3");
+  EXPECT_GT(zeropp.tiers[1].codec_s, 0);
+  EXPECT_EQ(zero3.tiers[1].codec_s, 0);
+  EXPECT_GT(zero3.tiers[1].under_compute_s, 0);
+  EXPECT_EQ(zero3_alone.tiers[1].under_compute_s, 0);
+  EXPECT_EQ(zero3.tiers[0].under_compute_s, 0);
+  EXPECT_GT(zero3.tiers[1].busy_s, zero3_alone.tiers[1].busy_s);
+  EXPECT_GE(zero3.step_time_s, zero3_alone.step_time_s);
+  const nlohmann::json j = zeropp.to_json()["comm_time_per_step"]["cluster"];
+  EXPECT_EQ(j["codec_s"], zeropp.tiers[1].codec_s);
+  EXPECT_EQ(j["under_compute_s"], zeropp.tiers[1].under_compute_s);
 }

@@ -263,6 +263,29 @@ TEST(CostModel, ReplaySlowsComputeBesideCommunication) {
   EXPECT_EQ(replay_micro_batch(s, {2, 2}, {4, 4}, ones).slowdown_s, 0);
 }
 
+// Ops three times slower while compute runs beside them (compute itself not slowed): each
+// prefetched op runs under compute at a third of its speed and finishes alone once compute
+// waits for it. Gather A [0,1] alone; B from 1 under A fwd [1,3] (2/3 done), then alone to
+// 10/3; B' under B fwd [10/3,16/3], alone to 17/3; A' under B bwd [17/3,29/3], done at
+// 26/3; reduce B under A bwd [29/3,41/3], done at 38/3; reduce A [41/3,44/3] alone.
+TEST(CostModel, ReplaySlowsCommunicationBesideCompute) {
+  shard::Schedule s = two_unit_schedule(1);
+  const std::vector<double> ones(6, 1.0), threes(6, 3.0);
+  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, 1.0, false, threes);
+  EXPECT_DOUBLE_EQ(t.compute_s, 12);
+  EXPECT_DOUBLE_EQ(t.slowdown_s, 0);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 44.0 / 3);
+  EXPECT_DOUBLE_EQ(t.exposed_by_level[0], 8.0 / 3);
+  EXPECT_DOUBLE_EQ(t.stretch_by_level[0], 20.0 / 3);  // B 4/3, B' 4/3, A' 2, reduce B 2
+  EXPECT_DOUBLE_EQ(t.busy_by_level[0], 6 + 20.0 / 3);
+  // Factors of 1 are the plain replay; a factor list of the wrong length is refused.
+  const Timeline plain = replay_micro_batch(s, {2, 2}, {4, 4}, ones, 1.0, false, ones);
+  EXPECT_DOUBLE_EQ(plain.makespan_s, 14);
+  EXPECT_EQ(plain.stretch_by_level[0], 0);
+  EXPECT_NE(error_of([&] { replay_micro_batch(s, {2, 2}, {4, 4}, ones, 1.0, false, {3.0}); }).find("under-compute"),
+            std::string::npos);
+}
+
 TEST(CostModel, ReplayHidesPrefetchedGathersBehindCompute) {
   shard::Schedule s = two_unit_schedule(1);
   ASSERT_EQ(s.micro_batch_ops().size(), 6u);

@@ -157,7 +157,9 @@ TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
       const bool node = name == std::string("node");
       TierCalibration tier{name, node ? 8 : 2, node ? 1 : 8, {}};
       const double bus = node ? node_GBps : 40.0;
-      for (auto& c : tier.curves) c = CollectiveCurve{bus, bus * 1e3, 1, {}, {}};  // alpha = 1 us
+      CollectiveCurve curve;
+      curve.bus_GBps = bus, curve.half_bytes = bus * 1e3, curve.messages = 1;  // alpha = 1 us
+      for (auto& c : tier.curves) c = curve;
       cal.tiers.push_back(tier);
     }
     return cal;
