@@ -23,6 +23,7 @@
 #include "comm/wait.hpp"
 #include "device/device.hpp"
 #include "model/layout.hpp"
+#include "shard/executor.hpp"
 #include "shard/runtime.hpp"
 #include "shard/schedule.hpp"
 #include "shard/spec.hpp"
@@ -135,9 +136,28 @@ void report(const train::TrainConfig& config, const train::TrainResult& result) 
   if (!config.out_dir.empty()) fmt::print("results in {}/ (summary.json, metrics.jsonl, ckpt/)\n", config.out_dir);
 }
 
+// A sharded run encodes its wires on the compute device: a wire the device has no codec for is
+// refused by the device's name, before the device or any NCCL communicator starts.
+void check_wires(const train::TrainConfig& config) {
+  if (!config.shard.sharded()) return;
+  const std::pair<std::string_view, const std::string&> wires[] = {{"shard.weight_wire", config.shard.weight_wire},
+                                                                   {"shard.grad_wire", config.shard.grad_wire},
+                                                                   {"shard.step_grad_wire", config.shard.step_grad_wire}};
+  for (const auto& [key, value] : wires) {
+    if (value.empty()) continue;  // the preset's: fp32, int8 or int4, which every device encodes
+    if (shard::device_encodes(config.device, comm::parse_dtype(value, key))) continue;
+    const auto& infos = train::setting_infos();
+    const auto info = std::find_if(infos.begin(), infos.end(), [&](const auto& i) { return key == i.key; });
+    throw Error(fmt::format("{} = '{}' ({}): the {} device has no codec for this wire (docs/gpu.md); bf16 takes "
+                            "the same 2 bytes a value",
+                            key, value, info->flag, config.device));
+  }
+}
+
 // The compute device and precision a run names, refused before anything runs where they
 // cannot work together.
 device::Device& check_device(const train::TrainConfig& config) {
+  check_wires(config);
   device::Device& device = device::device_named(config.device, "train.device");
   const device::Precision precision = device::precision_named(config.precision, "train.precision");
   if (device.host_visible() && precision != device::Precision::F32)

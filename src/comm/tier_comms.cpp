@@ -71,18 +71,15 @@ TierComms::TierComms(Context& ctx, const topo::ProcessGroups& groups, Backend ba
   }
   if (backend_ != Backend::Nccl) return;
   // The same order on every rank: each creation waits for all members of its group.
+  innermost_device_ = device_group(ctx, groups.within_group(0).comm, groups.within_group(0).name);
+  across_device_.emplace_back();
+  for (int t = 1; t < T; ++t)
+    across_device_.push_back(device_group(ctx, groups.across_group(t).comm, groups.across_group(t).name));
   for (int t = 0; t < T; ++t) {
-    within_device_.push_back(device_group(ctx, groups.within_group(t).comm, groups.within_group(t).name));
-    if (t == 0)
-      across_device_.emplace_back();
-    else
-      across_device_.push_back(device_group(ctx, groups.across_group(t).comm, groups.across_group(t).name));
-  }
-  for (int t = 0; t < T; ++t) {
-    std::vector<Collectives*> levels{within_device_[0].get()};
+    std::vector<Collectives*> levels{innermost_device_.get()};
     for (int u = 1; u <= t; ++u) levels.push_back(across_device_[u].get());
-    hier_device_.push_back(
-        std::make_unique<Hierarchy>("hier:" + within_device_[t]->name(), ctx, levels, device_memory(*levels[0])));
+    hier_device_.push_back(std::make_unique<Hierarchy>("hier:nccl:" + within_[t]->name(), ctx, levels,
+                                                       device_memory(*levels[0])));
   }
 }
 
@@ -93,15 +90,17 @@ void TierComms::before_compute(CUstream_st* compute) { order_against(compute, fa
 
 void TierComms::order_against(CUstream_st* compute, bool after) {
 #ifdef STRATA_HAVE_NCCL
-  for (auto* groups : {&within_device_, &across_device_})
-    for (auto& g : *groups) {
-      if (!g) continue;  // across(0)
-      auto& nccl = static_cast<NcclCommunicator&>(*g);
-      if (after)
-        nccl.after_compute(compute);
-      else
-        nccl.before_compute(compute);
-    }
+  std::vector<Collectives*> nccl_groups;
+  if (innermost_device_) nccl_groups.push_back(innermost_device_.get());
+  for (auto& g : across_device_)
+    if (g) nccl_groups.push_back(g.get());  // across(0) is empty
+  for (Collectives* g : nccl_groups) {
+    auto& nccl = static_cast<NcclCommunicator&>(*g);
+    if (after)
+      nccl.after_compute(compute);
+    else
+      nccl.before_compute(compute);
+  }
 #else
   (void)compute, (void)after;  // no NCCL groups in this build
 #endif
@@ -115,7 +114,12 @@ Communicator& TierComms::across(int t) {
 
 Collectives& TierComms::backend_within(int t) {
   if (backend_ == Backend::Mpi) return within(t);
-  return *within_device_.at(t);
+  const Communicator& host = *within_.at(t);  // the same range check
+  if (t == 0) return *innermost_device_;
+  throw Error(fmt::format("tier comms: within({}) of tier group '{}' has no NCCL communicator: the NCCL backend "
+                          "builds within(0) and across(t), a sharded run's levels; backend_hierarchical({}) spans "
+                          "the same ranks",
+                          t, host.name(), t));
 }
 
 Collectives& TierComms::backend_across(int t) {

@@ -10,11 +10,14 @@
 //
 // These host groups always exist (host values: bootstrap, scalar sums). The backend chosen
 // at construction gives the groups that move the training buffers, on the same process
-// groups: Backend::Mpi the host ones above; Backend::Nccl one NCCL communicator per tier
-// group on device buffers ("nccl:node#1", "nccl:across-node#1.0"; nccl_communicator.hpp),
-// and their hierarchical compositions ("hier:nccl:node#1") with the copies, padding and
-// sums between levels in device memory. Every rank creates the NCCL communicators in the
-// same order (tier by tier, within before across), each bootstrapped over its group's MPI
+// groups: Backend::Mpi the host ones above; Backend::Nccl an NCCL communicator on device
+// buffers for within(0) and for each across(t) ("nccl:gpu#1", "nccl:across-node#1.0";
+// nccl_communicator.hpp): the levels a sharded run moves its buffers on. Their hierarchical
+// compositions ("hier:nccl:node#1") span what within(t) spans, with the copies, padding and
+// sums between levels in device memory; no NCCL communicator is built for within(t), t >= 1
+// (each costs GPU memory and start-up time, and nothing uses it), so backend_within(t >= 1)
+// is an Error naming the group. Every rank creates the NCCL communicators in the same order
+// (within(0), then across(1), across(2), ...), each bootstrapped over its group's MPI
 // communicator, so no rank waits on a group its peers have not reached. Their traffic is
 // charged to the same Accounting, per tier, by traffic.hpp's count.
 #include <memory>
@@ -50,7 +53,8 @@ class TierComms {
   Hierarchy& hierarchical(int t) { return *hier_.at(t); }
   MpiFlat& mpi(int t) { return *mpi_.at(t); }
 
-  // The backend's groups (for Backend::Mpi, the host ones above).
+  // The backend's groups (for Backend::Mpi, the host ones above; Backend::Nccl has no
+  // within(t) for t >= 1: use backend_hierarchical(t)).
   Backend backend() const { return backend_; }
   Collectives& backend_within(int t);
   Collectives& backend_across(int t);
@@ -69,8 +73,10 @@ class TierComms {
   std::vector<std::unique_ptr<Communicator>> within_, across_;  // across_[0] stays empty
   std::vector<std::unique_ptr<Hierarchy>> hier_;
   std::vector<std::unique_ptr<MpiFlat>> mpi_;
-  // Backend::Nccl only; across_device_[0] stays empty. Destroyed first (declared last).
-  std::vector<std::unique_ptr<Collectives>> within_device_, across_device_;
+  // Backend::Nccl only: within(0) and across(t) (across_device_[0] stays empty). Destroyed
+  // first (declared last).
+  std::unique_ptr<Collectives> innermost_device_;
+  std::vector<std::unique_ptr<Collectives>> across_device_;
   std::vector<std::unique_ptr<Hierarchy>> hier_device_;
 };
 

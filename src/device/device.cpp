@@ -122,6 +122,10 @@ bool cuda_available(std::string* why_not) {
 #endif
 }
 
+bool has_half_codec(std::string_view device_name, Device::Half format) {
+  return !(device_name == "cuda" && format == Device::Half::F16);
+}
+
 void choose_gpu(int local_rank) {
 #ifdef STRATA_HAVE_CUDA
   cuda::choose_gpu(local_rank);

@@ -101,6 +101,11 @@ Device& host();  // the CPU, with the kernels of the widest instruction set it h
 Device& device_named(std::string_view name, std::string_view field);
 // Whether device_named("cuda") would succeed; otherwise *why_not says why.
 bool cuda_available(std::string* why_not = nullptr);
+// Whether the device named `device_name` (device_named's names) has a wire codec for 16-bit
+// `format` (to_half, from_half, from_half_add): the cpu both, the cuda device bf16 only (its
+// GPU casts are bf16's). By name, so that a run's wires are checked before any device is made
+// (strata train's checks); CudaDevice refuses by it too, so the two cannot disagree.
+bool has_half_codec(std::string_view device_name, Device::Half format);
 // Which GPU is "cuda" in this process: GPU local_rank % (the GPUs this machine has), so the
 // ranks mpirun starts on one machine spread over its GPUs (NCCL refuses two ranks on one
 // GPU). Makes no CUDA call: it takes effect when the cuda device is first made, and is an

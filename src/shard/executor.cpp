@@ -25,6 +25,10 @@ std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w
 
 }  // namespace
 
+bool device_encodes(std::string_view device_name, DType w) {
+  return (w != DType::BF16 && w != DType::F16) || device::has_half_codec(device_name, half_of(w));
+}
+
 void encode(device::Device& device, const float* src, comm::Buf dst) {
   auto* d = static_cast<std::uint8_t*>(dst.data);
   switch (dst.dtype) {

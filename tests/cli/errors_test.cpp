@@ -102,6 +102,30 @@ TEST(CliErrors, DeviceCudaWithoutAUsableGpuIsRefusedNamingTheFlagAndWhy) {
   EXPECT_TRUE(contains(why, "built without CUDA") || contains(why, "GPU")) << why;
 }
 
+// The GPU has no fp16 wire codec: such a wire is refused while the options are checked, before
+// any device or NCCL communicator starts, so here too (without it the refusal would be the
+// missing GPU's), from a flag or from a config file's [shard].
+TEST(CliErrors, AnFp16WireOnTheGpuIsRefusedBeforeTheDeviceStartsNamingTheField) {
+  expect_refusal("train --train-data x.bin --device cuda --strategy zero3 --grad-wire fp16",
+                 "shard.grad_wire = 'fp16' (--grad-wire): the cuda device has no codec for this wire");
+  expect_refusal("train --train-data x.bin --device cuda --strategy zero3 --weight-wire F16 --print-schedule "
+                 "--world-size 16 --topology dgx-h100",
+                 "shard.weight_wire = 'F16' (--weight-wire): the cuda device has no codec");
+  test::ScratchDir dir;
+  test::write_bytes(dir / "run.toml", "[train]\ndevice = \"cuda\"\n[shard]\nstrategy = \"zero3\"\n"
+                                      "step_grad_wire = \"fp16\"\n");
+  expect_refusal("train --train-data x.bin --config " + (dir / "run.toml").string(),
+                 "shard.step_grad_wire = 'fp16' (--step-grad-wire): the cuda device has no codec");
+  // A bf16 wire passes to the device's own check; the cpu encodes fp16.
+  std::string why;
+  if (!device::cuda_available(&why))
+    expect_refusal("train --train-data x.bin --device cuda --strategy zero3 --grad-wire bf16",
+                   "train.device = 'cuda' (--device cuda): " + why);
+  const auto cpu = strata_run("train --train-data x.bin --strategy zero3 --grad-wire fp16 --print-schedule "
+                              "--world-size 16 --topology dgx-h100");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+}
+
 TEST(CliErrors, APrecisionTheDeviceDoesNotComputeInIsRefusedNamingTheFlag) {
   expect_refusal("train --train-data x.bin --precision fp16", "train.precision = 'fp16': must be fp32 or bf16");
   expect_refusal("train --train-data x.bin --precision bf16",

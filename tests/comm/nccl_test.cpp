@@ -12,6 +12,7 @@
 #include "comm/tier_comms.hpp"
 #include "comm_world.hpp"
 #include "device/gpu_skip.hpp"
+#include "support.hpp"
 
 namespace strata::comm::testing {
 namespace {
@@ -248,9 +249,14 @@ TEST(Nccl, TierGroupsMatchTheHostGroupsResultsAndTraffic) {
   ASSERT_EQ(nccl.backend(), Backend::Nccl);
   auto& acc = w.ctx.accounting();
   std::vector<std::pair<Collectives*, Collectives*>> pairs;
+  pairs.emplace_back(&w.comms.within(0), &nccl.backend_within(0));
   for (int t = 0; t < nccl.num_tiers(); ++t) {
-    pairs.emplace_back(&w.comms.within(t), &nccl.backend_within(t));
-    if (t > 0) pairs.emplace_back(&w.comms.across(t), &nccl.backend_across(t));
+    if (t > 0) {
+      pairs.emplace_back(&w.comms.across(t), &nccl.backend_across(t));
+      // Not built (no level uses it; hierarchical(t) spans its ranks): an Error naming it.
+      test::expect_error([&] { nccl.backend_within(t); },
+                         {"within(", w.comms.within(t).name(), "no NCCL communicator"});
+    }
     pairs.emplace_back(&w.comms.hierarchical(t), &nccl.backend_hierarchical(t));
   }
   std::uint64_t seed = 12000;

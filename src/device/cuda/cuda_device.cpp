@@ -144,15 +144,15 @@ class CudaDevice final : public Device {
   void scale(float* x, std::size_t n, float factor) override { cuda::scale(x, n, factor, stream_); }
 
   void to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst) override {
-    require_bf16(format);
+    require_codec(format);
     cast_f32_to_bf16(dst, src, n, stream_);
   }
   void from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
-    require_bf16(format);
+    require_codec(format);
     cast_bf16_to_f32(dst, src, n, stream_);
   }
   void from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
-    require_bf16(format);
+    require_codec(format);
     add_bf16(dst, src, n, stream_);
   }
   void quantize(const float* src, std::size_t n, const quant::QuantSpec& spec, std::uint8_t* data,
@@ -201,9 +201,9 @@ class CudaDevice final : public Device {
   static QuantFormat format_of(const quant::QuantSpec& spec) {
     return {spec.bits == quant::QuantBits::Int4 ? 4 : 8, spec.block_size};
   }
-  // fp16 wires have no GPU kernel (the casts are bf16's).
-  static void require_bf16(Half format) {
-    if (format != Half::BF16)
+  // strata train refuses such a wire before the device is made; this guards every other caller.
+  void require_codec(Half format) const {
+    if (!has_half_codec(name(), format))
       throw Error("cuda: an fp16 wire has no GPU kernel; choose bf16, int8 or int4 (--weight-wire, --grad-wire, "
                   "--step-grad-wire)");
   }
