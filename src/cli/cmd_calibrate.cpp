@@ -87,14 +87,20 @@ double time_slowest(int iterations, F&& run) {
 // depending on whether it was preempted; a longer run averages the sharing a step sees.
 constexpr double kMinComputeTiming_s = 0.05;
 
-// time_slowest of `run` repeated as often as every rank needs to reach kMinComputeTiming_s
-// (the same count on every rank), a run's share of it.
+// Runs `run` once (a warm-up) and returns how often every rank must repeat it for a timing
+// to reach kMinComputeTiming_s: the same count on every rank.
 template <class F>
-double time_slowest_repeated(int iterations, F&& run) {
+int repetitions_for(F&& run) {
   const double t0 = MPI_Wtime();
   run();
   const double once = world_max(MPI_Wtime() - t0);
-  const int reps = std::clamp(static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(once, 1e-9))), 1, 100000);
+  return std::clamp(static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(once, 1e-9))), 1, 100000);
+}
+
+// time_slowest of `run` repeated repetitions_for(run) times, a run's share of it.
+template <class F>
+double time_slowest_repeated(int iterations, F&& run) {
+  const int reps = repetitions_for(run);
   return time_slowest(iterations, [&] {
            for (int i = 0; i < reps; ++i) run();
          }) /
@@ -112,24 +118,39 @@ std::vector<std::size_t> sweep_bytes(const Options& o) {
   return out;
 }
 
-// One collective of `kind` over `c` on fp32 buffers of `elements` (the full buffer).
-void run_collective(comm::Collectives& c, plan::Collective kind, std::vector<float>& full, std::vector<float>& shard,
-                    std::vector<float>& recv) {
-  const std::size_t n = full.size(), chunk = shard.size();
-  switch (kind) {
-    case plan::Collective::AllGather: return c.all_gather(comm::f32(shard.data(), chunk), comm::f32(full.data(), n));
-    case plan::Collective::ReduceScatter:
-      return c.reduce_scatter(comm::f32(full.data(), n), comm::f32(shard.data(), chunk), comm::ReduceOp::Avg);
-    case plan::Collective::AllReduce: return c.all_reduce(comm::f32(full.data(), n), comm::ReduceOp::Avg);
-    case plan::Collective::AllToAll: return c.all_to_all(comm::f32(full.data(), n), comm::f32(recv.data(), recv.size()));
-  }
+// The group a schedule op of tier t runs on: the innermost tier's own group, else the tier's across-group.
+comm::Collectives& tier_group(comm::TierComms& comms, int t) {
+  return t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
 }
+
+// The fp32 buffers of one sweep size over a group: the full buffer, a rank's chunk of it,
+// and an all-to-all's receive side.
+struct SweepBuffers {
+  std::vector<float> full, shard, recv;
+  SweepBuffers(std::size_t buffer_bytes, int group) {
+    const std::size_t chunk = comm::chunk_count(buffer_bytes / 4, group, 1);
+    full.assign(chunk * group, 1.0f), shard.assign(chunk, 1.0f), recv.resize(chunk * group);
+  }
+
+  // One collective of `kind` over `c`.
+  void run(comm::Collectives& c, plan::Collective kind) {
+    const std::size_t n = full.size(), chunk = shard.size();
+    switch (kind) {
+      case plan::Collective::AllGather: return c.all_gather(comm::f32(shard.data(), chunk), comm::f32(full.data(), n));
+      case plan::Collective::ReduceScatter:
+        return c.reduce_scatter(comm::f32(full.data(), n), comm::f32(shard.data(), chunk), comm::ReduceOp::Avg);
+      case plan::Collective::AllReduce: return c.all_reduce(comm::f32(full.data(), n), comm::ReduceOp::Avg);
+      case plan::Collective::AllToAll:
+        return c.all_to_all(comm::f32(full.data(), n), comm::f32(recv.data(), recv.size()));
+    }
+  }
+};
 
 // Tier t's collectives over its across-group (the group a schedule op of level t runs on),
 // every rank at once; the curve is fitted to the bytes a rank sent, as the accounting counts them.
 plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms, int t, const Options& o) {
   const topo::Topology& topology = ctx.topology();
-  comm::Collectives& c = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
+  comm::Collectives& c = tier_group(comms, t);
   plan::TierCalibration tier;
   tier.name = topology.tier(t).name;
   tier.group_size = c.size();
@@ -138,12 +159,11 @@ plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms,
     std::vector<double> bytes, seconds;
     int messages = 0;
     for (std::size_t buffer : sweep_bytes(o)) {
-      const std::size_t chunk = comm::chunk_count(buffer / 4, c.size(), 1);
-      std::vector<float> full(chunk * c.size(), 1.0f), shard(chunk, 1.0f), recv(chunk * c.size());
+      SweepBuffers b(buffer, c.size());
       const comm::CommStats before = ctx.accounting().snapshot();
-      run_collective(c, kind, full, shard, recv);
+      b.run(c, kind);
       const comm::TierTraffic sent = (ctx.accounting().snapshot() - before).tiers[t];
-      const double s = time_slowest(o.iterations, [&] { run_collective(c, kind, full, shard, recv); });
+      const double s = time_slowest(o.iterations, [&] { b.run(c, kind); });
       bytes.push_back(world_mean(static_cast<double>(sent.bytes_sent)));
       seconds.push_back(s);
       messages = static_cast<int>(std::lround(world_mean(static_cast<double>(sent.messages))));
@@ -178,12 +198,15 @@ std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int token
   return out;
 }
 
+// The model's widest matmul (the MLP's up-projection) at `tokens` rows.
+MatmulShape widest_matmul(const model::GPTConfig& config, int tokens) { return {tokens, config.n_embd, 4 * config.n_embd}; }
+
 // The model's widest matmul, run over and over on a thread of its own until stopped: the
 // compute a training step runs beside its collectives.
 class ComputeBeside {
  public:
   ComputeBeside(const model::GPTConfig& config, int tokens)
-      : wide_({tokens, config.n_embd, 4 * config.n_embd}), thread_([this] {
+      : wide_(widest_matmul(config, tokens)), thread_([this] {
           while (!stop_.load(std::memory_order_relaxed)) wide_.run();
         }) {}
   ~ComputeBeside() {
@@ -207,15 +230,14 @@ void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::C
   MPI_Barrier(MPI_COMM_WORLD);
   ComputeBeside beside(config, tokens);
   for (int t = 0; t < ctx.topology().num_tiers(); ++t) {
-    comm::Collectives& c = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
+    comm::Collectives& c = tier_group(comms, t);
     for (plan::Collective kind : plan::kCollectives) {
       plan::CollectiveCurve& curve = *cal.tiers[t].curves[static_cast<int>(kind)];
       std::vector<double> bytes, seconds;
       for (std::size_t i : {std::size_t{0}, sweep.size() - 1}) {
-        const std::size_t chunk = comm::chunk_count(sweep[i] / 4, c.size(), 1);
-        std::vector<float> full(chunk * c.size(), 1.0f), shard(chunk, 1.0f), recv(chunk * c.size());
+        SweepBuffers b(sweep[i], c.size());
         bytes.push_back(curve.bytes[i]);  // the same buffers send what the sweep counted
-        seconds.push_back(time_slowest(o.iterations, [&] { run_collective(c, kind, full, shard, recv); }));
+        seconds.push_back(time_slowest(o.iterations, [&] { b.run(c, kind); }));
       }
       curve.fit_under_compute(std::move(bytes), std::move(seconds));
     }
@@ -281,18 +303,14 @@ plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::T
   // The model's widest matmul, alone and while the outermost tier's all-reduces of the
   // largest size run on the communication thread, queued to outlast it; the median ratio of
   // `iterations` such pairs (one pair swings with where the scheduler's slices fall).
-  Matmul wide({tokens, config.n_embd, 4 * config.n_embd});
-  double t0 = MPI_Wtime();
-  wide.run();  // warm-up, and the repetitions a timing needs
-  const int reps = std::clamp(
-      static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(world_max(MPI_Wtime() - t0), 1e-9))), 1, 100000);
+  Matmul wide(widest_matmul(config, tokens));
+  const int reps = repetitions_for([&] { wide.run(); });
   auto run_reps = [&] {
     const double start = MPI_Wtime();
     for (int i = 0; i < reps; ++i) wide.run();
     return MPI_Wtime() - start;
   };
-  const int t = topology.outermost();
-  comm::Collectives& group = t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
+  comm::Collectives& group = tier_group(comms, topology.outermost());
   const double one_s = outer.curve(plan::Collective::AllReduce).seconds.back();
   std::vector<float> data(static_cast<std::size_t>(o.max_mib * 1024 * 1024 / 4), 1.0f);
   std::vector<double> ratios;
@@ -366,7 +384,7 @@ void run_calibrate(const Options& o) {
       const plan::CollectiveCurve& c = t.curve(k);
       fmt::print("{:<10} {:>6} {:<15} {:>10.4g} {:>12.4g} {:>11.4g}   {:>10.4g} {:>11.4g}\n", t.name, t.group_size,
                  plan::collective_key(k), c.bus_GBps, c.half_bytes, c.latency_s() * 1e6, c.busy_GBps,
-                 c.busy_half_bytes / (c.busy_GBps * 1e9) * 1e6);
+                 c.busy_latency_s() * 1e6);
     }
   fmt::print("(busy: the same collective while every rank computes beside it)\n");
   const plan::ComputeCalibration& c = *cal.compute;

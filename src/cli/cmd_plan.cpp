@@ -166,7 +166,7 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
             curve->half_bytes / 1e3, curve->latency_s() * 1e6,
             curve->has_under_compute()
                 ? fmt::format(", beside compute {:.4g} GB/s, latency {:.3g} us", curve->busy_GBps,
-                              curve->busy_half_bytes / (curve->busy_GBps * 1e9) * 1e6)
+                              curve->busy_latency_s() * 1e6)
                 : std::string()));
     }
     const std::string group = cal.group_size > 0 ? fmt::format("a group of {}, {} crossing at once", cal.group_size,

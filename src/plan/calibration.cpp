@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -45,31 +47,41 @@ LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double
   return f;
 }
 
+namespace {
+
+// t = α·sends/messages + n/B, the fixed cost scaled to the op's steps; α = n½ / B.
+double curve_seconds(double GBps, double latency_s, int messages, double bytes_sent, int sends) {
+  const double alpha = messages > 0 ? latency_s * sends / messages : latency_s;
+  return alpha + bytes_sent / (GBps * 1e9);
+}
+
+// A fitted line t = intercept + slope·n in the curve's form: bus bandwidth and half size.
+std::pair<double, double> bus_and_half(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  const LineFit f = fit_line_relative(bytes, seconds);
+  return {1 / f.slope / 1e9, f.intercept / f.slope};
+}
+
+}  // namespace
+
 double CollectiveCurve::seconds_for(double bytes_sent, int sends) const {
-  const double alpha = messages > 0 ? latency_s() * sends / messages : latency_s();
-  return alpha + bytes_sent / (bus_GBps * 1e9);
+  return curve_seconds(bus_GBps, latency_s(), messages, bytes_sent, sends);
 }
 
 double CollectiveCurve::under_compute_factor(double bytes_sent, int sends) const {
   if (!has_under_compute()) return 1.0;
-  const double scale = messages > 0 ? static_cast<double>(sends) / messages : 1.0;
-  const double busy = scale * busy_half_bytes / (busy_GBps * 1e9) + bytes_sent / (busy_GBps * 1e9);
+  const double busy = curve_seconds(busy_GBps, busy_latency_s(), messages, bytes_sent, sends);
   return std::max(1.0, busy / seconds_for(bytes_sent, sends));
 }
 
 void CollectiveCurve::fit_under_compute(std::vector<double> bytes, std::vector<double> seconds) {
-  const LineFit f = fit_line_relative(bytes, seconds);
-  busy_GBps = 1 / f.slope / 1e9;
-  busy_half_bytes = f.intercept / f.slope;
+  std::tie(busy_GBps, busy_half_bytes) = bus_and_half(bytes, seconds);
   busy_bytes = std::move(bytes);
   busy_seconds = std::move(seconds);
 }
 
 CollectiveCurve CollectiveCurve::fit(std::vector<double> bytes, std::vector<double> seconds, int messages) {
-  const LineFit f = fit_line_relative(bytes, seconds);
   CollectiveCurve c;
-  c.bus_GBps = 1 / f.slope / 1e9;
-  c.half_bytes = f.intercept / f.slope;
+  std::tie(c.bus_GBps, c.half_bytes) = bus_and_half(bytes, seconds);
   c.messages = messages;
   c.bytes = std::move(bytes);
   c.seconds = std::move(seconds);
@@ -217,7 +229,7 @@ nlohmann::json curve_json(const CollectiveCurve& c) {
   j["under_compute"] = c.has_under_compute()
                            ? nlohmann::json{{"bus_GBps", c.busy_GBps},
                                             {"half_bytes", c.busy_half_bytes},
-                                            {"latency_us", c.busy_half_bytes / (c.busy_GBps * 1e9) * 1e6}}
+                                            {"latency_us", c.busy_latency_s() * 1e6}}
                            : nlohmann::json("not measured: priced as alone");
   return j;
 }

@@ -50,6 +50,7 @@ struct CollectiveCurve {
   std::vector<double> busy_bytes, busy_seconds;
 
   double latency_s() const { return half_bytes / (bus_GBps * 1e9); }
+  double busy_latency_s() const { return busy_half_bytes / (busy_GBps * 1e9); }
   // An op of `sends` messages: α scaled by sends / messages (a ring over a group of another
   // size pays its own number of steps), plus its bytes at B.
   double seconds_for(double bytes_sent, int sends) const;

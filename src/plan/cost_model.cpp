@@ -513,30 +513,28 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   auto price = [&](const ScheduledOp& op) {
     return price_op(op, topology_, calibrated, collective_launches(op, units_, workload_.granularity));
   };
+  // An op's fixed costs and coding, `times` a step, on its tier.
+  auto book = [&](const ScheduledOp& op, const OpPrice& p, int times) {
+    e.tiers[op.level].latency_s += times * p.latency_s;
+    e.tiers[op.level].codec_s += times * p.codec_s;
+  };
+  // An op the replay times: priced (nothing if left out), its time and busy factor queued.
   std::vector<double> op_seconds, under_compute;
-  for (const ScheduledOp& op : schedule.micro_batch_ops()) {
+  auto replayed = [&](const ScheduledOp& op, int times) {
     const bool out = left_out(op);
-    if (out) drop(op, K), note(op);
+    if (out) drop(op, times), note(op);
     const OpPrice p = out ? OpPrice{} : price(op);
     op_seconds.push_back(p.seconds());
     under_compute.push_back(p.under_compute);
-    e.tiers[op.level].latency_s += K * p.latency_s;
-    e.tiers[op.level].codec_s += K * p.codec_s;
-  }
+    book(op, p, times);
+  };
+  for (const ScheduledOp& op : schedule.micro_batch_ops()) replayed(op, K);
   const ComputeCalibration* measured_compute =
       calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
   const double slowdown = measured_compute ? measured_compute->overlap_slowdown : 1.0;
   const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown, false, under_compute);
   // The step's last micro-batch also runs the buckets' step reductions (once a step).
-  for (const ScheduledOp& op : schedule.bucket_ops()) {
-    const bool out = left_out(op);
-    if (out) drop(op, 1), note(op);
-    const OpPrice p = out ? OpPrice{} : price(op);
-    op_seconds.push_back(p.seconds());
-    under_compute.push_back(p.under_compute);
-    e.tiers[op.level].latency_s += p.latency_s;
-    e.tiers[op.level].codec_s += p.codec_s;
-  }
+  for (const ScheduledOp& op : schedule.bucket_ops()) replayed(op, 1);
   const Timeline last = schedule.buckets().empty() ? mb
                                                    : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds,
                                                                         slowdown, true, under_compute);
@@ -547,8 +545,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     }
     const OpPrice p = price(op);
     const double s = p.seconds();
-    e.tiers[op.level].latency_s += p.latency_s;
-    e.tiers[op.level].codec_s += p.codec_s;
+    book(op, p, 1);
     e.tiers[op.level].step_phase_s += s;
     e.tiers[op.level].busy_s += s;
     e.step_comm_s += s;
@@ -565,8 +562,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   for (const ScheduledOp& op : schedule.tensor_parallel_ops()) {
     const OpPrice p = price(op);
     tp_s += p.seconds();
-    e.tiers[op.level].latency_s += K * p.latency_s;
-    e.tiers[op.level].codec_s += K * p.codec_s;
+    book(op, p, K);
     e.tiers[op.level].busy_s += K * p.seconds();
     e.tiers[op.level].exposed_micro_s += K * p.seconds();
   }
