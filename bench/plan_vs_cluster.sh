@@ -10,7 +10,11 @@
 # cluster (name "splan"). Run it on a quiet machine, nice'd: it takes minutes.
 # Usage: bench/plan_vs_cluster.sh [BUILD_DIR]
 # Environment: RATES (default "1gbit 300mbit"), MODELS (default "tiny small"), STEPS (optimizer
-# steps a run, default 5), KEEP_WORK=1 keeps the runs' folder.
+# steps a run, default 5), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
+# default 16: past the largest op `small` sends, so no op is priced off the measured sizes),
+# KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
+# communication busy time and the exposed wait, predicted against measured (the step
+# report's comm.<tier>.busy_s and exposed_comm_s): where the time the planner misses goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -21,18 +25,19 @@ read -r -a models <<< "${MODELS:-tiny small}"
 steps=${STEPS:-5}
 strategies=(ddp zero2 zero3 hsdp zeropp topo)
 batch=8 seq=64 accum=2
+slots=${SLOTS:-4}
 work=$(mktemp -d)
 trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true; [[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 [[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work"
 
-# 4 ranks a host over shared memory, hosts over the shaped link. The figures are placeholders:
+# SLOTS (4) ranks a host over shared memory, hosts over the shaped link. The figures are placeholders:
 # the calibration replaces every one the planner would use.
 topology=$work/cluster.toml
 cat > "$topology" << 'TOML'
 [[tiers]]
 name = "node"
-size = 4
+size = SLOTS
 bandwidth_GBps = 5
 latency_us = 10
 source = "placeholder: bench/plan_vs_cluster.sh prices with a calibration"
@@ -42,16 +47,17 @@ bandwidth_GBps = 0.1
 latency_us = 100
 source = "placeholder: bench/plan_vs_cluster.sh prices with a calibration"
 TOML
+sed -i "s/^size = SLOTS$/size = $slots/" "$topology"
 "$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
 
 for rate in "${rates[@]}"; do
-  scripts/cluster.sh up --name $name --hosts 2 --slots 4 --rate "$rate" --replace > /dev/null
-  mpi=(/run/strata-cluster/$name/mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 8)
+  scripts/cluster.sh up --name $name --hosts 2 --slots $slots --rate "$rate" --replace > /dev/null
+  mpi=(/run/strata-cluster/$name/mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np $((2 * slots)))
   for model in "${models[@]}"; do
     run=$work/$rate-$model
     mkdir -p "$run"
     OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" calibrate --topology "$topology" --out "$run/calibration.toml" \
-      --model "$model" --micro-batch $batch --seq $seq --max-mib 4 > "$run/calibrate.txt"
+      --model "$model" --micro-batch $batch --seq $seq --max-mib "${MAX_MIB:-16}" > "$run/calibrate.txt"
     "$strata" plan --model "$model" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum \
       --precision fp32 --device-memory-gb 3 --calibration "$run/calibration.toml" \
       --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$run/plan.json"
@@ -69,11 +75,12 @@ work, rates, models, names = sys.argv[1], *(a.split() for a in sys.argv[2:])
 ok = True
 lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
          "|---|---|---|---|---|---|---|---|"]
-errors, same_order = [], []
+errors, same_order, split, split_tiers = [], [], [], []
 for rate in rates:
     for model in models:
         run = os.path.join(work, f"{rate}-{model}")
-        plan = json.load(open(os.path.join(run, "plan.json")))["strategies"]
+        doc = json.load(open(os.path.join(run, "plan.json")))
+        plan, tiers = doc["strategies"], [t["name"] for t in doc["topology"]["tiers"]]
         rows = {}
         for n in names:
             summary = json.load(open(os.path.join(run, n, "summary.json")))
@@ -81,6 +88,14 @@ for rate in rates:
             # Step 1 pays allocation and connection set-up: left out.
             measured = statistics.median(summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:])
             rows[n] = (plan[n]["step_time_s"], measured)
+            # Where the time goes: each tier's busy time on the communication thread (rank
+            # mean, steps 2..) and the exposed wait, against the planner's.
+            busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / "
+                              f"{summary['comm']['per_step'][t]['busy_s']:.4f}" for t in tiers)
+            exposed_p = plan[n]["exposed_micro_batch_comm_s"] + plan[n]["step_phase_comm_s"]
+            exposed_m = statistics.median(m["exposed_comm_s"] for m in metrics[1:])
+            split.append(f"| {rate} | {model} | {n} | {busy} | {exposed_p:.4f} / {exposed_m:.4f} |")
+            split_tiers = tiers
         by_pred = sorted(names, key=lambda n: rows[n][0])
         by_meas = sorted(names, key=lambda n: rows[n][1])
         same_order.append(by_pred == by_meas)
@@ -91,6 +106,10 @@ for rate in rates:
             lines.append(f"| {rate} | {model} | {n} | {p:.4f} | {m:.4f} | {100 * err:+.1f}% | "
                          f"{by_pred.index(n) + 1} | {by_meas.index(n) + 1} |")
 print("\n".join(lines))
+print("\npredicted / measured seconds a step: each tier's communication busy time, and the exposed wait\n")
+print("| rate | model | strategy | " + " | ".join(f"{t} busy" for t in split_tiers) + " | exposed |")
+print("|---|---|---|" + "---|" * (len(split_tiers) + 1))
+print("\n".join(split))
 within = sum(e <= 0.15 for e in errors)
 print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
       f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "

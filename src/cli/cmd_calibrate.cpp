@@ -220,9 +220,11 @@ class ComputeBeside {
   std::thread thread_;
 };
 
-// Each tier's collectives again, at the sweep's smallest and largest buffers, while every
-// rank computes beside them: the busy curve the planner prices the part of an op that
-// overlaps compute with (where ranks share cores, a message waits for its thread).
+// Each tier's collectives again, at every size of the sweep, while every rank computes
+// beside them: the busy curve the planner prices the part of an op that overlaps compute
+// with (where ranks share cores, a message waits for its thread). Fitted like the alone
+// curve, over the same sizes: two points let one slice of scheduler noise at either end set
+// the curve (a busy bandwidth above the alone one, a latency of tens of ms).
 void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::Calibration& cal, const Options& o) {
   const model::GPTConfig config = model::GPTConfig::preset(o.model);
   const int tokens = o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len);
@@ -234,7 +236,7 @@ void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::C
     for (plan::Collective kind : plan::kCollectives) {
       plan::CollectiveCurve& curve = *cal.tiers[t].curves[static_cast<int>(kind)];
       std::vector<double> bytes, seconds;
-      for (std::size_t i : {std::size_t{0}, sweep.size() - 1}) {
+      for (std::size_t i = 0; i < sweep.size(); ++i) {
         SweepBuffers b(sweep[i], c.size());
         bytes.push_back(curve.bytes[i]);  // the same buffers send what the sweep counted
         seconds.push_back(time_slowest(o.iterations, [&] { b.run(c, kind); }));

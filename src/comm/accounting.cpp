@@ -31,6 +31,7 @@ CommStats CommStats::operator-(const CommStats& earlier) const {
     d.tiers[i].bytes_sent -= earlier.tiers[i].bytes_sent;
     d.tiers[i].bytes_received -= earlier.tiers[i].bytes_received;
     d.tiers[i].messages -= earlier.tiers[i].messages;
+    d.busy_s[i] -= earlier.busy_s[i];
   }
   for (auto& [kind, t] : d.kinds) {
     auto it = earlier.kinds.find(kind);
@@ -49,7 +50,8 @@ nlohmann::json CommStats::to_json() const {
   for (std::size_t i = 0; i < tiers.size(); ++i)
     j["tiers"][tier_names[i]] = {{"bytes_sent", tiers[i].bytes_sent},
                                  {"bytes_received", tiers[i].bytes_received},
-                                 {"messages", tiers[i].messages}};
+                                 {"messages", tiers[i].messages},
+                                 {"busy_s", busy_s[i]}};
   j["collectives"] = nlohmann::json::object();
   for (const auto& [kind, t] : kinds) j["collectives"][kind] = {{"calls", t.calls}, {"seconds", t.seconds}};
   return j;
@@ -57,6 +59,7 @@ nlohmann::json CommStats::to_json() const {
 
 Accounting::Accounting(std::vector<std::string> tier_names, bool emulated) {
   stats_.tiers.resize(tier_names.size());
+  stats_.busy_s.assign(tier_names.size(), 0.0);
   stats_.tier_names = std::move(tier_names);
   stats_.emulated = emulated;
 }
@@ -71,6 +74,11 @@ void Accounting::record_send(int tier, std::uint64_t bytes) {
 void Accounting::record_receive(int tier, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
   stats_.tiers.at(tier).bytes_received += bytes;
+}
+
+void Accounting::record_busy(int tier, double seconds) {
+  std::lock_guard lock(mutex_);
+  stats_.busy_s.at(tier) += seconds;
 }
 
 void Accounting::record_time(std::string_view kind, double seconds) {
@@ -88,6 +96,7 @@ CommStats Accounting::snapshot() const {
 void Accounting::reset() {
   std::lock_guard lock(mutex_);
   for (auto& t : stats_.tiers) t = {};
+  for (auto& b : stats_.busy_s) b = 0;
   stats_.kinds.clear();
 }
 

@@ -32,13 +32,17 @@ struct KindTime {
 struct CommStats {
   std::vector<std::string> tier_names;  // innermost first
   std::vector<TierTraffic> tiers;       // same order as tier_names
+  // Wall time the communication thread spent running this rank's part of collectives over
+  // groups whose outermost tier is each tier (same order), queueing excluded: a chain's steps
+  // are charged to their own tiers. Timing, not traffic: it varies from run to run.
+  std::vector<double> busy_s;
   std::map<std::string, KindTime> kinds;
   bool emulated = false;                // link emulation was on for these messages
 
   TierTraffic total() const;
   const TierTraffic& tier(std::string_view name) const;  // throws Error on an unknown name
   CommStats operator-(const CommStats& earlier) const;   // counters since `earlier`
-  // {"emulated": b, "tiers": {"<name>": {"bytes_sent", "bytes_received", "messages"}, ...},
+  // {"emulated": b, "tiers": {"<name>": {"bytes_sent", "bytes_received", "messages", "busy_s"}, ...},
   //  "collectives": {"<kind>": {"calls", "seconds"}, ...}}
   nlohmann::json to_json() const;
 };
@@ -50,6 +54,7 @@ class Accounting {
   void record_send(int tier, std::uint64_t bytes);
   void record_receive(int tier, std::uint64_t bytes);
   void record_time(std::string_view kind, double seconds);
+  void record_busy(int tier, double seconds);
 
   CommStats snapshot() const;
   void reset();

@@ -94,6 +94,7 @@ Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_
   const int d = size();
   tiers_.resize(d);
   for (int m = 0; m < d; ++m) tiers_[m] = ctx_.topology().tier_between(ctx_.world_rank(), world_ranks_[m]);
+  busy_tier_ = *std::max_element(tiers_.begin(), tiers_.end());
   hosts_ = member_hosts(comm_);
 }
 
@@ -189,7 +190,25 @@ void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
 
 // ---- padding rule ---------------------------------------------------------------------
 
+namespace {
+// Charges the wall time of one collective of a group, however it ends, to the group's tier:
+// the step report's busy time a tier, which the planner's busy time is compared with.
+class BusyTimer {
+ public:
+  BusyTimer(Accounting& acc, int tier) : acc_(acc), tier_(tier), t0_(std::chrono::steady_clock::now()) {}
+  ~BusyTimer() { acc_.record_busy(tier_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()); }
+  BusyTimer(const BusyTimer&) = delete;
+  BusyTimer& operator=(const BusyTimer&) = delete;
+
+ private:
+  Accounting& acc_;
+  int tier_;
+  std::chrono::steady_clock::time_point t0_;
+};
+}  // namespace
+
 void Communicator::run_all_gather(CBuf shard, Buf full) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
   std::size_t padded = shard.count * std::size_t(size());
   if (full.count == padded) return ring_all_gather(*this, shard, full);
   Buf stage = scratch_.view(kScratchStage, full.dtype, padded, full.block);
@@ -198,12 +217,14 @@ void Communicator::run_all_gather(CBuf shard, Buf full) {
 }
 
 void Communicator::run_reduce_scatter(CBuf full, Buf shard, float divisor) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
   std::size_t padded = shard.count * std::size_t(size());
   if (full.count == padded) return ring_reduce_scatter(*this, full, shard, divisor);
   ring_reduce_scatter(*this, scratch_.padded_copy(kScratchStage, full, padded), shard, divisor);
 }
 
 void Communicator::run_all_reduce(Buf data, float divisor) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
   std::size_t padded = chunk_count(data.count, size(), data.granule()) * std::size_t(size());
   if (data.count == padded) return ring_all_reduce(*this, data, divisor);
   Buf stage = scratch_.padded_copy(kScratchStage, data, padded);
@@ -212,13 +233,20 @@ void Communicator::run_all_reduce(Buf data, float divisor) {
 }
 
 void Communicator::run_all_to_all(CBuf send, Buf recv) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
   if (send.count == recv.count) return pairwise_all_to_all(*this, send, recv);
   pairwise_all_to_all(*this, scratch_.padded_copy(kScratchStage, send, recv.count), recv);
 }
 
-void Communicator::run_broadcast(Buf data, int root) { binomial_broadcast(*this, data, root); }
+void Communicator::run_broadcast(Buf data, int root) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  binomial_broadcast(*this, data, root);
+}
 
-void Communicator::run_barrier() { dissemination_barrier(*this); }
+void Communicator::run_barrier() {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  dissemination_barrier(*this);
+}
 
 // ---- the public, queued collectives ----------------------------------------------------
 

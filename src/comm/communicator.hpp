@@ -92,6 +92,7 @@ class Communicator final : public Collectives {
   int position_ = 0;
   std::vector<int> world_ranks_;
   std::vector<int> tiers_;
+  int busy_tier_ = 0;  // the outermost tier any member is across: where this group's time is charged
   std::vector<std::string> hosts_;  // each member's host, named when a wait for it times out
   Scratch scratch_;
 };

@@ -43,7 +43,7 @@ struct CollectiveCurve {
   bool latency_known = true;           // false: half_bytes and messages unknown, the topology's latency is used
 
   // The same collective timed while every rank's compute thread runs matmuls beside it, as a
-  // training step overlaps them (calibrate measures two sizes): where ranks share cores, a
+  // training step overlaps them (calibrate measures the sweep's sizes): where ranks share cores, a
   // message waits for its thread to be scheduled between compute. Absent (busy_GBps 0): the
   // op is priced as when alone. Same form, same `messages`.
   double busy_GBps = 0, busy_half_bytes = 0;

@@ -41,10 +41,14 @@ StepTiming ShardedEngine::take_timing() {
   return t;
 }
 
-static nlohmann::json per_tier_json(const std::vector<std::string>& names, const std::vector<comm::TierTraffic>& t) {
+// Per tier: the traffic, and the communication thread's busy time (comm::CommStats::busy_s).
+static nlohmann::json per_tier_json(const comm::CommStats& s) {
   nlohmann::json j = nlohmann::json::object();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    j[names[i]] = {{"bytes_sent", t[i].bytes_sent}, {"bytes_received", t[i].bytes_received}, {"messages", t[i].messages}};
+  for (std::size_t i = 0; i < s.tier_names.size(); ++i)
+    j[s.tier_names[i]] = {{"bytes_sent", s.tiers[i].bytes_sent},
+                          {"bytes_received", s.tiers[i].bytes_received},
+                          {"messages", s.tiers[i].messages},
+                          {"busy_s", s.busy_s[i]}};
   return j;
 }
 
@@ -55,7 +59,7 @@ nlohmann::json ShardedEngine::step_report() {
   StepTiming t = take_timing();
   nlohmann::json j = {{"compute_s", t.compute_s},
                       {"exposed_comm_s", t.exposed_comm_s},
-                      {"comm", per_tier_json(delta.tier_names, delta.tiers)},
+                      {"comm", per_tier_json(delta)},
                       {"includes_eval", evaluated_since_report_}};
   evaluated_since_report_ = false;
   step_reports_.push_back(j);
@@ -67,7 +71,7 @@ nlohmann::json ShardedEngine::summary_report() {
   // initial weight distribution).
   std::vector<std::string> names;
   for (auto& t : schedule_.topology().tiers()) names.push_back(t.name);
-  std::vector<double> sent(names.size()), recv(names.size()), msgs(names.size());
+  std::vector<double> sent(names.size()), recv(names.size()), msgs(names.size()), busy(names.size());
   double compute = 0, exposed = 0;
   int counted = 0;
   for (std::size_t s = 1; s < step_reports_.size(); ++s) {
@@ -78,12 +82,13 @@ nlohmann::json ShardedEngine::summary_report() {
       sent[i] += r["comm"][names[i]]["bytes_sent"].get<double>();
       recv[i] += r["comm"][names[i]]["bytes_received"].get<double>();
       msgs[i] += r["comm"][names[i]]["messages"].get<double>();
+      busy[i] += r["comm"][names[i]]["busy_s"].get<double>();
     }
     compute += r["compute_s"].get<double>();
     exposed += r["exposed_comm_s"].get<double>();
   }
   // Mean per rank over the world (collective: every rank calls summary_report).
-  for (auto* v : {&sent, &recv, &msgs}) {
+  for (auto* v : {&sent, &recv, &msgs, &busy}) {
     MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
     MPI_Iallreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
                    &request);
@@ -93,12 +98,13 @@ nlohmann::json ShardedEngine::summary_report() {
     sent[i] /= world_size();
     recv[i] /= world_size();
     msgs[i] /= world_size();
+    busy[i] /= world_size();
   }
   nlohmann::json measured = nlohmann::json::object(), scheduled = nlohmann::json::object();
   for (std::size_t i = 0; i < names.size(); ++i)
     if (counted)
       measured[names[i]] = {{"bytes_sent", sent[i] / counted}, {"bytes_received", recv[i] / counted},
-                            {"messages", msgs[i] / counted}};
+                            {"messages", msgs[i] / counted}, {"busy_s", busy[i] / counted}};
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
   StateMemory m = memory_bytes();

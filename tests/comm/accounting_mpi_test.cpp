@@ -124,6 +124,43 @@ TEST(Accounting, HierarchicalCollectivesPayEachTierItsOwnRing) {
   }
 }
 
+// The busy time of a collective goes to the outermost tier its group spans, a hierarchical
+// one's to each level it runs, and none of it to other tiers; the levels' busy time is part
+// of the hierarchical call's own wall time.
+TEST(Accounting, BusyTimeIsChargedToTheTiersTheCollectiveRuns) {
+  auto& w = world();
+  auto& acc = w.ctx.accounting();
+  for (Communicator* g : flat_groups(w)) {
+    if (g->size() == 1) continue;
+    int outer = 0;
+    for (int m = 0; m < g->size(); ++m) outer = std::max(outer, tier_to(w.topology, *g, m));
+    HostBuf full(DType::F32, 4096 * std::size_t(g->size())), shard(DType::F32, 4096);
+    const CommStats got = delta_of(acc, [&] { g->all_gather(shard.cview(), full.view()); });
+    for (int t = 0; t < w.topology.num_tiers(); ++t)
+      if (t == outer)
+        EXPECT_GT(got.busy_s[t], 0.0) << g->name() << " tier " << t;
+      else
+        EXPECT_EQ(got.busy_s[t], 0.0) << g->name() << " tier " << t;
+    EXPECT_EQ(got.to_json()["tiers"][w.topology.tier(outer).name]["busy_s"], got.busy_s[outer]);
+  }
+  for (int top = 1; top < w.comms.num_tiers(); ++top) {
+    Hierarchy& h = w.comms.hierarchical(top);
+    const std::size_t c = 4096;
+    HostBuf full(DType::F32, c * std::size_t(h.size())), shard(DType::F32, c);
+    const CommStats got = delta_of(acc, [&] { h.reduce_scatter(full.cview(), shard.view(), ReduceOp::Sum); });
+    double levels = 0;
+    for (int t = 0; t < w.topology.num_tiers(); ++t) {
+      const bool runs = t <= top && w.topology.tier(t).size > 1;
+      if (runs)
+        EXPECT_GT(got.busy_s[t], 0.0) << h.name() << " tier " << t;
+      else
+        EXPECT_EQ(got.busy_s[t], 0.0) << h.name() << " tier " << t;
+      levels += got.busy_s[t];
+    }
+    EXPECT_LE(levels, got.kinds.at("reduce_scatter").seconds) << h.name();
+  }
+}
+
 TEST(Accounting, BroadcastAndBarrierTotalsOverTheGroup) {
   auto& w = world();
   auto& acc = w.ctx.accounting();

@@ -33,6 +33,8 @@ for tier, want in s["comm"]["scheduled_per_step"].items():
     got = s["comm"]["per_step"][tier]
     for k in ("bytes_sent", "bytes_received", "messages"):
         assert got[k] == want[k], (tier, k, got[k], want[k])
+    # Time in collectives over the tier, wherever the tier carries messages.
+    assert (got["busy_s"] > 0) == (got["messages"] > 0), (tier, got)
 for k in ("weights", "grads", "optimizer"):
     assert s["memory_bytes"][k] > 0
 assert s["compute_s"] >= 0 and s["exposed_comm_s"] >= 0
