@@ -188,8 +188,6 @@ void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
   abort_timed_out(report);
 }
 
-// ---- padding rule ---------------------------------------------------------------------
-
 namespace {
 // Charges the wall time of one collective of a group, however it ends, to the group's tier:
 // the step report's busy time a tier, which the planner's busy time is compared with.
@@ -206,6 +204,8 @@ class BusyTimer {
   std::chrono::steady_clock::time_point t0_;
 };
 }  // namespace
+
+// ---- padding rule ---------------------------------------------------------------------
 
 void Communicator::run_all_gather(CBuf shard, Buf full) {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
