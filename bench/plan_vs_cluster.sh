@@ -33,13 +33,13 @@ trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true; [[ -n ${KEE
 trap 'exit 1' INT TERM
 [[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work"
 
-# SLOTS (4) ranks a host over shared memory, hosts over the shaped link. The figures are placeholders:
+# SLOTS ranks a host (4 by default) over shared memory, hosts over the shaped link. The figures are placeholders:
 # the calibration replaces every one the planner would use.
 topology=$work/cluster.toml
-cat > "$topology" << 'TOML'
+cat > "$topology" << TOML
 [[tiers]]
 name = "node"
-size = SLOTS
+size = $slots
 bandwidth_GBps = 5
 latency_us = 10
 source = "placeholder: bench/plan_vs_cluster.sh prices with a calibration"
@@ -49,7 +49,6 @@ bandwidth_GBps = 0.1
 latency_us = 100
 source = "placeholder: bench/plan_vs_cluster.sh prices with a calibration"
 TOML
-sed -i "s/^size = SLOTS$/size = $slots/" "$topology"
 "$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
 
 for rate in "${rates[@]}"; do

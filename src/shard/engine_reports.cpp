@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "comm/wait.hpp"
 #include "shard/sharded_engine.hpp"
@@ -41,17 +42,6 @@ StepTiming ShardedEngine::take_timing() {
   return t;
 }
 
-// Per tier: the traffic, and the communication thread's busy time (comm::CommStats::busy_s).
-static nlohmann::json per_tier_json(const comm::CommStats& s) {
-  nlohmann::json j = nlohmann::json::object();
-  for (std::size_t i = 0; i < s.tier_names.size(); ++i)
-    j[s.tier_names[i]] = {{"bytes_sent", s.tiers[i].bytes_sent},
-                          {"bytes_received", s.tiers[i].bytes_received},
-                          {"messages", s.tiers[i].messages},
-                          {"busy_s", s.busy_s[i]}};
-  return j;
-}
-
 nlohmann::json ShardedEngine::step_report() {
   comm::CommStats now = ctx_.accounting().snapshot();
   comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
@@ -59,7 +49,7 @@ nlohmann::json ShardedEngine::step_report() {
   StepTiming t = take_timing();
   nlohmann::json j = {{"compute_s", t.compute_s},
                       {"exposed_comm_s", t.exposed_comm_s},
-                      {"comm", per_tier_json(delta)},
+                      {"comm", delta.to_json()["tiers"]},  // per tier: traffic and busy time
                       {"includes_eval", evaluated_since_report_}};
   evaluated_since_report_ = false;
   step_reports_.push_back(j);
@@ -71,40 +61,32 @@ nlohmann::json ShardedEngine::summary_report() {
   // initial weight distribution).
   std::vector<std::string> names;
   for (auto& t : schedule_.topology().tiers()) names.push_back(t.name);
-  std::vector<double> sent(names.size()), recv(names.size()), msgs(names.size()), busy(names.size());
+  // Per tier, the step report's fields summed over the counted steps: sums[f * tiers + i].
+  static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages", "busy_s"};
+  std::vector<double> sums(std::size(kFields) * names.size());
   double compute = 0, exposed = 0;
   int counted = 0;
   for (std::size_t s = 1; s < step_reports_.size(); ++s) {
     const auto& r = step_reports_[s];
     if (r["includes_eval"].get<bool>()) continue;
     ++counted;
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      sent[i] += r["comm"][names[i]]["bytes_sent"].get<double>();
-      recv[i] += r["comm"][names[i]]["bytes_received"].get<double>();
-      msgs[i] += r["comm"][names[i]]["messages"].get<double>();
-      busy[i] += r["comm"][names[i]]["busy_s"].get<double>();
-    }
+    for (std::size_t f = 0; f < std::size(kFields); ++f)
+      for (std::size_t i = 0; i < names.size(); ++i)
+        sums[f * names.size() + i] += r["comm"][names[i]][kFields[f]].get<double>();
     compute += r["compute_s"].get<double>();
     exposed += r["exposed_comm_s"].get<double>();
   }
   // Mean per rank over the world (collective: every rank calls summary_report).
-  for (auto* v : {&sent, &recv, &msgs, &busy}) {
-    MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
-    MPI_Iallreduce(MPI_IN_PLACE, v->data(), static_cast<int>(v->size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
-                   &request);
-    comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
-  }
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    sent[i] /= world_size();
-    recv[i] /= world_size();
-    msgs[i] /= world_size();
-    busy[i] /= world_size();
-  }
+  MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
+  MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                 &request);
+  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
+  for (double& v : sums) v /= world_size();
   nlohmann::json measured = nlohmann::json::object(), scheduled = nlohmann::json::object();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (counted)
-      measured[names[i]] = {{"bytes_sent", sent[i] / counted}, {"bytes_received", recv[i] / counted},
-                            {"messages", msgs[i] / counted}, {"busy_s", busy[i] / counted}};
+  if (counted)
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (std::size_t f = 0; f < std::size(kFields); ++f)
+        measured[names[i]][kFields[f]] = sums[f * names.size() + i] / counted;
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
   StateMemory m = memory_bytes();
