@@ -267,8 +267,7 @@ double time_matmul(const MatmulShape& s, int iterations) {
   return time_slowest_repeated(iterations, [&] { m.run(); });
 }
 
-plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::Topology& topology,
-                                           const plan::TierCalibration& outer, const Options& o) {
+plan::ComputeCalibration calibrate_compute(const Options& o) {
   const model::GPTConfig config = model::GPTConfig::preset(o.model);
   const int seq = o.seq > 0 ? o.seq : config.seq_len;
   const int tokens = o.micro_batch * seq;
@@ -302,9 +301,30 @@ plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::T
       time_slowest_repeated(o.iterations, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
   c.optimizer_GBps = static_cast<double>(config.num_params()) * 32.0 / adam_s / 1e9;
 
-  // The model's widest matmul, alone and while the outermost tier's all-reduces of the
-  // largest size run on the communication thread, queued to outlast it; the median ratio of
-  // `iterations` such pairs (one pair swings with where the scheduler's slices fall).
+  c.int8_codec_GBps = codec_GBps(quant::QuantBits::Int8, o);
+  c.int4_codec_GBps = codec_GBps(quant::QuantBits::Int4, o);
+  return c;
+}
+
+// The all-reduce the overlap slowdown is timed beside: a block's weights in fp32 (the median
+// unit of the model, what a step's gathers and reductions move), within the sweep. Not the
+// sweep's largest: beside a 16 MiB all-reduce the factor swung from 1.0 to 2.0 between runs
+// (docs/calibration.md), and it is the ops a step overlaps that it should price.
+std::size_t overlap_bytes(const Options& o) {
+  std::vector<std::size_t> numel = plan::ModelShape::preset(o.model).unit_plan().numel;
+  std::nth_element(numel.begin(), numel.begin() + numel.size() / 2, numel.end());
+  const std::vector<std::size_t> sweep = sweep_bytes(o);
+  return std::clamp(numel[numel.size() / 2] * 4, sweep.front(), sweep.back());
+}
+
+// How much slower the model's widest matmul runs while tier t's all-reduces run on the
+// communication thread, queued to outlast it, every group of the tier at once: the median
+// ratio of `iterations` pairs (one pair swings with where the scheduler's slices fall).
+// Per tier: beside a copy through shared memory the cores are busy moving bytes, beside a
+// transfer over a NIC they mostly wait (the planner applies the factor of the op on the stream).
+double overlap_slowdown(comm::TierComms& comms, int t, const Options& o) {
+  const model::GPTConfig config = model::GPTConfig::preset(o.model);
+  const int tokens = o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len);
   Matmul wide(widest_matmul(config, tokens));
   const int reps = repetitions_for([&] { wide.run(); });
   auto run_reps = [&] {
@@ -312,9 +332,9 @@ plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::T
     for (int i = 0; i < reps; ++i) wide.run();
     return MPI_Wtime() - start;
   };
-  comm::Collectives& group = tier_group(comms, topology.outermost());
-  const double one_s = outer.curve(plan::Collective::AllReduce).seconds.back();
-  std::vector<float> data(static_cast<std::size_t>(o.max_mib * 1024 * 1024 / 4), 1.0f);
+  comm::Collectives& group = tier_group(comms, t);
+  SweepBuffers b(overlap_bytes(o), group.size());
+  const double one_s = time_slowest(o.iterations, [&] { b.run(group, plan::Collective::AllReduce); });
   std::vector<double> ratios;
   for (int trial = 0; trial < o.iterations; ++trial) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -324,15 +344,12 @@ plan::ComputeCalibration calibrate_compute(comm::TierComms& comms, const topo::T
     std::vector<comm::Work> inflight;
     MPI_Barrier(MPI_COMM_WORLD);
     for (int i = 0; i < queued; ++i)
-      inflight.push_back(group.all_reduce_async(comm::f32(data.data(), data.size()), comm::ReduceOp::Avg));
+      inflight.push_back(group.all_reduce_async(comm::f32(b.full.data(), b.full.size()), comm::ReduceOp::Avg));
     const double beside = run_reps();
     for (comm::Work& w : inflight) w.wait();
     ratios.push_back(world_max(beside) / alone);
   }
-  c.overlap_slowdown = std::max(1.0, median(ratios));
-  c.int8_codec_GBps = codec_GBps(quant::QuantBits::Int8, o);
-  c.int4_codec_GBps = codec_GBps(quant::QuantBits::Int4, o);
-  return c;
+  return std::max(1.0, median(ratios));
 }
 
 void run_calibrate(const Options& o) {
@@ -373,7 +390,10 @@ void run_calibrate(const Options& o) {
   cal.command = o.command_line;
   for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers.push_back(calibrate_tier(ctx, comms, t, o));
   calibrate_under_compute(ctx, comms, cal, o);
-  cal.compute = calibrate_compute(comms, topology, cal.tiers.back(), o);
+  cal.compute = calibrate_compute(o);
+  for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers[t].overlap_slowdown = overlap_slowdown(comms, t, o);
+  // Kept beside the per-tier factors: a file's one factor for every tier, as before (the outermost's).
+  cal.compute->overlap_slowdown = cal.tiers.back().overlap_slowdown;
   if (!root) return;
   atomic_write_file(o.out, cal.to_toml());
 
@@ -390,10 +410,14 @@ void run_calibrate(const Options& o) {
     }
   fmt::print("(busy: the same collective while every rank computes beside it)\n");
   const plan::ComputeCalibration& c = *cal.compute;
+  std::vector<std::string> beside;
+  for (const plan::TierCalibration& t : cal.tiers) beside.push_back(fmt::format("x{:.3g} {}", t.overlap_slowdown, t.name));
   fmt::print("compute ({} a rank, model {}): matmul {:.4g} GFLOP/s, half of it at {:.3g} GFLOP; whole step x{:.3g} "
-             "its matmuls; x{:.3g} beside an all-reduce; Adam {:.3g} GB/s; int8/int4 wire coding {:.3g}/{:.3g} GB/s\n",
+             "its matmuls; beside a tier's {:.3g} MB all-reduce {}; Adam {:.3g} GB/s; int8/int4 wire coding "
+             "{:.3g}/{:.3g} GB/s\n",
              count_of(c.threads, "thread"), o.model, c.peak_gflops, c.half_gflop, c.kernel_overhead,
-             c.overlap_slowdown, c.optimizer_GBps, c.int8_codec_GBps, c.int4_codec_GBps);
+             static_cast<double>(overlap_bytes(o)) / 1e6, fmt::join(beside, ", "), c.optimizer_GBps,
+             c.int8_codec_GBps, c.int4_codec_GBps);
   fmt::print("wrote {}\n", o.out);
   std::fflush(stdout);
 }

@@ -276,7 +276,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     const toml::table* t = tiers->get(i)->as_table();
     if (!t) throw Error(fmt::format("{}[{}]: must be a table ([[tiers]])", root.at("tiers"), i));
     const Fields f(*t, fmt::format("{}[{}]", root.at("tiers"), i));
-    std::vector<std::string_view> known{"name", "group_size", "ranks_sharing"};
+    std::vector<std::string_view> known{"name", "group_size", "ranks_sharing", "overlap_slowdown"};
     for (Collective k : kCollectives) known.push_back(collective_key(k));
     for (auto&& [key, node] : *t)
       if (std::find(known.begin(), known.end(), key.str()) == known.end())
@@ -286,6 +286,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     const Fields named_tier(*t, fmt::format("{}[{}] ('{}')", root.at("tiers"), i, tier.name));
     if (named_tier.has("group_size")) tier.group_size = named_tier.integer("group_size", 1);
     if (named_tier.has("ranks_sharing")) tier.ranks_sharing = named_tier.integer("ranks_sharing", 1);
+    if (named_tier.has("overlap_slowdown")) tier.overlap_slowdown = named_tier.at_least("overlap_slowdown", 1);
     for (Collective k : kCollectives)
       if (named_tier.has(collective_key(k))) tier.curves[static_cast<int>(k)] = read_curve(named_tier, k);
     for (const TierCalibration& seen : c.tiers)
@@ -328,6 +329,7 @@ std::string Calibration::to_toml() const {
     toml::table table{{"name", t.name}};
     if (t.group_size > 0) table.insert("group_size", t.group_size);
     if (t.ranks_sharing > 0) table.insert("ranks_sharing", t.ranks_sharing);
+    if (t.overlap_slowdown > 0) table.insert("overlap_slowdown", t.overlap_slowdown);
     for (Collective k : kCollectives) {
       const CollectiveCurve* c = t.find(k);
       if (!c) continue;
@@ -348,7 +350,8 @@ std::string Calibration::to_toml() const {
   out << "# strata calibration (docs/calibration.md): measured by `strata calibrate`, read by\n"
          "# `strata plan --calibration FILE`. Collective time = (bytes a rank sends + half_bytes) / bus_GBps;\n"
          "# matmul time = (FLOPs + half_gflop) / peak_gflops, times kernel_overhead for the whole step;\n"
-         "# under_compute: the collective while every rank computes beside it.\n"
+         "# under_compute: the collective while every rank computes beside it; a tier's overlap_slowdown:\n"
+         "# matmul time while that tier's all-reduce runs beside it / alone.\n"
       << doc << "\n";
   return out.str();
 }
@@ -356,7 +359,10 @@ std::string Calibration::to_toml() const {
 nlohmann::json Calibration::to_json() const {
   nlohmann::json tiers_json = nlohmann::json::array();
   for (const TierCalibration& t : tiers) {
-    nlohmann::json j{{"name", t.name}, {"group_size", t.group_size}, {"ranks_sharing", t.ranks_sharing}};
+    nlohmann::json j{{"name", t.name},
+                     {"group_size", t.group_size},
+                     {"ranks_sharing", t.ranks_sharing},
+                     {"overlap_slowdown", overlap_slowdown(t.name)}};
     for (Collective k : kCollectives)
       j[std::string(collective_key(k))] = t.find(k) ? curve_json(*t.find(k)) : nlohmann::json("the topology's figures");
     tiers_json.push_back(std::move(j));
@@ -390,6 +396,12 @@ const TierCalibration& Calibration::tier(std::string_view name) const {
   std::vector<std::string_view> names;
   for (const TierCalibration& t : tiers) names.push_back(t.name);
   throw Error(fmt::format("calibration: no tier '{}' (it has {})", name, fmt::join(names, ", ")));
+}
+
+double Calibration::overlap_slowdown(std::string_view name) const {
+  const TierCalibration& t = tier(name);
+  if (t.overlap_slowdown > 0) return t.overlap_slowdown;
+  return compute ? compute->overlap_slowdown : 1.0;
 }
 
 void Calibration::check_covers(const topo::Topology& t, std::string_view origin) const {

@@ -68,6 +68,10 @@ struct TierCalibration {
   // kCollectives order; a collective a shipped file has no figure for is empty, and its ops are
   // priced by the topology's α-β.
   std::array<std::optional<CollectiveCurve>, 4> curves;
+  // Compute's matmul time while this tier's all-reduces run beside it / alone (>= 1; 0: not
+  // measured, the compute's overlap_slowdown). The planner slows compute by the factor of the
+  // tier whose op is on the communication stream.
+  double overlap_slowdown = 0;
 
   const CollectiveCurve* find(Collective c) const {
     const auto& curve = curves[static_cast<int>(c)];
@@ -82,7 +86,8 @@ struct ComputeCalibration {
   double peak_gflops = 0;       // R
   double half_gflop = 0;        // F½
   double kernel_overhead = 1;   // measured forward+backward / its matmuls' curve time (norms, softmax, ...)
-  double overlap_slowdown = 1;  // matmul time while a collective runs / alone (>= 1)
+  double overlap_slowdown = 1;  // matmul time while the outermost tier's all-reduce runs / alone (>= 1);
+                                // every tier's without a factor of its own (TierCalibration)
   double optimizer_GBps = 0;    // Adam: elements x (24 + 2 x 4) bytes / its time (the planner's count)
   // Block quantization on the cores that also compute (the CPU runtime codes int8/int4 wires
   // on its communication thread): fp32 bytes encoded plus decoded a second, every rank at
@@ -112,6 +117,9 @@ struct Calibration {
 
   // The tier of this name; throws Error naming the calibration's tiers when it has none.
   const TierCalibration& tier(std::string_view name) const;
+  // How much slower compute runs beside an op of this tier: its own factor, else compute's
+  // (1 without a compute calibration).
+  double overlap_slowdown(std::string_view tier) const;
   // Throws Error unless every tier of `topology` has a calibrated tier of its name.
   void check_covers(const topo::Topology& topology, std::string_view origin) const;
 };

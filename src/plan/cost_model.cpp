@@ -222,8 +222,7 @@ OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Ca
 
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            double overlap_slowdown, bool last_of_step,
-                            const std::vector<double>& op_under_compute) {
+                            bool last_of_step, const OverlapFactors& factors) {
   const std::vector<model::UnitEvent>& events = schedule.units().events;
   std::vector<ScheduledOp> ops = schedule.micro_batch_ops();
   const std::size_t micro_ops = ops.size();
@@ -249,11 +248,13 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
   // (the runtime's communication thread is a FIFO), each starting once issued and the
   // stream is free. Compute issues at each event, then waits for what the program says
   // must be complete before the event's compute. The two streams advance together: while
-  // both run, compute goes at 1/overlap_slowdown and the op on the stream at
-  // 1/op_under_compute; alone, each at full speed.
-  if (!op_under_compute.empty() && op_under_compute.size() != ops.size())
-    throw Error(fmt::format("replay: {} under-compute factors for {} ops", op_under_compute.size(), ops.size()));
-  auto factor = [&](int i) { return op_under_compute.empty() ? 1.0 : op_under_compute[i]; };
+  // both run, compute goes at 1/slows_compute of the op on the stream and the op at
+  // 1/under_compute; alone, each at full speed.
+  for (auto [list, what] : {std::pair{&factors.under_compute, "under-compute"}, {&factors.slows_compute, "compute slowdown"}})
+    if (!list->empty() && list->size() != ops.size())
+      throw Error(fmt::format("replay: {} {} factors for {} ops", list->size(), what, ops.size()));
+  auto factor = [&](int i) { return factors.under_compute.empty() ? 1.0 : factors.under_compute[i]; };
+  auto slows = [&](int i) { return factors.slows_compute.empty() ? 1.0 : factors.slows_compute[i]; };
   Timeline t;
   t.busy_by_level.assign(levels, 0);
   t.stretch_by_level.assign(levels, 0);
@@ -294,15 +295,16 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
         clock += work;
         return;
       }
-      const double f = factor(t.order[head]), compute_wall = work * overlap_slowdown, op_wall = left * f;
+      const double f = factor(t.order[head]), slowdown = slows(t.order[head]);
+      const double compute_wall = work * slowdown, op_wall = left * f;
       if (compute_wall <= op_wall) {
         clock += compute_wall, left -= compute_wall / f;
         t.slowdown_s += compute_wall - work;
         return;
       }
       clock += op_wall, left = 0;
-      work -= op_wall / overlap_slowdown;
-      t.slowdown_s += op_wall - op_wall / overlap_slowdown;
+      work -= op_wall / slowdown;
+      t.slowdown_s += op_wall - op_wall / slowdown;
       finish_head();
     }
   };
@@ -518,26 +520,28 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     e.tiers[op.level].latency_s += times * p.latency_s;
     e.tiers[op.level].codec_s += times * p.codec_s;
   };
-  // An op the replay times: priced (nothing if left out), its time and busy factor queued.
-  std::vector<double> op_seconds, under_compute;
+  // An op the replay times: priced (nothing if left out), its time and overlap factors queued.
+  std::vector<double> op_seconds;
+  OverlapFactors factors;
   auto replayed = [&](const ScheduledOp& op, int times) {
     const bool out = left_out(op);
     if (out) drop(op, times), note(op);
     const OpPrice p = out ? OpPrice{} : price(op);
     op_seconds.push_back(p.seconds());
-    under_compute.push_back(p.under_compute);
+    factors.under_compute.push_back(p.under_compute);
+    // Compute beside the op slows as beside its tier's all-reduce (a flat op's: its outermost tier).
+    factors.slows_compute.push_back(calibration_ ? calibration_->overlap_slowdown(topology_.tier(op.level).name) : 1.0);
     book(op, p, times);
   };
   for (const ScheduledOp& op : schedule.micro_batch_ops()) replayed(op, K);
   const ComputeCalibration* measured_compute =
       calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
-  const double slowdown = measured_compute ? measured_compute->overlap_slowdown : 1.0;
-  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, slowdown, false, under_compute);
+  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, false, factors);
   // The step's last micro-batch also runs the buckets' step reductions (once a step).
   for (const ScheduledOp& op : schedule.bucket_ops()) replayed(op, 1);
-  const Timeline last = schedule.buckets().empty() ? mb
-                                                   : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds,
-                                                                        slowdown, true, under_compute);
+  const Timeline last = schedule.buckets().empty()
+                            ? mb
+                            : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, true, factors);
   for (const ScheduledOp& op : schedule.step_ops()) {
     if (left_out(op)) {
       drop(op, 1), note(op);
@@ -700,8 +704,8 @@ nlohmann::json PlanContext::assumptions() const {
        "first waits until at most `reductions_in_flight` reductions remain; the first gathers of a micro-batch "
        "and the optimizer-step phase (post-step weight gather, scalars, Adam, and the step reductions the last "
        "micro-batch's backward does not run: Schedule::bucket_ops runs ddp's and zero1's buckets and hsdp's and "
-       "topo's unit by unit there) are never hidden; with a calibration, compute runs overlap_slowdown times slower while an op is on the stream "
-       "(overlap_slowdown_s)"},
+       "topo's unit by unit there) are never hidden; with a calibration, compute runs its tier's overlap_slowdown times slower while an op is on the "
+       "stream (overlap_slowdown_s; a tier without its own: the compute's)"},
       {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; recomputed FLOPs (full: each "
                 "block's forward again; selective-op: the recomputed projections' forward) count in hfu, not mfu"},
       {"recompute", recompute_name(workload_.recompute)},

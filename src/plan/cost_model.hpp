@@ -111,16 +111,25 @@ Collective collective_of(const shard::ScheduledOp& op);
 // calls and small units share one.
 double collective_launches(const shard::ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity);
 
+// How two streams slow each other, per op of a replay (empty: 1 for every op).
+struct OverlapFactors {
+  // Compute's slowdown while op i is on the communication stream (its tier's calibrated
+  // overlap_slowdown: beside a copy through shared memory and a wait on a NIC, compute is not
+  // slowed alike).
+  std::vector<double> slows_compute;
+  // Op i's slowdown while compute runs beside it (its busy curve / alone).
+  std::vector<double> under_compute;
+};
+
 // One micro-batch replayed on two streams (docs/planner.md "Overlap"): compute walks the
 // unit events; communication runs one op at a time in the order ops are issued. Issue and
 // wait points are the schedule's micro-batch program, the one the runtime executes (no
-// policy of its own here): the timeline is the runtime's order by construction. Compute
-// runs `overlap_slowdown` times slower while an op is on the communication stream, and op i
-// `op_under_compute[i]` times slower while compute runs beside it (empty: 1 for every op);
-// when both run, each advances at its slowed rate.
+// policy of its own here): the timeline is the runtime's order by construction. While op i
+// is on the stream and compute runs, compute goes `factors.slows_compute[i]` times slower
+// and the op `factors.under_compute[i]` times slower; each advances at its slowed rate.
 // `last_of_step`: the step's last micro-batch (Schedule::last_micro_batch_program), which
 // also runs the buckets' step reductions; ops are then numbered micro-batch ops first, bucket
-// ops after (op_seconds and order alike).
+// ops after (op_seconds, factors and order alike).
 struct Timeline {
   double makespan_s = 0;               // until both streams are idle
   double compute_s = 0;
@@ -132,8 +141,7 @@ struct Timeline {
 };
 Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
                             const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            double overlap_slowdown = 1.0, bool last_of_step = false,
-                            const std::vector<double>& op_under_compute = {});
+                            bool last_of_step = false, const OverlapFactors& factors = {});
 
 struct TierCost {
   shard::TierTraffic traffic;   // bytes and messages a rank sends and receives per step

@@ -169,10 +169,14 @@ TEST(Nccl, OrderedAgainstAComputeStreamByEvents) {
 
 // Accounting delta of running `fn` (blocking collectives) on this rank.
 template <class Fn>
-std::vector<TierTraffic> traffic_of(Accounting& acc, Fn&& fn) {
+CommStats delta_of(Accounting& acc, Fn&& fn) {
   CommStats before = acc.snapshot();
   fn();
-  return (acc.snapshot() - before).tiers;
+  return acc.snapshot() - before;
+}
+template <class Fn>
+std::vector<TierTraffic> traffic_of(Accounting& acc, Fn&& fn) {
+  return delta_of(acc, fn).tiers;
 }
 
 // One collective on a host group and on its NCCL twin, from the same member data: the same
@@ -229,8 +233,17 @@ class Twins {
   template <class RunHost, class RunDevice>
   void compare(const char* op, DType t, std::size_t n, RunHost&& run_host, RunDevice&& run_device, const HostBuf& h,
                DeviceBuf& d) {
-    const auto host_traffic = traffic_of(acc_, run_host);
-    const auto device_traffic = traffic_of(acc_, run_device);
+    const CommStats host = delta_of(acc_, run_host), device = delta_of(acc_, run_device);
+    const auto &host_traffic = host.tiers, &device_traffic = device.tiers;
+    // Busy time (its GPU time) goes to the tiers the host twin charges, and no other.
+    double device_busy = 0;
+    for (std::size_t t = 0; t < device.busy_s.size(); ++t) {
+      device_busy += device.busy_s[t];
+      if (host.busy_s[t] == 0) {
+        EXPECT_EQ(device.busy_s[t], 0) << op << " on " << device_.name() << ": busy on tier " << t;
+      }
+    }
+    EXPECT_GT(device_busy, 0) << op << " on " << device_.name();
     const HostBuf got = d.to_host();
     EXPECT_EQ(got.data, h.data) << op << " on " << device_.name() << " " << dtype_name(t) << " n=" << n;
     EXPECT_EQ(got.scales, h.scales) << op << " on " << device_.name() << " " << dtype_name(t) << " n=" << n;

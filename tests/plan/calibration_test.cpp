@@ -98,7 +98,8 @@ TEST(Calibration, FitsRecoverTheCurve) {
 }
 
 TEST(Calibration, RoundTripsThroughItsFile) {
-  const Calibration a = h100_calibration(40);
+  Calibration a = h100_calibration(40, 1.25);
+  a.tiers[0].overlap_slowdown = 1.75;  // the node tier measured its own; the cluster tier takes compute's
   const std::string text = a.to_toml();
   const Calibration b = Calibration::from_toml_string(text, "cal.toml");
   EXPECT_EQ(b.version, Calibration::kVersion);
@@ -110,6 +111,8 @@ TEST(Calibration, RoundTripsThroughItsFile) {
     EXPECT_EQ(b.tiers[t].name, a.tiers[t].name);
     EXPECT_EQ(b.tiers[t].group_size, a.tiers[t].group_size);
     EXPECT_EQ(b.tiers[t].ranks_sharing, a.tiers[t].ranks_sharing);
+    EXPECT_DOUBLE_EQ(b.tiers[t].overlap_slowdown, a.tiers[t].overlap_slowdown);
+    EXPECT_DOUBLE_EQ(b.overlap_slowdown(b.tiers[t].name), t == 0 ? 1.75 : 1.25);
     for (Collective k : kCollectives) {
       const CollectiveCurve &x = a.tiers[t].curve(k), &y = b.tiers[t].curve(k);
       EXPECT_DOUBLE_EQ(y.bus_GBps, x.bus_GBps);
@@ -147,6 +150,8 @@ TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
   expect_refused(replace(good, "bus_GBps = ", "bus_GBps = 'fast' # "),
                  {"cal.toml: tiers[0] ('node').all_gather.bus_GBps: must be a number"});
   expect_refused(replace(good, "group_size = 8", "group_size = 0"), {"tiers[0] ('node').group_size = 0"});
+  expect_refused(replace(good, "group_size = 8", "group_size = 8\noverlap_slowdown = 0.5"),
+                 {"cal.toml: tiers[0] ('node').overlap_slowdown = 0.5", "at least 1"});
   expect_refused(replace(good, "gflop = [ 1.0, 10.0, 100.0 ]", "gflop = [ 1.0, 10.0 ]"),
                  {"cal.toml: compute", "same number of points"});
   expect_refused("version = 1\n[compute\n", {"cal.toml:2:"});
@@ -197,6 +202,16 @@ TEST(Calibration, ThePlanChangesWithTheCalibration) {
               1e-9 * slowed.step_time_s);
   EXPECT_GT(slowed.step_time_s, plain.step_time_s);
   EXPECT_EQ(fast.assumptions()["calibration"]["compute"]["overlap_slowdown"], 1.0);
+  // A tier's own factor replaces the compute's for its ops: every tier at 1 undoes compute's
+  // 1.5; the node tier alone at 1.5 slows compute beside its ops only, less than every tier.
+  Calibration per_tier = h100_calibration(40, 1.5);
+  for (TierCalibration& t : per_tier.tiers) t.overlap_slowdown = 1;
+  EXPECT_EQ(priced(h100_plan(per_tier), "zero3").overlap_slowdown_s, 0);
+  per_tier.tiers[0].overlap_slowdown = 1.5;
+  const Estimate node_only = priced(h100_plan(per_tier), "zero3");
+  EXPECT_GT(node_only.overlap_slowdown_s, 0);
+  EXPECT_LT(node_only.overlap_slowdown_s, slowed.overlap_slowdown_s);
+  EXPECT_EQ(h100_plan(per_tier).assumptions()["calibration"]["tiers"][0]["overlap_slowdown"], 1.5);
 }
 
 // Under a calibration, selective-op's rerun projections take the matmul curve (no kernel

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -64,12 +65,14 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
       EXPECT_EQ(c.busy_bytes, c.bytes);
       EXPECT_EQ(c.busy_seconds.size(), c.seconds.size());
     }
+    // Compute timed beside this tier's all-reduce, its own factor.
+    EXPECT_GE(cal.tiers[t].overlap_slowdown, 1);
   }
   EXPECT_GT(cal.compute->int8_codec_GBps, 0);
   EXPECT_GT(cal.compute->int4_codec_GBps, 0);
   EXPECT_GT(cal.compute->peak_gflops, 0);
   EXPECT_GE(cal.compute->kernel_overhead, 1);
-  EXPECT_GE(cal.compute->overlap_slowdown, 1);
+  EXPECT_EQ(cal.compute->overlap_slowdown, cal.tiers[2].overlap_slowdown);  // the outermost's
   EXPECT_EQ(cal.compute->gflop.size(), 15u);
 
   // Priced with it: the calibration is in the assumptions, and the figures are its own.
@@ -88,6 +91,9 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("calibrated (a group of 2, 4 ranks crossing at once): all_gather"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("calibrated compute: matmul"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(fmt::format("compute beside its ops x{:.3g}", cal.tiers[0].overlap_slowdown)),
+            std::string::npos)
+      << text.output;
   EXPECT_NE(text.output.find("calibrated terms"), std::string::npos) << text.output;
 
   // A file damaged by hand is refused, naming the field.

@@ -256,11 +256,30 @@ TEST(CostModel, EveryMicroBatchOpNamesTheEventItServes) {
 TEST(CostModel, ReplaySlowsComputeBesideCommunication) {
   shard::Schedule s = two_unit_schedule(1);
   std::vector<double> ones(6, 1.0);
-  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, 2.0);
+  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, false, {std::vector<double>(6, 2.0), {}});
   EXPECT_DOUBLE_EQ(t.compute_s, 12);
   EXPECT_DOUBLE_EQ(t.slowdown_s, 2);
   EXPECT_DOUBLE_EQ(t.makespan_s, 16);
   EXPECT_EQ(replay_micro_batch(s, {2, 2}, {4, 4}, ones).slowdown_s, 0);
+}
+
+// Compute slows by the factor of the op on the stream, op by op. Slowed only beside the
+// gradient reductions (on the timeline of ReplayHidesPrefetchedGathersBehindCompute below):
+// of the compute runs, only A's backward [9,13] meets one, reduce B [9,10], and does half a
+// second of work in it: it ends at 13.5, reduce A runs [13.5,14.5]. A wrong-length list is refused.
+TEST(CostModel, ReplaySlowsComputeByTheFactorOfTheOpOnTheStream) {
+  shard::Schedule s = two_unit_schedule(1);
+  const std::vector<double> ones(6, 1.0);
+  std::vector<double> slows(6, 1.0);
+  const std::vector<shard::ScheduledOp>& ops = s.micro_batch_ops();
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].purpose == Purpose::GradReduce) slows[i] = 2.0;
+  const Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, false, {slows, {}});
+  EXPECT_DOUBLE_EQ(t.compute_s, 12);
+  EXPECT_DOUBLE_EQ(t.slowdown_s, 0.5);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 14.5);
+  EXPECT_NE(error_of([&] { replay_micro_batch(s, {2, 2}, {4, 4}, ones, false, {{2.0}, {}}); }).find("compute slowdown"),
+            std::string::npos);
 }
 
 // Ops three times slower while compute runs beside them (compute itself not slowed): each
@@ -271,7 +290,7 @@ TEST(CostModel, ReplaySlowsComputeBesideCommunication) {
 TEST(CostModel, ReplaySlowsCommunicationBesideCompute) {
   shard::Schedule s = two_unit_schedule(1);
   const std::vector<double> ones(6, 1.0), threes(6, 3.0);
-  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, 1.0, false, threes);
+  Timeline t = replay_micro_batch(s, {2, 2}, {4, 4}, ones, false, {{}, threes});
   EXPECT_DOUBLE_EQ(t.compute_s, 12);
   EXPECT_DOUBLE_EQ(t.slowdown_s, 0);
   EXPECT_DOUBLE_EQ(t.makespan_s, 44.0 / 3);
@@ -279,10 +298,10 @@ TEST(CostModel, ReplaySlowsCommunicationBesideCompute) {
   EXPECT_DOUBLE_EQ(t.stretch_by_level[0], 20.0 / 3);  // B 4/3, B' 4/3, A' 2, reduce B 2
   EXPECT_DOUBLE_EQ(t.busy_by_level[0], 6 + 20.0 / 3);
   // Factors of 1 are the plain replay; a factor list of the wrong length is refused.
-  const Timeline plain = replay_micro_batch(s, {2, 2}, {4, 4}, ones, 1.0, false, ones);
+  const Timeline plain = replay_micro_batch(s, {2, 2}, {4, 4}, ones, false, {{}, ones});
   EXPECT_DOUBLE_EQ(plain.makespan_s, 14);
   EXPECT_EQ(plain.stretch_by_level[0], 0);
-  EXPECT_NE(error_of([&] { replay_micro_batch(s, {2, 2}, {4, 4}, ones, 1.0, false, {3.0}); }).find("under-compute"),
+  EXPECT_NE(error_of([&] { replay_micro_batch(s, {2, 2}, {4, 4}, ones, false, {{}, {3.0}}); }).find("under-compute"),
             std::string::npos);
 }
 

@@ -135,7 +135,7 @@ TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay
         // micro-batch a step it is the step's last, which runs the buckets' reductions.
         const std::size_t units = s.units().numel.size(), ops = s.micro_batch_ops().size() + s.bucket_ops().size();
         want = plan::replay_micro_batch(s, std::vector<double>(units, 1.0), std::vector<double>(units, 2.0),
-                                        std::vector<double>(ops, 1.0), 1.0, true)
+                                        std::vector<double>(ops, 1.0), true)
                    .order;
         EXPECT_EQ(want.size(), ops) << what;
         EXPECT_EQ(indices(engine.last_micro_batch_trace(), s.micro_batch_ops(), s.bucket_ops()), want) << what;

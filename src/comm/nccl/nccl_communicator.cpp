@@ -1,5 +1,6 @@
 #include "comm/nccl/nccl_communicator.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -37,8 +38,9 @@ std::byte* bytes_at(const void* p, std::size_t offset) {
 // stalls leaves NCCL's kernel spinning on the GPU for ever, and cudaEventSynchronize with it.
 class EventWork final : public WorkState {
  public:
-  EventWork(cudaEvent_t start, cudaEvent_t done, NcclCommunicator& comm, Accounting* acc, std::string kind)
-      : start_(start), done_(done), comm_(comm), acc_(acc), kind_(std::move(kind)) {}
+  EventWork(cudaEvent_t start, cudaEvent_t done, NcclCommunicator& comm, Accounting* acc, std::string kind,
+            int busy_tier)
+      : start_(start), done_(done), comm_(comm), acc_(acc), kind_(std::move(kind)), busy_tier_(busy_tier) {}
   ~EventWork() override {
     cudaEventDestroy(start_);
     cudaEventDestroy(done_);
@@ -76,12 +78,16 @@ class EventWork final : public WorkState {
     recorded_ = true;
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start_, done_), "cudaEventElapsedTime");
+    // The start event fires once the stream reaches the op, so this is the op's own time on
+    // the stream: its kind's time, and its tier's busy time (as the host communicators charge).
     acc_->record_time(kind_, double(ms) * 1e-3);
+    acc_->record_busy(busy_tier_, double(ms) * 1e-3);
   }
   cudaEvent_t start_, done_;
   NcclCommunicator& comm_;
   Accounting* acc_;
   std::string kind_;
+  int busy_tier_;
   bool recorded_ = false;
 };
 
@@ -103,6 +109,7 @@ NcclCommunicator::NcclCommunicator(Context& ctx, MPI_Comm comm, std::string name
   MPI_Comm_rank(comm, &position_);
   world_ranks_ = world_ranks_of(comm);
   for (int w : world_ranks_) tiers_.push_back(ctx.topology().tier_between(ctx.world_rank(), w));
+  busy_tier_ = *std::max_element(tiers_.begin(), tiers_.end());
   // The bootstrap waits for every member; NCCL's init cannot be polled.
   const BlockingCallWatchdog watchdog("ncclCommInitRank", name_, comm);
   ncclUniqueId id{};
@@ -158,7 +165,7 @@ Work NcclCommunicator::finish(std::string kind, cudaEvent_t start) {
   cudaEvent_t done;
   check(cudaEventCreate(&done), "cudaEventCreate");
   check(cudaEventRecord(done, stream_), "cudaEventRecord");
-  return Work(std::make_shared<EventWork>(start, done, *this, accounting_, std::move(kind)));
+  return Work(std::make_shared<EventWork>(start, done, *this, accounting_, std::move(kind), busy_tier_));
 }
 
 Buf NcclCommunicator::device_scratch(DType t, std::size_t count, std::size_t block) {

@@ -13,7 +13,7 @@
 // messages, so each operation charges the context's Accounting with what strata's host
 // algorithm of the same collective and size sends and receives, peer by peer and so tier by
 // tier (traffic.hpp, the count the host's measured figures are tested against), and its GPU
-// time under "nccl.<kind>". NCCL accumulates bf16/fp16 its own way (results may differ from
+// time under "nccl.<kind>" and as its outermost tier's busy time. NCCL accumulates bf16/fp16 its own way (results may differ from
 // the host's in the last bit) and link emulation does not apply. int8/int4 data moves as
 // bytes and scales as fp32, in one NCCL group.
 #include <cuda_runtime.h>
@@ -83,6 +83,7 @@ class NcclCommunicator final : public Collectives {
   int position_ = 0;
   std::vector<int> world_ranks_;
   std::vector<int> tiers_;  // the tier a message to each member crosses
+  int busy_tier_ = 0;       // the outermost of them: where this group's GPU time is charged
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   Accounting* accounting_ = nullptr;
