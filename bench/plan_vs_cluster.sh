@@ -11,12 +11,13 @@
 # Usage: bench/plan_vs_cluster.sh [BUILD_DIR]
 # Environment: RATES (default "1gbit 300mbit"), MODELS (default "tiny small"), STEPS (optimizer
 # steps a run, default 5), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
-# default 4: calibrate's overlap factor is timed beside an all-reduce of this size, and beside
-# 16 MiB it swung from 1.0 to 2.0 between calibrations; `small`'s larger ops extrapolate a
-# curve that is straight there: docs/plan-vs-measured.md, run 6),
+# default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
+# was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
+# `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
 # KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
 # communication busy time and the exposed wait, predicted against measured (the step
-# report's comm.<tier>.busy_s and exposed_comm_s): where the time the planner misses goes.
+# report's comm.<tier>.busy_s and exposed_comm_s): where the time the planner misses goes;
+# and each calibration's compute slowdown beside each tier's all-reduce.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -71,17 +72,21 @@ for rate in "${rates[@]}"; do
 done
 
 /usr/bin/python3 - "$work" "${rates[*]}" "${models[*]}" "${strategies[*]}" << 'PY'
-import json, os, statistics, sys
+import json, os, statistics, sys, tomllib
 work, rates, models, names = sys.argv[1], *(a.split() for a in sys.argv[2:])
 ok = True
 lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
          "|---|---|---|---|---|---|---|---|"]
-errors, same_order, split, split_tiers = [], [], [], []
+errors, same_order, split, split_tiers, overlap = [], [], [], [], []
 for rate in rates:
     for model in models:
         run = os.path.join(work, f"{rate}-{model}")
         doc = json.load(open(os.path.join(run, "plan.json")))
         plan, tiers = doc["strategies"], [t["name"] for t in doc["topology"]["tiers"]]
+        with open(os.path.join(run, "calibration.toml"), "rb") as f:
+            cal = tomllib.load(f)
+        overlap.append(f"{rate} {model}: " + ", ".join(f"{t['name']} x{t.get('overlap_slowdown', 1):.3g}"
+                                                      for t in cal["tiers"]))
         rows = {}
         for n in names:
             summary = json.load(open(os.path.join(run, n, "summary.json")))
@@ -111,6 +116,8 @@ print("\npredicted / measured seconds a step: each tier's communication busy tim
 print("| rate | model | strategy | " + " | ".join(f"{t} busy" for t in split_tiers) + " | exposed |")
 print("|---|---|---|" + "---|" * (len(split_tiers) + 1))
 print("\n".join(split))
+print("\ncompute beside each tier's all-reduce / alone (the calibrations' overlap_slowdown):")
+print("\n".join(overlap))
 within = sum(e <= 0.15 for e in errors)
 print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
       f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "

@@ -411,7 +411,8 @@ void run_calibrate(const Options& o) {
   fmt::print("(busy: the same collective while every rank computes beside it)\n");
   const plan::ComputeCalibration& c = *cal.compute;
   std::vector<std::string> beside;
-  for (const plan::TierCalibration& t : cal.tiers) beside.push_back(fmt::format("x{:.3g} {}", t.overlap_slowdown, t.name));
+  for (const plan::TierCalibration& t : cal.tiers)
+    beside.push_back(fmt::format("x{:.3g} {}", t.overlap_slowdown, t.name));
   fmt::print("compute ({} a rank, model {}): matmul {:.4g} GFLOP/s, half of it at {:.3g} GFLOP; whole step x{:.3g} "
              "its matmuls; beside a tier's {:.3g} MB all-reduce {}; Adam {:.3g} GB/s; int8/int4 wire coding "
              "{:.3g}/{:.3g} GB/s\n",
@@ -425,15 +426,18 @@ void run_calibrate(const Options& o) {
 const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
-      "calibrate", "Under mpirun: measure each tier's collectives, the model's matmuls and kernels, Adam and the "
-                   "overlap slowdown; write a calibration file for strata plan --calibration");
+      "calibrate", "Under mpirun: measure each tier's collectives, the model's matmuls and kernels, Adam and "
+                   "compute's slowdown beside each tier's collectives; write a calibration file for strata plan "
+                   "--calibration");
   cmd->add_option("--topology", o->topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
   cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--out", o->out, "the calibration file to write (TOML)");
   cmd->add_option("--min-kib", o->min_kib, "smallest buffer of the collective sweep, KiB")->capture_default_str();
-  cmd->add_option("--max-mib", o->max_mib, "largest buffer of the collective sweep, MiB (caps the run's time)")
+  cmd->add_option("--max-mib", o->max_mib,
+                  "largest buffer of the collective sweep, MiB (caps the run's time and the all-reduce compute is "
+                  "timed beside)")
       ->capture_default_str();
   cmd->add_option("--points", o->points, "buffer sizes in the sweep")->capture_default_str();
   cmd->add_option("--iterations", o->iterations, "timed runs of each measurement (the median is kept)")

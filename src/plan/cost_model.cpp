@@ -250,7 +250,8 @@ Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<d
   // must be complete before the event's compute. The two streams advance together: while
   // both run, compute goes at 1/slows_compute of the op on the stream and the op at
   // 1/under_compute; alone, each at full speed.
-  for (auto [list, what] : {std::pair{&factors.under_compute, "under-compute"}, {&factors.slows_compute, "compute slowdown"}})
+  for (auto [list, what] :
+       {std::pair{&factors.under_compute, "under-compute"}, {&factors.slows_compute, "compute slowdown"}})
     if (!list->empty() && list->size() != ops.size())
       throw Error(fmt::format("replay: {} {} factors for {} ops", list->size(), what, ops.size()));
   auto factor = [&](int i) { return factors.under_compute.empty() ? 1.0 : factors.under_compute[i]; };
