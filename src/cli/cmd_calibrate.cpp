@@ -198,15 +198,18 @@ std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int token
   return out;
 }
 
-// The model's widest matmul (the MLP's up-projection) at `tokens` rows.
-MatmulShape widest_matmul(const model::GPTConfig& config, int tokens) { return {tokens, config.n_embd, 4 * config.n_embd}; }
+// The model's widest matmul (the MLP's up-projection) at a micro-batch's tokens.
+MatmulShape widest_matmul(const Options& o) {
+  const model::GPTConfig config = model::GPTConfig::preset(o.model);
+  return {o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len), config.n_embd, 4 * config.n_embd};
+}
 
 // The model's widest matmul, run over and over on a thread of its own until stopped: the
 // compute a training step runs beside its collectives.
 class ComputeBeside {
  public:
-  ComputeBeside(const model::GPTConfig& config, int tokens)
-      : wide_(widest_matmul(config, tokens)), thread_([this] {
+  explicit ComputeBeside(const Options& o)
+      : wide_(widest_matmul(o)), thread_([this] {
           while (!stop_.load(std::memory_order_relaxed)) wide_.run();
         }) {}
   ~ComputeBeside() {
@@ -226,11 +229,9 @@ class ComputeBeside {
 // curve, over the same sizes: two points let one slice of scheduler noise at either end set
 // the curve (a busy bandwidth above the alone one, a latency of tens of ms).
 void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::Calibration& cal, const Options& o) {
-  const model::GPTConfig config = model::GPTConfig::preset(o.model);
-  const int tokens = o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len);
   const std::vector<std::size_t> sweep = sweep_bytes(o);
   MPI_Barrier(MPI_COMM_WORLD);
-  ComputeBeside beside(config, tokens);
+  ComputeBeside beside(o);
   for (int t = 0; t < ctx.topology().num_tiers(); ++t) {
     comm::Collectives& c = tier_group(comms, t);
     for (plan::Collective kind : plan::kCollectives) {
@@ -323,9 +324,7 @@ std::size_t overlap_bytes(const Options& o) {
 // Per tier: beside a copy through shared memory the cores are busy moving bytes, beside a
 // transfer over a NIC they mostly wait (the planner applies the factor of the op on the stream).
 double overlap_slowdown(comm::TierComms& comms, int t, const Options& o) {
-  const model::GPTConfig config = model::GPTConfig::preset(o.model);
-  const int tokens = o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len);
-  Matmul wide(widest_matmul(config, tokens));
+  Matmul wide(widest_matmul(o));
   const int reps = repetitions_for([&] { wide.run(); });
   auto run_reps = [&] {
     const double start = MPI_Wtime();

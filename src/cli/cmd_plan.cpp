@@ -177,7 +177,8 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   }
   if (const auto& cal = c.calibration(); cal && cal->compute)
     fmt::print("calibrated compute: matmul {:.4g} GFLOP/s a rank, half of it at {:.3g} GFLOP; other kernels x{:.3g}; "
-               "x{:.3g} slower beside the outermost tier's communication; Adam {:.3g} GB/s{} (ignoring the device's efficiency and HBM)\n",
+               "x{:.3g} slower beside the outermost tier's communication; Adam {:.3g} GB/s{} (ignoring the device's "
+               "efficiency and HBM)\n",
                cal->compute->peak_gflops, cal->compute->half_gflop, cal->compute->kernel_overhead,
                cal->compute->overlap_slowdown, cal->compute->optimizer_GBps,
                cal->compute->int8_codec_GBps > 0

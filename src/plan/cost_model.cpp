@@ -453,6 +453,8 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
                             compute_bytes(workload_.precision)))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
+  for (const topo::Tier& t : topology_.tiers())
+    slows_compute_by_level_.push_back(calibration_ ? calibration_->overlap_slowdown(t.name) : 1.0);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
@@ -531,7 +533,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     op_seconds.push_back(p.seconds());
     factors.under_compute.push_back(p.under_compute);
     // Compute beside the op slows as beside its tier's all-reduce (a flat op's: its outermost tier).
-    factors.slows_compute.push_back(calibration_ ? calibration_->overlap_slowdown(topology_.tier(op.level).name) : 1.0);
+    factors.slows_compute.push_back(slows_compute_by_level_[op.level]);
     book(op, p, times);
   };
   for (const ScheduledOp& op : schedule.micro_batch_ops()) replayed(op, K);

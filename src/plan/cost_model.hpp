@@ -240,6 +240,7 @@ class PlanContext {
   shard::TensorParallelPlan tensor_parallel_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
   double rerun_matmul_s_ = 0, rerun_memory_bound_s_ = 0;  // one micro-batch, all units
+  std::vector<double> slows_compute_by_level_;  // compute's slowdown beside each tier's ops (1 uncalibrated)
 };
 
 }  // namespace strata::plan
