@@ -185,6 +185,10 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
                    ? fmt::format("; int8/int4 wire coding {:.3g}/{:.3g} GB/s of fp32", cal->compute->int8_codec_GBps,
                                  cal->compute->int4_codec_GBps)
                    : std::string());
+  else if (cal && cal->compute_efficiency > 0)
+    fmt::print("compute: the calibration's published efficiency {:g} a device (above, unless --compute-efficiency "
+               "is given), the device's HBM rate\n",
+               cal->compute_efficiency);
   else if (cal)
     fmt::print("compute: the calibration has none; the device's peak x efficiency and HBM rate above\n");
 }
@@ -447,7 +451,14 @@ void run_plan(const PlanOptions& o) {
   if (o.efficiency_opt->count()) overrides.compute_efficiency = o.compute_efficiency;
   if (o.tdp_opt->count()) overrides.tdp_watts = o.tdp_watts;
   if (o.idle_opt->count()) overrides.idle_watts = o.idle_watts;
-  const plan::DeviceFacts device = plan::resolve_device(o.topology, overrides);
+  plan::DeviceFacts device = plan::resolve_device(o.topology, overrides);
+  // A shipped calibration's published efficiency replaces the device's assumed one; the command
+  // line's still wins.
+  if (calibration && calibration->compute_efficiency > 0 && !o.efficiency_opt->count()) {
+    device.compute_efficiency = calibration->compute_efficiency;
+    device.source += fmt::format("; compute efficiency {:g} from the calibration {}", device.compute_efficiency,
+                                 o.calibration);
+  }
 
   plan::Workload workload;
   workload.micro_batch = o.micro_batch;
@@ -649,7 +660,8 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   o->memory_opt = cmd->add_option("--device-memory-gb", o->memory_gb, "memory a device, GB (1e9 bytes)");
   o->hbm_opt = cmd->add_option("--hbm-gbps", o->hbm_GBps, "memory bandwidth a device, GB/s");
   o->efficiency_opt =
-      cmd->add_option("--compute-efficiency", o->compute_efficiency, "achieved fraction of peak for compute");
+      cmd->add_option("--compute-efficiency", o->compute_efficiency,
+                      "achieved fraction of peak for compute (wins over a calibration's published efficiency)");
   cmd->add_option("--leave-out", o->leave_out,
                   "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
       ->expected(1)
@@ -673,7 +685,8 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "comm.per_step)");
   cmd->add_option("--calibration", o->calibration,
                   "price with what `strata calibrate` measured (a calibration TOML file): collective curves per "
-                  "tier, compute curve, Adam rate, overlap slowdown");
+                  "tier, compute curve, Adam rate, overlap slowdown; or a shipped one (configs/calibration/): "
+                  "published link rates and compute efficiency");
   cmd->add_flag("--print-schedule", o->print_schedule,
                 "print each chosen strategy's schedule of collectives instead of its estimate (--json: each op's "
                 "issue points, slots and algorithm, the program's prefetch depth and reductions in flight)");

@@ -253,20 +253,33 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     const toml::table* compute = doc["compute"].as_table();
     if (!compute) throw Error(fmt::format("{}: must be a table ([compute])", root.at("compute")));
     const Fields cf(*compute, root.at("compute"));
-    cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "int8_codec_GBps",
-             "int4_codec_GBps", "threads", "gflop", "seconds"});
-    ComputeCalibration& cc = c.compute.emplace();
-    cc.peak_gflops = cf.positive("peak_gflops");
-    cc.half_gflop = cf.at_least("half_gflop", 0);
-    cc.kernel_overhead = cf.at_least("kernel_overhead", 1);
-    cc.overlap_slowdown = cf.at_least("overlap_slowdown", 1);
-    cc.optimizer_GBps = cf.positive("optimizer_GBps");
-    if (cf.has("int8_codec_GBps")) cc.int8_codec_GBps = cf.positive("int8_codec_GBps");
-    if (cf.has("int4_codec_GBps")) cc.int4_codec_GBps = cf.positive("int4_codec_GBps");
-    cc.threads = cf.integer("threads", 1);
-    cc.gflop = cf.numbers("gflop");
-    cc.seconds = cf.numbers("seconds");
-    check_points(cf, "gflop", cc.gflop, cc.seconds);
+    if (cf.has("efficiency")) {
+      // A published run's fraction of peak stands for the whole curve; both would disagree.
+      if (compute->size() != 1)
+        throw Error(fmt::format("{}: a published efficiency stands alone in [compute] (not beside a measured "
+                                "curve's fields)",
+                                cf.at("efficiency")));
+      c.compute_efficiency = cf.positive("efficiency");
+      if (c.compute_efficiency > 1)
+        throw Error(fmt::format("{} = {}: must be at most 1 (a fraction of peak)", cf.at("efficiency"),
+                                c.compute_efficiency));
+    } else {
+      // "efficiency" is named for a misspelt field's message; it never reaches here.
+      cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "int8_codec_GBps",
+               "int4_codec_GBps", "threads", "gflop", "seconds", "efficiency"});
+      ComputeCalibration& cc = c.compute.emplace();
+      cc.peak_gflops = cf.positive("peak_gflops");
+      cc.half_gflop = cf.at_least("half_gflop", 0);
+      cc.kernel_overhead = cf.at_least("kernel_overhead", 1);
+      cc.overlap_slowdown = cf.at_least("overlap_slowdown", 1);
+      cc.optimizer_GBps = cf.positive("optimizer_GBps");
+      if (cf.has("int8_codec_GBps")) cc.int8_codec_GBps = cf.positive("int8_codec_GBps");
+      if (cf.has("int4_codec_GBps")) cc.int4_codec_GBps = cf.positive("int4_codec_GBps");
+      cc.threads = cf.integer("threads", 1);
+      cc.gflop = cf.numbers("gflop");
+      cc.seconds = cf.numbers("seconds");
+      check_points(cf, "gflop", cc.gflop, cc.seconds);
+    }
   }
 
   const toml::array* tiers = doc["tiers"].as_array();
@@ -296,7 +309,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
   bool any_curve = false;
   for (const TierCalibration& t : c.tiers)
     for (const auto& curve : t.curves) any_curve = any_curve || curve.has_value();
-  if (!any_curve && !c.compute)
+  if (!any_curve && !c.compute && !(c.compute_efficiency > 0))
     throw Error(fmt::format("{}: calibrates nothing (no [compute] and no collective in any [[tiers]])", origin));
   return c;
 }
@@ -323,6 +336,8 @@ std::string Calibration::to_toml() const {
     if (compute->int8_codec_GBps > 0) table.insert("int8_codec_GBps", compute->int8_codec_GBps);
     if (compute->int4_codec_GBps > 0) table.insert("int4_codec_GBps", compute->int4_codec_GBps);
     doc.insert("compute", std::move(table));
+  } else if (compute_efficiency > 0) {
+    doc.insert("compute", toml::table{{"efficiency", compute_efficiency}});
   }
   toml::array tier_array;
   for (const TierCalibration& t : tiers) {
@@ -377,6 +392,10 @@ nlohmann::json Calibration::to_json() const {
                     {"int8_codec_GBps", compute->int8_codec_GBps},
                     {"int4_codec_GBps", compute->int4_codec_GBps},
                     {"threads", compute->threads}};
+  else if (compute_efficiency > 0)
+    compute_json = {{"efficiency", compute_efficiency},
+                    {"means", "a published run's fraction of peak: the device's compute efficiency unless "
+                              "--compute-efficiency is given; HBM rate the device's, no slowdown"}};
   return {{"version", version},
           {"topology", topology},
           {"world_size", world_size},

@@ -109,6 +109,10 @@ struct Calibration {
   // Empty in a shipped calibration without a public compute figure: compute, Adam and overlap
   // are then priced from the device (peak x --compute-efficiency, HBM rate, no slowdown).
   std::optional<ComputeCalibration> compute;
+  // A shipped file's `[compute] efficiency`, instead of a measured curve: the fraction of peak a
+  // published training run on the device reached (model FLOPs / time / peak), which the planner
+  // uses as the device's compute efficiency unless --compute-efficiency is given. 0: none.
+  double compute_efficiency = 0;
 
   static Calibration from_toml_string(std::string_view text, std::string_view origin = "<string>");
   static Calibration from_toml_file(const std::filesystem::path& path);

@@ -165,6 +165,31 @@ TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
                  {"tiers[1] ('cluster').all_gather.under_compute.bus_GBps = -2", "positive"});
 }
 
+// A shipped file may calibrate compute by a published run's fraction of peak alone
+// (configs/calibration/): it round-trips, it is all [compute] says, and it is a fraction.
+TEST(Calibration, APublishedEfficiencyStandsAloneInComputeAndRoundTrips) {
+  const std::string text =
+      "version = 1\ntopology = \"dgx-h100\"\ncommand = \"shipped\"\n[compute]\nefficiency = 0.4644\n"
+      "[[tiers]]\nname = \"node\"\n[[tiers]]\nname = \"cluster\"\n";
+  const Calibration c = Calibration::from_toml_string(text, "cal.toml");
+  EXPECT_DOUBLE_EQ(c.compute_efficiency, 0.4644);
+  EXPECT_FALSE(c.compute.has_value()) << "no measured curve: Adam and overlap stay the device's";
+  EXPECT_DOUBLE_EQ(c.to_json()["compute"]["efficiency"].get<double>(), 0.4644);
+  const Calibration again = Calibration::from_toml_string(c.to_toml(), "again.toml");
+  EXPECT_DOUBLE_EQ(again.compute_efficiency, 0.4644);
+  EXPECT_EQ(again.to_toml(), c.to_toml());
+  expect_refused(replace(text, "efficiency = 0.4644", "efficiency = 1.5"),
+                 {"cal.toml: compute.efficiency = 1.5", "at most 1"});
+  expect_refused(replace(text, "efficiency = 0.4644", "efficiency = 0"),
+                 {"cal.toml: compute.efficiency = 0", "positive"});
+  expect_refused(replace(text, "efficiency = 0.4644", "efficiency = 0.5\npeak_gflops = 300"),
+                 {"cal.toml: compute.efficiency", "stands alone"});
+  expect_refused(replace(text, "efficiency = 0.4644", "eficiency = 0.5"),
+                 {"cal.toml: compute.eficiency: unknown field", "efficiency"});
+  // A measured calibration never carries one.
+  EXPECT_EQ(h100_calibration(40).compute_efficiency, 0);
+}
+
 TEST(Calibration, ThePlanChangesWithTheCalibration) {
   const PlanContext datasheet = h100_plan(std::nullopt);
   const PlanContext fast = h100_plan(h100_calibration(40)), slow = h100_plan(h100_calibration(5));

@@ -328,7 +328,8 @@ TEST(PlanCli, TensorAndPipelineTermsShowBesideEveryStrategyInTheTableAndJson) {
 // figures) load through the same parser as a measured one, and move the prediction the way their
 // figures say: a tier whose gathers and reductions are calibrated above the preset's rate x
 // efficiency must move its bytes faster for zero3 over 4 nodes, one calibrated below must move them
-// slower, a tier without figures must not change; bytes, latency and compute stay as they were.
+// slower, a tier without figures must not change; compute runs at the file's published efficiency
+// instead of the preset's, unless --compute-efficiency is given; bytes and latency stay as they were.
 TEST(PlanCli, ShippedCalibrationsLoadAndMoveThePredictionTheWayTheirFiguresSay) {
   const std::set<std::string> expected{"dgx-a100", "dgx-h100", "frontier"};
   std::set<std::string> shipped;
@@ -343,8 +344,19 @@ TEST(PlanCli, ShippedCalibrationsLoadAndMoveThePredictionTheWayTheirFiguresSay) 
     const nlohmann::json calibrated = parse_json_output(run_strata(args + " --calibration " + file, Stderr::Discard));
     const nlohmann::json &p = plain["strategies"]["zero3"], &c = calibrated["strategies"]["zero3"];
     EXPECT_EQ(c["bytes_per_step"], p["bytes_per_step"]) << preset;
-    EXPECT_EQ(c["compute_s"], p["compute_s"]) << preset << ": no published compute curve, the device's stays";
-    bool every_figure_faster = true;
+    const double preset_efficiency = plain["assumptions"]["device"]["compute_efficiency"].get<double>();
+    const double published_efficiency = calibrated["assumptions"]["calibration"]["compute"]["efficiency"].get<double>();
+    EXPECT_DOUBLE_EQ(calibrated["assumptions"]["device"]["compute_efficiency"].get<double>(), published_efficiency)
+        << preset;
+    EXPECT_NE(published_efficiency, preset_efficiency) << preset;
+    EXPECT_NEAR(c["compute_s"].get<double>() / p["compute_s"].get<double>(), preset_efficiency / published_efficiency,
+                1e-9)
+        << preset << ": compute at the published efficiency";
+    const std::string keep_efficiency = " --compute-efficiency " + std::to_string(preset_efficiency);
+    const nlohmann::json overridden =
+        parse_json_output(run_strata(args + " --calibration " + file + keep_efficiency, Stderr::Discard));
+    EXPECT_EQ(overridden["strategies"]["zero3"]["compute_s"], p["compute_s"]) << preset << ": the command line wins";
+    bool every_figure_faster = published_efficiency >= preset_efficiency;
     int calibrated_tiers = 0;
     for (std::size_t t = 0; t < plain["assumptions"]["tiers"].size(); ++t) {
       const nlohmann::json& preset_tier = plain["assumptions"]["tiers"][t];
