@@ -1,5 +1,6 @@
 // strata plan: what each sharding strategy costs on a cluster, priced from the schedule the
 // runtime executes (docs/planner.md).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <cstdio>
@@ -428,6 +429,32 @@ void compare_summary(const std::string& path, const plan::Estimate& e, const top
   fmt::print("all equal\n");
 }
 
+// A calibrated collective is priced as measured, so a --tier override of the rate its curve
+// replaces (bandwidth_GBps, efficiency, ports, port_GBps) moves only the tier's other collectives,
+// and one of latency_us only those without a fixed cost of their own. Say so, rather than let the
+// override look applied.
+void note_overrides_under_calibration(const std::vector<std::string>& specs, const plan::Calibration& calibration) {
+  for (const std::string& spec : specs) {
+    const topo::TierOverride o = topo::parse_tier_override(spec);
+    const bool rate = o.field == "bandwidth_GBps" || o.field == "efficiency" || o.field == "ports" ||
+                      o.field == "port_GBps";
+    if (!rate && o.field != "latency_us") continue;
+    const auto tier = std::find_if(calibration.tiers.begin(), calibration.tiers.end(),
+                                   [&](const plan::TierCalibration& t) { return t.name == o.tier; });
+    if (tier == calibration.tiers.end()) continue;
+    std::vector<std::string_view> measured, moved;
+    for (plan::Collective k : plan::kCollectives) {
+      const plan::CollectiveCurve* curve = tier->find(k);
+      const bool as_measured = curve && (rate || curve->latency_known);
+      (as_measured ? measured : moved).push_back(plan::collective_key(k));
+    }
+    if (measured.empty()) continue;
+    fmt::print(stderr, "strata plan: note: --tier {}: the calibration prices the {} tier's {} {}; the override moves {}\n",
+               spec, o.tier, fmt::join(measured, ", "), rate ? "at their measured rates" : "with their measured fixed cost",
+               moved.empty() ? std::string("nothing") : fmt::format("only its {}", fmt::join(moved, ", ")));
+  }
+}
+
 void run_plan(const PlanOptions& o) {
   if (o.model.empty()) throw Error("--model: required (a preset or custom with --shape FIELD=VALUE)");
   if (o.topology.empty()) throw Error("--topology: required (frontier, dgx-a100, dgx-h100, host, or a TOML file)");
@@ -438,6 +465,7 @@ void run_plan(const PlanOptions& o) {
 
   std::optional<plan::Calibration> calibration;
   if (!o.calibration.empty()) calibration = plan::Calibration::from_toml_file(o.calibration);
+  if (calibration) note_overrides_under_calibration(o.tier_overrides, *calibration);
 
   plan::DeviceOverrides overrides;
   if (o.peak_opt->count()) overrides.peak_tflops = o.peak_tflops;

@@ -324,6 +324,35 @@ TEST(PlanCli, TensorAndPipelineTermsShowBesideEveryStrategyInTheTableAndJson) {
   EXPECT_GT(splits.size(), 1u);
 }
 
+// A --tier override of a rate the calibration measured cannot move the collectives priced by
+// its curves: the planner says which it moves, and the prediction moves only by those.
+TEST(PlanCli, ATierOverrideUnderACalibrationSaysWhatItMoves) {
+  const std::string calibrated = "plan --model gpt-neox-20b --topology frontier --nodes 48 --strategy zero3 "
+                                 "--micro-batch 1 --calibration " +
+                                 strata::test::source_path("configs/calibration/frontier.toml").string();
+  const CommandResult noted = run_strata(calibrated + " --tier cluster.ports=8", Stderr::Capture);
+  EXPECT_EQ(noted.exit_code, 0) << noted.output;
+  EXPECT_NE(noted.output.find("note: --tier cluster.ports=8: the calibration prices the cluster tier's all_gather, "
+                              "reduce_scatter at their measured rates; the override moves only its all_reduce, "
+                              "all_to_all"),
+            std::string::npos)
+      << noted.output;
+  // zero3's cluster traffic is gathers and reductions only: priced as measured, it does not move.
+  const nlohmann::json before = parse_json_output(run_strata(calibrated + " --json", Stderr::Discard));
+  const nlohmann::json after =
+      parse_json_output(run_strata(calibrated + " --tier cluster.ports=8 --json", Stderr::Discard));
+  EXPECT_EQ(after["strategies"]["zero3"]["comm_time_per_step"]["cluster"],
+            before["strategies"]["zero3"]["comm_time_per_step"]["cluster"]);
+  // Without a calibration, or for a field no curve replaces, nothing to say.
+  for (const std::string& args : {std::string("plan --model gpt-neox-20b --topology frontier --nodes 48 --strategy "
+                                              "zero3 --micro-batch 1 --tier cluster.ports=8"),
+                                  calibrated + " --tier cluster.latency_us=9"}) {
+    const CommandResult quiet = run_strata(args, Stderr::Capture);
+    EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
+    EXPECT_EQ(quiet.output.find("note: --tier"), std::string::npos) << args << "\n" << quiet.output;
+  }
+}
+
 // Issue 13: the calibrations shipped for the presets (configs/calibration/, built from published
 // figures) load through the same parser as a measured one, and move the prediction the way their
 // figures say: a tier whose gathers and reductions are calibrated above the preset's rate x
