@@ -17,7 +17,9 @@
 # KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
 # communication busy time and the exposed wait, predicted against measured (the step
 # report's comm.<tier>.busy_s and exposed_comm_s): where the time the planner misses goes;
-# and each calibration's compute slowdown beside each tier's all-reduce.
+# and each calibration's compute slowdown beside each tier's all-reduce; and the rank order by
+# pairs: all pairs of strategies ordered the same, and those of the pairs the measurement itself
+# orders (their per-step times' quartiles apart: a pair inside the noise cannot be ranked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -78,6 +80,13 @@ ok = True
 lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
          "|---|---|---|---|---|---|---|---|"]
 errors, same_order, split, split_tiers, overlap = [], [], [], [], []
+# Rank order by pairs: a pair is resolved when its two runs' per-step times (steps 2..) do not
+# overlap between their quartiles, i.e. the measurement itself orders it; only those can be
+# ordered right or wrong.
+resolved, resolved_same, pairs_same, pairs = 0, 0, 0, 0
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
 for rate in rates:
     for model in models:
         run = os.path.join(work, f"{rate}-{model}")
@@ -87,12 +96,13 @@ for rate in rates:
             cal = tomllib.load(f)
         overlap.append(f"{rate} {model}: " + ", ".join(f"{t['name']} x{t.get('overlap_slowdown', 1):.3g}"
                                                       for t in cal["tiers"]))
-        rows = {}
+        rows, samples = {}, {}
         for n in names:
             summary = json.load(open(os.path.join(run, n, "summary.json")))
             metrics = [json.loads(l) for l in open(os.path.join(run, n, "metrics.jsonl"))]
             # Step 1 pays allocation and connection set-up: left out.
-            measured = statistics.median(summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:])
+            samples[n] = [summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:]]
+            measured = statistics.median(samples[n])
             rows[n] = (plan[n]["step_time_s"], measured)
             # Where the time goes: each tier's busy time on the communication thread (rank
             # mean, steps 2..) and the exposed wait, against the planner's.
@@ -105,6 +115,15 @@ for rate in rates:
         by_pred = sorted(names, key=lambda n: rows[n][0])
         by_meas = sorted(names, key=lambda n: rows[n][1])
         same_order.append(by_pred == by_meas)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                agree = (rows[a][0] < rows[b][0]) == (rows[a][1] < rows[b][1])
+                pairs += 1
+                pairs_same += agree
+                (qa1, qa3), (qb1, qb3) = quartiles(samples[a]), quartiles(samples[b])
+                if qa3 < qb1 or qb3 < qa1:
+                    resolved += 1
+                    resolved_same += agree
         for n in names:
             p, m = rows[n]
             err = p / m - 1
@@ -122,5 +141,7 @@ within = sum(e <= 0.15 for e in errors)
 print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
       f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "
       "(rate, model) groups")
+print(f"pairs of strategies ordered the same: {pairs_same} of {pairs}; of the {resolved} pairs the measurement "
+      f"itself orders (their per-step times' quartiles apart), {resolved_same}")
 sys.exit(0 if within == len(errors) and all(same_order) else 1)
 PY
