@@ -91,7 +91,7 @@ std::string default_note(const std::string& key) {
   // Defaults that follow other settings: the rule, as build_config and the engine apply it.
   if (key == "optim.min_lr") return " [default: optim.lr / 10]";
   if (key == "train.seq") return " [default: model.seq_len]";
-  if (key == "train.threads") return " [default: OMP_NUM_THREADS or all cores; under mpirun, cores / local ranks]";
+  if (key == "train.threads") return " [default: OMP_NUM_THREADS or all cores; under mpirun without OMP_NUM_THREADS, cores / local ranks]";
   if (key == "shard.strategy") return " [default: none (one process); under mpirun, ddp]";
   if (key == "shard.shard" || key == "shard.secondary" || key.ends_with("_wire")) return " [default: the strategy's]";
   // The shard options keep 'unset' apart from a value; every preset takes ShardSpec's own.
@@ -206,8 +206,10 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   if (config.shard.tp > 1 && !config.shard.sharded())
     throw Error(fmt::format("--tp {}: tensor parallelism needs ranks under mpirun (or --print-schedule --world-size)",
                             config.shard.tp));
-  if (config.threads == 0 && launched_ranks > 1) {
-    // Share the cores among the ranks of this machine rather than oversubscribe them.
+  if (config.threads == 0 && launched_ranks > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    // Share the cores among the ranks of this machine rather than oversubscribe them. An
+    // OMP_NUM_THREADS the user set wins, as it does outside mpirun: only they know when
+    // "this machine" is a share of a larger one (hosts in namespaces, a container's cgroup).
     const int local = std::max(1, env_int("OMPI_COMM_WORLD_LOCAL_SIZE", launched_ranks));
     config.threads = std::max(1, omp_get_num_procs() / local);
   }
