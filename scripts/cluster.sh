@@ -7,18 +7,26 @@
 # the ranks talk over data: ranks of one host share memory, ranks of different hosts use TCP over
 # the shaped links. So `mpirun --hostfile` runs exactly as on a real cluster, and a fault of the
 # data link (pulled, lossy) never cuts mpirun off a host's daemon.
+# With --switches K the data network has two levels, as a cluster of multi-GPU nodes does: the
+# hosts are split in order into K groups (a "node" of one-rank hosts, each host a GPU with its
+# own link), each group on a switch of its own, and each switch joined to the core by one
+# uplink shaped at UPLINK (both directions): every host of a group that sends outside it
+# shares that uplink, as the GPUs of a node share its NIC.
 #
 #   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME] [--replace]
+#                 [--switches K --uplink-rate UPLINK]
 #   cluster.sh down   [--name NAME]     every namespace, link, process and file of NAME
 #   cluster.sh status [--name NAME]     hosts, addresses, shaping, bytes sent, processes
-#   cluster.sh shape  [--name NAME] [--host HOST] [--rate RATE] [--delay D] [--loss P]
+#   cluster.sh shape  [--name NAME] [--host HOST] [--rate RATE] [--delay D] [--loss P] [--uplink-rate UPLINK]
 #                                       reshape every link (or HOST's) of a running cluster
 #   cluster.sh link   [--name NAME] HOST up|down   plug or unplug HOST's data cable
 #   cluster.sh flags  [--name NAME]     the mpirun flags
 #
 # NAME (default "strata", at most 8 characters) prefixes everything made: namespaces NAME-h0..
 # (hostnames too) and NAME-head, bridges NAME-br (data) and NAME-mg (management), cable ends
-# NAME-v0.. (data; eth0 inside) and NAME-m0.., NAME-mh (management; eth1 inside), the state
+# NAME-v0.. (data; eth0 inside) and NAME-m0.., NAME-mh (management; eth1 inside); with
+# --switches, bridges NAME-s0.. (a group's switch) and uplinks NAME-u0.. (switch end) to
+# NAME-d0.. (core end, in NAME-br); the state
 # folder /run/strata-cluster/NAME (hostfile, rsh-agent, mpirun.flags, mpirun, cluster.env).
 # Hosts get 198.18.0.1.. on data and 198.19.0.1.. on management, the head 198.19.0.254: the
 # benchmarking range 198.18.0.0/15, on the cluster's own bridges, never routed. mpirun runs on
@@ -41,7 +49,7 @@ usage() {
 ((${#})) || usage
 cmd=$1
 shift
-name=strata hosts='' slots='' rate='' delay='' loss='' only_host='' replace=0
+name=strata hosts='' slots='' rate='' delay='' loss='' only_host='' replace=0 switches=0 uplink_rate=''
 pos=()
 while ((${#})); do
   case $1 in
@@ -52,6 +60,8 @@ while ((${#})); do
     --delay) delay=${2:?--delay needs a value}; shift 2 ;;
     --loss) loss=${2:?--loss needs a value}; shift 2 ;;
     --host) only_host=${2:?--host needs a value}; shift 2 ;;
+    --switches) switches=${2:?--switches needs a value}; shift 2 ;;
+    --uplink-rate) uplink_rate=${2:?--uplink-rate needs a value}; shift 2 ;;
     --replace) replace=1; shift ;;
     -h | --help) usage ;;
     -*) die "unknown option $1" ;;
@@ -76,8 +86,10 @@ require_root() {
 # The namespaces of NAME, by prefix: whatever a crashed `up` or a killed test left too.
 namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-(h[0-9]+|head)$" | sort -V || true; }
 
+check_rate() { [[ $2 =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] || die "$1 '$2': want a tc rate such as 100mbit, 1gbit, 10gbit"; }
 check_shape() {
-  [[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] || die "--rate '$rate': want a tc rate such as 100mbit, 1gbit, 10gbit"
+  check_rate --rate "$rate"
+  [[ -z $uplink_rate ]] || check_rate --uplink-rate "$uplink_rate"
   [[ $delay =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "--delay '$delay': want a tc time such as 0ms, 1ms, 200us"
   [[ $loss =~ ^[0-9]+(\.[0-9]+)?%?$ ]] && awk -v p="${loss%\%}" 'BEGIN { exit !(p <= 100) }' ||
     die "--loss '$loss': want a percentage from 0 to 100"
@@ -126,6 +138,38 @@ table netdev $name {
 EOF
   fi
 }
+# Shapes switch K's uplink, each direction at UPLINK: what leaves the group (the switch end's
+# egress) and what enters it (the core end's). Each host of the group has a class of its own
+# under the uplink's (by source address going out, by destination coming in), guaranteed an
+# equal share and free to borrow the rest: hosts sending at once share the uplink fairly, as
+# a NIC's queues share it among a node's GPUs. This kernel has no fair-queueing qdisc (sfq,
+# fq_codel); under one FIFO two TCP flows split an uplink 7:1, and a collective waits on its
+# slowest flow.
+shape_uplink() {
+  local k=$1 per=$((hosts / switches)) end match j share
+  share=$(awk -v r="$(rate_bits "$uplink_rate")" -v n="$per" 'BEGIN { printf "%dbit", r / n }')
+  for end in "$name-u$k" "$name-d$k"; do
+    [[ $end == "$name-u$k" ]] && match=src || match=dst
+    tc qdisc del dev "$end" root 2>/dev/null || true
+    # Frames of no host of the group (ARP) go to the default class.
+    tc qdisc add dev "$end" root handle 1: htb default 2
+    tc class add dev "$end" parent 1: classid 1:1 htb rate "$uplink_rate" ceil "$uplink_rate" quantum 60000
+    tc class add dev "$end" parent 1:1 classid 1:2 htb rate 1mbit ceil "$uplink_rate" quantum 1500
+    for ((j = 0; j < per; j++)); do
+      tc class add dev "$end" parent 1:1 classid "1:$((16 + j))" htb rate "$share" ceil "$uplink_rate" quantum 60000
+      tc filter add dev "$end" parent 1: protocol ip prio 1 u32 \
+        match ip "$match" "198.18.0.$((k * per + j + 1))/32" flowid "1:$((16 + j))"
+    done
+  done
+}
+# A tc rate (100mbit, 1gbit, 10mbps) in bits a second.
+rate_bits() {
+  awk -v r="$1" 'BEGIN {
+    match(r, /^[0-9.]+/); v = substr(r, 1, RLENGTH); u = substr(r, RLENGTH + 1)
+    m = (u ~ /^k/) ? 1e3 : (u ~ /^m/) ? 1e6 : (u ~ /^g/) ? 1e9 : 1
+    if (u ~ /bps$/) m *= 8
+    printf "%.0f", v * m }'
+}
 delay_set() { ! [[ $delay =~ ^0+(\.0+)?(us|ms|s)$ ]]; }
 loss_set() { awk -v p="${loss%\%}" 'BEGIN { exit !(p > 0) }'; }
 
@@ -149,7 +193,7 @@ teardown() {
   ip link del "$bridge" 2>/dev/null || true
   ip link del "$mgmt_bridge" 2>/dev/null || true
   local link
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-(v[0-9]+|m[0-9]+|mh)$" || true); do
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-(v[0-9]+|m[0-9]+|mh|u[0-9]+|d[0-9]+|s[0-9]+)$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   # A rank killed with SIGKILL cannot remove its Open MPI shared-memory segments and session
@@ -184,6 +228,13 @@ up() {
   [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 250)) || die "--hosts '$hosts': want 1 to 250"
   [[ $slots =~ ^[0-9]+$ ]] && ((slots >= 1)) || die "--slots '$slots': want a positive number"
   [ -n "$rate" ] || die "--rate is required (e.g. 1gbit)"
+  if [[ $switches != 0 ]]; then
+    [[ $switches =~ ^[0-9]+$ ]] && ((switches >= 2)) || die "--switches '$switches': want 2 or more groups of hosts"
+    ((hosts % switches == 0)) || die "--switches $switches: does not divide --hosts $hosts into equal groups"
+    [ -n "$uplink_rate" ] || die "--switches needs --uplink-rate, the rate of each switch's uplink (e.g. 1gbit)"
+  elif [ -n "$uplink_rate" ]; then
+    die "--uplink-rate $uplink_rate: only with --switches (one bridge has no uplinks)"
+  fi
   delay=${delay:-0ms} loss=${loss:-0}
   check_shape
   local net=198.18.0 mgmt=198.19.0
@@ -200,10 +251,24 @@ up() {
     ip link add "$b" type bridge
     ip link set "$b" up
   done
-  local i
+  local i k
+  for ((k = 0; k < switches; k++)); do
+    ip link add "$name-s$k" type bridge
+    ip link set "$name-s$k" up
+    ip link add "$name-u$k" type veth peer name "$name-d$k"
+    ethtool -K "$name-u$k" tso off gso off > /dev/null
+    ethtool -K "$name-d$k" tso off gso off > /dev/null
+    ip link set "$name-u$k" master "$name-s$k" up
+    ip link set "$name-d$k" master "$bridge" up
+    shape_uplink "$k"
+  done
   for ((i = 0; i < hosts; i++)); do
     add_namespace "$name-h$i"
-    plug "$name-h$i" eth0 "$name-v$i" "$bridge" "$net.$((i + 1))"
+    if ((switches)); then
+      plug "$name-h$i" eth0 "$name-v$i" "$name-s$((i / (hosts / switches)))" "$net.$((i + 1))"
+    else
+      plug "$name-h$i" eth0 "$name-v$i" "$bridge" "$net.$((i + 1))"
+    fi
     plug "$name-h$i" eth1 "$name-m$i" "$mgmt_bridge" "$mgmt.$((i + 1))"
     shape_host "$i"
   done
@@ -237,11 +302,12 @@ EOF
 exec ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") "\$@"
 EOF
   chmod +x "$dir/mpirun"
-  printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\n' \
-         "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" > "$dir/cluster.env"
+  printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\nswitches=%s\nuplink_rate=%s\n' \
+         "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" "$switches" "$uplink_rate" > "$dir/cluster.env"
   trap - EXIT INT TERM
   echo "cluster '$name': $hosts hosts x $slots slots ($name-h0..$name-h$((hosts - 1)), data $net.1-$((hosts)))," \
-       "each link $rate, delay $delay, loss ${loss%\%}%; state in $dir"
+       "each link $rate, delay $delay, loss ${loss%\%}%$( ((switches)) &&
+         echo ", $switches switches of $((hosts / switches)) hosts, each uplink $uplink_rate"); state in $dir"
   echo "run: $dir/mpirun -np $((hosts * slots)) ...   (= ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") ...)"
 }
 
@@ -277,6 +343,15 @@ status() {
       "$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/tx_bytes 2>/dev/null)" \
       "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
   done
+  local k
+  for k in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-u[0-9]+$" |
+             sed "s/^$name-u//" | sort -n); do
+    printf '%s-s%s: uplink %s, %s out, %s in; tx_bytes out %s, in %s\n' "$name" "$k" \
+      "$name-u$k" "$(tc class show dev "$name-u$k" 2>/dev/null | grep -o 'rate [^ ]*' | head -1)" \
+      "$(tc class show dev "$name-d$k" 2>/dev/null | grep -o 'rate [^ ]*' | head -1)" \
+      "$(cat "/sys/class/net/$name-u$k/statistics/tx_bytes" 2>/dev/null)" \
+      "$(cat "/sys/class/net/$name-d$k/statistics/tx_bytes" 2>/dev/null)"
+  done
   [ ! -f "$dir/mpirun" ] || echo "run: $dir/mpirun -np N ..."
 }
 
@@ -294,10 +369,20 @@ case $cmd in
     ;;
   shape)
     require_root
-    given_rate=$rate given_delay=$delay given_loss=$loss
+    given_rate=$rate given_delay=$delay given_loss=$loss given_uplink=$uplink_rate
     state  # what is not given stays as it is
     rate=${given_rate:-$rate} delay=${given_delay:-$delay} loss=${given_loss:-$loss}
-    [ -n "$given_rate$given_delay$given_loss" ] || die "shape: give --rate, --delay or --loss"
+    [ -n "$given_rate$given_delay$given_loss$given_uplink" ] || die "shape: give --rate, --delay, --loss or --uplink-rate"
+    if [ -n "$given_uplink" ]; then
+      ((switches)) || die "--uplink-rate $given_uplink: cluster '$name' has no switches (made without --switches)"
+      [ -z "$only_host" ] || die "--uplink-rate with --host: an uplink is a switch's, not a host's"
+      uplink_rate=$given_uplink
+      check_rate --uplink-rate "$uplink_rate"
+      for ((k = 0; k < switches; k++)); do shape_uplink "$k"; done
+      sed -i -e "s/^uplink_rate=.*/uplink_rate=$uplink_rate/" "$dir/cluster.env"
+      echo "cluster '$name': each uplink $uplink_rate"
+      [ -n "$given_rate$given_delay$given_loss" ] || exit 0
+    fi
     check_shape
     if [ -n "$only_host" ]; then
       [[ $only_host =~ ^$name-h([0-9]+)$ ]] && ((BASH_REMATCH[1] < hosts)) ||

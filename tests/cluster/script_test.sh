@@ -8,7 +8,11 @@
 #      take at least 0.6 s (0.67 s at the rate; never less, the check cannot be flaky);
 #   4. shape --loss and --host, link down/up (the host's eth0 loses its carrier);
 #   5. down removes every namespace, link and file, and a cluster left half-made by a killed
-#      `up` too.
+#      `up` too;
+#   6. --switches: refusals; 4 one-rank hosts on 2 switches: bytes between hosts of one switch
+#      never reach its uplink, bytes between switches do; two hosts of a switch sending across
+#      at once share its uplink (8 MB at 40 Mbit/s: at least 1.5 s, never less); each host
+#      has its class, shape --uplink-rate reshapes, status shows it; down removes it all.
 # Usage: script_test.sh STRATA_BIN SOURCE_DIR
 set -euo pipefail
 strata=$(readlink -f "$1") src=$2 cname=sctscr
@@ -103,4 +107,56 @@ wait "$up_pid" 2> /dev/null || true
 [ -n "$(left_over)" ] || fail "the killed up left nothing behind: the check of down below proves nothing"
 "${cluster[@]}" down --name "$cname" > /dev/null
 [ -z "$(left_over)" ] || fail "down after a killed up left: $(left_over)"
+
+# ---- 6. switches -------------------------------------------------------------------------
+refused "--switches needs --uplink-rate" --hosts 4 --slots 1 --rate 1gbit --switches 2
+refused "--switches 3: does not divide --hosts 4" --hosts 4 --slots 1 --rate 1gbit --switches 3 --uplink-rate 1gbit
+refused "--uplink-rate 1gbit: only with --switches" --hosts 4 --slots 1 --rate 1gbit --uplink-rate 1gbit
+refused "--uplink-rate 'quick': want a tc rate" --hosts 4 --slots 1 --rate 1gbit --switches 2 --uplink-rate quick
+[ -z "$(left_over)" ] || fail "a refused up --switches left: $(left_over)"
+make_cluster 4 1 1gbit --switches 2 --uplink-rate 40mbit
+grep -q "2 switches of 2 hosts, each uplink 40mbit" "$work/up.log" || fail "up --switches said: $(cat "$work/up.log")"
+uplink_bytes() { cat "/sys/class/net/$cname-u0/statistics/tx_bytes"; }
+# send FROM TO BYTES...: each pair's transfer at once, FROM and TO host numbers.
+send() {
+  local pids=() from to n
+  while ((${#})); do
+    from=$1 to=$2 n=$3
+    shift 3
+    ip netns exec "$cname-h$to" $py -c '
+import socket, sys
+s = socket.create_server((sys.argv[1], 5001)); c, _ = s.accept(); n = 0
+while (b := c.recv(1 << 16)): n += len(b)
+assert n == int(sys.argv[2]), n' "198.18.0.$((to + 1))" "$n" &
+    pids+=($!)
+    ip netns exec "$cname-h$from" $py -c '
+import socket, sys, time
+for _ in range(50):  # the listener is up within moments
+    try:
+        c = socket.create_connection((sys.argv[1], 5001)); break
+    except OSError: time.sleep(0.1)
+c.sendall(bytes(int(sys.argv[2]))); c.close()' "198.18.0.$((to + 1))" "$n" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || fail "a transfer failed"; done
+}
+before=$(uplink_bytes)
+send 0 1 4000000
+within=$(($(uplink_bytes) - before))
+((within < 100000)) || fail "4 MB between hosts of switch 0 put $within bytes on its uplink"
+before=$(uplink_bytes)
+t0=$(now)
+send 0 2 4000000 1 3 4000000
+took=$(since "$t0")
+across=$(($(uplink_bytes) - before))
+((across > 8000000)) || fail "8 MB from switch 0 to switch 1 put only $across bytes on its uplink"
+over 1.5 "$took" && fail "8 MB through one 40 Mbit/s uplink took $took s, under the 1.6 s the rate allows"
+echo "8 MB from 2 hosts through one 40 Mbit/s uplink: $took s (1.6 s of payload at the rate); within a switch: $within bytes on it"
+classes=$(tc class show dev "$cname-u0")
+grep -q "class htb 1:16 parent 1:1 .*rate 20Mbit ceil 40Mbit" <<<"$classes" || fail "host 0's share of uplink 0: $classes"
+"${cluster[@]}" shape --name "$cname" --uplink-rate 80mbit > /dev/null
+grep -q "^$cname-s1: uplink $cname-u1, rate 80Mbit out, rate 80Mbit in" <<<"$("${cluster[@]}" status --name "$cname")" ||
+  fail "status after shape --uplink-rate 80mbit: $("${cluster[@]}" status --name "$cname")"
+"${cluster[@]}" down --name "$cname" > /dev/null
+[ -z "$(left_over)" ] || fail "down of a switched cluster left: $(left_over)"
 echo "cluster.sh: all checks passed"
