@@ -97,11 +97,18 @@ int repetitions_for(F&& run) {
   return std::clamp(static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(once, 1e-9))), 1, 100000);
 }
 
-// time_slowest of `run` repeated repetitions_for(run) times, a run's share of it.
+// Compute timings take the median of at least this many: on 8 ranks of 2 cores one timing in a
+// few lands on a burst of other work, and with 3 a single calibration's whole step came out at
+// 2.07x its matmuls where five others of the same model gave 1.06-1.22 (docs/plan-vs-measured.md,
+// run 11), doubling every compute time it priced.
+constexpr int kMinComputeTimings = 7;
+
+// time_slowest of `run` repeated repetitions_for(run) times, a run's share of it; the median
+// of at least kMinComputeTimings.
 template <class F>
 double time_slowest_repeated(int iterations, F&& run) {
   const int reps = repetitions_for(run);
-  return time_slowest(iterations, [&] {
+  return time_slowest(std::max(iterations, kMinComputeTimings), [&] {
            for (int i = 0; i < reps; ++i) run();
          }) /
          reps;
