@@ -8,9 +8,20 @@
 # and both rank orders, and a verdict against the goal (every prediction within 15%, the
 # same ranking). Exits non-zero when the goal is missed. Root; makes and removes its own
 # cluster (name "splan"). Run it on a quiet machine, nice'd: it takes minutes.
+# Two layouts (LAYOUT):
+# - switched (the default): 8 one-rank hosts, 4 to a switch, as 2 nodes of 4 GPUs each with
+#   its own link: every byte, inside a node or across, crosses a real shaped TCP link. Each
+#   host's link runs at HOST_RATE (the node tier; default 500mbit), each switch's uplink at the
+#   RATES figure (the cluster tier), shared fairly by the 4 hosts behind it, as a node's GPUs
+#   share its NIC (scripts/cluster.sh --switches).
+# - shared: 2 hosts x SLOTS ranks: ranks of a host share memory (the node tier, copies on the
+#   CPU), the hosts' links run at the RATES figure (the cluster tier). Runs 1-9
+#   (docs/plan-vs-measured.md) used this layout.
 # Usage: bench/plan_vs_cluster.sh [BUILD_DIR]
-# Environment: RATES (default "1gbit 300mbit"), MODELS (default "tiny small"), STEPS (optimizer
-# steps a run, default 5), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
+# Environment: LAYOUT (switched or shared), RATES (default "1gbit 300mbit"), HOST_RATE, MODELS (default
+# "tiny small"), STEPS (optimizer steps a run; default 20 for tiny, whose steps take a tenth of a
+# second and whose median over 5 steps moved by up to 2x between runs 8 and 9; 4 for small; 5
+# otherwise), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
@@ -27,16 +38,24 @@ strata=$(readlink -f "$build/strata")
 name=splan
 read -r -a rates <<< "${RATES:-1gbit 300mbit}"
 read -r -a models <<< "${MODELS:-tiny small}"
-steps=${STEPS:-5}
+steps=${STEPS:-}
 strategies=(ddp zero2 zero3 hsdp zeropp topo)
 batch=8 seq=64 accum=2
 slots=${SLOTS:-4}
+layout=${LAYOUT:-switched}
+host_rate=${HOST_RATE:-500mbit}
+case $layout in
+  switched | shared) ;;
+  *) echo "plan_vs_cluster.sh: LAYOUT '$layout': want switched or shared" >&2; exit 2 ;;
+esac
 work=$(mktemp -d)
 trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true; [[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 [[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work"
+echo "layout: $layout$([[ $layout == switched ]] && echo ", each host's link $host_rate")"
 
-# SLOTS ranks a host (4 by default) over shared memory, hosts over the shaped link. The figures are placeholders:
+# Node tier: SLOTS ranks (4 by default), over shared memory or their hosts' links; cluster tier:
+# the 2 nodes, over the shaped link (uplink). The figures are placeholders:
 # the calibration replaces every one the planner would use.
 topology=$work/cluster.toml
 cat > "$topology" << TOML
@@ -55,10 +74,16 @@ TOML
 "$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
 
 for rate in "${rates[@]}"; do
-  scripts/cluster.sh up --name $name --hosts 2 --slots $slots --rate "$rate" --replace > /dev/null
+  if [[ $layout == switched ]]; then
+    scripts/cluster.sh up --name $name --hosts $((2 * slots)) --slots 1 --rate "$host_rate" \
+      --switches 2 --uplink-rate "$rate" --replace > /dev/null
+  else
+    scripts/cluster.sh up --name $name --hosts 2 --slots "$slots" --rate "$rate" --replace > /dev/null
+  fi
   mpi=(/run/strata-cluster/$name/mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np $((2 * slots)))
   for model in "${models[@]}"; do
     run=$work/$rate-$model
+    case $model in tiny) model_steps=${steps:-20} ;; small) model_steps=${steps:-4} ;; *) model_steps=${steps:-5} ;; esac
     mkdir -p "$run"
     OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" calibrate --topology "$topology" --out "$run/calibration.toml" \
       --model "$model" --micro-batch $batch --seq $seq --max-mib "${MAX_MIB:-4}" > "$run/calibrate.txt"
@@ -67,7 +92,7 @@ for rate in "${rates[@]}"; do
       --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$run/plan.json"
     for strategy in "${strategies[@]}"; do
       OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --batch $batch --seq $seq \
-        --grad-accum $accum --steps "$steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
+        --grad-accum $accum --steps "$model_steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
         --strategy "$strategy" --out "$run/$strategy" > /dev/null
     done
   done
