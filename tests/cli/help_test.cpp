@@ -95,7 +95,8 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
         EXPECT_EQ(c.seq_len(), c.model.seq_len) << preset;
       }
     } else if (key == "train.threads") {
-      EXPECT_EQ(printed, "OMP_NUM_THREADS or all cores; under mpirun, cores / local ranks");
+      EXPECT_EQ(printed,
+                "OMP_NUM_THREADS or all cores; under mpirun without OMP_NUM_THREADS, cores / local ranks");
       EXPECT_EQ(config.threads, 0);  // 0: OpenMP's own default; cmd_train shares cores under mpirun
     } else if (key == "shard.strategy") {
       EXPECT_EQ(printed, "none (one process); under mpirun, ddp");
