@@ -72,6 +72,7 @@ done
 [[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "--name '$name': must be 1-8 lowercase letters or digits, starting with a letter"
 dir=/run/strata-cluster/$name
 bridge=$name-br mgmt_bridge=$name-mg
+net=198.18.0 mgmt=198.19.0  # the data and management networks' /24s
 
 # What `up` needs, checked before anything is made.
 require_root() {
@@ -158,7 +159,7 @@ shape_uplink() {
     for ((j = 0; j < per; j++)); do
       tc class add dev "$end" parent 1:1 classid "1:$((16 + j))" htb rate "$share" ceil "$uplink_rate" quantum 60000
       tc filter add dev "$end" parent 1: protocol ip prio 1 u32 \
-        match ip "$match" "198.18.0.$((k * per + j + 1))/32" flowid "1:$((16 + j))"
+        match ip "$match" "$net.$((k * per + j + 1))/32" flowid "1:$((16 + j))"
     done
   done
 }
@@ -237,7 +238,6 @@ up() {
   fi
   delay=${delay:-0ms} loss=${loss:-0}
   check_shape
-  local net=198.18.0 mgmt=198.19.0
   if [ -n "$(namespaces)" ] || ip link show "$bridge" > /dev/null 2>&1 || [ -e "$dir" ]; then
     ((replace)) || die "a cluster named '$name' exists ($(namespaces | tr '\n' ' ')); 'cluster.sh down --name $name' or 'up --replace'"
     teardown
@@ -251,7 +251,7 @@ up() {
     ip link add "$b" type bridge
     ip link set "$b" up
   done
-  local i k
+  local i k into
   for ((k = 0; k < switches; k++)); do
     ip link add "$name-s$k" type bridge
     ip link set "$name-s$k" up
@@ -264,11 +264,9 @@ up() {
   done
   for ((i = 0; i < hosts; i++)); do
     add_namespace "$name-h$i"
-    if ((switches)); then
-      plug "$name-h$i" eth0 "$name-v$i" "$name-s$((i / (hosts / switches)))" "$net.$((i + 1))"
-    else
-      plug "$name-h$i" eth0 "$name-v$i" "$bridge" "$net.$((i + 1))"
-    fi
+    into=$bridge
+    ((switches)) && into=$name-s$((i / (hosts / switches)))
+    plug "$name-h$i" eth0 "$name-v$i" "$into" "$net.$((i + 1))"
     plug "$name-h$i" eth1 "$name-m$i" "$mgmt_bridge" "$mgmt.$((i + 1))"
     shape_host "$i"
   done
