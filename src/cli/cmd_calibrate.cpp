@@ -67,11 +67,9 @@ double world_mean(double mine) {
   return sum / world;
 }
 
-// Median over `iterations` (after one warm-up) of the slowest rank's time of `run`: a step
-// waits for its slowest rank.
+// Median over `iterations` of the slowest rank's time of `run`: a step waits for its slowest rank.
 template <class F>
-double time_slowest(int iterations, F&& run) {
-  run();
+double median_of_slowest(int iterations, F&& run) {
   std::vector<double> times;
   for (int i = 0; i < iterations; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -80,6 +78,30 @@ double time_slowest(int iterations, F&& run) {
     times.push_back(world_max(MPI_Wtime() - t0));
   }
   return median(times);
+}
+
+// median_of_slowest after one warm-up.
+template <class F>
+double time_slowest(int iterations, F&& run) {
+  run();
+  return median_of_slowest(iterations, run);
+}
+
+// A collective whose warm-up took under kCheapCollective_s is timed at least
+// kMinCollectiveTimings times: at the sweep's small sizes a timing costs milliseconds, and
+// there one stalled timing in three set a curve's fixed cost (session 16, run 12: an
+// all-to-all of 8-75 KiB took 10-22 ms on 2 of 3 timings where its reduce-scatter took 1-8 ms,
+// a 10 ms fixed cost that put a plan 115% over). The large sizes keep `iterations`.
+constexpr double kCheapCollective_s = 0.05;
+constexpr int kMinCollectiveTimings = 7;
+
+template <class F>
+double time_collective(int iterations, F&& run) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  run();  // the warm-up, timed to choose how many timings
+  const double once = world_max(MPI_Wtime() - t0);
+  return median_of_slowest(once < kCheapCollective_s ? std::max(iterations, kMinCollectiveTimings) : iterations, run);
 }
 
 // Compute timings repeat their kernel until a timing lasts at least this long: where ranks
@@ -170,7 +192,7 @@ plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms,
       const comm::CommStats before = ctx.accounting().snapshot();
       b.run(c, kind);
       const comm::TierTraffic sent = (ctx.accounting().snapshot() - before).tiers[t];
-      const double s = time_slowest(o.iterations, [&] { b.run(c, kind); });
+      const double s = time_collective(o.iterations, [&] { b.run(c, kind); });
       bytes.push_back(world_mean(static_cast<double>(sent.bytes_sent)));
       seconds.push_back(s);
       messages = static_cast<int>(std::lround(world_mean(static_cast<double>(sent.messages))));
@@ -247,7 +269,7 @@ void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::C
       for (std::size_t i = 0; i < sweep.size(); ++i) {
         SweepBuffers b(sweep[i], c.size());
         bytes.push_back(curve.bytes[i]);  // the same buffers send what the sweep counted
-        seconds.push_back(time_slowest(o.iterations, [&] { b.run(c, kind); }));
+        seconds.push_back(time_collective(o.iterations, [&] { b.run(c, kind); }));
       }
       curve.fit_under_compute(std::move(bytes), std::move(seconds));
     }
@@ -403,8 +425,12 @@ void run_calibrate(const Options& o) {
   if (!root) return;
   atomic_write_file(o.out, cal.to_toml());
 
-  fmt::print("strata calibrate: topology '{}', {}; sizes {:g} KiB..{:g} MiB in {} points, median of {} (slowest rank)\n",
-             topology.name(), count_of(topology.world_size(), "rank"), o.min_kib, o.max_mib, o.points, o.iterations);
+  fmt::print(
+      "strata calibrate: topology '{}', {}; sizes {:g} KiB..{:g} MiB in {} points, median of {} (slowest rank; {} "
+      "where a call takes under {:g} ms, {} for compute)\n",
+      topology.name(), count_of(topology.world_size(), "rank"), o.min_kib, o.max_mib, o.points, o.iterations,
+      std::max(o.iterations, kMinCollectiveTimings), kCheapCollective_s * 1e3,
+      std::max(o.iterations, kMinComputeTimings));
   fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}   {:>10} {:>11}\n", "tier", "group", "collective", "bus GB/s",
              "n1/2 bytes", "latency us", "busy GB/s", "busy lat us");
   for (const plan::TierCalibration& t : cal.tiers)
@@ -446,9 +472,11 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
                   "timed beside)")
       ->capture_default_str();
   cmd->add_option("--points", o->points, "buffer sizes in the sweep")->capture_default_str();
-  cmd->add_option("--iterations", o->iterations, "timed runs of each measurement (the median is kept)")
+  cmd->add_option("--iterations", o->iterations, fmt::format("timed runs of each measurement, the median kept (at least {} for compute, {} for a "
+                              "collective whose call takes under {:g} ms)",
+                              kMinComputeTimings, kMinCollectiveTimings, kCheapCollective_s * 1e3))
       ->capture_default_str();
-  cmd->add_option("--model", o->model, "strata model whose matmuls and step are timed (tiny, small, gpt2-124m)")
+  cmd->add_option("--model", o->model, "strata model whose matmuls and step are timed (tiny, mini, small, gpt2-124m)")
       ->capture_default_str();
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a micro-batch")->capture_default_str();
   cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
