@@ -160,7 +160,7 @@ CommandRegistrar registrar(90, [](CLI::App& app) {
   CLI::App* cmd = bench_group(app)->add_subcommand(
       "step", "Time full training steps (forward, backward, AdamW) on random tokens after warm-up");
   cmd->add_option("--model", a->model,
-                  "model preset: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b")
+                  "model preset: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b")
       ->capture_default_str();
   const char* flags[7][2] = {{"--n-layer", "override the preset's transformer blocks"},
                              {"--n-head", "override the preset's attention heads"},

@@ -119,7 +119,7 @@ CommandRegistrar registrar(93, [](CLI::App& app) {
   auto a = std::make_shared<CkptArgs>();
   CLI::App* cmd = bench_group(app)->add_subcommand(
       "ckpt", "Time checkpoint save, verify and load of a model's state against memcpy of the same bytes");
-  cmd->add_option("--model", a->model, "model preset: tiny, small, gpt2-124m");
+  cmd->add_option("--model", a->model, "model preset: tiny, mini, small, gpt2-124m");
   cmd->add_option("--dir", a->dir, "folder to write in (default: a temporary folder, removed afterwards)");
   cmd->add_option("--repeats", a->repeats, "best of this many runs of each");
   cmd->add_flag("--json", a->json, "print one JSON object");

@@ -31,7 +31,7 @@ struct GPTConfig {
   int ffn_hidden = 0;           // SwiGLU width; 0: Llama's 8/3 n_embd rounded up to a multiple of 256
   double rope_theta = 10000;    // rotary base
 
-  // Presets: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b.
+  // Presets: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b.
   // Throws Error listing the known names.
   static GPTConfig preset(std::string_view name);
   static std::vector<std::string> preset_names();

@@ -184,7 +184,7 @@ ModelShape ModelShape::whole() const {
 
 std::vector<std::string> ModelShape::preset_names() {
   return {"gpt-neox-20b", "gpt-neox-10b", "llama2-7b", "llama2-13b", "llama2-70b", "tinyllama-1.1b", "gpt2-124m",
-          "tiny", "small", "llama-tiny", "llama-small"};
+          "tiny", "mini", "small", "llama-tiny", "llama-small"};
 }
 
 ModelShape ModelShape::preset(std::string_view name) {
@@ -198,7 +198,7 @@ ModelShape ModelShape::preset(std::string_view name) {
     m.seq = 2048;
     return m;
   }
-  if (name == "gpt2-124m" || name == "tiny" || name == "small" || name == "llama-tiny" || name == "llama-small")
+  if (name == "gpt2-124m" || name == "tiny" || name == "mini" || name == "small" || name == "llama-tiny" || name == "llama-small")
     return from_config(std::string(name), model::GPTConfig::preset(name));
   throw Error(fmt::format("--model '{}': unknown model (known: {}, or custom with --shape FIELD=VALUE)", name,
                           fmt::join(preset_names(), ", ")));

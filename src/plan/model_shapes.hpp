@@ -83,7 +83,7 @@ struct ModelShape {
   int stage = 0, stages = 1;
 
   // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, gpt2-124m, and
-  // strata's tiny, small, llama-tiny and llama-small (priced from the runtime's layout). Throws Error listing them.
+  // strata's tiny, mini, small, llama-tiny and llama-small (priced from the runtime's layout). Throws Error listing them.
   static ModelShape preset(std::string_view name);
   static std::vector<std::string> preset_names();
   // "custom" (all of layers, hidden, heads, vocab, seq must then be set) or a preset, then

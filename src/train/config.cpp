@@ -81,7 +81,7 @@ const std::vector<Entry>& entries() {
   using K = SettingKind;
   static const std::vector<Entry> table = {
       {{"model.preset", "--model", K::String,
-        "model preset: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b"}, {}},
+        "model preset: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b"}, {}},
       {{"model.family", "--model-family", K::String, "gpt2 or llama (a preset's own unless given)"}, {}},
       {{"model.n_layer", "--n-layer", K::Int, "transformer blocks"}, {}},
       {{"model.n_head", "--n-head", K::Int, "attention heads (must divide n_embd)"}, {}},

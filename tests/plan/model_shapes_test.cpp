@@ -170,7 +170,7 @@ TEST(ModelShapes, SelectiveOpKeepsLessThanNoRecomputationAndMoreThanFull) {
 // One source of truth: for strata's own models in fp32 with dense attention the planner's
 // activation bytes are what a constructed model::GPT allocates, with and without recomputation.
 TEST(ModelShapes, StrataModelsPriceTheActivationsTheModelAllocates) {
-  for (const char* name : {"tiny", "small", "gpt2-124m", "llama-tiny", "llama-small"})
+  for (const char* name : {"tiny", "mini", "small", "gpt2-124m", "llama-tiny", "llama-small"})
     for (bool recompute : {false, true}) {
       SCOPED_TRACE(std::string(name) + (recompute ? " recomputed" : " kept"));
       const ModelShape m = ModelShape::preset(name);

@@ -173,7 +173,7 @@ TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([] { from_toml("[train]\nsave_every = 5\n[data]\ntrain = \"t.bin\"\n"); }),
             "train.save_every: checkpoints need an output folder (--out)");
   EXPECT_EQ(error_of([] { from_toml("[model]\npreset = \"huge\"\n[data]\ntrain = \"t.bin\"\n"); }),
-            "model: unknown preset 'huge' (known: tiny, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b)");
+            "model: unknown preset 'huge' (known: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b)");
   EXPECT_EQ(error_of([] { from_toml("[train]\nrecompute = \"half\"\n[data]\ntrain = \"t.bin\"\n"); }),
             "train.recompute = 'half': must be none or full");
   EXPECT_TRUE(from_toml("[train]\nrecompute = \"full\"\n[data]\ntrain = \"t.bin\"\n").recomputes());
