@@ -19,9 +19,9 @@
 #   (docs/plan-vs-measured.md) used this layout.
 # Usage: bench/plan_vs_cluster.sh [BUILD_DIR]
 # Environment: LAYOUT (switched or shared), RATES (default "1gbit 300mbit"), HOST_RATE, MODELS (default
-# "tiny small"), STEPS (optimizer steps a run; default 20 for tiny, whose steps take a tenth of a
-# second and whose median over 5 steps moved by up to 2x between runs 8 and 9; 4 for small; 5
-# otherwise), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
+# "tiny mini small": steps of about 0.1, 1-2 and 4-12 s), STEPS (optimizer steps a run; default 20
+# for tiny, whose steps take a tenth of a second and whose median over 5 steps moved by up to 2x
+# between runs 8 and 9; 8 for mini; 4 for small; 5 otherwise), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
@@ -37,7 +37,7 @@ build=${1:-build}
 strata=$(readlink -f "$build/strata")
 name=splan
 read -r -a rates <<< "${RATES:-1gbit 300mbit}"
-read -r -a models <<< "${MODELS:-tiny small}"
+read -r -a models <<< "${MODELS:-tiny mini small}"
 steps=${STEPS:-}
 strategies=(ddp zero2 zero3 hsdp zeropp topo)
 batch=8 seq=64 accum=2
@@ -83,7 +83,7 @@ for rate in "${rates[@]}"; do
   mpi=(/run/strata-cluster/$name/mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np $((2 * slots)))
   for model in "${models[@]}"; do
     run=$work/$rate-$model
-    case $model in tiny) model_steps=${steps:-20} ;; small) model_steps=${steps:-4} ;; *) model_steps=${steps:-5} ;; esac
+    case $model in tiny) model_steps=${steps:-20} ;; mini) model_steps=${steps:-8} ;; small) model_steps=${steps:-4} ;; *) model_steps=${steps:-5} ;; esac
     mkdir -p "$run"
     OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" calibrate --topology "$topology" --out "$run/calibration.toml" \
       --model "$model" --micro-batch $batch --seq $seq --max-mib "${MAX_MIB:-4}" > "$run/calibrate.txt"
@@ -105,6 +105,7 @@ ok = True
 lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
          "|---|---|---|---|---|---|---|---|"]
 errors, same_order, split, split_tiers, overlap = [], [], [], [], []
+by_model = {m: ([], []) for m in models}  # model -> (|errors|, rank order the same a group)
 # Rank order by pairs: a pair is resolved when its two runs' per-step times (steps 2..) do not
 # overlap between their quartiles, i.e. the measurement itself orders it; only those can be
 # ordered right or wrong.
@@ -140,6 +141,7 @@ for rate in rates:
         by_pred = sorted(names, key=lambda n: rows[n][0])
         by_meas = sorted(names, key=lambda n: rows[n][1])
         same_order.append(by_pred == by_meas)
+        by_model[model][1].append(by_pred == by_meas)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 agree = (rows[a][0] < rows[b][0]) == (rows[a][1] < rows[b][1])
@@ -153,6 +155,7 @@ for rate in rates:
             p, m = rows[n]
             err = p / m - 1
             errors.append(abs(err))
+            by_model[model][0].append(abs(err))
             lines.append(f"| {rate} | {model} | {n} | {p:.4f} | {m:.4f} | {100 * err:+.1f}% | "
                          f"{by_pred.index(n) + 1} | {by_meas.index(n) + 1} |")
 print("\n".join(lines))
@@ -166,6 +169,10 @@ within = sum(e <= 0.15 for e in errors)
 print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
       f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "
       "(rate, model) groups")
+for model, (errs, orders) in by_model.items():
+    print(f"  {model}: {sum(e <= 0.15 for e in errs)} of {len(errs)} within 15% (mean |error| "
+          f"{100 * statistics.mean(errs):.1f}%, worst {100 * max(errs):.1f}%); rank order the same in "
+          f"{sum(orders)} of {len(orders)} groups")
 print(f"pairs of strategies ordered the same: {pairs_same} of {pairs}; of the {resolved} pairs the measurement "
       f"itself orders (their per-step times' quartiles apart), {resolved_same}")
 sys.exit(0 if within == len(errors) and all(same_order) else 1)
