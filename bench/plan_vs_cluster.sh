@@ -26,8 +26,10 @@
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
 # KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
-# communication busy time and the exposed wait, predicted against measured (the step
-# report's comm.<tier>.busy_s and exposed_comm_s): where the time the planner misses goes;
+# communication busy time, the exposed wait and compute, predicted against measured (the
+# summary's comm.per_step.<tier>.busy_s and busy_min_s, the step reports' exposed_comm_s, the
+# summary's compute_s and compute_max_s): where the time the planner misses goes, and how much
+# of it is ranks waiting for the slowest;
 # and each calibration's compute slowdown beside each tier's all-reduce; and the rank order by
 # pairs: all pairs of strategies ordered the same, and those of the pairs the measurement itself
 # orders (their per-step times' quartiles apart: a pair inside the noise cannot be ranked).
@@ -131,12 +133,16 @@ for rate in rates:
             measured = statistics.median(samples[n])
             rows[n] = (plan[n]["step_time_s"], measured)
             # Where the time goes: each tier's busy time on the communication thread (rank
-            # mean, steps 2..) and the exposed wait, against the planner's.
+            # mean, steps 2..; in brackets the least rank's, whose wait for late partners is
+            # least), the exposed wait, and compute (rank 0's; in brackets each step's slowest
+            # rank's, whom the others wait for), against the planner's.
+            per_step = summary["comm"]["per_step"]
             busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / "
-                              f"{summary['comm']['per_step'][t]['busy_s']:.4f}" for t in tiers)
+                              f"{per_step[t]['busy_s']:.4f} ({per_step[t]['busy_min_s']:.4f})" for t in tiers)
             exposed_p = plan[n]["exposed_micro_batch_comm_s"] + plan[n]["step_phase_comm_s"]
             exposed_m = statistics.median(m["exposed_comm_s"] for m in metrics[1:])
-            split.append(f"| {rate} | {model} | {n} | {busy} | {exposed_p:.4f} / {exposed_m:.4f} |")
+            split.append(f"| {rate} | {model} | {n} | {busy} | {exposed_p:.4f} / {exposed_m:.4f} | "
+                         f"{plan[n]['compute_s']:.4f} / {summary['compute_s']:.4f} ({summary['compute_max_s']:.4f}) |")
             split_tiers = tiers
         by_pred = sorted(names, key=lambda n: rows[n][0])
         by_meas = sorted(names, key=lambda n: rows[n][1])
@@ -159,9 +165,10 @@ for rate in rates:
             lines.append(f"| {rate} | {model} | {n} | {p:.4f} | {m:.4f} | {100 * err:+.1f}% | "
                          f"{by_pred.index(n) + 1} | {by_meas.index(n) + 1} |")
 print("\n".join(lines))
-print("\npredicted / measured seconds a step: each tier's communication busy time, and the exposed wait\n")
-print("| rate | model | strategy | " + " | ".join(f"{t} busy" for t in split_tiers) + " | exposed |")
-print("|---|---|---|" + "---|" * (len(split_tiers) + 1))
+print("\npredicted / measured seconds a step: each tier's communication busy time (rank mean; the least "
+      "rank's in brackets), the exposed wait, and compute (rank 0; each step's slowest rank in brackets)\n")
+print("| rate | model | strategy | " + " | ".join(f"{t} busy" for t in split_tiers) + " | exposed | compute |")
+print("|---|---|---|" + "---|" * (len(split_tiers) + 2))
 print("\n".join(split))
 print("\ncompute beside each tier's all-reduce / alone (the calibrations' overlap_slowdown):")
 print("\n".join(overlap))

@@ -64,6 +64,9 @@ nlohmann::json ShardedEngine::summary_report() {
   // Per tier, the step report's fields summed over the counted steps: sums[f * tiers + i].
   static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages", "busy_s"};
   std::vector<double> sums(std::size(kFields) * names.size());
+  // Per counted step, this rank's compute: the world's largest each step is the straggler the
+  // others wait for, inside their first collective after it.
+  std::vector<double> step_compute;
   double compute = 0, exposed = 0;
   int counted = 0;
   for (std::size_t s = 1; s < step_reports_.size(); ++s) {
@@ -73,20 +76,35 @@ nlohmann::json ShardedEngine::summary_report() {
     for (std::size_t f = 0; f < std::size(kFields); ++f)
       for (std::size_t i = 0; i < names.size(); ++i)
         sums[f * names.size() + i] += r["comm"][names[i]][kFields[f]].get<double>();
-    compute += r["compute_s"].get<double>();
+    step_compute.push_back(r["compute_s"].get<double>());
+    compute += step_compute.back();
     exposed += r["exposed_comm_s"].get<double>();
   }
-  // Mean per rank over the world (collective: every rank calls summary_report).
-  MPI_Request request;  // waited for under the collective timeout (comm/wait.hpp)
-  MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
-                 &request);
-  comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
+  // The least rank's busy time a tier: the collectives without most of the wait for late
+  // partners that the mean carries.
+  std::vector<double> busy_min(names.size());
+  const std::size_t busy_field = std::size(kFields) - 1;
+  for (std::size_t i = 0; i < names.size(); ++i) busy_min[i] = sums[busy_field * names.size() + i];
+  // Over the world (collective: every rank calls summary_report, with the same steps counted).
+  // Each waited for under the collective timeout (comm/wait.hpp).
+  const auto world_reduce = [](std::vector<double>& v, MPI_Op op) {
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, op, MPI_COMM_WORLD, &request);
+    comm::wait_mpi_collective(request, MPI_COMM_WORLD, "shard:summary_report", "world", "MPI_Iallreduce");
+  };
+  world_reduce(sums, MPI_SUM);
+  world_reduce(busy_min, MPI_MIN);
+  world_reduce(step_compute, MPI_MAX);
   for (double& v : sums) v /= world_size();
   nlohmann::json measured = nlohmann::json::object(), scheduled = nlohmann::json::object();
   if (counted)
-    for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t i = 0; i < names.size(); ++i) {
       for (std::size_t f = 0; f < std::size(kFields); ++f)
         measured[names[i]][kFields[f]] = sums[f * names.size() + i] / counted;
+      measured[names[i]]["busy_min_s"] = busy_min[i] / counted;
+    }
+  double compute_max = 0;
+  for (double c : step_compute) compute_max += c;
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
   StateMemory m = memory_bytes();
@@ -98,6 +116,7 @@ nlohmann::json ShardedEngine::summary_report() {
           {"link_emulation", ctx_.emulation().enabled},
           {"comm", {{"per_step", measured}, {"scheduled_per_step", scheduled}, {"steps_measured", counted}}},
           {"compute_s", counted ? compute / counted : 0.0},
+          {"compute_max_s", counted ? compute_max / counted : 0.0},
           {"exposed_comm_s", counted ? exposed / counted : 0.0},
           {"memory_bytes",
            {{"weights", m.weights}, {"secondary", m.secondary}, {"grads", m.grads}, {"optimizer", m.optimizer},

@@ -35,9 +35,14 @@ for tier, want in s["comm"]["scheduled_per_step"].items():
         assert got[k] == want[k], (tier, k, got[k], want[k])
     # Time in collectives over the tier, wherever the tier carries messages.
     assert (got["busy_s"] > 0) == (got["messages"] > 0), (tier, got)
+    # The least rank's busy time: at most the ranks' mean, and positive with it.
+    assert 0 <= got["busy_min_s"] <= got["busy_s"] * (1 + 1e-12), (tier, got)
+    assert (got["busy_min_s"] > 0) == (got["busy_s"] > 0), (tier, got)
 for k in ("weights", "grads", "optimizer"):
     assert s["memory_bytes"][k] > 0
 assert s["compute_s"] >= 0 and s["exposed_comm_s"] >= 0
+# Each step's slowest rank computed at least as long as this one.
+assert s["compute_max_s"] >= s["compute_s"] * (1 - 1e-12), (s["compute_max_s"], s["compute_s"])
 PY
     "$strata" plan "${plan[@]}" --strategy "$strategy" --accum $accum --compare-summary "$out/summary.json" \
       | grep -q "^all equal" || fail "$strategy accum $accum: the planner's bytes differ from the run's"
