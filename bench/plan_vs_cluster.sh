@@ -25,7 +25,8 @@
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
-# KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
+# CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default
+# none, the hosts share the cores), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
 # communication busy time, the exposed wait and compute, predicted against measured (the
 # summary's comm.per_step.<tier>.busy_s and busy_min_s, the step reports' exposed_comm_s, the
 # summary's compute_s and compute_max_s): where the time the planner misses goes, and how much
@@ -46,6 +47,7 @@ batch=8 seq=64 accum=2
 slots=${SLOTS:-4}
 layout=${LAYOUT:-switched}
 host_rate=${HOST_RATE:-500mbit}
+cpus=${CPUS:-}
 case $layout in
   switched | shared) ;;
   *) echo "plan_vs_cluster.sh: LAYOUT '$layout': want switched or shared" >&2; exit 2 ;;
@@ -54,7 +56,7 @@ work=$(mktemp -d)
 trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true; [[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
 [[ -n ${KEEP_WORK:-} ]] && echo "work folder: $work"
-echo "layout: $layout$([[ $layout == switched ]] && echo ", each host's link $host_rate")"
+echo "layout: $layout$([[ $layout == switched ]] && echo ", each host's link $host_rate")${cpus:+, $cpus CPUs a host}"
 
 # Node tier: SLOTS ranks (4 by default), over shared memory or their hosts' links; cluster tier:
 # the 2 nodes, over the shaped link (uplink). The figures are placeholders:
@@ -78,9 +80,9 @@ TOML
 for rate in "${rates[@]}"; do
   if [[ $layout == switched ]]; then
     scripts/cluster.sh up --name $name --hosts $((2 * slots)) --slots 1 --rate "$host_rate" \
-      --switches 2 --uplink-rate "$rate" --replace > /dev/null
+      --switches 2 --uplink-rate "$rate" ${cpus:+--cpus "$cpus"} --replace > /dev/null
   else
-    scripts/cluster.sh up --name $name --hosts 2 --slots "$slots" --rate "$rate" --replace > /dev/null
+    scripts/cluster.sh up --name $name --hosts 2 --slots "$slots" --rate "$rate" ${cpus:+--cpus "$cpus"} --replace > /dev/null
   fi
   mpi=(/run/strata-cluster/$name/mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np $((2 * slots)))
   for model in "${models[@]}"; do
@@ -135,14 +137,17 @@ for rate in rates:
             # Where the time goes: each tier's busy time on the communication thread (rank
             # mean, steps 2..; in brackets the least rank's, whose wait for late partners is
             # least), the exposed wait, and compute (rank 0's; in brackets each step's slowest
-            # rank's, whom the others wait for), against the planner's.
+            # rank's, whom the others wait for), against the planner's. A step's measured
+            # compute is its time outside waits, so it holds what the planner prices apart: the
+            # optimizer and compute's slowdown beside communication.
             per_step = summary["comm"]["per_step"]
             busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / "
                               f"{per_step[t]['busy_s']:.4f} ({per_step[t]['busy_min_s']:.4f})" for t in tiers)
             exposed_p = plan[n]["exposed_micro_batch_comm_s"] + plan[n]["step_phase_comm_s"]
+            compute_p = plan[n]["compute_s"] + plan[n]["overlap_slowdown_s"] + plan[n]["optimizer_s"]
             exposed_m = statistics.median(m["exposed_comm_s"] for m in metrics[1:])
             split.append(f"| {rate} | {model} | {n} | {busy} | {exposed_p:.4f} / {exposed_m:.4f} | "
-                         f"{plan[n]['compute_s']:.4f} / {summary['compute_s']:.4f} ({summary['compute_max_s']:.4f}) |")
+                         f"{compute_p:.4f} / {summary['compute_s']:.4f} ({summary['compute_max_s']:.4f}) |")
             split_tiers = tiers
         by_pred = sorted(names, key=lambda n: rows[n][0])
         by_meas = sorted(names, key=lambda n: rows[n][1])
@@ -166,7 +171,8 @@ for rate in rates:
                          f"{by_pred.index(n) + 1} | {by_meas.index(n) + 1} |")
 print("\n".join(lines))
 print("\npredicted / measured seconds a step: each tier's communication busy time (rank mean; the least "
-      "rank's in brackets), the exposed wait, and compute (rank 0; each step's slowest rank in brackets)\n")
+      "rank's in brackets), the exposed wait, and compute with its slowdown beside communication and the "
+      "optimizer (rank 0; each step's slowest rank in brackets)\n")
 print("| rate | model | strategy | " + " | ".join(f"{t} busy" for t in split_tiers) + " | exposed | compute |")
 print("|---|---|---|" + "---|" * (len(split_tiers) + 2))
 print("\n".join(split))

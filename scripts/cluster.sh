@@ -12,9 +12,13 @@
 # own link), each group on a switch of its own, and each switch joined to the core by one
 # uplink shaped at UPLINK (both directions): every host of a group that sends outside it
 # shares that uplink, as the GPUs of a node share its NIC.
+# With --cpus C each host has C CPUs of its own, as a real host does: its processes (daemon,
+# ranks, their threads) run in a cgroup of their own capped at C CPUs (CFS bandwidth, C x 10 ms
+# in every 10 ms), so a host computes no faster while the others wait and no slower while they
+# compute beyond its share; without it every host's processes share the machine's cores.
 #
 #   cluster.sh up --hosts N --slots S --rate RATE [--delay D] [--loss P] [--name NAME] [--replace]
-#                 [--switches K --uplink-rate UPLINK]
+#                 [--switches K --uplink-rate UPLINK] [--cpus C]
 #   cluster.sh down   [--name NAME]     every namespace, link, process and file of NAME
 #   cluster.sh status [--name NAME]     hosts, addresses, shaping, bytes sent, processes
 #   cluster.sh shape  [--name NAME] [--host HOST] [--rate RATE] [--delay D] [--loss P] [--uplink-rate UPLINK]
@@ -26,7 +30,8 @@
 # (hostnames too) and NAME-head, bridges NAME-br (data) and NAME-mg (management), cable ends
 # NAME-v0.. (data; eth0 inside) and NAME-m0.., NAME-mh (management; eth1 inside); with
 # --switches, bridges NAME-s0.. (a group's switch) and uplinks NAME-u0.. (switch end) to
-# NAME-d0.. (core end, in NAME-br); the state
+# NAME-d0.. (core end, in NAME-br); with --cpus, cgroups strata-NAME-h0.. of the cpu
+# controller (cgroup v1's cpu hierarchy or the unified v2 one); the state
 # folder /run/strata-cluster/NAME (hostfile, rsh-agent, mpirun.flags, mpirun, cluster.env).
 # Hosts get 198.18.0.1.. on data and 198.19.0.1.. on management, the head 198.19.0.254: the
 # benchmarking range 198.18.0.0/15, on the cluster's own bridges, never routed. mpirun runs on
@@ -49,7 +54,7 @@ usage() {
 ((${#})) || usage
 cmd=$1
 shift
-name=strata hosts='' slots='' rate='' delay='' loss='' only_host='' replace=0 switches=0 uplink_rate=''
+name=strata hosts='' slots='' rate='' delay='' loss='' only_host='' replace=0 switches=0 uplink_rate='' cpus=''
 pos=()
 while ((${#})); do
   case $1 in
@@ -62,6 +67,7 @@ while ((${#})); do
     --host) only_host=${2:?--host needs a value}; shift 2 ;;
     --switches) switches=${2:?--switches needs a value}; shift 2 ;;
     --uplink-rate) uplink_rate=${2:?--uplink-rate needs a value}; shift 2 ;;
+    --cpus) cpus=${2:?--cpus needs a value}; shift 2 ;;
     --replace) replace=1; shift ;;
     -h | --help) usage ;;
     -*) die "unknown option $1" ;;
@@ -82,6 +88,58 @@ require_root() {
   command -v unshare > /dev/null || die "'unshare' not found: install util-linux"
   command -v ethtool > /dev/null || die "'ethtool' not found: install ethtool (scripts/setup.sh)"
   ip netns list > /dev/null 2>&1 || die "'ip netns' does not work here: $(ip netns list 2>&1 | head -1)"
+}
+
+# The cpu controller a host's cgroup is made in, as "VERSION ROOT" (v1: its own hierarchy;
+# v2: the unified one, where the root delegates cpu to its children); empty where there is none.
+cpu_cgroup() {
+  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    echo "v1 /sys/fs/cgroup/cpu"
+  elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    echo "v2 /sys/fs/cgroup"
+  fi
+}
+cpu_period_us=10000  # short, so that a host out of its share waits at most a few ms to run
+# Refuses a bad --cpus: a number of CPUs from 0.1 (1 ms a period, the kernel's least) to the machine's.
+check_cpus() {
+  local have
+  have=$(nproc)
+  [[ $cpus =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$cpus" -v n="$have" 'BEGIN { exit !(c >= 0.1 && c <= n) }' ||
+    die "--cpus '$cpus': want a number of CPUs from 0.1 to this machine's $have (e.g. 0.25)"
+  [ -n "$(cpu_cgroup)" ] || die "--cpus $cpus: no cgroup cpu controller here (neither /sys/fs/cgroup/cpu nor cpu in /sys/fs/cgroup/cgroup.controllers)"
+}
+# Caps host I's processes at --cpus: the cgroup its rsh agent puts the host's daemon in.
+limit_host_cpus() {
+  local version root group quota
+  read -r version root <<< "$(cpu_cgroup)"
+  group=$root/strata-$name-h$1
+  quota=$(awk -v c="$cpus" -v p=$cpu_period_us 'BEGIN { printf "%d", c * p }')
+  mkdir -p "$group"
+  if [ "$version" = v1 ]; then
+    echo $cpu_period_us > "$group/cpu.cfs_period_us"
+    echo "$quota" > "$group/cpu.cfs_quota_us"
+  else
+    grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu > "$root/cgroup.subtree_control"
+    echo "$quota $cpu_period_us" > "$group/cpu.max"
+  fi
+}
+# Host NS's CPU cap as ", cpus C" (nothing without one).
+host_cpus() {
+  local version root group
+  read -r version root <<< "$(cpu_cgroup)"
+  group=$root/strata-$1
+  [ -n "$root" ] && [ -d "$group" ] || return 0
+  if [ "$version" = v1 ]; then
+    awk -v q="$(cat "$group/cpu.cfs_quota_us")" -v p="$(cat "$group/cpu.cfs_period_us")" 'BEGIN { if (q > 0) printf ", cpus %g", q / p }'
+  else
+    awk '$1 != "max" { printf ", cpus %g", $1 / $2 }' "$group/cpu.max"
+  fi
+}
+# NAME's host cgroups, by prefix.
+host_cgroups() {
+  local version root
+  read -r version root <<< "$(cpu_cgroup)"
+  [ -z "$root" ] || find "$root" -maxdepth 1 -type d -regextype egrep -regex ".*/strata-$name-h[0-9]+" 2>/dev/null | sort -V
 }
 
 # The namespaces of NAME, by prefix: whatever a crashed `up` or a killed test left too.
@@ -190,6 +248,8 @@ teardown() {
     done
     ip netns del "$ns" 2>/dev/null || true
   done
+  local group
+  for group in $(host_cgroups); do rmdir "$group" 2>/dev/null || true; done
   ip netns del "$name-probe" 2>/dev/null || true
   ip link del "$bridge" 2>/dev/null || true
   ip link del "$mgmt_bridge" 2>/dev/null || true
@@ -238,6 +298,7 @@ up() {
   fi
   delay=${delay:-0ms} loss=${loss:-0}
   check_shape
+  [ -z "$cpus" ] || check_cpus
   if [ -n "$(namespaces)" ] || ip link show "$bridge" > /dev/null 2>&1 || [ -e "$dir" ]; then
     ((replace)) || die "a cluster named '$name' exists ($(namespaces | tr '\n' ' ')); 'cluster.sh down --name $name' or 'up --replace'"
     teardown
@@ -269,6 +330,7 @@ up() {
     plug "$name-h$i" eth0 "$name-v$i" "$into" "$net.$((i + 1))"
     plug "$name-h$i" eth1 "$name-m$i" "$mgmt_bridge" "$mgmt.$((i + 1))"
     shape_host "$i"
+    [ -z "$cpus" ] || limit_host_cpus "$i"
   done
   add_namespace "$name-head"
   plug "$name-head" eth1 "$name-mh" "$mgmt_bridge" "$mgmt.254"
@@ -278,6 +340,17 @@ up() {
   # Open MPI's rsh launcher calls AGENT [options] HOST COMMAND...; like ssh, the command words
   # make one shell line. It runs inside HOST's namespace, in a UTS namespace of its own that
   # carries HOST's name, so MPI, hwloc and strata's `host` topology see one node per host.
+  # With --cpus it first joins HOST's cgroup, which the daemon and the ranks inherit: the
+  # agent runs in the head's namespace, whose /sys has no cgroup mounts, so it mounts the
+  # controller's hierarchy for the moment it takes.
+  local join_cgroup=''
+  if [ -n "$cpus" ]; then
+    local version root
+    read -r version root <<< "$(cpu_cgroup)"
+    local fs="-t cgroup -o cpu cgroup"
+    [ "$version" = v2 ] && fs="-t cgroup2 cgroup2"
+    join_cgroup="at=\$(mktemp -d); mount $fs \"\$at\"; echo \$\$ > \"\$at/strata-\$host/cgroup.procs\"; umount \"\$at\"; rmdir \"\$at\""
+  fi
   cat > "$dir/rsh-agent" << EOF
 #!/usr/bin/env bash
 # Made by scripts/cluster.sh for cluster '$name': mpirun's rsh agent (plm_rsh_agent).
@@ -286,6 +359,7 @@ while [[ \${1:-} == -* ]]; do shift; done
 host=\${1:?usage: rsh-agent HOST COMMAND...}
 shift
 [[ \$host =~ ^$name-h[0-9]+\$ ]] || { echo "rsh-agent: '\$host' is not a host of cluster '$name'" >&2; exit 255; }
+$join_cgroup
 exec ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
 EOF
   chmod +x "$dir/rsh-agent"
@@ -300,12 +374,13 @@ EOF
 exec ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") "\$@"
 EOF
   chmod +x "$dir/mpirun"
-  printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\nswitches=%s\nuplink_rate=%s\n' \
-         "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" "$switches" "$uplink_rate" > "$dir/cluster.env"
+  printf 'name=%s\nhosts=%s\nslots=%s\nrate=%s\ndelay=%s\nloss=%s\nswitches=%s\nuplink_rate=%s\ncpus=%s\n' \
+         "$name" "$hosts" "$slots" "$rate" "$delay" "$loss" "$switches" "$uplink_rate" "$cpus" > "$dir/cluster.env"
   trap - EXIT INT TERM
   echo "cluster '$name': $hosts hosts x $slots slots ($name-h0..$name-h$((hosts - 1)), data $net.1-$((hosts)))," \
        "each link $rate, delay $delay, loss ${loss%\%}%$( ((switches)) &&
-         echo ", $switches switches of $((hosts / switches)) hosts, each uplink $uplink_rate"); state in $dir"
+         echo ", $switches switches of $((hosts / switches)) hosts, each uplink $uplink_rate")$(
+         [ -z "$cpus" ] || echo ", $cpus CPUs a host"); state in $dir"
   echo "run: $dir/mpirun -np $((hosts * slots)) ...   (= ip netns exec $name-head mpirun $(cat "$dir/mpirun.flags") ...)"
 }
 
@@ -333,13 +408,13 @@ status() {
       printf '%s: %s, processes %s\n' "$ns" "$addresses" "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
       continue
     fi
-    printf '%s: %s, %s, tx_bytes %s, processes %s\n' "$ns" "$addresses" \
+    printf '%s: %s, %s, tx_bytes %s, processes %s%s\n' "$ns" "$addresses" \
       "$(ip netns exec "$ns" tc class show dev eth0 2>/dev/null | grep -o 'rate [^ ]*' | head -1)$(
          ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | grep -o ' delay [^ ]*' | head -1)$(
          ip netns exec "$ns" nft list table netdev "$name" 2>/dev/null | grep -o ' < [0-9]*' |
            awk '{printf " loss %g%%", $2 / 10000}')" \
       "$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/tx_bytes 2>/dev/null)" \
-      "$(ip netns pids "$ns" 2>/dev/null | wc -l)"
+      "$(ip netns pids "$ns" 2>/dev/null | wc -l)" "$(host_cpus "$ns")"
   done
   local k
   for k in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^$name-u[0-9]+$" |

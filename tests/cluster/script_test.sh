@@ -13,6 +13,9 @@
 #      never reach its uplink, bytes between switches do; two hosts of a switch sending across
 #      at once share its uplink (8 MB at 40 Mbit/s: at least 1.5 s, never less); each host
 #      has its class, shape --uplink-rate reshapes, status shows it; down removes it all.
+#   7. --cpus: refusals; 2 one-rank hosts capped at 0.25 CPUs: a rank spinning for a second
+#      of wall time gets at most a quarter of a second of CPU (a cap, never flaky), status
+#      shows it, down removes the cgroups.
 # Usage: script_test.sh STRATA_BIN SOURCE_DIR
 set -euo pipefail
 strata=$(readlink -f "$1") src=$2 cname=sctscr
@@ -159,4 +162,30 @@ grep -q "^$cname-s1: uplink $cname-u1, rate 80Mbit out, rate 80Mbit in" <<<"$("$
   fail "status after shape --uplink-rate 80mbit: $("${cluster[@]}" status --name "$cname")"
 "${cluster[@]}" down --name "$cname" > /dev/null
 [ -z "$(left_over)" ] || fail "down of a switched cluster left: $(left_over)"
+
+# ---- 7. cpus -----------------------------------------------------------------------------
+refused "--cpus 'most': want a number of CPUs from 0.1" --hosts 2 --slots 1 --rate 1gbit --cpus most
+refused "--cpus '0.05': want a number of CPUs from 0.1" --hosts 2 --slots 1 --rate 1gbit --cpus 0.05
+refused "--cpus '4096': want a number of CPUs from 0.1 to this machine's" --hosts 2 --slots 1 --rate 1gbit --cpus 4096
+make_cluster 2 1 1gbit --cpus 0.25
+grep -q ", 0.25 CPUs a host;" "$work/up.log" || fail "up --cpus said: $(cat "$work/up.log")"
+status=$("${cluster[@]}" status --name "$cname")
+grep -q "^$cname-h1: .*, cpus 0.25$" <<<"$status" || fail "status of a --cpus cluster: $status"
+cat > "$work/spin.py" << 'PY'
+import os, time
+t0, c0 = time.monotonic(), os.times()
+while time.monotonic() - t0 < 1.0:
+    pass
+c1 = os.times()
+print(f"{c1.user + c1.system - c0.user - c0.system:.3f} {time.monotonic() - t0:.3f}")
+PY
+# A CFS quota admits at most its share of each 10 ms period: a quarter of the wall time,
+# plus a period of slack.
+while read -r cpu wall; do
+  awk -v c="$cpu" -v w="$wall" 'BEGIN { exit !(c <= 0.25 * w + 0.02) }' ||
+    fail "a rank of a 0.25-CPU host spun $wall s and got $cpu s of CPU"
+  echo "a rank of a 0.25-CPU host, spinning $wall s: $cpu s of CPU"
+done < <(on_cluster 2 /usr/bin/python3 "$work/spin.py")
+"${cluster[@]}" down --name "$cname" > /dev/null
+[ -z "$(find /sys/fs/cgroup -maxdepth 2 -name "strata-$cname-h*" 2> /dev/null)" ] || fail "down left the host cgroups"
 echo "cluster.sh: all checks passed"
