@@ -25,9 +25,9 @@
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
-# CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default
-# none, the hosts share the cores), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row, each tier's
-# communication busy time, the exposed wait and compute, predicted against measured (the
+# CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default none, the hosts
+# share the cores), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row,
+# each tier's communication busy time, the exposed wait and compute, predicted against measured (the
 # summary's comm.per_step.<tier>.busy_s and busy_min_s, the step reports' exposed_comm_s, the
 # summary's compute_s and compute_max_s): where the time the planner misses goes, and how much
 # of it is ranks waiting for the slowest;

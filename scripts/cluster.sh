@@ -90,15 +90,14 @@ require_root() {
   ip netns list > /dev/null 2>&1 || die "'ip netns' does not work here: $(ip netns list 2>&1 | head -1)"
 }
 
-# The cpu controller a host's cgroup is made in, as "VERSION ROOT" (v1: its own hierarchy;
-# v2: the unified one, where the root delegates cpu to its children); empty where there is none.
-cpu_cgroup() {
-  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-    echo "v1 /sys/fs/cgroup/cpu"
-  elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
-    echo "v2 /sys/fs/cgroup"
-  fi
-}
+# The cpu controller a host's cgroup is made in (--cpus): cgroup v1's own hierarchy, or v2's
+# unified one, where the root delegates cpu to its children; both empty where there is none.
+cgroup_version='' cgroup_root=''
+if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+  cgroup_version=v1 cgroup_root=/sys/fs/cgroup/cpu
+elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+  cgroup_version=v2 cgroup_root=/sys/fs/cgroup
+fi
 cpu_period_us=10000  # short, so that a host out of its share waits at most a few ms to run
 # Refuses a bad --cpus: a number of CPUs from 0.1 (1 ms a period, the kernel's least) to the machine's.
 check_cpus() {
@@ -106,30 +105,26 @@ check_cpus() {
   have=$(nproc)
   [[ $cpus =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v c="$cpus" -v n="$have" 'BEGIN { exit !(c >= 0.1 && c <= n) }' ||
     die "--cpus '$cpus': want a number of CPUs from 0.1 to this machine's $have (e.g. 0.25)"
-  [ -n "$(cpu_cgroup)" ] || die "--cpus $cpus: no cgroup cpu controller here (neither /sys/fs/cgroup/cpu nor cpu in /sys/fs/cgroup/cgroup.controllers)"
+  [ -n "$cgroup_root" ] || die "--cpus $cpus: no cgroup cpu controller here (neither /sys/fs/cgroup/cpu nor cpu in /sys/fs/cgroup/cgroup.controllers)"
 }
 # Caps host I's processes at --cpus: the cgroup its rsh agent puts the host's daemon in.
 limit_host_cpus() {
-  local version root group quota
-  read -r version root <<< "$(cpu_cgroup)"
-  group=$root/strata-$name-h$1
+  local group=$cgroup_root/strata-$name-h$1 quota
   quota=$(awk -v c="$cpus" -v p=$cpu_period_us 'BEGIN { printf "%d", c * p }')
   mkdir -p "$group"
-  if [ "$version" = v1 ]; then
+  if [ "$cgroup_version" = v1 ]; then
     echo $cpu_period_us > "$group/cpu.cfs_period_us"
     echo "$quota" > "$group/cpu.cfs_quota_us"
   else
-    grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu > "$root/cgroup.subtree_control"
+    grep -qw cpu "$cgroup_root/cgroup.subtree_control" || echo +cpu > "$cgroup_root/cgroup.subtree_control"
     echo "$quota $cpu_period_us" > "$group/cpu.max"
   fi
 }
 # Host NS's CPU cap as ", cpus C" (nothing without one).
 host_cpus() {
-  local version root group
-  read -r version root <<< "$(cpu_cgroup)"
-  group=$root/strata-$1
-  [ -n "$root" ] && [ -d "$group" ] || return 0
-  if [ "$version" = v1 ]; then
+  local group=$cgroup_root/strata-$1
+  [ -n "$cgroup_root" ] && [ -d "$group" ] || return 0
+  if [ "$cgroup_version" = v1 ]; then
     awk -v q="$(cat "$group/cpu.cfs_quota_us")" -v p="$(cat "$group/cpu.cfs_period_us")" 'BEGIN { if (q > 0) printf ", cpus %g", q / p }'
   else
     awk '$1 != "max" { printf ", cpus %g", $1 / $2 }' "$group/cpu.max"
@@ -137,9 +132,7 @@ host_cpus() {
 }
 # NAME's host cgroups, by prefix.
 host_cgroups() {
-  local version root
-  read -r version root <<< "$(cpu_cgroup)"
-  [ -z "$root" ] || find "$root" -maxdepth 1 -type d -regextype egrep -regex ".*/strata-$name-h[0-9]+" 2>/dev/null | sort -V
+  [ -z "$cgroup_root" ] || find "$cgroup_root" -maxdepth 1 -type d -regextype egrep -regex ".*/strata-$name-h[0-9]+" 2>/dev/null | sort -V
 }
 
 # The namespaces of NAME, by prefix: whatever a crashed `up` or a killed test left too.
@@ -345,10 +338,8 @@ up() {
   # controller's hierarchy for the moment it takes.
   local join_cgroup=''
   if [ -n "$cpus" ]; then
-    local version root
-    read -r version root <<< "$(cpu_cgroup)"
     local fs="-t cgroup -o cpu cgroup"
-    [ "$version" = v2 ] && fs="-t cgroup2 cgroup2"
+    [ "$cgroup_version" = v2 ] && fs="-t cgroup2 cgroup2"
     join_cgroup="at=\$(mktemp -d); mount $fs \"\$at\"; echo \$\$ > \"\$at/strata-\$host/cgroup.procs\"; umount \"\$at\"; rmdir \"\$at\""
   fi
   cat > "$dir/rsh-agent" << EOF

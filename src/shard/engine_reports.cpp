@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <numeric>
 
 #include "comm/wait.hpp"
 #include "shard/sharded_engine.hpp"
@@ -67,19 +68,18 @@ nlohmann::json ShardedEngine::summary_report() {
   // Per counted step, this rank's compute: the world's largest each step is the straggler the
   // others wait for, inside their first collective after it.
   std::vector<double> step_compute;
-  double compute = 0, exposed = 0;
-  int counted = 0;
+  double exposed = 0;
   for (std::size_t s = 1; s < step_reports_.size(); ++s) {
     const auto& r = step_reports_[s];
     if (r["includes_eval"].get<bool>()) continue;
-    ++counted;
     for (std::size_t f = 0; f < std::size(kFields); ++f)
       for (std::size_t i = 0; i < names.size(); ++i)
         sums[f * names.size() + i] += r["comm"][names[i]][kFields[f]].get<double>();
     step_compute.push_back(r["compute_s"].get<double>());
-    compute += step_compute.back();
     exposed += r["exposed_comm_s"].get<double>();
   }
+  const int counted = static_cast<int>(step_compute.size());
+  const double compute = std::accumulate(step_compute.begin(), step_compute.end(), 0.0);
   // The least rank's busy time a tier: the collectives without most of the wait for late
   // partners that the mean carries.
   std::vector<double> busy_min(names.size());
@@ -103,8 +103,7 @@ nlohmann::json ShardedEngine::summary_report() {
         measured[names[i]][kFields[f]] = sums[f * names.size() + i] / counted;
       measured[names[i]]["busy_min_s"] = busy_min[i] / counted;
     }
-  double compute_max = 0;
-  for (double c : step_compute) compute_max += c;
+  const double compute_max = std::accumulate(step_compute.begin(), step_compute.end(), 0.0);
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
   StateMemory m = memory_bytes();
