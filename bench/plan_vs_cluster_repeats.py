@@ -16,12 +16,12 @@ import os
 import statistics
 import sys
 
+from plan_vs_cluster_report import step_samples
+
 
 def measured_step(run, strategy):
     """The bench's measured figure: the median step time over steps 2.."""
-    summary = json.load(open(os.path.join(run, strategy, "summary.json")))
-    metrics = [json.loads(line) for line in open(os.path.join(run, strategy, "metrics.jsonl"))]
-    return statistics.median(summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:])
+    return statistics.median(step_samples(run, strategy))
 
 
 def main(works):
