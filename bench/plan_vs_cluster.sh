@@ -31,7 +31,9 @@
 # summary's comm.per_step.<tier>.busy_s and busy_min_s, the step reports' exposed_comm_s, the
 # summary's compute_s and compute_max_s): where the time the planner misses goes, and how much
 # of it is ranks waiting for the slowest;
-# and each calibration's compute slowdown beside each tier's all-reduce; and the rank order by
+# and each calibration's compute slowdown beside each tier's all-reduce; ddp's compute against
+# its prediction (ddp overlaps least: far from 1, the machine ran at another speed than it was
+# calibrated at); and the rank order by
 # pairs: all pairs of strategies ordered the same, and those of the pairs the measurement itself
 # orders (their per-step times' quartiles apart: a pair inside the noise cannot be ranked, and the
 # verdict counts only these).

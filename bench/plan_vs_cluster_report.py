@@ -6,7 +6,8 @@ A work folder (KEEP_WORK=1) holds one folder a (rate, model), RATE-MODEL, with t
 (STRATEGY/summary.json, metrics.jsonl). For one work folder this prints per row the prediction,
 the measured median (steps 2..), the error and both rank orders; where each step's time goes
 (each tier's busy time, the exposed wait, compute), predicted against measured; each
-calibration's compute slowdown beside each tier's all-reduce; and the verdict.
+calibration's compute slowdown beside each tier's all-reduce; ddp's compute against its
+prediction (whether the machine ran at its calibrated speed); and the verdict.
 
 The goal (issue 13): every prediction within 15% of the measured median, and the strategies
 ranked as measured. A pair of strategies is ranked by the measurement only where their
@@ -98,7 +99,7 @@ def report(work, strata, full):
     """Prints the report of one work folder (all tables when `full`); returns its totals."""
     lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
              "|---|---|---|---|---|---|---|---|"]
-    split, split_tiers, overlap = [], [], []
+    split, split_tiers, overlap, drift = [], [], [], []
     errors, same_order = [], []
     by_model = {}  # model -> (|errors|, rank order the same a group)
     resolved, resolved_same, pairs_same, pairs, wrong = 0, 0, 0, 0, []
@@ -131,6 +132,13 @@ def report(work, strata, full):
             exposed_m = statistics.median(m["exposed_comm_s"] for m in metrics[1:])
             split.append(f"| {rate} | {model} | {n} | {busy} | {exposed_p:.4f} / {exposed_m:.4f} | "
                          f"{compute_p:.4f} / {summary['compute_s']:.4f} ({figure(summary, 'compute_max_s')}) |")
+            # ddp overlaps least (at most its last buckets beside backward), so its compute
+            # measured against predicted checks the calibration's compute before any overlap
+            # term: far from 1, the machine ran at another speed than it was calibrated at (run
+            # 16's 1gbit mini: x1.32), or the calibration mis-times the step's compute.
+            if n == "ddp":
+                slowest = f" (slowest rank x{summary['compute_max_s'] / compute_p:.2f})" if "compute_max_s" in summary else ""
+                drift.append(f"{rate} {model}: x{summary['compute_s'] / compute_p:.2f}{slowest}")
             split_tiers = tiers
         by_pred = sorted(names, key=lambda n: rows[n][0])
         by_meas = sorted(names, key=lambda n: rows[n][1])
@@ -169,6 +177,10 @@ def report(work, strata, full):
         print("\n".join(split))
         print("\ncompute beside each tier's all-reduce / alone (the calibrations' overlap_slowdown):")
         print("\n".join(overlap))
+        if drift:
+            print("\nddp's compute, measured (rank 0) / predicted (ddp overlaps least; far from 1: the machine's speed moved "
+                  "since calibrate, or calibrate mis-times the step):")
+            print("\n".join(drift))
         print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
               f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "
               "(rate, model) groups")

@@ -96,6 +96,8 @@ def main():
               f"resolved pairs:\n{done.stdout}")
         check("| 1gbit | mini | zero2 | 2.1500 | 2.0500 | +4.9% | 3 | 2 |" in done.stdout, f"a row:\n{done.stdout}")
         check("): met" in done.stdout, f"verdict:\n{done.stdout}")
+        # ddp's compute against its prediction (0.5 s each; its slowest rank 0.6): the machine's drift.
+        check("1gbit mini: x1.00 (slowest rank x1.20)" in done.stdout, f"ddp's compute:\n{done.stdout}")
 
         # ddp predicted behind zero2, which the measurement orders: missed, and the pair named.
         write_group(tmp / "order", "1gbit-mini", {"ddp": 1.15, "zero2": 1.1, "zero3": 2.05}, steps)
