@@ -79,10 +79,15 @@ def replan(strata, work, model, run, names):
     return json.loads(done.stdout)
 
 
-def step_samples(run, strategy):
-    """A run's measured step times: steps 2.. (step 1 pays allocation and connection set-up)."""
+def load_run(run, strategy):
+    """A training run's summary.json and the lines of its metrics.jsonl."""
     summary = json.load(open(os.path.join(run, strategy, "summary.json")))
     metrics = [json.loads(line) for line in open(os.path.join(run, strategy, "metrics.jsonl"))]
+    return summary, metrics
+
+
+def step_samples(summary, metrics):
+    """A run's measured step times: steps 2.. (step 1 pays allocation and connection set-up)."""
     return [summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:]]
 
 
@@ -113,9 +118,8 @@ def report(work, strata, full):
                                                       for t in cal["tiers"]))
         rows, samples = {}, {}
         for n in names:
-            summary = json.load(open(os.path.join(run, n, "summary.json")))
-            metrics = [json.loads(l) for l in open(os.path.join(run, n, "metrics.jsonl"))]
-            samples[n] = step_samples(run, n)
+            summary, metrics = load_run(run, n)
+            samples[n] = step_samples(summary, metrics)
             rows[n] = (plan[n]["step_time_s"], statistics.median(samples[n]))
             # Where the time goes: each tier's busy time on the communication thread (rank
             # mean, steps 2..; in brackets the least rank's, whose wait for late partners is
