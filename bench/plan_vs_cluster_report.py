@@ -114,8 +114,10 @@ def report(work, strata, full):
         plan, tiers = doc["strategies"], [t["name"] for t in doc["topology"]["tiers"]]
         with open(os.path.join(run, "calibration.toml"), "rb") as f:
             cal = tomllib.load(f)
-        overlap.append(f"{rate} {model}: " + ", ".join(f"{t['name']} x{t.get('overlap_slowdown', 1):.3g}"
-                                                      for t in cal["tiers"]))
+        overlap.append(f"{rate} {model}: " + ", ".join(
+            f"{t['name']} x{t.get('overlap_slowdown', 1):.3g}" +
+            (f" (all-reduces of {t['overlap_all_reduce_bytes'] / 1e6:.3g} MB a rank)" if "overlap_all_reduce_bytes" in t
+             else "") for t in cal["tiers"]))
         rows, samples = {}, {}
         for n in names:
             summary, metrics = load_run(run, n)

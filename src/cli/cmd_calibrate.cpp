@@ -352,7 +352,13 @@ std::size_t overlap_bytes(const Options& o) {
 // ratio of `iterations` pairs (one pair swings with where the scheduler's slices fall).
 // Per tier: beside a copy through shared memory the cores are busy moving bytes, beside a
 // transfer over a NIC they mostly wait (the planner applies the factor of the op on the stream).
-double overlap_slowdown(comm::TierComms& comms, int t, const Options& o) {
+// Also the bytes a rank sends in one of those all-reduces: the planner takes the rate the
+// tier's busy all-reduce curve gives that op as the rate beside which compute ran s times
+// slower, and scales an op's slowdown by the bytes a second the op moves against it.
+struct Overlap {
+  double slowdown = 1, all_reduce_bytes = 0;
+};
+Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, const Options& o) {
   Matmul wide(widest_matmul(o));
   const int reps = repetitions_for([&] { wide.run(); });
   auto run_reps = [&] {
@@ -362,6 +368,9 @@ double overlap_slowdown(comm::TierComms& comms, int t, const Options& o) {
   };
   comm::Collectives& group = tier_group(comms, t);
   SweepBuffers b(overlap_bytes(o), group.size());
+  const comm::CommStats before = ctx.accounting().snapshot();
+  b.run(group, plan::Collective::AllReduce);
+  const double sent = world_mean(static_cast<double>((ctx.accounting().snapshot() - before).tiers[t].bytes_sent));
   const double one_s = time_slowest(o.iterations, [&] { b.run(group, plan::Collective::AllReduce); });
   std::vector<double> ratios;
   for (int trial = 0; trial < o.iterations; ++trial) {
@@ -377,7 +386,7 @@ double overlap_slowdown(comm::TierComms& comms, int t, const Options& o) {
     for (comm::Work& w : inflight) w.wait();
     ratios.push_back(world_max(beside) / alone);
   }
-  return std::max(1.0, median(ratios));
+  return {std::max(1.0, median(ratios)), sent};
 }
 
 void run_calibrate(const Options& o) {
@@ -419,7 +428,11 @@ void run_calibrate(const Options& o) {
   for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers.push_back(calibrate_tier(ctx, comms, t, o));
   calibrate_under_compute(ctx, comms, cal, o);
   cal.compute = calibrate_compute(o);
-  for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers[t].overlap_slowdown = overlap_slowdown(comms, t, o);
+  for (int t = 0; t < topology.num_tiers(); ++t) {
+    const Overlap overlap = overlap_slowdown(ctx, comms, t, o);
+    cal.tiers[t].overlap_slowdown = overlap.slowdown;
+    cal.tiers[t].overlap_all_reduce_bytes = overlap.all_reduce_bytes;
+  }
   // Kept beside the per-tier factors: a file's one factor for every tier, as before (the outermost's).
   cal.compute->overlap_slowdown = cal.tiers.back().overlap_slowdown;
   if (!root) return;

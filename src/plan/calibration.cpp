@@ -289,7 +289,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     const toml::table* t = tiers->get(i)->as_table();
     if (!t) throw Error(fmt::format("{}[{}]: must be a table ([[tiers]])", root.at("tiers"), i));
     const Fields f(*t, fmt::format("{}[{}]", root.at("tiers"), i));
-    std::vector<std::string_view> known{"name", "group_size", "ranks_sharing", "overlap_slowdown"};
+    std::vector<std::string_view> known{"name", "group_size", "ranks_sharing", "overlap_slowdown", "overlap_all_reduce_bytes"};
     for (Collective k : kCollectives) known.push_back(collective_key(k));
     for (auto&& [key, node] : *t)
       if (std::find(known.begin(), known.end(), key.str()) == known.end())
@@ -300,6 +300,8 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     if (named_tier.has("group_size")) tier.group_size = named_tier.integer("group_size", 1);
     if (named_tier.has("ranks_sharing")) tier.ranks_sharing = named_tier.integer("ranks_sharing", 1);
     if (named_tier.has("overlap_slowdown")) tier.overlap_slowdown = named_tier.at_least("overlap_slowdown", 1);
+    if (named_tier.has("overlap_all_reduce_bytes"))
+      tier.overlap_all_reduce_bytes = named_tier.positive("overlap_all_reduce_bytes");
     for (Collective k : kCollectives)
       if (named_tier.has(collective_key(k))) tier.curves[static_cast<int>(k)] = read_curve(named_tier, k);
     for (const TierCalibration& seen : c.tiers)
@@ -345,6 +347,7 @@ std::string Calibration::to_toml() const {
     if (t.group_size > 0) table.insert("group_size", t.group_size);
     if (t.ranks_sharing > 0) table.insert("ranks_sharing", t.ranks_sharing);
     if (t.overlap_slowdown > 0) table.insert("overlap_slowdown", t.overlap_slowdown);
+    if (t.overlap_all_reduce_bytes > 0) table.insert("overlap_all_reduce_bytes", t.overlap_all_reduce_bytes);
     for (Collective k : kCollectives) {
       const CollectiveCurve* c = t.find(k);
       if (!c) continue;
@@ -366,7 +369,8 @@ std::string Calibration::to_toml() const {
          "# `strata plan --calibration FILE`. Collective time = (bytes a rank sends + half_bytes) / bus_GBps;\n"
          "# matmul time = (FLOPs + half_gflop) / peak_gflops, times kernel_overhead for the whole step;\n"
          "# under_compute: the collective while every rank computes beside it; a tier's overlap_slowdown:\n"
-         "# matmul time while that tier's all-reduce runs beside it / alone.\n"
+         "# matmul time while that tier's all-reduces of overlap_all_reduce_bytes (a rank sends) run\n"
+         "# beside it / alone (an op moving fewer bytes a second than they do slows compute less).\n"
       << doc << "\n";
   return out.str();
 }
@@ -378,6 +382,10 @@ nlohmann::json Calibration::to_json() const {
                      {"group_size", t.group_size},
                      {"ranks_sharing", t.ranks_sharing},
                      {"overlap_slowdown", overlap_slowdown(t.name)}};
+    if (t.overlap_all_reduce_bytes > 0) {
+      j["overlap_all_reduce_bytes"] = t.overlap_all_reduce_bytes;
+      j["overlap_bytes_per_second"] = overlap_bytes_per_second(t.name);
+    }
     for (Collective k : kCollectives)
       j[std::string(collective_key(k))] = t.find(k) ? curve_json(*t.find(k)) : nlohmann::json("the topology's figures");
     tiers_json.push_back(std::move(j));
@@ -421,6 +429,23 @@ double Calibration::overlap_slowdown(std::string_view name) const {
   const TierCalibration& t = tier(name);
   if (t.overlap_slowdown > 0) return t.overlap_slowdown;
   return compute ? compute->overlap_slowdown : 1.0;
+}
+
+double Calibration::overlap_bytes_per_second(std::string_view name) const {
+  const TierCalibration& t = tier(name);
+  const CollectiveCurve* all_reduce = t.find(Collective::AllReduce);
+  if (t.overlap_all_reduce_bytes <= 0 || !all_reduce || !all_reduce->latency_known) return 0;
+  const double n = t.overlap_all_reduce_bytes;
+  return n / (all_reduce->seconds_for(n, all_reduce->messages) * all_reduce->under_compute_factor(n, all_reduce->messages));
+}
+
+double Calibration::compute_slowdown(std::string_view name, double bytes_per_second) const {
+  const double s = overlap_slowdown(name), timed_rate = overlap_bytes_per_second(name);
+  if (timed_rate <= 0) return s;
+  // The cores the communication thread takes scale with the bytes it moves: beside the timed
+  // all-reduces, priced as the planner prices an op, compute kept 1/s of its speed.
+  const double lost = std::min(0.95, (1 - 1 / s) * bytes_per_second / timed_rate);
+  return 1 / (1 - lost);
 }
 
 void Calibration::check_covers(const topo::Topology& t, std::string_view origin) const {

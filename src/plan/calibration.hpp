@@ -72,6 +72,11 @@ struct TierCalibration {
   // measured, the compute's overlap_slowdown). The planner slows compute by the factor of the
   // tier whose op is on the communication stream.
   double overlap_slowdown = 0;
+  // The bytes a rank sent in one of the all-reduces overlap_slowdown was timed beside (0: not
+  // recorded). With the tier's busy all-reduce curve it gives the rate beside which compute ran
+  // overlap_slowdown times slower; an op moving fewer bytes a second slows compute less
+  // (Calibration::compute_slowdown).
+  double overlap_all_reduce_bytes = 0;
 
   const CollectiveCurve* find(Collective c) const {
     const auto& curve = curves[static_cast<int>(c)];
@@ -124,6 +129,13 @@ struct Calibration {
   // How much slower compute runs beside an op of this tier: its own factor, else compute's
   // (1 without a compute calibration).
   double overlap_slowdown(std::string_view tier) const;
+  // Compute's slowdown beside an op of this tier that sends `bytes_per_second` a rank. Compute
+  // loses (1 - 1/s) / R of a second per byte moved, at most 95% of its time: s the tier's
+  // overlap_slowdown, R the rate its busy all-reduce curve gives the all-reduce s was timed
+  // beside. Without overlap_all_reduce_bytes or that curve, overlap_slowdown whatever the rate.
+  double compute_slowdown(std::string_view tier, double bytes_per_second) const;
+  // R above, bytes a second (0: not known).
+  double overlap_bytes_per_second(std::string_view tier) const;
   // Throws Error unless every tier of `topology` has a calibrated tier of its name.
   void check_covers(const topo::Topology& topology, std::string_view origin) const;
 };

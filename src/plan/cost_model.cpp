@@ -453,8 +453,6 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
                             compute_bytes(workload_.precision)))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
-  for (const topo::Tier& t : topology_.tiers())
-    slows_compute_by_level_.push_back(calibration_ ? calibration_->overlap_slowdown(t.name) : 1.0);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
@@ -532,8 +530,11 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
     const OpPrice p = out ? OpPrice{} : price(op);
     op_seconds.push_back(p.seconds());
     factors.under_compute.push_back(p.under_compute);
-    // Compute beside the op slows as beside its tier's all-reduce (a flat op's: its outermost tier).
-    factors.slows_compute.push_back(slows_compute_by_level_[op.level]);
+    // Compute beside the op slows by the bytes a second the op moves while compute runs (a flat
+    // op's: on its outermost tier).
+    const double wall = p.seconds() * p.under_compute;
+    const double rate = wall > 0 ? op.bytes_sent / wall : 0;
+    factors.slows_compute.push_back(calibrated ? calibrated->compute_slowdown(topology_.tier(op.level).name, rate) : 1.0);
     book(op, p, times);
   };
   for (const ScheduledOp& op : schedule.micro_batch_ops()) replayed(op, K);
@@ -707,8 +708,10 @@ nlohmann::json PlanContext::assumptions() const {
        "first waits until at most `reductions_in_flight` reductions remain; the first gathers of a micro-batch "
        "and the optimizer-step phase (post-step weight gather, scalars, Adam, and the step reductions the last "
        "micro-batch's backward does not run: Schedule::bucket_ops runs ddp's and zero1's buckets and hsdp's and "
-       "topo's unit by unit there) are never hidden; with a calibration, compute runs its tier's overlap_slowdown times slower while an op is on the "
-       "stream (overlap_slowdown_s; a tier without its own: the compute's)"},
+       "topo's unit by unit there) are never hidden; with a calibration, compute runs slower while an op is on the stream (overlap_slowdown_s): "
+       "its tier's overlap_slowdown s (a tier without its own: the compute's), scaled by the bytes a second the op "
+       "moves beside compute against the rate of the all-reduces s was timed beside (overlap_all_reduce_bytes at "
+       "the tier's busy all-reduce curve) where the calibration records them"},
       {"flops", "model FLOPs a token = 6 x matmul params + 12 x layers x hidden x seq; recomputed FLOPs (full: each "
                 "block's forward again; selective-op: the recomputed projections' forward) count in hfu, not mfu"},
       {"recompute", recompute_name(workload_.recompute)},

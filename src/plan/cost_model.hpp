@@ -113,9 +113,9 @@ double collective_launches(const shard::ScheduledOp& op, const shard::UnitPlan& 
 
 // How two streams slow each other, per op of a replay (empty: 1 for every op).
 struct OverlapFactors {
-  // Compute's slowdown while op i is on the communication stream (its tier's calibrated
-  // overlap_slowdown: beside a copy through shared memory and a wait on a NIC, compute is not
-  // slowed alike).
+  // Compute's slowdown while op i is on the communication stream (Calibration::compute_slowdown
+  // of its tier at the bytes a second it moves: beside a copy through shared memory and a wait
+  // on a NIC, or a large op and a trickle of small ones, compute is not slowed alike).
   std::vector<double> slows_compute;
   // Op i's slowdown while compute runs beside it (its busy curve / alone).
   std::vector<double> under_compute;
@@ -240,7 +240,6 @@ class PlanContext {
   shard::TensorParallelPlan tensor_parallel_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
   double rerun_matmul_s_ = 0, rerun_memory_bound_s_ = 0;  // one micro-batch, all units
-  std::vector<double> slows_compute_by_level_;  // compute's slowdown beside each tier's ops (1 uncalibrated)
 };
 
 }  // namespace strata::plan

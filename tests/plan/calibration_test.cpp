@@ -100,6 +100,7 @@ TEST(Calibration, FitsRecoverTheCurve) {
 TEST(Calibration, RoundTripsThroughItsFile) {
   Calibration a = h100_calibration(40, 1.25);
   a.tiers[0].overlap_slowdown = 1.75;  // the node tier measured its own; the cluster tier takes compute's
+  a.tiers[0].overlap_all_reduce_bytes = 2.5e6;  // and the all-reduces it was timed beside
   const std::string text = a.to_toml();
   const Calibration b = Calibration::from_toml_string(text, "cal.toml");
   EXPECT_EQ(b.version, Calibration::kVersion);
@@ -113,6 +114,7 @@ TEST(Calibration, RoundTripsThroughItsFile) {
     EXPECT_EQ(b.tiers[t].ranks_sharing, a.tiers[t].ranks_sharing);
     EXPECT_DOUBLE_EQ(b.tiers[t].overlap_slowdown, a.tiers[t].overlap_slowdown);
     EXPECT_DOUBLE_EQ(b.overlap_slowdown(b.tiers[t].name), t == 0 ? 1.75 : 1.25);
+    EXPECT_DOUBLE_EQ(b.tiers[t].overlap_all_reduce_bytes, t == 0 ? 2.5e6 : 0);
     for (Collective k : kCollectives) {
       const CollectiveCurve &x = a.tiers[t].curve(k), &y = b.tiers[t].curve(k);
       EXPECT_DOUBLE_EQ(y.bus_GBps, x.bus_GBps);
@@ -152,6 +154,10 @@ TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
   expect_refused(replace(good, "group_size = 8", "group_size = 0"), {"tiers[0] ('node').group_size = 0"});
   expect_refused(replace(good, "group_size = 8", "group_size = 8\noverlap_slowdown = 0.5"),
                  {"cal.toml: tiers[0] ('node').overlap_slowdown = 0.5", "at least 1"});
+  expect_refused(replace(good, "group_size = 8", "group_size = 8\noverlap_all_reduce_bytes = 0"),
+                 {"cal.toml: tiers[0] ('node').overlap_all_reduce_bytes = 0", "positive"});
+  expect_refused(replace(good, "group_size = 8", "group_size = 8\noverlap_all_reduce_bytes = 'many'"),
+                 {"cal.toml: tiers[0] ('node').overlap_all_reduce_bytes: must be a number"});
   expect_refused(replace(good, "gflop = [ 1.0, 10.0, 100.0 ]", "gflop = [ 1.0, 10.0 ]"),
                  {"cal.toml: compute", "same number of points"});
   expect_refused("version = 1\n[compute\n", {"cal.toml:2:"});
@@ -237,6 +243,39 @@ TEST(Calibration, ThePlanChangesWithTheCalibration) {
   EXPECT_GT(node_only.overlap_slowdown_s, 0);
   EXPECT_LT(node_only.overlap_slowdown_s, slowed.overlap_slowdown_s);
   EXPECT_EQ(h100_plan(per_tier).assumptions()["calibration"]["tiers"][0]["overlap_slowdown"], 1.5);
+}
+
+// With the all-reduces its slowdown was timed beside, a tier slows compute by the bytes a
+// second an op moves: s at the rate its busy all-reduce curve gives them, less below it, more
+// above it (capped), and the plan follows.
+TEST(Calibration, AnOpMovingFewerBytesASecondSlowsComputeLess) {
+  Calibration c = h100_calibration(40, 1.5);
+  EXPECT_DOUBLE_EQ(c.compute_slowdown("cluster", 1e6), 1.5) << "not recorded: the factor whatever the rate";
+  c.tiers[1].overlap_all_reduce_bytes = 1e7;
+  // The cluster's busy curve: (n / 0.5 + 3 x 64 KB) / 40 GB/s for n bytes a rank sends.
+  const double R = 1e7 / ((1e7 / 0.5 + 3 * 64e3) / 40e9);
+  EXPECT_NEAR(c.overlap_bytes_per_second("cluster"), R, 1e-9 * R);
+  EXPECT_NEAR(c.compute_slowdown("cluster", R), 1.5, 1e-12);
+  EXPECT_NEAR(c.compute_slowdown("cluster", R / 2), 1 / (1 - (1 - 1 / 1.5) / 2), 1e-12);
+  EXPECT_DOUBLE_EQ(c.compute_slowdown("cluster", 0), 1);
+  EXPECT_NEAR(c.compute_slowdown("cluster", 2 * R), 3, 1e-12);
+  EXPECT_NEAR(c.compute_slowdown("cluster", 1e3 * R), 20, 1e-9) << "compute keeps at least 5% of its speed";
+  const nlohmann::json shown = h100_plan(c).assumptions()["calibration"]["tiers"][1];
+  EXPECT_EQ(shown["overlap_all_reduce_bytes"], 1e7);
+  EXPECT_NEAR(shown["overlap_bytes_per_second"].get<double>(), R, 1e-9 * R);
+
+  // Timed beside all-reduces far larger than a step's ops (so at a higher rate), the same s
+  // costs compute less time; beside far smaller ones, more.
+  for (TierCalibration& t : c.tiers) t.overlap_all_reduce_bytes = 0;
+  const double flat = priced(h100_plan(c), "zero3").overlap_slowdown_s;
+  for (TierCalibration& t : c.tiers) t.overlap_all_reduce_bytes = 1e12;
+  const double beside_large = priced(h100_plan(c), "zero3").overlap_slowdown_s;
+  for (TierCalibration& t : c.tiers) t.overlap_all_reduce_bytes = 1e3;
+  const double beside_small = priced(h100_plan(c), "zero3").overlap_slowdown_s;
+  EXPECT_GT(flat, 0);
+  EXPECT_GT(beside_large, 0);
+  EXPECT_LT(beside_large, flat);
+  EXPECT_GT(beside_small, flat);
 }
 
 // Under a calibration, selective-op's rerun projections take the matmul curve (no kernel

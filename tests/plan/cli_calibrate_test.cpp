@@ -67,6 +67,7 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
     }
     // Compute timed beside this tier's all-reduce, its own factor.
     EXPECT_GE(cal.tiers[t].overlap_slowdown, 1);
+    EXPECT_GT(cal.tiers[t].overlap_all_reduce_bytes, 0) << "the all-reduces it was timed beside";
   }
   EXPECT_GT(cal.compute->int8_codec_GBps, 0);
   EXPECT_GT(cal.compute->int4_codec_GBps, 0);
@@ -91,7 +92,9 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("calibrated (a group of 2, 4 ranks crossing at once): all_gather"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("calibrated compute: matmul"), std::string::npos) << text.output;
-  EXPECT_NE(text.output.find(fmt::format("compute beside its ops x{:.3g}", cal.tiers[0].overlap_slowdown)),
+  EXPECT_NE(text.output.find(fmt::format("compute beside its ops x{:.3g} at {:.3g} MB/s a rank",
+                                         cal.tiers[0].overlap_slowdown,
+                                         cal.overlap_bytes_per_second(cal.tiers[0].name) / 1e6)),
             std::string::npos)
       << text.output;
   EXPECT_NE(text.output.find("calibrated terms"), std::string::npos) << text.output;
