@@ -152,6 +152,14 @@ comm::Collectives& tier_group(comm::TierComms& comms, int t) {
   return t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
 }
 
+// What this rank sent on tier t during `run`, as the accounting counts it (the curves' x axis).
+template <class Run>
+comm::TierTraffic sent_on_tier(comm::Context& ctx, int t, Run&& run) {
+  const comm::CommStats before = ctx.accounting().snapshot();
+  run();
+  return (ctx.accounting().snapshot() - before).tiers[t];
+}
+
 // The fp32 buffers of one sweep size over a group: the full buffer, a rank's chunk of it,
 // and an all-to-all's receive side.
 struct SweepBuffers {
@@ -189,9 +197,7 @@ plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms,
     int messages = 0;
     for (std::size_t buffer : sweep_bytes(o)) {
       SweepBuffers b(buffer, c.size());
-      const comm::CommStats before = ctx.accounting().snapshot();
-      b.run(c, kind);
-      const comm::TierTraffic sent = (ctx.accounting().snapshot() - before).tiers[t];
+      const comm::TierTraffic sent = sent_on_tier(ctx, t, [&] { b.run(c, kind); });
       const double s = time_collective(o.iterations, [&] { b.run(c, kind); });
       bytes.push_back(world_mean(static_cast<double>(sent.bytes_sent)));
       seconds.push_back(s);
@@ -368,9 +374,8 @@ Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, cons
   };
   comm::Collectives& group = tier_group(comms, t);
   SweepBuffers b(overlap_bytes(o), group.size());
-  const comm::CommStats before = ctx.accounting().snapshot();
-  b.run(group, plan::Collective::AllReduce);
-  const double sent = world_mean(static_cast<double>((ctx.accounting().snapshot() - before).tiers[t].bytes_sent));
+  const double sent = world_mean(static_cast<double>(
+      sent_on_tier(ctx, t, [&] { b.run(group, plan::Collective::AllReduce); }).bytes_sent));
   const double one_s = time_slowest(o.iterations, [&] { b.run(group, plan::Collective::AllReduce); });
   std::vector<double> ratios;
   for (int trial = 0; trial < o.iterations; ++trial) {

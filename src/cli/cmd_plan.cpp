@@ -173,12 +173,12 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
     const std::string group = cal.group_size > 0 ? fmt::format("a group of {}, {} crossing at once", cal.group_size,
                                                                count_of(cal.ranks_sharing, "rank"))
                                                  : std::string("group not stated");
+    const double timed_rate = c.calibration()->overlap_bytes_per_second(t.name);
     fmt::print("  calibrated ({}): {}; compute beside its ops x{:.3g}{}\n", group, fmt::join(curves, "; "),
                c.calibration()->overlap_slowdown(t.name),
-               c.calibration()->overlap_bytes_per_second(t.name) > 0
-                   ? fmt::format(" at {:.3g} MB/s a rank (less beside an op moving fewer bytes a second)",
-                                 c.calibration()->overlap_bytes_per_second(t.name) / 1e6)
-                   : std::string());
+               timed_rate > 0 ? fmt::format(" at {:.3g} MB/s a rank (less beside an op moving fewer bytes a second)",
+                                            timed_rate / 1e6)
+                              : std::string());
   }
   if (const auto& cal = c.calibration(); cal && cal->compute)
     fmt::print("calibrated compute: matmul {:.4g} GFLOP/s a rank, half of it at {:.3g} GFLOP; other kernels x{:.3g}; "
