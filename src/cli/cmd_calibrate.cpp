@@ -419,6 +419,14 @@ void run_calibrate(const Options& o) {
                                 "(mpirun -np {})",
                                 t.name, count_of(t.size, "member"), count_of(mpi.world_size(), "rank"),
                                 2 * mpi.world_size() / std::max(1, t.size)));
+    // The planner prices an op between the sweep's points: each size must send more than the one before.
+    const std::vector<std::size_t> sweep = sweep_bytes(o);
+    for (const topo::Tier& t : loaded->tiers())
+      for (std::size_t i = 1; i < sweep.size(); ++i)
+        if (comm::chunk_count(sweep[i] / 4, t.size, 1) <= comm::chunk_count(sweep[i - 1] / 4, t.size, 1))
+          throw Error(fmt::format("calibrate: --points {}: sizes {} and {} bytes send the same over tier '{}' (a "
+                                  "group of {}); use fewer points or a wider --min-kib..--max-mib",
+                                  o.points, sweep[i - 1], sweep[i], t.name, t.size));
   });
   comm::Context ctx(*loaded);
   const topo::Topology& topology = ctx.topology();

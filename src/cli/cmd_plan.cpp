@@ -163,8 +163,10 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
         curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", plan::collective_key(k), curve->bus_GBps));
       else
         curves.push_back(fmt::format(
-            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us){}", plan::collective_key(k), curve->bus_GBps,
+            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us{}){}", plan::collective_key(k), curve->bus_GBps,
             curve->half_bytes / 1e3, curve->latency_s() * 1e6,
+            curve->bytes.empty() ? std::string()
+                                 : fmt::format("; priced at its {} measured sizes", curve->bytes.size()),
             curve->has_under_compute()
                 ? fmt::format(", beside compute {:.4g} GB/s, latency {:.3g} us", curve->busy_GBps,
                               curve->busy_latency_s() * 1e6)

@@ -61,15 +61,41 @@ std::pair<double, double> bus_and_half(const std::vector<double>& bytes, const s
   return {1 / f.slope / 1e9, f.intercept / f.slope};
 }
 
+// The sweep's own time at n bytes a rank: linear between its measured points (on the namespace
+// cluster one line missed a host link's sweep by up to +40% and -30% at the same sizes in
+// every run, likely as small messages ride the socket buffers and larger ones wait on the
+// shaper); beyond the largest, that point plus the rest at the fitted bandwidth; below the
+// smallest, from the fitted fixed cost at 0 bytes (or the smallest point's time, if less). A
+// ring of another size pays the fitted fixed cost of its extra (or fewer) steps. Without
+// points, the fitted curve.
+double measured_seconds(const std::vector<double>& x, const std::vector<double>& y, double GBps, double latency_s,
+                        int messages, double n, int sends) {
+  if (x.size() < 2) return curve_seconds(GBps, latency_s, messages, n, sends);
+  const double B = GBps * 1e9;
+  double t = 0;
+  if (n >= x.back()) {
+    t = y.back() + (n - x.back()) / B;
+  } else if (n <= x.front()) {
+    const double at_zero = std::min(latency_s, y.front());
+    t = at_zero + (y.front() - at_zero) * n / x.front();
+  } else {
+    const auto i = static_cast<std::size_t>(std::upper_bound(x.begin(), x.end(), n) - x.begin());
+    t = y[i - 1] + (y[i] - y[i - 1]) * (n - x[i - 1]) / (x[i] - x[i - 1]);
+  }
+  if (messages > 0) t += latency_s * (sends - messages) / messages;
+  return std::max(0.0, t);
+}
+
 }  // namespace
 
 double CollectiveCurve::seconds_for(double bytes_sent, int sends) const {
-  return curve_seconds(bus_GBps, latency_s(), messages, bytes_sent, sends);
+  return measured_seconds(bytes, seconds, bus_GBps, latency_s(), messages, bytes_sent, sends);
 }
 
 double CollectiveCurve::under_compute_factor(double bytes_sent, int sends) const {
   if (!has_under_compute()) return 1.0;
-  const double busy = curve_seconds(busy_GBps, busy_latency_s(), messages, bytes_sent, sends);
+  const double busy =
+      measured_seconds(busy_bytes, busy_seconds, busy_GBps, busy_latency_s(), messages, bytes_sent, sends);
   return std::max(1.0, busy / seconds_for(bytes_sent, sends));
 }
 
@@ -183,6 +209,15 @@ void check_points(const Fields& f, std::string_view x_field, const std::vector<d
                             f.where(), x_field, x.size(), y.size()));
 }
 
+// A sweep an op is priced at (numbers() has refused what is not positive): its sizes increasing.
+void check_sweep(const Fields& f, const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  check_points(f, "bytes", bytes, seconds);
+  for (std::size_t i = 1; i < bytes.size(); ++i)
+    if (!(bytes[i] > bytes[i - 1]))
+      throw Error(fmt::format("{}[{}] = {}: must be above the size before it ({}): the sweep's sizes, increasing",
+                              f.at("bytes"), i, bytes[i], bytes[i - 1]));
+}
+
 // bus_GBps always; half_bytes with messages, or neither (a published figure that states only the
 // large-message bandwidth); the measured points when given.
 CollectiveCurve read_curve(const Fields& tier, Collective c) {
@@ -198,7 +233,7 @@ CollectiveCurve read_curve(const Fields& tier, Collective c) {
   if (f.has("bytes") || f.has("seconds")) {
     curve.bytes = f.numbers("bytes");
     curve.seconds = f.numbers("seconds");
-    check_points(f, "bytes", curve.bytes, curve.seconds);
+    check_sweep(f, curve.bytes, curve.seconds);
   }
   if (f.has("under_compute")) {
     // Measured by strata calibrate with the curve above; its scale of fixed cost (messages) is the curve's.
@@ -211,7 +246,7 @@ CollectiveCurve read_curve(const Fields& tier, Collective c) {
     curve.busy_half_bytes = b.at_least("half_bytes", 0);
     curve.busy_bytes = b.numbers("bytes");
     curve.busy_seconds = b.numbers("seconds");
-    check_points(b, "bytes", curve.busy_bytes, curve.busy_seconds);
+    check_sweep(b, curve.busy_bytes, curve.busy_seconds);
   }
   return curve;
 }
@@ -225,7 +260,9 @@ toml::array to_array(const std::vector<double>& v) {
 nlohmann::json curve_json(const CollectiveCurve& c) {
   if (!c.latency_known) return {{"bus_GBps", c.bus_GBps}, {"latency", "the topology's latency_us a message"}};
   nlohmann::json j{{"bus_GBps", c.bus_GBps}, {"half_bytes", c.half_bytes}, {"latency_us", c.latency_s() * 1e6},
-                   {"messages", c.messages}};
+                   {"messages", c.messages},
+                   {"priced_at", c.bytes.empty() ? nlohmann::json("the fitted curve (no measured points)")
+                                                 : nlohmann::json(c.bytes.size())}};
   j["under_compute"] = c.has_under_compute()
                            ? nlohmann::json{{"bus_GBps", c.busy_GBps},
                                             {"half_bytes", c.busy_half_bytes},
@@ -366,7 +403,9 @@ std::string Calibration::to_toml() const {
   doc.insert("tiers", std::move(tier_array));
   std::ostringstream out;
   out << "# strata calibration (docs/calibration.md): measured by `strata calibrate`, read by\n"
-         "# `strata plan --calibration FILE`. Collective time = (bytes a rank sends + half_bytes) / bus_GBps;\n"
+         "# `strata plan --calibration FILE`. Collective time: the measured seconds at the bytes a rank\n"
+         "# sends (linear between two of them; beyond the largest, + the rest / bus_GBps); the fitted\n"
+         "# (bytes + half_bytes) / bus_GBps where a curve has no points;\n"
          "# matmul time = (FLOPs + half_gflop) / peak_gflops, times kernel_overhead for the whole step;\n"
          "# under_compute: the collective while every rank computes beside it; a tier's overlap_slowdown:\n"
          "# matmul time while that tier's all-reduces of overlap_all_reduce_bytes (a rank sends) run\n"

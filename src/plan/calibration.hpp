@@ -32,6 +32,9 @@ LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double
 // One collective over one tier: t(n) = n / (B · n/(n + n½)) = (n + n½) / B for n bytes a
 // rank sends; bus bandwidth B for large messages, half of it at n½. Its fixed cost
 // α = n½ / B (latency of its `messages` sends and the call's launch) is what a small op pays.
+// Where the sweep's points are kept (every file strata calibrate writes), an op is priced at
+// them: linear between two measured sizes, the fitted B beyond the largest (the line alone
+// misses a shaped host link by up to 40% at some sizes). The fit prices files without points.
 // A calibration built from published figures may know B alone (a source that states only the
 // large-message bus bandwidth): then `latency_known` is false and the op's fixed cost stays the
 // topology's latency_us a message (docs/calibration.md "Shipped calibrations").
@@ -39,7 +42,7 @@ struct CollectiveCurve {
   double bus_GBps = 0;
   double half_bytes = 0;
   int messages = 0;                    // sends a rank of one call, as measured
-  std::vector<double> bytes, seconds;  // the measurements the curve was fitted to (may be empty when shipped)
+  std::vector<double> bytes, seconds;  // the measured points, bytes increasing (may be empty when shipped)
   bool latency_known = true;           // false: half_bytes and messages unknown, the topology's latency is used
 
   // The same collective timed while every rank's compute thread runs matmuls beside it, as a
@@ -51,11 +54,12 @@ struct CollectiveCurve {
 
   double latency_s() const { return half_bytes / (bus_GBps * 1e9); }
   double busy_latency_s() const { return busy_half_bytes / (busy_GBps * 1e9); }
-  // An op of `sends` messages: α scaled by sends / messages (a ring over a group of another
-  // size pays its own number of steps), plus its bytes at B.
+  // An op of `sends` messages: the measured points' time at its bytes (the fitted curve
+  // without points), plus α x (sends - messages) / messages (a ring over a group of another
+  // size pays its own number of steps).
   double seconds_for(double bytes_sent, int sends) const;
   bool has_under_compute() const { return busy_GBps > 0; }
-  // The op's time beside compute / alone (>= 1; 1 without the busy curve).
+  // The op's time beside compute / alone, each at its own points (>= 1; 1 without the busy curve).
   double under_compute_factor(double bytes_sent, int sends) const;
   static CollectiveCurve fit(std::vector<double> bytes, std::vector<double> seconds, int messages);
   void fit_under_compute(std::vector<double> bytes, std::vector<double> seconds);

@@ -146,6 +146,14 @@ Collective collective_of(const ScheduledOp& op) {
 
 namespace {
 
+// An op at its curve: the bytes at the fitted bandwidth, the rest its fixed cost (a measured
+// point below the line leaves no fixed cost and a shorter bandwidth term).
+OpPrice curve_price(const CollectiveCurve& curve, double bytes_sent, int sends) {
+  const double total = curve.seconds_for(bytes_sent, sends);
+  const double at_bandwidth = std::min(total, bytes_sent / (curve.bus_GBps * 1e9));
+  return {total - at_bandwidth, at_bandwidth, 0, curve.under_compute_factor(bytes_sent, sends)};
+}
+
 // A flat ring (levels_spanned > 1) as NCCL lays it out: one ring a channel, each crossing
 // every domain boundary once, channels spread over a domain's links. A tier-(t-1) domain's
 // rings together carry one ring member's bytes onto tier t, over all its links there: the
@@ -171,12 +179,7 @@ OpPrice price_flat_ring(const ScheduledOp& op, const topo::Topology& topology, c
   }
   const double bytes = static_cast<double>(op.bytes_sent);
   const double topology_latency_s = op.messages * latency_us * 1e-6;
-  if (bound_curve && bound_curve->latency_known) {
-    const double per_rank_bytes = bytes / bound_ranks;
-    const double at_bandwidth = per_rank_bytes / (bound_curve->bus_GBps * 1e9);
-    return {bound_curve->seconds_for(per_rank_bytes, op.messages) - at_bandwidth, at_bandwidth, 0,
-            bound_curve->under_compute_factor(per_rank_bytes, op.messages)};
-  }
+  if (bound_curve && bound_curve->latency_known) return curve_price(*bound_curve, bytes / bound_ranks, op.messages);
   return {topology_latency_s, bytes / rate};
 }
 
@@ -188,10 +191,8 @@ OpPrice one_call(const ScheduledOp& op, const topo::Topology& topology, const Ca
   const double alpha = tier.latency_us * 1e-6;
   // A collective the calibration has no curve for keeps the topology's figures.
   if (const CollectiveCurve* curve = calibration ? calibration->tier(tier.name).find(collective_of(op)) : nullptr) {
-    const double at_bandwidth = bytes / (curve->bus_GBps * 1e9);
-    if (!curve->latency_known) return {op.messages * alpha, at_bandwidth};
-    return {curve->seconds_for(bytes, op.messages) - at_bandwidth, at_bandwidth, 0,
-            curve->under_compute_factor(bytes, op.messages)};
+    if (!curve->latency_known) return {op.messages * alpha, bytes / (curve->bus_GBps * 1e9)};
+    return curve_price(*curve, bytes, op.messages);
   }
   const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
   return {op.messages * alpha, bytes / beta};

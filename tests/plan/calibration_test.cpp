@@ -169,6 +169,45 @@ TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
                  {"cal.toml: tiers[1] ('cluster').all_gather.under_compute.speed: unknown field"});
   expect_refused(replace(good, busy, busy + "bus_GBps = -2\n# "),
                  {"tiers[1] ('cluster').all_gather.under_compute.bus_GBps = -2", "positive"});
+  // The sweep an op is priced at: its sizes increasing.
+  const std::string sweep = "bytes = [ 10000.0, 100000.0, 1000000.0, 10000000.0 ]";
+  ASSERT_NE(good.find(sweep), std::string::npos) << good;
+  expect_refused(replace(good, sweep, "bytes = [ 10000.0, 100000.0, 100000.0, 10000000.0 ]"),
+                 {"cal.toml: tiers[0] ('node').all_gather.bytes[2] = 100000", "increasing"});
+  expect_refused(replace(good, "bytes = [ 10000.0, 10000000.0 ]", "bytes = [ 10000.0, 1.0 ]"),
+                 {"tiers[1] ('cluster').all_gather.under_compute.bytes[1] = 1: must be above the size before it (10000)"});
+}
+
+// A sweep that no line fits (a host link: small messages ride the socket buffers, larger
+// ones wait on the shaper): an op is priced at the measured points, not at the fitted line.
+TEST(Calibration, AnOpIsPricedAtTheMeasuredPointsWhereTheyLeaveTheLine) {
+  // 3 sends a call; fast up to 100 KB, then 50 MB/s.
+  const std::vector<double> bytes{1e4, 1e5, 3e5, 1e6, 3e6}, seconds{1e-3, 2e-3, 10e-3, 24e-3, 64e-3};
+  const CollectiveCurve c = CollectiveCurve::fit(bytes, seconds, 3);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    EXPECT_NEAR(c.seconds_for(bytes[i], 3), seconds[i], 1e-12) << "at the measured size " << bytes[i];
+    EXPECT_GT(std::abs(c.latency_s() + bytes[i] / (c.bus_GBps * 1e9) - seconds[i]), 1e-4)
+        << "the line misses " << bytes[i] << ": the point, not the line, prices it";
+  }
+  EXPECT_NEAR(c.seconds_for(2e5, 3), 6e-3, 1e-12) << "halfway between two points";
+  EXPECT_NEAR(c.seconds_for(5e6, 3), 64e-3 + 2e6 / (c.bus_GBps * 1e9), 1e-12) << "beyond: the fitted bandwidth";
+  const double at_zero = std::min(c.latency_s(), 1e-3);
+  EXPECT_NEAR(c.seconds_for(5e3, 3), at_zero + (1e-3 - at_zero) / 2, 1e-12) << "below: toward the fixed cost";
+  EXPECT_NEAR(c.seconds_for(3e5, 6), 10e-3 + c.latency_s(), 1e-12) << "twice the steps: the fixed cost again";
+  EXPECT_GE(c.seconds_for(1e4, 1), 0) << "fewer steps than measured: less, never negative";
+
+  // Beside compute, at its own points: the factor is the ratio of the two sweeps' times.
+  CollectiveCurve busy = c;
+  busy.fit_under_compute(bytes, {40e-3, 40e-3, 45e-3, 60e-3, 100e-3});
+  EXPECT_NEAR(busy.under_compute_factor(3e5, 3), 4.5, 1e-9);
+  EXPECT_NEAR(busy.under_compute_factor(2e6, 3), (80e-3) / (44e-3), 1e-9);
+  EXPECT_DOUBLE_EQ(busy.under_compute_factor(5e6, 3),
+                   std::max(1.0, (100e-3 + 2e6 / (busy.busy_GBps * 1e9)) / c.seconds_for(5e6, 3)));
+
+  // A file without points (published figures) is priced by the fitted curve.
+  CollectiveCurve shipped = c;
+  shipped.bytes.clear(), shipped.seconds.clear();
+  EXPECT_NEAR(shipped.seconds_for(3e5, 3), c.latency_s() + 3e5 / (c.bus_GBps * 1e9), 1e-15);
 }
 
 // A shipped file may calibrate compute by a published run's fraction of peak alone

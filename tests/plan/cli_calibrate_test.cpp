@@ -1,4 +1,5 @@
 // Drives `strata calibrate` under mpirun and `strata plan --calibration` with what it wrote.
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -91,6 +92,8 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   CommandResult text = run_command(plan("--calibration " + file), Stderr::Capture);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("calibrated (a group of 2, 4 ranks crossing at once): all_gather"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("us; priced at its 3 measured sizes)"), std::string::npos) << text.output;
+  EXPECT_EQ(with["assumptions"]["calibration"]["tiers"][0]["all_gather"]["priced_at"], 3);
   EXPECT_NE(text.output.find("calibrated compute: matmul"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find(fmt::format("compute beside its ops x{:.3g} at {:.3g} MB/s a rank",
                                          cal.tiers[0].overlap_slowdown,
@@ -108,6 +111,19 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.output.find("strata: error: " + bad + ": compute.optimizer_GBps = -"), std::string::npos)
       << refused.output;
+}
+
+// The planner prices an op between the sweep's points: sizes that send the same are refused
+// before anything is measured.
+TEST(CalibrateCli, SweepSizesThatSendTheSameAreRefused) {
+  ScratchDir dir;
+  CommandResult r = run_command(mpirun(8) + " calibrate --topology " + example_file() + " --out " +
+                                    (dir / "cal.toml").string() + " --min-kib 1 --max-mib 0.001 --points 6",
+                                Stderr::Capture);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("calibrate: --points 6: sizes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("send the same over tier"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "cal.toml"));
 }
 
 TEST(CalibrateCli, ATierNothingCrossesIsRefused) {
