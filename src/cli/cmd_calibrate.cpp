@@ -160,12 +160,15 @@ comm::TierTraffic sent_on_tier(comm::Context& ctx, int t, Run&& run) {
   return (ctx.accounting().snapshot() - before).tiers[t];
 }
 
+// A rank's fp32 chunk of a sweep buffer over a group: what sets the bytes it sends.
+std::size_t sweep_chunk(std::size_t buffer_bytes, int group) { return comm::chunk_count(buffer_bytes / 4, group, 1); }
+
 // The fp32 buffers of one sweep size over a group: the full buffer, a rank's chunk of it,
 // and an all-to-all's receive side.
 struct SweepBuffers {
   std::vector<float> full, shard, recv;
   SweepBuffers(std::size_t buffer_bytes, int group) {
-    const std::size_t chunk = comm::chunk_count(buffer_bytes / 4, group, 1);
+    const std::size_t chunk = sweep_chunk(buffer_bytes, group);
     full.assign(chunk * group, 1.0f), shard.assign(chunk, 1.0f), recv.resize(chunk * group);
   }
 
@@ -423,7 +426,7 @@ void run_calibrate(const Options& o) {
     const std::vector<std::size_t> sweep = sweep_bytes(o);
     for (const topo::Tier& t : loaded->tiers())
       for (std::size_t i = 1; i < sweep.size(); ++i)
-        if (comm::chunk_count(sweep[i] / 4, t.size, 1) <= comm::chunk_count(sweep[i - 1] / 4, t.size, 1))
+        if (sweep_chunk(sweep[i], t.size) <= sweep_chunk(sweep[i - 1], t.size))
           throw Error(fmt::format("calibrate: --points {}: sizes {} and {} bytes send the same over tier '{}' (a "
                                   "group of {}); use fewer points or a wider --min-kib..--max-mib",
                                   o.points, sweep[i - 1], sweep[i], t.name, t.size));

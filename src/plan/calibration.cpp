@@ -62,8 +62,8 @@ std::pair<double, double> bus_and_half(const std::vector<double>& bytes, const s
 }
 
 // The sweep's own time at n bytes a rank: linear between its measured points (on the namespace
-// cluster one line missed a host link's sweep by up to +40% and -30% at the same sizes in
-// every run, likely as small messages ride the socket buffers and larger ones wait on the
+// cluster one line missed a host link's sweep by -41% to +49% at the same sizes in every
+// run, likely as small messages ride the socket buffers and larger ones wait on the
 // shaper); beyond the largest, that point plus the rest at the fitted bandwidth; below the
 // smallest, from the fitted fixed cost at 0 bytes (or the smallest point's time, if less). A
 // ring of another size pays the fitted fixed cost of its extra (or fewer) steps. Without

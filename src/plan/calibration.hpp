@@ -34,7 +34,7 @@ LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double
 // α = n½ / B (latency of its `messages` sends and the call's launch) is what a small op pays.
 // Where the sweep's points are kept (every file strata calibrate writes), an op is priced at
 // them: linear between two measured sizes, the fitted B beyond the largest (the line alone
-// misses a shaped host link by up to 40% at some sizes). The fit prices files without points.
+// misses a shaped host link by up to 49% at some sizes). The fit prices files without points.
 // A calibration built from published figures may know B alone (a source that states only the
 // large-message bus bandwidth): then `latency_known` is false and the op's fixed cost stays the
 // topology's latency_us a message (docs/calibration.md "Shipped calibrations").
