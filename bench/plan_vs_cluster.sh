@@ -7,7 +7,8 @@
 # `strata train` measures it. Prints per row the prediction, the measured median, the error
 # and both rank orders, and a verdict against the goal (every prediction within 15%, and every
 # pair of strategies the measurement orders ordered the same). Exits non-zero when the goal is missed. Root; makes and removes its own
-# cluster (name "splan"). Run it on a quiet machine, nice'd: it takes minutes.
+# cluster (name "splan"). Run it on a quiet machine, nice'd: it takes 37 minutes with
+# MODELS="mini small" and the default three repeats (run 29).
 # Two layouts (LAYOUT):
 # - switched (the default): 8 one-rank hosts, 4 to a switch, as 2 nodes of 4 GPUs each with
 #   its own link: every byte, inside a node or across, crosses a real shaped TCP link. Each
@@ -21,7 +22,10 @@
 # Environment: LAYOUT (switched or shared), RATES (default "1gbit 300mbit"), HOST_RATE, MODELS (default
 # "tiny mini small": steps of about 0.1, 1-2 and 4-12 s), STEPS (optimizer steps a run; default 20
 # for tiny, whose steps take a tenth of a second and whose median over 5 steps moved by up to 2x
-# between runs 8 and 9; 8 for mini; 4 for small; 5 otherwise), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
+# between runs 8 and 9; 8 for mini; 4 for small; 5 otherwise), REPEATS (training runs a strategy,
+# default 3, interleaved: the measured median pools their steps 2.., so one run that a spell of
+# slow machine fell on does not decide the row, as it did in runs 26-28 of
+# docs/plan-vs-measured.md, where single rows ran 15-44% slower than in other runs), SLOTS (ranks a host, default 4), MAX_MIB (calibrate's largest buffer,
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
@@ -45,6 +49,8 @@ name=splan
 read -r -a rates <<< "${RATES:-1gbit 300mbit}"
 read -r -a models <<< "${MODELS:-tiny mini small}"
 steps=${STEPS:-}
+repeats=${REPEATS:-3}
+[[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "plan_vs_cluster.sh: REPEATS '$repeats': want a whole number, 1 or more" >&2; exit 2; }
 strategies=(ddp zero2 zero3 hsdp zeropp topo)
 batch=8 seq=64 accum=2
 slots=${SLOTS:-4}
@@ -97,10 +103,18 @@ for rate in "${rates[@]}"; do
     "$strata" plan --model "$model" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum \
       --precision fp32 --device-memory-gb 3 --calibration "$run/calibration.toml" \
       --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$run/plan.json"
-    for strategy in "${strategies[@]}"; do
-      OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --batch $batch --seq $seq \
-        --grad-accum $accum --steps "$model_steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
-        --strategy "$strategy" --out "$run/$strategy" > /dev/null
+    # Each repeat starts the strategies at another place in their order, so that a spell of
+    # slow machine falls on different strategies in different repeats.
+    for ((repeat = 1; repeat <= repeats; repeat++)); do
+      first=$(((repeat - 1) * ${#strategies[@]} / repeats))
+      for ((i = 0; i < ${#strategies[@]}; i++)); do
+        strategy=${strategies[(first + i) % ${#strategies[@]}]}
+        out=$run/$strategy
+        ((repeats == 1)) || out=$run/$strategy/repeat-$repeat
+        OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --batch $batch --seq $seq \
+          --grad-accum $accum --steps "$model_steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
+          --strategy "$strategy" --out "$out" > /dev/null
+      done
     done
   done
 done

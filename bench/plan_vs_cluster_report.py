@@ -2,9 +2,12 @@
 """The report of bench/plan_vs_cluster.sh: predicted against measured step time, from a work folder.
 
 A work folder (KEEP_WORK=1) holds one folder a (rate, model), RATE-MODEL, with the calibration
-(calibration.toml), the planner's predictions (plan.json) and one training run a strategy
-(STRATEGY/summary.json, metrics.jsonl). For one work folder this prints per row the prediction,
-the measured median (steps 2..), the error and both rank orders; where each step's time goes
+(calibration.toml), the planner's predictions (plan.json) and the training runs of each strategy:
+one (STRATEGY/summary.json, metrics.jsonl) or, with the bench's REPEATS, one a repeat
+(STRATEGY/repeat-K/...). For one work folder this prints per row the prediction, the measured
+median (steps 2.. of every repeat, pooled), the error and both rank orders; the rows whose
+repeats' own medians are more than 15% apart (the machine's speed moved between them, by more
+than the goal allows a prediction); where each step's time goes
 (each tier's busy time, the exposed wait, compute), predicted against measured; each
 calibration's compute slowdown beside each tier's all-reduce; ddp's compute against its
 prediction (whether the machine ran at its calibrated speed); and the verdict.
@@ -56,14 +59,24 @@ def groups_of(work):
     return sorted(out, key=lambda g: (-rate_bits(g[0]), rank.get(g[1], len(rank)), g[1]))
 
 
+def repeats_of(run, strategy):
+    """The folders of a strategy's training runs: STRATEGY itself, or its repeat-K folders in order."""
+    folder = os.path.join(run, strategy)
+    if os.path.isfile(os.path.join(folder, "summary.json")):
+        return [folder]
+    found = [(int(m.group(1)), e) for e in os.listdir(folder)
+             if (m := re.fullmatch(r"repeat-([0-9]+)", e)) and os.path.isfile(os.path.join(folder, e, "summary.json"))]
+    return [os.path.join(folder, e) for _, e in sorted(found)]
+
+
 def strategies_of(run):
-    found = [n for n in os.listdir(run) if os.path.isfile(os.path.join(run, n, "summary.json"))]
+    found = [n for n in os.listdir(run) if os.path.isdir(os.path.join(run, n)) and repeats_of(run, n)]
     return [n for n in STRATEGY_ORDER if n in found] + sorted(n for n in found if n not in STRATEGY_ORDER)
 
 
 def replan(strata, work, model, run, names):
     """The plan of `run` from its kept calibration, for the configuration its runs trained with."""
-    summary = json.load(open(os.path.join(run, names[0], "summary.json")))
+    summary = json.load(open(os.path.join(repeats_of(run, names[0])[0], "summary.json")))
     train = summary["config"]["train"]
     topology = os.path.join(work, "cluster.toml")
     with open(topology, "rb") as f:
@@ -79,16 +92,27 @@ def replan(strata, work, model, run, names):
     return json.loads(done.stdout)
 
 
-def load_run(run, strategy):
+def load_run(folder):
     """A training run's summary.json and the lines of its metrics.jsonl."""
-    summary = json.load(open(os.path.join(run, strategy, "summary.json")))
-    metrics = [json.loads(line) for line in open(os.path.join(run, strategy, "metrics.jsonl"))]
+    summary = json.load(open(os.path.join(folder, "summary.json")))
+    metrics = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
     return summary, metrics
 
 
 def step_samples(summary, metrics):
     """A run's measured step times: steps 2.. (step 1 pays allocation and connection set-up)."""
     return [summary["tokens_per_step"] / m["tokens_per_s"] for m in metrics[1:]]
+
+
+def measured(run, strategy):
+    """A strategy's measurement: the step times of every repeat pooled, each repeat's own median,
+    and the repeat whose median is the middle one (the lower of two), whose summary stands for
+    the row where one run's figures are shown."""
+    runs = [load_run(folder) for folder in repeats_of(run, strategy)]
+    per_run = [step_samples(*r) for r in runs]
+    medians = [statistics.median(xs) for xs in per_run]
+    middle = sorted(range(len(runs)), key=lambda i: medians[i])[(len(runs) - 1) // 2]
+    return [x for xs in per_run for x in xs], medians, runs[middle]
 
 
 def figure(doc, key):
@@ -104,7 +128,7 @@ def report(work, strata, full):
     """Prints the report of one work folder (all tables when `full`); returns its totals."""
     lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
              "|---|---|---|---|---|---|---|---|"]
-    split, split_tiers, overlap, drift = [], [], [], []
+    split, split_tiers, overlap, drift, spread, repeats = [], [], [], [], [], 1
     errors, same_order = [], []
     by_model = {}  # model -> (|errors|, rank order the same a group)
     resolved, resolved_same, pairs_same, pairs, wrong = 0, 0, 0, 0, []
@@ -120,16 +144,20 @@ def report(work, strata, full):
              else "") for t in cal["tiers"]))
         rows, samples = {}, {}
         for n in names:
-            summary, metrics = load_run(run, n)
-            samples[n] = step_samples(summary, metrics)
+            samples[n], medians, (summary, metrics) = measured(run, n)
             rows[n] = (plan[n]["step_time_s"], statistics.median(samples[n]))
+            repeats = max(repeats, len(medians))
+            if max(medians) > (1 + WITHIN) * min(medians):
+                spread.append(f"{rate} {model} {n}: " + ", ".join(f"{m:.3f}" for m in medians) +
+                              f" s (x{max(medians) / min(medians):.2f})")
             # Where the time goes: each tier's busy time on the communication thread (rank
             # mean, steps 2..; in brackets the least rank's, whose wait for late partners is
             # least), the exposed wait, and compute (rank 0's; in brackets each step's slowest
             # rank's, whom the others wait for), against the planner's. A step's measured
             # compute is its time outside waits, so it holds what the planner prices apart: the
             # optimizer and compute's slowdown beside communication.
-            # (Runs before session 18 have no least rank's or slowest rank's figure.)
+            # (Runs before session 18 have no least rank's or slowest rank's figure.) With
+            # repeats, these are the middle repeat's figures.
             per_step = summary["comm"]["per_step"]
             busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / "
                               f"{per_step[t]['busy_s']:.4f} ({figure(per_step[t], 'busy_min_s')})" for t in tiers)
@@ -177,7 +205,8 @@ def report(work, strata, full):
         print("\n".join(lines))
         print("\npredicted / measured seconds a step: each tier's communication busy time (rank mean; the least "
               "rank's in brackets), the exposed wait, and compute with its slowdown beside communication and the "
-              "optimizer (rank 0; each step's slowest rank in brackets)\n")
+              "optimizer (rank 0; each step's slowest rank in brackets)"
+              + (", of each row's middle repeat" if repeats > 1 else "") + "\n")
         print("| rate | model | strategy | " + " | ".join(f"{t} busy" for t in split_tiers) + " | exposed | compute |")
         print("|---|---|---|" + "---|" * (len(split_tiers) + 2))
         print("\n".join(split))
@@ -187,6 +216,10 @@ def report(work, strata, full):
             print("\nddp's compute, measured (rank 0) / predicted (ddp overlaps least; far from 1: the machine's speed moved "
                   "since calibrate, or calibrate mis-times the step):")
             print("\n".join(drift))
+        if repeats > 1:
+            print(f"\nrows whose repeats' medians are more than 15% apart (of {repeats} repeats a row; the measured "
+                  "median pools their steps):")
+            print("\n".join(spread) if spread else "none")
         print(f"\n{within} of {len(errors)} predictions within 15% (mean |error| {100 * statistics.mean(errors):.1f}%, "
               f"worst {100 * max(errors):.1f}%); rank order the same in {sum(same_order)} of {len(same_order)} "
               "(rate, model) groups")

@@ -1,6 +1,8 @@
 """bench/plan_vs_cluster_report.py on made-up work folders: the goal is met with every row
 within 15% and every pair the measurement orders ordered the same, whatever a pair inside the
 noise does; missed by a row outside 15% or a measured-ordered pair the other way (exit 1);
+repeated runs pool their steps, so one slow repeat does not decide a row, and are named where
+their medians are more than 15% apart;
 --replan prices the kept calibration again with strata itself; a missing folder is refused.
 
 usage: cluster_report_test.py STRATA SOURCE_DIR
@@ -48,9 +50,23 @@ latency_us = 100
 """
 
 
+def write_run(folder, steps):
+    """A training run whose steps 2.. take `steps` seconds."""
+    folder.mkdir(parents=True)
+    summary = {"tokens_per_step": 100, "compute_s": 0.5, "compute_max_s": 0.6, "world_size": 8,
+               "comm": {"per_step": {t: {"busy_s": 0.1, "busy_min_s": 0.09} for t in TIERS}},
+               "config": {"train": {"batch": 4, "seq": 64, "grad_accum": 2, "precision": "fp32"}}}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    # step 1 is left out by the report: make it absurd so that using it would show
+    lines = [{"tokens_per_s": 1e-3, "exposed_comm_s": 99}] + [{"tokens_per_s": 100 / s, "exposed_comm_s": 0.1}
+                                                             for s in steps]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+
+
 def write_group(work, rate_model, predicted, measured_steps):
-    """A RATE-MODEL folder: its calibration, plan.json with `predicted` step times, one run a
-    strategy whose steps 2.. take `measured_steps` seconds."""
+    """A RATE-MODEL folder: its calibration, plan.json with `predicted` step times, and each
+    strategy's runs: one whose steps 2.. take `measured_steps[strategy]` seconds, or where that
+    is a list of lists, one a repeat (STRATEGY/repeat-K, as the bench's REPEATS writes them)."""
     run = work / rate_model
     run.mkdir(parents=True)
     (run / "calibration.toml").write_text(CALIBRATION)
@@ -60,15 +76,11 @@ def write_group(work, rate_model, predicted, measured_steps):
             for n, s in predicted.items()}
     (run / "plan.json").write_text(json.dumps({"strategies": plan, "topology": {"tiers": [{"name": t} for t in TIERS]}}))
     for name, steps in measured_steps.items():
-        (run / name).mkdir()
-        summary = {"tokens_per_step": 100, "compute_s": 0.5, "compute_max_s": 0.6, "world_size": 8,
-                   "comm": {"per_step": {t: {"busy_s": 0.1, "busy_min_s": 0.09} for t in TIERS}},
-                   "config": {"train": {"batch": 4, "seq": 64, "grad_accum": 2, "precision": "fp32"}}}
-        (run / name / "summary.json").write_text(json.dumps(summary))
-        # step 1 is left out by the report: make it absurd so that using it would show
-        lines = [{"tokens_per_s": 1e-3, "exposed_comm_s": 99}] + [{"tokens_per_s": 100 / s, "exposed_comm_s": 0.1}
-                                                                 for s in steps]
-        (run / name / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        if isinstance(steps[0], list):
+            for k, repeat in enumerate(steps, 1):
+                write_run(run / name / f"repeat-{k}", repeat)
+        else:
+            write_run(run / name, steps)
 
 
 def report(source, *args):
@@ -132,6 +144,25 @@ def main():
         done = report(source, "--replan", strata, work)
         check(f"| 1gbit | mini | zero3 | {want:.4f} |" in done.stdout, f"replanned row (want {want:.4f}):\n{done.stdout}{done.stderr}")
         check("99.0000" not in done.stdout, f"the kept plan used:\n{done.stdout}")
+
+        # repeats: zero2's second run ran 40% slow (a spell of slow machine). Its steps pool with
+        # the other two runs' (median 2.06 s: within 15% of the prediction), where that run
+        # alone would miss; the row is named among those whose repeats' medians are apart.
+        repeated = {"ddp": [[1.0, 1.02, 0.98], [0.99, 1.0, 1.01], [1.0, 1.03, 0.97]],
+                    "zero2": [[2.0, 2.05, 2.1], [2.8, 2.9, 2.85], [2.02, 2.06, 2.04]],
+                    "zero3": [[3.0, 3.1, 2.9], [3.05, 3.0, 2.95], [3.1, 3.0, 3.02]]}
+        write_group(tmp / "repeats", "1gbit-mini", {"ddp": 1.0, "zero2": 2.0, "zero3": 3.0}, repeated)
+        done = report(source, tmp / "repeats")
+        check(done.returncode == 0, f"one slow repeat: exit {done.returncode}\n{done.stdout}{done.stderr}")
+        check("| 1gbit | mini | zero2 | 2.0000 | 2.0600 | -2.9% | 2 | 2 |" in done.stdout, f"pooled median:\n{done.stdout}")
+        check("1gbit mini zero2: 2.050, 2.850, 2.040 s (x1.40)" in done.stdout, f"the spread row:\n{done.stdout}")
+        check("ddp: " not in done.stdout.split("more than 15% apart")[1].split("predictions within")[0],
+              f"a steady row named:\n{done.stdout}")
+        (tmp / "repeats" / "1gbit-mini" / "zero2" / "repeat-1" / "summary.json").unlink()
+        (tmp / "repeats" / "1gbit-mini" / "zero2" / "repeat-3" / "summary.json").unlink()
+        done = report(source, tmp / "repeats")
+        check(done.returncode == 1 and "| 1gbit | mini | zero2 | 2.0000 | 2.8500 |" in done.stdout,
+              f"the slow repeat alone:\n{done.stdout}")
 
         done = report(source, tmp / "met", tmp / "missing")
         check(done.returncode != 0 and "missing: no such folder" in done.stderr, f"missing folder:\n{done.stderr}")
