@@ -128,7 +128,7 @@ def report(work, strata, full):
     """Prints the report of one work folder (all tables when `full`); returns its totals."""
     lines = ["| rate | model | strategy | predicted s | measured s | error | rank predicted | rank measured |",
              "|---|---|---|---|---|---|---|---|"]
-    split, split_tiers, overlap, drift, spread, repeats = [], [], [], [], [], 1
+    split, split_tiers, overlap, drift, spread, repeats, passes = [], [], [], [], [], 1, []
     errors, same_order = [], []
     by_model = {}  # model -> (|errors|, rank order the same a group)
     resolved, resolved_same, pairs_same, pairs, wrong = 0, 0, 0, 0, []
@@ -142,6 +142,8 @@ def report(work, strata, full):
             f"{t['name']} x{t.get('overlap_slowdown', 1):.3g}" +
             (f" (all-reduces of {t['overlap_all_reduce_bytes'] / 1e6:.3g} MB a rank)" if "overlap_all_reduce_bytes" in t
              else "") for t in cal["tiers"]))
+        if "pass_spread" in cal.get("compute", {}):
+            passes.append(f"{rate} {model}: x{cal['compute']['pass_spread']:.3g}")
         rows, samples = {}, {}
         for n in names:
             samples[n], medians, (summary, metrics) = measured(run, n)
@@ -212,6 +214,10 @@ def report(work, strata, full):
         print("\n".join(split))
         print("\ncompute beside each tier's all-reduce / alone (the calibrations' overlap_slowdown):")
         print("\n".join(overlap))
+        if passes:
+            print("\neach calibration's compute passes, the slowest's matmul time / the fastest's (above x1.25, as strata calibrate notes, the "
+                  "machine changed speed while it calibrated; the pooled medians follow the majority of passes):")
+            print("\n".join(passes))
         if drift:
             print("\nddp's compute, measured (rank 0) / predicted (ddp overlaps least; far from 1: the machine's speed moved "
                   "since calibrate, or calibrate mis-times the step):")

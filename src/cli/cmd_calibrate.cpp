@@ -67,9 +67,9 @@ double world_mean(double mine) {
   return sum / world;
 }
 
-// Median over `iterations` of the slowest rank's time of `run`: a step waits for its slowest rank.
+// `iterations` timings of `run`, each the slowest rank's: a step waits for its slowest rank.
 template <class F>
-double median_of_slowest(int iterations, F&& run) {
+std::vector<double> slowest_timings(int iterations, F&& run) {
   std::vector<double> times;
   for (int i = 0; i < iterations; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -77,7 +77,12 @@ double median_of_slowest(int iterations, F&& run) {
     run();
     times.push_back(world_max(MPI_Wtime() - t0));
   }
-  return median(times);
+  return times;
+}
+
+template <class F>
+double median_of_slowest(int iterations, F&& run) {
+  return median(slowest_timings(iterations, run));
 }
 
 // median_of_slowest after one warm-up.
@@ -125,15 +130,34 @@ int repetitions_for(F&& run) {
 // run 11), doubling every compute time it priced.
 constexpr int kMinComputeTimings = 7;
 
-// time_slowest of `run` repeated repetitions_for(run) times, a run's share of it; the median
-// of at least kMinComputeTimings.
+// Compute is timed in this many passes, spread over the run (before the collective sweep,
+// between its alone and busy halves, after it), and each figure is the median of all passes'
+// timings: a spell of slow machine over one pass does not set it (plan::PassTimings).
+constexpr int kComputePasses = 3;
+
+// Passes further apart than this (the slowest's matmul time over the fastest's) are noted. On
+// the namespace cluster ordinary calibrations spread x1.02-1.18, the first pass the fastest
+// (run 32, docs/plan-vs-measured.md); the slow spell of run 30 was x1.5.
+constexpr double kPassSpreadNoted = 1.25;
+
+// Timings a compute measurement takes in each pass: kMinComputeTimings (or --iterations)
+// over the passes, rounded up.
+int timings_per_pass(const Options& o) {
+  return (std::max(o.iterations, kMinComputeTimings) + kComputePasses - 1) / kComputePasses;
+}
+
+// `timings` timings of `run` repeated repetitions_for(run) times, a run's share of each (after
+// a warm-up of the repeated run), appended to `out` as one pass.
 template <class F>
-double time_slowest_repeated(int iterations, F&& run) {
+void time_pass_repeated(int timings, plan::PassTimings& out, F&& run) {
   const int reps = repetitions_for(run);
-  return time_slowest(std::max(iterations, kMinComputeTimings), [&] {
-           for (int i = 0; i < reps; ++i) run();
-         }) /
-         reps;
+  auto repeated = [&] {
+    for (int i = 0; i < reps; ++i) run();
+  };
+  repeated();
+  std::vector<double> pass = slowest_timings(timings, repeated);
+  for (double& t : pass) t /= reps;
+  out.passes.push_back(std::move(pass));
 }
 
 // The sizes of the sweep: `points` buffer sizes from min_kib to max_mib, evenly on a log scale.
@@ -286,64 +310,99 @@ void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::C
 }
 
 // Block quantization as the CPU runtime codes a quantized wire (encode, then decode-and-add),
-// on the sweep's largest buffer, every rank at once: fp32 bytes through the codec a second.
-double codec_GBps(quant::QuantBits bits, const Options& o) {
+// on the sweep's largest buffer, every rank at once: one pass of its timings.
+void time_codec_pass(quant::QuantBits bits, const Options& o, plan::PassTimings& out) {
   const quant::QuantSpec spec{bits, shard::ShardSpec{}.block_size};
   const std::size_t n = sweep_bytes(o).back() / 4;
   std::vector<float> src(n), dst(n, 0.0f);
   for (std::size_t i = 0; i < n; ++i) src[i] = std::sin(0.001 * static_cast<double>(i));
   std::vector<std::uint8_t> data(quant::quantized_bytes(n, spec));
   std::vector<float> scales(quant::num_blocks(n, spec));
-  const double s = time_slowest_repeated(o.iterations, [&] {
+  time_pass_repeated(timings_per_pass(o), out, [&] {
     quant::quantize(src.data(), n, spec, data.data(), scales.data());
     quant::dequantize_add(data.data(), scales.data(), n, spec, dst.data());
   });
-  return 2.0 * 4.0 * static_cast<double>(n) / s / 1e9;
 }
 
-double time_matmul(const MatmulShape& s, int iterations) {
-  Matmul m(s);
-  return time_slowest_repeated(iterations, [&] { m.run(); });
-}
+// The compute measurements, timed in passes (kComputePasses) between the collective sweeps:
+// the model's matmuls over the plan's shapes, its whole forward and backward, Adam, and the
+// int8/int4 wire codecs. Buffers are made afresh each pass (the largest shapes' weights would
+// hold hundreds of MB a rank through the sweeps).
+class ComputeTimer {
+ public:
+  explicit ComputeTimer(const Options& o)
+      : o_(o),
+        config_(model::GPTConfig::preset(o.model)),
+        seq_(o.seq > 0 ? o.seq : config_.seq_len),
+        shapes_(model_matmuls(config_, o.micro_batch * seq_)),
+        matmuls_(shapes_.size()) {}
 
-plan::ComputeCalibration calibrate_compute(const Options& o) {
-  const model::GPTConfig config = model::GPTConfig::preset(o.model);
-  const int seq = o.seq > 0 ? o.seq : config.seq_len;
-  const int tokens = o.micro_batch * seq;
-  plan::ComputeCalibration c;
-  c.threads = omp_get_max_threads();
-  for (const MatmulShape& s : model_matmuls(config, tokens)) {
-    c.gflop.push_back(s.flops() / 1e9);
-    c.seconds.push_back(time_matmul(s, o.iterations));
+  void time_pass() {
+    const int timings = timings_per_pass(o_);
+    for (std::size_t i = 0; i < shapes_.size(); ++i) {
+      Matmul m(shapes_[i]);
+      time_pass_repeated(timings, matmuls_[i], [&] { m.run(); });
+    }
+    train::LocalEngine engine(config_, o_.micro_batch, seq_, /*seed=*/1);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(o_.micro_batch) * seq_);
+    std::mt19937_64 rng(42);
+    for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config_.vocab_size));
+    time_pass_repeated(timings, step_, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
+    int step = 0;
+    time_pass_repeated(timings, adam_, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
+    time_codec_pass(quant::QuantBits::Int8, o_, int8_);
+    time_codec_pass(quant::QuantBits::Int4, o_, int4_);
   }
-  const plan::LineFit fit = plan::fit_line_relative(c.gflop, c.seconds);
-  c.peak_gflops = 1 / fit.slope;
-  c.half_gflop = fit.intercept / fit.slope;
 
-  // The whole forward and backward against what the matmul curve says its matmuls take.
-  train::LocalEngine engine(config, o.micro_batch, seq, /*seed=*/1);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
-  std::mt19937_64 rng(42);
-  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
-  const double step_s =
-      time_slowest_repeated(o.iterations, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
-  const plan::ModelShape shape = plan::ModelShape::preset(o.model);
-  const std::vector<double> flops = shape.forward_flops_per_token(seq);
-  const std::vector<int> matmuls = shape.forward_matmuls();
-  double curve_s = 0;
-  for (std::size_t u = 0; u < flops.size(); ++u) curve_s += 3 * c.matmul_seconds(flops[u] * tokens, matmuls[u]);
-  c.kernel_overhead = std::max(1.0, step_s / curve_s);
+  // The passes' pooled medians, fitted.
+  plan::ComputeCalibration fit() const {
+    plan::ComputeCalibration c;
+    c.threads = omp_get_max_threads();
+    for (std::size_t i = 0; i < shapes_.size(); ++i) {
+      c.gflop.push_back(shapes_[i].flops() / 1e9);
+      c.seconds.push_back(matmuls_[i].pooled_median());
+    }
+    const plan::LineFit fit = plan::fit_line_relative(c.gflop, c.seconds);
+    c.peak_gflops = 1 / fit.slope;
+    c.half_gflop = fit.intercept / fit.slope;
 
-  // Adam over every parameter, in the planner's count of its bytes (fp32: 24 + 2 x 4 an element).
-  int step = 0;
-  const double adam_s =
-      time_slowest_repeated(o.iterations, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
-  c.optimizer_GBps = static_cast<double>(config.num_params()) * 32.0 / adam_s / 1e9;
+    // The whole forward and backward against what the matmul curve says its matmuls take.
+    const plan::ModelShape shape = plan::ModelShape::preset(o_.model);
+    const std::vector<double> flops = shape.forward_flops_per_token(seq_);
+    const std::vector<int> matmuls = shape.forward_matmuls();
+    const double tokens = static_cast<double>(o_.micro_batch) * seq_;
+    double curve_s = 0;
+    for (std::size_t u = 0; u < flops.size(); ++u) curve_s += 3 * c.matmul_seconds(flops[u] * tokens, matmuls[u]);
+    c.kernel_overhead = std::max(1.0, step_.pooled_median() / curve_s);
 
-  c.int8_codec_GBps = codec_GBps(quant::QuantBits::Int8, o);
-  c.int4_codec_GBps = codec_GBps(quant::QuantBits::Int4, o);
-  return c;
-}
+    // Adam over every parameter, in the planner's count of its bytes (fp32: 24 + 2 x 4 an element).
+    c.optimizer_GBps = static_cast<double>(config_.num_params()) * 32.0 / adam_.pooled_median() / 1e9;
+    const double codec_bytes = 2.0 * static_cast<double>(sweep_bytes(o_).back() / 4 * 4);
+    c.int8_codec_GBps = codec_bytes / int8_.pooled_median() / 1e9;
+    c.int4_codec_GBps = codec_bytes / int4_.pooled_median() / 1e9;
+    c.passes = static_cast<int>(step_.passes.size());
+    c.pass_spread = plan::pass_spread(matmuls_);
+    return c;
+  }
+
+  // Each pass's matmul time over the fastest pass's (the spread's parts, for the report).
+  std::vector<double> pass_ratios() const {
+    std::vector<double> totals(step_.passes.size(), 0.0);
+    for (const plan::PassTimings& m : matmuls_)
+      for (std::size_t p = 0; p < totals.size(); ++p) totals[p] += m.pass_median(p);
+    const double fastest = *std::min_element(totals.begin(), totals.end());
+    for (double& t : totals) t /= fastest;
+    return totals;
+  }
+
+ private:
+  const Options& o_;
+  model::GPTConfig config_;
+  int seq_;
+  std::vector<MatmulShape> shapes_;
+  std::vector<plan::PassTimings> matmuls_;
+  plan::PassTimings step_, adam_, int8_, int4_;
+};
 
 // The all-reduce the overlap slowdown is timed beside: a block's weights in fp32 (the median
 // unit of the model, what a step's gathers and reductions move), within the sweep. Not the
@@ -441,9 +500,13 @@ void run_calibrate(const Options& o) {
   cal.topology = topology.name();
   cal.world_size = topology.world_size();
   cal.command = o.command_line;
+  ComputeTimer compute(o);
+  compute.time_pass();
   for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers.push_back(calibrate_tier(ctx, comms, t, o));
+  compute.time_pass();
   calibrate_under_compute(ctx, comms, cal, o);
-  cal.compute = calibrate_compute(o);
+  compute.time_pass();
+  cal.compute = compute.fit();
   for (int t = 0; t < topology.num_tiers(); ++t) {
     const Overlap overlap = overlap_slowdown(ctx, comms, t, o);
     cal.tiers[t].overlap_slowdown = overlap.slowdown;
@@ -456,10 +519,10 @@ void run_calibrate(const Options& o) {
 
   fmt::print(
       "strata calibrate: topology '{}', {}; sizes {:g} KiB..{:g} MiB in {} points, median of {} (slowest rank; {} "
-      "where a call takes under {:g} ms, {} for compute)\n",
+      "where a call takes under {:g} ms; {} for compute, {} in each of {} passes)\n",
       topology.name(), count_of(topology.world_size(), "rank"), o.min_kib, o.max_mib, o.points, o.iterations,
-      std::max(o.iterations, kMinCollectiveTimings), kCheapCollective_s * 1e3,
-      std::max(o.iterations, kMinComputeTimings));
+      std::max(o.iterations, kMinCollectiveTimings), kCheapCollective_s * 1e3, timings_per_pass(o) * kComputePasses,
+      timings_per_pass(o), kComputePasses);
   fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}   {:>10} {:>11}\n", "tier", "group", "collective", "bus GB/s",
              "n1/2 bytes", "latency us", "busy GB/s", "busy lat us");
   for (const plan::TierCalibration& t : cal.tiers)
@@ -480,6 +543,16 @@ void run_calibrate(const Options& o) {
              count_of(c.threads, "thread"), o.model, c.peak_gflops, c.half_gflop, c.kernel_overhead,
              static_cast<double>(overlap_bytes(o)) / 1e6, fmt::join(beside, ", "), c.optimizer_GBps,
              c.int8_codec_GBps, c.int4_codec_GBps);
+  std::vector<std::string> passes;
+  for (double r : compute.pass_ratios()) passes.push_back(fmt::format("x{:.3g}", r));
+  fmt::print("compute passes (before the collective sweep, between its halves, after it): matmul time {} the "
+             "fastest pass's; each figure is the median of all passes' timings\n",
+             fmt::join(passes, " / "));
+  if (c.pass_spread > kPassSpreadNoted)
+    fmt::print("note: a compute pass took x{:.3g} the fastest's matmul time: the machine changed speed while it "
+               "calibrated. The pooled medians follow the majority of passes; if more than one pass was slow, "
+               "calibrate again on a quieter machine\n",
+               c.pass_spread);
   fmt::print("wrote {}\n", o.out);
   std::fflush(stdout);
 }
@@ -501,9 +574,9 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
                   "timed beside)")
       ->capture_default_str();
   cmd->add_option("--points", o->points, "buffer sizes in the sweep")->capture_default_str();
-  cmd->add_option("--iterations", o->iterations, fmt::format("timed runs of each measurement, the median kept (at least {} for compute, {} for a "
-                              "collective whose call takes under {:g} ms)",
-                              kMinComputeTimings, kMinCollectiveTimings, kCheapCollective_s * 1e3))
+  cmd->add_option("--iterations", o->iterations, fmt::format("timed runs of each measurement, the median kept (at least {} for a collective whose "
+                              "call takes under {:g} ms; at least {} for compute, spread over {} passes)",
+                              kMinCollectiveTimings, kCheapCollective_s * 1e3, kMinComputeTimings, kComputePasses))
       ->capture_default_str();
   cmd->add_option("--model", o->model, "strata model whose matmuls and step are timed (tiny, mini, small, gpt2-124m)")
       ->capture_default_str();

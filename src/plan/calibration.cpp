@@ -114,6 +114,35 @@ CollectiveCurve CollectiveCurve::fit(std::vector<double> bytes, std::vector<doub
   return c;
 }
 
+namespace {
+double median_of(std::vector<double> v) {
+  if (v.empty()) throw Error("calibration: a compute measurement has no timings");
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+}  // namespace
+
+double PassTimings::pooled_median() const {
+  std::vector<double> all;
+  for (const std::vector<double>& pass : passes) all.insert(all.end(), pass.begin(), pass.end());
+  return median_of(std::move(all));
+}
+
+double PassTimings::pass_median(std::size_t pass) const { return median_of(passes.at(pass)); }
+
+double pass_spread(const std::vector<PassTimings>& measurements) {
+  if (measurements.empty()) return 1;
+  const std::size_t n = measurements.front().passes.size();
+  std::vector<double> totals(n, 0.0);
+  for (const PassTimings& m : measurements) {
+    if (m.passes.size() != n)
+      throw Error(fmt::format("calibration: compute measurements timed in {} and {} passes", n, m.passes.size()));
+    for (std::size_t p = 0; p < n; ++p) totals[p] += m.pass_median(p);
+  }
+  if (n == 0) return 1;
+  return *std::max_element(totals.begin(), totals.end()) / *std::min_element(totals.begin(), totals.end());
+}
+
 double ComputeCalibration::matmul_seconds(double flops, int matmuls) const {
   return (flops + matmuls * half_gflop * 1e9) / (peak_gflops * 1e9);
 }
@@ -303,7 +332,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     } else {
       // "efficiency" is named for a misspelt field's message; it never reaches here.
       cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "int8_codec_GBps",
-               "int4_codec_GBps", "threads", "gflop", "seconds", "efficiency"});
+               "int4_codec_GBps", "threads", "passes", "pass_spread", "gflop", "seconds", "efficiency"});
       ComputeCalibration& cc = c.compute.emplace();
       cc.peak_gflops = cf.positive("peak_gflops");
       cc.half_gflop = cf.at_least("half_gflop", 0);
@@ -313,6 +342,8 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
       if (cf.has("int8_codec_GBps")) cc.int8_codec_GBps = cf.positive("int8_codec_GBps");
       if (cf.has("int4_codec_GBps")) cc.int4_codec_GBps = cf.positive("int4_codec_GBps");
       cc.threads = cf.integer("threads", 1);
+      if (cf.has("passes")) cc.passes = cf.integer("passes", 1);
+      if (cf.has("pass_spread")) cc.pass_spread = cf.at_least("pass_spread", 1);
       cc.gflop = cf.numbers("gflop");
       cc.seconds = cf.numbers("seconds");
       check_points(cf, "gflop", cc.gflop, cc.seconds);
@@ -374,6 +405,7 @@ std::string Calibration::to_toml() const {
                       {"seconds", to_array(compute->seconds)}};
     if (compute->int8_codec_GBps > 0) table.insert("int8_codec_GBps", compute->int8_codec_GBps);
     if (compute->int4_codec_GBps > 0) table.insert("int4_codec_GBps", compute->int4_codec_GBps);
+    if (compute->passes > 1) table.insert("passes", compute->passes), table.insert("pass_spread", compute->pass_spread);
     doc.insert("compute", std::move(table));
   } else if (compute_efficiency > 0) {
     doc.insert("compute", toml::table{{"efficiency", compute_efficiency}});
@@ -438,7 +470,9 @@ nlohmann::json Calibration::to_json() const {
                     {"optimizer_GBps", compute->optimizer_GBps},
                     {"int8_codec_GBps", compute->int8_codec_GBps},
                     {"int4_codec_GBps", compute->int4_codec_GBps},
-                    {"threads", compute->threads}};
+                    {"threads", compute->threads},
+                    {"passes", compute->passes},
+                    {"pass_spread", compute->pass_spread}};
   else if (compute_efficiency > 0)
     compute_json = {{"efficiency", compute_efficiency},
                     {"means", "a published run's fraction of peak: the device's compute efficiency unless "

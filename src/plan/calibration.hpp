@@ -104,9 +104,30 @@ struct ComputeCalibration {
   double int8_codec_GBps = 0, int4_codec_GBps = 0;
   int threads = 1;              // OpenMP threads a rank computed with
   std::vector<double> gflop, seconds;  // the matmuls the curve was fitted to
+  // Calibrate times compute in passes spread over its run (ComputeTimings); pass_spread is
+  // the slowest pass's matmul time over the fastest's: far above 1, the machine changed speed
+  // while it calibrated (1 and 1: one pass, or a file written before passes).
+  int passes = 1;
+  double pass_spread = 1;
 
   double matmul_seconds(double flops, int matmuls) const;  // (flops + matmuls·F½) / R
 };
+
+// The timings of one compute measurement, taken in passes spread over a calibration run: a
+// spell of slow machine (a busy neighbour on a shared host) that covers one pass does not set
+// the figure, as it did when compute was timed once (docs/plan-vs-measured.md, run 30: one
+// calibration's matmuls at 12.0 GFLOP/s where eleven others gave 18.4-25.7).
+struct PassTimings {
+  std::vector<std::vector<double>> passes;  // seconds of each timing, a vector a pass
+
+  // The median of every pass's timings together: one slow pass of three moves it to the
+  // fast passes' slowest timing at most.
+  double pooled_median() const;
+  double pass_median(std::size_t pass) const;
+};
+// Over measurements taken in the same passes: the passes' summed medians, the slowest over the
+// fastest (>= 1; 1 with one pass). Throws Error when the measurements' passes differ in number.
+double pass_spread(const std::vector<PassTimings>& measurements);
 
 struct Calibration {
   static constexpr int kVersion = 1;

@@ -52,6 +52,8 @@ Calibration h100_calibration(double cluster_GBps, double overlap_slowdown = 1.0)
   compute.int4_codec_GBps = 40;
   compute.gflop = {1, 10, 100};
   compute.seconds = {0.1, 0.2, 0.3};
+  compute.passes = 3;
+  compute.pass_spread = 1.5;
   return c;
 }
 
@@ -138,7 +140,32 @@ TEST(Calibration, RoundTripsThroughItsFile) {
   EXPECT_DOUBLE_EQ(b.compute->optimizer_GBps, a.compute->optimizer_GBps);
   EXPECT_EQ(b.compute->threads, a.compute->threads);
   EXPECT_EQ(b.compute->gflop, a.compute->gflop);
+  EXPECT_EQ(b.compute->passes, 3);
+  EXPECT_DOUBLE_EQ(b.compute->pass_spread, 1.5);
   EXPECT_EQ(b.to_toml(), text);
+  // A file written before compute was timed in passes reads as one pass.
+  const Calibration old = Calibration::from_toml_string(replace(replace(text, "passes = 3", ""), "pass_spread = 1.5", ""));
+  EXPECT_EQ(old.compute->passes, 1);
+  EXPECT_DOUBLE_EQ(old.compute->pass_spread, 1);
+}
+
+// Compute timed in three passes over a calibration, one of which a spell of slow machine
+// covered (x1.5, as run 30's 300mbit small calibration against its neighbours): the pooled
+// median keeps the fast passes' figure, and the spread names the slow pass.
+TEST(Calibration, ASlowComputePassDoesNotSetTheFigure) {
+  PassTimings matmul{{{1.00, 1.02, 0.98}, {1.50, 1.53, 1.47}, {1.01, 0.99, 1.00}}};
+  EXPECT_DOUBLE_EQ(matmul.pooled_median(), 1.01);  // the fast passes' slowest timing at most
+  EXPECT_DOUBLE_EQ(matmul.pass_median(1), 1.50);
+  PassTimings step{{{2.0, 2.0, 2.0}, {3.0, 3.0, 3.0}, {2.0, 2.0, 2.0}}};
+  // Summed pass medians: 3.0, 4.5, 3.01.
+  EXPECT_DOUBLE_EQ(pass_spread({matmul, step}), 4.5 / 3.0);
+  // Two slow passes of three set it: the limit, which calibrate's note names.
+  PassTimings twice{{{1.0, 1.0, 1.0}, {1.5, 1.5, 1.5}, {1.5, 1.5, 1.5}}};
+  EXPECT_DOUBLE_EQ(twice.pooled_median(), 1.5);
+  EXPECT_DOUBLE_EQ(pass_spread({PassTimings{{{1.0}}}}), 1);  // one pass: nothing to compare
+  EXPECT_NE(error_of([&] { pass_spread({matmul, PassTimings{{{1.0}}}}); }).find("timed in 3 and 1 passes"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { PassTimings{}.pooled_median(); }).find("no timings"), std::string::npos);
 }
 
 TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
@@ -161,6 +188,8 @@ TEST(Calibration, MalformedFilesAreRefusedNamingTheField) {
   expect_refused(replace(good, "gflop = [ 1.0, 10.0, 100.0 ]", "gflop = [ 1.0, 10.0 ]"),
                  {"cal.toml: compute", "same number of points"});
   expect_refused("version = 1\n[compute\n", {"cal.toml:2:"});
+  expect_refused(replace(good, "pass_spread = 1.5", "pass_spread = 0.5"), {"cal.toml: compute.pass_spread = 0.5", "at least 1"});
+  expect_refused(replace(good, "passes = 3", "passes = 0"), {"cal.toml: compute.passes = 0"});
   expect_refused(replace(good, "int8_codec_GBps = 50", "int8_codec_GBps = 0"),
                  {"cal.toml: compute.int8_codec_GBps = 0", "positive"});
   const std::string busy = "[tiers.all_gather.under_compute]\n";

@@ -76,6 +76,12 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   EXPECT_GE(cal.compute->kernel_overhead, 1);
   EXPECT_EQ(cal.compute->overlap_slowdown, cal.tiers[2].overlap_slowdown);  // the outermost's
   EXPECT_EQ(cal.compute->gflop.size(), 15u);
+  // Compute timed in three passes spread over the run; the output names each pass's matmul time.
+  EXPECT_EQ(cal.compute->passes, 3);
+  EXPECT_GE(cal.compute->pass_spread, 1);
+  EXPECT_NE(r.output.find("compute passes (before the collective sweep, between its halves, after it): matmul time x"),
+            std::string::npos)
+      << r.output;
 
   // Priced with it: the calibration is in the assumptions, and the figures are its own.
   nlohmann::json with = parse_json_output(run_command(plan("--calibration " + file + " --json"), Stderr::Discard));

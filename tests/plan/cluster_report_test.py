@@ -28,6 +28,8 @@ kernel_overhead = 1.1
 overlap_slowdown = 1.5
 optimizer_GBps = 10
 threads = 1
+passes = 3
+pass_spread = 1.52
 gflop = [0.01, 0.1]
 seconds = [0.00055, 0.00505]
 [[tiers]]
@@ -110,6 +112,9 @@ def main():
         check("): met" in done.stdout, f"verdict:\n{done.stdout}")
         # ddp's compute against its prediction (0.5 s each; its slowest rank 0.6): the machine's drift.
         check("1gbit mini: x1.00 (slowest rank x1.20)" in done.stdout, f"ddp's compute:\n{done.stdout}")
+        # The calibration's compute passes: one ran 52% slower than the fastest.
+        passes = done.stdout.split("each calibration's compute passes", 1)[-1]
+        check("1gbit mini: x1.52" in passes.split("\n\n")[0], f"the passes' spread:\n{done.stdout}")
 
         # ddp predicted behind zero2, which the measurement orders: missed, and the pair named.
         write_group(tmp / "order", "1gbit-mini", {"ddp": 1.15, "zero2": 1.1, "zero3": 2.05}, steps)
