@@ -48,11 +48,6 @@ struct Options {
   std::string command_line;  // recorded in the file
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 double world_max(double mine) {
   double out = 0;
   MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -82,7 +77,7 @@ std::vector<double> slowest_timings(int iterations, F&& run) {
 
 template <class F>
 double median_of_slowest(int iterations, F&& run) {
-  return median(slowest_timings(iterations, run));
+  return plan::median(slowest_timings(iterations, run));
 }
 
 // median_of_slowest after one warm-up.
@@ -136,8 +131,8 @@ constexpr int kMinComputeTimings = 7;
 constexpr int kComputePasses = 3;
 
 // Passes further apart than this (the slowest's matmul time over the fastest's) are noted. On
-// the namespace cluster ordinary calibrations spread x1.02-1.18, the first pass the fastest
-// (run 32, docs/plan-vs-measured.md); the slow spell of run 30 was x1.5.
+// the namespace cluster ordinary calibrations spread x1.03-1.25, the first pass the fastest
+// (runs 32-33, docs/plan-vs-measured.md); the slow spell of run 30 was about x1.5.
 constexpr double kPassSpreadNoted = 1.25;
 
 // Timings a compute measurement takes in each pass: kMinComputeTimings (or --iterations)
@@ -386,14 +381,7 @@ class ComputeTimer {
   }
 
   // Each pass's matmul time over the fastest pass's (the spread's parts, for the report).
-  std::vector<double> pass_ratios() const {
-    std::vector<double> totals(step_.passes.size(), 0.0);
-    for (const plan::PassTimings& m : matmuls_)
-      for (std::size_t p = 0; p < totals.size(); ++p) totals[p] += m.pass_median(p);
-    const double fastest = *std::min_element(totals.begin(), totals.end());
-    for (double& t : totals) t /= fastest;
-    return totals;
-  }
+  std::vector<double> pass_ratios() const { return plan::pass_ratios(matmuls_); }
 
  private:
   const Options& o_;
@@ -453,7 +441,7 @@ Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, cons
     for (comm::Work& w : inflight) w.wait();
     ratios.push_back(world_max(beside) / alone);
   }
-  return {std::max(1.0, median(ratios)), sent};
+  return {std::max(1.0, plan::median(ratios)), sent};
 }
 
 void run_calibrate(const Options& o) {

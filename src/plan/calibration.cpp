@@ -114,24 +114,23 @@ CollectiveCurve CollectiveCurve::fit(std::vector<double> bytes, std::vector<doub
   return c;
 }
 
-namespace {
-double median_of(std::vector<double> v) {
-  if (v.empty()) throw Error("calibration: a compute measurement has no timings");
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+double median(std::vector<double> timings) {
+  if (timings.empty()) throw Error("calibration: a median of no timings");
+  std::sort(timings.begin(), timings.end());
+  const std::size_t mid = timings.size() / 2;
+  return timings.size() % 2 ? timings[mid] : 0.5 * (timings[mid - 1] + timings[mid]);
 }
-}  // namespace
 
 double PassTimings::pooled_median() const {
   std::vector<double> all;
   for (const std::vector<double>& pass : passes) all.insert(all.end(), pass.begin(), pass.end());
-  return median_of(std::move(all));
+  return median(std::move(all));
 }
 
-double PassTimings::pass_median(std::size_t pass) const { return median_of(passes.at(pass)); }
+double PassTimings::pass_median(std::size_t pass) const { return median(passes.at(pass)); }
 
-double pass_spread(const std::vector<PassTimings>& measurements) {
-  if (measurements.empty()) return 1;
+std::vector<double> pass_ratios(const std::vector<PassTimings>& measurements) {
+  if (measurements.empty()) return {};
   const std::size_t n = measurements.front().passes.size();
   std::vector<double> totals(n, 0.0);
   for (const PassTimings& m : measurements) {
@@ -139,8 +138,15 @@ double pass_spread(const std::vector<PassTimings>& measurements) {
       throw Error(fmt::format("calibration: compute measurements timed in {} and {} passes", n, m.passes.size()));
     for (std::size_t p = 0; p < n; ++p) totals[p] += m.pass_median(p);
   }
-  if (n == 0) return 1;
-  return *std::max_element(totals.begin(), totals.end()) / *std::min_element(totals.begin(), totals.end());
+  if (n == 0) return {};
+  const double fastest = *std::min_element(totals.begin(), totals.end());
+  for (double& t : totals) t /= fastest;
+  return totals;
+}
+
+double pass_spread(const std::vector<PassTimings>& measurements) {
+  const std::vector<double> ratios = pass_ratios(measurements);
+  return ratios.empty() ? 1 : *std::max_element(ratios.begin(), ratios.end());
 }
 
 double ComputeCalibration::matmul_seconds(double flops, int matmuls) const {

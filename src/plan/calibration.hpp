@@ -104,7 +104,7 @@ struct ComputeCalibration {
   double int8_codec_GBps = 0, int4_codec_GBps = 0;
   int threads = 1;              // OpenMP threads a rank computed with
   std::vector<double> gflop, seconds;  // the matmuls the curve was fitted to
-  // Calibrate times compute in passes spread over its run (ComputeTimings); pass_spread is
+  // Calibrate times compute in passes spread over its run (PassTimings); pass_spread is
   // the slowest pass's matmul time over the fastest's: far above 1, the machine changed speed
   // while it calibrated (1 and 1: one pass, or a file written before passes).
   int passes = 1;
@@ -125,9 +125,14 @@ struct PassTimings {
   double pooled_median() const;
   double pass_median(std::size_t pass) const;
 };
-// Over measurements taken in the same passes: the passes' summed medians, the slowest over the
-// fastest (>= 1; 1 with one pass). Throws Error when the measurements' passes differ in number.
+// Over measurements taken in the same passes: each pass's summed medians over the fastest
+// pass's (empty without measurements). Throws Error when the measurements' passes differ in number.
+std::vector<double> pass_ratios(const std::vector<PassTimings>& measurements);
+// The slowest pass's ratio (>= 1; 1 with one pass or none).
 double pass_spread(const std::vector<PassTimings>& measurements);
+
+// The median of timings; throws Error when there are none.
+double median(std::vector<double> timings);
 
 struct Calibration {
   static constexpr int kVersion = 1;
