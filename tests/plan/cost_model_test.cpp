@@ -346,7 +346,7 @@ TEST(CostModel, ReplayWithoutPrefetchWaitsForEveryGather) {
   EXPECT_DOUBLE_EQ(t.exposed_by_level[0], 6);
 }
 
-TEST(CostModel, StepTimeIsComputePlusExposedPlusTheUnhiddenStepPhase) {
+TEST(CostModel, UncalibratedStepsNeitherSlowComputeNorHideTheFirstGather) {
   Workload w;
   w.accumulation_steps = 4;
   PlanContext c = neox_on_frontier(48, {}, w);
@@ -362,7 +362,8 @@ TEST(CostModel, StepTimeIsComputePlusExposedPlusTheUnhiddenStepPhase) {
   }
 }
 
-// A step small enough to price by hand: ddp without buckets on two ranks of one 100 GB/s tier
+// Step time is compute + exposed communication + the step phase (never hidden) + Adam, on a
+// step small enough to price by hand: ddp without buckets on two ranks of one 100 GB/s tier
 // without latency, so the micro-batch has no communication and the step phase is the
 // gradient all-reduce and the loss's.
 TEST(CostModel, StepTimeOfASmallDdpStepByHand) {
