@@ -286,6 +286,7 @@ float* ShardedEngine::borrow_full() {
                             pool_.size()));
   float* b = free_buffers_.back();
   free_buffers_.pop_back();
+  peak_lent_ = std::max(peak_lent_, static_cast<int>(pool_.size() - free_buffers_.size()));
   return b;
 }
 
@@ -321,6 +322,7 @@ float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* 
   const bool last_of_step = ++micro_batches_in_step_ >= schedule_.accumulation_steps();
   program_ = last_of_step ? &schedule_.last_micro_batch_program() : &schedule_.training_program();
   next_event_ = 0;
+  peak_lent_ = 0;
   next_tp_op_ = 0;
   float loss = model_->forward_backward(*this, tokens, targets, grad_scale);
   check_tensor_parallel_done(static_cast<int>(schedule_.tensor_parallel_ops().size()));
@@ -336,6 +338,7 @@ float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* t
   executor_.take_trace();
   program_ = &schedule_.eval_program();
   next_event_ = 0;
+  peak_lent_ = 0;
   next_tp_op_ = 0;
   float loss = model_->forward(*this, tokens, targets);
   check_tensor_parallel_done(schedule_.eval_tensor_parallel_ops());

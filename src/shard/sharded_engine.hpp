@@ -107,6 +107,9 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // and in the last optimizer step, in the order it ran them.
   const std::vector<const ScheduledOp*>& last_micro_batch_trace() const { return micro_trace_; }
   const std::vector<const ScheduledOp*>& last_step_trace() const { return step_trace_; }
+  // The most full-unit buffers of the pool lent at once in the last micro-batch (training or
+  // evaluation): what the walk needed, against the schedule's lifetime replay.
+  int last_micro_batch_peak_buffers() const { return peak_lent_; }
 
  private:
   struct Unit;
@@ -169,6 +172,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   std::size_t largest_unit_ = 0;
   std::vector<device::Buffer<float>> pool_;  // Schedule::pool_buffers(), allocated up front
   std::vector<float*> free_buffers_;
+  int peak_lent_ = 0;  // pool buffers lent at once, the most since the micro-batch began
   device::Buffer<float> replicated_params_;  // W replicated in a non-fp32 wire: decoded weights
   device::Buffer<float> replicated_grads_;   // G replicated: the full fp32 gradients
   std::vector<const ScheduledOp*> micro_trace_, step_trace_;

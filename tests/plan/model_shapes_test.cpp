@@ -41,21 +41,45 @@ TEST(ModelShapes, UnitsCoverEveryParameterOnce) {
   EXPECT_EQ(l70.unit_plan().numel[1], 2u * 8192 * 8192 + 2u * 8192 * 1024 + 3u * 8192 * 28672 + 2u * 8192);
 }
 
-TEST(ModelShapes, StrataModelsUseTheRuntimesOwnUnitPlan) {
+// Two ways to a strata model's units: the shape's own formula (the shape with its runtime
+// config dropped) and the runtime's parameter layout; and for tiny, a count by hand.
+TEST(ModelShapes, StrataModelsUnitsFromTheShapesFormulaAreTheRuntimesLayout) {
   for (const char* name : {"tiny", "small", "gpt2-124m"}) {
     ModelShape m = ModelShape::preset(name);
     ASSERT_TRUE(m.gpt.has_value());
-    shard::UnitPlan mine = m.unit_plan();
-    shard::UnitPlan runtime = shard::unit_plan(model::ParamLayout(model::GPTConfig::preset(name)));
-    EXPECT_EQ(mine.names, runtime.names) << name;
-    EXPECT_EQ(mine.numel, runtime.numel) << name;
-    EXPECT_EQ(mine.events, runtime.events) << name;
-    // The shape's own formula agrees with the config's count, and its FLOPs with the config's.
     ModelShape as_shape = m;
     as_shape.gpt.reset();
+    shard::UnitPlan formula = as_shape.unit_plan();
+    shard::UnitPlan runtime = shard::unit_plan(model::ParamLayout(model::GPTConfig::preset(name)));
+    EXPECT_EQ(formula.names, runtime.names) << name;
+    EXPECT_EQ(formula.numel, runtime.numel) << name;
+    EXPECT_EQ(formula.events, runtime.events) << name;
+    // The shape's own formula agrees with the config's count, and its FLOPs with the config's.
     EXPECT_EQ(as_shape.num_params(), m.gpt->num_params()) << name;
     EXPECT_DOUBLE_EQ(m.model_flops_per_token(m.seq), m.gpt->flops_per_token(m.seq)) << name;
   }
+  // tiny (2 layers, C = 64, 64 positions, vocab 256), what the plan prices, by hand:
+  //   embeddings: wte 256 x 64 = 16384, wpe 64 x 64 = 4096                        -> 20480
+  //   a block: ln_1 64 + 64, c_attn 64 x 192 + 192 = 12480, c_proj 64 x 64 + 64 = 4160,
+  //            ln_2 64 + 64, c_fc 64 x 256 + 256 = 16640, mlp c_proj 256 x 64 + 64 = 16448 -> 49984
+  //   ln_f: 64 + 64                                                                 -> 128
+  // every one a multiple of the layout's 64-float unit alignment, so none padded; 120576 in all.
+  const shard::UnitPlan tiny = ModelShape::preset("tiny").unit_plan();
+  EXPECT_EQ(tiny.names, (std::vector<std::string>{"embeddings", "h.0", "h.1", "ln_f"}));
+  EXPECT_EQ(tiny.numel, (std::vector<std::size_t>{20480, 49984, 49984, 128}));
+  EXPECT_EQ(ModelShape::preset("tiny").num_params(), 20480 + 2 * 49984 + 128);
+  // GPT-2's walk (model/gpt.hpp): the head reuses the embedding's wte, so E is acquired
+  // around ln_f in both directions; E's gradients are ready last.
+  using K = model::UnitEvent;
+  const auto F = model::Phase::Forward, B = model::Phase::Backward;
+  const std::vector<K> walk{
+      {K::Acquire, 0, F}, {K::Acquire, 1, F}, {K::Release, 1, F}, {K::Acquire, 2, F}, {K::Release, 2, F},
+      {K::Acquire, 3, F}, {K::Release, 3, F}, {K::Release, 0, F},  // forward
+      {K::Acquire, 3, B}, {K::Acquire, 0, B}, {K::Release, 0, B}, {K::Release, 3, B}, {K::GradsReady, 3, B},
+      {K::Acquire, 2, B}, {K::Release, 2, B}, {K::GradsReady, 2, B},  // block 1
+      {K::Acquire, 1, B}, {K::Release, 1, B}, {K::GradsReady, 1, B},  // block 0
+      {K::GradsReady, 0, B}};
+  EXPECT_EQ(tiny.events, walk);
 }
 
 TEST(ModelShapes, FlopsAreSixPsiPlusAttentionAndRecomputationAddsOneForward) {
