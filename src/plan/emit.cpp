@@ -344,7 +344,9 @@ std::string fsdp2_python(const Facts& f) {
   const std::string tp_name = tp > 1 ? ", \"tp\"" : "";
   if (s.weights == "none") {
     out += "from torch.nn.parallel import DistributedDataParallel\n\n";
-    out += fmt::format("mesh = init_device_mesh(\"cuda\", ({}{}), mesh_dim_names=(\"dp\"{}))\n", f.dp, tp_dim, tp_name);
+    // A Python tuple of one needs its comma.
+    out += fmt::format("mesh = init_device_mesh(\"cuda\", ({}{}), mesh_dim_names=(\"dp\"{}))\n", f.dp,
+                       tp > 1 ? tp_dim : ",", tp > 1 ? tp_name : ",");
     out += fmt::format("model = DistributedDataParallel(model, process_group=mesh[\"dp\"].get_group(), "
                        "bucket_cap_mb={:g})\n",
                        static_cast<double>(s.bucket_bytes) / (1 << 20));
@@ -366,7 +368,8 @@ std::string fsdp2_python(const Facts& f) {
   out += "for block in model.layers:  # one unit a transformer block, as strata prices it\n";
   out += fmt::format("    fully_shard(block, mesh=dp_mesh, reshard_after_forward={}, mp_policy=mp_policy)\n", reshard);
   out += fmt::format("fully_shard(model, mesh=dp_mesh, reshard_after_forward={}, mp_policy=mp_policy)\n", reshard);
-  out += fmt::format("# {} micro-batches of {} sequences a step", f.micro_batches, f.micro_batch);
+  out += fmt::format("# a step: {} micro-batch(es) of {} sequence(s) a data-parallel rank", f.micro_batches,
+                     f.micro_batch);
   out += f.dp / shard > 1 ? "; model.set_requires_all_reduce(False) on all but the last (the replicas' all-reduce "
                             "once a step, as strata prices it)\n"
                           : "\n";

@@ -28,7 +28,7 @@ bool has_line(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos;
 }
 
-// Elements of the largest unit of llama2-7b split over `tp` (the embedding, vocab-parallel).
+// Elements of the largest unit of llama2-7b split over `tp` (a block).
 std::size_t largest_unit(int tp) {
   const auto units = strata::plan::ModelShape::preset("llama2-7b").slice(tp, 0, 1).unit_plan();
   return *std::max_element(units.numel.begin(), units.numel.end());
@@ -106,6 +106,13 @@ TEST(PlanEmit, Fsdp2SnippetReshardsToTheSecondaryGroupAndMegatronArgsCarryTheSpl
                                 "reduce_dtype=torch.bfloat16)"))
       << snippet;
   EXPECT_NE(snippet.find("no quantized gathers or reductions"), std::string::npos) << snippet;
+  // Replicated weights: DDP over a 1-D mesh (a tuple of one), its bucket the plan's.
+  ASSERT_EQ(run_strata(kLlama + "--strategy no_shard --device-memory-gb 200 --emit fsdp2 " + py.string(), Stderr::Capture)
+                .exit_code,
+            0);
+  const std::string ddp = strata::read_file_text(py);
+  EXPECT_TRUE(has_line(ddp, "mesh = init_device_mesh(\"cuda\", (16,), mesh_dim_names=(\"dp\",))")) << ddp;
+  EXPECT_NE(ddp.find("bucket_cap_mb=25)"), std::string::npos) << ddp;
 
   const auto args = dir / "megatron.args";
   CommandResult r = run_strata("plan --model llama2-7b --topology dgx-h100 --nodes 4 --flash-attention --accum 4 "
