@@ -670,6 +670,13 @@ void run_plan(const PlanOptions& o) {
                            .dump(2));
   } else {
     print_estimates(context, estimates);
+    // A strategy that does not fit: the smallest change that makes it fit.
+    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
+    const plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, "", ""};
+    for (std::size_t i = 0; i < estimates.size(); ++i)
+      if (!estimates[i].fits)
+        fmt::print("  {} {}: {}\n", kDoesNotFit, estimates[i].strategy,
+                   plan::smallest_change_line(plan::changes_until_strategy_fits(request, chosen[i])));
   }
   std::fflush(stdout);
   if (!o.compare_summary.empty())

@@ -35,52 +35,123 @@ std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
 int nodes_of(const topo::Topology& t) { return t.world_size() / t.ranks_per_outer_domain(); }
 
-// The request with one change applied; false when the change does not apply (already so).
-using Change = bool (*)(SearchRequest&, std::string& flag, std::string& why);
+// A search, or one strategy, with the changes tried so far applied.
+struct Trial {
+  SearchRequest r;
+  std::optional<NamedSpec> strategy;  // empty: the whole search
+};
 
-bool use_flash(SearchRequest& r, std::string& flag, std::string& why) {
-  if (r.workload.flash_attention) return false;
-  r.workload.flash_attention = true;
+// One change applied to a trial; false when it does not apply (already so, or impossible).
+using Change = bool (*)(Trial&, std::string& flag, std::string& why);
+
+bool use_flash(Trial& t, std::string& flag, std::string& why) {
+  if (t.r.workload.flash_attention) return false;
+  t.r.workload.flash_attention = true;
   flag = "--flash-attention";
   why = "no seq x seq attention probabilities kept";
   return true;
 }
 
-bool recompute_selective(SearchRequest& r, std::string& flag, std::string& why) {
-  if (r.workload.recompute != Recompute::None || !r.workload.flash_attention) return false;
-  r.workload.recompute = Recompute::SelectiveOp;
+bool recompute_selective(Trial& t, std::string& flag, std::string& why) {
+  if (t.r.workload.recompute != Recompute::None || !t.r.workload.flash_attention) return false;
+  t.r.workload.recompute = Recompute::SelectiveOp;
   flag = "--recompute selective-op";
   why = "each block keeps its saved matmul outputs only (torchtitan's per-op checkpointing)";
   return true;
 }
 
-bool recompute_full(SearchRequest& r, std::string& flag, std::string& why) {
-  if (r.workload.recompute == Recompute::Full) return false;
-  r.workload.recompute = Recompute::Full;
+bool recompute_full(Trial& t, std::string& flag, std::string& why) {
+  if (t.r.workload.recompute == Recompute::Full) return false;
+  t.r.workload.recompute = Recompute::Full;
   flag = "--recompute full";
   why = "each block keeps its input only and reruns its forward in backward";
   return true;
 }
 
-bool micro_batch_one(SearchRequest& r, std::string& flag, std::string& why) {
-  if (r.workload.micro_batch == 1) return false;
-  r.workload.accumulation_steps *= r.workload.micro_batch;
-  r.workload.micro_batch = 1;
-  flag = fmt::format("--micro-batch 1 --accum {}", r.workload.accumulation_steps);
+bool micro_batch_one(Trial& t, std::string& flag, std::string& why) {
+  Workload& w = t.r.workload;
+  if (w.micro_batch == 1) return false;
+  w.accumulation_steps *= w.micro_batch;
+  w.micro_batch = 1;
+  flag = fmt::format("--micro-batch 1 --accum {}", w.accumulation_steps);
   why = "one sequence's activations at a time, the same global batch";
   return true;
 }
 
-bool double_nodes(SearchRequest& r, std::string& flag, std::string& why) {
-  const int nodes = 2 * nodes_of(r.topology);
+// A strategy's weight shard held and gathered as int8 (a search tries it already).
+bool int8_weights(Trial& t, std::string& flag, std::string& why) {
+  if (!t.strategy || t.strategy->spec.weights == "none" || t.strategy->spec.weight_wire == comm::DType::I8) return false;
+  t.strategy->spec.weight_wire = comm::DType::I8;
+  flag = "--weight-wire int8";
+  why = "the weight shard held and gathered as int8 (ZeRO++'s qwZ)";
+  return true;
+}
+
+// A strategy's tensor parallelism doubled (a search tries every split already).
+bool more_tp(Trial& t, std::string& flag, std::string& why) {
+  if (!t.strategy) return false;
+  ModelParallel mp = t.strategy->mp;
+  mp.tp *= 2;
   try {
-    r.topology.resolve(r.topology.world_size_for_nodes(nodes));
+    t.r.model.slice(mp.tp, 0, mp.pp);
+    model_parallel_dims(t.r.topology, mp);
+  } catch (const Error&) {
+    return false;  // the heads or the tier do not divide
+  }
+  t.strategy->mp = mp;
+  flag = fmt::format("--tp {}", mp.tp);
+  why = "every block split over more ranks";
+  return true;
+}
+
+bool double_nodes(Trial& t, std::string& flag, std::string& why) {
+  const int nodes = 2 * nodes_of(t.r.topology);
+  try {
+    t.r.topology.resolve(t.r.topology.world_size_for_nodes(nodes));
   } catch (const Error&) {
     return false;  // the topology holds no more nodes
   }
   flag = fmt::format("--nodes {}", nodes);
   why = "states sharded over twice the ranks";
   return true;
+}
+
+// The best plan that fits after the changes, or the one needing least memory.
+std::optional<Estimate> evaluate(const Trial& t) {
+  if (t.strategy) {
+    try {
+      return ModelParallelPlan(t.r.model, t.r.topology, t.r.device, t.r.workload, t.strategy->mp, t.r.leave_out,
+                               t.r.calibration)
+          .estimate(t.strategy->name, t.strategy->spec);
+    } catch (const Error&) {
+      return std::nullopt;  // the changed split refuses the spec
+    }
+  }
+  const SearchResult result = run_search(t.r);
+  if (!result.fitting.empty()) return result.fitting.front();
+  const std::vector<Estimate> least = least_memory(result, 1);
+  return least.empty() ? std::nullopt : std::optional<Estimate>(least.front());
+}
+
+// Each change on top of the ones before, until a plan fits; a flag of the same kind replaces
+// the one before it (--nodes 32 after --nodes 16, --tp 4 after --tp 2).
+std::vector<FitChange> ladder(Trial t) {
+  static constexpr Change kLadder[] = {use_flash, recompute_selective, recompute_full, micro_batch_one,
+                                       int8_weights, more_tp, more_tp, more_tp,
+                                       double_nodes, double_nodes, double_nodes, double_nodes};
+  std::vector<FitChange> out;
+  std::vector<std::string> flags;
+  for (Change change : kLadder) {
+    std::string flag, why;
+    if (!change(t, flag, why)) continue;
+    const std::string kind = flag.substr(0, 3);
+    if (!flags.empty() && flags.back().substr(0, 3) == kind) flags.pop_back();
+    flags.push_back(flag);
+    const std::optional<Estimate> best = evaluate(t);
+    out.push_back({flags, why, best && best->fits, best});
+    if (out.back().fits) break;
+  }
+  return out;
 }
 
 }  // namespace
@@ -134,25 +205,20 @@ std::string headroom_line(const Estimate& e) {
                      left >= 0 ? "headroom" : "short: the plan's count fits, the runtime's reservations do not");
 }
 
-std::vector<FitChange> changes_until_it_fits(const SearchRequest& request) {
-  static constexpr Change kLadder[] = {use_flash,    recompute_selective, recompute_full, micro_batch_one,
-                                       double_nodes, double_nodes,        double_nodes,   double_nodes};
-  std::vector<FitChange> out;
-  SearchRequest r = request;
-  std::vector<std::string> flags;
-  for (Change change : kLadder) {
-    std::string flag, why;
-    if (!change(r, flag, why)) continue;
-    if (flag.starts_with("--nodes") && !flags.empty() && flags.back().starts_with("--nodes")) flags.pop_back();
-    flags.push_back(flag);
-    const SearchResult result = run_search(r);
-    FitChange c{flags, why, !result.fitting.empty(), std::nullopt};
-    if (c.fits) c.best = result.fitting.front();
-    else if (const auto least = least_memory(result, 1); !least.empty()) c.best = least.front();
-    out.push_back(std::move(c));
-    if (out.back().fits) break;
-  }
-  return out;
+std::vector<FitChange> changes_until_it_fits(const SearchRequest& request) { return ladder({request, std::nullopt}); }
+
+std::vector<FitChange> changes_until_strategy_fits(const SearchRequest& request, const NamedSpec& strategy) {
+  return ladder({request, strategy});
+}
+
+std::string smallest_change_line(const std::vector<FitChange>& changes) {
+  if (changes.empty() || !changes.back().fits)
+    return "no change strata tries makes it fit (flash attention, recomputation, micro-batch 1, int8 weights, TP up "
+           "to 8, up to 16x the nodes)";
+  const FitChange& c = changes.back();
+  return fmt::format("the smallest change that fits: {} ({}): {:.0f} tokens/s a device, {}",
+                     fmt::join(c.flags, " "), c.why, c.best->tokens_per_s / c.best->world_size,
+                     c.best->memory_verdict());
 }
 
 std::vector<Estimate> least_memory(const SearchResult& result, std::size_t n) {

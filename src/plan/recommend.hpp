@@ -63,6 +63,11 @@ struct FitChange {
   std::optional<Estimate> best;    // the best plan that fits after the change, or the least memory
 };
 std::vector<FitChange> changes_until_it_fits(const SearchRequest& request);
+// The same for one strategy that does not fit (its spec and split kept), with two more changes a
+// search tries already: int8 weights where they are sharded, then TP doubled up to 8.
+std::vector<FitChange> changes_until_strategy_fits(const SearchRequest& request, const NamedSpec& strategy);
+// "the smallest change that fits: --recompute full (...): 812 tokens/s a device, fits: ..."
+std::string smallest_change_line(const std::vector<FitChange>& changes);
 
 // The n plans needing the least memory, least first.
 std::vector<Estimate> least_memory(const SearchResult& result, std::size_t n);

@@ -94,6 +94,21 @@ TEST(Recommend, WhenNothingFitsTheSmallestChangeIsFoundAndPriced) {
   EXPECT_TRUE(flash_attention_hint(ModelShape::preset("gpt2-124m"), request.workload).empty());
 }
 
+TEST(Recommend, AStrategyThatDoesNotFitIsToldItsSmallestChange) {
+  const SearchRequest request{ModelShape::preset("llama2-7b"), dgx_h100(1), *device_for_topology("dgx-h100"),
+                              {1, 4096, 1, Recompute::None, false}, {}, std::nullopt, {}, {}, {}, "", ""};
+  const shard::ShardSpec ddp = apply_precision(strategy_spec("ddp", request.topology), Precision::BF16);
+  const std::vector<FitChange> changes = changes_until_strategy_fits(request, {"ddp", ddp, {}});
+  ASSERT_FALSE(changes.empty());
+  ASSERT_TRUE(changes.back().fits);
+  // ddp keeps 16 bytes a parameter whole: recomputation alone is not enough, TP 2 halves them.
+  EXPECT_EQ(changes.back().flags, (std::vector<std::string>{"--flash-attention", "--recompute full", "--tp 2"}));
+  EXPECT_EQ(changes.back().best->tensor_parallel, 2);
+  EXPECT_NE(smallest_change_line(changes).find("the smallest change that fits: --flash-attention --recompute full --tp 2"),
+            std::string::npos)
+      << smallest_change_line(changes);
+}
+
 TEST(Recommend, HeadroomCountsWhatTheRuntimeReserves) {
   Estimate e = timed(1.0, 1000, true);
   e.tiers.resize(2);
