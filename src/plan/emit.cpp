@@ -263,13 +263,6 @@ std::string hash_comment(const std::vector<std::string>& lines) {
   return out;
 }
 
-int degree(const topo::Topology& t, const std::string& tier) {
-  if (tier == "none") return 1;
-  int d = 1;
-  for (int i = 0; i <= *t.find_tier(tier); ++i) d *= t.tier(i).size;
-  return d;
-}
-
 std::string deepspeed_json(const Facts& f) {
   const shard::ShardSpec& s = f.plan.spec;
   const shard::LevelSpec l = shard::resolve(s, f.dp_topology);
@@ -286,8 +279,8 @@ std::string deepspeed_json(const Facts& f) {
                                  {"allgather_bucket_size", f.largest_unit}};
   if (stage == 3) {
     zero["stage3_prefetch_bucket_size"] = static_cast<std::size_t>(std::max(s.prefetch, 1)) * f.largest_unit;
-    if (l.weights < l.num_levels) zero["mics_shard_size"] = degree(f.dp_topology, s.weights);
-    zero["zero_hpz_partition_size"] = degree(f.dp_topology, s.secondary);
+    if (l.weights < l.num_levels) zero["mics_shard_size"] = l.degree(l.weights);
+    zero["zero_hpz_partition_size"] = l.degree(l.secondary);
     zero["zero_quantized_weights"] = s.weight_wire == DType::I8;
     zero["zero_quantized_gradients"] = quantized(s.grad_wire);
   }
@@ -310,7 +303,8 @@ std::string deepspeed_json(const Facts& f) {
 
 std::string torchtitan_toml(const Facts& f) {
   const shard::ShardSpec& s = f.plan.spec;
-  const int shard = degree(f.dp_topology, s.weights);
+  const shard::LevelSpec l = shard::resolve(s, f.dp_topology);
+  const int shard = l.degree(l.weights);
   const Workload& w = f.plan.workload;
   std::string out = hash_comment(comment_lines(f, kTorchtitanSource));
   // Under a pipeline the local batch is split into micro-batches; otherwise the global batch
@@ -336,7 +330,8 @@ std::string torch_dtype(DType d) { return d == DType::BF16 ? "torch.bfloat16" : 
 
 std::string fsdp2_python(const Facts& f) {
   const shard::ShardSpec& s = f.plan.spec;
-  const int shard = degree(f.dp_topology, s.weights);
+  const shard::LevelSpec l = shard::resolve(s, f.dp_topology);
+  const int shard = l.degree(l.weights);
   std::string out = hash_comment(comment_lines(f, kFsdp2Source));
   out += "import torch\nfrom torch.distributed.device_mesh import init_device_mesh\n";
   const int tp = f.strata.tensor_parallel;
@@ -352,7 +347,7 @@ std::string fsdp2_python(const Facts& f) {
                        static_cast<double>(s.bucket_bytes) / (1 << 20));
     return out;
   }
-  const std::string reshard = s.secondary != "none"      ? std::to_string(degree(f.dp_topology, s.secondary))
+  const std::string reshard = s.secondary != "none"      ? std::to_string(l.degree(l.secondary))
                               : s.free_after_forward ? "True"
                                                      : "False";
   out += "from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard\n\n";
@@ -394,7 +389,7 @@ std::string megatron_args(const Facts& f) {
     arg("--use-torch-fsdp2");
   } else if (l.optimizer > 0) {
     arg("--use-distributed-optimizer");
-    arg(fmt::format("--num-distributed-optimizer-instances {}", f.dp / degree(f.dp_topology, s.optimizer)));
+    arg(fmt::format("--num-distributed-optimizer-instances {}", f.dp / l.degree(l.optimizer)));
     arg("--overlap-param-gather");
   } else {
     arg(fmt::format("--ddp-bucket-size {}", s.bucket_bytes / 4));
