@@ -21,8 +21,10 @@
 #include "plan/calibration.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/device.hpp"
+#include "plan/emit.hpp"
 #include "plan/model_parallel.hpp"
 #include "plan/model_shapes.hpp"
+#include "plan/recommend.hpp"
 #include "plan/search.hpp"
 #include "shard/schedule.hpp"
 #include "shard/spec.hpp"
@@ -56,6 +58,7 @@ struct PlanOptions {
   std::string calibration;
   bool print_schedule = false;
   bool json = false;
+  std::vector<std::string> emit;  // FRAMEWORK FILE
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
               *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
@@ -96,7 +99,8 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
                           o.prefetch_opt->count() > 0 || o.bucket_opt->count() > 0 || o.keep_weights_after_forward;
   std::vector<plan::NamedSpec> out;
   for (const std::string& variant : names) {
-    const auto [name, mp] = plan::parse_strategy_variant(variant, {o.tp, o.pp, o.tp_tier, o.pp_tier});
+    const auto [given, mp] = plan::parse_strategy_variant(variant, {o.tp, o.pp, o.tp_tier, o.pp_tier});
+    const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
     shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
@@ -272,38 +276,38 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   for (const plan::Estimate& e : estimates)
     if (!e.left_out.empty())
       fmt::print("  {}: left out of the account: {}\n", e.strategy, fmt::join(e.left_out, ", "));
+  if (const std::string hint = plan::flash_attention_hint(c.model(), c.workload()); !hint.empty())
+    fmt::print("  note: {}\n", hint);
   fmt::print("(assumptions in full: --json)\n");
 }
 
-void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int top) {
+void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int top, const std::string& recommendation) {
   print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const std::string outer = c.topology().tiers().back().name;
-  fmt::print("\nsearched {} specs: {} fit in {:g} GB, {} do not\n", r.fitting.size() + r.not_fitting.size(),
-             r.fitting.size(), c.device().memory_gb, r.not_fitting.size());
-  if (r.fitting.empty()) {
-    fmt::print("nothing fits; the least memory needed:\n");
-  } else {
-    fmt::print("\n{:>3}  {:>2} {:>2}  {:<60} {:>12} {:>10} {:>8} {:>6} {:>9} {:>11}\n", "#", "tp", "pp", "spec", "name",
-               "step s", "TFLOP/s", "MFU", "memory GB", outer + " GB");
+  fmt::print("\nsearched {} specs: {} fit in {:g} GB, {} do not; ranked by time a token, every split at the same "
+             "global batch\n",
+             r.fitting.size() + r.not_fitting.size(), r.fitting.size(), c.device().memory_gb, r.not_fitting.size());
+  if (!r.fitting.empty()) {
+    fmt::print("\n{:>3}  {:>2} {:>2}  {:<60} {:>12} {:>10} {:>11} {:>8} {:>6} {:>9} {:>11}\n", "#", "tp", "pp", "spec",
+               "name", "step s", "tok/s/dev", "TFLOP/s", "MFU", "memory GB", outer + " GB");
     for (int i = 0; i < std::min<int>(top, static_cast<int>(r.fitting.size())); ++i) {
       const plan::Estimate& e = r.fitting[i];
-      fmt::print("{:>3}  {:>2} {:>2}  {:<60} {:>12} {:>10.4g} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1,
+      fmt::print("{:>3}  {:>2} {:>2}  {:<60} {:>12} {:>10.4g} {:>11.0f} {:>8.1f} {:>5.1f}% {:>9.1f} {:>11.3f}\n", i + 1,
                  e.tensor_parallel, e.pipeline_stages, plan::spec_label(e.spec), e.strategy, e.step_time_s,
-                 e.tflops_per_device, e.mfu * 100, e.total_memory_bytes / 1e9, e.bytes_on(outer) / 1e9);
+                 e.tokens_per_s / e.world_size, e.tflops_per_device, e.mfu * 100, e.total_memory_bytes / 1e9,
+                 e.bytes_on(outer) / 1e9);
     }
     const int others = std::min<int>(top, static_cast<int>(r.fitting.size()) - top);
     if (others > 0) fmt::print("\nnext {} and why they lost to #1:\n", others);
     for (int i = top; i < top + others; ++i)
       fmt::print("{:>3}  {:<60} {:>9}  {}\n", i + 1, plan::spec_label(r.fitting[i].spec), r.fitting[i].strategy,
                  plan::why_lost(r.fitting[i], r.fitting[0]));
-  }
-  // The fastest specs that do not fit are the ones a user is most tempted by.
-  const int shown = std::min<int>(top, static_cast<int>(r.not_fitting.size()));
-  if (shown > 0) fmt::print("\nfastest that do not fit:\n");
-  for (int i = 0; i < shown; ++i) {
-    const plan::Estimate& e = r.not_fitting[i];
-    fmt::print("     {:<60} {:>9}  {}\n", plan::spec_label(e.spec), e.strategy,
-               r.fitting.empty() ? e.memory_verdict() : plan::why_lost(e, r.fitting[0]));
+    // The fastest specs that do not fit are the ones a user is most tempted by.
+    const int shown = std::min<int>(top, static_cast<int>(r.not_fitting.size()));
+    if (shown > 0) fmt::print("\nfastest that do not fit:\n");
+    for (int i = 0; i < shown; ++i)
+      fmt::print("     {:<60} {:>9}  {}\n", plan::spec_label(r.not_fitting[i].spec), r.not_fitting[i].strategy,
+                 plan::why_lost(r.not_fitting[i], r.fitting[0]));
   }
   std::vector<std::string> presets;
   for (const auto* list : {&r.fitting, &r.not_fitting})
@@ -312,6 +316,10 @@ void print_search(const plan::PlanContext& c, const plan::SearchResult& r, int t
         presets.push_back(list == &r.fitting ? fmt::format("{} #{}", (*list)[i].strategy, i + 1)
                                              : fmt::format("{} (does not fit)", (*list)[i].strategy));
   fmt::print("\npresets among them: {}\n", fmt::join(presets, ", "));
+  fmt::print("spec: W, G, OS = the tier weights, gradients and Adam's state are sharded over (- = whole on every "
+             "rank); S = the tier of ZeRO++'s secondary weight copy; w, g, s = the wire formats of weight gathers, "
+             "per-micro-batch and once-a-step gradient reductions\n");
+  fmt::print("{}", recommendation);
 }
 
 // One table of a sweep: a row per node count, a column per strategy.
@@ -461,6 +469,22 @@ void note_overrides_under_calibration(const std::vector<std::string>& specs, con
   }
 }
 
+// --emit FRAMEWORK FILE: the chosen plan as the framework's configuration, written whole or not
+// at all; what it configures is said on stderr, so --json stays one document.
+void write_emitted(const PlanOptions& o, plan::EmitRequest request) {
+  request.framework = plan::parse_framework(o.emit.at(0));
+  const plan::Emitted e = plan::emit(request);
+  atomic_write_file(o.emit.at(1), e.text);
+  fmt::print(stderr, "strata plan: wrote {} ({} config of {}{})\n", o.emit.at(1), plan::framework_name(request.framework),
+             e.strata.strategy,
+             e.plan.gaps.empty()
+                 ? std::string(", run as priced")
+                 : fmt::format("; it cannot run it as priced, so the file holds the nearest it runs: {} {:.0f} tokens/s "
+                               "a device against {:.0f}, {}; the file's comment says why",
+                               plan::spec_label(e.framework.spec), e.framework.tokens_per_s / e.framework.world_size,
+                               e.strata.tokens_per_s / e.strata.world_size, e.framework.memory_verdict()));
+}
+
 void run_plan(const PlanOptions& o) {
   if (o.model.empty()) throw Error("--model: required (a preset or custom with --shape FIELD=VALUE)");
   if (o.topology.empty()) throw Error("--topology: required (frontier, dgx-a100, dgx-h100, host, or a TOML file)");
@@ -513,6 +537,11 @@ void run_plan(const PlanOptions& o) {
   for (const auto& l : o.leave_out) leave_out.push_back(plan::parse_leave_out(l, topology));
   const std::string outer = topology.tiers().back().name;
 
+  if (!o.emit.empty()) {
+    plan::parse_framework(o.emit.at(0));  // refuse an unknown framework before pricing anything
+    if (!o.sweep_nodes.empty() || o.print_schedule)
+      throw Error("--emit: writes one plan: not with --sweep-nodes or --print-schedule");
+  }
   if (!o.sweep_nodes.empty()) {
     if (o.nodes_opt->count()) throw Error("--nodes: not with --sweep-nodes (the sweep sets the node count)");
     if (o.search) throw Error("--search: not with --sweep-nodes");
@@ -561,34 +590,41 @@ void run_plan(const PlanOptions& o) {
         !o.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
       throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
                   "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
-    plan::SearchSpace space;
-    if (o.block_opt->count()) space.block_size = o.block_size;
-    if (o.prefetch_opt->count()) space.prefetch = o.prefetch;
-    if (o.bucket_opt->count()) space.bucket_bytes = bucket_bytes(o);
-    // (tp, pp) searched too unless given: the divisors of the innermost tier up to 8, pipelines of 1-8 stages.
-    std::vector<plan::ModelParallel> splits;
-    for (const plan::ModelParallel& mp : plan::candidate_splits(model, topology))
-      if ((!o.tp_opt->count() || mp.tp == o.tp) && (!o.pp_opt->count() || mp.pp == o.pp)) splits.push_back(mp);
-    if (o.tp_opt->count() || o.pp_opt->count()) {
-      // A split given on the command line must be valid (its error names the flag), not silently skipped.
-      const plan::ModelParallel given{o.tp, o.pp, o.tp_tier, o.pp_tier};
-      model.slice(given.tp, 0, given.pp);
-      plan::model_parallel_dims(topology, given);
-      if (!o.tp_tier.empty() || !o.pp_tier.empty()) splits = {given};
-    }
-    const plan::SearchResult result =
-        plan::search_model_parallel(model, topology, device, workload, leave_out, calibration, space, splits);
+    plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, o.tp_tier,
+                                o.pp_tier};
+    if (o.block_opt->count()) request.space.block_size = o.block_size;
+    if (o.prefetch_opt->count()) request.space.prefetch = o.prefetch;
+    if (o.bucket_opt->count()) request.space.bucket_bytes = bucket_bytes(o);
+    if (o.tp_opt->count()) request.tp = o.tp;
+    if (o.pp_opt->count()) request.pp = o.pp;
+    const plan::SearchResult result = plan::run_search(request);
+    // Nothing fits: try the changes a user would make, in order, until one does.
+    const std::vector<plan::FitChange> changes =
+        result.fitting.empty() ? plan::changes_until_it_fits(request) : std::vector<plan::FitChange>{};
     if (o.json) {
       fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
                                         {"topology", topology.to_json()},
                                         {"assumptions", context.assumptions()},
                                         {"model_parallel_assumptions", plan::model_parallel_assumptions()},
-                                        {"search", plan::search_json(result, o.top)}}
+                                        {"search", plan::search_json(result, o.top)},
+                                        {"recommendation", plan::recommendation_json(request, result, changes)}}
                              .dump(2));
     } else {
-      print_search(context, result, o.top);
+      print_search(context, result, o.top, plan::recommendation_text(request, result, changes));
     }
     std::fflush(stdout);
+    if (!o.emit.empty() && !result.fitting.empty()) {
+      const plan::Estimate& best = result.fitting.front();
+      plan::Workload same_batch = workload;  // the search's: every split at the same global batch
+      same_batch.batch_per_device = true;
+      write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, same_batch, leave_out, calibration,
+                        {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, o.tp_tier, o.pp_tier}}});
+    }
+    if (result.fitting.empty())
+      throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", device.memory_gb,
+                              !changes.empty() && changes.back().fits
+                                  ? fmt::format("; the smallest change that fits: {}", fmt::join(changes.back().flags, " "))
+                                  : std::string()));
     return;
   }
 
@@ -608,6 +644,13 @@ void run_plan(const PlanOptions& o) {
     return;
   }
 
+  if (!o.emit.empty()) {
+    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
+    if (chosen.size() != 1 || !o.compare_summary.empty())
+      throw Error("--emit: writes one plan: give one --strategy (or --search for the best)");
+    write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, workload, leave_out, calibration,
+                      chosen.front()});
+  }
   std::vector<plan::Estimate> estimates;
   for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision))
     estimates.push_back(
@@ -627,6 +670,13 @@ void run_plan(const PlanOptions& o) {
                            .dump(2));
   } else {
     print_estimates(context, estimates);
+    // A strategy that does not fit: the smallest change that makes it fit.
+    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
+    const plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, "", ""};
+    for (std::size_t i = 0; i < estimates.size(); ++i)
+      if (!estimates[i].fits)
+        fmt::print("  {} {}: {}\n", kDoesNotFit, estimates[i].strategy,
+                   plan::smallest_change_line(plan::changes_until_strategy_fits(request, chosen[i])));
   }
   std::fflush(stdout);
   if (!o.compare_summary.empty())
@@ -725,6 +775,11 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                 "print each chosen strategy's schedule of collectives instead of its estimate (--json: each op's "
                 "issue points, slots and algorithm, the program's prefetch depth and reductions in flight)");
   cmd->add_flag("--json", o->json, "print one JSON document");
+  cmd->add_option("--emit", o->emit,
+                  "FRAMEWORK FILE: write the plan (one --strategy, or the best of --search) as deepspeed (config JSON), "
+                  "fsdp2 (Python), torchtitan (job TOML) or megatron (arguments); where the framework cannot run the "
+                  "plan the file says so and holds the nearest it runs, priced (docs/planner.md)")
+      ->expected(2);
   cmd->callback([o] { run_plan(*o); });
 });
 

@@ -37,10 +37,12 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
-shard::ShardSpec strategy_spec(std::string_view name, const topo::Topology& topology) {
+shard::ShardSpec strategy_spec(std::string_view given, const topo::Topology& topology) {
+  const std::string_view name = shard::ShardSpec::canonical_preset(given);
   const std::vector<std::string> known = strategy_names();
   if (std::find(known.begin(), known.end(), name) == known.end())
-    throw Error(fmt::format("--strategy '{}': unknown (known: {}, all)", name, fmt::join(known, ", ")));
+    throw Error(fmt::format("--strategy '{}': unknown (known: {}, all; the frameworks' names: {})", given,
+                            fmt::join(known, ", "), shard::ShardSpec::alias_list()));
   if (name != "topo-paper") return shard::ShardSpec::preset_for(name, topology);
   shard::ShardSpec spec = shard::ShardSpec::preset_for("topo", topology);
   spec.preset = "topo-paper";

@@ -14,7 +14,10 @@ namespace strata::plan {
 
 std::pair<std::string, ModelParallel> parse_strategy_variant(std::string_view text, const ModelParallel& defaults) {
   ModelParallel mp = defaults;
-  const std::size_t plus = text.find('+');
+  // The name ends at the first '+', past a framework's name that holds '+' itself (zero++).
+  std::size_t plus = text.find('+');
+  for (const shard::ShardSpec::Alias& a : shard::ShardSpec::preset_aliases())
+    if (a.name.find('+') != std::string_view::npos && text.starts_with(a.name)) plus = text.find('+', a.name.size());
   const std::string name(text.substr(0, plus));
   std::string_view rest = plus == std::string_view::npos ? std::string_view() : text.substr(plus + 1);
   while (!rest.empty()) {
@@ -244,9 +247,13 @@ SearchResult search_model_parallel(const ModelShape& model, const topo::Topology
                                    const Workload& workload, const std::vector<LeaveOut>& leave_out,
                                    const std::optional<Calibration>& calibration, const SearchSpace& space,
                                    const std::vector<ModelParallel>& splits) {
+  // Every split trains the same global batch: --micro-batch and --accum are one device's.
+  Workload same_batch = workload;
+  same_batch.batch_per_device = true;
   SearchResult r;
   for (const ModelParallel& mp : splits) {
-    SearchResult one = search(ModelParallelPlan(model, topology, device, workload, mp, leave_out, calibration), space);
+    SearchResult one =
+        search(ModelParallelPlan(model, topology, device, same_batch, mp, leave_out, calibration), space);
     std::move(one.fitting.begin(), one.fitting.end(), std::back_inserter(r.fitting));
     std::move(one.not_fitting.begin(), one.not_fitting.end(), std::back_inserter(r.not_fitting));
   }

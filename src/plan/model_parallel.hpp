@@ -103,7 +103,8 @@ nlohmann::json model_parallel_assumptions();
 // or the topology refuses are left out.
 std::vector<ModelParallel> candidate_splits(const ModelShape& model, const topo::Topology& topology, int max_tp = 8);
 // --search over (tp, pp, spec): every spec each split's data-parallel topology accepts,
-// ranked together.
+// ranked together by time a token, every split at the same global batch (the workload's
+// micro-batch and accumulation taken as one device's, as under --batch-per-device).
 SearchResult search_model_parallel(const ModelShape& model, const topo::Topology& topology, const DeviceFacts& device,
                                    const Workload& workload, const std::vector<LeaveOut>& leave_out,
                                    const std::optional<Calibration>& calibration, const SearchSpace& space,

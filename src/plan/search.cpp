@@ -28,8 +28,10 @@ bool same_spec(const ShardSpec& a, const ShardSpec& b) {
 
 }  // namespace
 
+double seconds_per_token(const Estimate& e) { return e.step_time_s / e.tokens_per_step; }
+
 bool ranks_before(const Estimate& a, const Estimate& b) {
-  if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
+  if (seconds_per_token(a) != seconds_per_token(b)) return seconds_per_token(a) < seconds_per_token(b);
   if (a.total_memory_bytes != b.total_memory_bytes) return a.total_memory_bytes < b.total_memory_bytes;
   return a.tiers.back().traffic.bytes_sent < b.tiers.back().traffic.bytes_sent;
 }
@@ -112,14 +114,16 @@ SearchResult search(const ModelParallelPlan& plan, const SearchSpace& space) {
 }
 
 std::string why_lost(const Estimate& loser, const Estimate& best) {
-  const double faster = best.step_time_s / loser.step_time_s - 1;
+  // Tokens a second of the loser against the best's: above 1, the loser is faster.
+  const double speedup = seconds_per_token(best) / seconds_per_token(loser);
   if (!loser.fits)
     return fmt::format("does not fit: needs {:.1f} GB of {:g} GB ({})",
                        static_cast<double>(loser.total_memory_bytes) / 1e9,
                        static_cast<double>(loser.device_memory_bytes) / 1e9,
-                       faster < 0 ? fmt::format("would be {:.1f}% faster", -faster * 100)
-                                  : fmt::format("would be {:.1f}% slower anyway", faster * 100));
-  const double delta = loser.step_time_s - best.step_time_s;
+                       speedup > 1 ? fmt::format("would be {:.1f}% faster", (speedup - 1) * 100)
+                                   : fmt::format("would be {:.1f}% slower anyway", (1 - speedup) * 100));
+  // In seconds a step at the best's global batch, so the parts below add up to it.
+  const double delta = seconds_per_token(loser) * best.tokens_per_step - best.step_time_s;
   if (delta <= 0) {
     return fmt::format("same predicted step time; holds {:.2f} GB more a rank",
                        (static_cast<double>(loser.total_memory_bytes) - static_cast<double>(best.total_memory_bytes)) /
@@ -139,7 +143,7 @@ std::string why_lost(const Estimate& loser, const Estimate& best) {
   std::vector<std::string> named;
   for (auto& [seconds, what] : parts)
     if (seconds > 0.05 * delta && named.size() < 2) named.push_back(fmt::format("{} +{:.3g} s", what, seconds));
-  return fmt::format("+{:.1f}% step time (+{:.3g} s): {}", delta / best.step_time_s * 100, delta,
+  return fmt::format("+{:.1f}% time a token (+{:.3g} s a step): {}", delta / best.step_time_s * 100, delta,
                      fmt::join(named, ", "));
 }
 
@@ -149,6 +153,8 @@ nlohmann::json search_json(const SearchResult& result, int top) {
     nlohmann::json j = result.fitting[i].to_json();
     j["rank"] = i + 1;
     j["label"] = spec_label(result.fitting[i].spec);
+    j["seconds_per_token"] = seconds_per_token(result.fitting[i]);
+    j["tokens_per_s_per_device"] = result.fitting[i].tokens_per_s / result.fitting[i].world_size;
     if (i > 0) j["why_lost"] = why_lost(result.fitting[i], result.fitting[0]);
     (static_cast<int>(i) < top ? ranked : lost).push_back(std::move(j));
   }
@@ -157,12 +163,16 @@ nlohmann::json search_json(const SearchResult& result, int top) {
     nlohmann::json j = {{"label", spec_label(e.spec)},
                         {"strategy", e.strategy},
                         {"step_time_s", e.step_time_s},
+                        {"tensor_parallel", e.tensor_parallel},
+                        {"pipeline_stages", e.pipeline_stages},
+                        {"tokens_per_s_per_device", e.tokens_per_s / e.world_size},
                         {"memory_bytes_total", e.total_memory_bytes},
                         {"device_memory_bytes", e.device_memory_bytes}};
     if (!result.fitting.empty()) j["why_lost"] = why_lost(e, result.fitting[0]);
     unfit.push_back(std::move(j));
   }
-  return {{"evaluated", result.fitting.size() + result.not_fitting.size()},
+  return {{"ranked_by", "time a token (step time / tokens a step), every split at the same global batch"},
+          {"evaluated", result.fitting.size() + result.not_fitting.size()},
           {"fitting", result.fitting.size()},
           {"best", ranked},
           {"others", lost},

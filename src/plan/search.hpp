@@ -41,20 +41,24 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
 // "W=gpu G=node OS=cluster S=- w:int8 g:int4 s:bf16"
 std::string spec_label(const shard::ShardSpec& spec);
 
-// Faster first; ties go to less memory, then to fewer bytes over the outermost tier.
+// Step time over the tokens the step trains (all ranks): what --search ranks by, so splits
+// that train different global batches still compare fairly.
+double seconds_per_token(const Estimate& e);
+// Less time a token first; ties go to less memory, then to fewer bytes over the outermost tier.
 bool ranks_before(const Estimate& a, const Estimate& b);
 
 struct SearchResult {
-  std::vector<Estimate> fitting;      // fastest first (ties: less memory, then fewer outer-tier bytes)
-  std::vector<Estimate> not_fitting;  // fastest first
+  std::vector<Estimate> fitting;      // least time a token first (ties: less memory, then fewer outer-tier bytes)
+  std::vector<Estimate> not_fitting;  // least time a token first
 };
 class ModelParallelPlan;
 // Every spec of the plan's data-parallel topology, priced at its (tp, pp) split.
 SearchResult search(const ModelParallelPlan& plan, const SearchSpace& space);
 
-// Why `loser` ranks below `best`: the step-time difference and what it comes from, e.g.
-// "+12.3% step time (+0.41 s): cluster comm +0.38 s, compute +0.03 s"; for a spec that does
-// not fit: "does not fit: needs 71.2 GB of 64 GB (would be 5.0% faster)".
+// Why `loser` ranks below `best`: the difference in time a token and what it comes from (per
+// step, at the same global batch), e.g. "+12.3% time a token (+0.41 s a step): cluster comm
+// +0.38 s, compute +0.03 s"; for a spec that does not fit: "does not fit: needs 71.2 GB of
+// 64 GB (would be 5.0% faster)", faster meaning more tokens a second than `best`.
 std::string why_lost(const Estimate& loser, const Estimate& best);
 
 nlohmann::json search_json(const SearchResult& result, int top);

@@ -16,7 +16,40 @@ std::vector<std::string> ShardSpec::preset_names() {
   return {"ddp", "zero1", "zero2", "zero3", "hsdp", "zeropp", "topo"};
 }
 
-ShardSpec ShardSpec::preset_for(std::string_view name, const topo::Topology& topology) {
+const std::vector<ShardSpec::Alias>& ShardSpec::preset_aliases() {
+  // Sources: PyTorch's ShardingStrategy (torch/distributed/fsdp/api.py) and fully_shard;
+  // DeepSpeed's ZeroStageEnum and ZeRO++ keys (deepspeed/runtime/zero/config.py).
+  static const std::vector<Alias> aliases{
+      {"fsdp", "zero3", "PyTorch FSDP's FULL_SHARD (FSDP2: fully_shard on a 1-D mesh)"},
+      {"full_shard", "zero3", "PyTorch FSDP's FULL_SHARD (FSDP2: fully_shard on a 1-D mesh)"},
+      {"zero-3", "zero3", "DeepSpeed ZeRO stage 3"},
+      {"hybrid_shard", "hsdp", "PyTorch FSDP's HYBRID_SHARD (FSDP2: fully_shard on a 2-D replicate x shard mesh)"},
+      {"shard_grad_op", "zero2",
+       "PyTorch FSDP's SHARD_GRAD_OP, nearest: it also shards weights between steps, strata's zero2 keeps them whole"},
+      {"zero-2", "zero2", "DeepSpeed ZeRO stage 2"},
+      {"zero-1", "zero1", "DeepSpeed ZeRO stage 1 (Megatron-LM's --use-distributed-optimizer)"},
+      {"no_shard", "ddp", "PyTorch FSDP's NO_SHARD (DistributedDataParallel)"},
+      {"zero++", "zeropp", "DeepSpeed ZeRO++: ZeRO-3 with hpZ, qwZ and qgZ"},
+  };
+  return aliases;
+}
+
+std::string ShardSpec::alias_list() {
+  std::vector<std::string> parts;
+  for (const Alias& a : preset_aliases()) parts.push_back(fmt::format("{} = {}", a.name, a.preset));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string_view ShardSpec::canonical_preset(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const Alias& a : preset_aliases())
+    if (a.name == lower) return a.preset;
+  return name;
+}
+
+ShardSpec ShardSpec::preset_for(std::string_view given, const topo::Topology& topology) {
+  const std::string_view name = canonical_preset(given);
   const int n = topology.num_tiers();
   if (n < 1) throw Error("topology: has no tiers");
   auto tier = [&](int t) { return topology.tier(t).name; };
@@ -53,7 +86,8 @@ ShardSpec ShardSpec::preset_for(std::string_view name, const topo::Topology& top
     s.weight_wire = DType::I8;
     s.grad_wire = DType::I4;
   } else {
-    throw Error(fmt::format("strategy '{}': unknown (known: {})", name, fmt::join(preset_names(), ", ")));
+    throw Error(fmt::format("strategy '{}': unknown (known: {}; and the frameworks' names {})", given,
+                            fmt::join(preset_names(), ", "), alias_list()));
   }
   return s;
 }
@@ -148,6 +182,55 @@ LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology) {
   if (spec.reductions_in_flight < 0)
     throw Error(fmt::format("shard.reductions_in_flight = {}: must be >= 0", spec.reductions_in_flight));
   return l;
+}
+
+}  // namespace strata::shard
+
+namespace strata::shard {
+
+std::string ShardSpec::describe(const topo::Topology& topology) const {
+  const LevelSpec l = resolve(*this, topology);
+  auto over = [&](const std::string& tier, int levels) {
+    const int d = l.degree(levels);
+    return levels == l.num_levels ? fmt::format("over all {} ranks", d)
+                                  : fmt::format("over the {} ranks of a '{}'", d, tier);
+  };
+  auto wire = [](DType w) {
+    if (w == DType::I8 || w == DType::I4)
+      return fmt::format("{} with an fp32 scale per block", comm::dtype_name(w));
+    return std::string(comm::dtype_name(w));
+  };
+  std::vector<std::string> parts;
+  parts.push_back(l.weights == 0 ? std::string("W=-: every rank holds all the weights")
+                                 : fmt::format("W={}: weights sharded {} (1/{} each), gathered for each unit's forward"
+                                               "{}",
+                                               weights, over(weights, l.weights), l.degree(l.weights),
+                                               free_after_forward ? " and again for its backward"
+                                                                  : ", kept until its backward"));
+  parts.push_back(l.grads == 0 ? std::string("G=-: gradients whole on every rank, summed once a step")
+                               : fmt::format("G={}: gradients reduce-scattered {} each micro-batch", grads,
+                                             over(grads, l.grads)));
+  parts.push_back(l.optimizer == 0 ? std::string("OS=-: every rank keeps all of Adam's state and updates every weight")
+                                   : fmt::format("OS={}: Adam's fp32 master weights, m and v sharded {}", optimizer,
+                                                 over(optimizer, l.optimizer)));
+  if (l.secondary > 0)
+    parts.push_back(fmt::format("S={}: a second copy of the weights sharded {}, kept from forward so backward gathers "
+                                "inside it (ZeRO++'s hpZ, zero_hpz_partition_size {})",
+                                secondary, over(secondary, l.secondary), l.degree(l.secondary)));
+  if (l.weights > 0 || l.optimizer > l.weights)
+    parts.push_back(fmt::format("w:{}: weights travel as {}{}", comm::dtype_name(weight_wire), wire(weight_wire),
+                                weight_wire == DType::I8 ? " (ZeRO++'s qwZ)" : ""));
+  if (l.grads > 0)
+    parts.push_back(fmt::format("g:{}: the per-micro-batch gradient reduction sends {}{}", comm::dtype_name(grad_wire),
+                                wire(grad_wire),
+                                grad_wire == DType::I8 || grad_wire == DType::I4
+                                    ? " as an all-to-all (ZeRO++'s qgZ)"
+                                    : ""));
+  parts.push_back(fmt::format("s:{}: the once-a-step gradient reduction (to the optimizer's shard, or across "
+                              "replicas) sends {}{}",
+                              comm::dtype_name(step_grad_wire), wire(step_grad_wire),
+                              step_grad_allreduce ? ", as an all-reduce" : ""));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 }  // namespace strata::shard

@@ -54,10 +54,26 @@ struct ShardSpec {
   // it exists to price that account, strata's own presets leave it off.
   bool step_grad_allreduce = false;
 
-  // Presets: ddp, zero1, zero2, zero3, hsdp, zeropp, topo. Tier choices depend on the
-  // topology (outermost tier = all ranks; hsdp/zeropp use the tier just inside it).
+  // Presets: ddp, zero1, zero2, zero3, hsdp, zeropp, topo, or a framework's name for one
+  // (preset_aliases). Tier choices depend on the topology (outermost tier = all ranks;
+  // hsdp/zeropp use the tier just inside it).
   static ShardSpec preset_for(std::string_view name, const topo::Topology& topology);
   static std::vector<std::string> preset_names();
+  // The frameworks' names for the presets: one table, resolved by preset_for (strata train)
+  // and by the planner alike.
+  struct Alias {
+    std::string_view name;    // what the user may type: full_shard, zero-3, zero++, ...
+    std::string_view preset;  // the preset it is
+    std::string_view means;   // the framework's own term, e.g. "PyTorch FSDP's FULL_SHARD"
+  };
+  static const std::vector<Alias>& preset_aliases();
+  // The preset a name or alias stands for (the name itself when it is neither).
+  static std::string_view canonical_preset(std::string_view name);
+  static std::string alias_list();  // "fsdp = zero3, full_shard = zero3, ..." for refusals
+
+  // The spec in words, e.g. "W=cluster: weights sharded over all 128 ranks, gathered for
+  // each unit's forward and backward; ...", and which framework setting each part is.
+  std::string describe(const topo::Topology& topology) const;
 
   // "W=gpu,G=node,OS=cluster" (any subset, keys W/G/OS/S, case-insensitive).
   void apply_shard_string(std::string_view text);

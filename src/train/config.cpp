@@ -168,7 +168,8 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,
-        "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo"},
+        "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo, or a framework's name for one "
+        "(fsdp/full_shard, hybrid_shard, shard_grad_op, no_shard, zero-1/2/3, zero++)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.strategy = as_string(k, v); }},
       {{"shard.topology", "--topology", K::String, "tiers of the cluster: host, frontier, dgx-a100, dgx-h100, or a "
                                                    "TOML file"},

@@ -574,7 +574,7 @@ TEST(Search, RanksFittingSpecsByThroughputAndSaysWhyOthersLost) {
   for (const Estimate& e : r.not_fitting) EXPECT_GT(e.total_memory_bytes, e.device_memory_bytes);
   const std::string slower = why_lost(r.fitting.back(), r.fitting.front());
   EXPECT_EQ(slower.rfind("+", 0), 0u) << slower;
-  EXPECT_NE(slower.find("% step time"), std::string::npos) << slower;
+  EXPECT_NE(slower.find("% time a token"), std::string::npos) << slower;
   const std::string unfit = why_lost(r.not_fitting.front(), r.fitting.front());
   EXPECT_NE(unfit.find("does not fit: needs"), std::string::npos) << unfit;
   EXPECT_NE(unfit.find("of 64 GB"), std::string::npos) << unfit;
