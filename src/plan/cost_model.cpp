@@ -223,136 +223,201 @@ OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Ca
   return price;
 }
 
-Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
-                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
-                            bool last_of_step, const OverlapFactors& factors) {
-  const std::vector<model::UnitEvent>& events = schedule.units().events;
-  std::vector<ScheduledOp> ops = schedule.micro_batch_ops();
-  const std::size_t micro_ops = ops.size();
-  if (last_of_step) ops.insert(ops.end(), schedule.bucket_ops().begin(), schedule.bucket_ops().end());
-  const shard::MicroBatchProgram& program =
-      last_of_step ? schedule.last_micro_batch_program() : schedule.training_program();
-  const int levels = schedule.topology().num_tiers();
+namespace {
 
-  if (op_seconds.size() != ops.size() || forward_s.size() != schedule.units().numel.size() ||
-      backward_s.size() != forward_s.size())
-    throw Error(fmt::format("replay: {} op times for {} ops, {}/{} unit times for {} units", op_seconds.size(),
-                            ops.size(), forward_s.size(), backward_s.size(), schedule.units().numel.size()));
-  std::vector<std::vector<int>> ops_of_event(events.size()), ops_of_bucket(schedule.buckets().size());
-  for (int i = 0; i < static_cast<int>(micro_ops); ++i) {
-    if (ops[i].event < 0 || ops[i].event >= static_cast<int>(events.size()))
-      throw Error(fmt::format("schedule: micro-batch op {} names no event", i));
-    ops_of_event[ops[i].event].push_back(i);
+// replay_micro_batch's two streams, one method a moment: run() walks the program's events:
+// at each, issue, then wait, then compute; after the last, drain the stream and attribute
+// each op's time to its tier. The communication stream serves ops one at a time in the order
+// the program issues them (the runtime's communication thread is a FIFO), each starting once
+// issued and the stream is free. Compute issues at each event, then waits for what the
+// program says must be complete before the event's compute. The two streams advance
+// together: while both run, compute goes at 1/slows_compute of the op on the stream and the
+// op at 1/under_compute; alone, each at full speed.
+class MicroBatchReplay {
+ public:
+  MicroBatchReplay(const shard::Schedule& schedule, const std::vector<double>& forward_s,
+                   const std::vector<double>& backward_s, const std::vector<double>& op_seconds, bool last_of_step,
+                   const OverlapFactors& factors)
+      : events_(schedule.units().events),
+        forward_s_(forward_s),
+        backward_s_(backward_s),
+        op_seconds_(op_seconds),
+        factors_(factors),
+        program_(last_of_step ? schedule.last_micro_batch_program() : schedule.training_program()),
+        ops_(schedule.micro_batch_ops()) {
+    const std::size_t micro_ops = ops_.size();
+    if (last_of_step) ops_.insert(ops_.end(), schedule.bucket_ops().begin(), schedule.bucket_ops().end());
+    if (op_seconds.size() != ops_.size() || forward_s.size() != schedule.units().numel.size() ||
+        backward_s.size() != forward_s.size())
+      throw Error(fmt::format("replay: {} op times for {} ops, {}/{} unit times for {} units", op_seconds.size(),
+                              ops_.size(), forward_s.size(), backward_s.size(), schedule.units().numel.size()));
+    ops_of_event_.resize(events_.size());
+    ops_of_bucket_.resize(schedule.buckets().size());
+    for (int i = 0; i < static_cast<int>(micro_ops); ++i) {
+      if (ops_[i].event < 0 || ops_[i].event >= static_cast<int>(events_.size()))
+        throw Error(fmt::format("schedule: micro-batch op {} names no event", i));
+      ops_of_event_[ops_[i].event].push_back(i);
+    }
+    for (int i = static_cast<int>(micro_ops); i < static_cast<int>(ops_.size()); ++i)
+      ops_of_bucket_[ops_[i].bucket].push_back(i);
+    for (auto [list, what] :
+         {std::pair{&factors.under_compute, "under-compute"}, {&factors.slows_compute, "compute slowdown"}})
+      if (!list->empty() && list->size() != ops_.size())
+        throw Error(fmt::format("replay: {} {} factors for {} ops", list->size(), what, ops_.size()));
+    const int levels = schedule.topology().num_tiers();
+    t_.busy_by_level.assign(levels, 0);
+    t_.stretch_by_level.assign(levels, 0);
+    t_.exposed_by_level.assign(levels, 0);
+    start_.assign(ops_.size(), 0);
+    end_.assign(ops_.size(), 0);
+    done_.assign(ops_.size(), 0);
+    chain_last_.assign(events_.size(), -1);
+    bucket_last_.assign(ops_of_bucket_.size(), -1);
   }
-  for (int i = static_cast<int>(micro_ops); i < static_cast<int>(ops.size()); ++i)
-    ops_of_bucket[ops[i].bucket].push_back(i);
 
-  // The communication stream serves ops one at a time in the order the program issues them
-  // (the runtime's communication thread is a FIFO), each starting once issued and the
-  // stream is free. Compute issues at each event, then waits for what the program says
-  // must be complete before the event's compute. The two streams advance together: while
-  // both run, compute goes at 1/slows_compute of the op on the stream and the op at
-  // 1/under_compute; alone, each at full speed.
-  for (auto [list, what] :
-       {std::pair{&factors.under_compute, "under-compute"}, {&factors.slows_compute, "compute slowdown"}})
-    if (!list->empty() && list->size() != ops.size())
-      throw Error(fmt::format("replay: {} {} factors for {} ops", list->size(), what, ops.size()));
-  auto factor = [&](int i) { return factors.under_compute.empty() ? 1.0 : factors.under_compute[i]; };
-  auto slows = [&](int i) { return factors.slows_compute.empty() ? 1.0 : factors.slows_compute[i]; };
-  Timeline t;
-  t.busy_by_level.assign(levels, 0);
-  t.stretch_by_level.assign(levels, 0);
-  t.exposed_by_level.assign(levels, 0);
-  std::vector<double> start(ops.size(), 0), end(ops.size(), 0);
-  std::vector<char> done(ops.size(), 0);
-  std::vector<int> chain_last(events.size(), -1), bucket_last(ops_of_bucket.size(), -1);
-  std::vector<std::pair<double, double>> waits;
-  double clock = 0, run = 0;
-  // The stream, simulated up to `clock`: t.order[head] is on it with `left` seconds of its
-  // own (alone) time to go; the ops before it are done.
-  std::size_t head = 0;
-  double left = 0;
-  auto finish_head = [&] {
-    const int i = t.order[head];
-    end[i] = clock, done[i] = 1;
-    if (++head < t.order.size()) start[t.order[head]] = clock, left = op_seconds[t.order[head]];
-  };
-  auto settle = [&] {  // ops of no time end where they start
-    while (head < t.order.size() && left <= 0) finish_head();
-  };
-  // Compute waits, the stream alone, until op i is done.
-  auto wait_for = [&](int i) {
-    const double from = clock;
-    while (!done[i]) {
-      settle();
-      if (done[i]) break;
-      clock += left, left = 0;
-      finish_head();
+  Timeline run() && {
+    for (std::size_t e = 0; e <= events_.size(); ++e) {
+      issue(program_.steps[e]);
+      wait(program_.steps[e]);
+      if (e < events_.size()) compute(e);
     }
-    if (clock > from) waits.emplace_back(from, clock);
-  };
-  // Runs `work` seconds of compute from `clock`, both streams slowed while they overlap.
-  auto run_compute = [&](double work) {
-    while (work > 0) {
-      settle();
-      if (head == t.order.size()) {
-        clock += work;
-        return;
-      }
-      const double f = factor(t.order[head]), slowdown = slows(t.order[head]);
-      const double compute_wall = work * slowdown, op_wall = left * f;
-      if (compute_wall <= op_wall) {
-        clock += compute_wall, left -= compute_wall / f;
-        t.slowdown_s += compute_wall - work;
-        return;
-      }
-      clock += op_wall, left = 0;
-      work -= op_wall / slowdown;
-      t.slowdown_s += op_wall - op_wall / slowdown;
-      finish_head();
-    }
-  };
-  // Queues a chain on the stream; returns its last op.
-  auto enqueue = [&](const std::vector<int>& chain) {
-    for (int i : chain) {
-      t.order.push_back(i);
-      if (head == t.order.size() - 1) start[i] = clock, left = op_seconds[i];
-    }
-    return chain.empty() ? -1 : chain.back();
-  };
-  for (std::size_t e = 0; e <= events.size(); ++e) {
-    const shard::EventStep& step = program.steps[e];
-    for (int c : step.issue) chain_last[c] = enqueue(ops_of_event[c]);
-    for (int b : step.bucket_issue) bucket_last[b] = enqueue(ops_of_bucket[b]);
+    drain();
+    attribute();
+    return std::move(t_);
+  }
+
+ private:
+  // Queues on the stream the chains and buckets the program issues at `step`.
+  void issue(const shard::EventStep& step) {
+    for (int c : step.issue) chain_last_[c] = enqueue(ops_of_event_[c]);
+    for (int b : step.bucket_issue) bucket_last_[b] = enqueue(ops_of_bucket_[b]);
+  }
+
+  // Compute waits, the stream alone, for the chains and buckets that must be done at `step`.
+  void wait(const shard::EventStep& step) {
     for (int c : step.complete)
-      if (chain_last[c] >= 0) wait_for(chain_last[c]);
+      if (chain_last_[c] >= 0) wait_for(chain_last_[c]);
     for (int b : step.bucket_complete)
-      if (bucket_last[b] >= 0) wait_for(bucket_last[b]);
-    if (e == events.size()) break;
-    const model::UnitEvent& ev = events[e];
-    if (ev.kind != model::UnitEvent::Acquire) continue;
-    run += ev.phase == model::Phase::Forward ? forward_s[ev.unit] : backward_s[ev.unit];
-    // The compute that needs these weights runs once the last of a run of acquires is in.
-    const bool run_ends = e + 1 == events.size() || events[e + 1].kind != model::UnitEvent::Acquire;
-    if (run_ends) {
-      run_compute(run);
-      t.compute_s += run;
-      run = 0;
-    }
+      if (bucket_last_[b] >= 0) wait_for(bucket_last_[b]);
   }
-  if (!t.order.empty()) wait_for(t.order.back());
-  t.makespan_s = clock;
+
+  // An acquire adds its unit's forward or backward to the run of compute that needs these
+  // weights, which runs once the last of a run of acquires is in.
+  void compute(std::size_t event) {
+    const model::UnitEvent& ev = events_[event];
+    if (ev.kind != model::UnitEvent::Acquire) return;
+    run_ += ev.phase == model::Phase::Forward ? forward_s_[ev.unit] : backward_s_[ev.unit];
+    const bool run_ends = event + 1 == events_.size() || events_[event + 1].kind != model::UnitEvent::Acquire;
+    if (!run_ends) return;
+    run_compute(run_);
+    t_.compute_s += run_;
+    run_ = 0;
+  }
+
+  // The micro-batch ends when the stream is idle.
+  void drain() {
+    if (!t_.order.empty()) wait_for(t_.order.back());
+    t_.makespan_s = clock_;
+  }
 
   // The stream is busy through every wait (compute waits only on an issued op, and the
   // tail only on queued reductions), so each wait splits exactly over the ops it overlaps.
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const double stretch = factor(i) == 1.0 ? 0.0 : std::max(0.0, end[i] - start[i] - op_seconds[i]);
-    t.busy_by_level[ops[i].level] += op_seconds[i] + stretch;
-    t.stretch_by_level[ops[i].level] += stretch;
-    for (auto [from, to] : waits)
-      t.exposed_by_level[ops[i].level] += std::max(0.0, std::min(to, end[i]) - std::max(from, start[i]));
+  void attribute() {
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      const double stretch = under_compute(i) == 1.0 ? 0.0 : std::max(0.0, end_[i] - start_[i] - op_seconds_[i]);
+      t_.busy_by_level[ops_[i].level] += op_seconds_[i] + stretch;
+      t_.stretch_by_level[ops_[i].level] += stretch;
+      for (auto [from, to] : waits_)
+        t_.exposed_by_level[ops_[i].level] += std::max(0.0, std::min(to, end_[i]) - std::max(from, start_[i]));
+    }
   }
-  return t;
+
+  double under_compute(std::size_t i) const {
+    return factors_.under_compute.empty() ? 1.0 : factors_.under_compute[i];
+  }
+  double slows_compute(std::size_t i) const {
+    return factors_.slows_compute.empty() ? 1.0 : factors_.slows_compute[i];
+  }
+
+  // Queues a chain on the stream; returns its last op.
+  int enqueue(const std::vector<int>& chain) {
+    for (int i : chain) {
+      t_.order.push_back(i);
+      if (head_ == t_.order.size() - 1) start_[i] = clock_, left_ = op_seconds_[i];
+    }
+    return chain.empty() ? -1 : chain.back();
+  }
+
+  void finish_head() {
+    const int i = t_.order[head_];
+    end_[i] = clock_, done_[i] = 1;
+    if (++head_ < t_.order.size()) start_[t_.order[head_]] = clock_, left_ = op_seconds_[t_.order[head_]];
+  }
+
+  void settle() {  // ops of no time end where they start
+    while (head_ < t_.order.size() && left_ <= 0) finish_head();
+  }
+
+  // Compute waits, the stream alone, until op i is done.
+  void wait_for(int i) {
+    const double from = clock_;
+    while (!done_[i]) {
+      settle();
+      if (done_[i]) break;
+      clock_ += left_, left_ = 0;
+      finish_head();
+    }
+    if (clock_ > from) waits_.emplace_back(from, clock_);
+  }
+
+  // Runs `work` seconds of compute from clock_, both streams slowed while they overlap.
+  void run_compute(double work) {
+    while (work > 0) {
+      settle();
+      if (head_ == t_.order.size()) {
+        clock_ += work;
+        return;
+      }
+      const double f = under_compute(t_.order[head_]), slowdown = slows_compute(t_.order[head_]);
+      const double compute_wall = work * slowdown, op_wall = left_ * f;
+      if (compute_wall <= op_wall) {
+        clock_ += compute_wall, left_ -= compute_wall / f;
+        t_.slowdown_s += compute_wall - work;
+        return;
+      }
+      clock_ += op_wall, left_ = 0;
+      work -= op_wall / slowdown;
+      t_.slowdown_s += op_wall - op_wall / slowdown;
+      finish_head();
+    }
+  }
+
+  const std::vector<model::UnitEvent>& events_;
+  const std::vector<double>& forward_s_;
+  const std::vector<double>& backward_s_;
+  const std::vector<double>& op_seconds_;
+  const OverlapFactors& factors_;
+  const shard::MicroBatchProgram& program_;
+  std::vector<ScheduledOp> ops_;  // micro-batch ops, then (last_of_step) bucket ops
+  std::vector<std::vector<int>> ops_of_event_, ops_of_bucket_;
+  Timeline t_;
+  std::vector<double> start_, end_;
+  std::vector<char> done_;
+  std::vector<int> chain_last_, bucket_last_;
+  std::vector<std::pair<double, double>> waits_;
+  double clock_ = 0, run_ = 0;
+  // The stream, simulated up to clock_: t_.order[head_] is on it with left_ seconds of its
+  // own (alone) time to go; the ops before it are done.
+  std::size_t head_ = 0;
+  double left_ = 0;
+};
+
+}  // namespace
+
+Timeline replay_micro_batch(const shard::Schedule& schedule, const std::vector<double>& forward_s,
+                            const std::vector<double>& backward_s, const std::vector<double>& op_seconds,
+                            bool last_of_step, const OverlapFactors& factors) {
+  return MicroBatchReplay(schedule, forward_s, backward_s, op_seconds, last_of_step, factors).run();
 }
 
 std::uint64_t Estimate::bytes_on(std::string_view tier) const {
@@ -493,118 +558,170 @@ shard::Schedule PlanContext::schedule(const shard::ShardSpec& spec) const {
                          tensor_parallel_);
 }
 
-Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spec) const {
-  const shard::Schedule schedule = this->schedule(spec);
-  const int K = workload_.accumulation_steps;
-  Estimate e;
-  e.strategy = std::move(strategy);
-  e.spec = spec;
-  e.world_size = schedule.world_size();
+// One estimate, step by step: PlanContext::estimate runs them in the order they are written,
+// the order in which each tier's sums are added.
+class PlanContext::EstimateSteps {
+ public:
+  EstimateSteps(const PlanContext& context, const shard::Schedule& schedule, Estimate& e)
+      : c_(context),
+        schedule_(schedule),
+        e_(e),
+        K_(context.workload_.accumulation_steps),
+        calibrated_(context.calibration_ ? &*context.calibration_ : nullptr) {}
 
-  // Bytes: the schedule's own totals, less any op the account is told to leave out.
-  for (const shard::TierTraffic& t : schedule.traffic_per_step()) e.tiers.push_back({t});
-  auto drop = [&](const ScheduledOp& op, std::uint64_t times) {
-    shard::TierTraffic& t = e.tiers[op.level].traffic;
+  // Bytes: the schedule's own totals, less any op the account is told to leave out; the
+  // micro-batch and bucket ops priced and replayed against compute.
+  void replay_micro_batches() {
+    for (const shard::TierTraffic& t : schedule_.traffic_per_step()) e_.tiers.push_back({t});
+    for (const ScheduledOp& op : schedule_.micro_batch_ops()) replayed(op, K_);
+    mb_ = replay_micro_batch(schedule_, c_.forward_s_, c_.backward_s_, op_seconds_, false, factors_);
+    // The step's last micro-batch also runs the buckets' step reductions (once a step).
+    for (const ScheduledOp& op : schedule_.bucket_ops()) replayed(op, 1);
+    last_ = schedule_.buckets().empty()
+                ? mb_
+                : replay_micro_batch(schedule_, c_.forward_s_, c_.backward_s_, op_seconds_, true, factors_);
+  }
+
+  // The optimizer step's ops, never hidden.
+  void step_phase() {
+    for (const ScheduledOp& op : schedule_.step_ops()) {
+      if (c_.left_out(op)) {
+        drop(op, 1), note(op);
+        continue;
+      }
+      const OpPrice p = price(op);
+      const double s = p.seconds();
+      book(op, p, 1);
+      e_.tiers[op.level].step_phase_s += s;
+      e_.tiers[op.level].busy_s += s;
+      e_.step_comm_s += s;
+    }
+  }
+
+  // The K micro-batches' time on each tier: busy, stretched by compute beside it, exposed.
+  void micro_batch_communication() {
+    for (std::size_t t = 0; t < e_.tiers.size(); ++t) {
+      e_.tiers[t].busy_s += (K_ - 1) * mb_.busy_by_level[t] + last_.busy_by_level[t];
+      e_.tiers[t].under_compute_s = (K_ - 1) * mb_.stretch_by_level[t] + last_.stretch_by_level[t];
+      e_.tiers[t].exposed_micro_s = (K_ - 1) * mb_.exposed_by_level[t] + last_.exposed_by_level[t];
+    }
+  }
+
+  // Tensor parallelism's collectives sit inside the model's compute, which waits for each
+  // (the runtime issues them on the communication stream and blocks on them): all their time
+  // is on the critical path and exposed on their tier, K times a step.
+  void tensor_parallel() {
+    double tp_s = 0;
+    for (const ScheduledOp& op : schedule_.tensor_parallel_ops()) {
+      const OpPrice p = price(op);
+      tp_s += p.seconds();
+      book(op, p, K_);
+      e_.tiers[op.level].busy_s += K_ * p.seconds();
+      e_.tiers[op.level].exposed_micro_s += K_ * p.seconds();
+    }
+    e_.tp_allreduce_s = K_ * tp_s;
+  }
+
+  // Adam on the OS shard streams master weight, m and v in and out (24 bytes), reads the
+  // gradient and writes the new weight (an element each in compute precision).
+  void compute() {
+    const int cb = compute_bytes(c_.workload_.precision);
+    const double os_elements =
+        static_cast<double>(schedule_.total_padded()) / schedule_.levels().degree(schedule_.levels().optimizer);
+    const double optimizer_GBps =
+        calibrated_ && calibrated_->compute ? calibrated_->compute->optimizer_GBps : c_.device_.hbm_GBps;
+    e_.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
+
+    e_.compute_s = K_ * mb_.compute_s;
+    e_.recompute_matmul_s = K_ * c_.rerun_matmul_s_;
+    e_.recompute_memory_bound_s = K_ * c_.rerun_memory_bound_s_;
+    e_.overlap_slowdown_s = (K_ - 1) * mb_.slowdown_s + last_.slowdown_s;
+    e_.exposed_micro_s = (K_ - 1) * (mb_.makespan_s - mb_.compute_s - mb_.slowdown_s) +
+                         (last_.makespan_s - last_.compute_s - last_.slowdown_s);
+    e_.step_time_s =
+        (K_ - 1) * mb_.makespan_s + last_.makespan_s + e_.tp_allreduce_s + e_.step_comm_s + e_.optimizer_s;
+  }
+
+  void throughput() {
+    e_.tokens_per_step = static_cast<double>(c_.workload_.micro_batch) * c_.workload_.seq * K_ * e_.world_size;
+    set_throughput(e_, c_.model_, c_.workload_, c_.device_);
+  }
+
+  void memory() {
+    const int cb = compute_bytes(c_.workload_.precision);
+    e_.memory = schedule_.memory_per_rank(cb);
+    e_.activation_bytes = c_.model_.activation_bytes(c_.workload_.micro_batch, c_.workload_.seq, cb,
+                                                     c_.workload_.recompute, c_.workload_.flash_attention);
+    e_.total_memory_bytes = e_.memory.weights + e_.memory.secondary + e_.memory.grads + e_.memory.optimizer +
+                            e_.memory.gathered + e_.activation_bytes;
+    e_.device_memory_bytes = static_cast<std::uint64_t>(c_.device_.memory_gb * 1e9);
+    e_.fits = e_.total_memory_bytes <= e_.device_memory_bytes;
+  }
+
+ private:
+  OpPrice price(const ScheduledOp& op) const {
+    return price_op(op, c_.topology_, calibrated_, collective_launches(op, c_.units_, c_.workload_.granularity));
+  }
+
+  // An op's fixed costs and coding, `times` a step, on its tier.
+  void book(const ScheduledOp& op, const OpPrice& p, int times) {
+    e_.tiers[op.level].latency_s += times * p.latency_s;
+    e_.tiers[op.level].codec_s += times * p.codec_s;
+  }
+
+  void drop(const ScheduledOp& op, std::uint64_t times) {
+    shard::TierTraffic& t = e_.tiers[op.level].traffic;
     t.bytes_sent -= times * op.bytes_sent;
     t.bytes_received -= times * op.bytes_received;
     t.messages -= times * op.messages;
-  };
-  std::vector<std::string> dropped;
-  auto note = [&](const ScheduledOp& op) {
-    std::string what = fmt::format("{}@{}", purpose_flag(op.purpose), topology_.tier(op.level).name);
-    if (std::find(dropped.begin(), dropped.end(), what) == dropped.end()) dropped.push_back(what);
-  };
+  }
 
-  const Calibration* calibrated = calibration_ ? &*calibration_ : nullptr;
-  auto price = [&](const ScheduledOp& op) {
-    return price_op(op, topology_, calibrated, collective_launches(op, units_, workload_.granularity));
-  };
-  // An op's fixed costs and coding, `times` a step, on its tier.
-  auto book = [&](const ScheduledOp& op, const OpPrice& p, int times) {
-    e.tiers[op.level].latency_s += times * p.latency_s;
-    e.tiers[op.level].codec_s += times * p.codec_s;
-  };
+  void note(const ScheduledOp& op) {
+    std::string what = fmt::format("{}@{}", purpose_flag(op.purpose), c_.topology_.tier(op.level).name);
+    if (std::find(e_.left_out.begin(), e_.left_out.end(), what) == e_.left_out.end()) e_.left_out.push_back(what);
+  }
+
   // An op the replay times: priced (nothing if left out), its time and overlap factors queued.
-  std::vector<double> op_seconds;
-  OverlapFactors factors;
-  auto replayed = [&](const ScheduledOp& op, int times) {
-    const bool out = left_out(op);
+  void replayed(const ScheduledOp& op, int times) {
+    const bool out = c_.left_out(op);
     if (out) drop(op, times), note(op);
     const OpPrice p = out ? OpPrice{} : price(op);
-    op_seconds.push_back(p.seconds());
-    factors.under_compute.push_back(p.under_compute);
+    op_seconds_.push_back(p.seconds());
+    factors_.under_compute.push_back(p.under_compute);
     // Compute beside the op slows by the bytes a second the op moves while compute runs (a flat
     // op's: on its outermost tier).
     const double wall = p.seconds() * p.under_compute;
     const double rate = wall > 0 ? op.bytes_sent / wall : 0;
-    factors.slows_compute.push_back(calibrated ? calibrated->compute_slowdown(topology_.tier(op.level).name, rate) : 1.0);
+    factors_.slows_compute.push_back(
+        calibrated_ ? calibrated_->compute_slowdown(c_.topology_.tier(op.level).name, rate) : 1.0);
     book(op, p, times);
-  };
-  for (const ScheduledOp& op : schedule.micro_batch_ops()) replayed(op, K);
-  const ComputeCalibration* measured_compute =
-      calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
-  const Timeline mb = replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, false, factors);
-  // The step's last micro-batch also runs the buckets' step reductions (once a step).
-  for (const ScheduledOp& op : schedule.bucket_ops()) replayed(op, 1);
-  const Timeline last = schedule.buckets().empty()
-                            ? mb
-                            : replay_micro_batch(schedule, forward_s_, backward_s_, op_seconds, true, factors);
-  for (const ScheduledOp& op : schedule.step_ops()) {
-    if (left_out(op)) {
-      drop(op, 1), note(op);
-      continue;
-    }
-    const OpPrice p = price(op);
-    const double s = p.seconds();
-    book(op, p, 1);
-    e.tiers[op.level].step_phase_s += s;
-    e.tiers[op.level].busy_s += s;
-    e.step_comm_s += s;
   }
-  for (std::size_t t = 0; t < e.tiers.size(); ++t) {
-    e.tiers[t].busy_s += (K - 1) * mb.busy_by_level[t] + last.busy_by_level[t];
-    e.tiers[t].under_compute_s = (K - 1) * mb.stretch_by_level[t] + last.stretch_by_level[t];
-    e.tiers[t].exposed_micro_s = (K - 1) * mb.exposed_by_level[t] + last.exposed_by_level[t];
-  }
-  // Tensor parallelism's collectives sit inside the model's compute, which waits for each
-  // (the runtime issues them on the communication stream and blocks on them): all their time
-  // is on the critical path and exposed on their tier, K times a step.
-  double tp_s = 0;
-  for (const ScheduledOp& op : schedule.tensor_parallel_ops()) {
-    const OpPrice p = price(op);
-    tp_s += p.seconds();
-    book(op, p, K);
-    e.tiers[op.level].busy_s += K * p.seconds();
-    e.tiers[op.level].exposed_micro_s += K * p.seconds();
-  }
-  e.tp_allreduce_s = K * tp_s;
-  e.left_out = dropped;
 
-  // Adam on the OS shard streams master weight, m and v in and out (24 bytes), reads the
-  // gradient and writes the new weight (an element each in compute precision).
-  const int cb = compute_bytes(workload_.precision);
-  const double os_elements =
-      static_cast<double>(schedule.total_padded()) / schedule.levels().degree(schedule.levels().optimizer);
-  const double optimizer_GBps = measured_compute ? measured_compute->optimizer_GBps : device_.hbm_GBps;
-  e.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
+  const PlanContext& c_;
+  const shard::Schedule& schedule_;
+  Estimate& e_;
+  const int K_;
+  const Calibration* calibrated_;
+  // The replay's op times and overlap factors, in its order (micro-batch ops, then bucket ops).
+  std::vector<double> op_seconds_;
+  OverlapFactors factors_;
+  Timeline mb_, last_;
+};
 
-  e.compute_s = K * mb.compute_s;
-  e.recompute_matmul_s = K * rerun_matmul_s_;
-  e.recompute_memory_bound_s = K * rerun_memory_bound_s_;
-  e.overlap_slowdown_s = (K - 1) * mb.slowdown_s + last.slowdown_s;
-  e.exposed_micro_s = (K - 1) * (mb.makespan_s - mb.compute_s - mb.slowdown_s) +
-                      (last.makespan_s - last.compute_s - last.slowdown_s);
-  e.step_time_s = (K - 1) * mb.makespan_s + last.makespan_s + e.tp_allreduce_s + e.step_comm_s + e.optimizer_s;
-  e.tokens_per_step = static_cast<double>(workload_.micro_batch) * workload_.seq * K * e.world_size;
-  set_throughput(e, model_, workload_, device_);
-
-  e.memory = schedule.memory_per_rank(cb);
-  e.activation_bytes = model_.activation_bytes(workload_.micro_batch, workload_.seq, cb, workload_.recompute,
-                                               workload_.flash_attention);
-  e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
-                         e.memory.gathered + e.activation_bytes;
-  e.device_memory_bytes = static_cast<std::uint64_t>(device_.memory_gb * 1e9);
-  e.fits = e.total_memory_bytes <= e.device_memory_bytes;
+Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spec) const {
+  const shard::Schedule schedule = this->schedule(spec);
+  Estimate e;
+  e.strategy = std::move(strategy);
+  e.spec = spec;
+  e.world_size = schedule.world_size();
+  EstimateSteps steps(*this, schedule, e);
+  steps.replay_micro_batches();
+  steps.step_phase();
+  steps.micro_batch_communication();
+  steps.tensor_parallel();
+  steps.compute();
+  steps.throughput();
+  steps.memory();
   return e;
 }
 

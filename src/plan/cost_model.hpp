@@ -228,6 +228,7 @@ class PlanContext {
   std::string recompute_means() const;
 
  private:
+  class EstimateSteps;
   bool left_out(const shard::ScheduledOp& op) const;
 
   ModelShape model_;

@@ -201,6 +201,296 @@ MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, con
   return p;
 }
 
+// A TP op over the TP group (ring collectives of comm::Communicator, comm's padding rule): an
+// all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks of n.
+ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose purpose, OpKind kind, std::size_t n,
+                               std::size_t element_bytes) {
+  const int t = tp.degree;
+  ScheduledOp op{when, purpose, kind};
+  op.level = tp.level;
+  if (element_bytes == 2) op.wire = DType::BF16;  // a bf16 system's activations (the planner's)
+  op.group_size = t;
+  const std::size_t chunk = kind == OpKind::AllReduce ? comm::chunk_count(n, t, 1) : n;
+  op.elements_in = n;
+  op.elements_out = kind == OpKind::AllReduce ? n : n * t;
+  op.messages = (kind == OpKind::AllReduce ? 2 : 1) * (t - 1);
+  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * chunk * element_bytes;
+  return op;
+}
+
+// What a schedule holds besides its inputs (Schedule's members of the same names).
+struct ScheduleParts {
+  std::vector<ScheduledOp> micro, step, bucket_ops, tensor_parallel;
+  std::vector<std::vector<int>> buckets;
+  MicroBatchProgram training, last_training, eval;
+};
+
+// Schedule's construction, one method a phase; build() runs them in order, each reading what
+// the ones before it made.
+class ScheduleBuilder {
+ public:
+  // `padded`: each unit's padded size (Schedule::padded_numel).
+  ScheduleBuilder(const UnitPlan& units, const ShardSpec& spec, const LevelSpec& levels,
+                  const std::vector<std::size_t>& padded, Collectives collectives)
+      : units_(units),
+        spec_(spec),
+        levels_(levels),
+        padded_(padded),
+        flat_(collectives == Collectives::FlatRing),
+        block_(spec.block_size) {}
+
+  ScheduleParts build(const TensorParallelPlan& tp) && {
+    add_micro_batch_ops();
+    set_issue_points();
+    add_step_reductions();
+    add_scalar_ops();
+    add_tensor_parallel_ops(tp);
+    add_step_gather();
+    set_slots();
+    return std::move(parts_);
+  }
+
+ private:
+  // The gathers and reductions of one micro-batch, in the order the model walks the units,
+  // each naming the event it serves.
+  void add_micro_batch_ops() {
+    std::vector<ScheduledOp>& micro = parts_.micro;
+    for (int event = 0; event < num_events(); ++event) {
+      const model::UnitEvent& e = units_.events[event];
+      const std::size_t first = micro.size();
+      if (e.kind == model::UnitEvent::Acquire && levels_.weights > 0) {
+        if (e.phase == model::Phase::Forward) {
+          gather(micro, When::Forward, Purpose::WeightGatherForward, e.unit, padded_[e.unit], levels_.weights, 0,
+                 spec_.weight_wire);
+        } else if (spec_.free_after_forward) {
+          int from = levels_.secondary > 0 ? levels_.secondary : levels_.weights;
+          gather(micro, When::Backward, Purpose::WeightGatherBackward, e.unit, padded_[e.unit], from, 0,
+                 spec_.weight_wire);
+        }
+      } else if (e.kind == model::UnitEvent::GradsReady) {
+        reduce(micro, When::Backward, Purpose::GradReduce, e.unit, padded_[e.unit], 0, levels_.grads, spec_.grad_wire);
+      }
+      for (std::size_t i = first; i < micro.size(); ++i) micro[i].event = event;
+    }
+  }
+
+  // The training and evaluation programs, and each micro-batch op's issue_event and complete_by.
+  void set_issue_points() {
+    const int n = num_events();
+    std::vector<bool> has_chain(n, false);
+    for (const ScheduledOp& op : parts_.micro) has_chain[op.event] = true;
+    int forward_events = 0;
+    while (forward_events < n && units_.events[forward_events].phase == model::Phase::Forward &&
+           units_.events[forward_events].kind != model::UnitEvent::GradsReady)
+      ++forward_events;
+    parts_.training = build_program(units_.events, has_chain, spec_, levels_.weights > 0, n);
+    parts_.eval = build_program(units_.events, has_chain, spec_, levels_.weights > 0, forward_events);
+    for (int e = 0; e <= n; ++e) {
+      for (int c : parts_.training.steps[e].issue)
+        for (ScheduledOp& op : parts_.micro)
+          if (op.event == c) op.issue_event = e;
+      for (int c : parts_.training.steps[e].complete)
+        for (ScheduledOp& op : parts_.micro)
+          if (op.event == c) op.complete_by = e;
+    }
+  }
+
+  // Replicated gradients are whole in the step's last micro-batch once backward is done with
+  // their unit, so their step reduction runs there in buckets, each issued at its last
+  // unit's GradsReady and done by the end of the micro-batch (DDP's overlap; earlier
+  // micro-batches only accumulate, as under DDP's no_sync). Sharded gradients are whole only
+  // after their per-micro-batch reductions: reduced in the step phase, unit by unit.
+  void add_step_reductions() {
+    parts_.last_training = parts_.training;
+    if (levels_.grads == 0 && spec_.bucket_bytes > 0) {
+      add_replicated_buckets();
+    } else if (levels_.grads > 0 && levels_.grads < levels_.num_levels) {
+      add_sharded_buckets();
+    } else {
+      for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
+        step_reduction(parts_.step, When::Step, u, padded_[u]);
+    }
+  }
+
+  void add_replicated_buckets() {
+    std::vector<std::vector<int>>& buckets = parts_.buckets;
+    std::uint64_t filled = 0;
+    std::vector<int> issue_at;  // per bucket: the GradsReady event of its last unit
+    for (int event = 0; event < num_events(); ++event) {
+      const model::UnitEvent& e = units_.events[event];
+      if (e.kind != model::UnitEvent::GradsReady) continue;
+      const std::uint64_t bytes = 4 * static_cast<std::uint64_t>(padded_[e.unit]);
+      if (buckets.empty() || filled + bytes > spec_.bucket_bytes) {
+        buckets.emplace_back();
+        issue_at.push_back(event);
+        filled = 0;
+      }
+      buckets.back().push_back(e.unit);
+      filled += bytes;
+      issue_at.back() = event;
+    }
+    std::size_t bucketed = 0;
+    for (const std::vector<int>& b : buckets) bucketed += b.size();
+    if (bucketed != padded_.size())
+      throw Error(fmt::format("schedule: the walk has {} GradsReady events for {} units", bucketed, padded_.size()));
+    for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
+      std::size_t padded = 0;
+      for (int u : buckets[b]) padded += padded_[u];
+      add_bucket(b, -1, padded, issue_at[b], issue_at[b]);
+    }
+  }
+
+  // Sharded gradients that the step still reduces (over the OS levels, or across replicas:
+  // hsdp, topo) are whole once the step's last micro-batch has reduced them. Each unit's
+  // step reduction is a bucket of its own, issued right behind that reduction (the FIFO
+  // communication thread runs it after) and done by the micro-batch's end: it overlaps
+  // the rest of backward, as PyTorch's HYBRID_SHARD all-reduces each unit's gradient
+  // across replicas in backward, instead of waiting for the step phase.
+  void add_sharded_buckets() {
+    const std::vector<ScheduledOp>& micro = parts_.micro;
+    for (int event = 0; event < num_events(); ++event) {
+      const model::UnitEvent& e = units_.events[event];
+      if (e.kind != model::UnitEvent::GradsReady) continue;
+      const auto reduction =
+          std::find_if(micro.begin(), micro.end(), [&](const ScheduledOp& op) { return op.event == event; });
+      if (reduction == micro.end())
+        throw Error(fmt::format("schedule: unit {}'s gradients are sharded but nothing reduces them", e.unit));
+      parts_.buckets.push_back({e.unit});
+      add_bucket(static_cast<int>(parts_.buckets.size()) - 1, e.unit, padded_[e.unit], event, reduction->issue_event);
+    }
+  }
+
+  // Bucket `bucket`'s step reduction in the last micro-batch: serving `event`, issued at
+  // `issue`, done by the micro-batch's end.
+  void add_bucket(int bucket, int unit, std::size_t padded, int event, int issue) {
+    std::vector<ScheduledOp>& ops = parts_.bucket_ops;
+    const std::size_t first = ops.size();
+    step_reduction(ops, When::Backward, unit, padded);
+    for (std::size_t i = first; i < ops.size(); ++i) {
+      ScheduledOp& op = ops[i];
+      op.bucket = bucket;
+      op.event = event;
+      op.issue_event = issue;
+      op.complete_by = num_events();
+    }
+    parts_.last_training.steps[issue].bucket_issue.push_back(bucket);
+    parts_.last_training.steps[num_events()].bucket_complete.push_back(bucket);
+  }
+
+  // Scalars are all-gathered level by level and summed in member order, so every rank gets
+  // the same bits. The squared gradient norm needs one OS domain (it covers the model
+  // once); the logged loss needs every rank, and carries each rank's stop request with it.
+  void add_scalar_ops() {
+    add_scalars(Purpose::GradNormAllReduce, levels_.optimizer, 1);
+    add_scalars(Purpose::LossAllReduce, levels_.num_levels, 2);
+  }
+
+  void add_scalars(Purpose purpose, int levels, int values) {
+    for (int t = 0; t < levels; ++t) {
+      ScheduledOp op{When::Step, purpose, OpKind::AllGather};
+      op.level = t;
+      op.group_size = levels_.level_size[t];
+      op.elements_in = static_cast<std::size_t>(values);  // fp64 values a rank
+      op.elements_out = static_cast<std::size_t>(values) * levels_.level_size[t];
+      op.messages = levels_.level_size[t] - 1;
+      op.bytes_sent = op.bytes_received = 8u * values * (levels_.level_size[t] - 1);
+      parts_.step.push_back(op);
+    }
+  }
+
+  // The model's TP collectives, and the grad norm's and the loss's sums over the TP group
+  // (fp64 all-gathers of 1 and 2 values a rank).
+  void add_tensor_parallel_ops(const TensorParallelPlan& tp) {
+    if (tp.degree <= 1) return;
+    for (const model::TensorParallelCall& c : tp.calls)
+      parts_.tensor_parallel.push_back(
+          tensor_parallel_op(tp, c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
+                             c.kind == model::TensorParallelCall::AllReduce ? OpKind::AllReduce : OpKind::AllGather,
+                             c.elements, c.element_bytes));
+    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 1, 8));
+    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 2, 8));
+  }
+
+  // The updated OS shard gathered back to the W shard after the optimizer step.
+  void add_step_gather() {
+    for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
+      gather(parts_.step, When::Step, Purpose::WeightGatherStep, u, padded_[u], levels_.optimizer, levels_.weights,
+             spec_.weight_wire);
+  }
+
+  void set_slots() {
+    for (auto* ops : {&parts_.micro, &parts_.step, &parts_.bucket_ops})
+      for (ScheduledOp& op : *ops) std::tie(op.reads, op.writes) = slots_of(op.purpose, levels_.secondary > 0);
+  }
+
+  // Ops on `padded` elements (a unit's, or a bucket's units' together): comm's composition
+  // over the levels, one op per step.
+  void add_level_ops(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit,
+                     const std::vector<comm::LevelStep>& steps) const {
+    for (const comm::LevelStep& step : steps)
+      out.push_back(level_op(when, purpose, unit, step, levels_.level_size[step.level], block_));
+  }
+
+  // --collectives flat-ring: one ring over levels [inner, outer] instead of a step per level,
+  // booked on the outer one (as NCCL runs FSDP's and DeepSpeed's collectives).
+  ScheduledOp flat_op(When when, Purpose purpose, comm::StepKind kind, int unit, int inner, int outer, DType wire,
+                      std::size_t padded) const {
+    const int group = levels_.degree(outer + 1) / levels_.degree(inner);
+    comm::LevelStep step{kind, outer, wire, static_cast<std::size_t>(block_), 0, 0};
+    const bool gathers = kind == comm::StepKind::AllGather;
+    step.elements_in = padded / levels_.degree(gathers ? outer + 1 : inner);
+    step.elements_out = gathers ? step.elements_in * group : step.elements_in / group;
+    ScheduledOp op = level_op(when, purpose, unit, step, group, block_);
+    op.levels_spanned = outer - inner + 1;
+    return op;
+  }
+
+  // All-gather from sharded over `from` levels down to `to` levels.
+  void gather(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
+              int to, DType wire) const {
+    if (flat_ && from - to > 1) {
+      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, to, from - 1, wire, padded));
+      return;
+    }
+    add_level_ops(out, when, purpose, unit, comm::all_gather_steps(levels_.level_size, padded, from, to, wire, block_));
+  }
+
+  // Reduce-scatter from `from` levels up to `to` levels; quantized wires by all-to-all.
+  void reduce(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
+              int to, DType wire) const {
+    const comm::StepKind kind =
+        comm::is_quantized(wire) ? comm::StepKind::AllToAllSum : comm::StepKind::ReduceScatter;
+    if (flat_ && to - from > 1) {
+      out.push_back(flat_op(when, purpose, kind, unit, from, to - 1, wire, padded));
+      return;
+    }
+    add_level_ops(out, when, purpose, unit,
+                  comm::reduce_scatter_steps(levels_.level_size, padded, from, to, kind, wire, block_));
+  }
+
+  // The step's reduction of the G slice down to the OS slice. Ranks outside the OS domain
+  // hold the same OS slice: it is summed over them (hierarchical all-reduce: reduce-scatter
+  // up the remaining levels, gather back down).
+  void step_reduction(std::vector<ScheduledOp>& out, When when, int unit, std::size_t padded) const {
+    const DType wire = spec_.step_grad_wire;
+    reduce(out, when, Purpose::StepGradReduce, unit, padded, levels_.grads, levels_.optimizer, wire);
+    reduce(out, when, Purpose::ReplicaReduce, unit, padded, levels_.optimizer, levels_.num_levels, wire);
+    gather(out, when, Purpose::ReplicaGather, unit, padded, levels_.num_levels, levels_.optimizer, wire);
+    if (spec_.step_grad_allreduce)
+      gather(out, when, Purpose::StepGradGather, unit, padded, levels_.optimizer, levels_.grads, wire);
+  }
+
+  int num_events() const { return static_cast<int>(units_.events.size()); }
+
+  const UnitPlan& units_;
+  const ShardSpec& spec_;
+  const LevelSpec& levels_;
+  const std::vector<std::size_t>& padded_;
+  const bool flat_;
+  const int block_;
+  ScheduleParts parts_;
+};
+
 }  // namespace
 
 UnitPlan unit_plan(const model::ParamLayout& layout) {
@@ -238,207 +528,15 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   const std::size_t align = quantized ? std::lcm<std::size_t>(16, spec.block_size) : 16;
   for (std::size_t n : units_.numel) padded_.push_back(comm::chunk_count(n, world, align) * world);
 
-  const LevelSpec& L = levels_;
-  const int block = spec.block_size;
-  // Ops on `padded` elements (a unit's, or a bucket's units' together): comm's composition
-  // over the levels, one op per step.
-  auto add = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit,
-                 const std::vector<comm::LevelStep>& steps) {
-    for (const comm::LevelStep& step : steps)
-      out.push_back(level_op(when, purpose, unit, step, L.level_size[step.level], block));
-  };
-  // --collectives flat-ring: one ring over levels [inner, outer] instead of a step per level,
-  // booked on the outer one (as NCCL runs FSDP's and DeepSpeed's collectives).
-  const bool flat = collectives == Collectives::FlatRing;
-  auto flat_op = [&](When when, Purpose purpose, comm::StepKind kind, int unit, int inner, int outer, DType wire,
-                     std::size_t padded) {
-    const int group = L.degree(outer + 1) / L.degree(inner);
-    comm::LevelStep step{kind, outer, wire, static_cast<std::size_t>(block), 0, 0};
-    const bool gathers = kind == comm::StepKind::AllGather;
-    step.elements_in = padded / L.degree(gathers ? outer + 1 : inner);
-    step.elements_out = gathers ? step.elements_in * group : step.elements_in / group;
-    ScheduledOp op = level_op(when, purpose, unit, step, group, block);
-    op.levels_spanned = outer - inner + 1;
-    return op;
-  };
-  // All-gather from sharded over `from` levels down to `to` levels.
-  auto gather = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
-                    int to, DType wire) {
-    if (flat && from - to > 1) {
-      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, to, from - 1, wire, padded));
-      return;
-    }
-    add(out, when, purpose, unit, comm::all_gather_steps(L.level_size, padded, from, to, wire, block));
-  };
-  // Reduce-scatter from `from` levels up to `to` levels; quantized wires by all-to-all.
-  auto reduce = [&](std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
-                    int to, DType wire) {
-    const comm::StepKind kind = comm::is_quantized(wire) ? comm::StepKind::AllToAllSum : comm::StepKind::ReduceScatter;
-    if (flat && to - from > 1) {
-      out.push_back(flat_op(when, purpose, kind, unit, from, to - 1, wire, padded));
-      return;
-    }
-    add(out, when, purpose, unit, comm::reduce_scatter_steps(L.level_size, padded, from, to, kind, wire, block));
-  };
-  // The step's reduction of the G slice down to the OS slice. Ranks outside the OS domain
-  // hold the same OS slice: it is summed over them (hierarchical all-reduce: reduce-scatter
-  // up the remaining levels, gather back down).
-  auto step_reduction = [&](std::vector<ScheduledOp>& out, When when, int unit, std::size_t padded) {
-    const DType wire = spec.step_grad_wire;
-    reduce(out, when, Purpose::StepGradReduce, unit, padded, L.grads, L.optimizer, wire);
-    reduce(out, when, Purpose::ReplicaReduce, unit, padded, L.optimizer, L.num_levels, wire);
-    gather(out, when, Purpose::ReplicaGather, unit, padded, L.num_levels, L.optimizer, wire);
-    if (spec.step_grad_allreduce) gather(out, when, Purpose::StepGradGather, unit, padded, L.optimizer, L.grads, wire);
-  };
-
-  // Per micro-batch, in the order the model walks the units.
-  for (int event = 0; event < static_cast<int>(units_.events.size()); ++event) {
-    const model::UnitEvent& e = units_.events[event];
-    const std::size_t first = micro_.size();
-    if (e.kind == model::UnitEvent::Acquire && L.weights > 0) {
-      if (e.phase == model::Phase::Forward) {
-        gather(micro_, When::Forward, Purpose::WeightGatherForward, e.unit, padded_[e.unit], L.weights, 0,
-               spec.weight_wire);
-      } else if (spec.free_after_forward) {
-        int from = L.secondary > 0 ? L.secondary : L.weights;
-        gather(micro_, When::Backward, Purpose::WeightGatherBackward, e.unit, padded_[e.unit], from, 0,
-               spec.weight_wire);
-      }
-    } else if (e.kind == model::UnitEvent::GradsReady) {
-      reduce(micro_, When::Backward, Purpose::GradReduce, e.unit, padded_[e.unit], 0, L.grads, spec.grad_wire);
-    }
-    for (std::size_t i = first; i < micro_.size(); ++i) micro_[i].event = event;
-  }
-  const int num_events = static_cast<int>(units_.events.size());
-  std::vector<bool> has_chain(num_events, false);
-  for (const ScheduledOp& op : micro_) has_chain[op.event] = true;
-  int forward_events = 0;
-  while (forward_events < num_events && units_.events[forward_events].phase == model::Phase::Forward &&
-         units_.events[forward_events].kind != model::UnitEvent::GradsReady)
-    ++forward_events;
-  training_ = build_program(units_.events, has_chain, spec, L.weights > 0, num_events);
-  eval_ = build_program(units_.events, has_chain, spec, L.weights > 0, forward_events);
-  for (int e = 0; e <= num_events; ++e) {
-    for (int c : training_.steps[e].issue)
-      for (ScheduledOp& op : micro_)
-        if (op.event == c) op.issue_event = e;
-    for (int c : training_.steps[e].complete)
-      for (ScheduledOp& op : micro_)
-        if (op.event == c) op.complete_by = e;
-  }
-
-  // Replicated gradients are whole in the step's last micro-batch once backward is done with
-  // their unit, so their step reduction runs there in buckets, each issued at its last
-  // unit's GradsReady and done by the end of the micro-batch (DDP's overlap; earlier
-  // micro-batches only accumulate, as under DDP's no_sync). Sharded gradients are whole only
-  // after their per-micro-batch reductions: reduced in the step phase, unit by unit.
-  last_training_ = training_;
-  // Bucket b's step reduction in the last micro-batch: serving `event`, issued at `issue`,
-  // done by the micro-batch's end.
-  auto add_bucket = [&](int b, int unit, std::size_t padded, int event, int issue) {
-    const std::size_t first = bucket_ops_.size();
-    step_reduction(bucket_ops_, When::Backward, unit, padded);
-    for (std::size_t i = first; i < bucket_ops_.size(); ++i) {
-      ScheduledOp& op = bucket_ops_[i];
-      op.bucket = b;
-      op.event = event;
-      op.issue_event = issue;
-      op.complete_by = num_events;
-    }
-    last_training_.steps[issue].bucket_issue.push_back(b);
-    last_training_.steps[num_events].bucket_complete.push_back(b);
-  };
-  if (L.grads == 0 && spec.bucket_bytes > 0) {
-    std::uint64_t filled = 0;
-    std::vector<int> issue_at;  // per bucket: the GradsReady event of its last unit
-    for (int event = 0; event < num_events; ++event) {
-      const model::UnitEvent& e = units_.events[event];
-      if (e.kind != model::UnitEvent::GradsReady) continue;
-      const std::uint64_t bytes = 4 * static_cast<std::uint64_t>(padded_[e.unit]);
-      if (buckets_.empty() || filled + bytes > spec.bucket_bytes) {
-        buckets_.emplace_back();
-        issue_at.push_back(event);
-        filled = 0;
-      }
-      buckets_.back().push_back(e.unit);
-      filled += bytes;
-      issue_at.back() = event;
-    }
-    std::size_t bucketed = 0;
-    for (const std::vector<int>& b : buckets_) bucketed += b.size();
-    if (bucketed != padded_.size())
-      throw Error(fmt::format("schedule: the walk has {} GradsReady events for {} units", bucketed, padded_.size()));
-    for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
-      std::size_t padded = 0;
-      for (int u : buckets_[b]) padded += padded_[u];
-      add_bucket(b, -1, padded, issue_at[b], issue_at[b]);
-    }
-  } else if (L.grads > 0 && L.grads < L.num_levels) {
-    // Sharded gradients that the step still reduces (over the OS levels, or across replicas:
-    // hsdp, topo) are whole once the step's last micro-batch has reduced them. Each unit's
-    // step reduction is a bucket of its own, issued right behind that reduction (the FIFO
-    // communication thread runs it after) and done by the micro-batch's end: it overlaps
-    // the rest of backward, as PyTorch's HYBRID_SHARD all-reduces each unit's gradient
-    // across replicas in backward, instead of waiting for the step phase.
-    for (int event = 0; event < num_events; ++event) {
-      const model::UnitEvent& e = units_.events[event];
-      if (e.kind != model::UnitEvent::GradsReady) continue;
-      const auto reduction = std::find_if(micro_.begin(), micro_.end(),
-                                          [&](const ScheduledOp& op) { return op.event == event; });
-      if (reduction == micro_.end())
-        throw Error(fmt::format("schedule: unit {}'s gradients are sharded but nothing reduces them", e.unit));
-      buckets_.push_back({e.unit});
-      add_bucket(static_cast<int>(buckets_.size()) - 1, e.unit, padded_[e.unit], event, reduction->issue_event);
-    }
-  } else {
-    for (int u = 0; u < static_cast<int>(padded_.size()); ++u) step_reduction(step_, When::Step, u, padded_[u]);
-  }
-  // Scalars are all-gathered level by level and summed in member order, so every rank gets
-  // the same bits. The squared gradient norm needs one OS domain (it covers the model
-  // once); the logged loss needs every rank, and carries each rank's stop request with it.
-  auto scalar = [&](Purpose purpose, int levels, int values) {
-    for (int t = 0; t < levels; ++t) {
-      ScheduledOp op{When::Step, purpose, OpKind::AllGather};
-      op.level = t;
-      op.group_size = L.level_size[t];
-      op.elements_in = static_cast<std::size_t>(values);  // fp64 values a rank
-      op.elements_out = static_cast<std::size_t>(values) * L.level_size[t];
-      op.messages = L.level_size[t] - 1;
-      op.bytes_sent = op.bytes_received = 8u * values * (L.level_size[t] - 1);
-      step_.push_back(op);
-    }
-  };
-  scalar(Purpose::GradNormAllReduce, L.optimizer, 1);
-  scalar(Purpose::LossAllReduce, L.num_levels, 2);
-  // Tensor parallelism, over the TP group (ring collectives of comm::Communicator, comm's
-  // padding rule): an all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks
-  // of n; the grad norm's and the loss's sums are fp64 all-gathers (1 and 2 values a rank).
-  if (tp.degree > 1) {
-    const int t = tp.degree;
-    auto tp_op = [&](When when, Purpose purpose, OpKind kind, std::size_t n, std::size_t element_bytes) {
-      ScheduledOp op{when, purpose, kind};
-      op.level = tp.level;
-      if (element_bytes == 2) op.wire = DType::BF16;  // a bf16 system's activations (the planner's)
-      op.group_size = t;
-      const std::size_t chunk = kind == OpKind::AllReduce ? comm::chunk_count(n, t, 1) : n;
-      op.elements_in = n;
-      op.elements_out = kind == OpKind::AllReduce ? n : n * t;
-      op.messages = (kind == OpKind::AllReduce ? 2 : 1) * (t - 1);
-      op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * chunk * element_bytes;
-      return op;
-    };
-    for (const model::TensorParallelCall& c : tp.calls)
-      tensor_parallel_.push_back(tp_op(c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
-                                       c.kind == model::TensorParallelCall::AllReduce ? OpKind::AllReduce
-                                                                                      : OpKind::AllGather,
-                                       c.elements, c.element_bytes));
-    step_.push_back(tp_op(When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 1, 8));  // grad norm
-    step_.push_back(tp_op(When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 2, 8));  // loss, stop flag
-  }
-  for (int u = 0; u < static_cast<int>(padded_.size()); ++u)
-    gather(step_, When::Step, Purpose::WeightGatherStep, u, padded_[u], L.optimizer, L.weights, spec.weight_wire);
-  for (auto* ops : {&micro_, &step_, &bucket_ops_})
-    for (ScheduledOp& op : *ops) std::tie(op.reads, op.writes) = slots_of(op.purpose, L.secondary > 0);
+  ScheduleParts parts = ScheduleBuilder(units_, spec_, levels_, padded_, collectives).build(tp);
+  micro_ = std::move(parts.micro);
+  step_ = std::move(parts.step);
+  bucket_ops_ = std::move(parts.bucket_ops);
+  tensor_parallel_ = std::move(parts.tensor_parallel);
+  buckets_ = std::move(parts.buckets);
+  training_ = std::move(parts.training);
+  last_training_ = std::move(parts.last_training);
+  eval_ = std::move(parts.eval);
 }
 
 int Schedule::peak_buffers(const MicroBatchProgram& program) const {
