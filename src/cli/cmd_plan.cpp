@@ -465,7 +465,8 @@ void note_overrides_under_calibration(const std::vector<std::string>& specs, con
 }
 
 void run_plan(const PlanOptions& o) {
-  if (o.model.empty()) throw Error("--model: required (a preset or custom with --shape FIELD=VALUE)");
+  if (o.model.empty())
+    throw Error("--model: required (a preset, custom with --shape FIELD=VALUE, or a Hugging Face config.json)");
   if (o.topology.empty() == o.cluster.empty())
     throw Error("--topology or --cluster: give one (a topology preset or TOML file of [[tiers]]; or "
                 "--cluster nodes=N,gpus=G,gpu=KIND,nics=COUNTxGBITS)");
@@ -527,7 +528,8 @@ void run_plan(const PlanOptions& o) {
   const std::string outer = topology.tiers().back().name;
 
   if (!o.sweep_nodes.empty()) {
-    if (nodes_given) throw Error("--nodes: not with --sweep-nodes (the sweep sets the node count)");
+    if (nodes_given)
+      throw Error("--nodes (or --cluster nodes=): not with --sweep-nodes (the sweep sets the node count)");
     if (o.search) throw Error("--search: not with --sweep-nodes");
     if (!o.compare_summary.empty()) throw Error("--compare-summary: not with --sweep-nodes");
     const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
