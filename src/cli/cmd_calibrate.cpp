@@ -31,6 +31,8 @@
 #include "model/config.hpp"
 #include "model/kernels.hpp"
 #include "plan/calibration.hpp"
+#include "plan/cluster.hpp"
+#include "plan/nccl_tests.hpp"
 #include "plan/model_shapes.hpp"
 #include "quant/quant.hpp"
 #include "shard/spec.hpp"
@@ -41,7 +43,8 @@ namespace strata::cli {
 namespace {
 
 struct Options {
-  std::string topology, out, model = "tiny";
+  std::string topology, cluster, out, model = "tiny";
+  std::vector<std::string> nccl_tests;
   std::vector<std::string> tier_overrides;
   double min_kib = 16, max_mib = 4;
   int points = 6, iterations = 3, micro_batch = 8, seq = 0;
@@ -545,6 +548,45 @@ void run_calibrate(const Options& o) {
   std::fflush(stdout);
 }
 
+// --from-nccl-tests: the cluster's own nccl-tests logs into a calibration's curves, no MPI run.
+void import_nccl_tests(const Options& o) {
+  if (o.out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
+  if (!o.topology.empty() && !o.cluster.empty()) throw Error("calibrate: --topology or --cluster, not both");
+  if (o.topology == "host") throw Error("calibrate --from-nccl-tests: --topology host needs an MPI run; name a preset or file");
+  std::optional<topo::Topology> topology;
+  if (!o.cluster.empty()) topology = plan::ClusterSpec::parse(o.cluster).topology();
+  else if (!o.topology.empty()) topology = topo::Topology::load(o.topology);
+  std::vector<std::string> tiers{"node", "cluster"};  // the presets' and --cluster's names
+  if (topology) {
+    tiers.clear();
+    for (const topo::Tier& t : topology->tiers()) tiers.push_back(t.name);
+  }
+  std::vector<plan::NcclTestsLog> logs;
+  for (const std::string& path : o.nccl_tests) logs.push_back(plan::read_nccl_tests_log(path));
+  const plan::Calibration cal = plan::calibration_from_nccl_tests(
+      logs, tiers, topology ? topology->name() : std::string("nccl-tests"),
+      fmt::format("strata calibrate --from-nccl-tests {}", fmt::join(o.nccl_tests, " ")));
+  plan::Calibration::from_toml_string(cal.to_toml(), o.out);  // what plan --calibration will read
+  atomic_write_file(o.out, cal.to_toml());
+
+  fmt::print("strata calibrate: {} from nccl-tests\n", count_of(static_cast<int>(logs.size()), "log"));
+  fmt::print("{:<10} {:<15} {:>6} {:>6} {:>5} {:>12} {:>14} {:>11}  {}\n", "tier", "collective", "ranks", "hosts",
+             "sizes", "bus GB/s", "log's largest", "latency us", "device, log");
+  for (const plan::NcclTestsLog& log : logs) {
+    const std::string& tier = log.hosts > 1 ? tiers.back() : tiers[tiers.size() - 2];
+    const plan::CollectiveCurve& c = cal.tier(tier).curve(log.collective);
+    // The curve is a rank's share of a host's NICs across hosts: the log's bus bandwidth over the ranks of a host.
+    fmt::print("{:<10} {:<15} {:>6} {:>6} {:>5} {:>12.4g} {:>14.4g} {:>11.3g}  {}, {}\n", tier,
+               plan::collective_key(log.collective), log.ranks, log.hosts, log.rows.size(), c.bus_GBps,
+               log.rows.back().bus_GBps / (log.hosts > 1 ? log.ranks_per_host() : 1), c.latency_s() * 1e6,
+               log.device, log.path);
+  }
+  fmt::print("(bus GB/s a rank: fitted over the log's sizes; across hosts the log's bus bandwidth / ranks a host, "
+             "every rank of a host crossing at once; an op is priced at the log's own times)\n");
+  fmt::print("wrote {}\n", o.out);
+  std::fflush(stdout);
+}
+
 const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -552,6 +594,13 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
                    "compute's slowdown beside each tier's collectives; write a calibration file for strata plan "
                    "--calibration");
   cmd->add_option("--topology", o->topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
+  cmd->add_option("--from-nccl-tests", o->nccl_tests,
+                  "instead of measuring: nccl-tests logs (all_gather_perf, reduce_scatter_perf, all_reduce_perf, "
+                  "alltoall_perf output) into the curves of the node tier (a one-host log) and the cluster tier "
+                  "(several hosts); with --topology or --cluster, that topology's tier names (docs/calibration.md)")
+      ->expected(1, -1);
+  cmd->add_option("--cluster", o->cluster, "with --from-nccl-tests: the cluster whose tiers the file names (as "
+                                           "strata plan --cluster)");
   cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -571,6 +620,8 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a micro-batch")->capture_default_str();
   cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->callback([o] {
+    if (!o->nccl_tests.empty()) return import_nccl_tests(*o);
+    if (!o->cluster.empty()) throw Error("calibrate: --cluster: only with --from-nccl-tests (measure with --topology)");
     o->command_line = fmt::format("strata calibrate --topology {} --model {} --micro-batch {} --seq {} --min-kib {:g} "
                                   "--max-mib {:g} --points {} --iterations {}{}",
                                   o->topology, o->model, o->micro_batch, o->seq, o->min_kib, o->max_mib, o->points,

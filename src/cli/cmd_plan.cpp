@@ -19,6 +19,7 @@
 #include "cli/format.hpp"
 #include "comm/mpi_session.hpp"
 #include "plan/calibration.hpp"
+#include "plan/cluster.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/device.hpp"
 #include "plan/emit.hpp"
@@ -34,7 +35,7 @@ namespace strata::cli {
 namespace {
 
 struct PlanOptions {
-  std::string model, topology;
+  std::string model, topology, cluster;
   std::vector<std::string> shape_fields, tier_overrides, leave_out;
   int nodes = 0;
   std::string strategy = "all";
@@ -132,6 +133,8 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   const plan::DeviceFacts& d = c.device();
   fmt::print("strata plan: {} ({:.2f} B parameters) on '{}', {}\n", m.name, static_cast<double>(m.num_params()) / 1e9,
              c.topology().name(), nodes_text);
+  fmt::print("model: {}{}\n", m.describe(), m.source.empty() ? "" : fmt::format("; from {}", m.source));
+  for (const std::string& note : m.notes) fmt::print("  note: {}\n", note);
   fmt::print("device: {}, {:g} TFLOP/s peak bf16 x compute efficiency {:g}, {:g} GB, {:g} GB/s HBM{}\n", d.name,
              d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps,
              c.calibration() && c.calibration()->compute ? " (times from the calibration below; the peak scales MFU)"
@@ -486,11 +489,22 @@ void write_emitted(const PlanOptions& o, plan::EmitRequest request) {
 }
 
 void run_plan(const PlanOptions& o) {
-  if (o.model.empty()) throw Error("--model: required (a preset or custom with --shape FIELD=VALUE)");
-  if (o.topology.empty()) throw Error("--topology: required (frontier, dgx-a100, dgx-h100, host, or a TOML file)");
+  if (o.model.empty())
+    throw Error("--model: required (a preset, custom with --shape FIELD=VALUE, or a Hugging Face config.json)");
+  if (o.topology.empty() == o.cluster.empty())
+    throw Error("--topology or --cluster: give one (a topology preset or TOML file of [[tiers]]; or "
+                "--cluster nodes=N,gpus=G,gpu=KIND,nics=COUNTxGBITS)");
   const plan::ModelShape model = plan::ModelShape::from_name_and_fields(o.model, o.shape_fields);
   if (o.topology == "host") comm::mpi_session();  // detecting the host needs MPI
-  topo::Topology topology = topo::Topology::load(o.topology);
+  const std::optional<plan::ClusterSpec> cluster =
+      o.cluster.empty() ? std::nullopt : std::optional(plan::ClusterSpec::parse(o.cluster));
+  topo::Topology topology = cluster ? cluster->topology() : topo::Topology::load(o.topology);
+  if (cluster && cluster->nodes > 0 && o.nodes_opt->count() && o.nodes != cluster->nodes)
+    throw Error(fmt::format("--nodes {}: --cluster says nodes={}", o.nodes, cluster->nodes));
+  const bool nodes_given = o.nodes_opt->count() > 0 || (cluster && cluster->nodes > 0);
+  const int nodes = o.nodes_opt->count() ? o.nodes : cluster ? cluster->nodes : 0;
+  const std::optional<plan::DeviceFacts> preset_device =
+      cluster ? std::optional(cluster->device()) : plan::device_for_topology(o.topology);
   for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
 
   std::optional<plan::Calibration> calibration;
@@ -502,14 +516,14 @@ void run_plan(const PlanOptions& o) {
   if (o.memory_opt->count()) overrides.memory_gb = o.memory_gb;
   if (o.hbm_opt->count()) overrides.hbm_GBps = o.hbm_GBps;
   // A device without a preset takes its peak (for MFU) and memory rate from what was measured.
-  if (calibration && calibration->compute && !plan::device_for_topology(o.topology)) {
+  if (calibration && calibration->compute && !preset_device) {
     if (!overrides.peak_tflops) overrides.peak_tflops = calibration->compute->peak_gflops / 1e3;
     if (!overrides.hbm_GBps) overrides.hbm_GBps = calibration->compute->optimizer_GBps;
   }
   if (o.efficiency_opt->count()) overrides.compute_efficiency = o.compute_efficiency;
   if (o.tdp_opt->count()) overrides.tdp_watts = o.tdp_watts;
   if (o.idle_opt->count()) overrides.idle_watts = o.idle_watts;
-  plan::DeviceFacts device = plan::resolve_device(o.topology, overrides);
+  plan::DeviceFacts device = plan::resolve_device(preset_device, topology.name(), overrides);
   // A shipped calibration's published efficiency replaces the device's assumed one; the command
   // line's still wins.
   if (calibration && calibration->compute_efficiency > 0 && !o.efficiency_opt->count()) {
@@ -543,7 +557,8 @@ void run_plan(const PlanOptions& o) {
       throw Error("--emit: writes one plan: not with --sweep-nodes or --print-schedule");
   }
   if (!o.sweep_nodes.empty()) {
-    if (o.nodes_opt->count()) throw Error("--nodes: not with --sweep-nodes (the sweep sets the node count)");
+    if (nodes_given)
+      throw Error("--nodes (or --cluster nodes=): not with --sweep-nodes (the sweep sets the node count)");
     if (o.search) throw Error("--search: not with --sweep-nodes");
     if (!o.compare_summary.empty()) throw Error("--compare-summary: not with --sweep-nodes");
     const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
@@ -581,8 +596,8 @@ void run_plan(const PlanOptions& o) {
     throw Error(fmt::format("{}: a pipeline's sends are priced beside the stages' schedules, not in one (the "
                             "runtime runs no pipeline); leave out --pp and +ppN",
                             o.print_schedule ? "--print-schedule" : "--compare-summary"));
-  if (!o.nodes_opt->count()) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
-  topology.resolve(topology.world_size_for_nodes(o.nodes));
+  if (!nodes_given) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
+  topology.resolve(topology.world_size_for_nodes(nodes));
   const plan::PlanContext context(model, topology, device, workload, leave_out, calibration);
 
   if (o.search) {
@@ -691,13 +706,19 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "plan", "Predict step time, throughput, traffic per tier and memory of sharding strategies on a cluster");
   cmd->add_option("--model", o->model, "gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, "
-                                       "gpt2-124m, tiny, small, or custom");
+                                       "gpt2-124m, tiny, small, custom, or a Hugging Face config.json (or its folder): "
+                                       "Llama, Mistral, Qwen2, GPT-NeoX, GPT-2");
   cmd->add_option("--shape", o->shape_fields,
                   "model field override FIELD=VALUE (repeatable): layers hidden heads kv_heads ffn vocab seq "
                   "learned_positions mlp norm biases tied_head")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--topology", o->topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
+  cmd->add_option("--cluster", o->cluster,
+                  fmt::format("instead of --topology: nodes=N,gpus=G,gpu=KIND,nvlink=GBps,nics=COUNTxGBITS (or a TOML "
+                              "file of those keys under [cluster]); KIND: {} (datasheet figures; nvlink defaults to "
+                              "the GPU's) (docs/planner-quickstart.md)",
+                              fmt::join(plan::gpu_names(), ", ")));
   o->nodes_opt = cmd->add_option("--nodes", o->nodes, "nodes (domains of the tier inside the outermost one)");
   cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)

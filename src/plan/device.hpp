@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -25,15 +26,31 @@ struct DeviceFacts {
   nlohmann::json to_json() const;
 };
 
-// The device of a topology preset (frontier, dgx-a100, dgx-h100); nullopt for other names.
+// A GPU's datasheet: the device one rank computes on, and its links inside a node.
+struct GpuDatasheet {
+  std::string_view key;       // as --cluster gpu= names it
+  DeviceFacts device;         // one rank (one GCD of a package of dies)
+  double link_GBps = 0;       // to the other packages of a node, per direction a package
+  std::string_view link_source;
+  int dies = 1;               // ranks a package (MI250X: 2 GCDs)
+  double die_link_GBps = 0;   // between the dies of a package, per direction
+  std::string_view die_link_source;
+};
+const GpuDatasheet& gpu_datasheet(std::string_view key);  // throws Error listing the known GPUs
+std::vector<std::string> gpu_names();
+
+// The device of a topology preset (frontier: mi250x, dgx-a100: a100-80, dgx-h100: h100-sxm); nullopt for
+// other names.
 std::optional<DeviceFacts> device_for_topology(std::string_view topology_name);
 
 struct DeviceOverrides {  // from the command line; unset = the preset's figure
   std::optional<double> peak_tflops, memory_gb, hbm_GBps, compute_efficiency, tdp_watts, idle_watts;
 };
 
-// Facts of the topology's preset device with the overrides applied; throws Error naming the
-// missing flags when the topology has no preset device, or a bad value's flag.
-DeviceFacts resolve_device(std::string_view topology_name, const DeviceOverrides& overrides);
+// Facts of the preset device (a topology preset's or a --cluster's GPU) with the overrides
+// applied; throws Error naming the missing flags when there is none (naming the topology), or
+// a bad value's flag.
+DeviceFacts resolve_device(const std::optional<DeviceFacts>& preset, std::string_view topology_name,
+                           const DeviceOverrides& overrides);
 
 }  // namespace strata::plan

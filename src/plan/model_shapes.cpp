@@ -1,5 +1,6 @@
 #include "plan/model_shapes.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -94,6 +95,7 @@ std::int64_t block_params(const ModelShape& m) {
   std::int64_t block = 2 * norm_params(m) + 2 * h * h + 2 * h * kv;  // two norms; Q and O; K and V
   block += (m.mlp == Mlp::Gelu ? 2 : 3) * h * f;
   if (m.biases) block += h + 2 * kv + h + (m.mlp == Mlp::Gelu ? f : 2 * f) + h;
+  else if (m.qkv_biases) block += h + 2 * kv;
   return block;
 }
 
@@ -104,6 +106,7 @@ std::int64_t block_params_on_rank(const ModelShape& m) {
   const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn, tp = m.tensor_parallel;
   std::int64_t block = 2 * norm_params(m) + (2 * h * h + 2 * h * kv + (m.mlp == Mlp::Gelu ? 2 : 3) * h * f) / tp;
   if (m.biases) block += (h + 2 * kv + (m.mlp == Mlp::Gelu ? f : 2 * f)) / tp + 2 * h;
+  else if (m.qkv_biases) block += (h + 2 * kv) / tp;
   return block;
 }
 
@@ -200,14 +203,60 @@ ModelShape ModelShape::preset(std::string_view name) {
   }
   if (name == "gpt2-124m" || name == "tiny" || name == "mini" || name == "small" || name == "llama-tiny" || name == "llama-small")
     return from_config(std::string(name), model::GPTConfig::preset(name));
-  throw Error(fmt::format("--model '{}': unknown model (known: {}, or custom with --shape FIELD=VALUE)", name,
-                          fmt::join(preset_names(), ", ")));
+  throw Error(fmt::format("--model '{}': unknown model (known: {}, custom with --shape FIELD=VALUE, or a Hugging Face "
+                          "config.json or its folder)",
+                          name, fmt::join(preset_names(), ", ")));
+}
+
+ModelShape ModelShape::from_hf(const model::HfModel& hf) {
+  ModelShape m;
+  if (hf.family == "gpt2") {
+    // strata runs GPT-2: priced from the runtime's layout, as the gpt2-124m preset.
+    m = from_config(hf.path, model::to_gpt_config(hf));
+  } else {
+    m.name = hf.path;
+    m.layers = hf.layers;
+    m.hidden = hf.hidden;
+    m.heads = hf.heads;
+    m.kv_heads = hf.kv_heads;
+    m.ffn = hf.ffn;
+    m.vocab = hf.vocab;
+    m.seq = hf.seq;
+    m.mlp = hf.swiglu ? Mlp::SwiGlu : Mlp::Gelu;
+    m.norm = hf.layer_norm ? Norm::LayerNorm : Norm::RmsNorm;
+    m.biases = hf.all_biases;
+    m.qkv_biases = hf.qkv_biases;
+    m.tied_head = hf.tied;
+  }
+  m.source = fmt::format("{} ({})", hf.architecture, hf.path);
+  m.notes = hf.notes;
+  if (hf.qkv_biases)
+    m.notes.push_back("biases on the Q, K and V projections only (transformers' Qwen2Attention), counted in each "
+                      "block's parameters; their adds are not priced as FLOPs");
+  m.validate();
+  return m;
+}
+
+std::string ModelShape::describe() const {
+  const std::string attention =
+      kv_heads == heads ? fmt::format("{} heads", heads)
+                        : fmt::format("{} heads sharing {} K/V heads (grouped-query)", heads, kv_heads);
+  const std::string bias_text = biases ? "biases on every linear and norm" : qkv_biases ? "biases on Q, K, V only"
+                                                                                          : "no biases";
+  return fmt::format("{} layers x hidden {}, {}, {} MLP {} wide, {}, {} positions, {}, {} head, vocab {}",
+                     layers, hidden, attention, mlp == Mlp::Gelu ? "GELU" : "SwiGLU", ffn,
+                     norm == Norm::LayerNorm ? "LayerNorm" : "RMSNorm",
+                     learned_positions > 0 ? fmt::format("{} learned", learned_positions) : std::string("rotary"),
+                     bias_text, tied_head ? "tied" : "untied", vocab);
 }
 
 ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::vector<std::string>& fields) {
   ModelShape m;
+  const std::vector<std::string> presets = preset_names();
   if (name == "custom") {
     m.kv_heads = 0;  // defaults to heads below
+  } else if (std::find(presets.begin(), presets.end(), name) == presets.end() && model::names_a_config_path(name)) {
+    m = from_hf(model::read_hf_config(std::string(name)));
   } else {
     m = preset(name);
   }
@@ -397,7 +446,11 @@ namespace {
 std::vector<bool> selective_op_recomputes(const ModelShape& m) {
   std::vector<bool> out;
   int mm_calls = 0;
-  for (std::size_t i = 0; i < m.block_linears().size(); ++i) out.push_back(m.biases || ++mm_calls % 2 == 0);
+  for (const BlockLinear& l : m.block_linears()) {
+    const std::string_view name = l.name;
+    const bool bias = m.biases || (m.qkv_biases && (name == "wq" || name == "wk" || name == "wv" || name == "qkv"));
+    out.push_back(bias || ++mm_calls % 2 == 0);
+  }
   return out;
 }
 
@@ -521,6 +574,10 @@ nlohmann::json ModelShape::to_json() const {
           {"mlp", mlp == Mlp::Gelu ? "gelu" : "swiglu"},
           {"norm", norm == Norm::LayerNorm ? "layernorm" : "rmsnorm"},
           {"biases", biases},
+          {"qkv_biases", qkv_biases},
+          {"source", source},
+          {"notes", notes},
+          {"architecture", describe()},
           {"tied_head", tied_head},
           {"units_from", gpt ? "model::ParamLayout (as the runtime)" : "shape"},
           {"tensor_parallel", tensor_parallel},

@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/config.hpp"
+#include "model/hf_config.hpp"
 #include "model/tensor_parallel.hpp"
 #include "shard/schedule.hpp"
 
@@ -69,10 +70,15 @@ struct ModelShape {
   Mlp mlp = Mlp::Gelu;
   Norm norm = Norm::LayerNorm;
   bool biases = true;        // linear layers carry biases
+  bool qkv_biases = false;   // only the Q, K and V projections carry biases (Qwen2); with `biases` every one does
   bool tied_head = false;    // LM head reuses the token embedding
   // strata's own models: units come from model::ParamLayout of this config (of its TP split
   // too, for the GPT family, which the runtime splits).
   std::optional<model::GPTConfig> gpt;
+  // Where the shape came from when it is not a preset (a Hugging Face config.json: its
+  // architecture and path), and what was read there but not priced, each with why.
+  std::string source;
+  std::vector<std::string> notes;
   // The part one rank holds under model parallelism (docs/planner.md "Tensor and pipeline
   // parallelism"): Megatron splits of every block matrix and vocab-parallel embeddings and
   // LM head over `tensor_parallel` ranks (norms and row-parallel biases replicated), and the
@@ -89,7 +95,14 @@ struct ModelShape {
   // "custom" (all of layers, hidden, heads, vocab, seq must then be set) or a preset, then
   // FIELD=VALUE overrides (fields: layers hidden heads kv_heads ffn vocab seq learned_positions
   // mlp norm biases tied_head). A changed strata model is priced as a shape, not a layout.
+  // NAME may also be a Hugging Face config.json or its folder (model/hf_config.hpp): GPT-2 is
+  // priced from the runtime's layout as the gpt2-124m preset is, the others as shapes.
   static ModelShape from_name_and_fields(std::string_view name, const std::vector<std::string>& fields);
+  static ModelShape from_hf(const model::HfModel& hf);
+
+  // The architecture in words, for the plan's header: family, norm, MLP, attention, biases,
+  // positions, head, sizes.
+  std::string describe() const;
 
   void validate() const;  // throws Error naming the field
 

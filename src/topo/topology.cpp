@@ -52,64 +52,51 @@ constexpr double kPresetEfficiency = 0.8;
 constexpr std::string_view kEfficiencyNote =
     "efficiency 0.8: NCCL/RCCL bus bandwidth reaches ~70-90% of link rate at large messages";
 
-struct Ports {  // a preset tier's ports: how many one inner domain has, the rate of each, the source
-  int count = 0;
-  double GBps = 0;
-  std::string_view source;
-};
-
-Tier preset_tier(std::string name, int size, double bandwidth, double latency, std::string_view link,
-                 std::string_view latency_note, Ports ports = {}) {
-  std::string source = fmt::format("{}; latency {} us: {}; {}", link, latency, latency_note, kEfficiencyNote);
-  if (ports.count > 0) source += fmt::format("; ports: {} x {} GB/s ({})", ports.count, ports.GBps, ports.source);
-  return Tier{std::move(name), size, bandwidth, latency, kPresetEfficiency, std::move(source), ports.count, ports.GBps};
-}
-
 std::vector<Tier> frontier_tiers() {
   return {
-      preset_tier("gpu", 2, 200, 2,
-                  "OLCF Frontier User Guide / AMD MI250X datasheet: the 2 GCDs of one MI250X are joined "
-                  "by 4 Infinity Fabric links of 50 GB/s, ~200 GB/s per direction",
-                  "estimate for an on-package GPU-to-GPU message"),
+      datasheet_tier("gpu", 2, 200,
+                     "OLCF Frontier User Guide / AMD MI250X datasheet: the 2 GCDs of one MI250X are joined "
+                     "by 4 Infinity Fabric links of 50 GB/s, ~200 GB/s per direction",
+                     kDieLink),
       // Between packages each GCD has its own 1-2 links: no port is shared, the pair rate stands.
-      preset_tier("node", 4, 50, 3,
-                  "OLCF Frontier User Guide: 1-2 Infinity Fabric links of 50 GB/s between MI250X packages "
-                  "(50-100 GB/s); the low end, ~50 GB/s, is taken",
-                  "estimate for an intra-node GPU-to-GPU message"),
-      preset_tier("cluster", 0, 25, 5,
-                  "OLCF Frontier User Guide: Slingshot-11, 4 NICs of 200 Gb/s a node, one per MI250X: "
-                  "~25 GB/s a NIC (its 2 GCDs share it when both send at once)",
-                  "estimate for an inter-node GPU-buffer message over Slingshot",
-                  {4, 25, "OLCF Frontier User Guide: 4 Slingshot-11 NICs of 200 Gb/s = 25 GB/s a node, "
-                          "shared by its 8 GCDs: 12.5 GB/s a GCD when all cross at once"}),
+      datasheet_tier("node", 4, 50,
+                     "OLCF Frontier User Guide: 1-2 Infinity Fabric links of 50 GB/s between MI250X packages "
+                     "(50-100 GB/s); the low end, ~50 GB/s, is taken",
+                     {3, "estimate for an intra-node GPU-to-GPU message"}),
+      datasheet_tier("cluster", 0, 25,
+                     "OLCF Frontier User Guide: Slingshot-11, 4 NICs of 200 Gb/s a node, one per MI250X: "
+                     "~25 GB/s a NIC (its 2 GCDs share it when both send at once)",
+                     {5, "estimate for an inter-node GPU-buffer message over Slingshot"},
+                     {4, 25, "OLCF Frontier User Guide: 4 Slingshot-11 NICs of 200 Gb/s = 25 GB/s a node, "
+                             "shared by its 8 GCDs: 12.5 GB/s a GCD when all cross at once"}),
   };
 }
 
 std::vector<Tier> dgx_tiers(std::string_view gen) {
   if (gen == "a100")
     return {
-        preset_tier("node", 8, 300, 3,
-                    "NVIDIA DGX A100 / A100 datasheets: NVLink3 through NVSwitch, 12 links a GPU, "
-                    "600 GB/s bidirectional = ~300 GB/s per direction",
-                    "estimate for an NVLink GPU-to-GPU message (~2-3 us)"),
-        preset_tier("cluster", 0, 25, 5,
-                    "NVIDIA DGX A100 datasheet: 8 HDR InfiniBand NICs of 200 Gb/s a node, one per GPU: "
-                    "~25 GB/s a GPU",
-                    "estimate for an inter-node GPU-buffer message over InfiniBand",
-                    {8, 25, "NVIDIA DGX A100 datasheet: 8 single-port HDR 200 Gb/s NICs for the compute "
-                            "fabric, one a GPU"}),
+        datasheet_tier("node", 8, 300,
+                       "NVIDIA DGX A100 / A100 datasheets: NVLink3 through NVSwitch, 12 links a GPU, "
+                       "600 GB/s bidirectional = ~300 GB/s per direction",
+                       kNodeLink),
+        datasheet_tier("cluster", 0, 25,
+                       "NVIDIA DGX A100 datasheet: 8 HDR InfiniBand NICs of 200 Gb/s a node, one per GPU: "
+                       "~25 GB/s a GPU",
+                       kNetworkLink,
+                       {8, 25, "NVIDIA DGX A100 datasheet: 8 single-port HDR 200 Gb/s NICs for the compute "
+                               "fabric, one a GPU"}),
     };
   return {
-      preset_tier("node", 8, 450, 3,
-                  "NVIDIA DGX H100 / H100 datasheets: NVLink4 through NVSwitch, 18 links a GPU, "
-                  "900 GB/s bidirectional = ~450 GB/s per direction",
-                  "estimate for an NVLink GPU-to-GPU message (~2-3 us)"),
-      preset_tier("cluster", 0, 50, 5,
-                  "NVIDIA DGX H100 datasheet: 8 NDR InfiniBand NICs of 400 Gb/s a node, one per GPU: "
-                  "~50 GB/s a GPU",
-                  "estimate for an inter-node GPU-buffer message over InfiniBand",
-                  {8, 50, "NVIDIA DGX H100 datasheet: 8 ConnectX-7 NDR 400 Gb/s ports for the compute "
-                          "fabric, one a GPU"}),
+      datasheet_tier("node", 8, 450,
+                     "NVIDIA DGX H100 / H100 datasheets: NVLink4 through NVSwitch, 18 links a GPU, "
+                     "900 GB/s bidirectional = ~450 GB/s per direction",
+                     kNodeLink),
+      datasheet_tier("cluster", 0, 50,
+                     "NVIDIA DGX H100 datasheet: 8 NDR InfiniBand NICs of 400 Gb/s a node, one per GPU: "
+                     "~50 GB/s a GPU",
+                     kNetworkLink,
+                     {8, 50, "NVIDIA DGX H100 datasheet: 8 ConnectX-7 NDR 400 Gb/s ports for the compute "
+                             "fabric, one a GPU"}),
   };
 }
 
@@ -121,6 +108,14 @@ bool parse_number(std::string_view text, T& out) {
 }
 
 }  // namespace
+
+Tier datasheet_tier(std::string name, int size, double bandwidth, std::string_view link, LinkEstimate latency,
+                    TierPorts ports) {
+  std::string source = fmt::format("{}; latency {} us: {}; {}", link, latency.latency_us, latency.note, kEfficiencyNote);
+  if (ports.count > 0) source += fmt::format("; ports: {} x {} GB/s ({})", ports.count, ports.GBps, ports.source);
+  return Tier{std::move(name), size,        bandwidth,  latency.latency_us, kPresetEfficiency,
+              std::move(source), ports.count, ports.GBps};
+}
 
 TierOverride parse_tier_override(std::string_view spec) {
   auto dot = spec.find('.');

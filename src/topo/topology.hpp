@@ -33,6 +33,25 @@ struct Tier {
   double port_GBps = 0;
 };
 
+// A tier described from datasheets, as the presets and `strata plan --cluster` build them:
+// the link's rate a rank (per direction), an estimated latency of one small GPU-to-GPU
+// message over it, the efficiency NCCL/RCCL bus bandwidth reaches at large messages (0.8),
+// the sources cited; ports (NICs) a domain shares, where given.
+struct LinkEstimate {  // the latency strata assumes for a kind of link, and why
+  double latency_us;
+  std::string_view note;
+};
+inline constexpr LinkEstimate kDieLink{2, "estimate for an on-package GPU-to-GPU message"};
+inline constexpr LinkEstimate kNodeLink{3, "estimate for an NVLink GPU-to-GPU message (~2-3 us)"};
+inline constexpr LinkEstimate kNetworkLink{5, "estimate for an inter-node GPU-buffer message over InfiniBand"};
+struct TierPorts {  // a tier's ports: how many one inner domain has, the rate of each, the source
+  int count = 0;
+  double GBps = 0;
+  std::string_view source;
+};
+Tier datasheet_tier(std::string name, int size, double bandwidth_GBps, std::string_view link_source,
+                    LinkEstimate latency, TierPorts ports = {});
+
 struct TierOverride {  // --tier NAME.FIELD=VALUE on the command line
   std::string tier, field, value;
 };

@@ -13,6 +13,7 @@
 #include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
+#include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"
 
 namespace strata::train {
@@ -81,7 +82,8 @@ const std::vector<Entry>& entries() {
   using K = SettingKind;
   static const std::vector<Entry> table = {
       {{"model.preset", "--model", K::String,
-        "model preset: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b"}, {}},
+        "model preset: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b; or a Hugging "
+        "Face config.json (or its folder) of a GPT-2 or Llama model"}, {}},
       {{"model.family", "--model-family", K::String, "gpt2 or llama (a preset's own unless given)"}, {}},
       {{"model.n_layer", "--n-layer", K::Int, "transformer blocks"}, {}},
       {{"model.n_head", "--n-head", K::Int, "attention heads (must divide n_embd)"}, {}},
@@ -267,7 +269,11 @@ Settings read_config_file(const std::filesystem::path& path) {
 model::GPTConfig build_model(const Settings& settings, std::string* preset_name) {
   std::string name = "tiny";
   if (auto it = settings.find("model.preset"); it != settings.end()) name = as_string(it->first, it->second);
-  nlohmann::json model = model::GPTConfig::preset(name).to_json();
+  const std::vector<std::string> presets = model::GPTConfig::preset_names();
+  const bool config_json =
+      std::find(presets.begin(), presets.end(), name) == presets.end() && model::names_a_config_path(name);
+  nlohmann::json model =
+      (config_json ? model::to_gpt_config(model::read_hf_config(name)) : model::GPTConfig::preset(name)).to_json();
   bool padded_given = false, vocab_given = false;
   for (auto& [key, value] : settings) {
     if (!key.starts_with("model.") || key == "model.preset") continue;

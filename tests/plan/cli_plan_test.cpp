@@ -420,3 +420,53 @@ TEST(PlanCli, ShippedCalibrationsLoadAndMoveThePredictionTheWayTheirFiguresSay) 
     }
   }
 }
+
+// docs/planner-quickstart.md's path: a config.json, a cluster in a line, nccl-tests logs.
+TEST(PlanCli, AConfigJsonAClusterLineAndNcclTestsLogs) {
+  const std::string model = strata::test::source_path("configs/models/llama-3-8b").string();
+  const std::string args = "plan --model " + model + " --seq 8192 --flash-attention --strategy zero3,hsdp --json ";
+  // The header names what was read.
+  CommandResult text = run_strata("plan --model " + model + " --cluster nodes=2,gpus=8,gpu=h100-sxm,nics=8x400 "
+                                  "--seq 8192 --flash-attention --strategy zero3",
+                                  Stderr::Capture);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (const char* part : {"(8.03 B parameters) on '8xh100-sxm', 16 ranks", "SwiGLU MLP 14336 wide, RMSNorm",
+                           "from LlamaForCausalLM"})
+    EXPECT_NE(text.output.find(part), std::string::npos) << part << "\n" << text.output;
+  // --cluster prices as the preset of its shape.
+  const nlohmann::json line = parse_json_output(
+      run_strata(args + "--cluster gpus=8,gpu=h100-sxm,nvlink=450,nics=8x400 --nodes 2", Stderr::Discard));
+  const nlohmann::json preset = parse_json_output(run_strata(args + "--topology dgx-h100 --nodes 2", Stderr::Discard));
+  for (const char* s : {"zero3", "hsdp"})
+    EXPECT_EQ(line["strategies"][s]["step_time_s"], preset["strategies"][s]["step_time_s"]) << s;
+  CommandResult bad = run_strata("plan --model " + model + " --cluster gpus=8,gpu=h100-sxm,nics=8 --nodes 2",
+                                 Stderr::Capture);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("nics=8: expected COUNTxGBITS"), std::string::npos) << bad.output;
+
+  // nccl-tests logs into a calibration the plan prices with; a bad log writes nothing.
+  strata::test::ScratchDir dir;
+  const std::string logs = strata::test::source_path("configs/nccl-tests/dgx-h100-1node-all_gather_perf.log").string() +
+                           " " +
+                           strata::test::source_path("configs/nccl-tests/dgx-h100-2node-all_gather_perf.log").string();
+  const std::string cal = (dir / "cal.toml").string();
+  CommandResult made = run_strata("calibrate --from-nccl-tests " + logs + " --out " + cal, Stderr::Capture);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_NE(made.output.find("wrote " + cal), std::string::npos) << made.output;
+  const nlohmann::json priced = parse_json_output(run_strata(
+      args + "--cluster gpus=8,gpu=h100-sxm,nics=8x400 --nodes 2 --collectives flat-ring --calibration " + cal,
+      Stderr::Discard));
+  EXPECT_EQ(priced["assumptions"]["calibration"]["tiers"][1]["all_gather"]["priced_at"], 6);
+  std::string broken = strata::read_file_text(
+      strata::test::source_path("configs/nccl-tests/dgx-h100-2node-all_gather_perf.log"));
+  broken.replace(broken.find("    float"), 9, "    fl oat");
+  strata::test::write_bytes(dir / "all_gather_perf.log", broken);
+  const std::string bad_out = (dir / "bad.toml").string();
+  CommandResult refused =
+      run_strata("calibrate --from-nccl-tests " + (dir / "all_gather_perf.log").string() + " --out " + bad_out,
+                 Stderr::Capture);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.output.find("all_gather_perf.log:"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("columns where the table's header has 13"), std::string::npos) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(bad_out));
+}

@@ -536,12 +536,12 @@ TEST(CostModel, BadInputIsRefusedNamingTheField) {
             std::string::npos);
   w.flash_attention = true;
   w.validate(ModelShape::preset("llama2-7b"));
-  EXPECT_NE(error_of([] { resolve_device("my-cluster", {}); })
+  EXPECT_NE(error_of([] { resolve_device(std::nullopt, "my-cluster", {}); })
                 .find("give --peak-tflops, --device-memory-gb, --hbm-gbps"),
             std::string::npos);
   DeviceOverrides bad;
   bad.compute_efficiency = 1.5;
-  EXPECT_NE(error_of([&] { resolve_device("frontier", bad); }).find("--compute-efficiency = 1.5"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_device(device_for_topology("frontier"), "frontier", bad); }).find("--compute-efficiency = 1.5"), std::string::npos);
 }
 
 TEST(Search, EnumeratesEveryValidSpecAndNamesThePresets) {

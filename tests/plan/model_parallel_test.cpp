@@ -244,7 +244,7 @@ TEST(ModelParallel, EnergyIsIdlePlusUtilisationTimesTheRestOfTdp) {
   EXPECT_DOUBLE_EQ(e.tokens_per_kwh * e.joules_per_token, 3.6e6);
   DeviceOverrides unknown_idle;
   unknown_idle.idle_watts = 900;
-  EXPECT_NE(error_of([&] { resolve_device("dgx-h100", unknown_idle); }).find("--idle-watts = 900"),
+  EXPECT_NE(error_of([&] { resolve_device(device_for_topology("dgx-h100"), "dgx-h100", unknown_idle); }).find("--idle-watts = 900"),
             std::string::npos);
 }
 
