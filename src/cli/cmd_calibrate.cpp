@@ -32,6 +32,7 @@
 #include "model/kernels.hpp"
 #include "plan/calibration.hpp"
 #include "plan/cluster.hpp"
+#include "plan/gemm_bench.hpp"
 #include "plan/nccl_tests.hpp"
 #include "plan/model_shapes.hpp"
 #include "quant/quant.hpp"
@@ -45,6 +46,7 @@ namespace {
 struct Options {
   std::string topology, cluster, out, model = "tiny";
   std::vector<std::string> nccl_tests;
+  std::string gemm_bench;
   std::vector<std::string> tier_overrides;
   double min_kib = 16, max_mib = 4;
   int points = 6, iterations = 3, micro_batch = 8, seq = 0;
@@ -548,27 +550,38 @@ void run_calibrate(const Options& o) {
   std::fflush(stdout);
 }
 
-// --from-nccl-tests: the cluster's own nccl-tests logs into a calibration's curves, no MPI run.
-void import_nccl_tests(const Options& o) {
-  if (o.out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
+// The topology an import names its tiers after (--cluster or --topology; none: node and cluster),
+// and the device a GEMM table's rate is a fraction of.
+struct ImportTarget {
+  std::optional<topo::Topology> topology;
+  std::optional<plan::DeviceFacts> device;
+  std::vector<std::string> tiers{"node", "cluster"};  // the presets' and --cluster's names
+};
+
+ImportTarget import_target(const Options& o) {
   if (!o.topology.empty() && !o.cluster.empty()) throw Error("calibrate: --topology or --cluster, not both");
   if (o.topology == "host") throw Error("calibrate --from-nccl-tests: --topology host needs an MPI run; name a preset or file");
-  std::optional<topo::Topology> topology;
-  if (!o.cluster.empty()) topology = plan::ClusterSpec::parse(o.cluster).topology();
-  else if (!o.topology.empty()) topology = topo::Topology::load(o.topology);
-  std::vector<std::string> tiers{"node", "cluster"};  // the presets' and --cluster's names
-  if (topology) {
-    tiers.clear();
-    for (const topo::Tier& t : topology->tiers()) tiers.push_back(t.name);
+  ImportTarget t;
+  if (!o.cluster.empty()) {
+    const plan::ClusterSpec cluster = plan::ClusterSpec::parse(o.cluster);
+    t.topology = cluster.topology();
+    t.device = cluster.device();
+  } else if (!o.topology.empty()) {
+    t.topology = topo::Topology::load(o.topology);
+    t.device = plan::device_for_topology(o.topology);
   }
-  std::vector<plan::NcclTestsLog> logs;
-  for (const std::string& path : o.nccl_tests) logs.push_back(plan::read_nccl_tests_log(path));
-  const plan::Calibration cal = plan::calibration_from_nccl_tests(
-      logs, tiers, topology ? topology->name() : std::string("nccl-tests"),
-      fmt::format("strata calibrate --from-nccl-tests {}", fmt::join(o.nccl_tests, " ")));
-  plan::Calibration::from_toml_string(cal.to_toml(), o.out);  // what plan --calibration will read
-  atomic_write_file(o.out, cal.to_toml());
+  if (t.topology) {
+    t.tiers.clear();
+    for (const topo::Tier& tier : t.topology->tiers()) t.tiers.push_back(tier.name);
+  }
+  if (!o.gemm_bench.empty() && !t.device)
+    throw Error("calibrate --from-gemm-bench: no device whose peak the table's rate is a fraction of: give --cluster "
+                "...,gpu=NAME or --topology frontier|dgx-a100|dgx-h100 (a topology file names no device)");
+  return t;
+}
 
+void print_nccl_tests(const std::vector<plan::NcclTestsLog>& logs, const plan::Calibration& cal,
+                      const std::vector<std::string>& tiers) {
   fmt::print("strata calibrate: {} from nccl-tests\n", count_of(static_cast<int>(logs.size()), "log"));
   fmt::print("{:<10} {:<15} {:>6} {:>6} {:>5} {:>12} {:>14} {:>11}  {}\n", "tier", "collective", "ranks", "hosts",
              "sizes", "bus GB/s", "log's largest", "latency us", "device, log");
@@ -583,6 +596,54 @@ void import_nccl_tests(const Options& o) {
   }
   fmt::print("(bus GB/s a rank: fitted over the log's sizes; across hosts the log's bus bandwidth / ranks a host, "
              "every rank of a host crossing at once; an op is priced at the log's own times)\n");
+}
+
+void print_gemms(const plan::Calibration& cal, const std::string& path) {
+  fmt::print("strata calibrate: {} ({}) from {} on the {}, peak {:g} TFLOP/s\n",
+             count_of(static_cast<int>(cal.gemms.size()), "GEMM"), cal.gemms.front().dtype, path, cal.gemm_device,
+             cal.gemm_peak_tflops);
+  fmt::print("{:>7} {:>7} {:>7} {:>10} {:>8}\n", "m", "n", "k", "TFLOP/s", "of peak");
+  for (const plan::GemmPoint& g : cal.gemms)
+    fmt::print("{:>7g} {:>7g} {:>7g} {:>10.4g} {:>8.3f}\n", g.m, g.n, g.k, g.tflops, g.tflops / cal.gemm_peak_tflops);
+  fmt::print("compute efficiency {:.4f}: the FLOP-weighted {:.4g} TFLOP/s (all FLOPs / all time) over the peak; the "
+             "planner prices every matmul at it\n",
+             cal.compute_efficiency, plan::flop_weighted_tflops(cal.gemms));
+}
+
+// --from-nccl-tests and --from-gemm-bench: the cluster's own measurements into one calibration
+// file, no MPI run.
+void import_measurements(const Options& o) {
+  if (o.out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
+  const ImportTarget target = import_target(o);
+  const std::string topology = target.topology ? target.topology->name() : std::string("nccl-tests");
+  std::vector<std::string> sources;
+  if (!o.nccl_tests.empty()) sources.push_back(fmt::format("--from-nccl-tests {}", fmt::join(o.nccl_tests, " ")));
+  if (!o.gemm_bench.empty()) sources.push_back("--from-gemm-bench " + o.gemm_bench);
+  if (!o.cluster.empty()) sources.push_back("--cluster " + o.cluster);
+  if (!o.topology.empty()) sources.push_back("--topology " + o.topology);
+  const std::string command = fmt::format("strata calibrate {}", fmt::join(sources, " "));
+
+  std::vector<plan::NcclTestsLog> logs;
+  for (const std::string& path : o.nccl_tests) logs.push_back(plan::read_nccl_tests_log(path));
+  plan::Calibration cal;
+  if (!logs.empty()) {
+    cal = plan::calibration_from_nccl_tests(logs, target.tiers, topology, command);
+  } else {  // every tier keeps the topology's figures
+    cal.topology = topology;
+    cal.command = command;
+    for (const std::string& name : target.tiers) {
+      plan::TierCalibration tier;
+      tier.name = name;
+      cal.tiers.push_back(std::move(tier));
+    }
+  }
+  if (!o.gemm_bench.empty())
+    plan::set_compute_from_gemms(cal, plan::read_gemm_bench(o.gemm_bench), *target.device, o.gemm_bench);
+  plan::Calibration::from_toml_string(cal.to_toml(), o.out);  // what plan --calibration will read
+  atomic_write_file(o.out, cal.to_toml());
+
+  if (!logs.empty()) print_nccl_tests(logs, cal, target.tiers);
+  if (!o.gemm_bench.empty()) print_gemms(cal, o.gemm_bench);
   fmt::print("wrote {}\n", o.out);
   std::fflush(stdout);
 }
@@ -599,8 +660,12 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
                   "alltoall_perf output) into the curves of the node tier (a one-host log) and the cluster tier "
                   "(several hosts); with --topology or --cluster, that topology's tier names (docs/calibration.md)")
       ->expected(1, -1);
-  cmd->add_option("--cluster", o->cluster, "with --from-nccl-tests: the cluster whose tiers the file names (as "
-                                           "strata plan --cluster)");
+  cmd->add_option("--from-gemm-bench", o->gemm_bench,
+                  "instead of measuring: a CSV of measured GEMMs (header m,n,k,dtype,tflops; bf16 or fp16) into the "
+                  "compute efficiency, their FLOP-weighted TFLOP/s over the device's peak (--cluster or --topology "
+                  "names the device; docs/calibration.md)");
+  cmd->add_option("--cluster", o->cluster, "with --from-nccl-tests or --from-gemm-bench: the cluster whose tiers "
+                                           "and device the file is of (as strata plan --cluster)");
   cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -620,8 +685,9 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a micro-batch")->capture_default_str();
   cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->callback([o] {
-    if (!o->nccl_tests.empty()) return import_nccl_tests(*o);
-    if (!o->cluster.empty()) throw Error("calibrate: --cluster: only with --from-nccl-tests (measure with --topology)");
+    if (!o->nccl_tests.empty() || !o->gemm_bench.empty()) return import_measurements(*o);
+    if (!o->cluster.empty())
+      throw Error("calibrate: --cluster: only with --from-nccl-tests or --from-gemm-bench (measure with --topology)");
     o->command_line = fmt::format("strata calibrate --topology {} --model {} --micro-batch {} --seq {} --min-kib {:g} "
                                   "--max-mib {:g} --points {} --iterations {}{}",
                                   o->topology, o->model, o->micro_batch, o->seq, o->min_kib, o->max_mib, o->points,

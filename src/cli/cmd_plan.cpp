@@ -23,6 +23,7 @@
 #include "plan/cost_model.hpp"
 #include "plan/device.hpp"
 #include "plan/emit.hpp"
+#include "plan/gemm_bench.hpp"
 #include "plan/model_parallel.hpp"
 #include "plan/model_shapes.hpp"
 #include "plan/recommend.hpp"
@@ -199,6 +200,12 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
                    ? fmt::format("; int8/int4 wire coding {:.3g}/{:.3g} GB/s of fp32", cal->compute->int8_codec_GBps,
                                  cal->compute->int4_codec_GBps)
                    : std::string());
+  else if (cal && !cal->gemms.empty())
+    fmt::print("compute: efficiency {:.4g} from the calibration's {} measured GEMMs ({}, FLOP-weighted {:.4g} "
+               "TFLOP/s of the {}'s {:g} peak; above, unless --compute-efficiency is given): one efficiency for every "
+               "matmul, whatever its shape; the device's HBM rate\n",
+               cal->compute_efficiency, cal->gemms.size(), cal->gemms.front().dtype,
+               plan::flop_weighted_tflops(cal->gemms), cal->gemm_device, cal->gemm_peak_tflops);
   else if (cal && cal->compute_efficiency > 0)
     fmt::print("compute: the calibration's published efficiency {:g} a device (above, unless --compute-efficiency "
                "is given), the device's HBM rate\n",
@@ -545,6 +552,8 @@ void run_plan(const PlanOptions& o) {
   workload.collectives = shard::parse_collectives(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
   workload.validate(model);
+  if (calibration && !o.efficiency_opt->count())
+    plan::check_gemm_calibration(*calibration, device, workload.precision, "--calibration " + o.calibration);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
 
   std::vector<plan::LeaveOut> leave_out;

@@ -306,7 +306,46 @@ nlohmann::json curve_json(const CollectiveCurve& c) {
   return j;
 }
 
+// [compute]'s measured GEMMs: the device, its peak, one [[compute.gemm]] a shape, and the
+// efficiency they give (a file edited by hand to disagree is refused).
+void read_gemms(const Fields& cf, Calibration& c) {
+  c.gemm_device = cf.string("device");
+  c.gemm_peak_tflops = cf.positive("peak_tflops");
+  const toml::array* rows = cf.node("gemm").as_array();
+  if (!rows || rows->empty())
+    throw Error(fmt::format("{}: must be a non-empty list of tables ([[compute.gemm]])", cf.at("gemm")));
+  for (std::size_t i = 0; i < rows->size(); ++i) {
+    const toml::table* row = rows->get(i)->as_table();
+    if (!row) throw Error(fmt::format("{}[{}]: must be a table ([[compute.gemm]])", cf.at("gemm"), i));
+    const Fields f(*row, fmt::format("{}[{}]", cf.at("gemm"), i));
+    f.only({"m", "n", "k", "dtype", "tflops"});
+    GemmPoint g;
+    g.m = f.positive("m"), g.n = f.positive("n"), g.k = f.positive("k");
+    g.dtype = f.string("dtype");
+    g.tflops = f.positive("tflops");
+    if (g.dtype != "bf16" && g.dtype != "fp16")
+      throw Error(fmt::format("{} = '{}': must be bf16 or fp16 (the precision of the device's peak)", f.at("dtype"),
+                              g.dtype));
+    c.gemms.push_back(std::move(g));
+  }
+  const double implied = flop_weighted_tflops(c.gemms) / c.gemm_peak_tflops;
+  if (std::abs(implied - c.compute_efficiency) > 1e-6 * implied)
+    throw Error(fmt::format("{} = {}: its GEMMs' FLOP-weighted {:.6g} TFLOP/s over peak_tflops {:g} give {:.6g}",
+                            cf.at("efficiency"), c.compute_efficiency, flop_weighted_tflops(c.gemms),
+                            c.gemm_peak_tflops, implied));
+}
+
 }  // namespace
+
+double flop_weighted_tflops(const std::vector<GemmPoint>& gemms) {
+  double flops = 0, seconds = 0;
+  for (const GemmPoint& g : gemms) {
+    flops += g.flops();
+    seconds += g.flops() / (g.tflops * 1e12);
+  }
+  if (!(seconds > 0)) throw Error("gemm table: no GEMMs");
+  return flops / seconds / 1e12;
+}
 
 Calibration Calibration::from_toml_string(std::string_view text, std::string_view origin) {
   const toml::table doc = parse_toml(text, origin);
@@ -326,15 +365,17 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     if (!compute) throw Error(fmt::format("{}: must be a table ([compute])", root.at("compute")));
     const Fields cf(*compute, root.at("compute"));
     if (cf.has("efficiency")) {
-      // A published run's fraction of peak stands for the whole curve; both would disagree.
-      if (compute->size() != 1)
-        throw Error(fmt::format("{}: a published efficiency stands alone in [compute] (not beside a measured "
-                                "curve's fields)",
-                                cf.at("efficiency")));
+      // A fraction of peak stands for the whole curve; both would disagree.
+      for (auto&& [key, node] : *compute)
+        if (key.str() != "efficiency" && key.str() != "device" && key.str() != "peak_tflops" && key.str() != "gemm")
+          throw Error(fmt::format("{}: stands alone in [compute], not beside a measured curve's fields ({}); "
+                                  "beside it only the GEMMs it came from: device, peak_tflops, [[compute.gemm]]",
+                                  cf.at("efficiency"), key.str()));
       c.compute_efficiency = cf.positive("efficiency");
       if (c.compute_efficiency > 1)
         throw Error(fmt::format("{} = {}: must be at most 1 (a fraction of peak)", cf.at("efficiency"),
                                 c.compute_efficiency));
+      if (cf.has("gemm") || cf.has("device") || cf.has("peak_tflops")) read_gemms(cf, c);
     } else {
       // "efficiency" is named for a misspelt field's message; it never reaches here.
       cf.only({"peak_gflops", "half_gflop", "kernel_overhead", "overlap_slowdown", "optimizer_GBps", "int8_codec_GBps",
@@ -414,7 +455,20 @@ std::string Calibration::to_toml() const {
     if (compute->passes > 1) table.insert("passes", compute->passes), table.insert("pass_spread", compute->pass_spread);
     doc.insert("compute", std::move(table));
   } else if (compute_efficiency > 0) {
-    doc.insert("compute", toml::table{{"efficiency", compute_efficiency}});
+    toml::table table{{"efficiency", compute_efficiency}};
+    if (!gemms.empty()) {
+      table.insert("device", gemm_device);
+      table.insert("peak_tflops", gemm_peak_tflops);
+      toml::array rows;
+      for (const GemmPoint& g : gemms)
+        rows.push_back(toml::table{{"m", static_cast<std::int64_t>(g.m)},
+                                   {"n", static_cast<std::int64_t>(g.n)},
+                                   {"k", static_cast<std::int64_t>(g.k)},
+                                   {"dtype", g.dtype},
+                                   {"tflops", g.tflops}});
+      table.insert("gemm", std::move(rows));
+    }
+    doc.insert("compute", std::move(table));
   }
   toml::array tier_array;
   for (const TierCalibration& t : tiers) {
@@ -479,6 +533,14 @@ nlohmann::json Calibration::to_json() const {
                     {"threads", compute->threads},
                     {"passes", compute->passes},
                     {"pass_spread", compute->pass_spread}};
+  else if (!gemms.empty())
+    compute_json = {{"efficiency", compute_efficiency},
+                    {"gemms", gemms.size()},
+                    {"flop_weighted_tflops", flop_weighted_tflops(gemms)},
+                    {"device", gemm_device},
+                    {"peak_tflops", gemm_peak_tflops},
+                    {"means", "measured GEMMs' FLOP-weighted rate over the device's peak: the device's compute "
+                              "efficiency for every matmul unless --compute-efficiency is given"}};
   else if (compute_efficiency > 0)
     compute_json = {{"efficiency", compute_efficiency},
                     {"means", "a published run's fraction of peak: the device's compute efficiency unless "

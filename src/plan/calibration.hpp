@@ -134,6 +134,19 @@ double pass_spread(const std::vector<PassTimings>& measurements);
 // The median of timings; throws Error when there are none.
 double median(std::vector<double> timings);
 
+// One GEMM of a measured table (strata calibrate --from-gemm-bench, plan/gemm_bench.hpp): an
+// m x k by k x n product, 2mnk FLOPs, at the TFLOP/s it ran.
+struct GemmPoint {
+  double m = 0, n = 0, k = 0;
+  std::string dtype;  // bf16 or fp16: the precision the device's peak is stated in
+  double tflops = 0;
+  int line = 0;  // of the table it was read from (0: from a calibration file)
+  double flops() const { return 2 * m * n * k; }
+};
+// The table's FLOP-weighted rate, TFLOP/s: its FLOPs over their summed time (a step spends its
+// time in the large GEMMs, so they weigh as they cost).
+double flop_weighted_tflops(const std::vector<GemmPoint>& gemms);
+
 struct Calibration {
   static constexpr int kVersion = 1;
   int version = kVersion;
@@ -148,6 +161,11 @@ struct Calibration {
   // published training run on the device reached (model FLOPs / time / peak), which the planner
   // uses as the device's compute efficiency unless --compute-efficiency is given. 0: none.
   double compute_efficiency = 0;
+  // Where compute_efficiency is a measured GEMM table's FLOP-weighted rate over the device's
+  // peak: the table's GEMMs, and the device and peak divided by (empty: a published figure).
+  std::vector<GemmPoint> gemms;
+  std::string gemm_device;
+  double gemm_peak_tflops = 0;
 
   static Calibration from_toml_string(std::string_view text, std::string_view origin = "<string>");
   static Calibration from_toml_file(const std::filesystem::path& path);

@@ -470,3 +470,51 @@ TEST(PlanCli, AConfigJsonAClusterLineAndNcclTestsLogs) {
   EXPECT_NE(refused.output.find("columns where the table's header has 13"), std::string::npos) << refused.output;
   EXPECT_FALSE(std::filesystem::exists(bad_out));
 }
+
+// calibrate --from-gemm-bench (with the nccl-tests logs, one file): the plan's compute is priced
+// at the table's FLOP-weighted rate, and says so.
+TEST(PlanCli, AGemmTableSetsThePlansComputeEfficiency) {
+  strata::test::ScratchDir dir;
+  // Two shapes of equal FLOPs at 600 and 400 TFLOP/s: 480 TFLOP/s FLOP-weighted, of 989 peak.
+  strata::test::write_bytes(dir / "gemm.csv", "m,n,k,dtype,tflops\n8192,8192,8192,bf16,600\n16384,8192,4096,bf16,400\n");
+  const std::string cluster = " --cluster nodes=2,gpus=8,gpu=h100-sxm,nics=8x400";
+  const std::string cal = (dir / "cal.toml").string();
+  const std::string log = strata::test::source_path("configs/nccl-tests/dgx-h100-2node-all_gather_perf.log").string();
+  CommandResult made = run_strata("calibrate --from-nccl-tests " + log + " --from-gemm-bench " +
+                                      (dir / "gemm.csv").string() + cluster + " --out " + cal,
+                                  Stderr::Capture);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_NE(made.output.find("compute efficiency 0.4853: the FLOP-weighted 480 TFLOP/s"), std::string::npos)
+      << made.output;
+
+  const std::string plan = "plan --model llama2-7b" + cluster + " --strategy zero3 --flash-attention ";
+  const nlohmann::json priced = parse_json_output(run_strata(plan + "--json --calibration " + cal, Stderr::Discard));
+  const nlohmann::json assumed = parse_json_output(run_strata(plan + "--json", Stderr::Discard));
+  EXPECT_NEAR(priced["assumptions"]["device"]["compute_efficiency"].get<double>(), 480.0 / 989, 1e-12);
+  EXPECT_EQ(priced["assumptions"]["calibration"]["tiers"][1]["all_gather"]["priced_at"], 6);  // the log's curve too
+  // The same model FLOPs at 480 TFLOP/s instead of the assumed half of 989.
+  const double assumed_efficiency = assumed["assumptions"]["device"]["compute_efficiency"].get<double>();
+  EXPECT_EQ(assumed_efficiency, 0.5);
+  EXPECT_NEAR(priced["strategies"]["zero3"]["compute_s"].get<double>() /
+                  assumed["strategies"]["zero3"]["compute_s"].get<double>(),
+              0.5 * 989 / 480, 1e-9);
+  CommandResult text = run_strata(plan + "--calibration " + cal, Stderr::Capture);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("compute: efficiency 0.4853 from the calibration's 2 measured GEMMs (bf16, "
+                             "FLOP-weighted 480 TFLOP/s of the NVIDIA H100 SXM5's 989 peak"),
+            std::string::npos)
+      << text.output;
+
+  // Without a device, or with a bad row: refused, nothing written.
+  const std::string bad = (dir / "bad.toml").string();
+  CommandResult no_device =
+      run_strata("calibrate --from-gemm-bench " + (dir / "gemm.csv").string() + " --out " + bad, Stderr::Capture);
+  EXPECT_EQ(no_device.exit_code, 2);
+  EXPECT_NE(no_device.output.find("give --cluster"), std::string::npos) << no_device.output;
+  strata::test::write_bytes(dir / "gemm.csv", "m,n,k,dtype,tflops\n8192,8192,8192,bf16,600\n4096,4096,4096,tf32,300\n");
+  CommandResult bad_row = run_strata(
+      "calibrate --from-gemm-bench " + (dir / "gemm.csv").string() + cluster + " --out " + bad, Stderr::Capture);
+  EXPECT_EQ(bad_row.exit_code, 2);
+  EXPECT_NE(bad_row.output.find("gemm.csv:3: dtype tf32"), std::string::npos) << bad_row.output;
+  EXPECT_FALSE(std::filesystem::exists(bad));
+}
