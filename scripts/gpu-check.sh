@@ -253,7 +253,7 @@ for t in "${wanted[@]}"; do
 done
 [ "$MODE" = deps ] || grep -qx strata_cuda <<< "$all" ||
   echo "gpu-check: the configure found no CUDA (strata_cuda missing): see $BUILD/configure.log"
-run_step build "$BUILD_LIMIT" ninja -C "$BUILD" -j "$(nproc)" "${targets[@]}"
+run_step build "$BUILD_LIMIT" ninja -C "$BUILD" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" "${targets[@]}"
 built() { [ "${status[build]:-}" = ok ]; }
 
 # Without a GPU (STRATA_GPU_CHECK=deps): what was built runs against the packages it was built

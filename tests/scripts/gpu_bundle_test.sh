@@ -54,16 +54,19 @@ for var in MPI_C_COMPILER MPI_C_HEADER_DIR MPIEXEC_EXECUTABLE OPENBLAS_INCLUDE_D
   where=$(grep -E "^$var:" "$work/build/CMakeCache.txt" | cut -d= -f2-)
   [[ "$where" == "$prefix"/* ]] || fail "CMake found $var at '$where', not in the prefix"
 done
-source "$prefix/env.sh"
-libs=$(ldd "$work/build/strata")
-for lib in libmpi.so.40 libopenblas.so.0 libhwloc.so.15 libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libopen-pal.so.40; do
-  grep -Eq "^\s+$lib => $prefix/" <<< "$libs" || fail "strata loads $lib from elsewhere: $(grep "$lib" <<< "$libs")"
-done
-mpicc -showme:compile | grep -q -- "-I$prefix/usr/lib/x86_64-linux-gnu/openmpi/include" ||
-  fail "mpicc does not name the prefix's headers: $(mpicc -showme:compile)"
-missing=$(mpirun --allow-run-as-root -np 1 /nonexistent/program 2>&1)
-grep -q "could not access" <<< "$missing" && ! grep -q "help file" <<< "$missing" ||
-  fail "mpirun's help text (its help files, relocated): $missing"
+# In a subshell: the prefix's PATH would otherwise lead CMake's search to it in the runs below.
+(
+  source "$prefix/env.sh"
+  libs=$(ldd "$work/build/strata")
+  for lib in libmpi.so.40 libopenblas.so.0 libhwloc.so.15 libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libopen-pal.so.40; do
+    grep -Eq "^\s+$lib => $prefix/" <<< "$libs" || fail "strata loads $lib from elsewhere: $(grep "$lib" <<< "$libs")"
+  done
+  mpicc -showme:compile | grep -q -- "-I$prefix/usr/lib/x86_64-linux-gnu/openmpi/include" ||
+    fail "mpicc does not name the prefix's headers: $(mpicc -showme:compile)"
+  missing=$(mpirun --allow-run-as-root -np 1 /nonexistent/program 2>&1)
+  grep -q "could not access" <<< "$missing" && ! grep -q "help file" <<< "$missing" ||
+    fail "mpirun's help text (its help files, relocated): $missing"
+) || exit 1
 
 # A bundle lacking a package: the configure stops naming it, and nothing is built.
 for package in libfmt-dev:fmt libopenblas-openmp-dev:OpenBLAS; do
