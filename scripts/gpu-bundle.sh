@@ -98,7 +98,7 @@ fi
 mapfile -t names < <(cut -d' ' -f1 "$work/bundle")
 bytes=$(apt-cache show --no-all-versions "${names[@]}" | awk '/^Size:/{t += $2} END{print t}')
 if [ "$bytes" -gt $LIMIT ]; then
-  refuse "${#names[@]} packages of $((bytes / 1048576)) MiB, over the limit of 48 MiB; the largest: $(
+  refuse "${#names[@]} packages of $((bytes / 1048576)) MiB, over the limit of $((LIMIT / 1048576)) MiB; the largest: $(
     apt-cache show --no-all-versions "${names[@]}" |
       awk '/^Package:/{p=$2} /^Size:/{print $2, p}' | sort -rn | head -5 | awk '{printf "%s (%.1f MiB) ", $2, $1/1048576}')"
 fi
@@ -118,7 +118,7 @@ if ! download; then
   download || refuse "download failed: $(grep -E '^E:' "$work/download.log" | head -3)"
 fi
 bytes=$(du -cb "$work"/debs/*.deb | tail -1 | cut -f1)
-[ "$bytes" -le $LIMIT ] || refuse "the downloaded packages are $((bytes / 1048576)) MiB, over the limit of 48 MiB"
+[ "$bytes" -le $LIMIT ] || refuse "the downloaded packages are $((bytes / 1048576)) MiB, over the limit of $((LIMIT / 1048576)) MiB"
 
 # What the bundled ELF files need from the machine: glibc and libstdc++ symbol versions, and
 # the libraries (sonames) no bundled package holds.
