@@ -3,25 +3,8 @@
 # Idempotent: packages already present are skipped by apt.
 set -euo pipefail
 
-packages=(
-  build-essential cmake ninja-build pkg-config
-  openmpi-bin libopenmpi-dev        # distributed engine on CPU clusters, bootstrap for NCCL
-  libopenblas-openmp-dev            # sgemm; the OpenMP build shares one thread pool with our kernels
-  libxxhash-dev                     # fast checksums for checkpoint shards
-  libhwloc-dev                      # host topology detection
-  nlohmann-json3-dev                # metrics, summaries, manifests
-  libtomlplusplus-dev               # config and topology files
-  libcli11-dev                      # command line
-  libpcre2-dev                      # GPT-2 BPE pre-tokenization: Unicode letter/number classes, lookahead
-  libfmt-dev                        # formatting
-  libgtest-dev libgmock-dev         # unit tests
-  libbenchmark-dev                  # micro-benchmarks
-  python3-torch python3-numpy       # test reference and benchmark peer only, never at run time
-  fortunes                          # demo corpus: real English text (fortune files), installed, never downloaded
-  clang libclang-rt-14-dev          # fuzzing (scripts/fuzz.sh): clang-14 and its libFuzzer + sanitizer runtimes
-  libomp-dev                        # OpenMP for clang, which configures the fuzz build (build-fuzz/)
-  iproute2 util-linux ethtool nftables  # the namespace cluster (scripts/cluster.sh): ip netns, tc, unshare, MTU-sized segments, loss rules
-)
+source "$(dirname "$0")/packages.sh"
+packages=("${strata_library_packages[@]}" "${strata_tool_packages[@]}")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,9 +2,10 @@
 # The whole test suite, exactly as CI runs it (.ci/run):
 #   1. set-up (Debian packages),
 #   2. Release build in build/ (the CUDA kernels too, where nvcc is found) and the `unit`, `mpi`,
-#      `cluster` and `gpu` tests (`slow` ones are left out; `cluster` ones need root and are
+#      `cluster`, `gpu` and `bundle` tests (`slow` ones are left out; `cluster` ones need root and are
 #      skipped without it, saying why, unless STRATA_REQUIRE_CLUSTER=1, which CI sets: there
-#      they fail; `gpu` ones skip without a GPU, saying why),
+#      they fail; `gpu` ones skip without a GPU, saying why; `bundle` makes the GPU check's
+#      bundle from Debian's archive and builds strata against it alone, in a few minutes),
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build of the unit tests in build-asan/,
 #      without CUDA (nvcc time is spent once, in the Release build),
 #   4. libFuzzer run of every fuzz target, 40 s each, in build-fuzz/ (scripts/fuzz.sh; its seeds
@@ -20,7 +21,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON  # ON: 
 ninja -C build
 release_log=build/ctest-release.log
 release_status=0
-(cd build && ctest -L 'unit|mpi|cluster|gpu' -LE slow --output-on-failure) 2>&1 | tee "$release_log" || release_status=$?
+(cd build && ctest -L 'unit|mpi|cluster|gpu|bundle' -LE slow --output-on-failure) 2>&1 | tee "$release_log" || release_status=$?
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF \
       -DSTRATA_CUDA=OFF
@@ -36,7 +37,7 @@ fuzz_seconds=$(( $(date +%s) - fuzz_start ))
 
 echo
 echo "=== test summary ==="
-echo "release (unit + mpi + cluster + gpu): $(grep -E 'tests passed|tests failed' "$release_log" | tail -1)"
+echo "release (unit + mpi + cluster + gpu + bundle): $(grep -E 'tests passed|tests failed' "$release_log" | tail -1)"
 grep -A1000 -E '^The following tests FAILED' "$release_log" || true
 grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: cluster\..*Skipped' "$release_log" | sed 's/^/  skipped: /' || true
 gpu_skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: gpu\..*Skipped' "$release_log" || true)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What of scripts/gpu-check.sh runs without a GPU (label unit): its syntax and its Python's,
-# its refusal on a machine without a GPU (before building or writing anything), PyTorch's
-# GPU bench refusing a CPU-only torch, and the closing table from known results.
+# its refusal on a machine without a GPU (before building or writing anything; also with the
+# bundle forced) and of an unknown mode, PyTorch's GPU bench refusing a CPU-only torch, and the
+# closing table from known results.
 #   gpu_check_test.sh SOURCE_DIR
 set -uo pipefail
 src=$1
@@ -49,6 +50,16 @@ rc=$?
 [ $rc -eq 2 ] || fail "gpu-check.sh without a GPU: exit $rc, want 2: $out"
 grep -q "nothing to check here (it needs one NVIDIA GPU)" <<< "$out" || fail "refusal says why: $out"
 [ ! -e "$tmp/out" ] || fail "gpu-check.sh wrote its results folder before refusing"
+# Forcing the bundle alone does not lift the refusal: only its no-GPU mode (STRATA_GPU_CHECK=deps,
+# scripts.gpu_bundle_prefix_build) runs without a GPU; an unknown mode is refused, naming it.
+out=$(cd "$tmp" && OUT="$tmp/out" STRATA_GPU_BUNDLE=force bash "$src/scripts/gpu-check.sh" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || fail "gpu-check.sh with the bundle forced, without a GPU: exit $rc, want 2: $out"
+[ ! -e "$tmp/out" ] || fail "gpu-check.sh with the bundle forced wrote its results folder before refusing"
+out=$(cd "$tmp" && OUT="$tmp/out" STRATA_GPU_CHECK=dep bash "$src/scripts/gpu-check.sh" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "STRATA_GPU_CHECK='dep' (want deps or unset)" <<< "$out" ||
+  fail "gpu-check.sh with STRATA_GPU_CHECK=dep: exit $rc, want 1 naming it: $out"
 
 # PyTorch's GPU bench on a torch without CUDA (Debian's CPU build) refuses, saying why.
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
