@@ -1,0 +1,258 @@
+#include "plan/doctor.hpp"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/fileio.hpp"
+#include "comm/flight.hpp"
+#include "comm/wait.hpp"
+#include "model/layout.hpp"
+#include "plan/cost_model.hpp"
+#include "shard/runtime.hpp"
+#include "shard/schedule.hpp"
+
+namespace strata::plan {
+
+namespace {
+
+// A slow link or a straggler is named when its median delay is this many times the next
+// host's or rank's, and at least kMinDelay seconds: noise on a busy machine stays below both.
+constexpr double kStandsOut = 3.0;
+constexpr double kMinDelay = 1e-3;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// ---- The run's plan ------------------------------------------------------------------------
+
+// The run's resolved topology, as its summary.json holds it, in a topology file's terms.
+topo::Topology topology_of(const nlohmann::json& t, int world, const std::string& origin) {
+  std::string text;
+  const auto& tiers = t.at("tiers");
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    const auto& tier = tiers[i];
+    text += fmt::format("[[tiers]]\nname = {}\n", nlohmann::json(tier.at("name").get<std::string>()).dump());
+    if (i + 1 < tiers.size()) text += fmt::format("size = {}\n", tier.at("size").get<int>());
+    text += fmt::format("bandwidth_GBps = {}\nlatency_us = {}\nefficiency = {}\n", tier.at("bandwidth_GBps").get<double>(),
+                        tier.at("latency_us").get<double>(), tier.at("efficiency").get<double>());
+    if (tier.at("ports").get<int>() > 0)
+      text += fmt::format("ports = {}\nport_GBps = {}\n", tier.at("ports").get<int>(), tier.at("port_GBps").get<double>());
+  }
+  topo::Topology topology = topo::Topology::from_toml_string(text, origin);
+  topology.resolve(world);
+  return topology;
+}
+
+struct RunPlan {
+  topo::Topology topology;
+  shard::Schedule schedule;
+  std::vector<const shard::ScheduledOp*> by_id;  // Schedule::op_id order
+};
+
+RunPlan plan_of_run(const std::filesystem::path& path) {
+  const nlohmann::json s = nlohmann::json::parse(read_file_text(path));
+  const std::string origin = path.string();
+  try {
+    const auto& config = s.at("config");
+    const int world = s.at("world_size").get<int>();
+    const model::GPTConfig model = model::GPTConfig::from_json(s.at("model").at("config"));
+    const auto& sh = config.at("shard");
+    const auto& tr = config.at("train");
+    parallel::ShardOptions options;
+    options.strategy = sh.at("strategy").get<std::string>();
+    if (options.strategy.empty()) throw Error("a single-process run: nothing to diagnose");
+    options.shard = sh.at("shard").get<std::string>();
+    options.secondary = sh.at("secondary").get<std::string>();
+    options.weight_wire = sh.at("weight_wire").get<std::string>();
+    options.grad_wire = sh.at("grad_wire").get<std::string>();
+    options.step_grad_wire = sh.at("step_grad_wire").get<std::string>();
+    options.block_size = sh.at("block_size").get<int>();
+    options.prefetch = sh.at("prefetch").get<int>();
+    options.bucket_bytes = sh.at("bucket_bytes").get<std::int64_t>();
+    options.tp = sh.at("tp").get<int>();
+    options.tp_tier = sh.at("tp_tier").get<std::string>();
+    topo::Topology topology = topology_of(s.at("topology"), world, origin + ": topology");
+    const parallel::ParallelDims dims = shard::build_dims(options, topology);
+    const topo::Topology data_parallel = dims.tensor > 1 ? dims.data_parallel_topology(topology) : topology;
+    const int batch = tr.at("batch").get<int>(), seq = tr.at("seq").get<int>();
+    const bool recompute = tr.at("recompute").get<std::string>() == "full";
+    shard::Schedule schedule(model::ParamLayout(model, {dims.tensor, 0}), data_parallel,
+                             shard::build_spec(options, data_parallel), tr.at("grad_accum").get<int>(),
+                             shard::tensor_parallel_plan(dims, model, batch, seq, recompute));
+    RunPlan plan{std::move(topology), std::move(schedule), {}};
+    for (const auto* ops : {&plan.schedule.micro_batch_ops(), &plan.schedule.tensor_parallel_ops(),
+                            &plan.schedule.bucket_ops(), &plan.schedule.step_ops()})
+      for (const auto& op : *ops) plan.by_id.push_back(&op);
+    return plan;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not the summary of a sharded run: {}", origin, e.what()));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", origin, e.what()));
+  }
+}
+
+// ---- Ops as recorded -----------------------------------------------------------------------
+
+struct Seen {
+  int rank;
+  const nlohmann::json* op;
+  double start, end;  // seconds on the wall clock
+};
+
+double seconds(const nlohmann::json& op, const char* field) { return op[field].get<std::int64_t>() * 1e-9; }
+
+// Every finished op of every dump, by sequence number (the same op on every rank).
+std::map<std::int64_t, std::vector<Seen>> finished_ops(const comm::FlightDumps& d) {
+  std::map<std::int64_t, std::vector<Seen>> by_seq;
+  for (int r = 0; r < d.world_size; ++r) {
+    if (d.dumps[r].is_null()) continue;
+    for (const auto& op : d.dumps[r]["ops"])
+      if (op["state"] == "done" && op["start_ns"].get<std::int64_t>() > 0)
+        by_seq[op["seq"].get<std::int64_t>()].push_back({r, &op, seconds(op, "start_ns"), seconds(op, "end_ns")});
+  }
+  return by_seq;
+}
+
+// The members of each group one op ran over (rank order: the ring's order).
+std::map<std::string, std::vector<const Seen*>> groups_of(const std::vector<Seen>& seen) {
+  std::map<std::string, std::vector<const Seen*>> g;
+  for (const Seen& s : seen) g[(*s.op)["group"].get<std::string>()].push_back(&s);
+  return g;
+}
+
+void tier_table(const std::map<std::int64_t, std::vector<Seen>>& ops, const RunPlan* plan, const Calibration* cal,
+                DoctorReport& out) {
+  struct Sum {
+    int ops = 0;
+    double measured = 0, planned = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Sum> sums;
+  for (const auto& [seq, seen] : ops)
+    for (const Seen& s : seen) {
+      Sum& sum = sums[{(*s.op)["tier"].get<std::string>(), (*s.op)["kind"].get<std::string>()}];
+      ++sum.ops;
+      sum.measured += s.end - s.start;
+      const int id = (*s.op)["op"].get<int>();
+      if (plan && id >= 0 && id < static_cast<int>(plan->by_id.size()))
+        sum.planned += price_op(*plan->by_id[id], plan->topology, cal).seconds();
+    }
+  out.lines.push_back(fmt::format("per tier and op kind, seconds an op (mean over ranks and ops){}:",
+                                  plan ? ", measured against the plan" : " (no summary.json: no plan)"));
+  out.lines.push_back(fmt::format("  {:<10} {:<15} {:>7} {:>11} {:>11} {:>7}", "tier", "kind", "ops", "measured",
+                                  "planned", "ratio"));
+  out.json["tiers"] = nlohmann::json::array();
+  for (const auto& [key, sum] : sums) {
+    const double measured = sum.measured / sum.ops, planned = sum.planned / sum.ops;
+    out.lines.push_back(fmt::format("  {:<10} {:<15} {:>7} {:>11.6f} {:>11.6f} {:>7}", key.first, key.second, sum.ops,
+                                    measured, planned, planned > 0 ? fmt::format("{:.1f}x", measured / planned) : "-"));
+    out.json["tiers"].push_back({{"tier", key.first},
+                                 {"kind", key.second},
+                                 {"ops", sum.ops},
+                                 {"measured_s", measured},
+                                 {"planned_s", plan ? nlohmann::json(planned) : nlohmann::json(nullptr)}});
+  }
+}
+
+// For each op over a group, how long after the later of (receiver ready, sender ready) the op
+// ended on the receiver: the time the sender's data took to arrive. Charged to the sender's
+// host and the op's tier.
+void slow_links(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm::FlightDumps& d, DoctorReport& out) {
+  std::map<std::string, std::map<std::string, std::vector<double>>> delay;  // tier -> sender host -> delays
+  for (const auto& [seq, seen] : ops)
+    for (const auto& [group, members] : groups_of(seen)) {
+      if (members.size() < 2) continue;
+      const std::string tier = (*members.front()->op)["tier"].get<std::string>();
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        const Seen& receiver = *members[m];
+        const Seen& sender = *members[(m + members.size() - 1) % members.size()];
+        delay[tier][d.hosts[sender.rank]].push_back(receiver.end - std::max(receiver.start, sender.start));
+      }
+    }
+  out.json["links"] = nlohmann::json::array();
+  for (const auto& [tier, by_host] : delay) {
+    std::vector<std::pair<double, std::string>> medians;
+    for (const auto& [host, v] : by_host) medians.push_back({median(v), host});
+    std::sort(medians.rbegin(), medians.rend());
+    for (const auto& [m, host] : medians)
+      out.json["links"].push_back({{"tier", tier}, {"host", host}, {"median_delay_s", m}});
+    if (medians.size() < 2) continue;
+    const auto& [worst, host] = medians[0];
+    const double next = medians[1].first;
+    if (worst < kMinDelay || worst < kStandsOut * next) continue;
+    out.lines.push_back(fmt::format("slow link: host {}'s link on the {} tier: what it sends arrives {:.2f} ms after "
+                                    "its receiver is ready (median over its ops), the next host's {:.2f} ms ({:.0f}x)",
+                                    host, tier, 1e3 * worst, 1e3 * next, worst / std::max(next, 1e-9)));
+    out.json["slow_links"].push_back({{"host", host}, {"tier", tier}, {"median_delay_s", worst}, {"next_s", next}});
+  }
+}
+
+// How late each rank reaches its ops against the median of its groups' members.
+void stragglers(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm::FlightDumps& d, DoctorReport& out) {
+  std::map<int, std::vector<double>> late;
+  for (const auto& [seq, seen] : ops)
+    for (const auto& [group, members] : groups_of(seen)) {
+      if (members.size() < 2) continue;
+      std::vector<double> starts;
+      for (const Seen* s : members) starts.push_back(seconds(*s->op, "issue_ns"));
+      const double mid = median(starts);
+      for (const Seen* s : members) late[s->rank].push_back(seconds(*s->op, "issue_ns") - mid);
+    }
+  std::vector<std::pair<double, int>> medians;
+  for (const auto& [rank, v] : late) medians.push_back({median(v), rank});
+  std::sort(medians.rbegin(), medians.rend());
+  out.json["ranks"] = nlohmann::json::array();
+  for (const auto& [m, rank] : medians)
+    out.json["ranks"].push_back({{"rank", rank}, {"host", d.hosts[rank]}, {"median_lateness_s", m}});
+  if (medians.size() < 2) return;
+  const auto& [worst, rank] = medians[0];
+  const double next = std::max(medians[1].first, 0.0);
+  if (worst < kMinDelay || worst < kStandsOut * next) return;
+  out.lines.push_back(fmt::format("straggler: rank {} (host {}) issues its collectives {:.2f} ms after the other "
+                                  "members of their groups (median over {} ops), the next rank {:.2f} ms",
+                                  rank, d.hosts[rank], 1e3 * worst, late[rank].size(), 1e3 * next));
+  out.json["straggler"] = {{"rank", rank}, {"host", d.hosts[rank]}, {"median_lateness_s", worst}, {"next_s", next}};
+}
+
+}  // namespace
+
+DoctorReport diagnose_run(const std::filesystem::path& out_dir, const Calibration* calibration) {
+  DoctorReport out;
+  const comm::FlightDumps dumps = comm::read_flight_dumps(out_dir / "flight");
+  std::set<std::string> reasons;
+  for (const auto& j : dumps.dumps)
+    if (!j.is_null()) reasons.insert(j["reason"].get<std::string>());
+  out.lines.push_back(fmt::format("{}: {} of {} ranks dumped their flight recorder ({})", out_dir.string(),
+                                  dumps.readable(), dumps.world_size, fmt::join(reasons, ", ")));
+  out.json = {{"folder", out_dir.string()}, {"world_size", dumps.world_size}, {"dumps", dumps.readable()},
+              {"problems", nlohmann::json::array()}, {"slow_links", nlohmann::json::array()}};
+  for (int r = 0; r < dumps.world_size; ++r)
+    if (!dumps.problems[r].empty()) out.json["problems"].push_back({{"rank", r}, {"problem", dumps.problems[r]}});
+  if (reasons.count("timeout")) {
+    const comm::DesyncReport desync = comm::desync_report(dumps);
+    out.lines.push_back("hang:");
+    for (const std::string& l : desync.lines) out.lines.push_back("  " + l);
+    out.json["desync"] = desync.json;
+  } else {
+    for (int r = 0; r < dumps.world_size; ++r)
+      if (!dumps.problems[r].empty()) out.lines.push_back(fmt::format("rank {}: {}", r, dumps.problems[r]));
+  }
+  std::optional<RunPlan> plan;
+  const std::filesystem::path summary = out_dir / "summary.json";
+  if (std::filesystem::exists(summary)) plan.emplace(plan_of_run(summary));
+  if (plan && calibration) calibration->check_covers(plan->topology, "--calibration");
+  const auto ops = finished_ops(dumps);
+  tier_table(ops, plan ? &*plan : nullptr, calibration, out);
+  slow_links(ops, dumps, out);
+  stragglers(ops, dumps, out);
+  return out;
+}
+
+}  // namespace strata::plan
