@@ -74,6 +74,9 @@ void FlightRecorder::configure(int capacity, std::filesystem::path dump_dir) {
   capacity_ = static_cast<std::uint64_t>(capacity);
   ring_ = capacity_ ? std::make_unique<Record[]>(capacity_) : nullptr;
   next_seq_.store(1);
+  compute_s_.store(0);
+  exposed_s_.store(0);
+  timed_steps_.store(0);
   dump_dir_ = std::move(dump_dir);
 }
 
@@ -129,6 +132,13 @@ void FlightRecorder::stamp(std::uint64_t seq, bool end) {
   r.state.compare_exchange_strong(issued, FlightState::Done, std::memory_order_relaxed);
 }
 
+void FlightRecorder::add_step_time(double compute_s, double exposed_comm_s) {
+  // One writer (the thread that runs the steps): a load and a store, no read-modify-write.
+  compute_s_.store(compute_s_.load(std::memory_order_relaxed) + compute_s, std::memory_order_relaxed);
+  exposed_s_.store(exposed_s_.load(std::memory_order_relaxed) + exposed_comm_s, std::memory_order_relaxed);
+  timed_steps_.store(timed_steps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 void FlightRecorder::start(std::uint64_t seq) { stamp(seq, false); }
 void FlightRecorder::end(std::uint64_t seq) { stamp(seq, true); }
 
@@ -179,6 +189,9 @@ nlohmann::json FlightRecorder::dump_json(std::string_view reason, std::string_vi
                       {"dumped_ns", now_ns()},
                       {"capacity", capacity_},
                       {"issued", issued()},
+                      {"timed_steps", timed_steps_.load(std::memory_order_relaxed)},
+                      {"compute_s", compute_s_.load(std::memory_order_relaxed)},
+                      {"exposed_comm_s", exposed_s_.load(std::memory_order_relaxed)},
                       {"ops", records()}};
   if (timeout) {
     std::vector<int> awaited;  // the ranks named in the "waiting for" parts
@@ -264,9 +277,11 @@ namespace {
 std::string dump_problem(const nlohmann::json& j, int rank) {
   if (!j.is_object()) return "not a JSON object";
   if (!j.contains("format") || j["format"] != kFormat) return fmt::format("field 'format' is not '{}'", kFormat);
-  for (const char* f : {"rank", "world_size", "issued"})
+  for (const char* f : {"rank", "world_size", "issued", "timed_steps"})
     if (!j.contains(f) || !j[f].is_number_integer()) return fmt::format("field '{}' missing or not an integer", f);
   if (j["rank"] != rank) return fmt::format("field 'rank' is {}, the file's name says {}", j["rank"].dump(), rank);
+  for (const char* f : {"compute_s", "exposed_comm_s"})
+    if (!j.contains(f) || !j[f].is_number()) return fmt::format("field '{}' missing or not a number", f);
   if (!j.contains("hosts") || !j["hosts"].is_array()) return "field 'hosts' missing or not an array";
   if (!j.contains("ops") || !j["ops"].is_array()) return "field 'ops' missing or not an array";
   const auto& ops = j["ops"];
@@ -399,20 +414,25 @@ DesyncReport desync_report(const FlightDumps& d) {
 
   std::map<std::int64_t, std::vector<int>> by_at;  // op -> ranks standing there
   std::vector<Standing> standing(d.world_size);
-  std::map<std::int64_t, const nlohmann::json*> record_of;  // any rank's record of each op
   for (int r = 0; r < d.world_size; ++r) {
     if (d.dumps[r].is_null()) continue;
     standing[r] = standing_of(d.dumps[r]);
     by_at[standing[r].at].push_back(r);
-    for (const auto& op : d.dumps[r]["ops"]) record_of.emplace(op["seq"].get<std::int64_t>(), &op);
   }
-  const auto describe = [&](std::int64_t seq) {
-    auto it = record_of.find(seq);
-    return it == record_of.end() ? fmt::format("op {}", seq)
-                                 : fmt::format("op {} ({})", seq, describe_flight_op(*it->second));
+  // Op `seq` as rank `r` recorded it (its group is r's own), else as any rank did.
+  const auto describe = [&](std::int64_t seq, int r) {
+    const nlohmann::json* found = nullptr;
+    for (int q = 0; q < d.world_size && !found; ++q) {
+      const int who = q == 0 ? r : q - (q <= r);  // r first, then the others in order
+      if (d.dumps[who].is_null()) continue;
+      for (const auto& op : d.dumps[who]["ops"])
+        if (op["seq"].get<std::int64_t>() == seq) found = &op;
+    }
+    return found ? fmt::format("op {} ({})", seq, describe_flight_op(*found)) : fmt::format("op {}", seq);
   };
   if (by_at.empty()) return out;
   const std::int64_t front = by_at.rbegin()->first;
+  const int front_rank = by_at.rbegin()->second.front();
   out.json["front"] = front;
   for (auto it = by_at.rbegin(); it != by_at.rend(); ++it) {
     const auto& [at, ranks] = *it;
@@ -423,12 +443,13 @@ DesyncReport desync_report(const FlightDumps& d) {
     if (at == front)
       line = fmt::format("{} {} {}", ranks_and_hosts(ranks, d.hosts),
                          state == "timed out" ? "timed out in" : state == "done" ? "last finished" : "wait in",
-                         describe(at));
+                         describe(at, ranks.front()));
     else if (last < front)
-      line = fmt::format("{} never issued {}; they are at {}", ranks_and_hosts(ranks, d.hosts), describe(front),
-                         describe(at));
+      line = fmt::format("{} never issued {}; they are at {}", ranks_and_hosts(ranks, d.hosts),
+                         describe(front, front_rank), describe(at, ranks.front()));
     else
-      line = fmt::format("{} are behind at {} ({})", ranks_and_hosts(ranks, d.hosts), describe(at), state);
+      line = fmt::format("{} are behind, at {}, {}", ranks_and_hosts(ranks, d.hosts), describe(at, ranks.front()),
+                         state);
     out.lines.push_back(line);
     std::vector<std::string> hosts;
     for (int r : ranks) hosts.push_back(d.hosts[r]);

@@ -75,6 +75,9 @@ class FlightRecorder {
   void start(std::uint64_t seq);
   void end(std::uint64_t seq);
   std::uint64_t issued() const { return next_seq_.load(std::memory_order_relaxed) - 1; }
+  // A step's time split (the engine's, once a step): computing, and waiting for collectives.
+  // Dumps carry the sums: a rank that computes far longer than the others is a straggler.
+  void add_step_time(double compute_s, double exposed_comm_s);
 
   // The records still in the ring, oldest first, as the dump's "ops".
   nlohmann::json records() const;
@@ -103,6 +106,8 @@ class FlightRecorder {
   std::uint64_t capacity_ = 0;
   std::unique_ptr<Record[]> ring_;
   std::atomic<std::uint64_t> next_seq_{1};
+  std::atomic<double> compute_s_{0}, exposed_s_{0};
+  std::atomic<std::int64_t> timed_steps_{0};
   std::filesystem::path dump_dir_;
   int rank_ = 0;
   std::vector<std::string> hosts_, tiers_;

@@ -21,15 +21,11 @@ namespace strata::plan {
 namespace {
 
 // A slow link or a straggler is named when its median delay is this many times the next
-// host's or rank's, and at least kMinDelay seconds: noise on a busy machine stays below both.
+// host's or rank's, and at least kMinLinkDelay (kMinLateness) seconds: noise on a busy machine
+// stays below both.
 constexpr double kStandsOut = 3.0;
-constexpr double kMinDelay = 1e-3;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
+constexpr double kMinLinkDelay = 1e-3;
+constexpr double kMinLateness = 0.5e-3;  // a straggler's extra compute a step
 
 // ---- The run's plan ------------------------------------------------------------------------
 
@@ -163,8 +159,10 @@ void tier_table(const std::map<std::int64_t, std::vector<Seen>>& ops, const RunP
 
 // For each op over a group, how long after the later of (receiver ready, sender ready) the op
 // ended on the receiver: the time the sender's data took to arrive. Charged to the sender's
-// host and the op's tier.
-void slow_links(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm::FlightDumps& d, DoctorReport& out) {
+// host and the op's tier. A straggler delays every ring it is in, which would read as slow
+// links around it: links are judged only when no straggler is named.
+void slow_links(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm::FlightDumps& d, bool straggler,
+                DoctorReport& out) {
   std::map<std::string, std::map<std::string, std::vector<double>>> delay;  // tier -> sender host -> delays
   for (const auto& [seq, seen] : ops)
     for (const auto& [group, members] : groups_of(seen)) {
@@ -183,10 +181,10 @@ void slow_links(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm
     std::sort(medians.rbegin(), medians.rend());
     for (const auto& [m, host] : medians)
       out.json["links"].push_back({{"tier", tier}, {"host", host}, {"median_delay_s", m}});
-    if (medians.size() < 2) continue;
+    if (medians.size() < 2 || straggler) continue;
     const auto& [worst, host] = medians[0];
     const double next = medians[1].first;
-    if (worst < kMinDelay || worst < kStandsOut * next) continue;
+    if (worst < kMinLinkDelay || worst < kStandsOut * next) continue;
     out.lines.push_back(fmt::format("slow link: host {}'s link on the {} tier: what it sends arrives {:.2f} ms after "
                                     "its receiver is ready (median over its ops), the next host's {:.2f} ms ({:.0f}x)",
                                     host, tier, 1e3 * worst, 1e3 * next, worst / std::max(next, 1e-9)));
@@ -194,31 +192,32 @@ void slow_links(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm
   }
 }
 
-// How late each rank reaches its ops against the median of its groups' members.
-void stragglers(const std::map<std::int64_t, std::vector<Seen>>& ops, const comm::FlightDumps& d, DoctorReport& out) {
-  std::map<int, std::vector<double>> late;
-  for (const auto& [seq, seen] : ops)
-    for (const auto& [group, members] : groups_of(seen)) {
-      if (members.size() < 2) continue;
-      std::vector<double> starts;
-      for (const Seen* s : members) starts.push_back(seconds(*s->op, "issue_ns"));
-      const double mid = median(starts);
-      for (const Seen* s : members) late[s->rank].push_back(seconds(*s->op, "issue_ns") - mid);
-    }
-  std::vector<std::pair<double, int>> medians;
-  for (const auto& [rank, v] : late) medians.push_back({median(v), rank});
-  std::sort(medians.rbegin(), medians.rend());
+// A rank whose steps compute far longer than the other ranks' (its dump's compute_s: the
+// step's time less its waits for collectives) holds them all up: they wait for it in every
+// collective. Returns whether one is named.
+bool stragglers(const comm::FlightDumps& d, DoctorReport& out) {
+  std::vector<std::pair<double, int>> per_step;  // compute seconds a step, rank
+  for (int r = 0; r < d.world_size; ++r) {
+    if (d.dumps[r].is_null()) continue;
+    const auto steps = d.dumps[r]["timed_steps"].get<std::int64_t>();
+    if (steps > 0) per_step.push_back({d.dumps[r]["compute_s"].get<double>() / steps, r});
+  }
+  std::sort(per_step.rbegin(), per_step.rend());
   out.json["ranks"] = nlohmann::json::array();
-  for (const auto& [m, rank] : medians)
-    out.json["ranks"].push_back({{"rank", rank}, {"host", d.hosts[rank]}, {"median_lateness_s", m}});
-  if (medians.size() < 2) return;
-  const auto& [worst, rank] = medians[0];
-  const double next = std::max(medians[1].first, 0.0);
-  if (worst < kMinDelay || worst < kStandsOut * next) return;
-  out.lines.push_back(fmt::format("straggler: rank {} (host {}) issues its collectives {:.2f} ms after the other "
-                                  "members of their groups (median over {} ops), the next rank {:.2f} ms",
-                                  rank, d.hosts[rank], 1e3 * worst, late[rank].size(), 1e3 * next));
-  out.json["straggler"] = {{"rank", rank}, {"host", d.hosts[rank]}, {"median_lateness_s", worst}, {"next_s", next}};
+  for (const auto& [s, rank] : per_step)
+    out.json["ranks"].push_back({{"rank", rank}, {"host", d.hosts[rank]}, {"compute_s_per_step", s}});
+  if (per_step.size() < 2) return false;
+  std::vector<double> others;
+  for (std::size_t i = 1; i < per_step.size(); ++i) others.push_back(per_step[i].first);
+  const auto& [worst, rank] = per_step[0];
+  const double typical = median(others);
+  if (worst - typical < kMinLateness || worst < kStandsOut * typical) return false;
+  out.lines.push_back(fmt::format("straggler: rank {} (host {}) computes {:.2f} ms a step, the other ranks {:.2f} ms "
+                                  "(median; {:.0f}x): they wait for it in every collective",
+                                  rank, d.hosts[rank], 1e3 * worst, 1e3 * typical, worst / std::max(typical, 1e-9)));
+  out.json["straggler"] = {{"rank", rank}, {"host", d.hosts[rank]}, {"compute_s_per_step", worst},
+                           {"others_s", typical}};
+  return true;
 }
 
 }  // namespace
@@ -250,8 +249,8 @@ DoctorReport diagnose_run(const std::filesystem::path& out_dir, const Calibratio
   if (plan && calibration) calibration->check_covers(plan->topology, "--calibration");
   const auto ops = finished_ops(dumps);
   tier_table(ops, plan ? &*plan : nullptr, calibration, out);
-  slow_links(ops, dumps, out);
-  stragglers(ops, dumps, out);
+  const bool straggler = stragglers(dumps, out);
+  slow_links(ops, dumps, straggler, out);
   return out;
 }
 
