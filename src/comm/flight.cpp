@@ -46,6 +46,9 @@ struct FlightRecorder::Record {
   std::atomic<FlightState> state{FlightState::Issued};
 };
 
+FlightRecorder::FlightRecorder() = default;
+FlightRecorder::~FlightRecorder() = default;
+
 std::string_view to_string(FlightState s) {
   switch (s) {
     case FlightState::Issued: return "issued";
@@ -445,8 +448,9 @@ DesyncReport desync_report(const FlightDumps& d) {
                          state == "timed out" ? "timed out in" : state == "done" ? "last finished" : "wait in",
                          describe(at, ranks.front()));
     else if (last < front)
-      line = fmt::format("{} never issued {}; they are at {}", ranks_and_hosts(ranks, d.hosts),
-                         describe(front, front_rank), describe(at, ranks.front()));
+      line = fmt::format("{} never issued {}; {} at {}", ranks_and_hosts(ranks, d.hosts),
+                         describe(front, front_rank), ranks.size() == 1 ? "it is" : "they are",
+                         describe(at, ranks.front()));
     else
       line = fmt::format("{} are behind, at {}, {}", ranks_and_hosts(ranks, d.hosts), describe(at, ranks.front()),
                          state);

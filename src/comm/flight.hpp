@@ -55,7 +55,8 @@ inline constexpr int kDefaultFlightOps = 4096;
 
 class FlightRecorder {
  public:
-  FlightRecorder() = default;
+  FlightRecorder();
+  ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 

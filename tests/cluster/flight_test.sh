@@ -43,12 +43,7 @@ start_run() {
   shift
   on_cluster 8 "$strata" train "${common[@]}" --out "$run" "$@" > "$run.log" 2>&1 &
   mpirun_pid=$!
-  for _ in $(seq 1200); do
-    [ -e "$run/metrics.jsonl" ] && [ "$(wc -l < "$run/metrics.jsonl")" -ge 3 ] && return 0
-    kill -0 "$mpirun_pid" 2> /dev/null || fail "$(basename "$run"): the job ended before step 3: $(cat "$run.log")"
-    sleep 0.05
-  done
-  fail "$(basename "$run"): no step 3 within 60 s"
+  wait_steps 3
 }
 finish_run() {  # waits for the job; it must exit 0
   local status=0
