@@ -29,14 +29,18 @@ constexpr double kMinLateness = 0.5e-3;  // a straggler's extra compute a step
 
 // ---- The run's plan ------------------------------------------------------------------------
 
-// The run's resolved topology, as its summary.json holds it, in a topology file's terms.
-topo::Topology topology_of(const nlohmann::json& t, int world, const std::string& origin) {
+// The run's physical topology from its summary.json, which holds the sharding's view of it: a
+// tensor-parallel run's TP tier has `tp` times the ranks (its ports' shares are the view's).
+topo::Topology topology_of(const nlohmann::json& t, int world, int tp, const std::string& tp_tier,
+                           const std::string& origin) {
   std::string text;
   const auto& tiers = t.at("tiers");
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     const auto& tier = tiers[i];
-    text += fmt::format("[[tiers]]\nname = {}\n", nlohmann::json(tier.at("name").get<std::string>()).dump());
-    if (i + 1 < tiers.size()) text += fmt::format("size = {}\n", tier.at("size").get<int>());
+    const std::string name = tier.at("name").get<std::string>();
+    const bool tp_here = tp_tier.empty() ? i == 0 : name == tp_tier;
+    text += fmt::format("[[tiers]]\nname = {}\n", nlohmann::json(name).dump());
+    if (i + 1 < tiers.size()) text += fmt::format("size = {}\n", tier.at("size").get<int>() * (tp_here ? tp : 1));
     text += fmt::format("bandwidth_GBps = {}\nlatency_us = {}\nefficiency = {}\n", tier.at("bandwidth_GBps").get<double>(),
                         tier.at("latency_us").get<double>(), tier.at("efficiency").get<double>());
     if (tier.at("ports").get<int>() > 0)
@@ -75,7 +79,8 @@ RunPlan plan_of_run(const std::filesystem::path& path) {
     options.bucket_bytes = sh.at("bucket_bytes").get<std::int64_t>();
     options.tp = sh.at("tp").get<int>();
     options.tp_tier = sh.at("tp_tier").get<std::string>();
-    topo::Topology topology = topology_of(s.at("topology"), world, origin + ": topology");
+    topo::Topology topology =
+        topology_of(s.at("topology"), world, options.tp, options.tp_tier, origin + ": topology");
     const parallel::ParallelDims dims = shard::build_dims(options, topology);
     const topo::Topology data_parallel = dims.tensor > 1 ? dims.data_parallel_topology(topology) : topology;
     const int batch = tr.at("batch").get<int>(), seq = tr.at("seq").get<int>();
@@ -137,18 +142,25 @@ void tier_table(const std::map<std::int64_t, std::vector<Seen>>& ops, const RunP
       ++sum.ops;
       sum.measured += s.end - s.start;
       const int id = (*s.op)["op"].get<int>();
-      if (plan && id >= 0 && id < static_cast<int>(plan->by_id.size()))
-        sum.planned += price_op(*plan->by_id[id], plan->topology, cal).seconds();
+      if (plan && id >= 0 && id < static_cast<int>(plan->by_id.size())) {
+        // Tensor parallelism's ops run over the physical tiers, the sharding's over the
+        // data-parallel ones (the schedule's own topology).
+        const shard::ScheduledOp& op = *plan->by_id[id];
+        const bool tp = op.purpose == shard::Purpose::TensorParallel ||
+                        op.purpose == shard::Purpose::TensorParallelScalars;
+        sum.planned += price_op(op, tp ? plan->topology : plan->schedule.topology(), cal).seconds();
+      }
     }
-  out.lines.push_back(fmt::format("per tier and op kind, seconds an op (mean over ranks and ops){}:",
+  out.lines.push_back(fmt::format("per tier and op kind, milliseconds an op (mean over ranks and ops){}:",
                                   plan ? ", measured against the plan" : " (no summary.json: no plan)"));
   out.lines.push_back(fmt::format("  {:<10} {:<15} {:>7} {:>11} {:>11} {:>7}", "tier", "kind", "ops", "measured",
                                   "planned", "ratio"));
   out.json["tiers"] = nlohmann::json::array();
   for (const auto& [key, sum] : sums) {
     const double measured = sum.measured / sum.ops, planned = sum.planned / sum.ops;
-    out.lines.push_back(fmt::format("  {:<10} {:<15} {:>7} {:>11.6f} {:>11.6f} {:>7}", key.first, key.second, sum.ops,
-                                    measured, planned, planned > 0 ? fmt::format("{:.1f}x", measured / planned) : "-"));
+    out.lines.push_back(fmt::format("  {:<10} {:<15} {:>7} {:>11.4f} {:>11.4f} {:>7}", key.first, key.second, sum.ops,
+                                    1e3 * measured, 1e3 * planned,
+                                    planned > 0 ? fmt::format("{:.1f}x", measured / planned) : "-"));
     out.json["tiers"].push_back({{"tier", key.first},
                                  {"kind", key.second},
                                  {"ops", sum.ops},
