@@ -19,8 +19,7 @@ for ((r = 1; r <= rounds; ++r)); do
       "${mpi[@]}" -np 8 "$strata" train --strategy zero3 --topology "$src/configs/topology/2node-2gpu-2die.toml" \
         --model "$model" --train-data "$work/data/train.bin" --batch 2 --seq 32 --steps "$steps" --threads 1 \
         --flight-ops "$ops" --out "$work/run" > /dev/null
-      # Mean over steps 2.. (step 1 also places the initial weights).
-      tps=$(/usr/bin/python3 -c 'import json,sys; t=[json.loads(l)["tokens_per_s"] for l in open(sys.argv[1])][1:]; print(sum(t)/len(t))' "$work/run/metrics.jsonl")
+      tps=$(mean_tokens_per_s "$work/run/metrics.jsonl")
       echo "$model $r $ops $tps" | tee -a "$work/results"
       rm -rf "$work/run"
     done
