@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -246,9 +247,21 @@ DoctorReport diagnose_run(const std::filesystem::path& out_dir, const Calibratio
               {"problems", nlohmann::json::array()}, {"slow_links", nlohmann::json::array()}};
   for (int r = 0; r < dumps.world_size; ++r)
     if (!dumps.problems[r].empty()) out.json["problems"].push_back({{"rank", r}, {"problem", dumps.problems[r]}});
+  const std::filesystem::path printed = out_dir / "flight" / "desync.txt";
+  if (std::filesystem::exists(printed)) {
+    // The report as the job printed it when it hung: what ranks did after (mpirun's SIGCONT
+    // resumes a stopped rank, which then times out and dumps too) is not part of the hang.
+    out.lines.push_back(fmt::format("hang (the report printed then, {}):", printed.string()));
+    std::istringstream text(read_file_text(printed));
+    std::vector<std::string> report;
+    for (std::string line; std::getline(text, line);)
+      if (line.starts_with("  ")) report.push_back(line.substr(2));
+    for (const std::string& l : report) out.lines.push_back("  " + l);
+    out.json["desync_printed"] = report;
+  }
   if (reasons.count("timeout")) {
     const comm::DesyncReport desync = comm::desync_report(dumps);
-    out.lines.push_back("hang:");
+    out.lines.push_back("hang, from the dumps now in the folder:");
     for (const std::string& l : desync.lines) out.lines.push_back("  " + l);
     out.json["desync"] = desync.json;
   } else {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # When a run hangs or slows, strata says where (docs/faults.md "When a run hangs or slows"):
 # zero3 on 2 hosts x 4 ranks (`--topology host`), one cluster for four checks.
-#   1. host 1's data link shaped to a tenth of host 0's: `strata doctor` names host 1's link and
+#   1. host 1's data link shaped to a tenth of host 0's (10 and 100 Mbit/s): `strata doctor` names host 1's link and
 #      the cluster tier; SIGUSR2 to mpirun during that run makes every rank dump its flight
 #      recorder (reason "signal") and the run goes on to exit 0.
 #   2. rank 5's process capped at 2% of a CPU (a cgroup of the cpu controller):
@@ -55,8 +55,11 @@ doctor() { "$strata" doctor "$run" "$@" 2>&1 || fail "doctor $(basename "$run"):
 field() { $py -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 # ---- 1. a slow link, and SIGUSR2 -----------------------------------------------------------
-"${cluster[@]}" shape --name "$cname" --host "$slow" --rate 100mbit > /dev/null
-start_run slow --steps 12 --n-embd 192  # messages large enough for the link to show (tiny's are latency)
+# Slow links (100 Mbit/s, host 1's 10) and messages of some size (--n-embd 128), so that the
+# link, not the 2 cores 8 ranks share, holds the collectives up.
+"${cluster[@]}" shape --name "$cname" --rate 100mbit > /dev/null
+"${cluster[@]}" shape --name "$cname" --host "$slow" --rate 10mbit > /dev/null
+start_run slow --steps 6 --n-embd 128
 head_mpirun=$(for pid in $(ip netns pids "$cname-head"); do [ "$(cat "/proc/$pid/comm")" != mpirun ] || echo "$pid"; done)
 [ -n "$head_mpirun" ] || fail "no mpirun in $cname-head"
 kill -USR2 "$head_mpirun"  # mpirun forwards it to every rank
@@ -126,7 +129,7 @@ cmp -s <(grep '^  ' "$run.log" | sed 's/^  //') <(tail -n +2 "$run/flight/desync
 hang_report=$(doctor)
 grep -q "rank 5 (host $slow) left no dump" <<< "$hang_report" || fail "doctor on the hang: $hang_report"
 
-echo "== slow link ($slow at 100mbit, the other host 1gbit) =="
+echo "== slow link ($slow at 10mbit, the other host 100mbit) =="
 echo "$slow_report"
 echo "== straggler (rank 5 at 2% of a CPU) =="
 echo "$straggler_report"
