@@ -25,6 +25,12 @@ scratch_with_docs_data() {
   "$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
 }
 
+# mean_tokens_per_s METRICS: a run's tokens/s, the mean over steps 2.. of its metrics.jsonl (step
+# 1 also places the initial weights).
+mean_tokens_per_s() {
+  /usr/bin/python3 -c 'import json,sys; t=[json.loads(l)["tokens_per_s"] for l in open(sys.argv[1])][1:]; print(sum(t)/len(t))' "$1"
+}
+
 # scaled_tier_flags TOPOLOGY SCALE: sets `tiers` to the planner's --tier flags for the tiers
 # link emulation runs at SCALE: each bandwidth divided by it, each latency multiplied by it.
 scaled_tier_flags() {

@@ -19,8 +19,7 @@ for ((r = 1; r <= rounds; ++r)); do
     echo "bench-step $which $tps" | tee -a "$work/results"
     for strategy in ${STRATEGIES:-zero3 topo}; do
       "${mpi[@]}" -np 8 "$bin" train --strategy $strategy "${train[@]}" --out "$work/run" > /dev/null
-      # Mean over steps 2.. (step 1 also places the initial weights).
-      tps=$(/usr/bin/python3 -c 'import json,sys; t=[json.loads(l)["tokens_per_s"] for l in open(sys.argv[1])][1:]; print(sum(t)/len(t))' "$work/run/metrics.jsonl")
+      tps=$(mean_tokens_per_s "$work/run/metrics.jsonl")
       echo "train-$strategy $which $tps" | tee -a "$work/results"
       rm -rf "$work/run"
     done

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "cli/command.hpp"
 #include "cli/format.hpp"
 #include "comm/agree.hpp"
+#include "comm/flight.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/tier_comms.hpp"
 #include "comm/wait.hpp"
@@ -218,13 +220,17 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   return config;
 }
 
-// "n0 (ranks 0-3), n1 (ranks 4-7)" when the ranks run on more than one host, else empty: with
-// it, a lost host that mpirun names (its daemon died) names its ranks too. Collective.
-std::string ranks_by_host(train::Engine& engine) {
+// Each rank's host. Collective.
+std::vector<std::string> hosts_of_ranks(train::Engine& engine) {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
-  const std::vector<std::string> hosts = engine.all_gather_strings(std::string(name, len));
+  return engine.all_gather_strings(std::string(name, len));
+}
+
+// "n0 (ranks 0-3), n1 (ranks 4-7)" when the ranks run on more than one host, else empty: with
+// it, a lost host that mpirun names (its daemon died) names its ranks too.
+std::string ranks_by_host(const std::vector<std::string>& hosts) {
   std::vector<std::pair<std::string, std::vector<int>>> by_host;  // in order of first rank
   for (int r = 0; r < int(hosts.size()); ++r) {
     auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& h) { return h.first == hosts[r]; });
@@ -270,6 +276,18 @@ void preview_schedule(const TrainArgs& args) {
       model::ParamLayout(config.model, {run.dims.tensor, 0}), run.data_parallel, run.spec, config.grad_accum,
       shard::tensor_parallel_plan(run.dims, config.model, config.batch, config.seq_len(), config.recomputes()));
   print_schedule(schedule, args.schedule_json);
+}
+
+// trainer.run() with the flight recorder dumped on a fatal error, and at the end when asked.
+train::TrainResult run_recorded(train::Trainer& trainer, const train::TrainConfig& config) {
+  try {
+    train::TrainResult result = trainer.run();
+    if (comm::parse_flight_dump(config.flight_dump) == comm::FlightDump::Always) comm::flight_recorder().dump("exit");
+    return result;
+  } catch (const std::exception& e) {
+    comm::flight_recorder().dump("error", e.what());
+    throw;
+  }
 }
 
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
@@ -318,6 +336,8 @@ bool run_train(const TrainArgs& args) {
 
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
+  const std::filesystem::path flight_dir = config.out_dir.empty() ? "" : std::filesystem::path(config.out_dir) / "flight";
+  comm::flight_recorder().configure(config.flight_ops, flight_dir);
   device::Device& device = check_device(config);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                 config.seed, device, config.recomputes(),
@@ -330,8 +350,12 @@ bool run_train(const TrainArgs& args) {
     return false;
   }
   train::PreemptionHandler preemption;  // after MPI_Init: ours, not the MPI library's
+  comm::flight_recorder().install_dump_signal();
   train::Trainer trainer(config, engine);
-  const std::string placement = ranks_by_host(engine);
+  if (leader && !flight_dir.empty()) comm::set_aside_flight_dumps(flight_dir);  // the folder is this run's now
+  const std::vector<std::string> hosts = hosts_of_ranks(engine);
+  comm::flight_recorder().set_places(engine.rank(), hosts, runtime.topology());
+  const std::string placement = ranks_by_host(hosts);
   if (leader) {
     const int tp = engine.parallel_dims().tensor;
     fmt::print("strata train: model {} ({:.2f}M parameters), strategy {}{} on {} of topology '{}'{}, "
@@ -350,7 +374,7 @@ bool run_train(const TrainArgs& args) {
     warn_if_nothing_saved(config);
     std::fflush(stdout);
   }
-  train::TrainResult result = trainer.run();
+  const train::TrainResult result = run_recorded(trainer, config);
   if (leader) report(config, result);
   return result.preempted && train::PreemptionHandler::requested() == SIGINT;
 }

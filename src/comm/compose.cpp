@@ -107,7 +107,7 @@ std::vector<LevelStep> all_gather_steps(std::span<const int> sizes, std::size_t 
 }
 
 CBuf run_chain(std::span<Collectives* const> levels, std::span<const LevelStep> steps, CBuf in, const Buf* out,
-               float divisor, ChainScratch& scratch, const WireCodec* codec) {
+               float divisor, ChainScratch& scratch, const WireCodec* codec, ChainObserver* observer) {
   CBuf cur = in;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const LevelStep& s = steps[i];
@@ -115,10 +115,12 @@ CBuf run_chain(std::span<Collectives* const> levels, std::span<const LevelStep> 
     Collectives& group = *levels[s.level];
     Buf dst = last && out ? *out : scratch.carried(int(i % 2), in.dtype, s.elements_out, in.block);
     const float d = last ? divisor : 1.0f;
+    if (observer) observer->step_started(i);
     if (s.wire == in.dtype)
       run_direct(group, s, cur, dst, d, scratch);
     else
       run_converted(group, s, cur, dst, d, scratch, codec);
+    if (observer) observer->step_ended(i);
     cur = dst;
   }
   return cur;

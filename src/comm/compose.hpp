@@ -101,13 +101,22 @@ class WireCodec {
   virtual void decode_add(CBuf wire, Buf fp32) const = 0;  // fp32 += decoded, in fp32
 };
 
+// Told when each step of a chain starts and ends (the flight recorder's stamps, flight.hpp).
+class ChainObserver {
+ public:
+  virtual ~ChainObserver() = default;
+  virtual void step_started(std::size_t step) = 0;
+  virtual void step_ended(std::size_t step) = 0;
+};
+
 // Runs `steps` in order on the calling thread (inside a task already ordered on the
 // communication thread: the *_inline collectives), step s over levels[s.level]. Values
 // enter as `in` and are carried between steps in in.dtype; a step in another wire encodes
 // them first and decodes its result (`codec` required). The last step writes `out` when
 // given (else scratch) and divides its fp32 sums by `divisor` (1: sum). Returns where the
-// result is (`in` itself for no steps).
+// result is (`in` itself for no steps). `observer`, if any, hears each step start and end.
 CBuf run_chain(std::span<Collectives* const> levels, std::span<const LevelStep> steps, CBuf in, const Buf* out,
-               float divisor, ChainScratch& scratch, const WireCodec* codec = nullptr);
+               float divisor, ChainScratch& scratch, const WireCodec* codec = nullptr,
+               ChainObserver* observer = nullptr);
 
 }  // namespace strata::comm

@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "comm/communicator.hpp"
+#include "comm/flight.hpp"
 
 namespace strata::comm {
 
@@ -61,11 +62,20 @@ void abort_timed_out(const TimedOutWait& w) {
   const std::string line = timeout_message(w) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);  // one write: ranks' lines do not interleave
   std::fflush(stderr);
+  // The flight recorder dumps this rank's last ops; the first rank to claim the desync
+  // report waits for the others' dumps (the pause below), prints it and aborts the job.
+  if (flight_recorder().on_timeout(w)) {
+    MPI_Abort(MPI_COMM_WORLD, kCollectiveTimeoutExitCode);
+    std::abort();
+  }
   // Ranks stuck behind the same dead or stalled rank time out within moments of each
   // other; a short pause lets them print their lines too before mpirun ends the job, so
   // the rank that is waited for but reports nothing stands out. At most half the timeout:
   // no wait that starts during the pause (on this now silent rank) times out before it ends.
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(kTimeoutReportGrace, w.timeout_s / 2)));
+  // With dumps, longer: the reporting rank, which paused as long, prints first and aborts.
+  const double grace = std::min(kTimeoutReportGrace, w.timeout_s / 2);
+  const bool dumped = flight_recorder().enabled() && !flight_recorder().dump_dir().empty();
+  std::this_thread::sleep_for(std::chrono::duration<double>(dumped ? grace + kDesyncReportTime : grace));
   MPI_Abort(MPI_COMM_WORLD, kCollectiveTimeoutExitCode);
   std::abort();  // MPI_Abort does not return; should it, the job still must not hang
 }

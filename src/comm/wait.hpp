@@ -32,6 +32,9 @@ inline constexpr int kCollectiveTimeoutExitCode = 124;
 // Seconds between a rank's timeout message and its MPI_Abort, at most half the timeout
 // (see abort_timed_out).
 inline constexpr double kTimeoutReportGrace = 1.0;
+// Seconds more that a timed-out rank which dumped its flight recorder waits before its
+// MPI_Abort, so that the rank printing the desync report (flight.hpp) aborts the job first.
+inline constexpr double kDesyncReportTime = 3.0;
 
 // Process-wide, in seconds; takes effect for waits that start afterwards. Error unless
 // finite and positive.

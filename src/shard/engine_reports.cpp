@@ -6,6 +6,7 @@
 #include <iterator>
 #include <numeric>
 
+#include "comm/flight.hpp"
 #include "comm/wait.hpp"
 #include "shard/sharded_engine.hpp"
 #include "shard/unit_state.hpp"
@@ -40,6 +41,7 @@ StepTiming ShardedEngine::take_timing() {
   t.exposed_comm_s = exposed_s_;
   t.compute_s = std::max(0.0, wall_s_ - exposed_s_);
   wall_s_ = exposed_s_ = 0;
+  comm::flight_recorder().add_step_time(t.compute_s, t.exposed_comm_s);
   return t;
 }
 

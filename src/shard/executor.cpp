@@ -223,7 +223,10 @@ comm::CBuf OpExecutor::gather(const Chain& chain, comm::CBuf src) {
     if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.dtype)
       throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
                               to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
-  return comm::run_chain(levels_.device, steps_of(chain), src, nullptr, 1.0f, between_);
+  const comm::CBuf got = comm::run_chain(levels_.device, steps_of(chain), src, nullptr, 1.0f, between_, nullptr,
+                                         flight_observer());
+  flight_.first = 0;
+  return got;
 }
 
 comm::CBuf OpExecutor::gather(const Chain& chain, const float* src, std::size_t n, DType wire) {
@@ -235,8 +238,10 @@ comm::CBuf OpExecutor::gather(const Chain& chain, const float* src, std::size_t 
 const float* OpExecutor::reduce(const Chain& chain, const float* input) {
   if (chain.empty()) return input;
   const comm::CBuf in = comm::f32(input, chain.front()->elements_in);
-  return static_cast<const float*>(
-      comm::run_chain(levels_.device, steps_of(chain), in, nullptr, 1.0f, between_, &codec_).data);
+  const comm::CBuf got =
+      comm::run_chain(levels_.device, steps_of(chain), in, nullptr, 1.0f, between_, &codec_, flight_observer());
+  flight_.first = 0;
+  return static_cast<const float*>(got.data);
 }
 
 void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>& parts) {
@@ -273,19 +278,23 @@ comm::CBuf OpExecutor::run_steps(std::span<const comm::LevelStep> steps, comm::C
 
 void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
   const std::size_t k = values.size();
-  for (const ScheduledOp* op : chain) {
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const ScheduledOp* op = chain[i];
     if (op->elements_in != k)
       throw Error(fmt::format("shard: {} carries {} values, the runtime has {}", to_string(op->purpose),
                               op->elements_in, k));
     record(op);
     std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
+    if (flight_.first) flight_.step_started(i);
     levels_.host.at(op->level)->all_gather_inline(
         comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
         comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
+    if (flight_.first) flight_.step_ended(i);
     std::fill(values.begin(), values.end(), 0.0);
     for (std::size_t m = 0; m < all.size(); m += k)
-      for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];
+      for (std::size_t j = 0; j < k; ++j) values[j] += all[m + j];
   }
+  flight_.first = 0;
 }
 
 }  // namespace strata::shard

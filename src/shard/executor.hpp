@@ -22,6 +22,7 @@
 
 #include "comm/collectives.hpp"
 #include "comm/compose.hpp"
+#include "comm/flight.hpp"
 #include "comm/wire.hpp"
 #include "device/device.hpp"
 #include "shard/schedule.hpp"
@@ -128,6 +129,11 @@ class OpExecutor {
   // every rank adds them up in member order, so every rank gets the same bits.
   void scalar_sum(const Chain& chain, std::vector<double>& values);
 
+  // The next chain run (gather, reduce, reduce_bucket, scalar_sum) is the ops the flight
+  // recorder numbered first_seq, first_seq + 1, ...: it stamps each op's start and end there.
+  // On the communication thread, inside the chain's task; 0: not recorded.
+  void record_next_chain(std::uint64_t first_seq) { flight_.first = first_seq; }
+
   std::uint64_t scratch_bytes() const;  // what the scratch holds (schedule.hpp's scratch_bytes)
   // The ops run since the last take, in order (what a test compares with the planner).
   std::vector<const ScheduledOp*> take_trace();
@@ -154,6 +160,15 @@ class OpExecutor {
    private:
     OpExecutor& e_;
   };
+  // Stamps a recorded chain's ops in the process's flight recorder, then forgets the chain.
+  class FlightStamps final : public comm::ChainObserver {
+   public:
+    std::uint64_t first = 0;
+    void step_started(std::size_t step) override { comm::flight_recorder().start(first + step); }
+    void step_ended(std::size_t step) override { comm::flight_recorder().end(first + step); }
+    comm::ChainObserver* take() { return first ? this : nullptr; }
+  };
+  comm::ChainObserver* flight_observer() { return flight_.take(); }
   void record(const ScheduledOp* op) { trace_.push_back(op); }
   // The chain's ops as steps of comm::run_chain, recorded in the trace.
   const std::vector<comm::LevelStep>& steps_of(const Chain& chain);
@@ -167,6 +182,7 @@ class OpExecutor {
   Between between_{*this};
   std::vector<comm::LevelStep> steps_;  // steps_of's, reused
   std::vector<const ScheduledOp*> trace_;  // written on the communication thread
+  FlightStamps flight_;
 };
 
 }  // namespace strata::shard

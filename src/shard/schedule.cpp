@@ -61,6 +61,16 @@ std::string_view to_string(Purpose p) {
   return "?";
 }
 
+int Schedule::op_id(const ScheduledOp* op) const {
+  int base = 0;
+  for (const auto* ops : {&micro_, &tensor_parallel_, &bucket_ops_, &step_}) {
+    if (!ops->empty() && op >= ops->data() && op < ops->data() + ops->size())
+      return base + static_cast<int>(op - ops->data());
+    base += static_cast<int>(ops->size());
+  }
+  return -1;
+}
+
 std::string_view to_string(Slot s) {
   switch (s) {
     case Slot::None: return "-";

@@ -222,6 +222,9 @@ class Schedule {
   // scalar sums are step ops (Purpose::TensorParallelScalars).
   const std::vector<ScheduledOp>& tensor_parallel_ops() const { return tensor_parallel_; }
   int eval_tensor_parallel_ops() const;
+  // An op's id: its place in micro_batch_ops, tensor_parallel_ops, bucket_ops, step_ops
+  // taken in that order (what the flight recorder names). -1 for an op not of this schedule.
+  int op_id(const ScheduledOp* op) const;
 
   // Bytes per rank per optimizer step, by tier: accumulation_steps x (micro ops + TP ops) +
   // bucket ops + step ops.

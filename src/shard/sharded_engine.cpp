@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "comm/agree.hpp"
+#include "comm/flight.hpp"
 #include "optim/adamw.hpp"
 #include "model/init.hpp"
 #include "shard/unit_state.hpp"
@@ -184,6 +185,34 @@ Chain ShardedEngine::ops_for(const std::vector<ScheduledOp>& ops, Purpose purpos
   return out;
 }
 
+std::uint64_t ShardedEngine::record_issue(const Chain& ops, const std::vector<comm::Collectives*>& levels) const {
+  comm::FlightRecorder& flight = comm::flight_recorder();
+  if (!flight.enabled() || ops.empty()) return 0;
+  const std::uint64_t first = flight.issue(flight_op(*ops.front(), levels.at(ops.front()->level)->name()));
+  for (std::size_t i = 1; i < ops.size(); ++i) flight.issue(flight_op(*ops[i], levels.at(ops[i]->level)->name()));
+  return first;
+}
+
+comm::FlightOp ShardedEngine::flight_op(const ScheduledOp& op, std::string_view group) const {
+  return {schedule_.op_id(&op),
+          to_string(op.kind).data(),  // the schedule's names are literals
+          to_string(op.purpose).data(),
+          static_cast<std::int16_t>(op.level),
+          group,
+          op.bytes_sent + op.bytes_received,
+          op.unit,
+          op.when == When::Step ? -1 : micro_batch_,
+          steps_};
+}
+
+std::uint64_t ShardedEngine::record_tensor_parallel(const ScheduledOp& op) const {
+  comm::FlightRecorder& flight = comm::flight_recorder();
+  if (!flight.enabled()) return 0;
+  const std::uint64_t seq = flight.issue(flight_op(op, tp_group_->name()));
+  flight.start(seq);
+  return seq;
+}
+
 // ---- The micro-batch program ---------------------------------------------------------------
 
 int ShardedEngine::advance(model::UnitEvent::Kind kind, int unit, model::Phase phase) {
@@ -224,8 +253,10 @@ void ShardedEngine::issue(int chain) {
     // hpZ: a forward gather also refreshes this rank's secondary slice.
     const bool keep_secondary = ev.phase == model::Phase::Forward && schedule_.levels().secondary > 0;
     float* full = gathered_[chain] = borrow_full();
-    work_[chain] = ctx_.run("shard:weight_gather", [this, &U, &ops, src, full, keep_secondary] {
+    const std::uint64_t seq = record_issue(ops, executor_.levels().device);
+    work_[chain] = ctx_.run("shard:weight_gather", [this, &U, &ops, src, full, keep_secondary, seq] {
       omp_set_num_threads(1);  // the compute thread owns the cores
+      executor_.record_next_chain(seq);
       const comm::CBuf got = executor_.gather(ops, src);
       if (keep_secondary) U.secondary.copy_from(comm::wire_chunk(got, U.s.offset, U.s.count));
       decode(device_, got, full);
@@ -233,8 +264,10 @@ void ShardedEngine::issue(int chain) {
   } else {
     float* full = reducing_[chain] = grad_buffer_[ev.unit];
     grad_buffer_[ev.unit] = nullptr;
-    work_[chain] = ctx_.run("shard:grad_reduce", [this, &U, &ops, full] {
+    const std::uint64_t seq = record_issue(ops, executor_.levels().device);
+    work_[chain] = ctx_.run("shard:grad_reduce", [this, &U, &ops, full, seq] {
       omp_set_num_threads(1);
+      executor_.record_next_chain(seq);
       device_.add(U.grad_accum.data(), executor_.reduce(ops, full), U.g.count);
     });
   }
@@ -243,10 +276,12 @@ void ShardedEngine::issue(int chain) {
 // The bucket's units' replicated gradients, reduced straight into their OS slices' gradient;
 // or, gradients sharded, its one unit's accumulated G slice, reduced as the step phase would.
 void ShardedEngine::issue_bucket(int bucket) {
+  const std::uint64_t seq = record_issue(bucket_chains_[bucket], executor_.levels().device);
   if (schedule_.levels().grads > 0) {
     Unit* U = units_[schedule_.buckets()[bucket].front()].get();
-    bucket_work_[bucket] = ctx_.run("shard:step_reduce", [this, U, bucket] {
+    bucket_work_[bucket] = ctx_.run("shard:step_reduce", [this, U, bucket, seq] {
       omp_set_num_threads(1);
+      executor_.record_next_chain(seq);
       reduce_for_step(*U, bucket_chains_[bucket], U->grad_accum.data());
     });
     return;
@@ -256,8 +291,9 @@ void ShardedEngine::issue_bucket(int bucket) {
     Unit& U = *units_[u];
     parts.push_back({replicated_grads_.data() + U.padded_offset, U.padded, U.os_grad.data()});
   }
-  bucket_work_[bucket] = ctx_.run("shard:bucket_reduce", [this, bucket, parts = std::move(parts)] {
+  bucket_work_[bucket] = ctx_.run("shard:bucket_reduce", [this, bucket, parts = std::move(parts), seq] {
     omp_set_num_threads(1);
+    executor_.record_next_chain(seq);
     executor_.reduce_bucket(bucket_chains_[bucket], parts);
   });
 }
@@ -318,7 +354,9 @@ void ShardedEngine::grads_ready(int unit) { advance(model::UnitEvent::GradsReady
 
 float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
   auto t0 = std::chrono::steady_clock::now();
+  comm::flight_recorder().dump_if_signalled();  // SIGUSR2: a safe point, between micro-batches
   executor_.take_trace();  // what ran between micro-batches (scalars, weight refreshes)
+  micro_batch_ = micro_batches_in_step_;
   const bool last_of_step = ++micro_batches_in_step_ >= schedule_.accumulation_steps();
   program_ = last_of_step ? &schedule_.last_micro_batch_program() : &schedule_.training_program();
   next_event_ = 0;
@@ -337,6 +375,7 @@ float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* t
   evaluated_since_report_ = true;
   executor_.take_trace();
   program_ = &schedule_.eval_program();
+  micro_batch_ = -1;  // not one of a step's micro-batches
   next_event_ = 0;
   peak_lent_ = 0;
   next_tp_op_ = 0;
@@ -363,8 +402,10 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
     for (auto& Up : units_) {
       Unit* U = Up.get();
       const float* input = L.grads > 0 ? U->grad_accum.data() : replicated_grads_.data() + U->padded_offset;
-      works.push_back(ctx_.run("shard:step_reduce", [this, U, input] {
+      const std::uint64_t seq = record_issue(U->step_reduce, executor_.levels().device);
+      works.push_back(ctx_.run("shard:step_reduce", [this, U, input, seq] {
         omp_set_num_threads(1);
+        executor_.record_next_chain(seq);
         reduce_for_step(*U, U->step_reduce, input);
       }));
     }
@@ -400,6 +441,7 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
   for (auto& U : units_) U->grad_accum.zero();
   replicated_grads_.zero();
   step_trace_ = executor_.take_trace();
+  ++steps_;
   wall_s_ += seconds_since(t0);
   return out;
 }
@@ -408,8 +450,10 @@ void ShardedEngine::refresh_weights_from_master() {
   std::vector<comm::Work> works;
   for (auto& Up : units_) {
     Unit* U = Up.get();
-    works.push_back(ctx_.run("shard:weight_step", [this, U] {
+    const std::uint64_t seq = record_issue(U->weight_step, executor_.levels().device);
+    works.push_back(ctx_.run("shard:weight_step", [this, U, seq] {
       omp_set_num_threads(1);
+      executor_.record_next_chain(seq);
       if (U->weight_step.empty()) {
         U->weights.encode(U->master.data(), 0, U->o.count);  // OS slice == W slice
       } else {
@@ -425,7 +469,11 @@ void ShardedEngine::refresh_weights_from_master() {
 // A few fp64 per rank (as many as the schedule's op carries), summed over the op's levels.
 std::vector<double> ShardedEngine::scalar_sum(std::vector<double> local, Purpose purpose) {
   const Chain ops = ops_for(schedule_.step_ops(), purpose, -1);
-  comm::Work w = ctx_.run("shard:scalar", [this, &ops, &local] { executor_.scalar_sum(ops, local); });
+  const std::uint64_t seq = record_issue(ops, executor_.levels().host);
+  comm::Work w = ctx_.run("shard:scalar", [this, &ops, &local, seq] {
+    executor_.record_next_chain(seq);
+    executor_.scalar_sum(ops, local);
+  });
   wait(w);
   return local;
 }
@@ -509,12 +557,13 @@ void ShardedEngine::gather_slice_params(float* full) {
 // ---- Tensor parallelism ----------------------------------------------------------------------
 
 // The schedule's next TP op must be the model's call: the runtime runs exactly those.
-void ShardedEngine::next_tensor_parallel_op(OpKind kind, std::size_t n) {
+const ScheduledOp& ShardedEngine::next_tensor_parallel_op(OpKind kind, std::size_t n) {
   const std::vector<ScheduledOp>& ops = schedule_.tensor_parallel_ops();
   const int k = next_tp_op_++;
   if (k >= static_cast<int>(ops.size()) || ops[k].kind != kind || ops[k].elements_in != n)
     throw Error(fmt::format("shard: the model's tensor-parallel {} of {} elements left the schedule at its op {}",
                             to_string(kind), n, k));
+  return ops[k];
 }
 
 void ShardedEngine::check_tensor_parallel_done(int ops) const {
@@ -523,14 +572,16 @@ void ShardedEngine::check_tensor_parallel_done(int ops) const {
 }
 
 void ShardedEngine::all_reduce_sum(float* data, std::size_t n) {
-  next_tensor_parallel_op(OpKind::AllReduce, n);
+  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::AllReduce, n));
   comm::Work w = tp_group_->all_reduce_async(comm::f32(data, n), comm::ReduceOp::Sum);
   wait(w);
+  comm::flight_recorder().end(seq);
 }
 
 void ShardedEngine::all_gather(const float* mine, std::size_t n, float* all) {
-  next_tensor_parallel_op(OpKind::AllGather, n);
+  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::AllGather, n));
   gather_over_tensor_group(mine, n, all);
+  comm::flight_recorder().end(seq);
 }
 
 void ShardedEngine::gather_over_tensor_group(const float* mine, std::size_t n, float* all) {
@@ -543,11 +594,13 @@ void ShardedEngine::tensor_parallel_sum(std::vector<double>& values) {
   const std::size_t k = values.size();
   std::vector<double> all(k * static_cast<std::size_t>(tp_group_->size()));
   const auto& step = schedule_.step_ops();
-  if (std::none_of(step.begin(), step.end(), [k](const ScheduledOp& op) {
-        return op.purpose == Purpose::TensorParallelScalars && op.elements_in == k;
-      }))
-    throw Error(fmt::format("shard: the schedule has no tensor-parallel sum of {} values", k));
+  const auto op = std::find_if(step.begin(), step.end(), [k](const ScheduledOp& o) {
+    return o.purpose == Purpose::TensorParallelScalars && o.elements_in == k;
+  });
+  if (op == step.end()) throw Error(fmt::format("shard: the schedule has no tensor-parallel sum of {} values", k));
+  const std::uint64_t seq = record_tensor_parallel(*op);
   gather_over_tensor_group(reinterpret_cast<const float*>(values.data()), 2 * k, reinterpret_cast<float*>(all.data()));
+  comm::flight_recorder().end(seq);
   std::fill(values.begin(), values.end(), 0.0);
   for (std::size_t m = 0; m < all.size(); m += k)
     for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];

@@ -126,12 +126,18 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // fp64 values summed over the TP group in member order (the same bits on every member).
   void tensor_parallel_sum(std::vector<double>& values);
   double tensor_parallel_sum_squares(const Unit& unit) const;
-  void next_tensor_parallel_op(OpKind kind, std::size_t n);
+  const ScheduledOp& next_tensor_parallel_op(OpKind kind, std::size_t n);
   void check_tensor_parallel_done(int ops) const;
   void gather_over_tensor_group(const float* mine, std::size_t n, float* all);
   void gather_slice_params(float* slice_arena);  // this rank's layout's parameters, whole
 
   Chain ops_for(const std::vector<ScheduledOp>& ops, Purpose purpose, int unit) const;
+  // The flight recorder (comm/flight.hpp): `ops` issued now over `levels`; returns the first
+  // one's number (0: not recording), which the chain's task hands the executor.
+  std::uint64_t record_issue(const Chain& ops, const std::vector<comm::Collectives*>& levels) const;
+  comm::FlightOp flight_op(const ScheduledOp& op, std::string_view group) const;
+  // A TP op, run and waited for on this thread: started when issued.
+  std::uint64_t record_tensor_parallel(const ScheduledOp& op) const;
   // The program's walk: the model's next call must be the next event.
   int advance(model::UnitEvent::Kind kind, int unit, model::Phase phase);
   void run_event(int event);  // issue, complete, lend, free (schedule.hpp)
@@ -182,6 +188,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   bool evaluated_since_report_ = false;
   std::vector<nlohmann::json> step_reports_;
   std::int64_t updates_ = 0;   // applied optimizer steps
+  std::int64_t steps_ = 0;     // optimizer steps run (applied or skipped): the flight records' step
+  int micro_batch_ = -1;       // within the step, the flight records' micro-batch
   train::StagedState staged_;  // host copies of the state for checkpoints, where the host cannot address it
 };
 

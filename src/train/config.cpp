@@ -168,6 +168,13 @@ const std::vector<Entry>& entries() {
       {{"train.collective_timeout", "--collective-timeout", K::Float,
         "seconds a sharded run waits for a peer before aborting every rank (a rank died or stalls)"},
        [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
+      {{"train.flight_ops", "--flight-ops", K::Int,
+        "ops each rank of a sharded run keeps in its flight recorder, dumped to OUT/flight/ on a timeout, a fatal "
+        "error or SIGUSR2 (0: off)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.flight_ops = non_negative_int(k, v); }},
+      {{"train.flight_dump", "--flight-dump", K::String,
+        "when the flight recorder dumps: on-fault (a timeout, a fatal error, SIGUSR2) or always (also at exit)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.flight_dump = as_string(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo, or a framework's name for one "
@@ -349,6 +356,7 @@ void TrainConfig::validate() const {
   optim::LossScaler::validate(initial_loss_scale, loss_scale_window);
   if (!(collective_timeout > 0))
     throw Error(fmt::format("train.collective_timeout = {}: must be positive", collective_timeout));
+  comm::parse_flight_dump(flight_dump);
   if (!(shard.emulate_scale > 0))
     throw Error(fmt::format("shard.emulate_scale = {}: must be positive", shard.emulate_scale));
   if (stop_after < 0 || stop_after > steps)
@@ -390,7 +398,9 @@ nlohmann::json TrainConfig::to_json() const {
             {"loss_scale_window", loss_scale_window},
             {"log_every", log_every},
             {"out", out_dir},
-            {"collective_timeout", collective_timeout}}},
+            {"collective_timeout", collective_timeout},
+            {"flight_ops", flight_ops},
+            {"flight_dump", flight_dump}}},
           {"shard",
            {{"strategy", shard.strategy},
             {"topology", shard.topology},

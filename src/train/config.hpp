@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "comm/flight.hpp"
 #include "comm/wait.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
@@ -49,6 +50,8 @@ struct TrainConfig {
   std::int64_t log_every = 10;       // plain progress lines when not on a terminal
   std::string out_dir;               // metrics, summary, checkpoints; empty: no files
   double collective_timeout = comm::kDefaultCollectiveTimeout;  // seconds; sharded runs (comm/wait.hpp)
+  int flight_ops = comm::kDefaultFlightOps;  // the flight recorder's ring, ops a rank (0: off; comm/flight.hpp)
+  std::string flight_dump = "on-fault";      // on-fault, or always (also at exit)
   parallel::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
 
   // Per invocation, never in a config file.

@@ -32,12 +32,7 @@ start_run() {
   shift
   on_cluster 8 "$strata" train "${common[@]}" --out "$run" "$@" > "$run.log" 2>&1 &
   mpirun_pid=$!
-  for _ in $(seq 1200); do
-    [ -e "$run/ckpt/step_00000050/manifest.json" ] && [ "$(wc -l < "$run/metrics.jsonl")" -ge 52 ] && return 0
-    kill -0 "$mpirun_pid" 2> /dev/null || fail "$(basename "$run"): the job ended before step 52: $(cat "$run.log")"
-    sleep 0.05
-  done
-  fail "$(basename "$run"): no step 52 within 60 s"
+  wait_steps 52 "$run/ckpt/step_00000050/manifest.json"
 }
 # wait_exit T0: waits for mpirun (at most the timeout + 30 s after T0), sets $status and $took.
 wait_exit() {

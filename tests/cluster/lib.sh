@@ -67,6 +67,18 @@ strata_left() {
   return 0
 }
 
+# wait_steps N [FILE]: waits (at most 60 s) until $run/metrics.jsonl has N lines and FILE exists,
+# failing if the job ($mpirun_pid) ends first.
+wait_steps() {
+  local n=$1 file=${2:-$run/metrics.jsonl}
+  for _ in $(seq 1200); do
+    [ -e "$file" ] && [ -e "$run/metrics.jsonl" ] && [ "$(wc -l < "$run/metrics.jsonl")" -ge "$n" ] && return 0
+    kill -0 "$mpirun_pid" 2> /dev/null || fail "$(basename "$run"): the job ended before step $n: $(cat "$run.log")"
+    sleep 0.05
+  done
+  fail "$(basename "$run"): no step $n within 60 s"
+}
+
 py=/usr/bin/python3
 losses() { $py -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for f in sys.argv[1:] for l in open(f)]' "$@"; }
 now() { echo "$EPOCHREALTIME"; }

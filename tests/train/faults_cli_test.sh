@@ -187,6 +187,15 @@ grep -q "steps 3-6: loss or gradient norm not finite 4 steps in a row (train.max
   fail "max skipped: $out"
 [[ $(grep -c "train.max_skipped_steps" <<<"$out") == 1 ]] || fail "the agreed error should be printed once: $out"
 "$strata" ckpt inspect nan_many --verify | grep -q "^verified" || fail "the last checkpoint is not whole"
+# A fatal error dumps every rank's flight recorder (docs/faults.md, "When a run hangs or slows").
+$py - nan_many <<'PY' || fail "the fatal error left no flight recorder dump of every rank"
+import json, sys
+for r in range(4):
+    d = json.load(open(f"{sys.argv[1]}/flight/rank_{r}.json"))
+    assert d["reason"] == "error" and "training diverged" in d["message"], (d["reason"], d["message"])
+    # The last op is step 6's (5 optimizer steps before it), the step whose verdict stopped the run.
+    assert all(op["state"] == "done" for op in d["ops"]) and d["ops"][-1]["step"] == 5, d["ops"][-1]
+PY
 
 # fp16 gradient wires: dynamic loss scaling starts too high, overflows are skipped while the
 # scale halves, then training goes on; started where it does not overflow it tracks fp32.
