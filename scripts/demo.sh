@@ -70,4 +70,5 @@ for how in "greedy:--temperature 0" "sampled:--temperature 0.8 --top-k 40 --seed
 done
 lap samples
 
-echo "demo: finished in $(( $(date +%s) - start )) s ($(IFS=,; echo "${laps[*]}" | sed 's/,/, /g')); results in runs/demo/ and runs/compare/"
+parts=$(IFS=,; echo "${laps[*]}")
+echo "demo: finished in $(( $(date +%s) - start )) s (${parts//,/, }); results in runs/demo/ and runs/compare/"
