@@ -1,6 +1,7 @@
 #include "base/fileio.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -63,19 +64,47 @@ void atomic_write_file(const fs::path& path, std::string_view text) {
   atomic_write_file(path, std::as_bytes(std::span(text.data(), text.size())));
 }
 
-std::vector<std::byte> read_file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+namespace {
+
+std::string_view special_kind(mode_t mode) {
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+}  // namespace
+
+std::uint64_t check_input_file(const fs::path& path, Empty empty) {
+  const std::string name = path.string();
+  if (name.empty()) throw Error("no file named (an empty path)");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(fmt::format("{}: cannot open: {}", name, std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw Error(fmt::format("{}: is a folder, not a file", name));
+  if (!S_ISREG(st.st_mode))
+    throw Error(fmt::format("{}: is {}, not a regular file", name, special_kind(st.st_mode)));
+  // open(2), not access(2): it is what the reader will do, and it answers for root too.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("{}: cannot read: {}", name, std::strerror(errno)));
+  ::close(fd);
+  if (st.st_size == 0 && empty == Empty::refuse) throw Error(fmt::format("{}: is empty", name));
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+std::vector<std::byte> read_file_bytes(const fs::path& path, Empty empty) {
+  const std::uint64_t size = check_input_file(path, empty);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open for reading", path.string()));
-  auto size = static_cast<std::size_t>(in.tellg());
   std::vector<std::byte> out(size);
-  in.seekg(0);
   if (size && !in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(size)))
     throw Error(fmt::format("{}: read failed", path.string()));
   return out;
 }
 
-std::string read_file_text(const fs::path& path) {
-  auto b = read_file_bytes(path);
+std::string read_file_text(const fs::path& path, Empty empty) {
+  auto b = read_file_bytes(path, empty);
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 

@@ -38,7 +38,7 @@ FolderLock::FolderLock(const fs::path& folder) : folder_(folder), file_(folder /
       std::string holder;
       if (err == EWOULDBLOCK) {
         try {
-          holder = read_file_text(file_);
+          holder = read_file_text(file_, Empty::allow);
         } catch (const Error&) {
         }
         while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "base/plural.hpp"
 #include "cli/command.hpp"
 #include "data/prepare.hpp"
 #include "data/tokens.hpp"
@@ -12,8 +13,10 @@ namespace {
 
 void run_prepare(const strata::data::PrepareOptions& options) {
   const auto report = strata::data::prepare_text(options);
-  fmt::print("data prepare: {} text files", report.files.size());
-  if (report.skipped_not_text) fmt::print(", {} skipped as not text", report.skipped_not_text);
+  // Every file found is counted once, so the parts add up to the whole.
+  const std::size_t found = report.files.size() + report.skipped_not_text + report.skipped_duplicates;
+  fmt::print("data prepare: {} found, {} read as text", strata::count_of(static_cast<std::int64_t>(found), "file"), report.files.size());
+  if (report.skipped_not_text) fmt::print(", {} skipped as not text (binary)", report.skipped_not_text);
   if (report.skipped_duplicates) fmt::print(", {} skipped as duplicates", report.skipped_duplicates);
   fmt::print("\n  tokenizer: {}: train with model.vocab_size >= {}", report.tokenizer, report.vocab_size);
   fmt::print("\n  {}: {} tokens\n  {}: {} tokens ({:.1f}%)\n", report.train_path.string(), report.train_tokens,

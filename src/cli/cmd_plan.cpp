@@ -68,6 +68,47 @@ struct PlanOptions {
               *recompute_opt = nullptr;
 };
 
+// The sweep's title: the model, topology and workload, and every other option given that changes
+// the figures, so that two plots made with different settings never look like the same one.
+std::string sweep_title(const PlanOptions& o, const std::string& model, const std::string& topology,
+                        const plan::Workload& w) {
+  std::vector<std::string> parts{fmt::format("{} on {}, micro-batch {} x {}, {} a step, {}", model, topology,
+                                             w.micro_batch, w.seq,
+                                             count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
+                                             o.precision)};
+  auto given = [&](bool is_given, const std::string& text) {
+    if (is_given) parts.push_back(text);
+  };
+  given(o.recompute_opt->count() > 0, "recompute " + (o.recompute.empty() ? std::string("full") : o.recompute));
+  given(o.flash_attention, "flash attention");
+  given(o.batch_per_device, "batch per device");
+  given(o.collectives != "hierarchical", "collectives " + o.collectives);
+  given(o.granularity != "unit", "granularity " + o.granularity);
+  given(!o.calibration.empty(), "calibration " + o.calibration);
+  for (const std::string& t : o.tier_overrides) parts.push_back("tier " + t);
+  for (const std::string& l : o.leave_out) parts.push_back("leave out " + l);
+  given(!o.shard.empty(), "shard " + o.shard);
+  given(!o.secondary.empty(), "secondary " + o.secondary);
+  given(!o.weight_wire.empty(), "weight wire " + o.weight_wire);
+  given(!o.grad_wire.empty(), "grad wire " + o.grad_wire);
+  given(!o.step_grad_wire.empty(), "step grad wire " + o.step_grad_wire);
+  given(o.block_opt->count() > 0, fmt::format("block size {}", o.block_size));
+  given(o.prefetch_opt->count() > 0, fmt::format("prefetch {}", o.prefetch));
+  given(o.bucket_opt->count() > 0, fmt::format("bucket {} B", o.bucket_bytes));
+  given(o.keep_weights_after_forward, "weights kept after forward");
+  given(o.peak_opt->count() > 0, fmt::format("peak {:g} TFLOP/s", o.peak_tflops));
+  given(o.memory_opt->count() > 0, fmt::format("{:g} GB a device", o.memory_gb));
+  given(o.hbm_opt->count() > 0, fmt::format("HBM {:g} GB/s", o.hbm_GBps));
+  given(o.efficiency_opt->count() > 0, fmt::format("compute efficiency {:g}", o.compute_efficiency));
+  given(o.tdp_opt->count() > 0, fmt::format("TDP {:g} W", o.tdp_watts));
+  given(o.idle_opt->count() > 0, fmt::format("idle {:g} W", o.idle_watts));
+  given(o.tp_opt->count() > 0, fmt::format("tp {}", o.tp));
+  given(o.pp_opt->count() > 0, fmt::format("pp {}", o.pp));
+  given(!o.tp_tier.empty(), "tp tier " + o.tp_tier);
+  given(!o.pp_tier.empty(), "pp tier " + o.pp_tier);
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 // The mark of an estimate that does not fit in device memory, in every table.
 constexpr const char* kDoesNotFit = "!";
 
@@ -214,6 +255,11 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
     fmt::print("compute: the calibration has none; the device's peak x efficiency and HBM rate above\n");
 }
 
+// J/token, or "-" where no TDP is known (no energy is estimated, docs/planner.md), never 0.
+std::string joules_cell(const plan::Estimate& e, const char* format) {
+  return e.joules_per_token > 0 ? fmt::format(fmt::runtime(format), e.joules_per_token) : "-";
+}
+
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
   print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const auto& tiers = c.topology().tiers();
@@ -225,9 +271,9 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
   for (const topo::Tier& t : tiers) head += fmt::format(" {:>10}", fmt::format("{} GB", t.name));
   fmt::print("{}\n", head);
   for (const plan::Estimate& e : estimates) {
-    std::string row = fmt::format("{:<14} {:>9.4g} {:>11.5g} {:>9.1f} {:>5.1f}% {:>8.3g} {:>9.4g} {:>9.4g} {:>9.4g}",
+    std::string row = fmt::format("{:<14} {:>9.4g} {:>11.5g} {:>9.1f} {:>5.1f}% {:>8} {:>9.4g} {:>9.4g} {:>9.4g}",
                                   e.strategy + (e.fits ? "" : kDoesNotFit), e.step_time_s, e.tokens_per_s, e.tflops_per_device, e.mfu * 100,
-                                  e.joules_per_token, e.compute_s, e.exposed_micro_s, e.step_comm_s + e.optimizer_s);
+                                  joules_cell(e, "{:.3g}"), e.compute_s, e.exposed_micro_s, e.step_comm_s + e.optimizer_s);
     if (model_parallel) row += fmt::format(" {:>9.4g} {:>9.4g} {:>9.4g}", e.tp_allreduce_s, e.pp_p2p_s, e.pp_bubble_s);
     for (const plan::TierCost& t : e.tiers)
       row += fmt::format(" {:>10.3f}", static_cast<double>(t.traffic.bytes_sent) / 1e9);
@@ -353,7 +399,7 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
   print_sweep_table(series, fmt::format("tokens/s per device (J/token; '{}' = does not fit)", kDoesNotFit),
                     [&](const plan::SweepPoint& p) {
                       const plan::Estimate& e = p.estimate;
-                      return fmt::format("{:.0f} ({:.2g}){}", e.tokens_per_s / e.world_size, e.joules_per_token, mark(e));
+                      return fmt::format("{:.0f} ({}){}", e.tokens_per_s / e.world_size, joules_cell(e, "{:.2g}"), mark(e));
                     });
   print_sweep_table(series,
                     fmt::format("TFLOP/s per device (E(n) = (throughput(n)/n) / (throughput(n0)/n0), n0 = {} devices; "
@@ -576,9 +622,7 @@ void run_plan(const PlanOptions& o) {
     first.resolve(first.world_size_for_nodes(nodes.front()));
     const auto strategies = chosen_strategies(o, first, workload.precision);
     const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes, calibration);
-    const std::string title =
-        fmt::format("{} on {}, micro-batch {} x {}, {} a step", model.name, topology.name(), workload.micro_batch,
-                    workload.seq, count_of(workload.accumulation_steps, "micro-batch", "micro-batches"));
+    const std::string title = sweep_title(o, model.name, topology.name(), workload);
     if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
     const plan::PlanContext context(model, first, device, workload, leave_out, calibration);
     if (o.json) {

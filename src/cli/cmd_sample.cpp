@@ -43,8 +43,9 @@ struct SampleArgs {
   bool json = false;
 };
 
-// The weights and their model: a checkpoint records its model; a safetensors file does not, so
-// --model and/or --config (the run's config file, its [model] section) describe it.
+// The weights and their model: a checkpoint records its model, and so does a safetensors file
+// that `strata export` wrote (its metadata); for another's, --model and/or --config (the run's
+// config file, its [model] section) describe it, and they win over the metadata.
 struct Weights {
   model::GPTConfig config;
   AlignedBuffer<float> params;
@@ -68,13 +69,18 @@ Weights load_weights(const SampleArgs& a) {
     w.source = dir.string();
     return w;
   }
-  if (a.model.empty() && a.config.empty())
-    throw Error(fmt::format("sample: --safetensors {}: the file carries no model config; give --model PRESET or "
-                            "--config FILE (the config the run was trained with)",
-                            a.safetensors));
-  train::Settings settings = a.config.empty() ? train::Settings{} : train::read_config_file(a.config);
-  if (!a.model.empty()) settings["model.preset"] = a.model;  // the flag wins over the file, as in train
-  w.config = train::build_model(settings);
+  if (a.model.empty() && a.config.empty()) {
+    const std::optional<model::GPTConfig> recorded = data::safetensors_model(data::SafetensorsFile(a.safetensors));
+    if (!recorded)
+      throw Error(fmt::format("sample: --safetensors {}: the file carries no model config; give --model PRESET or "
+                              "--config FILE (the config the run was trained with)",
+                              a.safetensors));
+    w.config = *recorded;
+  } else {
+    train::Settings settings = a.config.empty() ? train::Settings{} : train::read_config_file(a.config);
+    if (!a.model.empty()) settings["model.preset"] = a.model;  // the flag wins over the file, as in train
+    w.config = train::build_model(settings);
+  }
   const model::ParamLayout layout(w.config);
   w.params.resize(layout.total_floats());
   data::import_hf_safetensors(layout, a.safetensors, w.params.data());
@@ -158,7 +164,7 @@ CommandRegistrar registrar(22, [](CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand("sample", "Generate text from a trained model with a KV cache");
   cmd->add_option("--checkpoint", a->checkpoint, "checkpoint folder, or an output folder (its newest intact checkpoint)");
-  cmd->add_option("--safetensors", a->safetensors, "weights as `strata export` writes them (needs --model or --config)");
+  cmd->add_option("--safetensors", a->safetensors, "weights as `strata export` writes them (their model is in the metadata; another's needs --model or --config)");
   cmd->add_option("--model", a->model, "with --safetensors: the model preset");
   cmd->add_option("--config", a->config, "with --safetensors: the run's config file ([model] section; --model wins)");
   cmd->add_option("--prompt", a->prompt, "text to continue (UTF-8; empty: start from a newline)");

@@ -249,11 +249,25 @@ std::string steps_of(const train::TrainConfig& config, const train::Trainer& tra
                      config.last_step() < config.steps ? fmt::format(" of {}", config.steps) : "");
 }
 
-// Said once, at start: a run without an output folder leaves nothing behind.
-void warn_if_nothing_saved(const train::TrainConfig& config) {
-  if (!config.out_dir.empty()) return;
+// The shape trained, not only the preset it started from: "gpt2 4 layers x 128 wide, 2 heads,
+// 0.84M parameters".
+std::string model_shape(const model::GPTConfig& m) {
+  const std::string kv = m.kv_heads() != m.n_head ? fmt::format(" over {} K/V", m.kv_heads()) : "";
+  return fmt::format("{} {} layers x {} wide, {} heads{}, {:.2f}M parameters", model::family_name(m.family),
+                     m.n_layer, m.n_embd, m.n_head, kv, static_cast<double>(m.num_params()) / 1e6);
+}
+
+// Said once, at start: settings that run but are likely not what was meant. A run without an
+// output folder leaves nothing behind; a warm-up longer than the run never reaches optim.lr.
+void warn_at_start(const train::TrainConfig& config) {
   std::fflush(stdout);
-  fmt::print(stderr, "strata: no --out: this run saves nothing (no checkpoint, metrics.jsonl or summary.json)\n");
+  if (config.out_dir.empty())
+    fmt::print(stderr, "strata: no --out: this run saves nothing (no checkpoint, metrics.jsonl or summary.json)\n");
+  if (config.warmup > config.steps)
+    fmt::print(stderr,
+               "strata: warning: optim.warmup = {} is longer than train.steps = {}: the learning rate never reaches "
+               "optim.lr = {} (shorten --warmup)\n",
+               config.warmup, config.steps, config.lr);
 }
 
 void print_schedule(const shard::Schedule& schedule, bool json) {
@@ -290,6 +304,19 @@ train::TrainResult run_recorded(train::Trainer& trainer, const train::TrainConfi
   }
 }
 
+// A sharded run started without mpirun is one rank: when its topology takes more, the refusal
+// says how to launch them, not only that one rank does not fill the topology.
+void check_ranks_launched(const train::TrainConfig& config) {
+  if (!config.shard.sharded() || config.shard.topology == "host") return;
+  try {
+    shard::resolve_topology(config.shard, 1);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}\n  a sharded run needs its ranks launched: mpirun -np {} strata train ... (these "
+                            "options; scripts/compare_strategies.sh shows a whole line)",
+                            e.what(), shard::fewest_ranks(config.shard)));
+  }
+}
+
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
 bool run_train(const TrainArgs& args) {
   if (args.schedule_json && !args.print_schedule) throw Error("--json: only with --print-schedule");
@@ -311,6 +338,7 @@ bool run_train(const TrainArgs& args) {
     comm::agree(MPI_COMM_WORLD, "world", [&] { config = build_run_config(args, launched_ranks); });
   } else {
     config = build_run_config(args, launched_ranks);
+    check_ranks_launched(config);
   }
   if (config.threads > 0) omp_set_num_threads(config.threads);  // OpenBLAS (OpenMP build) follows
 
@@ -324,10 +352,10 @@ bool run_train(const TrainArgs& args) {
                                   ? fmt::format("{}, {}", count_of(omp_get_max_threads(), "thread"),
                                                 isa_name(detected_isa()))
                                   : fmt::format("{} in {}", device.name(), config.precision);
-    fmt::print("strata train: model {} ({:.2f}M parameters), batch {} x seq {} x accum {}, steps {}, {}\n",
-               config.model_name, static_cast<double>(config.model.num_params()) / 1e6, config.batch,
+    fmt::print("strata train: model {} ({}), batch {} x seq {} x accum {}, steps {}, {}\n",
+               config.model_name, model_shape(config.model), config.batch,
                config.seq_len(), config.grad_accum, steps_of(config, trainer), where);
-    warn_if_nothing_saved(config);
+    warn_at_start(config);
     std::fflush(stdout);
     const train::TrainResult result = trainer.run();
     report(config, result);
@@ -358,9 +386,9 @@ bool run_train(const TrainArgs& args) {
   const std::string placement = ranks_by_host(hosts);
   if (leader) {
     const int tp = engine.parallel_dims().tensor;
-    fmt::print("strata train: model {} ({:.2f}M parameters), strategy {}{} on {} of topology '{}'{}, "
+    fmt::print("strata train: model {} ({}), strategy {}{} on {} of topology '{}'{}, "
                "batch {} x seq {} x accum {} per {}, steps {}, {}\n",
-               config.model_name, static_cast<double>(config.model.num_params()) / 1e6,
+               config.model_name, model_shape(config.model),
                engine.schedule().spec().preset, tp > 1 ? fmt::format(" with tensor parallelism {}", tp) : "",
                count_of(engine.world_size(), "rank"), runtime.topology().name(),
                config.shard.emulate_links ? fmt::format(" (link emulation on, scale {})", config.shard.emulate_scale)
@@ -371,7 +399,7 @@ bool run_train(const TrainArgs& args) {
                    ? fmt::format("{} a rank, {}", count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()))
                    : fmt::format("{} in {} a rank", device.name(), config.precision));
     if (!placement.empty()) fmt::print("hosts: {}\n", placement);
-    warn_if_nothing_saved(config);
+    warn_at_start(config);
     std::fflush(stdout);
   }
   const train::TrainResult result = run_recorded(trainer, config);

@@ -65,14 +65,14 @@ PrepareReport prepare_text(const PrepareOptions& options) {
           ++report.skipped_duplicates;
           continue;
         }
-        std::string bytes = read_file_text(f);
+        std::string bytes = read_file_text(f, Empty::allow);  // an empty file adds nothing
         if (!looks_like_text(bytes)) {
           ++report.skipped_not_text;
           continue;
         }
         take(f, std::move(bytes));
       }
-    } else if (fs::is_regular_file(status)) {
+    } else {  // a file: read_file_text refuses a special, unreadable or empty one, naming it
       if (!taken.insert(resolved(input)).second) {
         ++report.skipped_duplicates;
         continue;
@@ -83,8 +83,6 @@ PrepareReport prepare_text(const PrepareOptions& options) {
                                 "name its directory instead to skip such files",
                                 input.string()));
       take(input, std::move(bytes));
-    } else {
-      throw Error(fmt::format("data prepare: {}: neither a regular file nor a directory", input.string()));
     }
   }
   if (text.empty()) {

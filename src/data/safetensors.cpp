@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <set>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "model/llama.hpp"
 
 namespace strata::data {
 
@@ -20,7 +22,8 @@ static_assert(std::endian::native == std::endian::little, "safetensors is little
 
 namespace {
 
-constexpr std::size_t kMaxHeaderBytes = 100u << 20;  // the format's own limit against hostile files
+constexpr std::size_t kMaxHeaderBytes = 100u << 20;
+constexpr std::string_view kModelMetadataKey = "strata_model";  // the format's own limit against hostile files
 
 std::size_t dtype_bytes(std::string_view dtype) {
   static const std::map<std::string, std::size_t, std::less<>> sizes = {
@@ -206,6 +209,7 @@ std::vector<float> SafetensorsFile::read_f32(std::string_view name) const {
 void export_hf_safetensors(const model::ParamLayout& layout, const float* params, const fs::path& path) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");  // what Hugging Face loaders expect of PyTorch weights
+  writer.set_metadata(std::string(kModelMetadataKey), layout.config().to_json().dump());
   for (const auto& t : layout.tensors()) {
     const float* src = params + t.offset;
     std::vector<std::int64_t> shape = hf_shape(layout, t);
@@ -248,6 +252,49 @@ void import_hf_safetensors(const model::ParamLayout& layout, const fs::path& pat
       std::fill(dst + data.size(), dst + t.numel, 0.0f);  // padded vocabulary rows
     }
   }
+}
+
+std::optional<model::GPTConfig> safetensors_model(const SafetensorsFile& file) {
+  const auto it = file.metadata().find(std::string(kModelMetadataKey));
+  if (it == file.metadata().end()) return std::nullopt;
+  try {
+    return model::GPTConfig::from_json(nlohmann::json::parse(it->second));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: metadata '{}': {}", file.path().string(), kModelMetadataKey, e.what()));
+  }
+}
+
+nlohmann::json hf_config_json(const model::GPTConfig& c) {
+  if (c.family == model::Family::Llama)
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.n_embd},
+            {"intermediate_size", c.ffn_size()},
+            {"num_hidden_layers", c.n_layer},
+            {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.kv_heads()},
+            {"max_position_embeddings", c.seq_len},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", std::stod(fmt::format("{:g}", model::kRmsNormEps))},  // 1e-05, not float's digits
+            {"rope_theta", c.rope_theta},
+            {"tie_word_embeddings", false},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"torch_dtype", "float32"}};
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", c.vocab_size},
+          {"n_embd", c.n_embd},
+          {"n_layer", c.n_layer},
+          {"n_head", c.n_head},
+          {"n_positions", c.seq_len},
+          {"n_ctx", c.seq_len},
+          {"n_inner", nullptr},  // 4 x n_embd
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},  // GPT-2's, as the LayerNorm kernels use
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
 }
 
 }  // namespace strata::data

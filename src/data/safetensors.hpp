@@ -9,10 +9,13 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "model/layout.hpp"
 
@@ -52,6 +55,7 @@ class SafetensorsFile {
 
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in data order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::filesystem::path& path() const { return path_; }
   const SafetensorsEntry* try_find(std::string_view name) const;
   const SafetensorsEntry& find(std::string_view name) const;  // throws Error
   std::vector<float> read_f32(std::string_view name) const;   // throws Error unless dtype F32
@@ -66,12 +70,21 @@ class SafetensorsFile {
 
 // The weights under their Hugging Face names (layout.hpp): GPT2LMHeadModel's (Conv1D matrices
 // transposed to HF's [in, out]) or LlamaForCausalLM's; vocabulary matrices (wte,
-// embed_tokens, lm_head) cut to the real vocabulary's rows; metadata {"format": "pt"}.
+// embed_tokens, lm_head) cut to the real vocabulary's rows; metadata {"format": "pt",
+// "strata_model": the model's config as a checkpoint records it}.
 void export_hf_safetensors(const model::ParamLayout& layout, const float* params,
                              const std::filesystem::path& path);
 // The inverse: fills every tensor of `params` (padded vocabulary rows zeroed; alignment
 // padding untouched). Refuses a missing or extra tensor, a dtype other than F32 and a shape
 // other than this model's, naming the tensor.
 void import_hf_safetensors(const model::ParamLayout& layout, const std::filesystem::path& path, float* params);
+
+// The model a file from export_hf_safetensors records in its metadata; nullopt for a file
+// without it (another tool's, or an export from before it was recorded).
+std::optional<model::GPTConfig> safetensors_model(const SafetensorsFile& file);
+
+// The model's config.json in Hugging Face's form for its family (GPT2Config or LlamaConfig field
+// names), so that transformers' from_pretrained loads the exported folder.
+nlohmann::json hf_config_json(const model::GPTConfig& config);
 
 }  // namespace strata::data

@@ -2,9 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -17,6 +17,7 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "data/utf8.hpp"
 
 namespace strata::data {
 
@@ -37,23 +38,9 @@ void write_token_file(const std::filesystem::path& path, std::span<const std::ui
 
 TokenFile::TokenFile(const std::filesystem::path& path, int vocab_size) : path_(path) {
   const std::string name = path.string();
+  const auto file_bytes = static_cast<std::size_t>(check_input_file(path));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(fmt::format("{}: cannot open token file: {}", name, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(fmt::format("{}: not a regular file", name));
-  }
-  const auto file_bytes = static_cast<std::size_t>(st.st_size);
-  if (file_bytes == 0) {
-    ::close(fd);
-    throw Error(fmt::format("{}: token file is empty", name));
-  }
-  if (file_bytes < kTokenHeaderBytes) {
-    ::close(fd);
-    throw Error(fmt::format("{}: truncated: {} bytes, shorter than the {}-byte header", name, file_bytes,
-                            kTokenHeaderBytes));
-  }
   map_ = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);
@@ -64,7 +51,15 @@ TokenFile::TokenFile(const std::filesystem::path& path, int vocab_size) : path_(
   map_bytes_ = file_bytes;
   try {
     std::array<std::int32_t, 3> header{};
-    std::memcpy(header.data(), map_, sizeof(header));
+    std::memcpy(header.data(), map_, std::min(sizeof(header), file_bytes));
+    if (header[0] != kTokenFileMagic &&
+        looks_like_text(std::string_view(static_cast<const char*>(map_), file_bytes)))
+      throw Error(fmt::format("{}: a text file, not a token file: make a token file with `strata data prepare "
+                              "--input {} --out DIR` and train on DIR/train.bin",
+                              name, name));
+    if (file_bytes < kTokenHeaderBytes)
+      throw Error(fmt::format("{}: truncated: {} bytes, shorter than the {}-byte header", name, file_bytes,
+                              kTokenHeaderBytes));
     if (header[0] != kTokenFileMagic)
       throw Error(fmt::format("{}: not a token file: magic {} (expected {}, llm.c's .bin format)", name, header[0],
                               kTokenFileMagic));

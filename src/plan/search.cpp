@@ -221,7 +221,7 @@ std::vector<SweepSeries> sweep(const ModelShape& model, const topo::Topology& to
 std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string& title, const std::string& outer_tier) {
   Chart tokens{"Training tokens/s per device\n" + title, "devices", "tokens/s per device", true, {}};
   Chart speed{"TFLOP/s per device\n" + title, "devices", "model TFLOP/s per device", true, {}};
-  Chart bytes{"Bytes a rank sends over '" + outer_tier + "' per optimizer step", "devices", "GB per rank per step",
+  Chart bytes{"Bytes a rank sends over '" + outer_tier + "' per optimizer step\n" + title, "devices", "GB per rank per step",
               true, {}};
   for (const SweepSeries& s : series) {
     Series a{s.strategy, {}, {}, {}}, b{s.strategy, {}, {}, {}}, c{s.strategy, {}, {}, {}};

@@ -72,12 +72,6 @@ int same_line_as(const std::vector<Series>& series, std::size_t k) {
   return -1;
 }
 
-std::string tick_label(double v) {
-  if (v == 0) return "0";
-  if (std::fabs(v) >= 1e4 || std::fabs(v) < 1e-2) return fmt::format("{:.3g}", v);
-  return fmt::format("{:g}", v);
-}
-
 }  // namespace
 
 double estimated_text_width(std::string_view text, double font_size) {
@@ -95,18 +89,52 @@ double contrast_on_white(const std::string& hex_color) {
   return 1.05 / (luminance + 0.05);
 }
 
-std::vector<double> nice_ticks(double max, int target_count) {
-  if (!(max > 0) || !std::isfinite(max)) return {0, 1};
-  const double rough = max / std::max(1, target_count);
+std::vector<double> nice_ticks(double min, double max, int target_count) {
+  if (!std::isfinite(min) || !std::isfinite(max) || !(max > min)) {
+    if (std::isfinite(max) && max > 0) min = 0;  // one value: the axis from 0 to it
+    else return {0, 1};
+  }
+  const double rough = (max - min) / std::max(1, target_count);
   const double magnitude = std::pow(10.0, std::floor(std::log10(rough)));
   double step = magnitude;
   for (double m : {1.0, 2.0, 5.0, 10.0}) {
     step = m * magnitude;
     if (step >= rough) break;
   }
+  const double first = std::floor(min / step * (1 + 1e-12)) * step;
   std::vector<double> ticks;
-  for (int i = 0; ticks.empty() || ticks.back() < max * (1 - 1e-12); ++i) ticks.push_back(i * step);
+  for (int i = 0; ticks.size() < 2 || ticks.back() < max * (1 - 1e-12); ++i) {
+    const double t = first + i * step;
+    ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
+  }
   return ticks;
+}
+
+std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
+  double largest = 0, step = 0;
+  for (std::size_t i = 0; i < ticks.size(); ++i) {
+    largest = std::max(largest, std::fabs(ticks[i]));
+    const double gap = i > 0 ? std::fabs(ticks[i] - ticks[i - 1]) : 0;
+    if (gap > 0 && (step == 0 || gap < step)) step = gap;
+  }
+  if (step == 0) step = largest > 0 ? largest : 1;
+  std::vector<std::string> labels;
+  if (largest > 0 && largest < 1e-2) {
+    for (double t : ticks) labels.push_back(t == 0 ? "0" : fmt::format("{:.1e}", t));
+    return labels;
+  }
+  static constexpr std::pair<double, const char*> kSuffixes[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
+  double unit = 1;
+  const char* suffix = "";
+  for (const auto& [u, sfx] : kSuffixes)
+    if (largest >= u && step >= u / 10) {  // a suffix where the step is not lost below it: not "0.85k"
+      unit = u, suffix = sfx;
+      break;
+    }
+  const int places = std::max(0, static_cast<int>(-std::floor(std::log10(step / unit) + 1e-9)));
+  for (double t : ticks)
+    labels.push_back(t == 0 ? "0" : fmt::format("{:.{}f}{}", t / unit, places, suffix));
+  return labels;
 }
 
 std::string svg_document(const std::vector<Chart>& charts, const std::string& caption) {
@@ -139,7 +167,7 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
     const double x0 = kLeft, x1 = kWidth - kRight, y0 = top + kPanel - kBottom, y1 = top + kTop;
 
     std::vector<double> xs;
-    double y_max = 0;
+    double y_min = INFINITY, y_max = -INFINITY;
     for (const Series& series : chart.series) {
       if (series.x.size() != series.y.size())
         throw Error(fmt::format("svg: series '{}' has {} x and {} y values", series.label, series.x.size(),
@@ -148,7 +176,7 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
         if (chart.log_x && !(series.x[i] > 0))
           throw Error(fmt::format("svg: chart '{}': x = {} on a log axis", chart.title, series.x[i]));
         xs.push_back(series.x[i]);
-        if (std::isfinite(series.y[i])) y_max = std::max(y_max, series.y[i]);
+        if (std::isfinite(series.y[i])) y_min = std::min(y_min, series.y[i]), y_max = std::max(y_max, series.y[i]);
       }
     }
     std::sort(xs.begin(), xs.end());
@@ -158,9 +186,14 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
     const double lo = fx(xs.front()), hi = fx(xs.back());
     const double span = hi > lo ? hi - lo : 1;
     auto px = [&](double x) { return x0 + (fx(x) - (hi > lo ? lo : lo - 0.5)) / span * (x1 - x0); };
-    const std::vector<double> yt = nice_ticks(y_max * 1.05, 6);
-    const double y_top = yt.back();
-    auto py = [&](double y) { return y0 - y / y_top * (y0 - y1); };
+    // The y axis spans the data with a margin, from 0 only where the data come near it: a
+    // difference between lines is not squeezed against the top of the panel.
+    const double margin = 0.05 * (y_max > y_min ? y_max - y_min : std::fabs(y_max));
+    const double y_from = y_min >= 0 && y_min - margin < 0.25 * y_max ? 0 : y_min - margin;
+    const std::vector<double> yt = nice_ticks(y_from, y_max + margin, 6);
+    const std::vector<std::string> y_labels = tick_labels(yt);
+    const double y_bottom = yt.front(), y_top = yt.back();
+    auto py = [&](double y) { return y0 - (y - y_bottom) / (y_top - y_bottom) * (y0 - y1); };
 
     // Wrapped to the width, at most two lines above the plot (kTop); a smaller font if need be.
     double title_size = kTitleSize;
@@ -171,20 +204,22 @@ std::string svg_document(const std::vector<Chart>& charts, const std::string& ca
       s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"{}\" font-weight=\"bold\">{}</text>\n", kTextX,
                        top + (title_lines.size() == 1 ? 30 : 22 + title_size * kLineGap * static_cast<double>(i)),
                        title_size, escape(title_lines[i]));
-    for (double y : yt)
+    for (std::size_t i = 0; i < yt.size(); ++i)
       s += fmt::format(
           "<line x1=\"{0}\" y1=\"{2:.1f}\" x2=\"{1}\" y2=\"{2:.1f}\" stroke=\"#e0e0e0\"/>\n"
           "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-          x0, x1, py(y), x0 - 8, py(y) + 4, tick_label(y));
+          x0, x1, py(yt[i]), x0 - 8, py(yt[i]) + 4, y_labels[i]);
     // A grid line at every x in the data; a label where it keeps clear of the previous one.
+    const std::vector<std::string> x_labels = tick_labels(xs);
     double last_label = -1e9;
-    for (double x : xs) {
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const double x = xs[i];
       s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e0e0e0\"/>\n", px(x), y0,
                        y1);
       if (px(x) - last_label < 42) continue;
       last_label = px(x);
       s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(x), y0 + 20,
-                       tick_label(x));
+                       x_labels[i]);
     }
     s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", x0, y1,
                      x1 - x0, y0 - y1);

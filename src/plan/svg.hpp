@@ -24,8 +24,13 @@ double estimated_text_width(std::string_view text, double font_size);
 // WCAG 2 contrast ratio of a #RRGGBB colour against white (1 to 21).
 double contrast_on_white(const std::string& hex_color);
 
-// "1, 2, 5 x 10^k" ticks covering [0, max]; at least two.
-std::vector<double> nice_ticks(double max, int target_count);
+// "1, 2, 5 x 10^k" ticks covering [min, max], the first a multiple of the step at or below min;
+// at least two.
+std::vector<double> nice_ticks(double min, double max, int target_count);
+// One axis's tick labels in one notation: plain decimals with as many places as the step needs;
+// one SI suffix for the whole axis (k, M, G, T) where the step is at least a tenth of it; values
+// below 0.01 in one scientific form: never "5000" beside "1e+04".
+std::vector<std::string> tick_labels(const std::vector<double>& ticks);
 
 // The charts stacked vertically in one standalone SVG document; `caption` goes under them.
 // Titles and the caption wrap to the picture's width; a series drawn along the same points as

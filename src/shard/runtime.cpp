@@ -1,5 +1,6 @@
 #include "shard/runtime.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,11 +15,21 @@
 
 namespace strata::shard {
 
-topo::Topology resolve_topology(const parallel::ShardOptions& options, int world_size) {
+topo::Topology load_topology(const parallel::ShardOptions& options) {
   topo::Topology t = topo::Topology::load(options.topology);
   for (const std::string& o : options.tier_overrides) t.apply_override(topo::parse_tier_override(o));
+  return t;
+}
+
+topo::Topology resolve_topology(const parallel::ShardOptions& options, int world_size) {
+  topo::Topology t = load_topology(options);
   t.resolve(world_size);
   return t;
+}
+
+int fewest_ranks(const parallel::ShardOptions& options) {
+  const topo::Topology t = load_topology(options);
+  return t.ranks_per_outer_domain() * std::max(1, t.tier(t.outermost()).size);  // size 0: not given
 }
 
 ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology) {

@@ -26,9 +26,13 @@
 
 namespace strata::shard {
 
-// The topology and spec the options describe, for a world of `world_size` ranks. Throws
-// Error naming the option and the problem.
+// The topology the options describe (preset or file, --tier overrides), for any world size yet.
+topo::Topology load_topology(const parallel::ShardOptions& options);
+// The same, for a world of `world_size` ranks. Throws Error naming the option and the problem.
 topo::Topology resolve_topology(const parallel::ShardOptions& options, int world_size);
+// The fewest ranks the options' topology takes: one domain of the tier inside the outermost,
+// times the outermost tier's size where it is given. Not for "host" (measured under mpirun).
+int fewest_ranks(const parallel::ShardOptions& options);
 // `topology`: what the sharding runs over (the data-parallel topology under --tp).
 ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology);
 // The run's data- and tensor-parallel dims (--tp over --tp-tier, the innermost tier by

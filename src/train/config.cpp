@@ -328,7 +328,9 @@ void TrainConfig::validate() const {
   positive("train.log_every", log_every);
   if (seq < 0) throw Error(fmt::format("train.seq = {}: must be positive", seq));
   if (seq_len() > model.seq_len)
-    throw Error(fmt::format("train.seq = {} exceeds model.seq_len = {}", seq_len(), model.seq_len));
+    throw Error(fmt::format("train.seq = {} exceeds model.seq_len = {}: raise model.seq_len (--seq-len {}, or "
+                            "seq_len in [model]) or shorten train.seq",
+                            seq_len(), model.seq_len, seq_len()));
   if (threads < 0) throw Error(fmt::format("train.threads = {}: must be positive", threads));
   if (!(lr > 0)) throw Error(fmt::format("optim.lr = {}: must be positive", lr));
   if (!(min_lr >= 0 && min_lr <= lr))

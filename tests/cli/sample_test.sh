@@ -27,6 +27,27 @@ echo "seed 6: $c"
 # The exported file holds the same weights: the same text.
 s=$(sample --safetensors "$dir/model.safetensors" --model tiny --prompt "line 7" --max-new-tokens 24 --seed 5)
 [ "$a" = "$s" ] || fail "safetensors gave other text than the checkpoint: $s"
+# Its metadata records the model: the file alone loads; config.json beside it is GPT2Config's.
+s=$(sample --safetensors "$dir/model.safetensors" --prompt "line 7" --max-new-tokens 24 --seed 5)
+[ "$a" = "$s" ] || fail "safetensors alone gave other text than the checkpoint: $s"
+python3 - "$dir/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 256, "n_positions": 64,
+        "n_embd": 64, "n_layer": 2, "n_head": 2, "activation_function": "gelu_new", "tie_word_embeddings": True}
+assert all(c[k] == v for k, v in want.items()), c
+PY
+# A file without that metadata (another tool's) still needs --model or --config.
+python3 - "$dir/model.safetensors" "$dir/foreign.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+del header["__metadata__"]["strata_model"]
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
 printf '[model]\npreset = "tiny"\n[train]\nbatch = 2\n' > "$dir/run.toml"
 s=$(sample --safetensors "$dir/model.safetensors" --config "$dir/run.toml" --prompt "line 7" --max-new-tokens 24 --seed 5)
 [ "$a" = "$s" ] || fail "--config gave other text: $s"
@@ -72,9 +93,27 @@ refused "--top-p = 1.5: must be in (0, 1]" "${ck[@]}" --top-p 1.5
 refused "--max-new-tokens = 65: must be in [1, model.seq_len = 64]" "${ck[@]}" --max-new-tokens 65
 refused "--max-new-tokens = 0: must be in [1, model.seq_len = 64]" "${ck[@]}" --max-new-tokens 0
 refused "give one of --checkpoint DIR" --prompt hi
-refused "the file carries no model config; give --model PRESET or --config FILE" --safetensors "$dir/model.safetensors"
+refused "the file carries no model config; give --model PRESET or --config FILE" --safetensors "$dir/foreign.safetensors"
 refused "--model: a checkpoint records its model" "${ck[@]}" --model tiny
 refused "model.safetensors: no tensor named 'model.embed_tokens.weight'" --safetensors "$dir/model.safetensors" --model llama-tiny
+
+# A Llama exports LlamaConfig's fields and loads from its file alone too.
+"$strata" train --model llama-tiny --train-data "$dir/data/train.bin" --batch 1 --seq 16 --steps 1 --threads 1 \
+  --out "$dir/llama" > /dev/null
+mkdir "$dir/llama-hf"
+"$strata" export "$dir/llama" --safetensors "$dir/llama-hf/model.safetensors" > /dev/null
+l1=$(sample --checkpoint "$dir/llama" --prompt "line" --max-new-tokens 8 --seed 3)
+l2=$(sample --safetensors "$dir/llama-hf/model.safetensors" --prompt "line" --max-new-tokens 8 --seed 3)
+[ "$l1" = "$l2" ] || fail "llama safetensors alone gave other text: $l2"
+python3 - "$dir/llama-hf/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 256, "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+        "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000, "tie_word_embeddings": False}
+assert all(c[k] == v for k, v in want.items()), c
+assert c["intermediate_size"] > 0, c
+PY
 
 # A tokenizer with more ids than the model has rows is refused naming both.
 "$strata" train --model tiny --vocab-size 128 --n-layer 1 --train-data "$dir/data/train.bin" --batch 1 --seq 16 \

@@ -14,7 +14,7 @@ ln -s a.txt "$dir/corpus/a.u8"
 
 out=$("$strata" data prepare --input "$dir/corpus" --out "$dir/out" --val-fraction 0.1)
 echo "$out"
-grep -q "2 text files, 1 skipped as not text, 1 skipped as duplicates" <<<"$out" || fail "prepare summary"
+grep -q "4 files found, 2 read as text, 1 skipped as not text (binary), 1 skipped as duplicates" <<<"$out" || fail "prepare summary"
 total=$(cat "$dir/corpus/a.txt" "$dir/corpus/sub/b.txt" | wc -c)
 train=$(sed -n 's/.*train.bin: \([0-9]*\) tokens.*/\1/p' <<<"$out")
 val=$(sed -n 's/.*val.bin: \([0-9]*\) tokens.*/\1/p' <<<"$out")

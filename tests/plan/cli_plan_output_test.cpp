@@ -58,13 +58,19 @@ TEST(PlanOutput, TheSinglePlanTableMarksStrategiesThatDoNotFitAndByHowMuch) {
 TEST(PlanOutput, TheSweepSvgFitsItsTextNotesCoincidingLinesAndReadsOnWhite) {
   strata::test::ScratchDir dir;
   const auto svg = dir / "sweep.svg";
-  auto r = run_strata("plan --model gpt-neox-20b --topology frontier --sweep-nodes 1,2,4,8,16,32,64 --svg " +
-                      svg.string());
+  auto r = run_strata("plan --model gpt-neox-20b --topology frontier --sweep-nodes 1,2,4,8,16,32,64 --flash-attention "
+                      "--tier cluster.bandwidth_GBps=20 --svg " + svg.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string text = strata::read_file_text(svg);
   expect_readable(text);
-  EXPECT_NE(text.find(">gpt-neox-20b on frontier, micro-batch 1 x 2048, 1 micro-batch a step</text>"),
-            std::string::npos);
+  // The title carries every option that changes the figures.
+  EXPECT_NE(text.find(">gpt-neox-20b on frontier, micro-batch 1 x 2048, 1 micro-batch a step, bf16, flash"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("tier cluster.bandwidth_GBps=20</text>"), std::string::npos) << text;
+  // Every tick label of the y axes in one notation: digits with an optional k/M/G suffix.
+  const std::regex tick(R"re(<text x="(\d+)" y="[\d.]+" text-anchor="end">([^<]*)</text>)re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), tick); it != std::sregex_iterator(); ++it)
+    EXPECT_TRUE(std::regex_match((*it)[2].str(), std::regex(R"(0|\d+(\.\d+)?[kMGT]?)"))) << (*it)[2];
   // zero2 sends what zero1 sends over the cluster tier: dashed, and said so.
   EXPECT_NE(text.find(">zero2 (= zero1)</text>"), std::string::npos);
   EXPECT_NE(text.find("dashed lines lie on an earlier one: zero2 = zero1"), std::string::npos);

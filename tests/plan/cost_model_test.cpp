@@ -618,9 +618,19 @@ TEST(Sweep, ScalingEfficiencyIsRelativeToTheFirstNodeCount) {
   EXPECT_NE(error_of([] { parse_node_list("0,2"); }).find("'0' is not a positive"), std::string::npos);
 }
 
-TEST(Svg, NiceTicksCoverTheRange) {
-  EXPECT_EQ(nice_ticks(10, 5), (std::vector<double>{0, 2, 4, 6, 8, 10}));
-  std::vector<double> t = nice_ticks(0.37, 6);
+TEST(Svg, NiceTicksCoverTheRangeFromNearItsLowestValue) {
+  EXPECT_EQ(nice_ticks(0, 10, 5), (std::vector<double>{0, 2, 4, 6, 8, 10}));
+  std::vector<double> t = nice_ticks(0, 0.37, 6);
   EXPECT_GE(t.back(), 0.37);
   EXPECT_EQ(t.front(), 0);
+  EXPECT_EQ(nice_ticks(870, 1030, 4), (std::vector<double>{850, 900, 950, 1000, 1050}));  // not from 0
+}
+
+TEST(Svg, TickLabelsOfOneAxisShareOneNotation) {
+  EXPECT_EQ(tick_labels({0, 5000, 10000, 15000}), (std::vector<std::string>{"0", "5k", "10k", "15k"}));
+  EXPECT_EQ(tick_labels({850, 900, 950, 1000, 1050}), (std::vector<std::string>{"850", "900", "950", "1000", "1050"}));
+  EXPECT_EQ(tick_labels({0, 5e5, 1e6, 1.5e6}), (std::vector<std::string>{"0", "0.5M", "1.0M", "1.5M"}));
+  EXPECT_EQ(tick_labels({0, 0.1, 0.2, 0.3}), (std::vector<std::string>{"0", "0.1", "0.2", "0.3"}));
+  EXPECT_EQ(tick_labels({0, 0.002, 0.004}), (std::vector<std::string>{"0", "2.0e-03", "4.0e-03"}));
+  EXPECT_EQ(tick_labels({1, 2, 4, 8, 16}), (std::vector<std::string>{"1", "2", "4", "8", "16"}));
 }

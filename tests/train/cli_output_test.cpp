@@ -31,6 +31,7 @@ nlohmann::json sharded_summary(const std::string& strategy, const std::string& t
     b /= 10;
   }
   return {{"strategy", strategy},
+          {"model", {{"preset", "tiny"}, {"config", {{"n_layer", 4}, {"n_embd", 128}}}, {"params", 840000}}},
           {"world_size", 8},
           {"loss", {{"first", 5.5}, {"final", loss}}},
           {"val_loss", val_loss},
@@ -73,10 +74,11 @@ TEST(CompareOutput, RowsAreRunFoldersWithValLossAndTiersOfEachTopologyApart) {
                                  "frontier:node B/step  frontier:cluster B/step"))
       << lines[0];
   EXPECT_TRUE(contains(lines[0], "val loss")) << lines[0];
-  EXPECT_EQ(lines[1].rfind(a + "  zero3", 0), 0u) << lines[1];
-  EXPECT_EQ(lines[2].rfind(b + "  zero3", 0), 0u) << lines[2];
-  EXPECT_EQ(lines[3].rfind(c + "  topo", 0), 0u) << lines[3];
-  EXPECT_EQ(lines[4].rfind(d + "  single", 0), 0u) << lines[4];
+  EXPECT_TRUE(contains(lines[0], "run" + std::string(a.size() - 3, ' ') + "  model             strategy")) << lines[0];
+  EXPECT_EQ(lines[1].rfind(a + "  tiny 4x128 0.84M  zero3", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind(b + "  tiny 4x128 0.84M  zero3", 0), 0u) << lines[2];
+  EXPECT_EQ(lines[3].rfind(c + "  tiny 4x128 0.84M  topo", 0), 0u) << lines[3];
+  EXPECT_EQ(lines[4].rfind(d + "  -                 single", 0), 0u) << lines[4];  // no model recorded
   EXPECT_TRUE(contains(lines[1], "2.5000    2.7500")) << lines[1];
   EXPECT_TRUE(contains(lines[2], "2.2500    2.5000")) << lines[2];
   // a: 4.0 kB on two-node's node, 400 B on its cluster, nothing on frontier's tiers.
@@ -86,8 +88,8 @@ TEST(CompareOutput, RowsAreRunFoldersWithValLossAndTiersOfEachTopologyApart) {
       << lines[3];
   // d: single process, no validation: marked, not blank or zero.
   EXPECT_TRUE(contains(lines[4], "3.0000         -")) << lines[4];
-  // val loss, compute, exposed, five tiers, four memory states
-  EXPECT_EQ(std::count(lines[4].begin(), lines[4].end(), '-'), 1 + 2 + 5 + 4) << lines[4];
+  // model, val loss, compute, exposed, five tiers, four memory states
+  EXPECT_EQ(std::count(lines[4].begin(), lines[4].end(), '-'), 1 + 1 + 2 + 5 + 4) << lines[4];
   EXPECT_TRUE(contains(r.output, "single: a single-process run; it shards and communicates nothing")) << r.output;
 }
 

@@ -165,7 +165,8 @@ TEST(TrainConfig, LlamaInconsistenciesAreRefusedNamingTheField) {
 
 TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([] { from_toml("[train]\nseq = 65\n[data]\ntrain = \"t.bin\"\n"); }),
-            "train.seq = 65 exceeds model.seq_len = 64");
+            "train.seq = 65 exceeds model.seq_len = 64: raise model.seq_len (--seq-len 65, or seq_len in [model]) or "
+            "shorten train.seq");
   EXPECT_EQ(error_of([] { from_toml("[train]\nsteps = 3\n"); }),
             "data.train: missing (give --train-data or [data] train in the config file)");
   EXPECT_EQ(error_of([] { from_toml("[optim]\nbeta2 = 1.0\n[data]\ntrain = \"t.bin\"\n"); }),
