@@ -31,7 +31,7 @@ void expect_refusal(const std::string& args, const std::string& part) {
 TEST(CliErrors, AnUnknownCommandNamesTheNearestOrListsThem) {
   expect_refusal("trian", "strata: error: unknown command 'trian' (did you mean 'train'?)");
   expect_refusal("plna --model tiny", "unknown command 'plna' (did you mean 'plan'?)");
-  expect_refusal("deploy", "unknown command 'deploy' (commands: train, compare, data, export, sample, ckpt, topo, bench, plan, calibrate)");
+  expect_refusal("deploy", "unknown command 'deploy' (commands: train, compare, doctor, data, export, sample, ckpt, topo, bench, plan, calibrate)");
   expect_refusal("bench stpe", "unknown command 'stpe' of 'strata bench' (did you mean 'step'?)");
   expect_refusal("ckpt inspekt runs/x", "unknown command 'inspekt' of 'strata ckpt' (did you mean 'inspect'?)");
 }
@@ -42,7 +42,7 @@ TEST(CliErrors, HelpAfterAnUnknownCommandIsAnErrorNotTheTopLevelHelp) {
 }
 
 TEST(CliErrors, AGroupWithoutItsCommandSaysWhichItTakes) {
-  expect_refusal("", "'strata' needs a command: train, compare, data, export, sample, ckpt, topo, bench, plan");
+  expect_refusal("", "'strata' needs a command: train, compare, doctor, data, export, sample, ckpt, topo, bench, plan");
   expect_refusal("ckpt", "'strata ckpt' needs a command: inspect, convert");
   expect_refusal("data --json", "'strata data' needs a command: prepare, inspect");
 }
