@@ -180,11 +180,13 @@ void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
       pending.emplace_back(peers[i].member, role);
   }
   if (pending.empty()) return;  // the last one completed just now
-  TimedOutWait report{ctx_.world_rank(), ctx_.running_kind(), name_, {}, waited, timeout};
-  for (auto& [m, roles] : pending)
+  TimedOutWait report{ctx_.world_rank(), ctx_.running_kind(), name_, {}, waited, timeout, {}};
+  for (auto& [m, roles] : pending) {
     report.peers.push_back(
         fmt::format("rank {} ({}, tier {}, host {})", world_ranks_[m], roles, ctx_.topology().tier(tiers_[m]).name,
                     hosts_[m]));
+    report.peer_ranks.push_back(world_ranks_[m]);
+  }
   abort_timed_out(report);
 }
 

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -197,13 +196,8 @@ nlohmann::json FlightRecorder::dump_json(std::string_view reason, std::string_vi
                       {"exposed_comm_s", exposed_s_.load(std::memory_order_relaxed)},
                       {"ops", records()}};
   if (timeout) {
-    std::vector<int> awaited;  // the ranks named in the "waiting for" parts
-    static const std::regex rank_re(R"(rank (\d+))");
-    for (const std::string& p : timeout->peers)
-      for (auto it = std::sregex_iterator(p.begin(), p.end(), rank_re); it != std::sregex_iterator(); ++it)
-        awaited.push_back(std::stoi((*it)[1]));
     j["timeout"] = {{"collective", timeout->collective}, {"group", timeout->group},
-                    {"waiting_for", timeout->peers},    {"waiting_for_ranks", awaited},
+                    {"waiting_for", timeout->peers},    {"waiting_for_ranks", timeout->peer_ranks},
                     {"waited_s", timeout->waited_s},    {"timeout_s", timeout->timeout_s}};
   }
   return j;

@@ -91,6 +91,13 @@ std::string others_awaited(MPI_Comm comm, int me, std::string_view call) {
 }
 }  // namespace
 
+std::vector<int> definite_peers(const std::vector<int>& members, int me) {
+  std::vector<int> others;
+  for (int r : members)
+    if (r != me) others.push_back(r);
+  return others.size() == 1 ? others : std::vector<int>{};
+}
+
 std::string members_awaited(const std::vector<int>& members, int me, std::string_view call,
                             std::string_view library) {
   std::vector<int> others;
@@ -111,7 +118,9 @@ void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view c
   MPI_Test(&request, &done, MPI_STATUS_IGNORE);
   if (done) return;  // completed just now
   const int me = world_rank();
-  abort_timed_out({me, collective, group, {others_awaited(comm, me, mpi_call)}, waited, timeout});
+  const std::vector<int> members = world_ranks_of(comm);
+  abort_timed_out({me, collective, group, {others_awaited(comm, me, mpi_call)}, waited, timeout,
+                   definite_peers(members, me)});
 }
 
 BlockingCallWatchdog::BlockingCallWatchdog(std::string call, std::string group, MPI_Comm comm) {
@@ -121,7 +130,9 @@ BlockingCallWatchdog::BlockingCallWatchdog(std::string call, std::string group, 
   const int me = world_rank();
   const double timeout = collective_timeout();
   std::string peers = others_awaited(comm, me, "");
+  std::vector<int> peer_ranks = definite_peers(world_ranks_of(comm), me);
   thread_ = std::thread([this, me, timeout, call = std::move(call), group = std::move(group),
+                         peer_ranks = std::move(peer_ranks),
                          peers = std::move(peers)] {
     const auto started = std::chrono::steady_clock::now();
     {
@@ -129,7 +140,7 @@ BlockingCallWatchdog::BlockingCallWatchdog(std::string call, std::string group, 
       if (finished_.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return done_; })) return;
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    abort_timed_out({me, call, group, {peers}, waited, timeout});
+    abort_timed_out({me, call, group, {peers}, waited, timeout, peer_ranks});
   });
 }
 

@@ -80,6 +80,7 @@ struct TimedOutWait {
   std::vector<std::string> peers;  // what it still waited for, e.g. "rank 3 (receive, tier gpu, host n1)"
   double waited_s = 0;
   double timeout_s = 0;
+  std::vector<int> peer_ranks;     // the world ranks of `peers`, in their order
 };
 std::string timeout_message(const TimedOutWait& w);
 // Prints timeout_message to stderr in one write and, kTimeoutReportGrace later, aborts the
@@ -93,6 +94,8 @@ std::string rank_ranges(std::vector<int> ranks);
 // but `me`, when the library (MPI, NCCL) does not say which one is late; `call` (e.g.
 // "MPI_Iallreduce"), if any, in brackets: "rank 3 (call)" or "any of ranks 0-2, 4 (call:
 // MPI does not say which one is late)".
+// The rank a member waits for when the group has one other; none when any of several may be late.
+std::vector<int> definite_peers(const std::vector<int>& members, int me);
 std::string members_awaited(const std::vector<int>& members, int me, std::string_view call,
                             std::string_view library);
 

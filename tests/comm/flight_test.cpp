@@ -148,7 +148,7 @@ TEST(FlightRecorder, TheFirstTimedOutRankReportsWhoReachedWhichOpAndWhoLeftNoDum
   r3->dump("timeout");
   auto r0 = rank_at(0, dir.path(), 12, 11);
   const TimedOutWait w{0, "shard:weight_gather", "across-cluster#0.0", {"rank 2 (receive, tier cluster, host h1)"},
-                       0.02, 0.02};
+                       0.02, 0.02, {2}};
   EXPECT_TRUE(r0->on_timeout(w));
   EXPECT_FALSE(r1->on_timeout(w));  // the report is claimed: one rank speaks
   const std::string op12 = "op 12 (W gather (forward), unit 12, micro-batch 0, cluster tier, group across-cluster#0.0)";

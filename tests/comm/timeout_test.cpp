@@ -27,7 +27,7 @@ TEST(CollectiveTimeout, DefaultsToTenMinutesAndRefusesNonPositiveValues) {
 }
 
 TEST(CollectiveTimeout, MessageNamesRankCollectiveGroupPeersAndTime) {
-  TimedOutWait w{5, "shard:step_reduce", "across-node#1.0", {"rank 3 (receive, tier node)"}, 10.04, 10};
+  TimedOutWait w{5, "shard:step_reduce", "across-node#1.0", {"rank 3 (receive, tier node)"}, 10.04, 10, {3}};
   EXPECT_EQ(timeout_message(w),
             "strata: rank 5: collective timeout after 10.0 s in shard:step_reduce on group "
             "'across-node#1.0', waiting for rank 3 (receive, tier node). A rank died or stalls; if the job "
@@ -44,6 +44,13 @@ TEST(CollectiveTimeout, RankRangesAreSortedRuns) {
   EXPECT_EQ(rank_ranges({4}), "4");
   EXPECT_EQ(rank_ranges({7, 0, 1, 2, 4, 6}), "0-2, 4, 6-7");
   EXPECT_EQ(rank_ranges({1, 3, 5}), "1, 3, 5");
+}
+
+// A flight dump names the rank a timed-out one waited for only when it can be only that one.
+TEST(CollectiveTimeout, TheAwaitedRankIsNamedOnlyWhenItIsTheOneOther) {
+  EXPECT_EQ(definite_peers({4, 5}, 4), std::vector<int>{5});
+  EXPECT_EQ(definite_peers({4, 5, 6}, 4), std::vector<int>{});
+  EXPECT_EQ(definite_peers({4}, 4), std::vector<int>{});
 }
 
 }  // namespace

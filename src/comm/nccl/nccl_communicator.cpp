@@ -54,7 +54,8 @@ class EventWork final : public WorkState {
       std::vector<int> members;
       for (int i = 0; i < comm_.size(); ++i) members.push_back(comm_.world_rank_of(i));
       comm_.abort();  // else NCCL's kernels spin on, and MPI_Abort may wait for them
-      abort_timed_out({me, kind_, comm_.name(), {members_awaited(members, me, "", "NCCL")}, waited, timeout});
+      abort_timed_out({me, kind_, comm_.name(), {members_awaited(members, me, "", "NCCL")}, waited, timeout,
+                       definite_peers(members, me)});
     }
   }
   bool test() override {
