@@ -101,7 +101,7 @@ if [ -f "$cpu_root/cpu.cfs_quota_us" ]; then
   straggler_report=$(doctor)
   json=$(doctor --json)
   [ "$(field 'd["straggler"]["rank"], d["straggler"]["host"]' <<< "$json")" = "5 $slow" ] ||
-    fail "doctor does not name rank 5 on $slow a straggler: $straggler_report"
+    fail "doctor does not name rank 5 on $slow a straggler: $straggler_report ranks: $(field 'd["ranks"]' <<< "$json")"
 else
   straggler_report="(skipped: no cgroup v1 cpu controller at $cpu_root)"
 fi
