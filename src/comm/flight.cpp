@@ -58,14 +58,6 @@ std::string_view to_string(FlightState s) {
   return "?";
 }
 
-FlightDump parse_flight_dump(std::string_view text) {
-  if (text == "on-fault") return FlightDump::OnFault;
-  if (text == "always") return FlightDump::Always;
-  throw Error(fmt::format("train.flight_dump = '{}': must be on-fault (a timeout, a fatal error, SIGUSR2) or always "
-                          "(also at exit)",
-                          text));
-}
-
 FlightRecorder& flight_recorder() {
   static FlightRecorder recorder;
   return recorder;
