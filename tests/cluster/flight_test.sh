@@ -4,7 +4,7 @@
 #   1. host 1's data link shaped to a tenth of host 0's (10 and 100 Mbit/s): `strata doctor` names host 1's link and
 #      the cluster tier; SIGUSR2 to mpirun during that run makes every rank dump its flight
 #      recorder (reason "signal") and the run goes on to exit 0.
-#   2. rank 5's process capped at 2% of a CPU (a cgroup of the cpu controller):
+#   2. rank 5's process capped at 3% of a CPU (a cgroup of the cpu controller):
 #      `strata doctor` names rank 5 and host 1 a straggler.
 #   3. rank 5 stopped with SIGSTOP: the job ends with status 124 within the collective timeout
 #      + 15 s, and the desync report (stderr, OUT/flight/desync.txt, `strata doctor`) names rank
@@ -86,8 +86,12 @@ if [ -f "$cpu_root/cpu.cfs_quota_us" ]; then
   cgroup=$cpu_root/strata-$cname-straggler
   mkdir -p "$cgroup"
   echo 100000 > "$cgroup/cpu.cfs_period_us"
-  echo 2000 > "$cgroup/cpu.cfs_quota_us"  # 2% of a CPU: far below any rank's share on a busy machine
-  on_cluster 8 "$strata" train "${common[@]}" --out "$work/straggler" --steps 20 > "$work/straggler.log" 2>&1 &
+  # 3% of a CPU, far below any rank's share on a busy machine, and a step's compute (--n-embd 256)
+  # longer than the quota of a period, so the cap lands in compute, not only in the waits for
+  # collectives (with tiny's own width a step's compute fit in the quota and the rank computed as
+  # fast as the others).
+  echo 3000 > "$cgroup/cpu.cfs_quota_us"
+  on_cluster 8 "$strata" train "${common[@]}" --out "$work/straggler" --steps 8 --n-embd 256 > "$work/straggler.log" 2>&1 &
   mpirun_pid=$! run=$work/straggler
   pid=
   for _ in $(seq 400); do
@@ -131,7 +135,7 @@ grep -q "rank 5 (host $slow) left no dump" <<< "$hang_report" || fail "doctor on
 
 echo "== slow link ($slow at 10mbit, the other host 100mbit) =="
 echo "$slow_report"
-echo "== straggler (rank 5 at 2% of a CPU) =="
+echo "== straggler (rank 5 at 3% of a CPU, --n-embd 256) =="
 echo "$straggler_report"
 echo "== rank 5 stopped (--collective-timeout $timeout_s): exit $status after $took s =="
 grep -A20 '^strata: desync report' "$run.log" | grep -v '^step\|^\[' || true
