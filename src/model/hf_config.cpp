@@ -94,13 +94,16 @@ class Config {
   std::string path_;
 };
 
+// The error_code overloads throughout: a name the OS refuses (too long, a NUL) is the user's
+// mistake to be named, not a filesystem_error escaping as a crash.
 fs::path config_file(const fs::path& path) {
-  if (fs::is_directory(path)) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
     const fs::path inside = path / "config.json";
-    if (!fs::exists(inside)) throw Error(fmt::format("--model {}: a folder without a config.json", path.string()));
+    if (!fs::exists(inside, ec)) throw Error(fmt::format("--model {}: a folder without a config.json", path.string()));
     return inside;
   }
-  if (!fs::exists(path))
+  if (!fs::exists(path, ec))
     throw Error(fmt::format("--model {}: no such file or folder (a Hugging Face config.json, or the folder "
                             "holding it)",
                             path.string()));
@@ -227,7 +230,8 @@ void read_gpt2(const Config& c, HfModel& m) {
 }  // namespace
 
 bool names_a_config_path(std::string_view name) {
-  return name.find('/') != std::string_view::npos || name.ends_with(".json") || fs::exists(fs::path(name));
+  std::error_code ec;
+  return name.find('/') != std::string_view::npos || name.ends_with(".json") || fs::exists(fs::path(name), ec);
 }
 
 HfModel read_hf_config(const fs::path& path) {

@@ -268,7 +268,8 @@ Topology Topology::load(std::string_view name_or_path) {
   auto presets = preset_names();
   if (std::find(presets.begin(), presets.end(), name_or_path) != presets.end()) return preset(name_or_path);
   std::filesystem::path path(name_or_path);
-  if (!std::filesystem::exists(path))
+  std::error_code ec;  // a name the OS refuses (too long) is a missing file, not an exception
+  if (!std::filesystem::exists(path, ec))
     throw Error(fmt::format("topology: '{}' is neither a preset ({}) nor an existing file", name_or_path,
                             fmt::join(presets, ", ")));
   return from_toml_file(path);

@@ -482,7 +482,8 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   Checkpoint c;
   c.dir_ = dir;
   const fs::path manifest_path = dir / kManifestName;
-  if (!fs::exists(manifest_path))
+  std::error_code ec;
+  if (!fs::exists(manifest_path, ec))
     throw Error(fmt::format("{}: missing: {} is not a complete checkpoint", manifest_path.string(), dir.string()));
   ManifestReader mr{manifest_path.string()};
   nlohmann::json m;
@@ -794,13 +795,15 @@ std::vector<std::int64_t> checkpoint_steps(const fs::path& root) {
 
 namespace {
 fs::path checkpoint_root(const fs::path& path) {
-  if (!fs::is_directory(path)) throw Error(fmt::format("{}: no such checkpoint or output folder", path.string()));
-  return fs::is_directory(path / "ckpt") ? path / "ckpt" : path;
+  std::error_code ec;  // a name the OS refuses (too long) is a missing folder, not an exception
+  if (!fs::is_directory(path, ec)) throw Error(fmt::format("{}: no such checkpoint or output folder", path.string()));
+  return fs::is_directory(path / "ckpt", ec) ? path / "ckpt" : path;
 }
 }  // namespace
 
 fs::path find_checkpoint(const fs::path& path) {
-  if (fs::exists(path / kManifestName)) return path;
+  std::error_code ec;
+  if (fs::exists(path / kManifestName, ec)) return path;
   const fs::path root = checkpoint_root(path);
   const auto steps = checkpoint_steps(root);
   if (steps.empty())
@@ -831,7 +834,8 @@ std::string intact_alternative(const fs::path& damaged) {
 }
 
 ResumeChoice choose_checkpoint(const fs::path& path) {
-  if (fs::exists(path / kManifestName)) {
+  std::error_code ec;
+  if (fs::exists(path / kManifestName, ec)) {
     try {
       verify_resumable(path);
     } catch (const Error& e) {

@@ -220,4 +220,10 @@ TEST_F(HfConfig, WhatCannotBePricedIsRefusedNamingTheField) {
   EXPECT_NE(error_of([&] { ModelShape::from_name_and_fields((dir_ / "missing.json").string(), {}); })
                 .find("no such file"),
             std::string::npos);
+  // Names the OS refuses to look up (longer than a file name may be; found by fuzz_config) are
+  // the user's error, named, not a std::filesystem exception.
+  const std::string too_long(300, 'x');
+  EXPECT_NE(error_of([&] { ModelShape::from_name_and_fields(too_long, {}); }).find(too_long), std::string::npos);
+  EXPECT_NE(error_of([&] { ModelShape::from_name_and_fields(too_long + ".json", {}); }).find("no such file"),
+            std::string::npos);
 }
