@@ -17,6 +17,7 @@
 #include "base/fileio.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/setting_flags.hpp"
 #include "comm/mpi_session.hpp"
 #include "plan/calibration.hpp"
 #include "plan/cluster.hpp"
@@ -29,8 +30,10 @@
 #include "plan/recommend.hpp"
 #include "plan/search.hpp"
 #include "shard/schedule.hpp"
+#include "shard/runtime.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
+#include "train/config.hpp"
 
 namespace strata::cli {
 namespace {
@@ -40,10 +43,8 @@ struct PlanOptions {
   std::vector<std::string> shape_fields, tier_overrides, leave_out;
   int nodes = 0;
   std::string strategy = "all";
-  std::string shard, secondary, weight_wire, grad_wire, step_grad_wire;
-  int block_size = 0, prefetch = 0;
-  std::int64_t bucket_bytes = 0;
-  bool keep_weights_after_forward = false;
+  SettingFlags spec_flags;  // `strata train`'s flags that shape a spec
+  parallel::ShardOptions shard;  // what they gave
   int micro_batch = 1, seq = 0, accum = 1;
   std::string recompute;  // empty: none unless --recompute is given bare (full)
   bool flash_attention = false, batch_per_device = false;
@@ -51,8 +52,8 @@ struct PlanOptions {
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
-  int tp = 1, pp = 1;
-  std::string tp_tier, pp_tier;
+  int pp = 1;
+  std::string pp_tier;
   bool search = false;
   int top = 5;
   std::string sweep_nodes, svg;
@@ -62,10 +63,10 @@ struct PlanOptions {
   bool json = false;
   std::vector<std::string> emit;  // FRAMEWORK FILE
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
-  CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
-              *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
-              *tdp_opt = nullptr, *idle_opt = nullptr, *tp_opt = nullptr, *pp_opt = nullptr,
+  CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *peak_opt = nullptr, *memory_opt = nullptr,
+              *hbm_opt = nullptr, *efficiency_opt = nullptr, *tdp_opt = nullptr, *idle_opt = nullptr, *pp_opt = nullptr,
               *recompute_opt = nullptr;
+  bool tp_given = false;
 };
 
 // The sweep's title: the model, topology and workload, and every other option given that changes
@@ -87,24 +88,25 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(!o.calibration.empty(), "calibration " + o.calibration);
   for (const std::string& t : o.tier_overrides) parts.push_back("tier " + t);
   for (const std::string& l : o.leave_out) parts.push_back("leave out " + l);
-  given(!o.shard.empty(), "shard " + o.shard);
-  given(!o.secondary.empty(), "secondary " + o.secondary);
-  given(!o.weight_wire.empty(), "weight wire " + o.weight_wire);
-  given(!o.grad_wire.empty(), "grad wire " + o.grad_wire);
-  given(!o.step_grad_wire.empty(), "step grad wire " + o.step_grad_wire);
-  given(o.block_opt->count() > 0, fmt::format("block size {}", o.block_size));
-  given(o.prefetch_opt->count() > 0, fmt::format("prefetch {}", o.prefetch));
-  given(o.bucket_opt->count() > 0, fmt::format("bucket {} B", o.bucket_bytes));
-  given(o.keep_weights_after_forward, "weights kept after forward");
+  const parallel::ShardOptions& s = o.shard;
+  given(!s.shard.empty(), "shard " + s.shard);
+  given(!s.secondary.empty(), "secondary " + s.secondary);
+  given(!s.weight_wire.empty(), "weight wire " + s.weight_wire);
+  given(!s.grad_wire.empty(), "grad wire " + s.grad_wire);
+  given(!s.step_grad_wire.empty(), "step grad wire " + s.step_grad_wire);
+  given(s.block_size != 0, fmt::format("block size {}", s.block_size));
+  given(s.prefetch >= 0, fmt::format("prefetch {}", s.prefetch));
+  given(s.bucket_bytes >= 0, fmt::format("bucket {} B", s.bucket_bytes));
+  given(s.keep_weights_after_forward, "weights kept after forward");
   given(o.peak_opt->count() > 0, fmt::format("peak {:g} TFLOP/s", o.peak_tflops));
   given(o.memory_opt->count() > 0, fmt::format("{:g} GB a device", o.memory_gb));
   given(o.hbm_opt->count() > 0, fmt::format("HBM {:g} GB/s", o.hbm_GBps));
   given(o.efficiency_opt->count() > 0, fmt::format("compute efficiency {:g}", o.compute_efficiency));
   given(o.tdp_opt->count() > 0, fmt::format("TDP {:g} W", o.tdp_watts));
   given(o.idle_opt->count() > 0, fmt::format("idle {:g} W", o.idle_watts));
-  given(o.tp_opt->count() > 0, fmt::format("tp {}", o.tp));
+  given(o.tp_given, fmt::format("tp {}", s.tp));
   given(o.pp_opt->count() > 0, fmt::format("pp {}", o.pp));
-  given(!o.tp_tier.empty(), "tp tier " + o.tp_tier);
+  given(!s.tp_tier.empty(), "tp tier " + s.tp_tier);
   given(!o.pp_tier.empty(), "pp tier " + o.pp_tier);
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -124,11 +126,6 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::uint64_t bucket_bytes(const PlanOptions& o) {
-  if (o.bucket_bytes < 0) throw Error(fmt::format("--bucket-bytes = {}: must not be negative", o.bucket_bytes));
-  return static_cast<std::uint64_t>(o.bucket_bytes);
-}
-
 // The strategies asked for, each with its tensor and pipeline parallelism (--tp, --pp, or a
 // +tpN+ppN suffix), with precision and command-line overrides applied; a name gets a '*'
 // when an override changed its preset. Specs are checked against the data-parallel topology
@@ -137,27 +134,15 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
                                                plan::Precision precision) {
   std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
-  const bool overridden = !o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() ||
-                          !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
-                          o.prefetch_opt->count() > 0 || o.bucket_opt->count() > 0 || o.keep_weights_after_forward;
   std::vector<plan::NamedSpec> out;
   for (const std::string& variant : names) {
-    const auto [given, mp] = plan::parse_strategy_variant(variant, {o.tp, o.pp, o.tp_tier, o.pp_tier});
+    const auto [given, mp] = plan::parse_strategy_variant(variant, {o.shard.tp, o.pp, o.shard.tp_tier, o.pp_tier});
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
-    shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
-    if (!o.shard.empty()) spec.apply_shard_string(o.shard);
-    if (!o.secondary.empty()) spec.secondary = o.secondary;
-    if (!o.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(o.weight_wire, "--weight-wire");
-    if (!o.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(o.grad_wire, "--grad-wire");
-    if (!o.step_grad_wire.empty()) spec.step_grad_wire = comm::parse_dtype(o.step_grad_wire, "--step-grad-wire");
-    if (o.block_opt->count() > 0) spec.block_size = o.block_size;
-    if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
-    if (o.bucket_opt->count() > 0) spec.bucket_bytes = bucket_bytes(o);
-    if (o.keep_weights_after_forward) spec.free_after_forward = false;
-    shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
-    out.push_back({overridden ? name + "*" : name, spec, mp});
+    const shard::ShardSpec spec =
+        shard::apply_options(plan::apply_precision(plan::strategy_spec(name, topology), precision), o.shard, topology);
+    out.push_back({o.shard.overrides_preset() ? name + "*" : name, spec, mp});
   }
   return out;
 }
@@ -654,16 +639,17 @@ void run_plan(const PlanOptions& o) {
   const plan::PlanContext context(model, topology, device, workload, leave_out, calibration);
 
   if (o.search) {
-    if (!o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() || !o.grad_wire.empty() ||
-        !o.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
+    const parallel::ShardOptions& s = o.shard;
+    if (!s.shard.empty() || !s.secondary.empty() || !s.weight_wire.empty() || !s.grad_wire.empty() ||
+        !s.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
       throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
                   "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
-    plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, o.tp_tier,
+    plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, s.tp_tier,
                                 o.pp_tier};
-    if (o.block_opt->count()) request.space.block_size = o.block_size;
-    if (o.prefetch_opt->count()) request.space.prefetch = o.prefetch;
-    if (o.bucket_opt->count()) request.space.bucket_bytes = bucket_bytes(o);
-    if (o.tp_opt->count()) request.tp = o.tp;
+    if (s.block_size != 0) request.space.block_size = s.block_size;
+    if (s.prefetch >= 0) request.space.prefetch = s.prefetch;
+    if (s.bucket_bytes >= 0) request.space.bucket_bytes = static_cast<std::uint64_t>(s.bucket_bytes);
+    if (o.tp_given) request.tp = s.tp;
     if (o.pp_opt->count()) request.pp = o.pp;
     const plan::SearchResult result = plan::run_search(request);
     // Nothing fits: try the changes a user would make, in order, until one does.
@@ -686,7 +672,7 @@ void run_plan(const PlanOptions& o) {
       plan::Workload same_batch = workload;  // the search's: every split at the same global batch
       same_batch.batch_per_device = true;
       write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, same_batch, leave_out, calibration,
-                        {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, o.tp_tier, o.pp_tier}}});
+                        {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, s.tp_tier, o.pp_tier}}});
     }
     if (result.fitting.empty())
       throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", device.memory_gb,
@@ -776,20 +762,11 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--strategy", o->strategy, "a strategy, a comma list, or all (presets and topo-paper)")
+  cmd->add_option("--strategy", o->strategy,
+                  "a strategy, a comma list, or all (presets and topo-paper); NAME+tpN+ppM: with N-way tensor and "
+                  "M-stage pipeline parallelism")
       ->capture_default_str();
-  cmd->add_option("--shard", o->shard, "W=TIER,G=TIER,OS=TIER,S=TIER over the strategy");
-  cmd->add_option("--secondary", o->secondary, "tier of the secondary weight copy (hpZ)");
-  cmd->add_option("--weight-wire", o->weight_wire, "fp32, bf16, fp16 or int8");
-  cmd->add_option("--grad-wire", o->grad_wire, "fp32, bf16, int8 or int4 (per micro-batch reduction)");
-  cmd->add_option("--step-grad-wire", o->step_grad_wire, "fp32, bf16, int8 or int4 (once-a-step reduction)");
-  o->block_opt = cmd->add_option("--block-size", o->block_size, "elements per quantization scale");
-  o->prefetch_opt = cmd->add_option("--prefetch", o->prefetch, "units gathered ahead of the one computing");
-  o->bucket_opt = cmd->add_option("--bucket-bytes", o->bucket_bytes,
-                                  "replicated gradients (ddp, zero1): reduced in buckets of at most this many bytes "
-                                  "during the step's last backward; 0: after backward (default: 25 MiB)");
-  cmd->add_flag("--keep-weights-after-forward", o->keep_weights_after_forward,
-                "keep gathered weights from forward to backward (no backward gather; more gathered memory)");
+  add_spec_flags(cmd, o->spec_flags);
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();
   o->seq_opt = cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
@@ -824,13 +801,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  o->tp_opt = cmd->add_option("--tp", o->tp,
-                              "tensor-parallel degree over --tp-tier (Megatron splits; dividing that tier's size); "
-                              "or a +tpN suffix on a --strategy name");
   o->pp_opt = cmd->add_option("--pp", o->pp,
                               "pipeline stages (1F1B) across --pp-tier, the micro-batches being --accum; or a +ppN "
                               "suffix on a --strategy name");
-  cmd->add_option("--tp-tier", o->tp_tier, "tier the tensor-parallel group lies in (default: the innermost)");
   cmd->add_option("--pp-tier", o->pp_tier, "tier the pipeline stages cross (default: the outermost)");
   o->tdp_opt = cmd->add_option("--tdp-watts", o->tdp_watts, "board power (TDP) a device, W, for J/token");
   o->idle_opt = cmd->add_option("--idle-watts", o->idle_watts, "idle power a device, W (default: a tenth of TDP)");
@@ -854,7 +827,13 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "fsdp2 (Python), torchtitan (job TOML) or megatron (arguments); where the framework cannot run the "
                   "plan the file says so and holds the nearest it runs, priced (docs/planner.md)")
       ->expected(2);
-  cmd->callback([o] { run_plan(*o); });
+  cmd->callback([o] {
+    const train::Settings given = o->spec_flags.given();
+    o->shard = train::build_shard_options(given);
+    o->shard.keep_weights_after_forward = o->spec_flags.keep_weights_after_forward;
+    o->tp_given = given.contains("shard.tp");
+    run_plan(*o);
+  });
 });
 
 }  // namespace
