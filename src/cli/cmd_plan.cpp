@@ -526,29 +526,21 @@ void write_emitted(const PlanOptions& o, plan::EmitRequest request) {
                                e.strata.tokens_per_s / e.strata.world_size, e.framework.memory_verdict()));
 }
 
-void run_plan(const PlanOptions& o) {
-  if (o.model.empty())
-    throw Error("--model: required (a preset, custom with --shape FIELD=VALUE, or a Hugging Face config.json)");
-  if (o.topology.empty() == o.cluster.empty())
-    throw Error("--topology or --cluster: give one (a topology preset or TOML file of [[tiers]]; or "
-                "--cluster nodes=N,gpus=G,gpu=KIND,nics=COUNTxGBITS)");
-  const plan::ModelShape model = plan::ModelShape::from_name_and_fields(o.model, o.shape_fields);
-  if (o.topology == "host") comm::mpi_session();  // detecting the host needs MPI
-  const std::optional<plan::ClusterSpec> cluster =
-      o.cluster.empty() ? std::nullopt : std::optional(plan::ClusterSpec::parse(o.cluster));
-  topo::Topology topology = cluster ? cluster->topology() : topo::Topology::load(o.topology);
-  if (cluster && cluster->nodes > 0 && o.nodes_opt->count() && o.nodes != cluster->nodes)
-    throw Error(fmt::format("--nodes {}: --cluster says nodes={}", o.nodes, cluster->nodes));
-  const bool nodes_given = o.nodes_opt->count() > 0 || (cluster && cluster->nodes > 0);
-  const int nodes = o.nodes_opt->count() ? o.nodes : cluster ? cluster->nodes : 0;
-  const std::optional<plan::DeviceFacts> preset_device =
-      cluster ? std::optional(cluster->device()) : plan::device_for_topology(o.topology);
-  for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
-
+// What every mode prices over: the model, the cluster (its topology not yet resolved for a node
+// count), the device, the workload, what is left out and the calibration.
+struct PlanInputs {
+  plan::ModelShape model;
+  topo::Topology topology;
+  bool nodes_given = false;
+  int nodes = 0;
+  plan::DeviceFacts device;
+  plan::Workload workload;
+  std::vector<plan::LeaveOut> leave_out;
   std::optional<plan::Calibration> calibration;
-  if (!o.calibration.empty()) calibration = plan::Calibration::from_toml_file(o.calibration);
-  if (calibration) note_overrides_under_calibration(o.tier_overrides, *calibration);
+};
 
+plan::DeviceFacts read_device(const PlanOptions& o, const std::optional<plan::DeviceFacts>& preset_device,
+                              const topo::Topology& topology, const std::optional<plan::Calibration>& calibration) {
   plan::DeviceOverrides overrides;
   if (o.peak_opt->count()) overrides.peak_tflops = o.peak_tflops;
   if (o.memory_opt->count()) overrides.memory_gb = o.memory_gb;
@@ -569,7 +561,10 @@ void run_plan(const PlanOptions& o) {
     device.source += fmt::format("; compute efficiency {:g} from the calibration {}", device.compute_efficiency,
                                  o.calibration);
   }
+  return device;
+}
 
+plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model) {
   plan::Workload workload;
   workload.micro_batch = o.micro_batch;
   workload.seq = o.seq_opt->count() ? o.seq : model.seq;
@@ -583,49 +578,56 @@ void run_plan(const PlanOptions& o) {
   workload.collectives = shard::parse_collectives(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
   workload.validate(model);
-  if (calibration && !o.efficiency_opt->count())
-    plan::check_gemm_calibration(*calibration, device, workload.precision, "--calibration " + o.calibration);
+  return workload;
+}
+
+PlanInputs read_inputs(const PlanOptions& o) {
+  if (o.model.empty())
+    throw Error("--model: required (a preset, custom with --shape FIELD=VALUE, or a Hugging Face config.json)");
+  if (o.topology.empty() == o.cluster.empty())
+    throw Error("--topology or --cluster: give one (a topology preset or TOML file of [[tiers]]; or "
+                "--cluster nodes=N,gpus=G,gpu=KIND,nics=COUNTxGBITS)");
+  PlanInputs in;
+  in.model = plan::ModelShape::from_name_and_fields(o.model, o.shape_fields);
+  if (o.topology == "host") comm::mpi_session();  // detecting the host needs MPI
+  const std::optional<plan::ClusterSpec> cluster =
+      o.cluster.empty() ? std::nullopt : std::optional(plan::ClusterSpec::parse(o.cluster));
+  in.topology = cluster ? cluster->topology() : topo::Topology::load(o.topology);
+  if (cluster && cluster->nodes > 0 && o.nodes_opt->count() && o.nodes != cluster->nodes)
+    throw Error(fmt::format("--nodes {}: --cluster says nodes={}", o.nodes, cluster->nodes));
+  in.nodes_given = o.nodes_opt->count() > 0 || (cluster && cluster->nodes > 0);
+  in.nodes = o.nodes_opt->count() ? o.nodes : cluster ? cluster->nodes : 0;
+  const std::optional<plan::DeviceFacts> preset_device =
+      cluster ? std::optional(cluster->device()) : plan::device_for_topology(o.topology);
+  for (const auto& spec : o.tier_overrides) in.topology.apply_override(topo::parse_tier_override(spec));
+
+  if (!o.calibration.empty()) in.calibration = plan::Calibration::from_toml_file(o.calibration);
+  if (in.calibration) note_overrides_under_calibration(o.tier_overrides, *in.calibration);
+  in.device = read_device(o, preset_device, in.topology, in.calibration);
+  in.workload = read_workload(o, in.model);
+  if (in.calibration && !o.efficiency_opt->count())
+    plan::check_gemm_calibration(*in.calibration, in.device, in.workload.precision, "--calibration " + o.calibration);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
+  for (const auto& l : o.leave_out) in.leave_out.push_back(plan::parse_leave_out(l, in.topology));
+  return in;
+}
 
-  std::vector<plan::LeaveOut> leave_out;
-  for (const auto& l : o.leave_out) leave_out.push_back(plan::parse_leave_out(l, topology));
-  const std::string outer = topology.tiers().back().name;
-
+// The modes' exclusions, refused before anything is priced: --sweep-nodes, --search,
+// --print-schedule and --compare-summary each take the flags that make sense for it.
+void check_modes(const PlanOptions& o, const PlanInputs& in) {
   if (!o.emit.empty()) {
     plan::parse_framework(o.emit.at(0));  // refuse an unknown framework before pricing anything
     if (!o.sweep_nodes.empty() || o.print_schedule)
       throw Error("--emit: writes one plan: not with --sweep-nodes or --print-schedule");
   }
   if (!o.sweep_nodes.empty()) {
-    if (nodes_given)
+    if (in.nodes_given)
       throw Error("--nodes (or --cluster nodes=): not with --sweep-nodes (the sweep sets the node count)");
     if (o.search) throw Error("--search: not with --sweep-nodes");
     if (!o.compare_summary.empty()) throw Error("--compare-summary: not with --sweep-nodes");
-    const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
-    topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
-    topo::Topology first = topology;
-    first.resolve(first.world_size_for_nodes(nodes.front()));
-    const auto strategies = chosen_strategies(o, first, workload.precision);
-    const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes, calibration);
-    const std::string title = sweep_title(o, model.name, topology.name(), workload);
-    if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
-    const plan::PlanContext context(model, first, device, workload, leave_out, calibration);
-    if (o.json) {
-      fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
-                                        {"topology", first.to_json()},
-                                        {"assumptions", context.assumptions()},
-                                        {"outer_tier", outer},
-                                        {"sweep", plan::sweep_json(series, outer)}}
-                             .dump(2));
-    } else {
-      print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
-      print_sweep(series, outer);
-      if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
-    }
-    std::fflush(stdout);
     return;
   }
-  if (o.print_schedule && (!o.sweep_nodes.empty() || o.search || !o.compare_summary.empty()))
+  if (o.print_schedule && (o.search || !o.compare_summary.empty()))
     throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
@@ -634,99 +636,130 @@ void run_plan(const PlanOptions& o) {
     throw Error(fmt::format("{}: a pipeline's sends are priced beside the stages' schedules, not in one (the "
                             "runtime runs no pipeline); leave out --pp and +ppN",
                             o.print_schedule ? "--print-schedule" : "--compare-summary"));
-  if (!nodes_given) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
-  topology.resolve(topology.world_size_for_nodes(nodes));
-  const plan::PlanContext context(model, topology, device, workload, leave_out, calibration);
+  if (!in.nodes_given)
+    throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
+  const parallel::ShardOptions& s = o.shard;
+  if (o.search && (!s.shard.empty() || !s.secondary.empty() || !s.weight_wire.empty() || !s.grad_wire.empty() ||
+                   !s.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty()))
+    throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
+                "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
+}
 
-  if (o.search) {
-    const parallel::ShardOptions& s = o.shard;
-    if (!s.shard.empty() || !s.secondary.empty() || !s.weight_wire.empty() || !s.grad_wire.empty() ||
-        !s.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
-      throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
-                  "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
-    plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, s.tp_tier,
-                                o.pp_tier};
-    if (s.block_size != 0) request.space.block_size = s.block_size;
-    if (s.prefetch >= 0) request.space.prefetch = s.prefetch;
-    if (s.bucket_bytes >= 0) request.space.bucket_bytes = static_cast<std::uint64_t>(s.bucket_bytes);
-    if (o.tp_given) request.tp = s.tp;
-    if (o.pp_opt->count()) request.pp = o.pp;
-    const plan::SearchResult result = plan::run_search(request);
-    // Nothing fits: try the changes a user would make, in order, until one does.
-    const std::vector<plan::FitChange> changes =
-        result.fitting.empty() ? plan::changes_until_it_fits(request) : std::vector<plan::FitChange>{};
-    if (o.json) {
-      fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
-                                        {"topology", topology.to_json()},
-                                        {"assumptions", context.assumptions()},
-                                        {"model_parallel_assumptions", plan::model_parallel_assumptions()},
-                                        {"search", plan::search_json(result, o.top)},
-                                        {"recommendation", plan::recommendation_json(request, result, changes)}}
-                             .dump(2));
-    } else {
-      print_search(context, result, o.top, plan::recommendation_text(request, result, changes));
-    }
-    std::fflush(stdout);
-    if (!o.emit.empty() && !result.fitting.empty()) {
-      const plan::Estimate& best = result.fitting.front();
-      plan::Workload same_batch = workload;  // the search's: every split at the same global batch
-      same_batch.batch_per_device = true;
-      write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, same_batch, leave_out, calibration,
-                        {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, s.tp_tier, o.pp_tier}}});
-    }
-    if (result.fitting.empty())
-      throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", device.memory_gb,
-                              !changes.empty() && changes.back().fits
-                                  ? fmt::format("; the smallest change that fits: {}", fmt::join(changes.back().flags, " "))
-                                  : std::string()));
-    return;
+nlohmann::json plan_json(const PlanInputs& in, const topo::Topology& topology, const plan::PlanContext& context) {
+  return {{"model", in.model.to_json()}, {"topology", topology.to_json()}, {"assumptions", context.assumptions()}};
+}
+
+// --sweep-nodes: the chosen strategies at each node count.
+void run_sweep(const PlanOptions& o, const PlanInputs& in) {
+  const std::string outer = in.topology.tiers().back().name;
+  const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
+  in.topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
+  topo::Topology first = in.topology;
+  first.resolve(first.world_size_for_nodes(nodes.front()));
+  const auto strategies = chosen_strategies(o, first, in.workload.precision);
+  const auto series =
+      plan::sweep(in.model, in.topology, in.device, in.workload, in.leave_out, strategies, nodes, in.calibration);
+  const std::string title = sweep_title(o, in.model.name, in.topology.name(), in.workload);
+  if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
+  const plan::PlanContext context(in.model, first, in.device, in.workload, in.leave_out, in.calibration);
+  if (o.json) {
+    nlohmann::json doc = plan_json(in, first, context);
+    doc["outer_tier"] = outer;
+    doc["sweep"] = plan::sweep_json(series, outer);
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
+    print_sweep(series, outer);
+    if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
   }
+}
 
-  if (o.print_schedule) {
-    // The very schedules the estimates price (TP ops included).
-    nlohmann::json schedules = nlohmann::json::object();
-    for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision)) {
-      const shard::Schedule schedule =
-          plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).stage(0).schedule(
-              s.spec);
-      const std::string name = plan::variant_name(s.name, s.mp);
-      if (o.json) schedules[name] = schedule.to_json();
-      else fmt::print("{}\n", schedule.table());
-    }
-    if (o.json) fmt::print("{}\n", nlohmann::json{{"model", model.to_json()}, {"schedules", schedules}}.dump(2));
-    std::fflush(stdout);
-    return;
+// --search: every valid (tp, pp, spec), ranked; --emit writes the best.
+void run_search(const PlanOptions& o, const PlanInputs& in, const topo::Topology& topology,
+                const plan::PlanContext& context) {
+  const parallel::ShardOptions& s = o.shard;
+  plan::SearchRequest request{in.model, topology, in.device, in.workload, in.leave_out, in.calibration, {}, {}, {},
+                              s.tp_tier, o.pp_tier};
+  if (s.block_size != 0) request.space.block_size = s.block_size;
+  if (s.prefetch >= 0) request.space.prefetch = s.prefetch;
+  if (s.bucket_bytes >= 0) request.space.bucket_bytes = static_cast<std::uint64_t>(s.bucket_bytes);
+  if (o.tp_given) request.tp = s.tp;
+  if (o.pp_opt->count()) request.pp = o.pp;
+  const plan::SearchResult result = plan::run_search(request);
+  // Nothing fits: try the changes a user would make, in order, until one does.
+  const std::vector<plan::FitChange> changes =
+      result.fitting.empty() ? plan::changes_until_it_fits(request) : std::vector<plan::FitChange>{};
+  if (o.json) {
+    nlohmann::json doc = plan_json(in, topology, context);
+    doc["model_parallel_assumptions"] = plan::model_parallel_assumptions();
+    doc["search"] = plan::search_json(result, o.top);
+    doc["recommendation"] = plan::recommendation_json(request, result, changes);
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    print_search(context, result, o.top, plan::recommendation_text(request, result, changes));
   }
+  std::fflush(stdout);
+  if (!o.emit.empty() && !result.fitting.empty()) {
+    const plan::Estimate& best = result.fitting.front();
+    plan::Workload same_batch = in.workload;  // the search's: every split at the same global batch
+    same_batch.batch_per_device = true;
+    write_emitted(o, {plan::Framework::DeepSpeed, in.model, topology, in.device, same_batch, in.leave_out,
+                      in.calibration,
+                      {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, s.tp_tier, o.pp_tier}}});
+  }
+  if (result.fitting.empty())
+    throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", in.device.memory_gb,
+                            !changes.empty() && changes.back().fits
+                                ? fmt::format("; the smallest change that fits: {}", fmt::join(changes.back().flags, " "))
+                                : std::string()));
+}
 
+// --print-schedule: the very schedules the estimates price (TP ops included).
+void run_print_schedule(const PlanOptions& o, const PlanInputs& in, const topo::Topology& topology,
+                        const std::vector<plan::NamedSpec>& chosen) {
+  nlohmann::json schedules = nlohmann::json::object();
+  for (const plan::NamedSpec& s : chosen) {
+    const shard::Schedule schedule =
+        plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
+            .stage(0)
+            .schedule(s.spec);
+    if (o.json) schedules[plan::variant_name(s.name, s.mp)] = schedule.to_json();
+    else fmt::print("{}\n", schedule.table());
+  }
+  if (o.json) fmt::print("{}\n", nlohmann::json{{"model", in.model.to_json()}, {"schedules", schedules}}.dump(2));
+}
+
+// The default mode: each chosen strategy's estimate; --emit writes the one, --compare-summary
+// checks it against a run.
+void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topology& topology,
+                   const plan::PlanContext& context, const std::vector<plan::NamedSpec>& chosen) {
   if (!o.emit.empty()) {
-    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
     if (chosen.size() != 1 || !o.compare_summary.empty())
       throw Error("--emit: writes one plan: give one --strategy (or --search for the best)");
-    write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, workload, leave_out, calibration,
-                      chosen.front()});
+    write_emitted(o, {plan::Framework::DeepSpeed, in.model, topology, in.device, in.workload, in.leave_out,
+                      in.calibration, chosen.front()});
   }
   std::vector<plan::Estimate> estimates;
-  for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision))
+  for (const plan::NamedSpec& s : chosen)
     estimates.push_back(
-        plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).estimate(s.name, s.spec));
-  if (!o.compare_summary.empty() && workload.collectives != shard::Collectives::Hierarchical)
+        plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
+            .estimate(s.name, s.spec));
+  if (!o.compare_summary.empty() && in.workload.collectives != shard::Collectives::Hierarchical)
     throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives flat-ring");
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");
   if (o.json) {
     nlohmann::json strategies = nlohmann::json::object();
     for (const plan::Estimate& e : estimates) strategies[e.strategy] = e.to_json();
-    fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
-                                      {"topology", topology.to_json()},
-                                      {"assumptions", context.assumptions()},
-                                      {"model_parallel_assumptions", plan::model_parallel_assumptions()},
-                                      {"strategies", strategies}}
-                           .dump(2));
+    nlohmann::json doc = plan_json(in, topology, context);
+    doc["model_parallel_assumptions"] = plan::model_parallel_assumptions();
+    doc["strategies"] = strategies;
+    fmt::print("{}\n", doc.dump(2));
   } else {
     print_estimates(context, estimates);
     // A strategy that does not fit: the smallest change that makes it fit.
-    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
-    const plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, "", ""};
+    const plan::SearchRequest request{in.model, topology, in.device, in.workload, in.leave_out, in.calibration,
+                                      {}, {}, {}, "", ""};
     for (std::size_t i = 0; i < estimates.size(); ++i)
       if (!estimates[i].fits)
         fmt::print("  {} {}: {}\n", kDoesNotFit, estimates[i].strategy,
@@ -735,9 +768,26 @@ void run_plan(const PlanOptions& o) {
   std::fflush(stdout);
   if (!o.compare_summary.empty())
     compare_summary(o.compare_summary, estimates.front(),
-                    plan::model_parallel_dims(topology, chosen_strategies(o, topology, workload.precision).front().mp)
-                        .data_parallel_topology(topology),
-                    workload.precision);
+                    plan::model_parallel_dims(topology, chosen.front().mp).data_parallel_topology(topology),
+                    in.workload.precision);
+}
+
+void run_plan(const PlanOptions& o) {
+  const PlanInputs in = read_inputs(o);
+  check_modes(o, in);
+  if (!o.sweep_nodes.empty()) {
+    run_sweep(o, in);
+    std::fflush(stdout);
+    return;
+  }
+  topo::Topology topology = in.topology;
+  topology.resolve(topology.world_size_for_nodes(in.nodes));
+  const plan::PlanContext context(in.model, topology, in.device, in.workload, in.leave_out, in.calibration);
+  if (o.search) return run_search(o, in, topology, context);
+  const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, in.workload.precision);
+  if (o.print_schedule) run_print_schedule(o, in, topology, chosen);
+  else run_estimates(o, in, topology, context, chosen);
+  std::fflush(stdout);
 }
 
 const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
