@@ -1,6 +1,7 @@
 // strata calibrate: measures what the planner otherwise assumes, under mpirun
 // (calibrate/measure.hpp), or imports a cluster's own measurements (calibrate/import.hpp), and
 // writes one calibration file for `strata plan --calibration FILE` (docs/calibration.md).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
