@@ -1,519 +1,51 @@
-// strata calibrate: under mpirun, measures what the planner otherwise assumes (docs/calibration.md):
-// every tier's collectives over a sweep of message sizes, the step's matmuls over the shapes
-// a plan of the model uses, its other kernels, Adam, and how much a concurrent collective
-// slows compute; fits the curves the planner prices with and writes one calibration file
-// for `strata plan --calibration FILE`. Every rank measures at once, as a training step
-// runs: ranks that share ports or cores share them here too.
-#include <omp.h>
-
+// strata calibrate: measures what the planner otherwise assumes, under mpirun
+// (calibrate/measure.hpp), or imports a cluster's own measurements (calibrate/import.hpp), and
+// writes one calibration file for `strata plan --calibration FILE` (docs/calibration.md).
 #include <algorithm>
-#include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <memory>
-#include <optional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include "base/aligned.hpp"
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "calibrate/import.hpp"
+#include "calibrate/measure.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
-#include "comm/agree.hpp"
-#include "comm/context.hpp"
 #include "comm/mpi_session.hpp"
-#include "comm/tier_comms.hpp"
-#include "model/config.hpp"
-#include "model/kernels.hpp"
 #include "plan/calibration.hpp"
-#include "plan/cluster.hpp"
 #include "plan/gemm_bench.hpp"
-#include "plan/nccl_tests.hpp"
-#include "plan/model_shapes.hpp"
-#include "quant/quant.hpp"
-#include "shard/spec.hpp"
-#include "topo/groups.hpp"
-#include "train/local_engine.hpp"
 
 namespace strata::cli {
 namespace {
 
+using calibrate::kCheapCollective_s;
+using calibrate::kComputePasses;
+using calibrate::kMinCollectiveTimings;
+using calibrate::kMinComputeTimings;
+using calibrate::kPassSpreadNoted;
+using calibrate::overlap_bytes;
+using calibrate::timings_per_pass;
+
 struct Options {
-  std::string topology, cluster, out, model = "tiny";
-  std::vector<std::string> nccl_tests;
-  std::string gemm_bench;
-  std::vector<std::string> tier_overrides;
-  double min_kib = 16, max_mib = 4;
-  int points = 6, iterations = 3, micro_batch = 8, seq = 0;
-  std::string command_line;  // recorded in the file
+  calibrate::MeasureOptions measure;
+  calibrate::ImportOptions import;
 };
 
-double world_max(double mine) {
-  double out = 0;
-  MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
-double world_mean(double mine) {
-  double sum = 0;
-  int world = 1;
-  MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  return sum / world;
-}
-
-// `iterations` timings of `run`, each the slowest rank's: a step waits for its slowest rank.
-template <class F>
-std::vector<double> slowest_timings(int iterations, F&& run) {
-  std::vector<double> times;
-  for (int i = 0; i < iterations; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    run();
-    times.push_back(world_max(MPI_Wtime() - t0));
-  }
-  return times;
-}
-
-template <class F>
-double median_of_slowest(int iterations, F&& run) {
-  return plan::median(slowest_timings(iterations, run));
-}
-
-// median_of_slowest after one warm-up.
-template <class F>
-double time_slowest(int iterations, F&& run) {
-  run();
-  return median_of_slowest(iterations, run);
-}
-
-// A collective whose warm-up took under kCheapCollective_s is timed at least
-// kMinCollectiveTimings times: at the sweep's small sizes a timing costs milliseconds, and
-// there one stalled timing in three set a curve's fixed cost (session 16, run 12: an
-// all-to-all of 8-75 KiB took 10-22 ms on 2 of 3 timings where its reduce-scatter took 1-8 ms,
-// a 10 ms fixed cost that put a plan 115% over). The large sizes keep `iterations`.
-constexpr double kCheapCollective_s = 0.05;
-constexpr int kMinCollectiveTimings = 7;
-
-template <class F>
-double time_collective(int iterations, F&& run) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MPI_Wtime();
-  run();  // the warm-up, timed to choose how many timings
-  const double once = world_max(MPI_Wtime() - t0);
-  return median_of_slowest(once < kCheapCollective_s ? std::max(iterations, kMinCollectiveTimings) : iterations, run);
-}
-
-// Compute timings repeat their kernel until a timing lasts at least this long: where ranks
-// share cores, a kernel shorter than the scheduler's slice is timed alone or four times over
-// depending on whether it was preempted; a longer run averages the sharing a step sees.
-constexpr double kMinComputeTiming_s = 0.05;
-
-// Runs `run` once (a warm-up) and returns how often every rank must repeat it for a timing
-// to reach kMinComputeTiming_s: the same count on every rank.
-template <class F>
-int repetitions_for(F&& run) {
-  const double t0 = MPI_Wtime();
-  run();
-  const double once = world_max(MPI_Wtime() - t0);
-  return std::clamp(static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(once, 1e-9))), 1, 100000);
-}
-
-// Compute timings take the median of at least this many: on 8 ranks of 2 cores one timing in a
-// few lands on a burst of other work, and with 3 a single calibration's whole step came out at
-// 2.07x its matmuls where five others of the same model gave 1.06-1.22 (docs/plan-vs-measured.md,
-// run 11), doubling every compute time it priced.
-constexpr int kMinComputeTimings = 7;
-
-// Compute is timed in this many passes, spread over the run (before the collective sweep,
-// between its alone and busy halves, after it), and each figure is the median of all passes'
-// timings: a spell of slow machine over one pass does not set it (plan::PassTimings).
-constexpr int kComputePasses = 3;
-
-// Passes further apart than this (the slowest's matmul time over the fastest's) are noted. On
-// the namespace cluster ordinary calibrations spread x1.03-1.25, the first pass the fastest
-// (runs 32-33, docs/plan-vs-measured.md); the slow spell of run 30 was about x1.5.
-constexpr double kPassSpreadNoted = 1.25;
-
-// Timings a compute measurement takes in each pass: kMinComputeTimings (or --iterations)
-// over the passes, rounded up.
-int timings_per_pass(const Options& o) {
-  return (std::max(o.iterations, kMinComputeTimings) + kComputePasses - 1) / kComputePasses;
-}
-
-// `timings` timings of `run` repeated repetitions_for(run) times, a run's share of each (after
-// a warm-up of the repeated run), appended to `out` as one pass.
-template <class F>
-void time_pass_repeated(int timings, plan::PassTimings& out, F&& run) {
-  const int reps = repetitions_for(run);
-  auto repeated = [&] {
-    for (int i = 0; i < reps; ++i) run();
-  };
-  repeated();
-  std::vector<double> pass = slowest_timings(timings, repeated);
-  for (double& t : pass) t /= reps;
-  out.passes.push_back(std::move(pass));
-}
-
-// The sizes of the sweep: `points` buffer sizes from min_kib to max_mib, evenly on a log scale.
-std::vector<std::size_t> sweep_bytes(const Options& o) {
-  std::vector<std::size_t> out;
-  const double lo = o.min_kib * 1024, hi = o.max_mib * 1024 * 1024;
-  for (int i = 0; i < o.points; ++i) {
-    const double b = lo * std::pow(hi / lo, o.points == 1 ? 0.0 : double(i) / (o.points - 1));
-    out.push_back(std::max<std::size_t>(4, static_cast<std::size_t>(b) / 4 * 4));
-  }
-  return out;
-}
-
-// The group a schedule op of tier t runs on: the innermost tier's own group, else the tier's across-group.
-comm::Collectives& tier_group(comm::TierComms& comms, int t) {
-  return t == 0 ? static_cast<comm::Collectives&>(comms.within(0)) : comms.across(t);
-}
-
-// What this rank sent on tier t during `run`, as the accounting counts it (the curves' x axis).
-template <class Run>
-comm::TierTraffic sent_on_tier(comm::Context& ctx, int t, Run&& run) {
-  const comm::CommStats before = ctx.accounting().snapshot();
-  run();
-  return (ctx.accounting().snapshot() - before).tiers[t];
-}
-
-// A rank's fp32 chunk of a sweep buffer over a group: what sets the bytes it sends.
-std::size_t sweep_chunk(std::size_t buffer_bytes, int group) { return comm::chunk_count(buffer_bytes / 4, group, 1); }
-
-// The fp32 buffers of one sweep size over a group: the full buffer, a rank's chunk of it,
-// and an all-to-all's receive side.
-struct SweepBuffers {
-  std::vector<float> full, shard, recv;
-  SweepBuffers(std::size_t buffer_bytes, int group) {
-    const std::size_t chunk = sweep_chunk(buffer_bytes, group);
-    full.assign(chunk * group, 1.0f), shard.assign(chunk, 1.0f), recv.resize(chunk * group);
-  }
-
-  // One collective of `kind` over `c`.
-  void run(comm::Collectives& c, plan::Collective kind) {
-    const std::size_t n = full.size(), chunk = shard.size();
-    switch (kind) {
-      case plan::Collective::AllGather: return c.all_gather(comm::f32(shard.data(), chunk), comm::f32(full.data(), n));
-      case plan::Collective::ReduceScatter:
-        return c.reduce_scatter(comm::f32(full.data(), n), comm::f32(shard.data(), chunk), comm::ReduceOp::Avg);
-      case plan::Collective::AllReduce: return c.all_reduce(comm::f32(full.data(), n), comm::ReduceOp::Avg);
-      case plan::Collective::AllToAll:
-        return c.all_to_all(comm::f32(full.data(), n), comm::f32(recv.data(), recv.size()));
-    }
-  }
-};
-
-// Tier t's collectives over its across-group (the group a schedule op of level t runs on),
-// every rank at once; the curve is fitted to the bytes a rank sent, as the accounting counts them.
-plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms, int t, const Options& o) {
-  const topo::Topology& topology = ctx.topology();
-  comm::Collectives& c = tier_group(comms, t);
-  plan::TierCalibration tier;
-  tier.name = topology.tier(t).name;
-  tier.group_size = c.size();
-  tier.ranks_sharing = topology.domain_ranks(t - 1);
-  for (plan::Collective kind : plan::kCollectives) {
-    std::vector<double> bytes, seconds;
-    int messages = 0;
-    for (std::size_t buffer : sweep_bytes(o)) {
-      SweepBuffers b(buffer, c.size());
-      const comm::TierTraffic sent = sent_on_tier(ctx, t, [&] { b.run(c, kind); });
-      const double s = time_collective(o.iterations, [&] { b.run(c, kind); });
-      bytes.push_back(world_mean(static_cast<double>(sent.bytes_sent)));
-      seconds.push_back(s);
-      messages = static_cast<int>(std::lround(world_mean(static_cast<double>(sent.messages))));
-    }
-    tier.curves[static_cast<int>(kind)] = plan::CollectiveCurve::fit(std::move(bytes), std::move(seconds), messages);
-  }
-  return tier;
-}
-
-struct MatmulShape {
-  int rows, in, out;
-  double flops() const { return 2.0 * rows * in * out; }
-};
-
-// y = x W^T of one shape, on buffers made once.
-struct Matmul {
-  MatmulShape s;
-  std::vector<float> x, w, y;
-  explicit Matmul(MatmulShape shape)
-      : s(shape), x(std::size_t(s.rows) * s.in, 0.5f), w(std::size_t(s.out) * s.in, 0.25f), y(std::size_t(s.rows) * s.out) {}
-  void run() { model::matmul_forward(y.data(), x.data(), w.data(), s.in, s.out, false, model::Range{0, s.rows}); }
-};
-
-// The linear layers of the model at the plan's tokens a micro-batch, and at a quarter and a
-// sixteenth of them: the curve spans the sizes the step runs and smaller.
-std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int tokens) {
-  const int C = config.n_embd;
-  std::vector<MatmulShape> out;
-  for (int rows : {tokens, std::max(1, tokens / 4), std::max(1, tokens / 16)})
-    for (auto [in, o] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, config.padded_vocab_size}})
-      out.push_back({rows, in, o});
-  return out;
-}
-
-// The model's widest matmul (the MLP's up-projection) at a micro-batch's tokens.
-MatmulShape widest_matmul(const Options& o) {
-  const model::GPTConfig config = model::GPTConfig::preset(o.model);
-  return {o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len), config.n_embd, 4 * config.n_embd};
-}
-
-// The model's widest matmul, run over and over on a thread of its own until stopped: the
-// compute a training step runs beside its collectives.
-class ComputeBeside {
- public:
-  explicit ComputeBeside(const Options& o)
-      : wide_(widest_matmul(o)), thread_([this] {
-          while (!stop_.load(std::memory_order_relaxed)) wide_.run();
-        }) {}
-  ~ComputeBeside() {
-    stop_ = true;
-    thread_.join();
-  }
-
- private:
-  Matmul wide_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-// Each tier's collectives again, at every size of the sweep, while every rank computes
-// beside them: the busy curve the planner prices the part of an op that overlaps compute
-// with (where ranks share cores, a message waits for its thread). Fitted like the alone
-// curve, over the same sizes: two points let one slice of scheduler noise at either end set
-// the curve (a busy bandwidth above the alone one, a latency of tens of ms).
-void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::Calibration& cal, const Options& o) {
-  const std::vector<std::size_t> sweep = sweep_bytes(o);
-  MPI_Barrier(MPI_COMM_WORLD);
-  ComputeBeside beside(o);
-  for (int t = 0; t < ctx.topology().num_tiers(); ++t) {
-    comm::Collectives& c = tier_group(comms, t);
-    for (plan::Collective kind : plan::kCollectives) {
-      plan::CollectiveCurve& curve = *cal.tiers[t].curves[static_cast<int>(kind)];
-      std::vector<double> bytes, seconds;
-      for (std::size_t i = 0; i < sweep.size(); ++i) {
-        SweepBuffers b(sweep[i], c.size());
-        bytes.push_back(curve.bytes[i]);  // the same buffers send what the sweep counted
-        seconds.push_back(time_collective(o.iterations, [&] { b.run(c, kind); }));
-      }
-      curve.fit_under_compute(std::move(bytes), std::move(seconds));
-    }
-  }
-}
-
-// Block quantization as the CPU runtime codes a quantized wire (encode, then decode-and-add),
-// on the sweep's largest buffer, every rank at once: one pass of its timings.
-void time_codec_pass(quant::QuantBits bits, const Options& o, plan::PassTimings& out) {
-  const quant::QuantSpec spec{bits, shard::ShardSpec{}.block_size};
-  const std::size_t n = sweep_bytes(o).back() / 4;
-  std::vector<float> src(n), dst(n, 0.0f);
-  for (std::size_t i = 0; i < n; ++i) src[i] = std::sin(0.001 * static_cast<double>(i));
-  std::vector<std::uint8_t> data(quant::quantized_bytes(n, spec));
-  std::vector<float> scales(quant::num_blocks(n, spec));
-  time_pass_repeated(timings_per_pass(o), out, [&] {
-    quant::quantize(src.data(), n, spec, data.data(), scales.data());
-    quant::dequantize_add(data.data(), scales.data(), n, spec, dst.data());
-  });
-}
-
-// The compute measurements, timed in passes (kComputePasses) between the collective sweeps:
-// the model's matmuls over the plan's shapes, its whole forward and backward, Adam, and the
-// int8/int4 wire codecs. Buffers are made afresh each pass (the largest shapes' weights would
-// hold hundreds of MB a rank through the sweeps).
-class ComputeTimer {
- public:
-  explicit ComputeTimer(const Options& o)
-      : o_(o),
-        config_(model::GPTConfig::preset(o.model)),
-        seq_(o.seq > 0 ? o.seq : config_.seq_len),
-        shapes_(model_matmuls(config_, o.micro_batch * seq_)),
-        matmuls_(shapes_.size()) {}
-
-  void time_pass() {
-    const int timings = timings_per_pass(o_);
-    for (std::size_t i = 0; i < shapes_.size(); ++i) {
-      Matmul m(shapes_[i]);
-      time_pass_repeated(timings, matmuls_[i], [&] { m.run(); });
-    }
-    train::LocalEngine engine(config_, o_.micro_batch, seq_, /*seed=*/1);
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(o_.micro_batch) * seq_);
-    std::mt19937_64 rng(42);
-    for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(config_.vocab_size));
-    time_pass_repeated(timings, step_, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
-    int step = 0;
-    time_pass_repeated(timings, adam_, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
-    time_codec_pass(quant::QuantBits::Int8, o_, int8_);
-    time_codec_pass(quant::QuantBits::Int4, o_, int4_);
-  }
-
-  // The passes' pooled medians, fitted.
-  plan::ComputeCalibration fit() const {
-    plan::ComputeCalibration c;
-    c.threads = omp_get_max_threads();
-    for (std::size_t i = 0; i < shapes_.size(); ++i) {
-      c.gflop.push_back(shapes_[i].flops() / 1e9);
-      c.seconds.push_back(matmuls_[i].pooled_median());
-    }
-    const plan::LineFit fit = plan::fit_line_relative(c.gflop, c.seconds);
-    c.peak_gflops = 1 / fit.slope;
-    c.half_gflop = fit.intercept / fit.slope;
-
-    // The whole forward and backward against what the matmul curve says its matmuls take.
-    const plan::ModelShape shape = plan::ModelShape::preset(o_.model);
-    const std::vector<double> flops = shape.forward_flops_per_token(seq_);
-    const std::vector<int> matmuls = shape.forward_matmuls();
-    const double tokens = static_cast<double>(o_.micro_batch) * seq_;
-    double curve_s = 0;
-    for (std::size_t u = 0; u < flops.size(); ++u) curve_s += 3 * c.matmul_seconds(flops[u] * tokens, matmuls[u]);
-    c.kernel_overhead = std::max(1.0, step_.pooled_median() / curve_s);
-
-    // Adam over every parameter, in the planner's count of its bytes (fp32: 24 + 2 x 4 an element).
-    c.optimizer_GBps = static_cast<double>(config_.num_params()) * 32.0 / adam_.pooled_median() / 1e9;
-    const double codec_bytes = 2.0 * static_cast<double>(sweep_bytes(o_).back() / 4 * 4);
-    c.int8_codec_GBps = codec_bytes / int8_.pooled_median() / 1e9;
-    c.int4_codec_GBps = codec_bytes / int4_.pooled_median() / 1e9;
-    c.passes = static_cast<int>(step_.passes.size());
-    c.pass_spread = plan::pass_spread(matmuls_);
-    return c;
-  }
-
-  // Each pass's matmul time over the fastest pass's (the spread's parts, for the report).
-  std::vector<double> pass_ratios() const { return plan::pass_ratios(matmuls_); }
-
- private:
-  const Options& o_;
-  model::GPTConfig config_;
-  int seq_;
-  std::vector<MatmulShape> shapes_;
-  std::vector<plan::PassTimings> matmuls_;
-  plan::PassTimings step_, adam_, int8_, int4_;
-};
-
-// The all-reduce the overlap slowdown is timed beside: a block's weights in fp32 (the median
-// unit of the model, what a step's gathers and reductions move), within the sweep. Not the
-// sweep's largest: beside a 16 MiB all-reduce the factor swung from 1.0 to 2.0 between runs
-// (docs/calibration.md), and it is the ops a step overlaps that it should price.
-std::size_t overlap_bytes(const Options& o) {
-  std::vector<std::size_t> numel = plan::ModelShape::preset(o.model).unit_plan().numel;
-  std::nth_element(numel.begin(), numel.begin() + numel.size() / 2, numel.end());
-  const std::vector<std::size_t> sweep = sweep_bytes(o);
-  return std::clamp(numel[numel.size() / 2] * 4, sweep.front(), sweep.back());
-}
-
-// How much slower the model's widest matmul runs while tier t's all-reduces run on the
-// communication thread, queued to outlast it, every group of the tier at once: the median
-// ratio of `iterations` pairs (one pair swings with where the scheduler's slices fall).
-// Per tier: beside a copy through shared memory the cores are busy moving bytes, beside a
-// transfer over a NIC they mostly wait (the planner applies the factor of the op on the stream).
-// Also the bytes a rank sends in one of those all-reduces: the planner takes the rate the
-// tier's busy all-reduce curve gives that op as the rate beside which compute ran s times
-// slower, and scales an op's slowdown by the bytes a second the op moves against it.
-struct Overlap {
-  double slowdown = 1, all_reduce_bytes = 0;
-};
-Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, const Options& o) {
-  Matmul wide(widest_matmul(o));
-  const int reps = repetitions_for([&] { wide.run(); });
-  auto run_reps = [&] {
-    const double start = MPI_Wtime();
-    for (int i = 0; i < reps; ++i) wide.run();
-    return MPI_Wtime() - start;
-  };
-  comm::Collectives& group = tier_group(comms, t);
-  SweepBuffers b(overlap_bytes(o), group.size());
-  const double sent = world_mean(static_cast<double>(
-      sent_on_tier(ctx, t, [&] { b.run(group, plan::Collective::AllReduce); }).bytes_sent));
-  const double one_s = time_slowest(o.iterations, [&] { b.run(group, plan::Collective::AllReduce); });
-  std::vector<double> ratios;
-  for (int trial = 0; trial < o.iterations; ++trial) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double alone = world_max(run_reps());
-    // Queued to outlast the matmuls even if they slow down threefold.
-    const int queued = std::clamp(static_cast<int>(std::ceil(3 * alone / one_s)) + 1, 2, 10000);
-    std::vector<comm::Work> inflight;
-    MPI_Barrier(MPI_COMM_WORLD);
-    for (int i = 0; i < queued; ++i)
-      inflight.push_back(group.all_reduce_async(comm::f32(b.full.data(), b.full.size()), comm::ReduceOp::Avg));
-    const double beside = run_reps();
-    for (comm::Work& w : inflight) w.wait();
-    ratios.push_back(world_max(beside) / alone);
-  }
-  return {std::max(1.0, plan::median(ratios)), sent};
-}
-
-void run_calibrate(const Options& o) {
-  const comm::MpiSession& mpi = comm::mpi_session();
-  std::optional<topo::Topology> loaded;
-  comm::agree(MPI_COMM_WORLD, "world", [&] {
-    if (o.topology.empty()) throw Error("calibrate: --topology: required (a preset or a TOML file)");
-    if (o.out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
-    if (!(o.min_kib > 0)) throw Error(fmt::format("calibrate: --min-kib {} must be positive", o.min_kib));
-    if (!(o.max_mib * 1024 > o.min_kib))
-      throw Error(fmt::format("calibrate: --max-mib {} must be above --min-kib {} KiB", o.max_mib, o.min_kib));
-    if (o.points < 2) throw Error(fmt::format("calibrate: --points {} must be at least 2", o.points));
-    if (o.iterations < 1) throw Error(fmt::format("calibrate: --iterations {} must be at least 1", o.iterations));
-    if (o.micro_batch < 1) throw Error(fmt::format("calibrate: --micro-batch {} must be positive", o.micro_batch));
-    const model::GPTConfig config = model::GPTConfig::preset(o.model);
-    if (o.seq < 0 || o.seq > config.seq_len)
-      throw Error(fmt::format("calibrate: --seq {} must be in 1..{} (model '{}')", o.seq, config.seq_len, o.model));
-    loaded.emplace(topo::Topology::load(o.topology));
-    for (const auto& spec : o.tier_overrides) loaded->apply_override(topo::parse_tier_override(spec));
-    loaded->resolve(mpi.world_size());
-    // A tier of one member a group sends nothing: there is no curve to measure.
-    for (const topo::Tier& t : loaded->tiers())
-      if (t.size < 2)
-        throw Error(fmt::format("calibrate: tier '{}' has {} a group at {}: nothing crosses it; run more ranks "
-                                "(mpirun -np {})",
-                                t.name, count_of(t.size, "member"), count_of(mpi.world_size(), "rank"),
-                                2 * mpi.world_size() / std::max(1, t.size)));
-    // The planner prices an op between the sweep's points: each size must send more than the one before.
-    const std::vector<std::size_t> sweep = sweep_bytes(o);
-    for (const topo::Tier& t : loaded->tiers())
-      for (std::size_t i = 1; i < sweep.size(); ++i)
-        if (sweep_chunk(sweep[i], t.size) <= sweep_chunk(sweep[i - 1], t.size))
-          throw Error(fmt::format("calibrate: --points {}: sizes {} and {} bytes send the same over tier '{}' (a "
-                                  "group of {}); use fewer points or a wider --min-kib..--max-mib",
-                                  o.points, sweep[i - 1], sweep[i], t.name, t.size));
-  });
-  comm::Context ctx(*loaded);
-  const topo::Topology& topology = ctx.topology();
-  topo::ProcessGroups groups(topology);
-  comm::TierComms comms(ctx, groups);
-  const bool root = mpi.world_rank() == 0;
-
-  plan::Calibration cal;
-  cal.topology = topology.name();
-  cal.world_size = topology.world_size();
-  cal.command = o.command_line;
-  ComputeTimer compute(o);
-  compute.time_pass();
-  for (int t = 0; t < topology.num_tiers(); ++t) cal.tiers.push_back(calibrate_tier(ctx, comms, t, o));
-  compute.time_pass();
-  calibrate_under_compute(ctx, comms, cal, o);
-  compute.time_pass();
-  cal.compute = compute.fit();
-  for (int t = 0; t < topology.num_tiers(); ++t) {
-    const Overlap overlap = overlap_slowdown(ctx, comms, t, o);
-    cal.tiers[t].overlap_slowdown = overlap.slowdown;
-    cal.tiers[t].overlap_all_reduce_bytes = overlap.all_reduce_bytes;
-  }
-  // Kept beside the per-tier factors: a file's one factor for every tier, as before (the outermost's).
-  cal.compute->overlap_slowdown = cal.tiers.back().overlap_slowdown;
-  if (!root) return;
+void run_calibrate(const calibrate::MeasureOptions& o) {
+  const calibrate::Measured measured = calibrate::measure(o);
+  if (comm::mpi_session().world_rank() != 0) return;
+  const plan::Calibration& cal = measured.calibration;
   atomic_write_file(o.out, cal.to_toml());
 
   fmt::print(
       "strata calibrate: topology '{}', {}; sizes {:g} KiB..{:g} MiB in {} points, median of {} (slowest rank; {} "
       "where a call takes under {:g} ms; {} for compute, {} in each of {} passes)\n",
-      topology.name(), count_of(topology.world_size(), "rank"), o.min_kib, o.max_mib, o.points, o.iterations,
+      cal.topology, count_of(cal.world_size, "rank"), o.min_kib, o.max_mib, o.points, o.iterations,
       std::max(o.iterations, kMinCollectiveTimings), kCheapCollective_s * 1e3, timings_per_pass(o) * kComputePasses,
       timings_per_pass(o), kComputePasses);
   fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}   {:>10} {:>11}\n", "tier", "group", "collective", "bus GB/s",
@@ -537,7 +69,7 @@ void run_calibrate(const Options& o) {
              static_cast<double>(overlap_bytes(o)) / 1e6, fmt::join(beside, ", "), c.optimizer_GBps,
              c.int8_codec_GBps, c.int4_codec_GBps);
   std::vector<std::string> passes;
-  for (double r : compute.pass_ratios()) passes.push_back(fmt::format("x{:.3g}", r));
+  for (double r : measured.pass_ratios) passes.push_back(fmt::format("x{:.3g}", r));
   fmt::print("compute passes (before the collective sweep, between its halves, after it): matmul time {} the "
              "fastest pass's; each figure is the median of all passes' timings\n",
              fmt::join(passes, " / "));
@@ -548,36 +80,6 @@ void run_calibrate(const Options& o) {
                c.pass_spread);
   fmt::print("wrote {}\n", o.out);
   std::fflush(stdout);
-}
-
-// The topology an import names its tiers after (--cluster or --topology; none: node and cluster),
-// and the device a GEMM table's rate is a fraction of.
-struct ImportTarget {
-  std::optional<topo::Topology> topology;
-  std::optional<plan::DeviceFacts> device;
-  std::vector<std::string> tiers{"node", "cluster"};  // the presets' and --cluster's names
-};
-
-ImportTarget import_target(const Options& o) {
-  if (!o.topology.empty() && !o.cluster.empty()) throw Error("calibrate: --topology or --cluster, not both");
-  if (o.topology == "host") throw Error("calibrate --from-nccl-tests: --topology host needs an MPI run; name a preset or file");
-  ImportTarget t;
-  if (!o.cluster.empty()) {
-    const plan::ClusterSpec cluster = plan::ClusterSpec::parse(o.cluster);
-    t.topology = cluster.topology();
-    t.device = cluster.device();
-  } else if (!o.topology.empty()) {
-    t.topology = topo::Topology::load(o.topology);
-    t.device = plan::device_for_topology(o.topology);
-  }
-  if (t.topology) {
-    t.tiers.clear();
-    for (const topo::Tier& tier : t.topology->tiers()) t.tiers.push_back(tier.name);
-  }
-  if (!o.gemm_bench.empty() && !t.device)
-    throw Error("calibrate --from-gemm-bench: no device whose peak the table's rate is a fraction of: give --cluster "
-                "...,gpu=NAME or --topology frontier|dgx-a100|dgx-h100 (a topology file names no device)");
-  return t;
 }
 
 void print_nccl_tests(const std::vector<plan::NcclTestsLog>& logs, const plan::Calibration& cal,
@@ -612,39 +114,16 @@ void print_gemms(const plan::Calibration& cal, const std::string& path) {
 
 // --from-nccl-tests and --from-gemm-bench: the cluster's own measurements into one calibration
 // file, no MPI run.
-void import_measurements(const Options& o) {
-  if (o.out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
-  const ImportTarget target = import_target(o);
-  const std::string topology = target.topology ? target.topology->name() : std::string("nccl-tests");
-  std::vector<std::string> sources;
-  if (!o.nccl_tests.empty()) sources.push_back(fmt::format("--from-nccl-tests {}", fmt::join(o.nccl_tests, " ")));
-  if (!o.gemm_bench.empty()) sources.push_back("--from-gemm-bench " + o.gemm_bench);
-  if (!o.cluster.empty()) sources.push_back("--cluster " + o.cluster);
-  if (!o.topology.empty()) sources.push_back("--topology " + o.topology);
-  const std::string command = fmt::format("strata calibrate {}", fmt::join(sources, " "));
+void import_measurements(const calibrate::ImportOptions& o, const std::string& out) {
+  if (out.empty()) throw Error("calibrate: --out: required (the calibration file to write)");
+  const calibrate::Imported imported = calibrate::import_measurements(o);
+  const plan::Calibration& cal = imported.calibration;
+  plan::Calibration::from_toml_string(cal.to_toml(), out);  // what plan --calibration will read
+  atomic_write_file(out, cal.to_toml());
 
-  std::vector<plan::NcclTestsLog> logs;
-  for (const std::string& path : o.nccl_tests) logs.push_back(plan::read_nccl_tests_log(path));
-  plan::Calibration cal;
-  if (!logs.empty()) {
-    cal = plan::calibration_from_nccl_tests(logs, target.tiers, topology, command);
-  } else {  // every tier keeps the topology's figures
-    cal.topology = topology;
-    cal.command = command;
-    for (const std::string& name : target.tiers) {
-      plan::TierCalibration tier;
-      tier.name = name;
-      cal.tiers.push_back(std::move(tier));
-    }
-  }
-  if (!o.gemm_bench.empty())
-    plan::set_compute_from_gemms(cal, plan::read_gemm_bench(o.gemm_bench), *target.device, o.gemm_bench);
-  plan::Calibration::from_toml_string(cal.to_toml(), o.out);  // what plan --calibration will read
-  atomic_write_file(o.out, cal.to_toml());
-
-  if (!logs.empty()) print_nccl_tests(logs, cal, target.tiers);
+  if (!imported.logs.empty()) print_nccl_tests(imported.logs, cal, imported.tiers);
   if (!o.gemm_bench.empty()) print_gemms(cal, o.gemm_bench);
-  fmt::print("wrote {}\n", o.out);
+  fmt::print("wrote {}\n", out);
   std::fflush(stdout);
 }
 
@@ -654,45 +133,50 @@ const CommandRegistrar kRegisterCalibrate(65, [](CLI::App& app) {
       "calibrate", "Under mpirun: measure each tier's collectives, the model's matmuls and kernels, Adam and "
                    "compute's slowdown beside each tier's collectives; write a calibration file for strata plan "
                    "--calibration");
-  cmd->add_option("--topology", o->topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
-  cmd->add_option("--from-nccl-tests", o->nccl_tests,
+  cmd->add_option("--topology", o->measure.topology, "frontier, dgx-a100, dgx-h100, host, or a TOML file of [[tiers]]");
+  cmd->add_option("--from-nccl-tests", o->import.nccl_tests,
                   "instead of measuring: nccl-tests logs (all_gather_perf, reduce_scatter_perf, all_reduce_perf, "
                   "alltoall_perf output) into the curves of the node tier (a one-host log) and the cluster tier "
                   "(several hosts); with --topology or --cluster, that topology's tier names (docs/calibration.md)")
       ->expected(1, -1);
-  cmd->add_option("--from-gemm-bench", o->gemm_bench,
+  cmd->add_option("--from-gemm-bench", o->import.gemm_bench,
                   "instead of measuring: a CSV of measured GEMMs (header m,n,k,dtype,tflops; bf16 or fp16) into the "
                   "compute efficiency, their FLOP-weighted TFLOP/s over the device's peak (--cluster or --topology "
                   "names the device; docs/calibration.md)");
-  cmd->add_option("--cluster", o->cluster, "with --from-nccl-tests or --from-gemm-bench: the cluster whose tiers "
+  cmd->add_option("--cluster", o->import.cluster, "with --from-nccl-tests or --from-gemm-bench: the cluster whose tiers "
                                            "and device the file is of (as strata plan --cluster)");
-  cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
+  cmd->add_option("--tier", o->measure.tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--out", o->out, "the calibration file to write (TOML)");
-  cmd->add_option("--min-kib", o->min_kib, "smallest buffer of the collective sweep, KiB")->capture_default_str();
-  cmd->add_option("--max-mib", o->max_mib,
+  cmd->add_option("--out", o->measure.out, "the calibration file to write (TOML)");
+  cmd->add_option("--min-kib", o->measure.min_kib, "smallest buffer of the collective sweep, KiB")->capture_default_str();
+  cmd->add_option("--max-mib", o->measure.max_mib,
                   "largest buffer of the collective sweep, MiB (caps the run's time and the all-reduce compute is "
                   "timed beside)")
       ->capture_default_str();
-  cmd->add_option("--points", o->points, "buffer sizes in the sweep")->capture_default_str();
-  cmd->add_option("--iterations", o->iterations, fmt::format("timed runs of each measurement, the median kept (at least {} for a collective whose "
+  cmd->add_option("--points", o->measure.points, "buffer sizes in the sweep")->capture_default_str();
+  cmd->add_option("--iterations", o->measure.iterations, fmt::format("timed runs of each measurement, the median kept (at least {} for a collective whose "
                               "call takes under {:g} ms; at least {} for compute, spread over {} passes)",
                               kMinCollectiveTimings, kCheapCollective_s * 1e3, kMinComputeTimings, kComputePasses))
       ->capture_default_str();
-  cmd->add_option("--model", o->model, "strata model whose matmuls and step are timed (tiny, mini, small, gpt2-124m)")
+  cmd->add_option("--model", o->measure.model,
+                  "strata model whose matmuls and step are timed (tiny, mini, small, gpt2-124m)")
       ->capture_default_str();
-  cmd->add_option("--micro-batch", o->micro_batch, "sequences a micro-batch")->capture_default_str();
-  cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
+  cmd->add_option("--micro-batch", o->measure.micro_batch, "sequences a micro-batch")->capture_default_str();
+  cmd->add_option("--seq", o->measure.seq, "tokens a sequence (default: the model's)");
   cmd->callback([o] {
-    if (!o->nccl_tests.empty() || !o->gemm_bench.empty()) return import_measurements(*o);
-    if (!o->cluster.empty())
+    calibrate::MeasureOptions& m = o->measure;
+    if (!o->import.nccl_tests.empty() || !o->import.gemm_bench.empty()) {
+      o->import.topology = m.topology;  // the one --topology: what is measured, or what a file is of
+      return import_measurements(o->import, m.out);
+    }
+    if (!o->import.cluster.empty())
       throw Error("calibrate: --cluster: only with --from-nccl-tests or --from-gemm-bench (measure with --topology)");
-    o->command_line = fmt::format("strata calibrate --topology {} --model {} --micro-batch {} --seq {} --min-kib {:g} "
-                                  "--max-mib {:g} --points {} --iterations {}{}",
-                                  o->topology, o->model, o->micro_batch, o->seq, o->min_kib, o->max_mib, o->points,
-                                  o->iterations, o->tier_overrides.empty() ? "" : " --tier ...");
-    run_calibrate(*o);
+    m.command_line = fmt::format("strata calibrate --topology {} --model {} --micro-batch {} --seq {} --min-kib {:g} "
+                                 "--max-mib {:g} --points {} --iterations {}{}",
+                                 m.topology, m.model, m.micro_batch, m.seq, m.min_kib, m.max_mib, m.points,
+                                 m.iterations, m.tier_overrides.empty() ? "" : " --tier ...");
+    run_calibrate(m);
   });
 });
 

@@ -17,6 +17,7 @@
 #include "base/fileio.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/setting_flags.hpp"
 #include "comm/mpi_session.hpp"
 #include "plan/calibration.hpp"
 #include "plan/cluster.hpp"
@@ -29,8 +30,10 @@
 #include "plan/recommend.hpp"
 #include "plan/search.hpp"
 #include "shard/schedule.hpp"
+#include "shard/runtime.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
+#include "train/config.hpp"
 
 namespace strata::cli {
 namespace {
@@ -40,10 +43,8 @@ struct PlanOptions {
   std::vector<std::string> shape_fields, tier_overrides, leave_out;
   int nodes = 0;
   std::string strategy = "all";
-  std::string shard, secondary, weight_wire, grad_wire, step_grad_wire;
-  int block_size = 0, prefetch = 0;
-  std::int64_t bucket_bytes = 0;
-  bool keep_weights_after_forward = false;
+  SettingFlags spec_flags;  // `strata train`'s flags that shape a spec
+  parallel::ShardOptions shard;  // what they gave
   int micro_batch = 1, seq = 0, accum = 1;
   std::string recompute;  // empty: none unless --recompute is given bare (full)
   bool flash_attention = false, batch_per_device = false;
@@ -51,8 +52,8 @@ struct PlanOptions {
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
-  int tp = 1, pp = 1;
-  std::string tp_tier, pp_tier;
+  int pp = 1;
+  std::string pp_tier;
   bool search = false;
   int top = 5;
   std::string sweep_nodes, svg;
@@ -62,10 +63,10 @@ struct PlanOptions {
   bool json = false;
   std::vector<std::string> emit;  // FRAMEWORK FILE
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
-  CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
-              *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
-              *tdp_opt = nullptr, *idle_opt = nullptr, *tp_opt = nullptr, *pp_opt = nullptr,
+  CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *peak_opt = nullptr, *memory_opt = nullptr,
+              *hbm_opt = nullptr, *efficiency_opt = nullptr, *tdp_opt = nullptr, *idle_opt = nullptr, *pp_opt = nullptr,
               *recompute_opt = nullptr;
+  bool tp_given = false;
 };
 
 // The sweep's title: the model, topology and workload, and every other option given that changes
@@ -87,24 +88,25 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(!o.calibration.empty(), "calibration " + o.calibration);
   for (const std::string& t : o.tier_overrides) parts.push_back("tier " + t);
   for (const std::string& l : o.leave_out) parts.push_back("leave out " + l);
-  given(!o.shard.empty(), "shard " + o.shard);
-  given(!o.secondary.empty(), "secondary " + o.secondary);
-  given(!o.weight_wire.empty(), "weight wire " + o.weight_wire);
-  given(!o.grad_wire.empty(), "grad wire " + o.grad_wire);
-  given(!o.step_grad_wire.empty(), "step grad wire " + o.step_grad_wire);
-  given(o.block_opt->count() > 0, fmt::format("block size {}", o.block_size));
-  given(o.prefetch_opt->count() > 0, fmt::format("prefetch {}", o.prefetch));
-  given(o.bucket_opt->count() > 0, fmt::format("bucket {} B", o.bucket_bytes));
-  given(o.keep_weights_after_forward, "weights kept after forward");
+  const parallel::ShardOptions& s = o.shard;
+  given(!s.shard.empty(), "shard " + s.shard);
+  given(!s.secondary.empty(), "secondary " + s.secondary);
+  given(!s.weight_wire.empty(), "weight wire " + s.weight_wire);
+  given(!s.grad_wire.empty(), "grad wire " + s.grad_wire);
+  given(!s.step_grad_wire.empty(), "step grad wire " + s.step_grad_wire);
+  given(s.block_size != 0, fmt::format("block size {}", s.block_size));
+  given(s.prefetch >= 0, fmt::format("prefetch {}", s.prefetch));
+  given(s.bucket_bytes >= 0, fmt::format("bucket {} B", s.bucket_bytes));
+  given(s.keep_weights_after_forward, "weights kept after forward");
   given(o.peak_opt->count() > 0, fmt::format("peak {:g} TFLOP/s", o.peak_tflops));
   given(o.memory_opt->count() > 0, fmt::format("{:g} GB a device", o.memory_gb));
   given(o.hbm_opt->count() > 0, fmt::format("HBM {:g} GB/s", o.hbm_GBps));
   given(o.efficiency_opt->count() > 0, fmt::format("compute efficiency {:g}", o.compute_efficiency));
   given(o.tdp_opt->count() > 0, fmt::format("TDP {:g} W", o.tdp_watts));
   given(o.idle_opt->count() > 0, fmt::format("idle {:g} W", o.idle_watts));
-  given(o.tp_opt->count() > 0, fmt::format("tp {}", o.tp));
+  given(o.tp_given, fmt::format("tp {}", s.tp));
   given(o.pp_opt->count() > 0, fmt::format("pp {}", o.pp));
-  given(!o.tp_tier.empty(), "tp tier " + o.tp_tier);
+  given(!s.tp_tier.empty(), "tp tier " + s.tp_tier);
   given(!o.pp_tier.empty(), "pp tier " + o.pp_tier);
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -124,11 +126,6 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::uint64_t bucket_bytes(const PlanOptions& o) {
-  if (o.bucket_bytes < 0) throw Error(fmt::format("--bucket-bytes = {}: must not be negative", o.bucket_bytes));
-  return static_cast<std::uint64_t>(o.bucket_bytes);
-}
-
 // The strategies asked for, each with its tensor and pipeline parallelism (--tp, --pp, or a
 // +tpN+ppN suffix), with precision and command-line overrides applied; a name gets a '*'
 // when an override changed its preset. Specs are checked against the data-parallel topology
@@ -137,27 +134,15 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
                                                plan::Precision precision) {
   std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
-  const bool overridden = !o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() ||
-                          !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
-                          o.prefetch_opt->count() > 0 || o.bucket_opt->count() > 0 || o.keep_weights_after_forward;
   std::vector<plan::NamedSpec> out;
   for (const std::string& variant : names) {
-    const auto [given, mp] = plan::parse_strategy_variant(variant, {o.tp, o.pp, o.tp_tier, o.pp_tier});
+    const auto [given, mp] = plan::parse_strategy_variant(variant, {o.shard.tp, o.pp, o.shard.tp_tier, o.pp_tier});
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
-    shard::ShardSpec spec = plan::apply_precision(plan::strategy_spec(name, topology), precision);
-    if (!o.shard.empty()) spec.apply_shard_string(o.shard);
-    if (!o.secondary.empty()) spec.secondary = o.secondary;
-    if (!o.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(o.weight_wire, "--weight-wire");
-    if (!o.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(o.grad_wire, "--grad-wire");
-    if (!o.step_grad_wire.empty()) spec.step_grad_wire = comm::parse_dtype(o.step_grad_wire, "--step-grad-wire");
-    if (o.block_opt->count() > 0) spec.block_size = o.block_size;
-    if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
-    if (o.bucket_opt->count() > 0) spec.bucket_bytes = bucket_bytes(o);
-    if (o.keep_weights_after_forward) spec.free_after_forward = false;
-    shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
-    out.push_back({overridden ? name + "*" : name, spec, mp});
+    const shard::ShardSpec spec =
+        shard::apply_options(plan::apply_precision(plan::strategy_spec(name, topology), precision), o.shard, topology);
+    out.push_back({o.shard.overrides_preset() ? name + "*" : name, spec, mp});
   }
   return out;
 }
@@ -541,29 +526,21 @@ void write_emitted(const PlanOptions& o, plan::EmitRequest request) {
                                e.strata.tokens_per_s / e.strata.world_size, e.framework.memory_verdict()));
 }
 
-void run_plan(const PlanOptions& o) {
-  if (o.model.empty())
-    throw Error("--model: required (a preset, custom with --shape FIELD=VALUE, or a Hugging Face config.json)");
-  if (o.topology.empty() == o.cluster.empty())
-    throw Error("--topology or --cluster: give one (a topology preset or TOML file of [[tiers]]; or "
-                "--cluster nodes=N,gpus=G,gpu=KIND,nics=COUNTxGBITS)");
-  const plan::ModelShape model = plan::ModelShape::from_name_and_fields(o.model, o.shape_fields);
-  if (o.topology == "host") comm::mpi_session();  // detecting the host needs MPI
-  const std::optional<plan::ClusterSpec> cluster =
-      o.cluster.empty() ? std::nullopt : std::optional(plan::ClusterSpec::parse(o.cluster));
-  topo::Topology topology = cluster ? cluster->topology() : topo::Topology::load(o.topology);
-  if (cluster && cluster->nodes > 0 && o.nodes_opt->count() && o.nodes != cluster->nodes)
-    throw Error(fmt::format("--nodes {}: --cluster says nodes={}", o.nodes, cluster->nodes));
-  const bool nodes_given = o.nodes_opt->count() > 0 || (cluster && cluster->nodes > 0);
-  const int nodes = o.nodes_opt->count() ? o.nodes : cluster ? cluster->nodes : 0;
-  const std::optional<plan::DeviceFacts> preset_device =
-      cluster ? std::optional(cluster->device()) : plan::device_for_topology(o.topology);
-  for (const auto& spec : o.tier_overrides) topology.apply_override(topo::parse_tier_override(spec));
-
+// What every mode prices over: the model, the cluster (its topology not yet resolved for a node
+// count), the device, the workload, what is left out and the calibration.
+struct PlanInputs {
+  plan::ModelShape model;
+  topo::Topology topology;
+  bool nodes_given = false;
+  int nodes = 0;
+  plan::DeviceFacts device;
+  plan::Workload workload;
+  std::vector<plan::LeaveOut> leave_out;
   std::optional<plan::Calibration> calibration;
-  if (!o.calibration.empty()) calibration = plan::Calibration::from_toml_file(o.calibration);
-  if (calibration) note_overrides_under_calibration(o.tier_overrides, *calibration);
+};
 
+plan::DeviceFacts read_device(const PlanOptions& o, const std::optional<plan::DeviceFacts>& preset_device,
+                              const topo::Topology& topology, const std::optional<plan::Calibration>& calibration) {
   plan::DeviceOverrides overrides;
   if (o.peak_opt->count()) overrides.peak_tflops = o.peak_tflops;
   if (o.memory_opt->count()) overrides.memory_gb = o.memory_gb;
@@ -584,7 +561,10 @@ void run_plan(const PlanOptions& o) {
     device.source += fmt::format("; compute efficiency {:g} from the calibration {}", device.compute_efficiency,
                                  o.calibration);
   }
+  return device;
+}
 
+plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model) {
   plan::Workload workload;
   workload.micro_batch = o.micro_batch;
   workload.seq = o.seq_opt->count() ? o.seq : model.seq;
@@ -598,49 +578,56 @@ void run_plan(const PlanOptions& o) {
   workload.collectives = shard::parse_collectives(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
   workload.validate(model);
-  if (calibration && !o.efficiency_opt->count())
-    plan::check_gemm_calibration(*calibration, device, workload.precision, "--calibration " + o.calibration);
+  return workload;
+}
+
+PlanInputs read_inputs(const PlanOptions& o) {
+  if (o.model.empty())
+    throw Error("--model: required (a preset, custom with --shape FIELD=VALUE, or a Hugging Face config.json)");
+  if (o.topology.empty() == o.cluster.empty())
+    throw Error("--topology or --cluster: give one (a topology preset or TOML file of [[tiers]]; or "
+                "--cluster nodes=N,gpus=G,gpu=KIND,nics=COUNTxGBITS)");
+  PlanInputs in;
+  in.model = plan::ModelShape::from_name_and_fields(o.model, o.shape_fields);
+  if (o.topology == "host") comm::mpi_session();  // detecting the host needs MPI
+  const std::optional<plan::ClusterSpec> cluster =
+      o.cluster.empty() ? std::nullopt : std::optional(plan::ClusterSpec::parse(o.cluster));
+  in.topology = cluster ? cluster->topology() : topo::Topology::load(o.topology);
+  if (cluster && cluster->nodes > 0 && o.nodes_opt->count() && o.nodes != cluster->nodes)
+    throw Error(fmt::format("--nodes {}: --cluster says nodes={}", o.nodes, cluster->nodes));
+  in.nodes_given = o.nodes_opt->count() > 0 || (cluster && cluster->nodes > 0);
+  in.nodes = o.nodes_opt->count() ? o.nodes : cluster ? cluster->nodes : 0;
+  const std::optional<plan::DeviceFacts> preset_device =
+      cluster ? std::optional(cluster->device()) : plan::device_for_topology(o.topology);
+  for (const auto& spec : o.tier_overrides) in.topology.apply_override(topo::parse_tier_override(spec));
+
+  if (!o.calibration.empty()) in.calibration = plan::Calibration::from_toml_file(o.calibration);
+  if (in.calibration) note_overrides_under_calibration(o.tier_overrides, *in.calibration);
+  in.device = read_device(o, preset_device, in.topology, in.calibration);
+  in.workload = read_workload(o, in.model);
+  if (in.calibration && !o.efficiency_opt->count())
+    plan::check_gemm_calibration(*in.calibration, in.device, in.workload.precision, "--calibration " + o.calibration);
   if (o.top <= 0) throw Error(fmt::format("--top {}: must be positive", o.top));
+  for (const auto& l : o.leave_out) in.leave_out.push_back(plan::parse_leave_out(l, in.topology));
+  return in;
+}
 
-  std::vector<plan::LeaveOut> leave_out;
-  for (const auto& l : o.leave_out) leave_out.push_back(plan::parse_leave_out(l, topology));
-  const std::string outer = topology.tiers().back().name;
-
+// The modes' exclusions, refused before anything is priced: --sweep-nodes, --search,
+// --print-schedule and --compare-summary each take the flags that make sense for it.
+void check_modes(const PlanOptions& o, const PlanInputs& in) {
   if (!o.emit.empty()) {
     plan::parse_framework(o.emit.at(0));  // refuse an unknown framework before pricing anything
     if (!o.sweep_nodes.empty() || o.print_schedule)
       throw Error("--emit: writes one plan: not with --sweep-nodes or --print-schedule");
   }
   if (!o.sweep_nodes.empty()) {
-    if (nodes_given)
+    if (in.nodes_given)
       throw Error("--nodes (or --cluster nodes=): not with --sweep-nodes (the sweep sets the node count)");
     if (o.search) throw Error("--search: not with --sweep-nodes");
     if (!o.compare_summary.empty()) throw Error("--compare-summary: not with --sweep-nodes");
-    const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
-    topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
-    topo::Topology first = topology;
-    first.resolve(first.world_size_for_nodes(nodes.front()));
-    const auto strategies = chosen_strategies(o, first, workload.precision);
-    const auto series = plan::sweep(model, topology, device, workload, leave_out, strategies, nodes, calibration);
-    const std::string title = sweep_title(o, model.name, topology.name(), workload);
-    if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
-    const plan::PlanContext context(model, first, device, workload, leave_out, calibration);
-    if (o.json) {
-      fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
-                                        {"topology", first.to_json()},
-                                        {"assumptions", context.assumptions()},
-                                        {"outer_tier", outer},
-                                        {"sweep", plan::sweep_json(series, outer)}}
-                             .dump(2));
-    } else {
-      print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
-      print_sweep(series, outer);
-      if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
-    }
-    std::fflush(stdout);
     return;
   }
-  if (o.print_schedule && (!o.sweep_nodes.empty() || o.search || !o.compare_summary.empty()))
+  if (o.print_schedule && (o.search || !o.compare_summary.empty()))
     throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
@@ -649,98 +636,130 @@ void run_plan(const PlanOptions& o) {
     throw Error(fmt::format("{}: a pipeline's sends are priced beside the stages' schedules, not in one (the "
                             "runtime runs no pipeline); leave out --pp and +ppN",
                             o.print_schedule ? "--print-schedule" : "--compare-summary"));
-  if (!nodes_given) throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
-  topology.resolve(topology.world_size_for_nodes(nodes));
-  const plan::PlanContext context(model, topology, device, workload, leave_out, calibration);
+  if (!in.nodes_given)
+    throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
+  const parallel::ShardOptions& s = o.shard;
+  if (o.search && (!s.shard.empty() || !s.secondary.empty() || !s.weight_wire.empty() || !s.grad_wire.empty() ||
+                   !s.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty()))
+    throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
+                "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
+}
 
-  if (o.search) {
-    if (!o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() || !o.grad_wire.empty() ||
-        !o.step_grad_wire.empty() || o.strategy != "all" || !o.compare_summary.empty())
-      throw Error("--search: varies tiers and wires itself; give none of --strategy, --shard, --secondary, "
-                  "--weight-wire, --grad-wire, --step-grad-wire, --compare-summary with it");
-    plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, o.tp_tier,
-                                o.pp_tier};
-    if (o.block_opt->count()) request.space.block_size = o.block_size;
-    if (o.prefetch_opt->count()) request.space.prefetch = o.prefetch;
-    if (o.bucket_opt->count()) request.space.bucket_bytes = bucket_bytes(o);
-    if (o.tp_opt->count()) request.tp = o.tp;
-    if (o.pp_opt->count()) request.pp = o.pp;
-    const plan::SearchResult result = plan::run_search(request);
-    // Nothing fits: try the changes a user would make, in order, until one does.
-    const std::vector<plan::FitChange> changes =
-        result.fitting.empty() ? plan::changes_until_it_fits(request) : std::vector<plan::FitChange>{};
-    if (o.json) {
-      fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
-                                        {"topology", topology.to_json()},
-                                        {"assumptions", context.assumptions()},
-                                        {"model_parallel_assumptions", plan::model_parallel_assumptions()},
-                                        {"search", plan::search_json(result, o.top)},
-                                        {"recommendation", plan::recommendation_json(request, result, changes)}}
-                             .dump(2));
-    } else {
-      print_search(context, result, o.top, plan::recommendation_text(request, result, changes));
-    }
-    std::fflush(stdout);
-    if (!o.emit.empty() && !result.fitting.empty()) {
-      const plan::Estimate& best = result.fitting.front();
-      plan::Workload same_batch = workload;  // the search's: every split at the same global batch
-      same_batch.batch_per_device = true;
-      write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, same_batch, leave_out, calibration,
-                        {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, o.tp_tier, o.pp_tier}}});
-    }
-    if (result.fitting.empty())
-      throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", device.memory_gb,
-                              !changes.empty() && changes.back().fits
-                                  ? fmt::format("; the smallest change that fits: {}", fmt::join(changes.back().flags, " "))
-                                  : std::string()));
-    return;
+nlohmann::json plan_json(const PlanInputs& in, const topo::Topology& topology, const plan::PlanContext& context) {
+  return {{"model", in.model.to_json()}, {"topology", topology.to_json()}, {"assumptions", context.assumptions()}};
+}
+
+// --sweep-nodes: the chosen strategies at each node count.
+void run_sweep(const PlanOptions& o, const PlanInputs& in) {
+  const std::string outer = in.topology.tiers().back().name;
+  const std::vector<int> nodes = plan::parse_node_list(o.sweep_nodes);
+  in.topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
+  topo::Topology first = in.topology;
+  first.resolve(first.world_size_for_nodes(nodes.front()));
+  const auto strategies = chosen_strategies(o, first, in.workload.precision);
+  const auto series =
+      plan::sweep(in.model, in.topology, in.device, in.workload, in.leave_out, strategies, nodes, in.calibration);
+  const std::string title = sweep_title(o, in.model.name, in.topology.name(), in.workload);
+  if (!o.svg.empty()) atomic_write_file(o.svg, plan::sweep_svg(series, title, outer));
+  const plan::PlanContext context(in.model, first, in.device, in.workload, in.leave_out, in.calibration);
+  if (o.json) {
+    nlohmann::json doc = plan_json(in, first, context);
+    doc["outer_tier"] = outer;
+    doc["sweep"] = plan::sweep_json(series, outer);
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
+    print_sweep(series, outer);
+    if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
   }
+}
 
-  if (o.print_schedule) {
-    // The very schedules the estimates price (TP ops included).
-    nlohmann::json schedules = nlohmann::json::object();
-    for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision)) {
-      const shard::Schedule schedule =
-          plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).stage(0).schedule(
-              s.spec);
-      const std::string name = plan::variant_name(s.name, s.mp);
-      if (o.json) schedules[name] = schedule.to_json();
-      else fmt::print("{}\n", schedule.table());
-    }
-    if (o.json) fmt::print("{}\n", nlohmann::json{{"model", model.to_json()}, {"schedules", schedules}}.dump(2));
-    std::fflush(stdout);
-    return;
+// --search: every valid (tp, pp, spec), ranked; --emit writes the best.
+void run_search(const PlanOptions& o, const PlanInputs& in, const topo::Topology& topology,
+                const plan::PlanContext& context) {
+  const parallel::ShardOptions& s = o.shard;
+  plan::SearchRequest request{in.model, topology, in.device, in.workload, in.leave_out, in.calibration, {}, {}, {},
+                              s.tp_tier, o.pp_tier};
+  if (s.block_size != 0) request.space.block_size = s.block_size;
+  if (s.prefetch >= 0) request.space.prefetch = s.prefetch;
+  if (s.bucket_bytes >= 0) request.space.bucket_bytes = static_cast<std::uint64_t>(s.bucket_bytes);
+  if (o.tp_given) request.tp = s.tp;
+  if (o.pp_opt->count()) request.pp = o.pp;
+  const plan::SearchResult result = plan::run_search(request);
+  // Nothing fits: try the changes a user would make, in order, until one does.
+  const std::vector<plan::FitChange> changes =
+      result.fitting.empty() ? plan::changes_until_it_fits(request) : std::vector<plan::FitChange>{};
+  if (o.json) {
+    nlohmann::json doc = plan_json(in, topology, context);
+    doc["model_parallel_assumptions"] = plan::model_parallel_assumptions();
+    doc["search"] = plan::search_json(result, o.top);
+    doc["recommendation"] = plan::recommendation_json(request, result, changes);
+    fmt::print("{}\n", doc.dump(2));
+  } else {
+    print_search(context, result, o.top, plan::recommendation_text(request, result, changes));
   }
+  std::fflush(stdout);
+  if (!o.emit.empty() && !result.fitting.empty()) {
+    const plan::Estimate& best = result.fitting.front();
+    plan::Workload same_batch = in.workload;  // the search's: every split at the same global batch
+    same_batch.batch_per_device = true;
+    write_emitted(o, {plan::Framework::DeepSpeed, in.model, topology, in.device, same_batch, in.leave_out,
+                      in.calibration,
+                      {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, s.tp_tier, o.pp_tier}}});
+  }
+  if (result.fitting.empty())
+    throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", in.device.memory_gb,
+                            !changes.empty() && changes.back().fits
+                                ? fmt::format("; the smallest change that fits: {}", fmt::join(changes.back().flags, " "))
+                                : std::string()));
+}
 
+// --print-schedule: the very schedules the estimates price (TP ops included).
+void run_print_schedule(const PlanOptions& o, const PlanInputs& in, const topo::Topology& topology,
+                        const std::vector<plan::NamedSpec>& chosen) {
+  nlohmann::json schedules = nlohmann::json::object();
+  for (const plan::NamedSpec& s : chosen) {
+    const shard::Schedule schedule =
+        plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
+            .stage(0)
+            .schedule(s.spec);
+    if (o.json) schedules[plan::variant_name(s.name, s.mp)] = schedule.to_json();
+    else fmt::print("{}\n", schedule.table());
+  }
+  if (o.json) fmt::print("{}\n", nlohmann::json{{"model", in.model.to_json()}, {"schedules", schedules}}.dump(2));
+}
+
+// The default mode: each chosen strategy's estimate; --emit writes the one, --compare-summary
+// checks it against a run.
+void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topology& topology,
+                   const plan::PlanContext& context, const std::vector<plan::NamedSpec>& chosen) {
   if (!o.emit.empty()) {
-    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
     if (chosen.size() != 1 || !o.compare_summary.empty())
       throw Error("--emit: writes one plan: give one --strategy (or --search for the best)");
-    write_emitted(o, {plan::Framework::DeepSpeed, model, topology, device, workload, leave_out, calibration,
-                      chosen.front()});
+    write_emitted(o, {plan::Framework::DeepSpeed, in.model, topology, in.device, in.workload, in.leave_out,
+                      in.calibration, chosen.front()});
   }
   std::vector<plan::Estimate> estimates;
-  for (const plan::NamedSpec& s : chosen_strategies(o, topology, workload.precision))
+  for (const plan::NamedSpec& s : chosen)
     estimates.push_back(
-        plan::ModelParallelPlan(model, topology, device, workload, s.mp, leave_out, calibration).estimate(s.name, s.spec));
-  if (!o.compare_summary.empty() && workload.collectives != shard::Collectives::Hierarchical)
+        plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
+            .estimate(s.name, s.spec));
+  if (!o.compare_summary.empty() && in.workload.collectives != shard::Collectives::Hierarchical)
     throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives flat-ring");
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");
   if (o.json) {
     nlohmann::json strategies = nlohmann::json::object();
     for (const plan::Estimate& e : estimates) strategies[e.strategy] = e.to_json();
-    fmt::print("{}\n", nlohmann::json{{"model", model.to_json()},
-                                      {"topology", topology.to_json()},
-                                      {"assumptions", context.assumptions()},
-                                      {"model_parallel_assumptions", plan::model_parallel_assumptions()},
-                                      {"strategies", strategies}}
-                           .dump(2));
+    nlohmann::json doc = plan_json(in, topology, context);
+    doc["model_parallel_assumptions"] = plan::model_parallel_assumptions();
+    doc["strategies"] = strategies;
+    fmt::print("{}\n", doc.dump(2));
   } else {
     print_estimates(context, estimates);
     // A strategy that does not fit: the smallest change that makes it fit.
-    const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, workload.precision);
-    const plan::SearchRequest request{model, topology, device, workload, leave_out, calibration, {}, {}, {}, "", ""};
+    const plan::SearchRequest request{in.model, topology, in.device, in.workload, in.leave_out, in.calibration,
+                                      {}, {}, {}, "", ""};
     for (std::size_t i = 0; i < estimates.size(); ++i)
       if (!estimates[i].fits)
         fmt::print("  {} {}: {}\n", kDoesNotFit, estimates[i].strategy,
@@ -749,9 +768,26 @@ void run_plan(const PlanOptions& o) {
   std::fflush(stdout);
   if (!o.compare_summary.empty())
     compare_summary(o.compare_summary, estimates.front(),
-                    plan::model_parallel_dims(topology, chosen_strategies(o, topology, workload.precision).front().mp)
-                        .data_parallel_topology(topology),
-                    workload.precision);
+                    plan::model_parallel_dims(topology, chosen.front().mp).data_parallel_topology(topology),
+                    in.workload.precision);
+}
+
+void run_plan(const PlanOptions& o) {
+  const PlanInputs in = read_inputs(o);
+  check_modes(o, in);
+  if (!o.sweep_nodes.empty()) {
+    run_sweep(o, in);
+    std::fflush(stdout);
+    return;
+  }
+  topo::Topology topology = in.topology;
+  topology.resolve(topology.world_size_for_nodes(in.nodes));
+  const plan::PlanContext context(in.model, topology, in.device, in.workload, in.leave_out, in.calibration);
+  if (o.search) return run_search(o, in, topology, context);
+  const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, in.workload.precision);
+  if (o.print_schedule) run_print_schedule(o, in, topology, chosen);
+  else run_estimates(o, in, topology, context, chosen);
+  std::fflush(stdout);
 }
 
 const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
@@ -776,20 +812,11 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--tier", o->tier_overrides, "override a tier field: NAME.FIELD=VALUE (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--strategy", o->strategy, "a strategy, a comma list, or all (presets and topo-paper)")
+  cmd->add_option("--strategy", o->strategy,
+                  "a strategy, a comma list, or all (presets and topo-paper); NAME+tpN+ppM: with N-way tensor and "
+                  "M-stage pipeline parallelism")
       ->capture_default_str();
-  cmd->add_option("--shard", o->shard, "W=TIER,G=TIER,OS=TIER,S=TIER over the strategy");
-  cmd->add_option("--secondary", o->secondary, "tier of the secondary weight copy (hpZ)");
-  cmd->add_option("--weight-wire", o->weight_wire, "fp32, bf16, fp16 or int8");
-  cmd->add_option("--grad-wire", o->grad_wire, "fp32, bf16, int8 or int4 (per micro-batch reduction)");
-  cmd->add_option("--step-grad-wire", o->step_grad_wire, "fp32, bf16, int8 or int4 (once-a-step reduction)");
-  o->block_opt = cmd->add_option("--block-size", o->block_size, "elements per quantization scale");
-  o->prefetch_opt = cmd->add_option("--prefetch", o->prefetch, "units gathered ahead of the one computing");
-  o->bucket_opt = cmd->add_option("--bucket-bytes", o->bucket_bytes,
-                                  "replicated gradients (ddp, zero1): reduced in buckets of at most this many bytes "
-                                  "during the step's last backward; 0: after backward (default: 25 MiB)");
-  cmd->add_flag("--keep-weights-after-forward", o->keep_weights_after_forward,
-                "keep gathered weights from forward to backward (no backward gather; more gathered memory)");
+  add_spec_flags(cmd, o->spec_flags);
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();
   o->seq_opt = cmd->add_option("--seq", o->seq, "tokens a sequence (default: the model's)");
   cmd->add_option("--accum", o->accum, "micro-batches per optimizer step")->capture_default_str();
@@ -824,13 +851,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  o->tp_opt = cmd->add_option("--tp", o->tp,
-                              "tensor-parallel degree over --tp-tier (Megatron splits; dividing that tier's size); "
-                              "or a +tpN suffix on a --strategy name");
   o->pp_opt = cmd->add_option("--pp", o->pp,
                               "pipeline stages (1F1B) across --pp-tier, the micro-batches being --accum; or a +ppN "
                               "suffix on a --strategy name");
-  cmd->add_option("--tp-tier", o->tp_tier, "tier the tensor-parallel group lies in (default: the innermost)");
   cmd->add_option("--pp-tier", o->pp_tier, "tier the pipeline stages cross (default: the outermost)");
   o->tdp_opt = cmd->add_option("--tdp-watts", o->tdp_watts, "board power (TDP) a device, W, for J/token");
   o->idle_opt = cmd->add_option("--idle-watts", o->idle_watts, "idle power a device, W (default: a tenth of TDP)");
@@ -854,7 +877,13 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "fsdp2 (Python), torchtitan (job TOML) or megatron (arguments); where the framework cannot run the "
                   "plan the file says so and holds the nearest it runs, priced (docs/planner.md)")
       ->expected(2);
-  cmd->callback([o] { run_plan(*o); });
+  cmd->callback([o] {
+    const train::Settings given = o->spec_flags.given();
+    o->shard = train::build_shard_options(given);
+    o->shard.keep_weights_after_forward = o->spec_flags.keep_weights_after_forward;
+    o->tp_given = given.contains("shard.tp");
+    run_plan(*o);
+  });
 });
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "base/error.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/setting_flags.hpp"
 #include "comm/agree.hpp"
 #include "comm/flight.hpp"
 #include "comm/mpi_session.hpp"
@@ -37,19 +38,9 @@
 namespace strata::cli {
 namespace {
 
-// One command-line flag per config setting, so both spell the same things.
-struct SettingFlag {
-  const train::SettingInfo* info;
-  CLI::Option* option = nullptr;
-  std::int64_t int_value = 0;
-  double float_value = 0;
-  std::string string_value;
-};
-
 struct TrainArgs {
   std::string config_path;
   bool emulate_links = false;
-  bool keep_weights = false;
   bool print_schedule = false;
   bool schedule_json = false;  // --json: --print-schedule as one JSON document
   int preview_world_size = 0;  // --world-size: lay the schedule out for that many ranks from one process
@@ -58,53 +49,14 @@ struct TrainArgs {
   std::string resume;
   bool overwrite = false;
   std::int64_t stop_after = 0;
-  std::vector<std::unique_ptr<SettingFlag>> flags;
+  SettingFlags settings;
 };
 
 train::Settings collect_settings(const TrainArgs& args) {
   train::Settings settings;
   if (!args.config_path.empty()) settings = train::read_config_file(args.config_path);
-  for (auto& f : args.flags) {
-    if (f->option->count() == 0) continue;
-    switch (f->info->kind) {
-      case train::SettingKind::Int: settings[f->info->key] = f->int_value; break;
-      case train::SettingKind::Float: settings[f->info->key] = f->float_value; break;
-      case train::SettingKind::String: settings[f->info->key] = f->string_value; break;
-    }
-  }
+  for (auto& [key, value] : args.settings.given()) settings[key] = value;
   return settings;
-}
-
-// " [default: 4]" for a key: what a run uses when neither flag nor config file gives it, read
-// from the code that decides it (a default TrainConfig, the model presets, the shard presets),
-// so help and code cannot disagree. Empty for settings without one (the training data).
-std::string default_note(const std::string& key) {
-  static const nlohmann::json defaults = train::TrainConfig{}.to_json();
-  const auto dot = key.find('.');
-  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
-  if (section == "model" && name != "preset") {
-    std::vector<std::string> per_preset;
-    for (const std::string& preset : model::GPTConfig::preset_names()) {
-      const nlohmann::json v = model::GPTConfig::preset(preset).to_json()[name];
-      per_preset.push_back(fmt::format("{} {}", preset, v.is_string() ? v.get<std::string>() : v.dump()));
-    }
-    return fmt::format(" [default: the --model preset's: {}]", fmt::join(per_preset, ", "));
-  }
-  // Defaults that follow other settings: the rule, as build_config and the engine apply it.
-  if (key == "optim.min_lr") return " [default: optim.lr / 10]";
-  if (key == "train.seq") return " [default: model.seq_len]";
-  if (key == "train.threads") return " [default: OMP_NUM_THREADS or all cores; under mpirun without OMP_NUM_THREADS, cores / local ranks]";
-  if (key == "shard.strategy") return " [default: none (one process); under mpirun, ddp]";
-  if (key == "shard.shard" || key == "shard.secondary" || key.ends_with("_wire")) return " [default: the strategy's]";
-  // The shard options keep 'unset' apart from a value; every preset takes ShardSpec's own.
-  if (key == "shard.block_size") return fmt::format(" [default: {}]", shard::ShardSpec{}.block_size);
-  if (key == "shard.prefetch") return fmt::format(" [default: {}]", shard::ShardSpec{}.prefetch);
-  if (key == "shard.bucket_bytes") return fmt::format(" [default: {}]", shard::ShardSpec{}.bucket_bytes);
-  const nlohmann::json& group = section == "model" ? defaults["model"] : defaults[section];
-  if (!group.contains(name)) return "";
-  const nlohmann::json& v = group[name];
-  if (v.is_string()) return v.get<std::string>().empty() ? "" : fmt::format(" [default: {}]", v.get<std::string>());
-  return fmt::format(" [default: {}]", v.dump());
 }
 
 // Ranks of this job on this machine, as mpirun tells its processes (1 outside mpirun).
@@ -200,7 +152,7 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   config.overwrite = args.overwrite;
   config.stop_after = args.stop_after;
   config.shard.emulate_links = args.emulate_links;
-  config.shard.keep_weights_after_forward = args.keep_weights;
+  config.shard.keep_weights_after_forward = args.settings.keep_weights_after_forward;
   config.shard.tier_overrides = args.tier_overrides;
   if (config.shard.strategy.empty() && launched_ranks > 1) config.shard.strategy = "ddp";
   if (!config.shard.sharded() && (args.emulate_links || args.print_schedule || !args.tier_overrides.empty()))
@@ -412,25 +364,14 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "Train a GPT on token files (flags override --config values)");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
   cmd->add_option("--config", args->config_path, "TOML config file: [model], [data], [optim], [train] sections");
-  for (const train::SettingInfo& info : train::setting_infos()) {
-    auto f = std::make_unique<SettingFlag>();
-    f->info = &info;
-    const std::string help = fmt::format("{} ({}){}", info.help, info.key, default_note(info.key));
-    switch (info.kind) {
-      case train::SettingKind::Int: f->option = cmd->add_option(info.flag, f->int_value, help); break;
-      case train::SettingKind::Float: f->option = cmd->add_option(info.flag, f->float_value, help); break;
-      case train::SettingKind::String: f->option = cmd->add_option(info.flag, f->string_value, help); break;
-    }
-    args->flags.push_back(std::move(f));
-  }
+  for (const train::SettingInfo& info : train::setting_infos()) add_setting_flag(cmd, info, args->settings);
   cmd->add_option("--resume", args->resume,
                   "continue from a checkpoint folder, or from the newest intact checkpoint of an output folder "
                   "('latest': of --out)");
   cmd->add_flag("--overwrite", args->overwrite, "replace the results of an earlier run in --out");
   cmd->add_flag("--emulate-links", args->emulate_links,
                 "hold every message back to the time the topology's bandwidth and latency give its tier");
-  cmd->add_flag("--keep-weights-after-forward", args->keep_weights,
-                "keep gathered weights from forward to backward instead of gathering them again");
+  add_keep_weights_flag(cmd, args->settings);
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
   cmd->add_flag("--json", args->schedule_json,

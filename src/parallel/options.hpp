@@ -25,6 +25,16 @@ struct ShardOptions {
   double emulate_scale = 1.0;
 
   bool sharded() const { return !strategy.empty(); }
+  // Given a traffic of its own (tiers, secondary copy, wires, block size): the preset is no
+  // longer what runs.
+  bool changes_traffic() const {
+    return !shard.empty() || !secondary.empty() || !weight_wire.empty() || !grad_wire.empty() ||
+           !step_grad_wire.empty() || block_size != 0;
+  }
+  // Anything of the preset's changed, its program (prefetch, buckets, kept weights) included.
+  bool overrides_preset() const {
+    return changes_traffic() || prefetch >= 0 || bucket_bytes >= 0 || keep_weights_after_forward;
+  }
 };
 
 }  // namespace strata::parallel

@@ -32,28 +32,27 @@ int fewest_ranks(const parallel::ShardOptions& options) {
   return t.ranks_per_outer_domain() * std::max(1, t.tier(t.outermost()).size);  // size 0: not given
 }
 
-ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology) {
-  ShardSpec spec = ShardSpec::preset_for(options.strategy, topology);
-  const std::string preset = spec.preset;
-  bool changed = false;
-  if (!options.shard.empty()) {
-    spec.apply_shard_string(options.shard);
-    changed = true;
-  }
-  if (!options.secondary.empty()) spec.secondary = options.secondary, changed = true;
-  if (!options.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(options.weight_wire, "shard.weight_wire"), changed = true;
-  if (!options.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(options.grad_wire, "shard.grad_wire"), changed = true;
+ShardSpec apply_options(ShardSpec spec, const parallel::ShardOptions& options, const topo::Topology& topology) {
+  if (!options.shard.empty()) spec.apply_shard_string(options.shard);
+  if (!options.secondary.empty()) spec.secondary = options.secondary;
+  if (!options.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(options.weight_wire, "shard.weight_wire");
+  if (!options.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(options.grad_wire, "shard.grad_wire");
   if (!options.step_grad_wire.empty())
-    spec.step_grad_wire = comm::parse_dtype(options.step_grad_wire, "shard.step_grad_wire"), changed = true;
-  if (options.block_size != 0) spec.block_size = options.block_size, changed = true;
+    spec.step_grad_wire = comm::parse_dtype(options.step_grad_wire, "shard.step_grad_wire");
+  if (options.block_size != 0) spec.block_size = options.block_size;
   if (options.prefetch >= 0) spec.prefetch = options.prefetch;
   if (options.prefetch < -1) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", options.prefetch));
   if (options.keep_weights_after_forward) spec.free_after_forward = false;
   if (options.bucket_bytes >= 0) spec.bucket_bytes = static_cast<std::uint64_t>(options.bucket_bytes);
-  // A preset with its traffic changed is named after both, so tables never mislabel it.
-  spec.preset = changed ? preset + "+custom" : preset;
-  resolve(spec, topology);  // every rule checked before anything is allocated
+  resolve(spec, topology);  // every rule checked before anything is allocated or priced
   return spec;
+}
+
+ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology) {
+  ShardSpec spec = ShardSpec::preset_for(options.strategy, topology);
+  // A preset with its traffic changed is named after both, so tables never mislabel it.
+  if (options.changes_traffic()) spec.preset += "+custom";
+  return apply_options(std::move(spec), options, topology);
 }
 
 parallel::ParallelDims build_dims(const parallel::ShardOptions& options, const topo::Topology& topology) {

@@ -33,7 +33,11 @@ topo::Topology resolve_topology(const parallel::ShardOptions& options, int world
 // The fewest ranks the options' topology takes: one domain of the tier inside the outermost,
 // times the outermost tier's size where it is given. Not for "host" (measured under mpirun).
 int fewest_ranks(const parallel::ShardOptions& options);
-// `topology`: what the sharding runs over (the data-parallel topology under --tp).
+// `spec` (a strategy's preset) with the options' overrides, resolved against `topology` (what
+// the sharding runs over: the data-parallel topology under --tp). The one resolution of
+// options to a spec: `strata train` (build_spec) and `strata plan` (its strategies) both run it.
+ShardSpec apply_options(ShardSpec spec, const parallel::ShardOptions& options, const topo::Topology& topology);
+// The run's spec: the strategy's preset, named preset+custom when the options change its traffic.
 ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology& topology);
 // The run's data- and tensor-parallel dims (--tp over --tp-tier, the innermost tier by
 // default); Error names the flag.

@@ -13,6 +13,7 @@
 #include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
+#include "comm/dtype.hpp"
 #include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"
 
@@ -76,6 +77,13 @@ std::string as_string(const std::string& key, const SettingValue& v) {
     throw Error(fmt::format("{}: not UTF-8 text", key));
   }
   return *s;
+}
+
+// A wire format, refused here when unknown so that an error names what the user gave.
+std::string wire(const std::string& key, const SettingValue& v) {
+  std::string s = as_string(key, v);
+  comm::parse_dtype(s, key);
+  return s;
 }
 
 const std::vector<Entry>& entries() {
@@ -150,8 +158,9 @@ const std::vector<Entry>& entries() {
         "steps in a row with a non-finite loss or gradient norm (skipped) that stop the run"},
        [](TrainConfig& c, auto& k, auto& v) { c.max_skipped_steps = positive_int(k, v); }},
       {{"train.recompute", "--recompute", K::String,
-        "none (keep activations for backward) or full (keep each block's input, recompute the block in "
-        "backward: the same numbers for about one more forward)"},
+        "none (keep activations for backward) or full (also a bare --recompute: keep each block's input, "
+        "recompute the block in backward: the same numbers for about one more forward)",
+        "full"},
        [](TrainConfig& c, auto& k, auto& v) { c.recompute = as_string(k, v); }},
       {{"train.loss_scale", "--loss-scale", K::String,
         "auto (dynamic when gradients cross an fp16 wire), dynamic, or off"},
@@ -188,12 +197,12 @@ const std::vector<Entry>& entries() {
       {{"shard.secondary", "--secondary", K::String, "tier of the secondary weight copy for backward (hpZ), or none"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.secondary = as_string(k, v); }},
       {{"shard.weight_wire", "--weight-wire", K::String, "weight gathers: fp32, bf16, fp16, int8"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.weight_wire = as_string(k, v); }},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.weight_wire = wire(k, v); }},
       {{"shard.grad_wire", "--grad-wire", K::String, "per-micro-batch gradient reduction: fp32, bf16, fp16 (the loss is then scaled), int8, int4"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.grad_wire = as_string(k, v); }},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.grad_wire = wire(k, v); }},
       {{"shard.step_grad_wire", "--step-grad-wire", K::String,
         "once-per-step gradient reduction across the wider tiers: fp32, bf16, fp16, int8, int4"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.step_grad_wire = as_string(k, v); }},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.step_grad_wire = wire(k, v); }},
       {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
       {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing"},
@@ -230,6 +239,22 @@ const std::vector<SettingInfo>& setting_infos() {
     return v;
   }();
   return infos;
+}
+
+bool shapes_spec(const SettingInfo& info) {
+  const std::string_view key = info.key;
+  return key.starts_with("shard.") && key != "shard.strategy" && key != "shard.topology" &&
+         key != "shard.emulate_scale";
+}
+
+parallel::ShardOptions build_shard_options(const Settings& settings) {
+  TrainConfig c;
+  for (auto& [key, value] : settings) {
+    const Entry* e = find_entry(key);
+    if (!e || !key.starts_with("shard.")) throw Error(fmt::format("{}: not a shard setting", key));
+    e->apply(c, e->info.flag, value);
+  }
+  return c.shard;
 }
 
 Settings parse_config_toml(std::string_view text, std::string_view origin) {

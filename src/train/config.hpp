@@ -79,8 +79,16 @@ struct SettingInfo {
   const char* flag;  // "--name"
   SettingKind kind;
   const char* help;
+  const char* bare = nullptr;  // what the flag given without a value means; nullptr: it takes one
 };
 const std::vector<SettingInfo>& setting_infos();
+// The settings that shape a sharded run's spec beyond its strategy and topology (shard.*, less
+// those): `strata plan` prices them and takes the same flags (cli/setting_flags.hpp).
+bool shapes_spec(const SettingInfo& info);
+
+// The shard options that shard.* settings give, each read by the table's own rule; errors name
+// a setting by its flag (a command without a config file: strata plan).
+parallel::ShardOptions build_shard_options(const Settings& settings);
 
 // Parses a TOML config file; refuses unknown sections and keys and wrong types, naming the
 // file and key ("run.toml: train.lerning_rate: unknown key").

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -76,6 +77,10 @@ bool FaultPlan::fires(FaultAction action, std::int64_t step, int rank) const {
     if (f.action == action && step >= f.first_step && step <= f.last_step && (f.rank < 0 || f.rank == rank))
       return true;
   return false;
+}
+
+float FaultPlan::gradient_scale(std::int64_t step, int rank, float scale) const {
+  return fires(FaultAction::NanGrad, step, rank) ? std::numeric_limits<float>::quiet_NaN() : scale;
 }
 
 void FaultPlan::at_step_start(std::int64_t step, int rank) const {

@@ -21,6 +21,16 @@
 
 namespace strata::train {
 
+// What the trainer calls at each step of its loop (Trainer::set_step_hook): before the step,
+// and for the scale the step's gradients are taken at. The default is the environment's
+// FaultPlan; with no faults both are no-ops.
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  virtual void before_step(std::int64_t step, int rank) const = 0;
+  virtual float gradient_scale(std::int64_t step, int rank, float scale) const = 0;
+};
+
 enum class FaultAction { Kill, Term, Int, Stop, NanGrad, KillInSave };
 
 struct Fault {
@@ -29,7 +39,7 @@ struct Fault {
   int rank = -1;  // -1: every rank
 };
 
-class FaultPlan {
+class FaultPlan : public StepHook {
  public:
   // Parses the STRATA_FAULT syntax; throws Error naming the variable and the bad entry.
   static FaultPlan parse(std::string_view text);
@@ -39,6 +49,10 @@ class FaultPlan {
   // Raises the signal of a kill, term or stop fault due at this step on this rank.
   void at_step_start(std::int64_t step, int rank) const;
   bool empty() const { return faults_.empty(); }
+
+  void before_step(std::int64_t step, int rank) const override { at_step_start(step, rank); }
+  // NaN on a nan_grad fault's steps and ranks: the step's gradients become NaN.
+  float gradient_scale(std::int64_t step, int rank, float scale) const override;
 
  private:
   std::vector<Fault> faults_;

@@ -279,14 +279,13 @@ TrainResult Trainer::run() {
   std::optional<double> last_val;
   fs::path last_checkpoint;
   std::int64_t skipped_in_a_row = 0;
-  const FaultPlan& faults = FaultPlan::from_environment();
+  const StepHook& hook = step_hook_ ? *step_hook_ : FaultPlan::from_environment();
   const auto t_loop = Clock::now();
   for (std::int64_t step = start_step_ + 1; step <= last; ++step) {
-    faults.at_step_start(step, engine_.rank());
+    hook.before_step(step, engine_.rank());
     const auto t0 = Clock::now();
     const double loss_scale = scaler_.scale();
-    float scale = grad_scale * static_cast<float>(loss_scale);
-    if (faults.fires(FaultAction::NanGrad, step, engine_.rank())) scale = std::numeric_limits<float>::quiet_NaN();
+    const float scale = hook.gradient_scale(step, engine_.rank(), grad_scale * static_cast<float>(loss_scale));
     double loss_sum = 0;
     for (int micro = 0; micro < config_.grad_accum; ++micro) {
       train_loader_.next(tokens.data(), targets.data());

@@ -36,6 +36,7 @@
 #include "optim/loss_scaler.hpp"
 #include "train/config.hpp"
 #include "train/engine.hpp"
+#include "train/faults.hpp"
 
 namespace strata::train {
 
@@ -69,6 +70,8 @@ class Trainer {
   // Polled once per step on every rank; true on any rank stops the run after that step
   // (with a checkpoint). The default reads PreemptionHandler::requested().
   void set_stop_request(std::function<bool()> poll) { stop_request_ = std::move(poll); }
+  // Called at each step (faults.hpp); the default injects STRATA_FAULT's faults. Not owned.
+  void set_step_hook(const StepHook& hook) { step_hook_ = &hook; }
   TrainResult run();
 
  private:
@@ -100,6 +103,7 @@ class Trainer {
   std::int64_t skipped_steps_ = 0;        // over the whole run, resumed ones included
   optim::LossScaler scaler_;
   std::function<bool()> stop_request_;
+  const StepHook* step_hook_ = nullptr;  // nullptr: FaultPlan::from_environment()
   bool continue_output_ = false;  // resuming into the folder that holds the checkpoint
   std::vector<nlohmann::json> earlier_metrics_;  // lines of the resumed run up to start_step_
   std::ofstream metrics_;

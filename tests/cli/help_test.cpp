@@ -124,3 +124,28 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
     }
   }
 }
+
+// `strata plan` takes `strata train`'s flags for what shapes a spec: the same set, each with the
+// same help and default. The set is read from train's side (its shard.* settings, less the
+// strategy and topology, which plan takes as lists and with --cluster, and link emulation,
+// which plan does not run), so a flag plan drops or registers on its own shows here.
+TEST(CliHelp, PlanTakesTrainsSpecFlagsWithTheSameHelpAndDefaults) {
+  const auto train_help = test::run_command(std::string(STRATA_EXE) + " train --help", test::Stderr::Capture);
+  const auto plan_help = test::run_command(std::string(STRATA_EXE) + " plan --help", test::Stderr::Capture);
+  ASSERT_EQ(train_help.exit_code, 0) << train_help.output;
+  ASSERT_EQ(plan_help.exit_code, 0) << plan_help.output;
+  const auto in_train = help_by_flag(train_help.output), in_plan = help_by_flag(plan_help.output);
+  std::vector<std::string> flags{"--keep-weights-after-forward"};
+  for (const train::SettingInfo& info : train::setting_infos()) {
+    const std::string key = info.key;
+    if (key.starts_with("shard.") && key != "shard.strategy" && key != "shard.topology" && key != "shard.emulate_scale")
+      flags.push_back(info.flag);
+  }
+  ASSERT_GE(flags.size(), 11u);  // tiers, secondary, three wires, block, prefetch, buckets, tp, tp tier, kept weights
+  for (const std::string& flag : flags) {
+    SCOPED_TRACE(flag);
+    ASSERT_TRUE(in_train.contains(flag));
+    ASSERT_TRUE(in_plan.contains(flag)) << plan_help.output;
+    EXPECT_EQ(in_plan.at(flag), in_train.at(flag));
+  }
+}

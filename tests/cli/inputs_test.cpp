@@ -160,6 +160,21 @@ TEST_F(Inputs, AWarmUpLongerThanTheRunIsWarnedAbout) {
   EXPECT_TRUE(contains(r.output, "strata: warning: optim.warmup = 5 is longer than train.steps = 2")) << r.output;
 }
 
+// `--recompute` given alone is full recomputation, in `strata train` as in `strata plan`.
+TEST_F(Inputs, ABareRecomputeIsFullRecomputation) {
+  const fs::path data = scratch_ / "data", out = scratch_ / "run";
+  ASSERT_EQ(test::run_command(strata_exe() + " data prepare --input " + text_.string() + " --val-fraction 0.5 "
+                                  "--chunk-bytes 16 --out " + data.string(),
+                              test::Stderr::Capture)
+                .exit_code,
+            0);
+  const auto r = test::run_command(strata_exe() + " train --model tiny --batch 1 --seq 8 --steps 1 --recompute --out " +
+                                       out.string() + " --train-data " + (data / "train.bin").string(),
+                                   test::Stderr::Capture);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(test::read_json(out / "summary.json")["config"]["train"]["recompute"], "full");
+}
+
 TEST_F(Inputs, ExportToAMissingFolderNamesTheFolder) {
   const fs::path missing = scratch_ / "no" / "such";
   const auto r = test::run_command(strata_exe() + " export " + (scratch_ / "run").string() + " --safetensors " +

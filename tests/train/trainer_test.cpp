@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
@@ -266,6 +268,32 @@ TEST(Trainer, NonFiniteStepIsSkippedAndLeavesTheStateUntouched) {
   EXPECT_TRUE(std::isfinite(r.steps[2].loss));  // only the gradients were poisoned
   EXPECT_EQ(r.summary["skipped_steps"], 1);
   EXPECT_EQ(params_of(poisoned), params_of(two_steps));  // bit for bit: the update never happened
+}
+
+// The trainer calls its step hook before each step and takes the step's gradient scale from it:
+// a hook that poisons step 3's scale skips that step as a poisoned engine does.
+TEST(Trainer, ItsStepHookRunsBeforeEachStepAndSetsTheGradientScale) {
+  struct Poison : StepHook {
+    mutable std::vector<std::int64_t> seen;
+    void before_step(std::int64_t step, int) const override { seen.push_back(step); }
+    float gradient_scale(std::int64_t step, int, float scale) const override {
+      return step == 3 ? std::numeric_limits<float>::quiet_NaN() : scale;
+    }
+  };
+  test::ScratchDir dir;
+  TrainConfig c = tiny_config(dir);
+  c.val_data.clear();
+  c.stop_after = 3;
+  LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed);
+  Trainer trainer(c, engine);
+  const Poison hook;
+  trainer.set_step_hook(hook);
+  const TrainResult r = trainer.run();
+  EXPECT_EQ(hook.seen, (std::vector<std::int64_t>{1, 2, 3}));
+  ASSERT_EQ(r.steps.size(), 3u);
+  EXPECT_FALSE(r.steps[1].skipped);
+  EXPECT_TRUE(r.steps[2].skipped);
+  EXPECT_TRUE(std::isnan(r.steps[2].grad_norm));
 }
 
 TEST(Trainer, TooManySkippedStepsInARowStopWithAClearError) {
