@@ -455,11 +455,21 @@ class ScheduleBuilder {
     return op;
   }
 
+  // The levels [first, last] of [lo, hi) whose groups have more than one rank: a flat ring
+  // spans only those (on one node the cluster level is one rank, and the ring never leaves
+  // the node). Empty (first > last) when none has.
+  std::pair<int, int> spanned_levels(int lo, int hi) const {
+    int first = hi, last = lo - 1;
+    for (int l = lo; l < hi; ++l)
+      if (levels_.level_size[l] > 1) first = std::min(first, l), last = l;
+    return {first, last};
+  }
+
   // All-gather from sharded over `from` levels down to `to` levels.
   void gather(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
               int to, DType wire) const {
-    if (flat_ && from - to > 1) {
-      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, to, from - 1, wire, padded));
+    if (const auto [inner, outer] = spanned_levels(to, from); flat_ && outer > inner) {
+      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, inner, outer, wire, padded));
       return;
     }
     add_level_ops(out, when, purpose, unit, comm::all_gather_steps(levels_.level_size, padded, from, to, wire, block_));
@@ -470,8 +480,8 @@ class ScheduleBuilder {
               int to, DType wire) const {
     const comm::StepKind kind =
         comm::is_quantized(wire) ? comm::StepKind::AllToAllSum : comm::StepKind::ReduceScatter;
-    if (flat_ && to - from > 1) {
-      out.push_back(flat_op(when, purpose, kind, unit, from, to - 1, wire, padded));
+    if (const auto [inner, outer] = spanned_levels(from, to); flat_ && outer > inner) {
+      out.push_back(flat_op(when, purpose, kind, unit, inner, outer, wire, padded));
       return;
     }
     add_level_ops(out, when, purpose, unit,

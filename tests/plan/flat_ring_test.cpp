@@ -144,6 +144,38 @@ TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
   EXPECT_NEAR(r.latency_s * 1e6, 35.0, 1e-9);
 }
 
+TEST(FlatRing, ARingThatStaysInsideOneDomainRunsOnItsTier) {
+  // One dgx-h100 node: the cluster level is one rank, so zero3's ring over node..cluster is
+  // the node's ring of 8. A Llama-2-7B block, bf16: 202,383,360 x 2 x 7/8 = 354,170,880 bytes
+  // sent in 7 steps, on NVLink: 7 x 3 us = 21 us, 354,170,880 B / (450 x 0.8 GB/s) = 983.808 us.
+  // (Booked on the cluster tier it was 7 x 5 us and 8 x 50 x 0.8 = 320 GB/s: 1106.784 us.)
+  const topo::Topology t = resolved("dgx-h100", 1);
+  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::FlatRing);
+  // The per-tier form, as hierarchical: the one-rank cluster step moves nothing.
+  const auto f = ops_of(flat, Purpose::WeightGatherForward, 1);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].level, 1);
+  EXPECT_EQ(f[0].bytes_sent, 0u);
+  EXPECT_EQ(f[1].level, 0);
+  EXPECT_EQ(f[1].levels_spanned, 1);
+  EXPECT_EQ(f[1].group_size, 8);
+  EXPECT_EQ(f[1].bytes_sent, 354'170'880u);
+  const OpPrice p = price_op(f[1], t, nullptr);
+  EXPECT_NEAR(p.latency_s * 1e6, 21.0, 1e-9);
+  EXPECT_NEAR(p.bandwidth_s * 1e6, 983.808, 1e-9);
+  // Nothing a step crosses the (one-node) cluster tier; one node prices alike in both forms.
+  EXPECT_EQ(flat.traffic_per_step()[1].bytes_sent, 0u);
+  EXPECT_DOUBLE_EQ(llama_estimate(t, "zero3", Collectives::FlatRing).step_time_s,
+                   llama_estimate(t, "zero3", Collectives::Hierarchical).step_time_s);
+  // One Frontier node (GCD pair 2 x node 4 x cluster 1): the ring spans gpu..node only.
+  const topo::Topology fr = resolved("frontier", 1);
+  const auto g = ops_of(llama_schedule(fr, "zero3", Collectives::FlatRing), Purpose::GradReduce, 1);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].level, 1);
+  EXPECT_EQ(g[0].levels_spanned, 2);
+  EXPECT_EQ(g[0].group_size, 8);
+}
+
 TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
   // dgx-h100, 2 nodes. Measured all-gather curves (every rank of a node crossing at once):
   // node 400 GB/s a rank, cluster 40 GB/s a rank, alpha 1 us for 1 message (half_bytes = B x 1 us). The node's 8 ranks
