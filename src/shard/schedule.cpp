@@ -33,13 +33,15 @@ std::string_view to_string(When w) {
   }
   return "?";
 }
-std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "flat-ring"; }
+std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "nccl"; }
 
 Collectives parse_collectives(std::string_view text) {
-  for (Collectives c : {Collectives::Hierarchical, Collectives::FlatRing})
+  if (text == "flat-ring") return Collectives::Nccl;  // the name before NCCL's model priced it
+  for (Collectives c : {Collectives::Hierarchical, Collectives::Nccl})
     if (text == to_string(c)) return c;
-  throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or flat-ring (one ring "
-                          "over the whole group, as NCCL runs FSDP and DeepSpeed)",
+  throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or nccl (one call over "
+                          "the whole group, as NCCL runs FSDP and DeepSpeed, priced by NCCL's model; flat-ring is "
+                          "its earlier name)",
                           text));
 }
 
@@ -246,7 +248,7 @@ class ScheduleBuilder {
         spec_(spec),
         levels_(levels),
         padded_(padded),
-        flat_(collectives == Collectives::FlatRing),
+        flat_(collectives == Collectives::Nccl),
         block_(spec.block_size) {}
 
   ScheduleParts build(const TensorParallelPlan& tp) && {
@@ -441,7 +443,7 @@ class ScheduleBuilder {
       out.push_back(level_op(when, purpose, unit, step, levels_.level_size[step.level], block_));
   }
 
-  // --collectives flat-ring: one ring over levels [inner, outer] instead of a step per level,
+  // --collectives nccl: one call over levels [inner, outer] instead of a step per level,
   // booked on the outer one (as NCCL runs FSDP's and DeepSpeed's collectives).
   ScheduledOp flat_op(When when, Purpose purpose, comm::StepKind kind, int unit, int inner, int outer, DType wire,
                       std::size_t padded) const {
