@@ -745,7 +745,7 @@ void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topol
         plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
             .estimate(s.name, s.spec));
   if (!o.compare_summary.empty() && in.workload.collectives != shard::Collectives::Hierarchical)
-    throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives flat-ring");
+    throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives nccl");
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");
   if (o.json) {
@@ -833,8 +833,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->add_option("--precision", o->precision, "bf16 (published systems) or fp32 (strata's runtime)")
       ->capture_default_str();
   cmd->add_option("--collectives", o->collectives,
-                  "hierarchical: strata's own, one op per tier; flat-ring: one NCCL ring over the whole group, "
-                  "as PyTorch FSDP and DeepSpeed ZeRO run their all-gathers and reduce-scatters (docs/planner.md)")
+                  "hierarchical: strata's own, one op per tier; nccl (alias flat-ring): one NCCL call over the whole "
+                  "group, as PyTorch FSDP and DeepSpeed ZeRO run their collectives, priced by NCCL's own model "
+                  "(docs/planner.md)")
       ->capture_default_str();
   cmd->add_option("--granularity", o->granularity,
                   "collective calls an op of a unit makes: unit (strata's, and PyTorch FSDP's one a wrapped block; "

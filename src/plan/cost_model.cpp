@@ -148,56 +148,95 @@ Collective collective_of(const ScheduledOp& op) {
 
 namespace {
 
+OpPrice timed(double latency_s, double bandwidth_s, double under_compute = 1) {
+  OpPrice p;
+  p.latency_s = latency_s, p.bandwidth_s = bandwidth_s, p.under_compute = under_compute;
+  return p;
+}
+
 // An op at its curve: the bytes at the fitted bandwidth, the rest its fixed cost (a measured
 // point below the line leaves no fixed cost and a shorter bandwidth term).
 OpPrice curve_price(const CollectiveCurve& curve, double bytes_sent, int sends) {
   const double total = curve.seconds_for(bytes_sent, sends);
   const double at_bandwidth = std::min(total, bytes_sent / (curve.bus_GBps * 1e9));
-  return {total - at_bandwidth, at_bandwidth, 0, curve.under_compute_factor(bytes_sent, sends)};
+  return timed(total - at_bandwidth, at_bandwidth, curve.under_compute_factor(bytes_sent, sends));
 }
 
-// A flat ring (levels_spanned > 1) as NCCL lays it out: one ring a channel, each crossing
-// every domain boundary once, channels spread over a domain's links. A tier-(t-1) domain's
-// rings together carry one ring member's bytes onto tier t, over all its links there: the
-// domain's ranks x the rank rate (its ports' total, or its ranks' own links), shared by the
-// parallel rings of the other positions when the ring starts above level 0. The ring runs at
-// the slowest tier it spans by that rate, and each of its d-1 steps waits out the slowest
-// latency. A tier's rank rate is its calibrated bus bandwidth where the calibration has a curve
-// for the collective (measured with every rank of the inner domain crossing at once), else its
-// rank bandwidth x efficiency; the bound tier's curve, when it has one, prices the op.
-OpPrice price_flat_ring(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
+// The rate of a ring over the tiers an op spans, as NCCL lays it out: one ring a channel, each
+// crossing every domain boundary once, channels spread over a domain's links. A tier-(t-1)
+// domain's rings together carry one ring member's bytes onto tier t, over all its links there:
+// the domain's ranks x the rank rate (its ports' total, or its ranks' own links), shared by
+// the parallel rings of the other positions when the ring starts above level 0. The ring runs
+// at the slowest tier it spans by that rate. A tier's rank rate is its calibrated bus bandwidth
+// where the calibration has a curve for the collective (measured with every rank of the inner
+// domain crossing at once), else its rank bandwidth x efficiency.
+struct RingRate {
+  double bytes_per_s = 0;
+  double bound_ranks = 1;                       // ranks a ring member stands for on the bounding tier
+  const CollectiveCurve* bound_curve = nullptr; // the bounding tier's curve, if calibrated
+  double max_latency_us = 0;                    // the largest latency of the tiers spanned
+};
+
+RingRate ring_rate(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
   const int inner = op.level - op.levels_spanned + 1;
-  const CollectiveCurve* bound_curve = nullptr;
-  double rate = 0, bound_ranks = 1, latency_us = 0;
+  RingRate r;
   for (int t = inner; t <= op.level; ++t) {
     const double ranks_per_ring = static_cast<double>(topology.domain_ranks(t - 1)) / topology.domain_ranks(inner - 1);
     const CollectiveCurve* curve =
         calibration ? calibration->tier(topology.tier(t).name).find(collective_of(op)) : nullptr;
     const double rank_rate =
         curve ? curve->bus_GBps * 1e9 : topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
-    const double r = ranks_per_ring * rank_rate;
-    if (t == inner || r < rate) rate = r, bound_ranks = ranks_per_ring, bound_curve = curve;
-    latency_us = std::max(latency_us, topology.tier(t).latency_us);
+    const double rate = ranks_per_ring * rank_rate;
+    if (t == inner || rate < r.bytes_per_s) r.bytes_per_s = rate, r.bound_ranks = ranks_per_ring, r.bound_curve = curve;
+    r.max_latency_us = std::max(r.max_latency_us, topology.tier(t).latency_us);
   }
-  const double bytes = static_cast<double>(op.bytes_sent);
-  const double topology_latency_s = op.messages * latency_us * 1e-6;
-  if (bound_curve && bound_curve->latency_known) return curve_price(*bound_curve, bytes / bound_ranks, op.messages);
-  return {topology_latency_s, bytes / rate};
+  return r;
 }
 
-// One collective call: the flat ring's price, the calibrated curve, or the tier's α-β.
-OpPrice one_call(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration) {
-  if (op.levels_spanned > 1) return price_flat_ring(op, topology, calibration);
-  const topo::Tier& tier = topology.tier(op.level);
+// A flat all-to-all: messages x the largest latency of its tiers, its bytes at the ring's rate.
+OpPrice flat_all_to_all(const ScheduledOp& op, const RingRate& r) {
+  return timed(op.messages * r.max_latency_us * 1e-6, static_cast<double>(op.bytes_sent) / r.bytes_per_s);
+}
+
+// The whole buffer of one NCCL call (its nBytes): a ring rank sends (d-1)/d of it in an
+// all-gather or reduce-scatter, 2(d-1)/d in an all-reduce.
+double nccl_total_bytes(const ScheduledOp& op) {
+  const double d = op.group_size;
+  return static_cast<double>(op.bytes_sent) * d / ((op.kind == shard::OpKind::AllReduce ? 2 : 1) * (d - 1));
+}
+
+// `launches` calls of NCCL's choice for a call's share of the op's bytes.
+OpPrice nccl_price(const ScheduledOp& op, const topo::Topology& topology, const RingRate& rate,
+                   const NcclSystem& system, double launches) {
+  const NcclGroup group{op.group_size, nodes_of(op, topology), rate.bytes_per_s / 1e9};
+  const NcclCall call = nccl_call(collective_of(op), nccl_total_bytes(op) / launches, group, system);
+  OpPrice price = timed(launches * call.latency_us * 1e-6, launches * (call.seconds - call.latency_us * 1e-6));
+  price.nccl = call;
+  return price;
+}
+
+// One op's price before coding: NCCL's model, a calibrated curve, the flat all-to-all rule, or
+// the tier's α-β; the fixed cost paid `launches` times.
+OpPrice priced(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration, double launches,
+               const NcclSystem* nccl) {
+  if (op.group_size < 2) return {};
+  if (op.levels_spanned > 1 && !nccl)
+    throw Error(fmt::format("plan: a flat op over {} tiers is priced by NCCL's model (--collectives nccl)",
+                            op.levels_spanned));
+  const RingRate rate = ring_rate(op, topology, calibration);
+  const CollectiveCurve* curve = rate.bound_curve;
   const double bytes = static_cast<double>(op.bytes_sent);
-  const double alpha = tier.latency_us * 1e-6;
-  // A collective the calibration has no curve for keeps the topology's figures.
-  if (const CollectiveCurve* curve = calibration ? calibration->tier(tier.name).find(collective_of(op)) : nullptr) {
-    if (!curve->latency_known) return {op.messages * alpha, bytes / (curve->bus_GBps * 1e9)};
-    return curve_price(*curve, bytes, op.messages);
-  }
-  const double beta = topology.rank_bandwidth_GBps(op.level) * tier.efficiency * 1e9;
-  return {op.messages * alpha, bytes / beta};
+  OpPrice price;
+  if (curve && curve->latency_known)
+    price = curve_price(*curve, bytes / rate.bound_ranks, op.messages);
+  else if (nccl && collective_of(op) != Collective::AllToAll)
+    return nccl_price(op, topology, rate, *nccl, launches);
+  else if (op.levels_spanned > 1)
+    price = flat_all_to_all(op, rate);
+  else
+    price = timed(op.messages * topology.tier(op.level).latency_us * 1e-6, bytes / rate.bytes_per_s);
+  price.latency_s *= launches;
+  return price;
 }
 
 }  // namespace
@@ -211,10 +250,15 @@ double codec_elements(const ScheduledOp& op) {
   return static_cast<double>(op.elements_in) + static_cast<double>(op.elements_out) * op.group_size;
 }
 
+int nodes_of(const ScheduledOp& op, const topo::Topology& topology) {
+  if (op.level != topology.outermost()) return 1;
+  const int inner = op.level - op.levels_spanned + 1;
+  return op.group_size * topology.domain_ranks(inner - 1) / topology.domain_ranks(op.level - 1);
+}
+
 OpPrice price_op(const ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration,
-                 double launches) {
-  OpPrice price = one_call(op, topology, calibration);
-  price.latency_s *= launches;
+                 double launches, const NcclSystem* nccl) {
+  OpPrice price = priced(op, topology, calibration, launches, nccl);
   if (calibration && calibration->compute) {
     const ComputeCalibration& c = *calibration->compute;
     const double GBps = op.wire == DType::I8 ? c.int8_codec_GBps : op.wire == DType::I4 ? c.int4_codec_GBps : 0;
@@ -448,8 +492,22 @@ nlohmann::json Estimate::to_json() const {
                             {"exposed_micro_batch_s", t.exposed_micro_s},
                             {"step_phase_s", t.step_phase_s}};
   }
+  nlohmann::json nccl = nlohmann::json::array();
+  for (const NcclOp& n : nccl_ops) {
+    nlohmann::json call = n.call.to_json();
+    call.update({{"purpose", n.purpose},
+                 {"tier", n.tier},
+                 {"collective", n.collective},
+                 {"group_size", n.group_size},
+                 {"nodes", n.nodes},
+                 {"bytes_a_call", n.bytes_a_call},
+                 {"calls_a_step", n.calls_a_step},
+                 {"achieved_bus_GBps", n.achieved_bus_GBps}});
+    nccl.push_back(std::move(call));
+  }
   return {{"strategy", strategy},
           {"spec", spec.to_json()},
+          {"nccl_calls", nccl},
           {"world_size", world_size},
           {"bytes_per_step", bytes},
           {"comm_time_per_step", time},
@@ -521,6 +579,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
                             compute_bytes(workload_.precision)))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
+  if (workload_.collectives == shard::Collectives::Nccl) nccl_ = nccl_system(device_.name, topology_);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
@@ -660,13 +719,37 @@ class PlanContext::EstimateSteps {
 
  private:
   OpPrice price(const ScheduledOp& op) const {
-    return price_op(op, c_.topology_, calibrated_, collective_launches(op, c_.units_, c_.workload_.granularity));
+    return price_op(op, c_.topology_, calibrated_, collective_launches(op, c_.units_, c_.workload_.granularity),
+                    c_.nccl_ ? &*c_.nccl_ : nullptr);
   }
 
   // An op's fixed costs and coding, `times` a step, on its tier.
   void book(const ScheduledOp& op, const OpPrice& p, int times) {
     e_.tiers[op.level].latency_s += times * p.latency_s;
     e_.tiers[op.level].codec_s += times * p.codec_s;
+    if (p.nccl) book_nccl(op, p, times);
+  }
+
+  // The NCCL call of an op, once per distinct purpose, tier, group and size.
+  void book_nccl(const ScheduledOp& op, const OpPrice& p, int times) {
+    const double calls = collective_launches(op, c_.units_, c_.workload_.granularity);
+    Estimate::NcclOp n{std::string(purpose_flag(op.purpose)),
+                       c_.topology_.tier(op.level).name,
+                       std::string(collective_key(collective_of(op))),
+                       op.group_size,
+                       nodes_of(op, c_.topology_),
+                       nccl_total_bytes(op) / calls,
+                       0,
+                       static_cast<double>(op.bytes_sent) / (p.latency_s + p.bandwidth_s) / 1e9,
+                       *p.nccl};
+    for (Estimate::NcclOp& seen : e_.nccl_ops)
+      if (seen.purpose == n.purpose && seen.tier == n.tier && seen.group_size == n.group_size &&
+          seen.bytes_a_call == n.bytes_a_call) {
+        seen.calls_a_step += times * calls;
+        return;
+      }
+    n.calls_a_step = times * calls;
+    e_.nccl_ops.push_back(std::move(n));
   }
 
   void drop(const ScheduledOp& op, std::uint64_t times) {
@@ -795,11 +878,17 @@ nlohmann::json PlanContext::assumptions() const {
        workload_.collectives == shard::Collectives::Hierarchical
            ? "strata's own: a collective over several tiers is one op per tier, each over that tier's "
              "across-group at its own latency and rate, run one after the other"
-           : "flat-ring, as NCCL/RCCL run PyTorch FSDP and DeepSpeed ZeRO gathers and reduce-scatters: one ring "
-             "over every rank of the group (d-1 messages of one chunk), booked on the outermost tier it crosses; "
-             "rate = the slowest over its tiers of (ranks of a domain inside the tier / ranks of a domain inside "
-             "the ring's innermost tier) x rank_bandwidth x efficiency (one ring a channel, channels spread over a "
-             "domain's links); latency = d-1 x the largest latency_us of its tiers"},
+           : "nccl (flat-ring is its earlier name), as NCCL/RCCL run PyTorch FSDP and DeepSpeed ZeRO: a "
+             "collective over several tiers is one call over every rank of the group, booked on the outermost "
+             "tier it crosses; every all-gather, reduce-scatter and all-reduce call is priced by NCCL's model "
+             "(src/graph/tuning.cc, v2.30): the algorithm (ring, tree for all-reduce, PAT with one rank a node) and "
+             "protocol (LL, LL128, Simple) of least time, each a base latency + hops x its per-hop latency by hop "
+             "type (NVLink inside a node, network between nodes: a ring over N nodes takes N-1 network steps of "
+             "its d-1) + bytes / its bus bandwidth; the ring's bus bandwidth = the slowest over its tiers of (ranks "
+             "of a domain inside the tier / ranks of a domain inside the ring's innermost tier) x rank_bandwidth x "
+             "efficiency, cut and capped per protocol; NVLS and CollNet not modelled; an all-to-all keeps "
+             "messages x the largest latency_us of its tiers"},
+      {"nccl", nccl_ ? nccl_->to_json() : nlohmann::json(nullptr)},
       {"granularity", granularity_name(workload_.granularity)},
       {"granularity_means",
        workload_.granularity == Granularity::Unit

@@ -13,6 +13,7 @@
 #include "plan/calibration.hpp"
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
+#include "plan/nccl_model.hpp"
 #include "shard/schedule.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
@@ -56,8 +57,8 @@ struct Workload {
   // alone; a TP group of t runs t x micro_batch and a pipeline of p runs p x the
   // micro-batches, so every (tp, pp) split trains the same global batch (plan/model_parallel.hpp).
   bool batch_per_device = false;
-  // How multi-tier collectives are formed and priced: strata's per-tier ops, or one flat
-  // ring over the group as NCCL runs FSDP and DeepSpeed (shard::Collectives).
+  // How multi-tier collectives are formed and priced: strata's per-tier ops, or one call over
+  // the group as NCCL runs FSDP and DeepSpeed, priced by NCCL's model (shard::Collectives).
   shard::Collectives collectives = shard::Collectives::Hierarchical;
   Granularity granularity = Granularity::Unit;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
@@ -91,17 +92,27 @@ double op_time_s(const shard::ScheduledOp& op, const topo::Topology& topology);
 struct OpPrice {
   double latency_s = 0, bandwidth_s = 0, codec_s = 0;
   double under_compute = 1;
+  std::optional<NcclCall> nccl;  // the call NCCL's model chose, where it priced the op
   double seconds() const { return latency_s + bandwidth_s + codec_s; }
 };
-// A flat op (ScheduledOp::levels_spanned > 1) is priced as one ring over the tiers it spans
-// (docs/planner.md "Flat rings").
+// With `nccl` (--collectives nccl), every ring collective (all-gather, reduce-scatter,
+// all-reduce) is one call priced by NCCL's model (nccl_model.hpp) at its group's ring rate:
+// the slowest over the tiers it spans of (ranks of a domain inside the tier / ranks of a
+// domain inside the op's innermost tier) x rank_bandwidth x efficiency, or that tier's
+// calibrated bus bandwidth; a calibrated curve with a measured latency on the bounding tier
+// prices the op instead (a measurement of the library beats its model). An all-to-all (point-
+// to-point sends, not a tuned collective) over several tiers keeps the α-β rule at that rate:
+// messages x the largest latency of its tiers (docs/planner.md "NCCL's model"). A flat op
+// (levels_spanned > 1) needs `nccl`.
 // Elements an op of a quantized wire encodes and decodes a rank (0 for other wires): a gather
 // decodes what it brought in (its weights travel in their stored wire format); an all-to-all
 // reduction encodes its input and decodes (and sums) the group's chunks of its output.
 double codec_elements(const shard::ScheduledOp& op);
 // `launches`: the collective calls the op stands for (collective_launches); each pays the fixed cost.
 OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, const Calibration* calibration,
-                 double launches = 1.0);
+                 double launches = 1.0, const NcclSystem* nccl = nullptr);
+// The nodes (domains of the topology's second-outermost tier) an op's group spans.
+int nodes_of(const shard::ScheduledOp& op, const topo::Topology& topology);
 Collective collective_of(const shard::ScheduledOp& op);
 // Calls one op of the schedule stands for under `granularity`: 1 for ops not tied to a unit
 // (scalars, ddp's buckets, which --bucket-bytes already sizes) and under Unit; under DeepSpeed
@@ -178,6 +189,16 @@ struct Estimate {
   double mfu = 0;                    // tflops_per_device / peak
   double hfu = 0;                    // with recomputed FLOPs counted
   std::vector<std::string> left_out;
+  // Under --collectives nccl: each distinct call NCCL's model priced (purpose, tier, group,
+  // bytes), with its algorithm, protocol, hops by type and achieved bus bandwidth.
+  struct NcclOp {
+    std::string purpose, tier, collective;
+    int group_size = 0, nodes = 0;
+    double bytes_a_call = 0, calls_a_step = 0;
+    double achieved_bus_GBps = 0;  // bytes a rank sends / the call's time (nccl-tests' busbw)
+    NcclCall call;
+  };
+  std::vector<NcclOp> nccl_ops;
   // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
   int tensor_parallel = 1, pipeline_stages = 1;
   double tp_allreduce_s = 0;         // per step: the schedule's tensor-parallel ops, on the critical path
@@ -215,6 +236,7 @@ class PlanContext {
   const Workload& workload() const { return workload_; }
   const shard::UnitPlan& units() const { return units_; }
   const std::optional<Calibration>& calibration() const { return calibration_; }
+  const std::optional<NcclSystem>& nccl() const { return nccl_; }
 
   // The schedule of `spec` on this topology, with the model slice's TP collectives (the
   // runtime's own walk, model::tensor_parallel_calls, at the workload's precision).
@@ -237,6 +259,7 @@ class PlanContext {
   Workload workload_;
   std::vector<LeaveOut> leave_out_;
   std::optional<Calibration> calibration_;
+  std::optional<NcclSystem> nccl_;  // under --collectives nccl
   shard::UnitPlan units_;
   shard::TensorParallelPlan tensor_parallel_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch

@@ -33,13 +33,15 @@ std::string_view to_string(When w) {
   }
   return "?";
 }
-std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "flat-ring"; }
+std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "nccl"; }
 
 Collectives parse_collectives(std::string_view text) {
-  for (Collectives c : {Collectives::Hierarchical, Collectives::FlatRing})
+  if (text == "flat-ring") return Collectives::Nccl;  // the name before NCCL's model priced it
+  for (Collectives c : {Collectives::Hierarchical, Collectives::Nccl})
     if (text == to_string(c)) return c;
-  throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or flat-ring (one ring "
-                          "over the whole group, as NCCL runs FSDP and DeepSpeed)",
+  throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or nccl (one call over "
+                          "the whole group, as NCCL runs FSDP and DeepSpeed, priced by NCCL's model; flat-ring is "
+                          "its earlier name)",
                           text));
 }
 
@@ -246,7 +248,7 @@ class ScheduleBuilder {
         spec_(spec),
         levels_(levels),
         padded_(padded),
-        flat_(collectives == Collectives::FlatRing),
+        flat_(collectives == Collectives::Nccl),
         block_(spec.block_size) {}
 
   ScheduleParts build(const TensorParallelPlan& tp) && {
@@ -441,7 +443,7 @@ class ScheduleBuilder {
       out.push_back(level_op(when, purpose, unit, step, levels_.level_size[step.level], block_));
   }
 
-  // --collectives flat-ring: one ring over levels [inner, outer] instead of a step per level,
+  // --collectives nccl: one call over levels [inner, outer] instead of a step per level,
   // booked on the outer one (as NCCL runs FSDP's and DeepSpeed's collectives).
   ScheduledOp flat_op(When when, Purpose purpose, comm::StepKind kind, int unit, int inner, int outer, DType wire,
                       std::size_t padded) const {
@@ -455,11 +457,21 @@ class ScheduleBuilder {
     return op;
   }
 
+  // The levels [first, last] of [lo, hi) whose groups have more than one rank: a flat ring
+  // spans only those (on one node the cluster level is one rank, and the ring never leaves
+  // the node). Empty (first > last) when none has.
+  std::pair<int, int> spanned_levels(int lo, int hi) const {
+    int first = hi, last = lo - 1;
+    for (int l = lo; l < hi; ++l)
+      if (levels_.level_size[l] > 1) first = std::min(first, l), last = l;
+    return {first, last};
+  }
+
   // All-gather from sharded over `from` levels down to `to` levels.
   void gather(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
               int to, DType wire) const {
-    if (flat_ && from - to > 1) {
-      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, to, from - 1, wire, padded));
+    if (const auto [inner, outer] = spanned_levels(to, from); flat_ && outer > inner) {
+      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, inner, outer, wire, padded));
       return;
     }
     add_level_ops(out, when, purpose, unit, comm::all_gather_steps(levels_.level_size, padded, from, to, wire, block_));
@@ -470,8 +482,8 @@ class ScheduleBuilder {
               int to, DType wire) const {
     const comm::StepKind kind =
         comm::is_quantized(wire) ? comm::StepKind::AllToAllSum : comm::StepKind::ReduceScatter;
-    if (flat_ && to - from > 1) {
-      out.push_back(flat_op(when, purpose, kind, unit, from, to - 1, wire, padded));
+    if (const auto [inner, outer] = spanned_levels(from, to); flat_ && outer > inner) {
+      out.push_back(flat_op(when, purpose, kind, unit, inner, outer, wire, padded));
       return;
     }
     add_level_ops(out, when, purpose, unit,

@@ -30,11 +30,12 @@ enum class OpKind { AllGather, ReduceScatter, AllReduce };  // all-reduce: tenso
 enum class Algorithm { Ring, AllToAll };
 enum class When { Forward, Backward, Step };
 // How a collective over several tiers is formed. Hierarchical: strata's own, one op per
-// level (what the runtime executes). FlatRing: one ring over every rank of the group, the
-// way NCCL/RCCL run a PyTorch FSDP or DeepSpeed ZeRO all-gather and reduce-scatter (their
-// only algorithm for those two); the planner prices it so a published run can be predicted
-// as it ran. The runtime executes hierarchical schedules only.
-enum class Collectives { Hierarchical, FlatRing };
+// level (what the runtime executes). Nccl: as NCCL/RCCL run a PyTorch FSDP or DeepSpeed ZeRO
+// all-gather and reduce-scatter, one call over every rank of the group (a flat op over the
+// levels whose groups have more than one rank); the planner prices each call with NCCL's own
+// model (docs/planner.md "NCCL's model") so a published run can be predicted as it ran. "flat-ring", the
+// earlier name, is an alias. The runtime executes hierarchical schedules only.
+enum class Collectives { Hierarchical, Nccl };
 enum class Purpose {
   WeightGatherForward,    // W shard -> full unit before its forward
   WeightGatherBackward,   // W (or secondary) shard -> full unit before its backward
@@ -86,7 +87,7 @@ struct ScheduledOp {
   int complete_by = -1;
   Slot reads = Slot::None, writes = Slot::None;
   int level = 0;          // tier index; the group is that tier's across-group
-  // A flat op (Collectives::FlatRing) runs one ring over levels [level - levels_spanned + 1,
+  // A flat op (Collectives::Nccl) runs one ring over levels [level - levels_spanned + 1,
   // level]: group_size is their product and `level` the outermost, where its bytes are booked.
   int levels_spanned = 1;
   int group_size = 1;

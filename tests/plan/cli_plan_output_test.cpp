@@ -1,9 +1,11 @@
-// What `strata plan` shows a user: the non-fit mark of the single-plan table, and a sweep SVG
+// What `strata plan` shows a user: the non-fit mark of the single-plan table, NCCL's calls, and a sweep SVG
 // whose text fits the picture, whose coinciding lines are noted, whose colours read on white.
 #include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "base/fileio.hpp"
 #include "plan/svg.hpp"
@@ -90,4 +92,39 @@ TEST(PlanOutput, SvgTitlesWrapInsideThePicture) {
   EXPECT_NE(svg.find(">c (= a)</text>"), std::string::npos);
   EXPECT_EQ(svg.find(">b (="), std::string::npos);
   EXPECT_NE(svg.find(" title29</text>"), std::string::npos) << svg;  // wrapped, nothing cut
+}
+
+// --collectives nccl: each distinct call shows NCCL's pick, its hops by type and the bus
+// bandwidth it achieves; the system's constants are named. zero3 over 2 dgx-h100 nodes: a
+// block's gather is a ring of 16 ranks with 14 NVLink and 1 network step.
+TEST(PlanOutput, NcclCallsShowTheirAlgorithmProtocolHopsAndBusBandwidth) {
+  const nlohmann::json doc = strata::test::parse_json_output(
+      run_strata("plan --model llama2-7b --topology dgx-h100 --nodes 2 --strategy zero3 --collectives nccl --json"));
+  EXPECT_EQ(doc["assumptions"]["collectives"], "nccl");
+  EXPECT_EQ(doc["assumptions"]["nccl"]["generation"], "hopper");
+  EXPECT_EQ(doc["assumptions"]["nccl"]["channels"], 16);
+  const nlohmann::json& calls = doc["strategies"]["zero3"]["nccl_calls"];
+  ASSERT_FALSE(calls.empty());
+  bool block_gather = false;
+  for (const nlohmann::json& c : calls) {
+    for (const char* key : {"algorithm", "protocol", "nvlink_hops", "network_hops", "latency_us", "achieved_bus_GBps",
+                            "calls_a_step", "bytes_a_call"})
+      EXPECT_TRUE(c.contains(key)) << key << " in " << c.dump();
+    // A Llama-2-7B block: 202,383,360 elements in bf16.
+    if (c["purpose"] == "weight-gather-forward" && c["bytes_a_call"] == 404766720.0) {
+      block_gather = true;
+      EXPECT_EQ(c["group_size"], 16);
+      EXPECT_EQ(c["algorithm"], "ring");
+      EXPECT_EQ(c["nvlink_hops"], 14);
+      EXPECT_EQ(c["network_hops"], 1);
+      EXPECT_EQ(c["calls_a_step"], 32);  // one a block
+      EXPECT_GT(c["achieved_bus_GBps"].get<double>(), 250);
+      EXPECT_LE(c["achieved_bus_GBps"].get<double>(), 320);
+    }
+  }
+  EXPECT_TRUE(block_gather) << calls.dump();
+  // Hierarchical plans have no NCCL calls.
+  const nlohmann::json h = strata::test::parse_json_output(
+      run_strata("plan --model llama2-7b --topology dgx-h100 --nodes 2 --strategy zero3 --json"));
+  EXPECT_TRUE(h["strategies"]["zero3"]["nccl_calls"].empty());
 }

@@ -1,6 +1,8 @@
-// Peers priced as they run (issue 13 item 3): --collectives flat-ring builds one ring over
-// the whole group, as NCCL runs FSDP's and DeepSpeed's gathers and reduce-scatters, into
-// the schedule itself; the planner prices that op.
+// Peers priced as they run (issue 13 item 3, issue 40): --collectives nccl (alias flat-ring)
+// builds one call over the whole group, as NCCL runs FSDP's and DeepSpeed's gathers and
+// reduce-scatters, into the schedule itself; the planner prices each call by NCCL's model.
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "base/error.hpp"
@@ -45,12 +47,6 @@ Estimate llama_estimate(const topo::Topology& t, const char* strategy, Collectiv
   return c.estimate(strategy, apply_precision(strategy_spec(strategy, t), Precision::BF16));
 }
 
-double latency_s(const Estimate& e) {
-  double s = 0;
-  for (const TierCost& t : e.tiers) s += t.latency_s;
-  return s;
-}
-
 // A flat ring all-gather booked on `level`, spanning `levels` tiers, over `group` ranks.
 shard::ScheduledOp flat_gather(int level, int levels, int group, std::size_t bytes) {
   shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
@@ -67,8 +63,8 @@ shard::ScheduledOp flat_gather(int level, int levels, int group, std::size_t byt
 TEST(FlatRing, OneOpOverTheWholeGroupWithTheHierarchicalRunsBytes) {
   const topo::Topology t = resolved("dgx-h100", 4);  // node 8 x cluster 4
   const shard::Schedule hier = llama_schedule(t, "zero3", Collectives::Hierarchical);
-  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::FlatRing);
-  EXPECT_EQ(flat.collectives(), Collectives::FlatRing);
+  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::Nccl);
+  EXPECT_EQ(flat.collectives(), Collectives::Nccl);
   for (Purpose p : {Purpose::WeightGatherForward, Purpose::GradReduce}) {
     const auto h = ops_of(hier, p, 1), f = ops_of(flat, p, 1);
     ASSERT_EQ(h.size(), 2u);  // per tier
@@ -94,54 +90,82 @@ TEST(FlatRing, OneOpOverTheWholeGroupWithTheHierarchicalRunsBytes) {
   EXPECT_EQ(ft[0].bytes_sent, 8u * 7u * 3u);  // only the scalars stay per tier (3 fp64 values)
 }
 
-TEST(FlatRing, OneTierStrategiesAreTheSameEitherWay) {
-  // hsdp shards inside the node and reduces replicas over the cluster: every op spans one tier.
+TEST(FlatRing, OneTierStrategiesHaveTheSameOpsEitherWay) {
+  // hsdp shards inside the node and reduces replicas over the cluster: every op spans one tier,
+  // so the schedules hold the same ops (NCCL's model prices them, not the per-tier α-β).
   const topo::Topology t = resolved("dgx-h100", 4);
-  const Estimate h = llama_estimate(t, "hsdp", Collectives::Hierarchical);
-  const Estimate f = llama_estimate(t, "hsdp", Collectives::FlatRing);
-  EXPECT_DOUBLE_EQ(h.step_time_s, f.step_time_s);
-  EXPECT_EQ(h.bytes_on("cluster"), f.bytes_on("cluster"));
+  const shard::Schedule h = llama_schedule(t, "hsdp", Collectives::Hierarchical);
+  const shard::Schedule f = llama_schedule(t, "hsdp", Collectives::Nccl);
+  ASSERT_EQ(h.micro_batch_ops().size(), f.micro_batch_ops().size());
+  for (std::size_t i = 0; i < h.micro_batch_ops().size(); ++i) {
+    EXPECT_EQ(h.micro_batch_ops()[i].levels_spanned, 1);
+    EXPECT_EQ(f.micro_batch_ops()[i].levels_spanned, 1);
+    EXPECT_EQ(h.micro_batch_ops()[i].bytes_sent, f.micro_batch_ops()[i].bytes_sent);
+  }
+  EXPECT_EQ(llama_estimate(t, "hsdp", Collectives::Hierarchical).bytes_on("cluster"),
+            llama_estimate(t, "hsdp", Collectives::Nccl).bytes_on("cluster"));
 }
 
-TEST(FlatRing, LatencyGrowsWithTheRingHierarchicalWithTheTiers) {
-  const double n2 = latency_s(llama_estimate(resolved("dgx-h100", 2), "zero3", Collectives::FlatRing));
-  const double n16 = latency_s(llama_estimate(resolved("dgx-h100", 16), "zero3", Collectives::FlatRing));
-  // 16 -> 128 ranks: a unit's ring takes 127 steps, not 15, each at the cluster's 5 us.
-  EXPECT_NEAR(n16 / n2, 127.0 / 15.0, 1e-9);
-  const double h2 = latency_s(llama_estimate(resolved("dgx-h100", 2), "zero3", Collectives::Hierarchical));
-  const double h16 = latency_s(llama_estimate(resolved("dgx-h100", 16), "zero3", Collectives::Hierarchical));
-  // Per tier: 7 node steps at 3 us + N-1 cluster steps at 5 us.
-  EXPECT_NEAR(h16 / h2, (7 * 3.0 + 15 * 5.0) / (7 * 3.0 + 1 * 5.0), 1e-9);
-  EXPECT_GT(n16, 4 * h16);
+TEST(FlatRing, AGathersLatencyGrowsWithItsNodesByHopType) {
+  // One Llama-2-7B block's forward gather (bf16, 404,766,720 bytes) on dgx-h100, ring rate 320 GB/s:
+  //   2 nodes, Simple:  8.4 + 14 NVLink x 3.4 + 1 network x 14.0 = 70.0 us + 379,468,800 B / 320 GB/s
+  //     (1255.8 us in all; LL128 44.6 + 1288.96)
+  //   16 nodes, LL128: 14.0 + 112 x 1.9 + 15 x 4.0 = 286.8 us + 401,604,480 B / 294.4 GB/s (1650.9 us;
+  //     Simple 8.4 + 112 x 3.4 + 15 x 14.0 = 599.2 + 1255.0 = 1854.2)
+  // (the flat-ring rule before: 15 and 127 steps of 5 us, 75 and 635 us).
+  for (auto [nodes, protocol, latency_us] :
+       {std::tuple{2, NcclProtocol::Simple, 70.0}, {16, NcclProtocol::LL128, 286.8}}) {
+    const topo::Topology t = resolved("dgx-h100", nodes);
+    const NcclSystem system = nccl_system("NVIDIA H100 SXM5", t);
+    const auto op = ops_of(llama_schedule(t, "zero3", Collectives::Nccl), Purpose::WeightGatherForward, 1).at(0);
+    const OpPrice p = price_op(op, t, nullptr, 1.0, &system);
+    ASSERT_TRUE(p.nccl);
+    EXPECT_EQ(p.nccl->protocol, protocol) << nodes;
+    EXPECT_EQ(p.nccl->network_hops, nodes - 1);
+    EXPECT_EQ(p.nccl->nvlink_hops, 8 * nodes - 1 - (nodes - 1));
+    EXPECT_NEAR(p.latency_s * 1e6, latency_us, 1e-9) << nodes;
+  }
 }
 
-TEST(FlatRing, PricedAtTheSlowestTiersShareToTheMicrosecond) {
-  // One all-gather over dgx-h100's 16 ranks (2 nodes), 1 MB chunks, 15 steps:
-  //   node:    1 rank x 450 GB/s x 0.8 = 360 GB/s
-  //   cluster: 8 ranks' NICs (8 x 50 / 8 = 50 GB/s a rank) x 0.8 = 320 GB/s  <- the ring's rate
-  //   15 MB / 320 GB/s = 46.875 us; 15 steps x max(3, 5) us = 75 us; 121.875 us in all.
-  const topo::Topology t = resolved("dgx-h100", 2);
-  shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
-  const OpPrice p = price_op(op, t, nullptr);
-  EXPECT_NEAR(p.latency_s * 1e6, 75.0, 1e-9);
-  EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
-  // Frontier, gpu..cluster (2 x 4 x 2 = 16 ranks): gpu 200 x 0.8 = 160; node 2 GCDs x 50 x
-  // 0.8 = 80; cluster 8 GCDs x 12.5 (4 NICs of 25 GB/s shared by 8) x 0.8 = 80 GB/s.
-  const topo::Topology f = resolved("frontier", 2);
-  op.level = 2;
-  op.levels_spanned = 3;
-  const OpPrice q = price_op(op, f, nullptr);
-  EXPECT_NEAR(q.bandwidth_s * 1e6, 15e6 / 80e9 * 1e6, 1e-9);
-  EXPECT_NEAR(q.latency_s * 1e6, 75.0, 1e-9);
-  // A ring from level 1 up (one rank of each GCD pair; the other position runs its own ring
-  // at once): node 1 x 50 x 0.8 = 40; cluster 4 x 12.5 x 0.8 = 40 GB/s.
-  op.levels_spanned = 2;
-  op.group_size = 8;
-  op.messages = 7;
-  op.bytes_sent = 7'000'000;
-  const OpPrice r = price_op(op, f, nullptr);
-  EXPECT_NEAR(r.bandwidth_s * 1e6, 7e6 / 40e9 * 1e6, 1e-9);
-  EXPECT_NEAR(r.latency_s * 1e6, 35.0, 1e-9);
+TEST(FlatRing, ARingThatStaysInsideOneDomainRunsOnItsTier) {
+  // One dgx-h100 node: the cluster level is one rank, so zero3's ring over node..cluster is
+  // the node's ring of 8. A Llama-2-7B block, bf16: 202,383,360 x 2 x 7/8 = 354,170,880 bytes
+  // sent in 7 steps, on NVLink: 7 x 3 us = 21 us, 354,170,880 B / (450 x 0.8 GB/s) = 983.808 us.
+  // (Booked on the cluster tier it was 7 x 5 us and 8 x 50 x 0.8 = 320 GB/s: 1106.784 us.)
+  const topo::Topology t = resolved("dgx-h100", 1);
+  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::Nccl);
+  // The per-tier form, as hierarchical: the one-rank cluster step moves nothing.
+  const auto f = ops_of(flat, Purpose::WeightGatherForward, 1);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].level, 1);
+  EXPECT_EQ(f[0].bytes_sent, 0u);
+  EXPECT_EQ(f[1].level, 0);
+  EXPECT_EQ(f[1].levels_spanned, 1);
+  EXPECT_EQ(f[1].group_size, 8);
+  EXPECT_EQ(f[1].bytes_sent, 354'170'880u);
+  const OpPrice p = price_op(f[1], t, nullptr);
+  EXPECT_NEAR(p.latency_s * 1e6, 21.0, 1e-9);
+  EXPECT_NEAR(p.bandwidth_s * 1e6, 983.808, 1e-9);
+  // NCCL's model of that call: one node (no network hop), Hopper; Simple 8.4 + 7 x 3.4 = 32.2 us
+  // + 983.808 us beats LL128's 14.0 + 7 x 1.9 = 27.3 us + 354,170,880 B / 331.2 GB/s (0.92 x 360).
+  const NcclSystem system = nccl_system("NVIDIA H100 SXM5", t);
+  const OpPrice n = price_op(f[1], t, nullptr, 1.0, &system);
+  ASSERT_TRUE(n.nccl);
+  EXPECT_EQ(n.nccl->network_hops, 0);
+  EXPECT_EQ(n.nccl->protocol, NcclProtocol::Simple);
+  EXPECT_NEAR(n.seconds() * 1e6, 32.2 + 983.808, 1e-9);
+  EXPECT_EQ(nodes_of(f[1], t), 1);
+  // Nothing a step crosses the (one-node) cluster tier; the node carries what it carries per tier.
+  EXPECT_EQ(flat.traffic_per_step()[1].bytes_sent, 0u);
+  EXPECT_EQ(llama_estimate(t, "zero3", Collectives::Nccl).bytes_on("node"),
+            llama_estimate(t, "zero3", Collectives::Hierarchical).bytes_on("node"));
+  // One Frontier node (GCD pair 2 x node 4 x cluster 1): the ring spans gpu..node only.
+  const topo::Topology fr = resolved("frontier", 1);
+  const auto g = ops_of(llama_schedule(fr, "zero3", Collectives::Nccl), Purpose::GradReduce, 1);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].level, 1);
+  EXPECT_EQ(g[0].levels_spanned, 2);
+  EXPECT_EQ(g[0].group_size, 8);
 }
 
 TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
@@ -165,20 +189,23 @@ TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
     return cal;
   };
   shard::ScheduledOp op = flat_gather(1, 2, 16, 15'000'000);
+  const NcclSystem system = nccl_system("NVIDIA H100 SXM5", t);
   const Calibration fast_node = calibration(400);
-  const OpPrice p = price_op(op, t, &fast_node);
+  const OpPrice p = price_op(op, t, &fast_node, 1.0, &system);
   EXPECT_NEAR(p.bandwidth_s * 1e6, 46.875, 1e-9);
   EXPECT_NEAR(p.latency_s * 1e6, 15.0, 1e-9);
   // A node measured at 200 GB/s a rank is slower than the cluster's 320: it bounds the ring,
   // 15 MB at 200 GB/s = 75 us, its own alpha (1 us) a step.
   const Calibration slow_node = calibration(200);
-  const OpPrice q = price_op(op, t, &slow_node);
+  const OpPrice q = price_op(op, t, &slow_node, 1.0, &system);
   EXPECT_NEAR(q.bandwidth_s * 1e6, 75.0, 1e-9);
   EXPECT_NEAR(q.latency_s * 1e6, 15.0, 1e-9);
 }
 
 TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
-  EXPECT_EQ(shard::parse_collectives("flat-ring"), Collectives::FlatRing);
+  EXPECT_EQ(shard::parse_collectives("nccl"), Collectives::Nccl);
+  EXPECT_EQ(shard::parse_collectives("flat-ring"), Collectives::Nccl);  // the earlier name
+  EXPECT_EQ(shard::to_string(Collectives::Nccl), "nccl");
   EXPECT_EQ(shard::parse_collectives("hierarchical"), Collectives::Hierarchical);
   const std::string e = error_of([] { shard::parse_collectives("ring"); });
   EXPECT_NE(e.find("--collectives 'ring'"), std::string::npos) << e;
@@ -188,10 +215,11 @@ TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
 // DeepSpeed ZeRO-3 as it runs (issue 13 item 3): its prefetcher gathers parameters in buckets of
 // stage3_prefetch_bucket_size (5e7 elements) and reduces gradients in buckets of
 // reduce_bucket_size (5e8), its documented defaults; FSDP gathers and reduces once a wrapped
-// block. The bytes are the same; the fixed cost is paid once a call.
+// block. The bytes are the same; the fixed cost is paid once a call, and NCCL picks each
+// call's protocol by the call's size.
 TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
   const topo::Topology t = resolved("dgx-h100", 4);
-  const shard::Schedule s = llama_schedule(t, "zero3", Collectives::FlatRing);
+  const shard::Schedule s = llama_schedule(t, "zero3", Collectives::Nccl);
   const shard::UnitPlan& units = s.units();
   // A Llama-2-7B block: 4 x 4096^2 attention + 3 x 4096 x 11008 MLP + 2 x 4096 norm elements.
   ASSERT_EQ(units.numel[1], 202'383'360u);
@@ -200,17 +228,26 @@ TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
   EXPECT_EQ(collective_launches(gather, units, Granularity::Unit), 1.0);
   EXPECT_DOUBLE_EQ(collective_launches(gather, units, Granularity::DeepSpeed), 202'383'360 / 5e7);  // 4.05 calls
   EXPECT_DOUBLE_EQ(collective_launches(reduce, units, Granularity::DeepSpeed), 202'383'360 / 5e8);  // 0.40 calls
-  // One flat ring over 32 ranks: 31 steps of 5 us a call (dgx-h100's cluster latency).
+  // One call over 32 ranks on 4 nodes (28 NVLink steps, 3 network), ring rate 320 GB/s:
+  //   FSDP, one call of the 404,766,720-byte block: Simple 8.4 + 28 x 3.4 + 3 x 14.0 = 145.6 us
+  //     + 392,117,760 B / 320 GB/s (1225.368 us) beats LL128's 79.2 + 1331.92 us;
+  //   DeepSpeed, 4.0476672 calls of 1e8 bytes: LL128 14.0 + 28 x 1.9 + 3 x 4.0 = 79.2 us +
+  //     96,875,000 B / 294.4 GB/s (329.06 us) beats Simple's 145.6 + 302.73 us.
   ASSERT_EQ(gather.messages, 31);
-  const OpPrice fsdp = price_op(gather, t, nullptr), deepspeed = price_op(gather, t, nullptr, 202'383'360 / 5e7);
-  EXPECT_NEAR(fsdp.latency_s * 1e6, 155.0, 1e-9);
-  EXPECT_NEAR(deepspeed.latency_s * 1e6, 155.0 * 4.0476672, 1e-9);
-  EXPECT_EQ(deepspeed.bandwidth_s, fsdp.bandwidth_s);
+  const NcclSystem system = nccl_system("NVIDIA H100 SXM5", t);
+  const OpPrice fsdp = price_op(gather, t, nullptr, 1.0, &system),
+                deepspeed = price_op(gather, t, nullptr, 202'383'360 / 5e7, &system);
+  EXPECT_EQ(fsdp.nccl->protocol, NcclProtocol::Simple);
+  EXPECT_EQ(deepspeed.nccl->protocol, NcclProtocol::LL128);
+  EXPECT_NEAR(fsdp.latency_s * 1e6, 145.6, 1e-9);
+  EXPECT_NEAR(fsdp.bandwidth_s * 1e6, 392'117'760 / 320e3, 1e-9);
+  EXPECT_NEAR(deepspeed.latency_s * 1e6, 79.2 * 4.0476672, 1e-9);
+  EXPECT_NEAR(deepspeed.bandwidth_s * 1e6, 4.0476672 * 96'875'000 / 294.4e3, 1e-6);
 
   // The whole step: every unit op's fixed cost scaled by its calls, bytes untouched.
   Workload w;
   w.seq = 4096;
-  w.collectives = Collectives::FlatRing;
+  w.collectives = Collectives::Nccl;
   const PlanContext fsdp_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
   w.granularity = Granularity::DeepSpeed;
   const PlanContext deepspeed_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
@@ -221,15 +258,13 @@ TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
     const double calls = op.unit < 0                                     ? 1.0
                          : op.purpose == Purpose::GradReduce             ? units.numel[op.unit] / 5e8
                                                                          : units.numel[op.unit] / 5e7;
-    if (op.level == 1) expected += price_op(op, t, nullptr).latency_s * calls;
+    if (op.level == 1) expected += price_op(op, t, nullptr, calls, &system).latency_s;
   }
   for (const shard::ScheduledOp& op : s.step_ops())
-    if (op.level == 1) expected += price_op(op, t, nullptr).latency_s;  // scalars: one call each
+    if (op.level == 1) expected += price_op(op, t, nullptr, 1.0, &system).latency_s;  // scalars: one call each
   EXPECT_NEAR(b.tiers[1].latency_s, expected, 1e-12 * expected);
   EXPECT_GT(b.tiers[1].latency_s, a.tiers[1].latency_s);
   EXPECT_EQ(b.tiers[1].traffic.bytes_sent, a.tiers[1].traffic.bytes_sent);
-  EXPECT_NEAR(b.tiers[1].busy_s - b.tiers[1].latency_s, a.tiers[1].busy_s - a.tiers[1].latency_s,
-              1e-9 * a.tiers[1].busy_s);
   EXPECT_EQ(deepspeed_plan.assumptions()["granularity"], "deepspeed");
 
   EXPECT_EQ(parse_granularity("fsdp"), Granularity::Unit);
