@@ -4,7 +4,8 @@ from the measured and predicted figures, and the mean absolute percentage error 
 from the rows. Rows `RN+cal` price row RN with a shipped calibration: their command must be
 RN's plus `--calibration FILE`, their measured figure RN's, and their mean is reported apart.
 Rows under the "## Held-out group" heading (added after the model, issue 40) are a group of
-their own: their mean, the other rows' mean and the mean over all rows are each checked.
+their own: their mean, the other rows' mean and the mean over all rows are each checked. A
+table row or command named otherwise (e.g. "H1") is refused: it would go unchecked.
 
 usage: validation_doc_test.py STRATA_EXE SOURCE_DIR
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 
 ROW = re.compile(r"^\| (R\d+(?:\+cal)?) \|")
 COMMAND = re.compile(r"```sh\n# (R\d+(?:\+cal)?)\n(.*?)```", re.S)
+ROW_LIKE = re.compile(r"^\| ([A-Z]+\d+\S*) \|", re.M)
+COMMAND_LIKE = re.compile(r"```sh\n# (\S+)\n")
 MAPE = re.compile(r"mean absolute percentage error over (\d+) rows: \*\*([0-9.]+)%\*\*")
 MAPE_CALIBRATED = re.compile(
     r"mean absolute percentage error over (\d+) rows with the shipped calibrations: \*\*([0-9.]+)%\*\*")
@@ -77,7 +80,9 @@ def main():
     exe, source_dir = sys.argv[1], Path(sys.argv[2])
     text = (source_dir / "docs" / "validation.md").read_text()
     (rows, held_out), commands = rows_of(text), commands_of(text)
-    problems = []
+    problems = [f"{name}: a row or command named otherwise than R<n> or R<n>+cal is not checked"
+                for name in sorted(set(ROW_LIKE.findall(text)) | set(COMMAND_LIKE.findall(text)))
+                if not ROW.match(f"| {name} |")]
     plain = [r for r in rows if not r.endswith(CALIBRATED)]
     if len(plain) < 8:
         problems.append(f"the table has {len(plain)} rows, the issue asks for at least 8")
