@@ -78,8 +78,8 @@ void run_bench_step(const StepArgs& a) {
   // With --recompute, a second engine recomputes activations; the two take turns step by step,
   // so drifts of the machine's speed fall on both alike and their ratio comes from one run.
   device::Device& dev = device::device_named(a.device, "--device");
-  const device::Precision precision = device::precision_named(a.precision, "--precision");
-  if (dev.host_visible() && precision != device::Precision::F32)
+  const Precision precision = precision_named(a.precision, "--precision");
+  if (dev.host_visible() && precision != Precision::F32)
     throw strata::Error(fmt::format("bench step: --precision {}: the {} device computes in fp32; bf16 needs --device "
                                     "cuda",
                                     a.precision, dev.name()));

@@ -131,7 +131,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 // when an override changed its preset. Specs are checked against the data-parallel topology
 // their split leaves.
 std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo::Topology& physical,
-                                               plan::Precision precision) {
+                                               Precision precision) {
   std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
   std::vector<plan::NamedSpec> out;
@@ -169,7 +169,7 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
              "collectives {}, granularity {}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
-             plan::precision_name(w.precision), plan::recompute_name(w.recompute),
+             precision_name(w.precision), plan::recompute_name(w.recompute),
              w.flash_attention ? "flash" : "dense (seq x seq kept)", shard::to_string(w.collectives),
              plan::granularity_name(w.granularity));
   const topo::Topology& topology = c.topology();
@@ -403,7 +403,7 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
 // world size, topology, precision. The first that differs is named with both values, since
 // no byte count can agree after it.
 void check_same_setup(const std::string& path, const nlohmann::json& summary, const plan::Estimate& e,
-                      const topo::Topology& topology, plan::Precision precision) {
+                      const topo::Topology& topology, Precision precision) {
   auto differs = [&](const char* field, const std::string& run, const std::string& planned, const std::string& fix) {
     return Error(fmt::format("--compare-summary {}: {} differs: the run has {}, the plan {} ({})", path, field, run,
                              planned, fix));
@@ -437,15 +437,15 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
     if (run_topology != plan_topology) throw differs("topology", run_topology, plan_topology, "give the run's --topology");
   }
   // strata's runtime computes, keeps and sends every state in fp32 unless a wire says otherwise.
-  if (precision != plan::Precision::FP32)
-    throw differs("precision", "fp32 (strata's runtime)", std::string(plan::precision_name(precision)),
+  if (precision != Precision::F32)
+    throw differs("precision", "fp32 (strata's runtime)", std::string(precision_name(precision)),
                   "give --precision fp32");
 }
 
 // Planner bytes per tier against a training run's summary.json (comm.scheduled_per_step and,
 // when present, the measured comm.per_step): equal, or an Error naming the first difference.
 void compare_summary(const std::string& path, const plan::Estimate& e, const topo::Topology& topology,
-                     plan::Precision precision) {
+                     Precision precision) {
   nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(read_file_text(path));
@@ -574,7 +574,7 @@ plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model
                                                   : plan::parse_recompute(o.recompute);
   workload.flash_attention = o.flash_attention;
   workload.batch_per_device = o.batch_per_device;
-  workload.precision = plan::parse_precision(o.precision);
+  workload.precision = precision_named(o.precision, "--precision");
   workload.collectives = shard::parse_collectives(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
   workload.validate(model);

@@ -113,8 +113,8 @@ void check_wires(const train::TrainConfig& config) {
 device::Device& check_device(const train::TrainConfig& config) {
   check_wires(config);
   device::Device& device = device::device_named(config.device, "train.device");
-  const device::Precision precision = device::precision_named(config.precision, "train.precision");
-  if (device.host_visible() && precision != device::Precision::F32)
+  const Precision precision = precision_named(config.precision, "train.precision");
+  if (device.host_visible() && precision != Precision::F32)
     throw Error(fmt::format("train.precision = '{}' (--precision): the {} device computes in fp32; bf16 needs "
                             "--device cuda",
                             config.precision, device.name()));
@@ -298,7 +298,7 @@ bool run_train(const TrainArgs& args) {
     train::PreemptionHandler preemption;
     device::Device& device = check_device(config);
     train::LocalEngine engine(config.model, config.batch, config.seq_len(), config.seed, config.recomputes(), device,
-                              device::precision_named(config.precision, "train.precision"));
+                              precision_named(config.precision, "train.precision"));
     train::Trainer trainer(config, engine);
     const std::string where = device.host_visible()
                                   ? fmt::format("{}, {}", count_of(omp_get_max_threads(), "thread"),
@@ -321,7 +321,7 @@ bool run_train(const TrainArgs& args) {
   device::Device& device = check_device(config);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                 config.seed, device, config.recomputes(),
-                                device::precision_named(config.precision, "train.precision"),
+                                precision_named(config.precision, "train.precision"),
                                 tier_collectives_for(device));
   shard::ShardedEngine& engine = runtime.engine();
   const bool leader = engine.rank() == 0;

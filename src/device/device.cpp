@@ -16,14 +16,6 @@
 
 namespace strata::device {
 
-std::string_view precision_name(Precision precision) { return precision == Precision::BF16 ? "bf16" : "fp32"; }
-
-Precision precision_named(std::string_view name, std::string_view field) {
-  if (name == "fp32") return Precision::F32;
-  if (name == "bf16") return Precision::BF16;
-  throw Error(fmt::format("{} = '{}': must be fp32 or bf16", field, name));
-}
-
 void Device::to_host(void* host, const void* memory, std::size_t bytes) { std::memcpy(host, memory, bytes); }
 void Device::from_host(void* memory, const void* host, std::size_t bytes) { std::memcpy(memory, host, bytes); }
 

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "base/precision.hpp"
 #include "model/config.hpp"
 #include "model/kernels.hpp"
 #include "model/layout.hpp"
@@ -26,13 +27,6 @@
 
 namespace strata::device {
 
-// What the matrix products read: fp32 throughout (the CPU, and the GPU's mode for checking
-// against it), or bf16 copies of weights and activations with fp32 accumulation, fp32 master
-// weights, gradients and optimizer state (mixed precision as FSDP and DeepSpeed run it).
-enum class Precision { F32, BF16 };
-std::string_view precision_name(Precision precision);
-// "fp32" or "bf16"; throws Error naming `field` for anything else.
-Precision precision_named(std::string_view name, std::string_view field);
 
 class Device {
  public:

@@ -14,14 +14,6 @@ using shard::Purpose;
 using shard::ScheduledOp;
 using comm::DType;
 
-Precision parse_precision(std::string_view text) {
-  if (text == "bf16") return Precision::BF16;
-  if (text == "fp32") return Precision::FP32;
-  throw Error(fmt::format("--precision '{}': expected bf16 or fp32", text));
-}
-
-std::string_view precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
-
 int compute_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
 
 shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/precision.hpp"
 #include "plan/calibration.hpp"
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
@@ -22,9 +23,6 @@ namespace strata::plan {
 
 // bf16: weights and gradients as published mixed-precision systems keep them (2 bytes in
 // memory and on the wire; int8/int4 wires stay); fp32: exactly what strata's runtime does.
-enum class Precision { BF16, FP32 };
-Precision parse_precision(std::string_view text);  // throws Error naming --precision
-std::string_view precision_name(Precision p);
 int compute_bytes(Precision p);  // bytes of a weight/gradient/activation element in compute
 // Under bf16, every fp32 wire of the spec becomes bf16; other wires are kept.
 shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision);

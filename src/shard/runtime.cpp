@@ -91,7 +91,7 @@ TierCollectives host_tier_collectives(comm::Context&, const topo::ProcessGroups&
 
 ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
                                int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute,
-                               device::Precision precision, const TierCollectivesFactory& tier_collectives) {
+                               Precision precision, const TierCollectivesFactory& tier_collectives) {
   // Host detection and communicator creation block inside MPI until every rank takes part.
   const comm::BlockingCallWatchdog watchdog("start-up (topology, communicators)", "world", MPI_COMM_WORLD);
   int world = 0;

@@ -89,7 +89,7 @@ class ShardedRuntime {
   // the levels run on for `device`'s memory.
   ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
                  int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute = false,
-                 device::Precision precision = device::Precision::F32,
+                 Precision precision = Precision::F32,
                  const TierCollectivesFactory& tier_collectives = host_tier_collectives);
   ~ShardedRuntime();
 

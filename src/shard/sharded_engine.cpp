@@ -44,12 +44,12 @@ model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, in
 // kernels: the host only.
 std::unique_ptr<model::Model> reserve_and_make_model(const Schedule& schedule, device::Device& device,
                                                      const model::GPTConfig& config, int batch, int seq,
-                                                     bool recompute, device::Precision precision,
+                                                     bool recompute, Precision precision,
                                                      const model::TensorParallel& split) {
-  if (split.split.size > 1 && (!device.host_visible() || precision != device::Precision::F32))
+  if (split.split.size > 1 && (!device.host_visible() || precision != Precision::F32))
     throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device in {} "
                             "(train.device, train.precision)",
-                            split.split.size, device.name(), device::precision_name(precision)));
+                            split.split.size, device.name(), precision_name(precision)));
   device.reserve(ShardedEngine::device_bytes(schedule, device, config, batch, seq, recompute, precision));
   if (split.split.size > 1) return model::make_model(config, batch, seq, recompute, device.kernels(), split);
   return device.make_model(config, batch, seq, recompute, precision);
@@ -65,7 +65,7 @@ LevelCollectives mpi_levels(comm::TierComms& comms) {
 
 std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device::Device& device,
                                           const model::GPTConfig& config, int batch, int seq, bool recompute,
-                                          device::Precision precision) {
+                                          Precision precision) {
   // The runtime's buffers are fp32 (4 bytes an element) whatever the products read.
   return schedule.memory_per_rank(4, device::kPoolAlignBytes).total() +
          device.model_bytes(config, batch, seq, recompute, precision);
@@ -76,7 +76,7 @@ std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device
 ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
                              LevelCollectives levels, const ShardSpec& spec, int accumulation_steps,
                              std::uint64_t seed, device::Device& device, bool recompute,
-                             const std::optional<TensorParallelism>& tp, device::Precision precision)
+                             const std::optional<TensorParallelism>& tp, Precision precision)
     : device_(device),
       schedule_(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
                 tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec, accumulation_steps,

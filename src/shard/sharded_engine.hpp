@@ -64,12 +64,12 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
-                device::Precision precision = device::Precision::F32);
+                Precision precision = Precision::F32);
   // Over strata's MPI Communicators (host memory).
   ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
-                device::Precision precision = device::Precision::F32)
+                Precision precision = Precision::F32)
       : ShardedEngine(config, batch, seq, ctx, mpi_levels(comms), spec, accumulation_steps, seed, device, recompute,
                       tp, precision) {}
   ~ShardedEngine() override;
@@ -78,7 +78,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // from the schedule's memory formula at the device pool's alignment, and the model's.
   static std::uint64_t device_bytes(const Schedule& schedule, const device::Device& device,
                                     const model::GPTConfig& config, int batch, int seq, bool recompute,
-                                    device::Precision precision);
+                                    Precision precision);
 
   const model::ParamLayout& layout() const override { return model_->layout(); }
   int rank() const override { return rank_; }

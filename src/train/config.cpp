@@ -1,5 +1,7 @@
 #include "train/config.hpp"
 
+#include "base/precision.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -376,8 +378,7 @@ void TrainConfig::validate() const {
     throw Error(fmt::format("train.max_skipped_steps = {}: must be positive", max_skipped_steps));
   if (recompute != "none" && recompute != "full")
     throw Error(fmt::format("train.recompute = '{}': must be none or full", recompute));
-  if (precision != "fp32" && precision != "bf16")
-    throw Error(fmt::format("train.precision = '{}': must be fp32 or bf16", precision));
+  precision_named(precision, "train.precision");
   if (loss_scale != "auto" && loss_scale != "dynamic" && loss_scale != "off")
     throw Error(fmt::format("train.loss_scale = '{}': must be auto, dynamic or off", loss_scale));
   optim::LossScaler::validate(initial_loss_scale, loss_scale_window);

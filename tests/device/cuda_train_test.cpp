@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-TrainResult run_on(const TrainConfig& c, device::Device& device, device::Precision precision) {
+TrainResult run_on(const TrainConfig& c, device::Device& device, Precision precision) {
   LocalEngine engine(c.model, c.batch, c.seq_len(), c.seed, c.recomputes(), device, precision);
   Trainer trainer(c, engine);
   return trainer.run();
@@ -86,8 +86,8 @@ class CudaTrainer : public ::testing::TestWithParam<std::string> {
 
 TEST_P(CudaTrainer, Fp32MatchesTheCpuLossCurveWithin1e4Over50Steps) {
   const TrainConfig c = config(50);
-  const TrainResult cpu = run_on(c, device::host(), device::Precision::F32);
-  const TrainResult gpu = run_on(c, device::cuda::gpu(), device::Precision::F32);
+  const TrainResult cpu = run_on(c, device::host(), Precision::F32);
+  const TrainResult gpu = run_on(c, device::cuda::gpu(), Precision::F32);
   expect_loss_curve_within(cpu, gpu, 1e-4, "fp32");
   for (std::size_t i = 0; i < cpu.steps.size(); ++i)
     EXPECT_LE(std::abs(gpu.steps[i].grad_norm - cpu.steps[i].grad_norm) / cpu.steps[i].grad_norm, 1e-3)
@@ -96,16 +96,16 @@ TEST_P(CudaTrainer, Fp32MatchesTheCpuLossCurveWithin1e4Over50Steps) {
 
 TEST_P(CudaTrainer, Bf16StaysWithin3e2OfTheCpuLossCurveOver50Steps) {
   const TrainConfig c = config(50);
-  const TrainResult cpu = run_on(c, device::host(), device::Precision::F32);
-  const TrainResult gpu = run_on(c, device::cuda::gpu(), device::Precision::BF16);
+  const TrainResult cpu = run_on(c, device::host(), Precision::F32);
+  const TrainResult gpu = run_on(c, device::cuda::gpu(), Precision::BF16);
   expect_loss_curve_within(cpu, gpu, 3e-2, "bf16");
 }
 
 TEST_P(CudaTrainer, SameSeedGivesTheSameLossesBitForBit) {
   const TrainConfig c = config(8);
-  for (device::Precision p : {device::Precision::F32, device::Precision::BF16})
+  for (Precision p : {Precision::F32, Precision::BF16})
     expect_same_losses(run_on(c, device::cuda::gpu(), p), run_on(c, device::cuda::gpu(), p),
-                       std::string(device::precision_name(p)));
+                       std::string(precision_name(p)));
 }
 
 // Recomputation reruns each block's forward with the same kernels on the same inputs: the
@@ -113,24 +113,24 @@ TEST_P(CudaTrainer, SameSeedGivesTheSameLossesBitForBit) {
 TEST_P(CudaTrainer, RecomputationGivesTheSameLossesBitForBit) {
   TrainConfig kept = config(8), recomputed = kept;
   recomputed.recompute = "full";
-  for (device::Precision p : {device::Precision::F32, device::Precision::BF16})
+  for (Precision p : {Precision::F32, Precision::BF16})
     expect_same_losses(run_on(kept, device::cuda::gpu(), p), run_on(recomputed, device::cuda::gpu(), p),
-                       std::string(device::precision_name(p)) + " recompute full");
+                       std::string(precision_name(p)) + " recompute full");
 }
 
 TEST_P(CudaTrainer, ACheckpointTakenOnTheGpuResumesToTheSameLosses) {
   TrainConfig whole = config(12);
   whole.out_dir = (dir_ / "whole").string();
-  const TrainResult straight = run_on(whole, device::cuda::gpu(), device::Precision::F32);
+  const TrainResult straight = run_on(whole, device::cuda::gpu(), Precision::F32);
 
   TrainConfig first = whole;
   first.out_dir = (dir_ / "split").string();
   first.stop_after = 6;
-  run_on(first, device::cuda::gpu(), device::Precision::F32);
+  run_on(first, device::cuda::gpu(), Precision::F32);
   TrainConfig rest = whole;
   rest.out_dir = first.out_dir;
   rest.resume = "latest";
-  const TrainResult resumed = run_on(rest, device::cuda::gpu(), device::Precision::F32);
+  const TrainResult resumed = run_on(rest, device::cuda::gpu(), Precision::F32);
   ASSERT_EQ(resumed.steps.size(), 6u);
   for (std::size_t i = 0; i < resumed.steps.size(); ++i)
     EXPECT_EQ(resumed.steps[i].loss, straight.steps[6 + i].loss) << "step " << 7 + i;
@@ -139,7 +139,7 @@ TEST_P(CudaTrainer, ACheckpointTakenOnTheGpuResumesToTheSameLosses) {
 TEST_P(CudaTrainer, TheInitialWeightsAreTheCpusAndComeBackThroughHostCopies) {
   const model::GPTConfig config = model::GPTConfig::preset(GetParam());
   LocalEngine cpu(config, 2, 32, 7);
-  LocalEngine gpu(config, 2, 32, 7, false, device::cuda::gpu(), device::Precision::F32);
+  LocalEngine gpu(config, 2, 32, 7, false, device::cuda::gpu(), Precision::F32);
   const std::size_t n = cpu.layout().total_floats();
   std::vector<float> a(n), b(n, std::nanf(""));
   cpu.gather_params(a.data());

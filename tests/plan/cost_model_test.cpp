@@ -65,7 +65,7 @@ TEST(CostModel, PrecisionMapsFp32WiresToBf16AndKeepsQuantizedOnes) {
   EXPECT_EQ(zpp.weight_wire, DType::I8);
   EXPECT_EQ(zpp.grad_wire, DType::I4);
   EXPECT_EQ(zpp.step_grad_wire, DType::BF16);
-  EXPECT_EQ(apply_precision(strategy_spec("zero3", t), Precision::FP32).weight_wire, DType::F32);
+  EXPECT_EQ(apply_precision(strategy_spec("zero3", t), Precision::F32).weight_wire, DType::F32);
 }
 
 TEST(CostModel, Zero3MovesThreeTimesTwoPsiPerRankPerStep) {
@@ -517,7 +517,7 @@ TEST(CostModel, JsonCarriesTheFieldsAUserReads) {
 TEST(CostModel, BadInputIsRefusedNamingTheField) {
   topo::Topology t = frontier(2);
   EXPECT_NE(error_of([&] { strategy_spec("zero4", t); }).find("--strategy 'zero4'"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_precision("fp8"); }).find("--precision 'fp8'"), std::string::npos);
+  EXPECT_NE(error_of([] { precision_named("fp8", "--precision"); }).find("--precision = 'fp8'"), std::string::npos);
   EXPECT_NE(error_of([&] { parse_leave_out("weight-gather", t); }).find("--leave-out 'weight-gather'"),
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_leave_out("loss@rack", t); }).find("no tier 'rack'"), std::string::npos);

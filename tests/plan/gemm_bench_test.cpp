@@ -103,7 +103,7 @@ TEST(GemmBench, RefusesAMalformedTableNamingTheLine) {
 TEST(GemmBench, APlanOfAnotherPrecisionOrDeviceIsRefused) {
   const Calibration cal = from_table(Table(kTable));
   EXPECT_NO_THROW(check_gemm_calibration(cal, h100(), Precision::BF16, "--calibration c.toml"));
-  EXPECT_NE(error_of([&] { check_gemm_calibration(cal, h100(), Precision::FP32, "--calibration c.toml"); })
+  EXPECT_NE(error_of([&] { check_gemm_calibration(cal, h100(), Precision::F32, "--calibration c.toml"); })
                 .find("--calibration c.toml: its compute efficiency is of bf16 GEMMs; --precision fp32"),
             std::string::npos);
   EXPECT_NE(error_of([&] { check_gemm_calibration(cal, gpu_datasheet("a100-80").device, Precision::BF16, "c"); })

@@ -97,7 +97,7 @@ TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte
       w.seq = 32;
       w.accumulation_steps = 2;
       w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
-      w.precision = Precision::FP32;
+      w.precision = Precision::F32;
       const ModelParallelPlan plan(ModelShape::preset("tiny"), physical, DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"},
                                    w, {2, 1, "", ""});
       const parallel::ParallelDims dims = parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
@@ -105,7 +105,7 @@ TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte
       const shard::ShardSpec spec = shard::ShardSpec::preset_for(name, dp);
       const shard::Schedule runtime(model::ParamLayout(config, {2, 0}), dp, spec, w.accumulation_steps,
                                     shard::tensor_parallel_plan(dims, config, w.micro_batch, w.seq, recompute));
-      const shard::Schedule planned = plan.stage(0).schedule(apply_precision(spec, Precision::FP32));
+      const shard::Schedule planned = plan.stage(0).schedule(apply_precision(spec, Precision::F32));
       const std::string what = std::string(name) + (recompute ? " recompute" : "");
       ASSERT_EQ(planned.tensor_parallel_ops().size(), runtime.tensor_parallel_ops().size()) << what;
       for (std::size_t i = 0; i < runtime.tensor_parallel_ops().size(); ++i) {
@@ -114,7 +114,7 @@ TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte
                   std::tie(b.kind, b.when, b.level, b.group_size, b.elements_in, b.bytes_sent, b.messages))
             << what << " op " << i;
       }
-      const Estimate e = plan.estimate(name, apply_precision(spec, Precision::FP32));
+      const Estimate e = plan.estimate(name, apply_precision(spec, Precision::F32));
       const std::vector<shard::TierTraffic> want = runtime.traffic_per_step();
       ASSERT_EQ(e.tiers.size(), want.size());
       for (std::size_t t = 0; t < want.size(); ++t) {

@@ -59,7 +59,7 @@ plan::Estimate planned(const std::string& strategy, bool recompute) {
   w.seq = kSeq;
   w.accumulation_steps = kAccum;
   w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
-  w.precision = plan::Precision::FP32;
+  w.precision = Precision::F32;
   const plan::ModelParallelPlan p(plan::ModelShape::preset("tiny"), physical,
                                   plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, {kTp, 1, "", ""});
   return p.estimate(strategy, plan::strategy_spec(strategy, p.data_parallel_topology()));

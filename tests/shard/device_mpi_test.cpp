@@ -205,7 +205,7 @@ TEST(ShardedOnADevice, TrainsThroughTheDeviceToTheHostsLossesBitForBitWithinItsR
     // Reserved: the schedule's formula at the pool's alignment, and the model's activations;
     // allocated: exactly the formula's buffers, all of them before the first step.
     EXPECT_EQ(staged.reserved, shard::ShardedEngine::device_bytes(schedule, staged, tiny(), kBatch, kSeq, false,
-                                                                  device::Precision::F32))
+                                                                  Precision::F32))
         << name;
     EXPECT_EQ(staged.allocated, schedule.memory_per_rank(4, device::kPoolAlignBytes).total()) << name;
     const int allocations = staged.allocations;
@@ -324,7 +324,7 @@ TEST(ShardedOnADevice, TheRuntimesTrainingLevelsGetOnlyDeviceBuffersAndItsScalar
     parallel::ShardOptions options;
     options.strategy = strategy;
     options.topology = test::source_path("configs/topology/2node-2gpu-2die.toml").string();
-    shard::ShardedRuntime runtime(options, tiny(), kBatch, kSeq, 1, 1234, staged, false, device::Precision::F32,
+    shard::ShardedRuntime runtime(options, tiny(), kBatch, kSeq, 1, 1234, staged, false, Precision::F32,
                                   checked);
     RunResult on_device;
     train_steps(runtime.engine(), on_device);

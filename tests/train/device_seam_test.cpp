@@ -54,7 +54,7 @@ TEST(DeviceSeam, ADeviceTheHostCannotAddressTrainsToTheHostsLossesBitForBit) {
   EXPECT_EQ(staged.copies_from_host.load(), 1);  // the initial weights, once
   EXPECT_FALSE(staged.over_reserve) << staged.allocated << " bytes allocated, " << staged.reserved << " reserved";
   EXPECT_EQ(staged.reserved, LocalEngine::device_bytes(c.model, c.batch, c.seq_len(), false, staged,
-                                                       device::Precision::F32));
+                                                       Precision::F32));
 }
 
 TEST(DeviceSeam, ACheckpointTakenThroughTheDevicesCopiesResumesToTheSameLosses) {
@@ -87,6 +87,6 @@ TEST(DeviceSeam, ACheckpointTakenThroughTheDevicesCopiesResumesToTheSameLosses) 
 
 TEST(DeviceSeam, TheHostDeviceRefusesBf16NamingThePrecision) {
   const model::GPTConfig config = model::GPTConfig::preset("tiny");
-  const std::string what = test::error_of([&] { LocalEngine(config, 2, 32, 1, false, device::host(), device::Precision::BF16); });
+  const std::string what = test::error_of([&] { LocalEngine(config, 2, 32, 1, false, device::host(), Precision::BF16); });
   EXPECT_NE(what.find("train.precision = 'bf16': the cpu device computes in fp32 only"), std::string::npos) << what;
 }

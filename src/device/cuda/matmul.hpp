@@ -1,5 +1,5 @@
 #pragma once
-// Matrix products on the GPU through cuBLASLt, in the two precisions of device::Precision:
+// Matrix products on the GPU through cuBLASLt, in the two precisions of Precision:
 // fp32 (strict fp32 arithmetic, no TF32: for checking against the CPU) or bf16 inputs with
 // fp32 accumulation and fp32 output (the operands are rounded to bf16 into scratch first, so
 // master weights, activations and gradients all stay fp32 in memory).
