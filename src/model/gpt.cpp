@@ -13,6 +13,7 @@
 #include "model/gpt_walk.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
+#include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
@@ -45,9 +46,7 @@ struct GPT::Impl {
   float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
   float *dln1 = nullptr, *dln2 = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
   AlignedBuffer<float> attention_scratch;  // T x T per thread
-  // Vocab-parallel loss: each row's (max, sum of exponentials, target logit) on this TP
-  // rank's vocabulary slice, and every rank's, gathered.
-  std::vector<float> vocab_stats, vocab_stats_all;
+  std::unique_ptr<VocabParallelLoss> vocab_loss;  // under TP
 
   void reserve_attention_scratch(int T) {
     const std::size_t n = static_cast<std::size_t>(T) * T * omp_get_max_threads();
@@ -93,13 +92,7 @@ GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kern
       T_(seq),
       recompute_(recompute),
       impl_(std::make_unique<Impl>()) {
-  if (tp.split.size > 1 && !tp.group)
-    throw Error(fmt::format("model: --tp {} needs a tensor-parallel group to reduce over", tp.split.size));
-  if (config.family != Family::Gpt2)
-    throw Error(fmt::format("model: GPT built for family {}", family_name(config.family)));
-  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
-  if (seq <= 0 || seq > config.seq_len)
-    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+  check_model_args(config, Family::Gpt2, "GPT", batch, seq, tp);
   Impl& m = *impl_;
   m.k = &kernels;
   m.block = block_offsets(layout_);
@@ -109,10 +102,7 @@ GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kern
   m.storage.resize(m.place(config, N, B_, T_, recompute_, nullptr));
   m.place(config, N, B_, T_, recompute_, m.storage.data());
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  if (N > 1) {
-    m.vocab_stats.resize(3 * BT);
-    m.vocab_stats_all.resize(3 * BT * N);
-  }
+  if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
   m.tokens.resize(BT);
   m.targets.resize(BT);
 }
@@ -150,18 +140,15 @@ void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   }
   // Vocab-parallel: the rank holding a token's row contributes it, TP rank 0 the position's
   // row, the others zeros; the sum is the whole model's wte + wpe, bit for bit.
-  const int rows = config().padded_vocab_size / tp.size, first = tp.rank * rows;
+  const VocabSlice slice(config(), tp);
   in_parallel([&](const Team& team) {
     const Range r = team.share(BT);
+    vocab_parallel_lookup(m.encoded, m.tokens.data(), wte, slice, C, r);
+    if (tp.rank != 0) return;
     for (int i = r.begin; i < r.end; ++i) {
       float* out = m.encoded + static_cast<std::size_t>(i) * C;
-      const int local = m.tokens[i] - first;
-      if (local >= 0 && local < rows) std::copy_n(wte + static_cast<std::size_t>(local) * C, C, out);
-      else std::fill_n(out, C, 0.f);
-      if (tp.rank == 0) {
-        const float* pos = wpe + static_cast<std::size_t>(i % T_) * C;
-        for (int c = 0; c < C; ++c) out[c] += pos[c];
-      }
+      const float* pos = wpe + static_cast<std::size_t>(i % T_) * C;
+      for (int c = 0; c < C; ++c) out[c] += pos[c];
     }
   });
   tp_sum(m.encoded, static_cast<std::size_t>(BT) * C);
@@ -229,54 +216,21 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
   return static_cast<float>(total / BT);
 }
 
-// The real vocabulary rows of TP rank `rank`'s slice of `rows` rows: those below vocab_size.
-static int real_vocab_rows(const GPTConfig& cfg, int rows, int rank) {
-  return std::clamp(cfg.vocab_size - rank * rows, 0, rows);
-}
-
-// Cross-entropy over logits split by vocabulary rows. Each rank reduces its slice of a row
-// to (max, sum of exp(logit - max), the target's logit or 0); one all-gather of those three
-// per row gives every rank every slice's, which each combines in rank order into the same
-// log-sum-exp: Megatron's max and sum all-reduces (and the target logit's) in one collective.
+// Cross-entropy over logits split by vocabulary rows (vocab_parallel.hpp).
 float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
-  const TensorSplit& tp = layout_.split();
-  const int BT = B_ * T_, C = cfg.n_embd, Vl = cfg.padded_vocab_size / tp.size;
-  const int real = real_vocab_rows(cfg, Vl, tp.rank), first = tp.rank * Vl;
+  const VocabSlice slice(cfg, layout_.split());
+  const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
                            rows, nullptr, nullptr);
-    matmul_forward(m.logits, m.lnf, wte, C, Vl, false, rows);
-    for (int i = rows.begin; i < rows.end; ++i) {
-      const float* l = m.logits + static_cast<std::size_t>(i) * Vl;
-      float mx = -3.4e38f;
-      for (int j = 0; j < real; ++j) mx = std::max(mx, l[j]);
-      float sum = 0;
-      for (int j = 0; j < real; ++j) sum += std::exp(l[j] - mx);
-      const int t = m.targets[i] - first;
-      float* st = m.vocab_stats.data() + 3 * static_cast<std::size_t>(i);
-      st[0] = mx, st[1] = sum, st[2] = t >= 0 && t < real ? l[t] : 0.f;
-    }
+    matmul_forward(m.logits, m.lnf, wte, C, slice.rows, false, rows);
+    m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
   });
-  tp_group_->all_gather(m.vocab_stats.data(), m.vocab_stats.size(), m.vocab_stats_all.data());
-  const std::size_t per_rank = m.vocab_stats.size();
-  double total = 0;  // in row order: deterministic
-  for (int i = 0; i < BT; ++i) {
-    float mx = -3.4e38f, sum = 0, target = 0;
-    for (int r = 0; r < tp.size; ++r) mx = std::max(mx, m.vocab_stats_all[r * per_rank + 3 * i]);
-    for (int r = 0; r < tp.size; ++r) {
-      const float* st = m.vocab_stats_all.data() + r * per_rank + 3 * i;
-      sum += st[1] * std::exp(st[0] - mx);
-      target += st[2];
-    }
-    m.lse[i] = mx + std::log(sum);
-    m.losses[i] = m.lse[i] - target;
-    total += m.losses[i];
-  }
-  return static_cast<float>(total / BT);
+  return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
 }
 
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
@@ -285,9 +239,10 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
   const Kernels& k = *m.k;
   const GPTConfig& cfg = config();
   const TensorSplit& tp = layout_.split();
-  const int BT = B_ * T_, C = cfg.n_embd, Vl = cfg.padded_vocab_size / tp.size;
+  const VocabSlice slice(cfg, tp);
+  const int BT = B_ * T_, C = cfg.n_embd, Vl = slice.rows;
   // Logits past the vocabulary carry no gradient: only the slice's real rows of wte take part.
-  const int real = real_vocab_rows(cfg, Vl, tp.rank), first = tp.rank * Vl;
+  const int real = slice.real;
   const float* x = m.block_input(cfg.n_layer);
   const float* wte = embed_params + m.embed.wte;
   float* dlnf = m.dln1;
@@ -297,14 +252,7 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
     if (tp.size == 1) {
       k.crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), real, Vl, scale, rows);
     } else {
-      for (int i = rows.begin; i < rows.end; ++i) {
-        const float* l = m.logits + static_cast<std::size_t>(i) * Vl;
-        float* d = m.dlogits + static_cast<std::size_t>(i) * Vl;
-        for (int j = 0; j < real; ++j) d[j] = scale * std::exp(l[j] - m.lse[i]);
-        std::fill(d + real, d + Vl, 0.f);
-        const int t = m.targets[i] - first;
-        if (t >= 0 && t < real) d[t] -= scale;
-      }
+      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
     }
     matmul_backward_input(dlnf, m.dlogits, Vl, wte, C, real, rows);
   });
@@ -390,18 +338,14 @@ void GPT::embed_backward(float* embed_grads) {
   }
   // Vocab-parallel: this rank's rows of wte take the gradient of the tokens they hold; wpe is
   // whole here and gets every position's (the same on every TP rank).
-  const int rows = config().padded_vocab_size / tp.size, first = tp.rank * rows;
+  const VocabSlice slice(config(), tp);
   in_parallel([&](const Team& team) {
     const Range cols = team.share(C, kColumnAlign);
+    vocab_parallel_scatter(dwte, m.dres, m.tokens.data(), B_ * T_, slice, C, cols);
     for (int i = 0; i < B_ * T_; ++i) {
       const float* d = m.dres + static_cast<std::size_t>(i) * C;
-      const int local = m.tokens[i] - first;
       float* pos = dwpe + static_cast<std::size_t>(i % T_) * C;
-      float* row = local >= 0 && local < rows ? dwte + static_cast<std::size_t>(local) * C : nullptr;
-      for (int c = cols.begin; c < cols.end; ++c) {
-        pos[c] += d[c];
-        if (row) row[c] += d[c];
-      }
+      for (int c = cols.begin; c < cols.end; ++c) pos[c] += d[c];
     }
   });
 }

@@ -14,6 +14,7 @@
 #include "model/llama_kernels.hpp"
 #include "model/gpt_walk.hpp"
 #include "model/team.hpp"
+#include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
@@ -224,7 +225,7 @@ using namespace llama_kernels;
 struct Llama::Impl {
   struct Layer {
     float *xn1, *rstd1;      // attention RMSNorm output and 1/rms per row
-    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV]; q and k rotated
+    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV] (a TP rank's heads); q and k rotated
     float* att;              // [B, NH, T, T] probabilities
     float* atty;             // [BT, C] heads' outputs, before o_proj
     float* res2;             // [BT, C] x + attention
@@ -246,54 +247,56 @@ struct Llama::Impl {
   float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
   AlignedBuffer<float> attention_scratch;  // T x T per thread
   std::vector<std::int32_t> tokens, targets;
+  std::unique_ptr<VocabParallelLoss> vocab_loss;  // under TP
 
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 
-  std::size_t place(const GPTConfig& config, int B, int T, bool recompute, float* base);
+  std::size_t place(const GPTConfig& config, int tp, int B, int T, bool recompute, float* base);
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take (recomputation: place_layers, layout.hpp).
-std::size_t Llama::Impl::place(const GPTConfig& config, int B, int T, bool recompute, float* base) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
-  const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
-  const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
+// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads'
+// buffers, the MLP's and the logits hold this rank's slice.
+std::size_t Llama::Impl::place(const GPTConfig& config, int tp, int B, int T, bool recompute, float* base) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Cq = C / tp;
+  const std::size_t NH = config.n_head / tp, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim() / tp;
+  const std::size_t F = config.ffn_size() / tp, Vp = config.padded_vocab_size / tp;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
   place_layers(layers, config.n_layer, recompute, placer, BT * C, [&](Layer& la) {
     take(la.xn1, BT * C); take(la.rstd1, BT);
-    take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
+    take(la.q, BT * Cq); take(la.k, BT * KV); take(la.v, BT * KV);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
-    take(la.atty, BT * C); take(la.res2, BT * C);
+    take(la.atty, BT * Cq); take(la.res2, BT * C);
     take(la.xn2, BT * C); take(la.rstd2, BT);
     take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
   });
   take(encoded, BT * C); take(xf, BT * C); take(rstdf, BT);
   take(logits, BT * Vp); take(lse, BT); take(losses, BT);
   take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
-  take(dxn1, BT * C); take(dxn2, BT * C); take(dtmp, BT * C); take(datty, BT * C);
-  take(dq, BT * C); take(dk, BT * KV); take(dv, BT * KV);
+  take(dxn1, BT * C); take(dxn2, BT * C); take(dtmp, BT * C); take(datty, BT * Cq);
+  take(dq, BT * Cq); take(dk, BT * KV); take(dv, BT * KV);
   take(dact, BT * F); take(dgate, BT * F); take(dup, BT * F);
   return placer.floats();
 }
 
-Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels)
-    : layout_(config), B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
-  if (config.family != Family::Llama)
-    throw Error(fmt::format("model: Llama built for family {}", family_name(config.family)));
-  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
-  if (seq <= 0 || seq > config.seq_len)
-    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
+             const TensorParallel& tp)
+    : layout_(config, tp.split), tp_group_(tp.group), B_(batch), T_(seq), recompute_(recompute),
+      impl_(std::make_unique<Impl>()) {
+  check_model_args(config, Family::Llama, "Llama", batch, seq, tp);
   Impl& m = *impl_;
   m.k = &kernels;
   m.off = llama_offsets(layout_);
-  m.shape = {T_, config.n_head, config.kv_heads(), config.head_dim()};
+  const int N = tp.split.size;
+  m.shape = {T_, config.n_head / N, config.kv_heads() / N, config.head_dim()};
 
   rope_tables(config, T_, m.rope_cos, m.rope_sin);
 
-  m.storage.resize(m.place(config, B_, T_, recompute_, nullptr));
-  m.place(config, B_, T_, recompute_, m.storage.data());
+  m.storage.resize(m.place(config, N, B_, T_, recompute_, nullptr));
+  m.place(config, N, B_, T_, recompute_, m.storage.data());
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
+  if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
   m.tokens.resize(BT);
   m.targets.resize(BT);
 }
@@ -304,21 +307,34 @@ const float* Llama::logits() const { return impl_->logits; }
 
 std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
   Impl counter;
-  return sizeof(float) * counter.place(config, batch, seq, recompute, nullptr);
+  return sizeof(float) * counter.place(config, 1, batch, seq, recompute, nullptr);
 }
 
 std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
 
+void Llama::tp_sum(float* data, std::size_t n) {
+  if (tp_group_) tp_group_->all_reduce_sum(data, n);
+}
+
 void Llama::embed_forward(const float* embed_params) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
-  const float* table = embed_params + m.off.embed;
+  const VocabSlice slice(config(), layout_.split());
   in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    for (int i = rows.begin; i < rows.end; ++i)
-      std::memcpy(m.encoded + static_cast<std::size_t>(i) * C, table + static_cast<std::size_t>(m.tokens[i]) * C,
-                  sizeof(float) * C);
+    vocab_parallel_lookup(m.encoded, m.tokens.data(), embed_params + m.off.embed, slice, C, team.share(BT));
   });
+  tp_sum(m.encoded, static_cast<std::size_t>(BT) * C);  // vocab-parallel: the slices' rows summed
+}
+
+// Rows `rows` of RMSNorm's output and of the residual sum the row-parallel projection after
+// it accumulates into: x on TP rank 0, zero on the others (tp_sum then adds x once).
+void Llama::norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual,
+                              Range rows) const {
+  const int C = config().n_embd;
+  const bool lead = layout_.split().rank == 0;
+  rmsnorm_forward(out, rstd, x, w, C, rows, lead ? residual : nullptr);
+  if (!lead)
+    std::fill_n(residual + static_cast<std::size_t>(rows.begin) * C, static_cast<std::size_t>(rows.size()) * C, 0.f);
 }
 
 void Llama::block_forward(int layer, const float* p) {
@@ -326,13 +342,15 @@ void Llama::block_forward(int layer, const float* p) {
   const LlamaBlockOffsets& o = m.off.block;
   const AttentionShape& s = m.shape;
   Impl::Layer& la = m.layers[layer];
-  const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  // This rank's widths: its query heads', K/V heads' and SwiGLU slice's (the whole model's without TP).
+  const int BT = B_ * T_, C = config().n_embd, Cq = static_cast<int>(s.q_stride()), KV = static_cast<int>(s.kv_stride());
+  const int F = config().ffn_size() / layout_.split().size;
   const float* x = m.block_input(layer);
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     // h = x + o_proj(attention(rope(q_proj(norm x)), rope(k_proj(norm x)), v_proj(norm x)))
-    rmsnorm_forward(la.xn1, la.rstd1, x, p + o.attn_norm, C, rows, la.res2);
-    matmul_forward(la.q, la.xn1, p + o.q, C, C, false, rows);
+    norm_and_residual(la.xn1, la.rstd1, x, p + o.attn_norm, la.res2, rows);
+    matmul_forward(la.q, la.xn1, p + o.q, C, Cq, false, rows);
     matmul_forward(la.k, la.xn1, p + o.k, C, KV, false, rows);
     matmul_forward(la.v, la.xn1, p + o.v, C, KV, false, rows);
     rope_forward(la.q, s.NH, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
@@ -341,28 +359,35 @@ void Llama::block_forward(int layer, const float* p) {
     if (sync) barrier();  // attention reads whole sequences
     attention_forward(la.atty, la.att, la.q, la.k, la.v, s, team.share(B_ * s.NH));
     if (sync) barrier();  // o_proj reads every head of its rows
-    matmul_forward(la.res2, la.atty, p + o.o, C, C, true, rows);
+    matmul_forward(la.res2, la.atty, p + o.o, Cq, C, true, rows);
+  });
+  tp_sum(la.res2, static_cast<std::size_t>(BT) * C);  // o_proj is row-parallel
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
     // out = h + down_proj(silu(gate_proj(norm h)) * up_proj(norm h))
-    rmsnorm_forward(la.xn2, la.rstd2, la.res2, p + o.mlp_norm, C, rows, la.res3);
+    norm_and_residual(la.xn2, la.rstd2, la.res2, p + o.mlp_norm, la.res3, rows);
     matmul_forward(la.gate, la.xn2, p + o.gate, C, F, false, rows);
     matmul_forward(la.up, la.xn2, p + o.up, C, F, false, rows);
     swiglu_forward(la.act, la.gate, la.up, F, rows);
     matmul_forward(la.res3, la.act, p + o.down, F, C, true, rows);
   });
+  tp_sum(la.res3, static_cast<std::size_t>(BT) * C);  // down_proj is row-parallel
 }
 
 float Llama::head_forward(const float* norm_params, const float* head_params) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
+  const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     rmsnorm_forward(m.xf, m.rstdf, x, norm_params + m.off.final_norm, C, rows, nullptr);
-    matmul_forward(m.logits, m.xf, head_params + m.off.head, C, cfg.padded_vocab_size, false, rows);
-    m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, cfg.padded_vocab_size,
-                              rows);
+    matmul_forward(m.logits, m.xf, head_params + m.off.head, C, slice.rows, false, rows);
+    if (m.vocab_loss) m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
+    else m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, slice.rows, rows);
   });
+  if (m.vocab_loss) return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
   double total = 0;  // in row order: deterministic
   for (int i = 0; i < BT; ++i) total += m.losses[i];
   return static_cast<float>(total / BT);
@@ -372,17 +397,26 @@ void Llama::head_backward(const float* norm_params, const float* head_params, fl
                           float grad_scale) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
-  const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  const VocabSlice slice(cfg, layout_.split());
+  const int BT = B_ * T_, C = cfg.n_embd;
+  const float scale = grad_scale / BT;
   const float* x = m.block_input(cfg.n_layer);
   float* dxf = m.dxn1;
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
-    m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), V, Vp, grad_scale / BT, rows);
-    // Logits past V carry no gradient: only the first V rows of lm_head take part.
-    matmul_backward_input(dxf, m.dlogits, Vp, head_params + m.off.head, C, V, rows);
+    if (m.vocab_loss)
+      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
+    else
+      m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice.real, slice.rows, scale, rows);
+    // Logits past the vocabulary carry no gradient: only the slice's real rows of lm_head take part.
+    matmul_backward_input(dxf, m.dlogits, slice.rows, head_params + m.off.head, C, slice.real, rows);
+  });
+  tp_sum(dxf, static_cast<std::size_t>(BT) * C);  // each rank's vocabulary rows' share
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
     rmsnorm_backward_input(m.dres, nullptr, dxf, x, norm_params + m.off.final_norm, m.rstdf, C, rows);
     barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(head_grads + m.off.head, m.dlogits, Vp, m.xf, BT, C, team.share(V));
+    matmul_backward_weight(head_grads + m.off.head, m.dlogits, slice.rows, m.xf, BT, C, team.share(slice.real));
     rmsnorm_backward_weight(norm_grads + m.off.final_norm, dxf, x, m.rstdf, BT, C, team.share(C, kColumnAlign));
   });
 }
@@ -392,7 +426,8 @@ void Llama::block_backward(int layer, const float* p, float* g) {
   const LlamaBlockOffsets& o = m.off.block;
   const AttentionShape& s = m.shape;
   Impl::Layer& la = m.layers[layer];
-  const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  const int BT = B_ * T_, C = config().n_embd, Cq = static_cast<int>(s.q_stride()), KV = static_cast<int>(s.kv_stride());
+  const int F = config().ffn_size() / layout_.split().size;
   // Recomputation: this block's activations were overwritten by later blocks; its forward from
   // the kept input restores them bit for bit (the same kernels on the same threads).
   if (recompute_) block_forward(layer, p);
@@ -405,17 +440,23 @@ void Llama::block_backward(int layer, const float* p, float* g) {
   const std::size_t scratch_per_thread = static_cast<std::size_t>(T_) * T_;
   if (m.attention_scratch.size() < scratch_per_thread * omp_get_max_threads())
     m.attention_scratch.resize(scratch_per_thread * omp_get_max_threads());
+  // Under TP the gradients of the column-parallel projections' inputs (the norms' outputs) are
+  // partial sums over the rank's heads or SwiGLU columns: tp_sum completes them between the regions.
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
-    // MLP: through down_proj, SwiGLU, gate_proj + up_proj, the norm; plus the residual.
+    // MLP: through down_proj, SwiGLU, gate_proj + up_proj.
     matmul_backward_input(m.dact, d_out, C, p + o.down, F, C, rows);
     swiglu_backward(m.dgate, m.dup, m.dact, la.gate, la.up, F, rows);
     matmul_backward_input(m.dxn2, m.dgate, F, p + o.gate, C, F, rows);
     matmul_backward_input(m.dtmp, m.dup, F, p + o.up, C, F, rows);
     add_rows(m.dxn2, m.dtmp, C, rows);
+  });
+  tp_sum(m.dxn2, static_cast<std::size_t>(BT) * C);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    // The MLP's norm plus the residual; attention: through o_proj, the softmax, the rotation, q/k/v_proj.
     rmsnorm_backward_input(d_mid, d_out, m.dxn2, la.res2, p + o.mlp_norm, la.rstd2, C, rows);
-    // Attention: through o_proj, the softmax, the rotation, q/k/v_proj, the norm; plus the residual.
-    matmul_backward_input(m.datty, d_mid, C, p + o.o, C, C, rows);
+    matmul_backward_input(m.datty, d_mid, C, p + o.o, Cq, C, rows);
     const bool sync = !team.owns_whole_sequences(B_);
     if (sync) barrier();  // attention reads whole sequences
     attention_backward(m.dq, m.dk, m.dv, m.datty, la.att, la.q, la.k, la.v, s, team.share(B_ * s.NKV),
@@ -423,11 +464,15 @@ void Llama::block_backward(int layer, const float* p, float* g) {
     if (sync) barrier();  // the projections read every head of their rows
     rope_backward(m.dq, s.NH, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
     rope_backward(m.dk, s.NKV, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
-    matmul_backward_input(m.dxn1, m.dq, C, p + o.q, C, C, rows);
+    matmul_backward_input(m.dxn1, m.dq, Cq, p + o.q, C, Cq, rows);
     matmul_backward_input(m.dtmp, m.dk, KV, p + o.k, C, KV, rows);
     add_rows(m.dxn1, m.dtmp, C, rows);
     matmul_backward_input(m.dtmp, m.dv, KV, p + o.v, C, KV, rows);
     add_rows(m.dxn1, m.dtmp, C, rows);
+  });
+  tp_sum(m.dxn1, static_cast<std::size_t>(BT) * C);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
     rmsnorm_backward_input(d_in, d_mid, m.dxn1, x, p + o.attn_norm, la.rstd1, C, rows);
     barrier();  // parameter gradients sum over every row
     const Range cols = team.share(C, kColumnAlign);
@@ -435,8 +480,8 @@ void Llama::block_backward(int layer, const float* p, float* g) {
     matmul_backward_weight(g + o.gate, m.dgate, F, la.xn2, BT, C, team.share(F));
     matmul_backward_weight(g + o.up, m.dup, F, la.xn2, BT, C, team.share(F));
     rmsnorm_backward_weight(g + o.mlp_norm, m.dxn2, la.res2, la.rstd2, BT, C, cols);
-    matmul_backward_weight(g + o.o, d_mid, C, la.atty, BT, C, team.share(C));
-    matmul_backward_weight(g + o.q, m.dq, C, la.xn1, BT, C, team.share(C));
+    matmul_backward_weight(g + o.o, d_mid, C, la.atty, BT, Cq, team.share(C));
+    matmul_backward_weight(g + o.q, m.dq, Cq, la.xn1, BT, C, team.share(Cq));
     matmul_backward_weight(g + o.k, m.dk, KV, la.xn1, BT, C, team.share(KV));
     matmul_backward_weight(g + o.v, m.dv, KV, la.xn1, BT, C, team.share(KV));
     rmsnorm_backward_weight(g + o.attn_norm, m.dxn1, x, la.rstd1, BT, C, cols);
@@ -447,14 +492,10 @@ void Llama::block_backward(int layer, const float* p, float* g) {
 void Llama::embed_backward(float* embed_grads) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
-  float* table = embed_grads + m.off.embed;
+  const VocabSlice slice(config(), layout_.split());
   in_parallel([&](const Team& team) {
-    const Range cols = team.share(C, kColumnAlign);
-    for (int i = 0; i < BT; ++i) {  // in row order: repeated tokens sum deterministically
-      float* dst = table + static_cast<std::size_t>(m.tokens[i]) * C;
-      const float* src = m.dres + static_cast<std::size_t>(i) * C;
-      for (int c = cols.begin; c < cols.end; ++c) dst[c] += src[c];
-    }
+    vocab_parallel_scatter(embed_grads + m.off.embed, m.dres, m.tokens.data(), BT, slice, C,
+                           team.share(C, kColumnAlign));
   });
 }
 

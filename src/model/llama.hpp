@@ -36,8 +36,12 @@ class Llama final : public Model {
   // `recompute`: forward keeps only each block's input and backward reruns the block's forward
   // first (activation recomputation: about one more forward, a block's activations instead of
   // every block's).
+  // `tp`: this rank's slice of a tensor-parallel split and the group it all-reduces over
+  // (tensor_parallel.hpp: q, k, v, gate and up column-parallel over heads and SwiGLU columns,
+  // o_proj and down_proj row-parallel, the embedding and LM head vocab-parallel); its
+  // layout() is then the slice's. Rotary embeddings rotate the rank's own heads.
   Llama(const GPTConfig& config, int batch, int seq, bool recompute = false,
-        const Kernels& kernels = kernels_for(detected_isa()));
+        const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
   ~Llama() override;
 
   const ParamLayout& layout() const override { return layout_; }
@@ -62,8 +66,12 @@ class Llama final : public Model {
                      float grad_scale);
   void block_backward(int layer, const float* p, float* g);
   void embed_backward(float* embed_grads);
+  // Under TP: the group's element-wise sum of an activation (a no-op without TP).
+  void tp_sum(float* data, std::size_t n);
+  void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;
 
   ParamLayout layout_;
+  TensorParallelGroup* tp_group_ = nullptr;
   int B_, T_;
   bool recompute_;
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp

@@ -28,10 +28,7 @@ std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool
 
 std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute,
                                   const Kernels& kernels, const TensorParallel& tp) {
-  if (config.family == Family::Llama) {
-    if (tp.split.size > 1) static_cast<void>(ParamLayout(config, tp.split));  // refuses it, naming --tp
-    return std::make_unique<Llama>(config, batch, seq, recompute, kernels);
-  }
+  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels, tp);
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
 }
 

@@ -80,7 +80,7 @@ class Model {
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
 // `recompute`, computing with `kernels` (the compute device's; by default the
-// host's), holding `tp`'s slice of the model (tensor_parallel.hpp; GPT-2 only); throws Error
+// host's), holding `tp`'s slice of the model (tensor_parallel.hpp); throws Error
 // on other sizes.
 std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false,
                                   const Kernels& kernels = kernels_for(detected_isa()),

@@ -11,6 +11,11 @@
 //   mlp.c_proj    row-parallel: the matching input columns; bias whole
 //   wte           vocab-parallel: rows [r Vp/N, (r+1) Vp/N); the tied LM head is the same slice
 //   wpe, norms    whole on every rank
+// Llama likewise: q_proj, k_proj and v_proj column-parallel over its query heads and the K/V
+// heads they share (n_kv_head divisible by N, so a group of query heads and its K/V head sit
+// on one rank; rotary embeddings rotate the local heads), gate_proj and up_proj column-parallel
+// over the SwiGLU width, o_proj and down_proj row-parallel, embed_tokens and the untied
+// lm_head vocab-parallel (each its own slice); norms whole.
 // A row-parallel output is a partial sum: TP rank 0 starts it from the residual and the
 // whole bias, the others from zero, and one all-reduce gives every rank the block's sum
 // (so the bias is added once). Backward all-reduces the gradient of each column-parallel
@@ -49,7 +54,7 @@ struct TensorParallelCall {
   bool operator==(const TensorParallelCall&) const = default;
 };
 
-// What decides a micro-batch's TP collectives, whoever asks: the runtime's GPT-2 (fp32, the
+// What decides a micro-batch's TP collectives, whoever asks: the runtime's models (fp32, the
 // whole model) and the planner's shapes of every family (its precision, one pipeline
 // stage's slice). Every family splits the same way (above): per block one all-reduce after
 // each row-parallel output, one per column-parallel input's gradient; the SwiGLU gate is

@@ -165,9 +165,9 @@ ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
   m.tensor_parallel = tp;
   m.stage = stage_index;
   m.stages = num_stages;
-  // The runtime splits GPT-2 by TP (model::ParamLayout of the split), not Llama, and runs no
-  // pipeline: other slices are priced as shapes.
-  if (m.gpt && (m.stages > 1 || (tp > 1 && m.gpt->family != model::Family::Gpt2))) m.gpt.reset();
+  // The runtime splits both families by TP (model::ParamLayout of the split) and runs no
+  // pipeline: pipeline slices are priced as shapes.
+  if (m.gpt && m.stages > 1) m.gpt.reset();
   return m;
 }
 

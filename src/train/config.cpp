@@ -203,7 +203,7 @@ const std::vector<Entry>& entries() {
         "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.bucket_bytes = non_negative_int64(k, v); }},
       {{"shard.tp", "--tp", K::Int,
-        "tensor-parallel degree (Megatron splits of GPT-2): that many consecutive ranks of --tp-tier hold one "
+        "tensor-parallel degree (Megatron splits of GPT-2 and Llama): that many consecutive ranks of --tp-tier hold one "
         "replica; sharding runs over the ranks of each TP index"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.tp = positive_int(k, v); }},
       {{"shard.tp_tier", "--tp-tier", K::String, "the tier the tensor-parallel groups lie in"},

@@ -1,7 +1,7 @@
 // The planner's bytes against a run's, under tensor parallelism: `strata plan --strategy
 // S+tp2 --precision fp32` prices, tier by tier, exactly the bytes and messages 8 ranks of
 // `--strategy S --tp 2` measure a step (2x2x2 test topology, TP in the GPU tier), with and
-// without recomputation.
+// without recomputation, for GPT-2 (tiny) and Llama (llama-tiny).
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -26,12 +26,12 @@ std::string topology_path() {
 }
 
 // Bytes and messages by tier that this rank measured in each of kSteps steps.
-std::vector<comm::CommStats> measure(const std::string& strategy, bool recompute) {
+std::vector<comm::CommStats> measure(const std::string& model, const std::string& strategy, bool recompute) {
   parallel::ShardOptions options;
   options.strategy = strategy;
   options.topology = topology_path();
   options.tp = kTp;
-  shard::ShardedRuntime runtime(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, kAccum, 7, device::host(),
+  shard::ShardedRuntime runtime(options, model::GPTConfig::preset(model), kBatch, kSeq, kAccum, 7, device::host(),
                                 recompute);
   shard::ShardedEngine& engine = runtime.engine();
   std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
@@ -51,7 +51,7 @@ std::vector<comm::CommStats> measure(const std::string& strategy, bool recompute
   return steps;
 }
 
-plan::Estimate planned(const std::string& strategy, bool recompute) {
+plan::Estimate planned(const std::string& model, const std::string& strategy, bool recompute) {
   topo::Topology physical = topo::Topology::load(topology_path());
   physical.resolve(8);
   plan::Workload w;
@@ -60,7 +60,7 @@ plan::Estimate planned(const std::string& strategy, bool recompute) {
   w.accumulation_steps = kAccum;
   w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
   w.precision = plan::Precision::FP32;
-  const plan::ModelParallelPlan p(plan::ModelShape::preset("tiny"), physical,
+  const plan::ModelParallelPlan p(plan::ModelShape::preset(model), physical,
                                   plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, {kTp, 1, "", ""});
   return p.estimate(strategy, plan::strategy_spec(strategy, p.data_parallel_topology()));
 }
@@ -68,11 +68,12 @@ plan::Estimate planned(const std::string& strategy, bool recompute) {
 }  // namespace
 
 TEST(PlanVsRun, TensorParallelBytesPerTierEqualWhatTheRunMeasures) {
+  for (const char* model : {"tiny", "llama-tiny"})
   for (bool recompute : {false, true})
     for (const char* strategy : {"zero3", "hsdp"}) {
-      const std::string what = std::string(strategy) + "+tp2" + (recompute ? " recompute" : "");
-      const std::vector<comm::CommStats> measured = measure(strategy, recompute);
-      const plan::Estimate e = planned(strategy, recompute);
+      const std::string what = std::string(model) + " " + strategy + "+tp2" + (recompute ? " recompute" : "");
+      const std::vector<comm::CommStats> measured = measure(model, strategy, recompute);
+      const plan::Estimate e = planned(model, strategy, recompute);
       EXPECT_EQ(e.strategy, std::string(strategy) + "+tp2");
       for (const comm::CommStats& step : measured) {
         ASSERT_EQ(step.tiers.size(), e.tiers.size()) << what;
