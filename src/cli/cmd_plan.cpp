@@ -46,7 +46,7 @@ struct PlanOptions {
   bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
   std::string recompute;  // empty: none unless --recompute is given bare (full)
-  bool flash_attention = false, batch_per_device = false;
+  bool flash_attention = false, batch_per_device = false, sequence_parallel = false;
   std::string precision = "bf16";
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
@@ -593,6 +593,7 @@ void run_plan(const PlanOptions& o) {
                        : o.recompute.empty()      ? plan::Recompute::Full
                                                   : plan::parse_recompute(o.recompute);
   workload.flash_attention = o.flash_attention;
+  workload.sequence_parallel = o.sequence_parallel;
   workload.batch_per_device = o.batch_per_device;
   workload.precision = plan::parse_precision(o.precision);
   workload.collectives = shard::parse_collectives(o.collectives);
@@ -800,6 +801,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                                      "--flash-attention) or none (the default) (docs/planner.md \"Recomputation\")")
                          ->expected(0, 1);
   cmd->add_flag("--flash-attention", o->flash_attention, "attention keeps no seq x seq probabilities");
+  cmd->add_flag("--sequence-parallel", o->sequence_parallel,
+                "under --tp (splits with tp > 1): Megatron's sequence parallelism, its reduce-scatters and "
+                "all-gathers and the norms' activations a 1/tp share");
   cmd->add_flag("--batch-per-device", o->batch_per_device,
                 "--micro-batch and --accum are one device's: a TP group of t runs t x the micro-batch, a pipeline of "
                 "p runs p x the micro-batches (the same global batch for every split)");

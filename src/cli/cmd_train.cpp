@@ -50,6 +50,7 @@ struct TrainArgs {
   std::string config_path;
   bool emulate_links = false;
   bool keep_weights = false;
+  bool sequence_parallel = false;
   bool print_schedule = false;
   bool schedule_json = false;  // --json: --print-schedule as one JSON document
   int preview_world_size = 0;  // --world-size: lay the schedule out for that many ranks from one process
@@ -201,6 +202,7 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   config.stop_after = args.stop_after;
   config.shard.emulate_links = args.emulate_links;
   config.shard.keep_weights_after_forward = args.keep_weights;
+  config.shard.sequence_parallel = args.sequence_parallel;
   config.shard.tier_overrides = args.tier_overrides;
   if (config.shard.strategy.empty() && launched_ranks > 1) config.shard.strategy = "ddp";
   if (!config.shard.sharded() && (args.emulate_links || args.print_schedule || !args.tier_overrides.empty()))
@@ -288,7 +290,8 @@ void preview_schedule(const TrainArgs& args) {
   const shard::RunLayout run = shard::resolve_run(config.shard, config.model, args.preview_world_size);
   const shard::Schedule schedule(
       model::ParamLayout(config.model, {run.dims.tensor, 0}), run.data_parallel, run.spec, config.grad_accum,
-      shard::tensor_parallel_plan(run.dims, config.model, config.batch, config.seq_len(), config.recomputes()));
+      shard::tensor_parallel_plan(run.dims, config.model, config.batch, config.seq_len(), config.recomputes(),
+                                  config.shard.sequence_parallel));
   print_schedule(schedule, args.schedule_json);
 }
 
@@ -431,6 +434,9 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
                 "hold every message back to the time the topology's bandwidth and latency give its tier");
   cmd->add_flag("--keep-weights-after-forward", args->keep_weights,
                 "keep gathered weights from forward to backward instead of gathering them again");
+  cmd->add_flag("--sequence-parallel", args->sequence_parallel,
+                "with --tp (GPT-2): Megatron's sequence parallelism, the norms and residual sums on a 1/tp share "
+                "of the token rows, reduce-scatter and all-gather instead of all-reduce");
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
   cmd->add_flag("--json", args->schedule_json,

@@ -305,9 +305,9 @@ Llama::~Llama() = default;
 
 const float* Llama::logits() const { return impl_->logits; }
 
-std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
+std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp) {
   Impl counter;
-  return sizeof(float) * counter.place(config, 1, batch, seq, recompute, nullptr);
+  return sizeof(float) * counter.place(config, tp, batch, seq, recompute, nullptr);
 }
 
 std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }

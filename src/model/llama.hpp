@@ -54,7 +54,7 @@ class Llama final : public Model {
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
-  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
+  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1);
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }
 

@@ -45,7 +45,7 @@ std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
 // `tp` (none for tp 1), in the order forward_backward runs them: the walk of the whole model
 // in fp32 (tensor_parallel.hpp). Throws Error for a model that does not split so.
 std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int tp, int batch, int seq,
-                                                      bool recompute);
+                                                      bool recompute, bool sequence_parallel = false);
 
 class Model {
  public:
@@ -88,7 +88,9 @@ std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, b
 
 // Bytes of activations (and their gradient buffers) the model of config.family allocates for
 // such micro-batches: one source for the engines' memory reports and the planner.
-std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
+// Under a TP split of `tp` (and sequence parallelism, GPT-2): one TP rank's.
+std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+                               bool sequence_parallel = false);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

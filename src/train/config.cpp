@@ -416,6 +416,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"bucket_bytes", shard.bucket_bytes},
             {"tp", shard.tp},
             {"tp_tier", shard.tp_tier},
+            {"sequence_parallel", shard.sequence_parallel},
             {"emulate_links", shard.emulate_links},
             {"emulate_scale", shard.emulate_scale}}}};
 }

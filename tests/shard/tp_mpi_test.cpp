@@ -102,12 +102,14 @@ struct TpRun {
 
 std::unique_ptr<shard::ShardedRuntime> runtime_at(const std::string& strategy, const std::string& shard, int tp,
                                                   const std::string& topology = topology_file(),
-                                                  const model::GPTConfig& config = model::GPTConfig::preset("tiny")) {
+                                                  const model::GPTConfig& config = model::GPTConfig::preset("tiny"),
+                                                  bool sequence_parallel = false) {
   parallel::ShardOptions options;
   options.strategy = strategy;
   options.shard = shard;
   options.topology = topology;
   options.tp = tp;
+  options.sequence_parallel = sequence_parallel;
   return std::make_unique<shard::ShardedRuntime>(options, config, kBatch * tp, kSeq, 1, 1234, device::host());
 }
 
@@ -130,8 +132,8 @@ std::vector<float> whole_params(train::Engine& engine) {
 }
 
 TpRun train_tp(const std::string& strategy, const std::string& shard, int tp,
-               const model::GPTConfig& config = model::GPTConfig::preset("tiny")) {
-  const auto runtime = runtime_at(strategy, shard, tp, topology_file(), config);
+               const model::GPTConfig& config = model::GPTConfig::preset("tiny"), bool sequence_parallel = false) {
+  const auto runtime = runtime_at(strategy, shard, tp, topology_file(), config, sequence_parallel);
   shard::ShardedEngine& engine = runtime->engine();
   TpRun run;
   run.scheduled = engine.schedule().traffic_per_step();
@@ -254,6 +256,40 @@ TEST(TensorParallel, LlamaTp2WithZero3AndZero1TrainsToTheLossesWithoutTpAndItsBy
         EXPECT_EQ(run.step_traffic[s].tiers[t].messages, run.scheduled[t].messages) << strategy;
       }
   }
+}
+
+// Megatron's sequence parallelism: the norms and residual sums on half the token rows each,
+// reduce-scatters and all-gathers instead of all-reduces; the same training as TP without it
+// (and as no TP), every op measured as scheduled.
+TEST(TensorParallel, SequenceParallelTp2TrainsToTheLossesOfTpWithoutItAndItsBytesAreTheSchedules) {
+  const model::GPTConfig tiny = model::GPTConfig::preset("tiny");
+  const TpRun sp = train_tp("zero3", "", 2, tiny, true), tp = train_tp("zero3", "", 2, tiny);
+  expect_same_training(sp, "zero3 --tp 2 --sequence-parallel");
+  double loss_diff = 0, weight_diff = 0;
+  for (std::size_t i = 0; i < tp.losses.size(); ++i) {
+    EXPECT_NEAR(sp.losses[i], tp.losses[i], 1e-5 * std::abs(tp.losses[i])) << "step " << i + 1;
+    loss_diff = std::max(loss_diff, std::abs(sp.losses[i] - tp.losses[i]));
+  }
+  const model::ParamLayout layout(tiny);
+  for (std::size_t i = 0; i < tp.params.size(); ++i)
+    if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(sp.params[i] - tp.params[i])));
+  EXPECT_LT(weight_diff, 1e-4);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0)
+    std::printf("zero3 --tp 2 --sequence-parallel vs --tp 2 without it, %d steps: largest loss difference %.3g, "
+                "largest weight difference %.3g\n",
+                kSteps, loss_diff, weight_diff);
+  // tiny: the embedding's reduce-scatter; 2 gathers and 2 reduce-scatters a block; the final
+  // norm's gather and the loss's; the head's reduce-scatter and norm gradient sum; a block's 4
+  // and its norm gradient sum; the embedding's gather.
+  EXPECT_EQ(sp.tensor_parallel_ops, 1u + 4 * 2 + 2 + 2 + 5 * 2 + 1);
+  for (std::size_t s = 0; s < sp.step_traffic.size(); ++s)
+    for (std::size_t t = 0; t < sp.scheduled.size(); ++t) {
+      EXPECT_EQ(sp.step_traffic[s].tiers[t].bytes_sent, sp.scheduled[t].bytes_sent) << "step " << s + 1;
+      EXPECT_EQ(sp.step_traffic[s].tiers[t].bytes_received, sp.scheduled[t].bytes_received);
+      EXPECT_EQ(sp.step_traffic[s].tiers[t].messages, sp.scheduled[t].messages);
+    }
 }
 
 TEST(TensorParallel, LlamaRefusesATpDegreeThatDoesNotDivideItsKvHeadsNamingBoth) {
