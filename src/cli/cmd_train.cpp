@@ -435,7 +435,7 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   cmd->add_flag("--keep-weights-after-forward", args->keep_weights,
                 "keep gathered weights from forward to backward instead of gathering them again");
   cmd->add_flag("--sequence-parallel", args->sequence_parallel,
-                "with --tp (GPT-2): Megatron's sequence parallelism, the norms and residual sums on a 1/tp share "
+                "with --tp: Megatron's sequence parallelism, the norms and residual sums on a 1/tp share "
                 "of the token rows, reduce-scatter and all-gather instead of all-reduce");
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");

@@ -174,6 +174,7 @@ GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kern
     : layout_(config, tp.split),
       tp_group_(tp.group),
       sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
+      shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
       B_(batch),
       T_(seq),
       recompute_(recompute),
@@ -217,29 +218,6 @@ static void add_rows(float* y, const float* x, int C, Range rows) {
     y[i] += x[i];
 }
 
-// Sequence parallelism's collectives: the rank's R rows of C to every rank's, and a whole
-// [BT, C] partial sum to the sum's R rows of this rank.
-void GPT::sp_gather(const float* mine, float* all) {
-  tp_group_->all_gather(mine, static_cast<std::size_t>(B_) * T_ * config().n_embd / layout_.split().size, all);
-}
-void GPT::sp_scatter(const float* all, float* mine) {
-  tp_group_->reduce_scatter_sum(all, static_cast<std::size_t>(B_) * T_ * config().n_embd, mine);
-}
-
-// The norms' gain and bias gradients of a unit summed over the rank's rows (sp_norm_grads:
-// gain and bias of each norm back to back), completed over the TP group and added to the
-// unit's gradients `g` at `to` (each norm's gain, then bias offset).
-void GPT::sp_finish_norm_grads(float* g, std::initializer_list<std::size_t> to) {
-  Impl& m = *impl_;
-  const std::size_t C = config().n_embd;
-  tp_group_->all_reduce_sum(m.sp_norm_grads, C * to.size());
-  std::size_t at = 0;
-  for (std::size_t offset : to) {
-    for (std::size_t c = 0; c < C; ++c) g[offset + c] += m.sp_norm_grads[at + c];
-    at += C;
-  }
-}
-
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
@@ -268,7 +246,7 @@ void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
       for (int c = 0; c < C; ++c) out[c] += pos[c];
     }
   });
-  if (sequence_parallel_) sp_scatter(whole, m.encoded);  // the rank's rows of the sum
+  if (sequence_parallel_) shards_.scatter(whole, m.encoded);  // the rank's rows of the sum
   else tp_sum(m.encoded, static_cast<std::size_t>(BT) * C);
 }
 
@@ -288,9 +266,9 @@ void GPT::block_forward_sequence_parallel(int layer, const float* p) {
     k.layernorm_forward(m.sp_rows, la.ln1_mean, la.ln1_rstd, x, p + o.ln1_w, p + o.ln1_b, C, team.share(R), la.res2,
                         p + o.attn_proj_b);
   });
-  sp_gather(m.sp_rows, la.ln1);
+  shards_.gather(m.sp_rows, la.ln1);
   in_parallel([&](const Team& team) { m.attention_forward(la, p, m.sp_whole, false, d, team); });
-  sp_scatter(m.sp_whole, m.sp_rows);
+  shards_.scatter(m.sp_whole, m.sp_rows);
   // res3 = res2 + bias + MLP.
   in_parallel([&](const Team& team) {
     const Range rows = team.share(R);
@@ -298,9 +276,9 @@ void GPT::block_forward_sequence_parallel(int layer, const float* p) {
     k.layernorm_forward(m.sp_rows, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, C, rows, la.res3,
                         p + o.fc_proj_b);
   });
-  sp_gather(m.sp_rows, la.ln2);
+  shards_.gather(m.sp_rows, la.ln2);
   in_parallel([&](const Team& team) { m.mlp_forward(la, p, m.sp_whole, false, d, team.share(BT)); });
-  sp_scatter(m.sp_whole, m.sp_rows);
+  shards_.scatter(m.sp_whole, m.sp_rows);
   in_parallel([&](const Team& team) { add_rows(la.res3, m.sp_rows, C, team.share(R)); });
 }
 
@@ -372,7 +350,7 @@ float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte
   };
   if (sequence_parallel_) {  // the rank's rows normalized, then gathered for the head
     in_parallel([&](const Team& team) { final_norm(m.sp_rows, team.share(BT / layout_.split().size)); });
-    sp_gather(m.sp_rows, m.lnf);
+    shards_.gather(m.sp_rows, m.lnf);
   }
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
@@ -413,7 +391,7 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
   float* dlnf_rows = sp ? m.sp_rows : dlnf;
   float* norm_grads = sp ? m.sp_norm_grads : nullptr;
   if (sp) {
-    sp_scatter(dlnf, dlnf_rows);
+    shards_.scatter(dlnf, dlnf_rows);
     std::fill_n(norm_grads, 2 * C, 0.f);
   } else {
     tp_sum(dlnf, static_cast<std::size_t>(BT) * C);
@@ -426,7 +404,7 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
     k.layernorm_backward_params(sp ? norm_grads : lnf_grads + m.lnf_off.w, sp ? norm_grads + C : lnf_grads + m.lnf_off.b,
                                 dlnf_rows, x, m.lnf_mean, m.lnf_rstd, R, C, team.share(C, kColumnAlign));
   });
-  if (sp) sp_finish_norm_grads(lnf_grads, {m.lnf_off.w, m.lnf_off.b});
+  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, lnf_grads, {m.lnf_off.w, m.lnf_off.b});
 }
 
 // Sequence parallelism's block backward: the residual gradients on the rank's R rows, gathered
@@ -447,25 +425,25 @@ void GPT::block_backward_sequence_parallel(int layer, const float* p, float* g) 
   float* ng = m.sp_norm_grads;  // ln_1 gain, bias, ln_2 gain, bias
   std::fill_n(ng, 4 * C, 0.f);
   m.reserve_attention_scratch(T_);
-  sp_gather(d_out, m.sp_whole);
+  shards_.gather(d_out, m.sp_whole);
   in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, m.sp_whole, d, team.share(BT)); });
-  sp_scatter(m.dln2, m.sp_rows);
+  shards_.scatter(m.dln2, m.sp_rows);
   in_parallel([&](const Team& team) {
     k.layernorm_backward_input(d_mid, d_out, m.sp_rows, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, C,
                                team.share(R));
     k.layernorm_backward_params(ng + 2 * C, ng + 3 * C, m.sp_rows, la.res2, la.ln2_mean, la.ln2_rstd, R, C,
                                 team.share(C, kColumnAlign));
   });
-  sp_gather(d_mid, m.sp_whole2);
+  shards_.gather(d_mid, m.sp_whole2);
   in_parallel([&](const Team& team) { m.attention_backward_input(la, p, m.sp_whole2, d, team); });
-  sp_scatter(m.dln1, m.sp_rows);
+  shards_.scatter(m.dln1, m.sp_rows);
   in_parallel([&](const Team& team) {
     const Range cols = team.share(C, kColumnAlign);
     k.layernorm_backward_input(d_in, d_mid, m.sp_rows, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, C, team.share(R));
     k.layernorm_backward_params(ng, ng + C, m.sp_rows, x, la.ln1_mean, la.ln1_rstd, R, C, cols);
     m.matrix_grads(la, g, m.sp_whole, m.sp_whole2, d, team);
   });
-  sp_finish_norm_grads(g, {o.ln1_w, o.ln1_b, o.ln2_w, o.ln2_b});
+  shards_.finish_norm_grads(ng, g, {o.ln1_w, o.ln1_b, o.ln2_w, o.ln2_b});
   std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
 }
 
@@ -527,7 +505,7 @@ void GPT::embed_backward(float* embed_grads) {
   const VocabSlice slice(config(), tp);
   const float* dres = m.dres;
   if (sequence_parallel_) {
-    sp_gather(m.dres, m.sp_whole);
+    shards_.gather(m.dres, m.sp_whole);
     dres = m.sp_whole;
   }
   in_parallel([&](const Team& team) {

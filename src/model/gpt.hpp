@@ -79,13 +79,11 @@ class GPT final : public Model {
     int B, T, BT, R, C, NH, Ca, F;
   };
   BlockDims block_dims() const;
-  void sp_gather(const float* mine, float* all);
-  void sp_scatter(const float* all, float* mine);
-  void sp_finish_norm_grads(float* grads, std::initializer_list<std::size_t> to);
 
   ParamLayout layout_;
   TensorParallelGroup* tp_group_ = nullptr;
   bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
+  SequenceShards shards_;           // its collectives
   int B_, T_;
   bool recompute_ = false;
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp

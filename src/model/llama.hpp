@@ -54,7 +54,9 @@ class Llama final : public Model {
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
-  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1);
+  // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
+  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+                                        bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }
 
@@ -69,9 +71,14 @@ class Llama final : public Model {
   // Under TP: the group's element-wise sum of an activation (a no-op without TP).
   void tp_sum(float* data, std::size_t n);
   void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;
+  void block_forward_sequence_parallel(int layer, const float* p);
+  void block_backward_sequence_parallel(int layer, const float* p, float* g);
+  void reserve_attention_scratch();
 
   ParamLayout layout_;
   TensorParallelGroup* tp_group_ = nullptr;
+  bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
+  SequenceShards shards_;           // its collectives
   int B_, T_;
   bool recompute_;
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp

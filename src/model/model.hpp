@@ -88,7 +88,7 @@ std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, b
 
 // Bytes of activations (and their gradient buffers) the model of config.family allocates for
 // such micro-batches: one source for the engines' memory reports and the planner.
-// Under a TP split of `tp` (and sequence parallelism, GPT-2): one TP rank's.
+// Under a TP split of `tp` (and sequence parallelism): one TP rank's.
 std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                bool sequence_parallel = false);
 

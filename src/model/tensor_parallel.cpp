@@ -53,4 +53,13 @@ std::vector<TensorParallelCall> tensor_parallel_calls(const TensorParallelWalk& 
   return calls;
 }
 
+void SequenceShards::finish_norm_grads(float* sums, float* grads, std::initializer_list<std::size_t> to) const {
+  group_->all_reduce_sum(sums, width_ * to.size());
+  std::size_t at = 0;
+  for (std::size_t offset : to) {
+    for (std::size_t c = 0; c < width_; ++c) grads[offset + c] += sums[at + c];
+    at += width_;
+  }
+}
+
 }  // namespace strata::model

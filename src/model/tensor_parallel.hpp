@@ -23,17 +23,18 @@
 // input. Whole tensors get identical gradients on every TP rank (their inputs are
 // all-reduced), so they stay identical without a reduction of their own.
 //
-// Sequence parallelism (Megatron's, GPT-2): the residual stream and the norms run on a 1/N
+// Sequence parallelism (Megatron's): the residual stream and the norms run on a 1/N
 // share of the micro-batch's B*T token rows (rank r: rows [r BT/N, (r+1) BT/N), batch-major):
 // each all-reduce of a row-parallel output becomes a reduce-scatter to the rank's rows, and
 // each norm's output is all-gathered to every row before the column-parallel layers; in
 // backward their conjugates (an all-gather of the residual gradient before the row-parallel
-// layers, a reduce-scatter of the column-parallel inputs' gradient). The norms' gain and bias
+// layers, a reduce-scatter of the column-parallel inputs' gradient). The norms' parameter
 // gradients then sum over the rank's rows only: one all-reduce a unit completes them. The
 // gathered norm outputs are kept for the weight gradients (Megatron gathers them again in
 // backward instead).
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace strata::model {
@@ -98,11 +99,31 @@ struct TensorParallelWalk {
 // residual gradient.
 std::vector<TensorParallelCall> tensor_parallel_calls(const TensorParallelWalk& walk);
 
+// Sequence parallelism's collectives over a TP group of `ranks`, for activations of `rows`
+// token rows of `width` (a rank's share: rows / ranks of them), as both families run them.
+class SequenceShards {
+ public:
+  SequenceShards(TensorParallelGroup* group, int ranks, std::size_t rows, std::size_t width)
+      : group_(group), ranks_(ranks), whole_(rows * width), width_(width) {}
+  // The rank's share (rows / ranks rows) to every rank's, `all` holding every row.
+  void gather(const float* mine, float* all) const { group_->all_gather(mine, whole_ / ranks_, all); }
+  // A whole partial sum (every row) to the sum's rows of this rank.
+  void scatter(const float* all, float* mine) const { group_->reduce_scatter_sum(all, whole_, mine); }
+  // A unit's norm parameter gradients summed over the rank's rows (`sums`: `width` floats for
+  // each offset of `to`, back to back) completed over the group and added to `grads` there.
+  void finish_norm_grads(float* sums, float* grads, std::initializer_list<std::size_t> to) const;
+
+ private:
+  TensorParallelGroup* group_;
+  int ranks_;
+  std::size_t whole_, width_;
+};
+
 // What a model computes with under tensor parallelism; the default is no split.
 struct TensorParallel {
   TensorSplit split;
   TensorParallelGroup* group = nullptr;  // required when split.size > 1
-  bool sequence_parallel = false;        // GPT-2 under split.size > 1 only
+  bool sequence_parallel = false;        // under split.size > 1 only
 };
 
 }  // namespace strata::model

@@ -526,9 +526,7 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
   const bool sp = sequence_parallel && tensor_parallel > 1;
   // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
   // the model allocates, so the plan and the engine's memory report cannot drift apart.
-  // (Sequence parallelism runs for GPT-2 only: a Llama under it is priced as a shape.)
-  const bool runs = !sp || (gpt && gpt->family == model::Family::Gpt2);
-  if (gpt && runs && stages == 1 && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
+  if (gpt && stages == 1 && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
     return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute == Recompute::Full, tensor_parallel, sp);
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the

@@ -103,14 +103,15 @@ TEST(PlanVsRun, TensorParallelBytesPerTierEqualWhatTheRunMeasures) {
 // Sequence parallelism: its reduce-scatters and all-gathers priced as the run measures them,
 // and the rank's activations as its model holds them, fewer than without it.
 TEST(PlanVsRun, SequenceParallelBytesAndActivationsEqualTheRuns) {
+  for (const char* model : {"tiny", "llama-tiny"})
   for (bool recompute : {false, true}) {
-    const std::string what = std::string("tiny zero3+tp2 --sequence-parallel") + (recompute ? " recompute" : "");
-    const Measured sp = measure("tiny", "zero3", recompute, true);
-    const plan::Estimate e = planned("tiny", "zero3", recompute, true);
+    const std::string what = std::string(model) + " zero3+tp2 --sequence-parallel" + (recompute ? " recompute" : "");
+    const Measured sp = measure(model, "zero3", recompute, true);
+    const plan::Estimate e = planned(model, "zero3", recompute, true);
     expect_planned_bytes(e, sp, what);
     EXPECT_EQ(e.activation_bytes, sp.activation_bytes) << what;
-    const Measured tp = measure("tiny", "zero3", recompute, false);
-    EXPECT_EQ(planned("tiny", "zero3", recompute, false).activation_bytes, tp.activation_bytes) << what;
+    const Measured tp = measure(model, "zero3", recompute, false);
+    EXPECT_EQ(planned(model, "zero3", recompute, false).activation_bytes, tp.activation_bytes) << what;
     EXPECT_LT(sp.activation_bytes, tp.activation_bytes) << what;
   }
 }

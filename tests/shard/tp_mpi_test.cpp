@@ -262,9 +262,11 @@ TEST(TensorParallel, LlamaTp2WithZero3AndZero1TrainsToTheLossesWithoutTpAndItsBy
 // reduce-scatters and all-gathers instead of all-reduces; the same training as TP without it
 // (and as no TP), every op measured as scheduled.
 TEST(TensorParallel, SequenceParallelTp2TrainsToTheLossesOfTpWithoutItAndItsBytesAreTheSchedules) {
-  const model::GPTConfig tiny = model::GPTConfig::preset("tiny");
+  for (const char* preset : {"tiny", "llama-tiny"}) {
+  SCOPED_TRACE(preset);
+  const model::GPTConfig tiny = model::GPTConfig::preset(preset);
   const TpRun sp = train_tp("zero3", "", 2, tiny, true), tp = train_tp("zero3", "", 2, tiny);
-  expect_same_training(sp, "zero3 --tp 2 --sequence-parallel");
+  expect_same_training(sp, "zero3 --tp 2 --sequence-parallel", preset);
   double loss_diff = 0, weight_diff = 0;
   for (std::size_t i = 0; i < tp.losses.size(); ++i) {
     EXPECT_NEAR(sp.losses[i], tp.losses[i], 1e-5 * std::abs(tp.losses[i])) << "step " << i + 1;
@@ -277,9 +279,9 @@ TEST(TensorParallel, SequenceParallelTp2TrainsToTheLossesOfTpWithoutItAndItsByte
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0)
-    std::printf("zero3 --tp 2 --sequence-parallel vs --tp 2 without it, %d steps: largest loss difference %.3g, "
+    std::printf("%s zero3 --tp 2 --sequence-parallel vs --tp 2 without it, %d steps: largest loss difference %.3g, "
                 "largest weight difference %.3g\n",
-                kSteps, loss_diff, weight_diff);
+                preset, kSteps, loss_diff, weight_diff);
   // tiny: the embedding's reduce-scatter; 2 gathers and 2 reduce-scatters a block; the final
   // norm's gather and the loss's; the head's reduce-scatter and norm gradient sum; a block's 4
   // and its norm gradient sum; the embedding's gather.
@@ -290,6 +292,7 @@ TEST(TensorParallel, SequenceParallelTp2TrainsToTheLossesOfTpWithoutItAndItsByte
       EXPECT_EQ(sp.step_traffic[s].tiers[t].bytes_received, sp.scheduled[t].bytes_received);
       EXPECT_EQ(sp.step_traffic[s].tiers[t].messages, sp.scheduled[t].messages);
     }
+  }
 }
 
 TEST(TensorParallel, LlamaRefusesATpDegreeThatDoesNotDivideItsKvHeadsNamingBoth) {
