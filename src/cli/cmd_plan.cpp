@@ -573,6 +573,7 @@ plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model
                        : o.recompute.empty()      ? plan::Recompute::Full
                                                   : plan::parse_recompute(o.recompute);
   workload.flash_attention = o.flash_attention;
+  workload.sequence_parallel = o.spec_flags.sequence_parallel;
   workload.batch_per_device = o.batch_per_device;
   workload.precision = precision_named(o.precision, "--precision");
   workload.collectives = shard::parse_collectives(o.collectives);

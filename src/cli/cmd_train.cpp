@@ -153,6 +153,7 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   config.stop_after = args.stop_after;
   config.shard.emulate_links = args.emulate_links;
   config.shard.keep_weights_after_forward = args.settings.keep_weights_after_forward;
+  config.shard.sequence_parallel = args.settings.sequence_parallel;
   config.shard.tier_overrides = args.tier_overrides;
   if (config.shard.strategy.empty() && launched_ranks > 1) config.shard.strategy = "ddp";
   if (!config.shard.sharded() && (args.emulate_links || args.print_schedule || !args.tier_overrides.empty()))
@@ -240,7 +241,8 @@ void preview_schedule(const TrainArgs& args) {
   const shard::RunLayout run = shard::resolve_run(config.shard, config.model, args.preview_world_size);
   const shard::Schedule schedule(
       model::ParamLayout(config.model, {run.dims.tensor, 0}), run.data_parallel, run.spec, config.grad_accum,
-      shard::tensor_parallel_plan(run.dims, config.model, config.batch, config.seq_len(), config.recomputes()));
+      shard::tensor_parallel_plan(run.dims, config.model, config.batch, config.seq_len(), config.recomputes(),
+                                  config.shard.sequence_parallel));
   print_schedule(schedule, args.schedule_json);
 }
 
@@ -372,6 +374,7 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   cmd->add_flag("--emulate-links", args->emulate_links,
                 "hold every message back to the time the topology's bandwidth and latency give its tier");
   add_keep_weights_flag(cmd, args->settings);
+  add_sequence_parallel_flag(cmd, args->settings);
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
   cmd->add_flag("--json", args->schedule_json,

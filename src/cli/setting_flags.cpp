@@ -80,10 +80,17 @@ void add_keep_weights_flag(CLI::App* cmd, SettingFlags& flags) {
 }
 
 
+void add_sequence_parallel_flag(CLI::App* cmd, SettingFlags& flags) {
+  cmd->add_flag("--sequence-parallel", flags.sequence_parallel,
+                "with --tp: Megatron's sequence parallelism, the norms and residual sums on a 1/tp share of the "
+                "token rows, reduce-scatter and all-gather instead of all-reduce");
+}
+
 void add_spec_flags(CLI::App* cmd, SettingFlags& flags) {
   for (const train::SettingInfo& info : train::setting_infos())
     if (train::shapes_spec(info)) add_setting_flag(cmd, info, flags);
   add_keep_weights_flag(cmd, flags);
+  add_sequence_parallel_flag(cmd, flags);
 }
 
 }  // namespace strata::cli

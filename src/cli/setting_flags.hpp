@@ -24,6 +24,7 @@ struct SettingFlag {
 struct SettingFlags {
   std::vector<std::unique_ptr<SettingFlag>> flags;
   bool keep_weights_after_forward = false;
+  bool sequence_parallel = false;
 
   // The settings the command line gave, by key (a flag given alone takes its bare value).
   train::Settings given() const;
@@ -32,7 +33,9 @@ struct SettingFlags {
 // Registers `info`'s flag on `cmd`: its help, the setting's key and the default a run uses.
 void add_setting_flag(CLI::App* cmd, const train::SettingInfo& info, SettingFlags& flags);
 void add_keep_weights_flag(CLI::App* cmd, SettingFlags& flags);
-// The flags that shape a spec (train::shapes_spec) and --keep-weights-after-forward: what
+void add_sequence_parallel_flag(CLI::App* cmd, SettingFlags& flags);
+// The flags that shape a spec (train::shapes_spec), --keep-weights-after-forward and
+// --sequence-parallel: what
 // `strata plan` takes of `strata train`'s.
 void add_spec_flags(CLI::App* cmd, SettingFlags& flags);
 

@@ -13,6 +13,7 @@
 #include "model/gpt_walk.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
+#include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
@@ -44,10 +45,13 @@ struct GPT::Impl {
   // embeddings; a block also fills dres_mid (after its attention) and dres_in (its input).
   float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
   float *dln1 = nullptr, *dln2 = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
+  // Sequence parallelism: the rank's rows of a norm's output (before its gather) or of a
+  // reduce-scatter's sum, two whole [BT, C] buffers (a row-parallel output before its
+  // reduce-scatter; the gathered residual gradients), and a unit's norm gradients ([4C]) before
+  // their all-reduce.
+  float *sp_rows = nullptr, *sp_whole = nullptr, *sp_whole2 = nullptr, *sp_norm_grads = nullptr;
   AlignedBuffer<float> attention_scratch;  // T x T per thread
-  // Vocab-parallel loss: each row's (max, sum of exponentials, target logit) on this TP
-  // rank's vocabulary slice, and every rank's, gathered.
-  std::vector<float> vocab_stats, vocab_stats_all;
+  std::unique_ptr<VocabParallelLoss> vocab_loss;  // under TP
 
   void reserve_attention_scratch(int T) {
     const std::size_t n = static_cast<std::size_t>(T) * T * omp_get_max_threads();
@@ -56,70 +60,144 @@ struct GPT::Impl {
 
   std::vector<std::int32_t> tokens, targets;
 
-  std::size_t place(const GPTConfig& config, int tp, int B, int T, bool recompute, float* base);
+  std::size_t place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
+
+  // A block's pieces over all BT rows, shared by the runs with and without sequence
+  // parallelism.
+  using Dims = BlockDims;
+  // Team-wide: q, k, v of the rank's heads from la.ln1, attention, and c_proj's output written
+  // to `out` (accumulate: added onto it).
+  void attention_forward(Layer& la, const float* p, float* out, bool accumulate, const Dims& d, const Team& team);
+  // Rows `rows`: c_fc, GELU and c_proj's output written to `out` (accumulate: added onto it).
+  void mlp_forward(Layer& la, const float* p, float* out, bool accumulate, const Dims& d, Range rows);
+  // Rows `rows`: dfch and dln2 (a partial sum under TP) from the block output's gradient d_out.
+  void mlp_backward_input(const Layer& la, const float* p, const float* d_out, const Dims& d, Range rows);
+  // Team-wide: datty, dqkv and dln1 (a partial sum under TP) from the gradient after attention.
+  void attention_backward_input(const Layer& la, const float* p, const float* d_mid, const Dims& d, const Team& team);
+  // Team-wide, after both: the matrices' and biases' gradients (not the norms').
+  void matrix_grads(const Layer& la, float* g, const float* d_out, const float* d_mid, const Dims& d,
+                    const Team& team);
 
   // The input of block `layer`, also the input of ln_f when layer == n_layer.
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice.
-std::size_t GPT::Impl::place(const GPTConfig& config, int tp, int B, int T, bool recompute, float* base) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
+// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice;
+// under sequence parallelism (`sp`) the residual stream, the norms' statistics and the
+// residual gradients hold the rank's R = BT/tp rows (the norms' outputs are kept gathered).
+std::size_t GPT::Impl::place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, R = sp ? BT / tp : BT;
   const std::size_t NH = config.n_head / tp, Vp = config.padded_vocab_size / tp, Ca = C / tp, F = 4 * C / tp;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
-  place_layers(layers, config.n_layer, recompute, placer, BT * C, [&](Layer& la) {
-    take(la.ln1, BT * C); take(la.ln1_mean, BT); take(la.ln1_rstd, BT);
+  place_layers(layers, config.n_layer, recompute, placer, R * C, [&](Layer& la) {
+    take(la.ln1, BT * C); take(la.ln1_mean, R); take(la.ln1_rstd, R);
     take(la.qkv, BT * 3 * Ca);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
-    take(la.atty, BT * Ca); take(la.res2, BT * C);
-    take(la.ln2, BT * C); take(la.ln2_mean, BT); take(la.ln2_rstd, BT);
-    take(la.fch, BT * F); take(la.fch_gelu, BT * F); take(la.res3, BT * C);
+    take(la.atty, BT * Ca); take(la.res2, R * C);
+    take(la.ln2, BT * C); take(la.ln2_mean, R); take(la.ln2_rstd, R);
+    take(la.fch, BT * F); take(la.fch_gelu, BT * F); take(la.res3, R * C);
   });
-  take(encoded, BT * C); take(lnf, BT * C); take(lnf_mean, BT); take(lnf_rstd, BT);
+  take(encoded, R * C); take(lnf, BT * C); take(lnf_mean, R); take(lnf_rstd, R);
   take(logits, BT * Vp); take(lse, BT); take(losses, BT);
-  take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
+  take(dres, R * C); take(dres_mid, R * C); take(dres_in, R * C); take(dlogits, BT * Vp);
+  if (sp) {
+    take(sp_rows, R * C); take(sp_whole, BT * C); take(sp_whole2, BT * C); take(sp_norm_grads, 4 * C);
+  }
   take(dln1, BT * C); take(dln2, BT * C); take(dfch, BT * F);
   take(datty, BT * Ca); take(dqkv, BT * 3 * Ca);
   return placer.floats();
+}
+
+GPT::BlockDims GPT::block_dims() const {
+  const int N = layout_.split().size, C = config().n_embd;
+  return {B_, T_, B_ * T_, sequence_parallel_ ? B_ * T_ / N : B_ * T_, C, config().n_head / N, C / N, 4 * C / N};
+}
+
+void GPT::Impl::attention_forward(Layer& la, const float* p, float* out, bool accumulate, const Dims& d,
+                                  const Team& team) {
+  const BlockOffsets& o = block;
+  const Range rows = team.share(d.BT);
+  k->broadcast_rows(la.qkv, p + o.attn_b, 3 * d.Ca, rows);
+  matmul_forward(la.qkv, la.ln1, p + o.attn_w, d.C, 3 * d.Ca, true, rows);
+  const bool sync = !team.owns_whole_sequences(d.B);
+  if (sync) barrier();  // attention reads whole sequences
+  k->attention_forward(la.atty, la.att, la.qkv, d.T, d.Ca, d.NH, team.share(d.B * d.NH));
+  if (sync) barrier();  // c_proj reads every head of its rows
+  matmul_forward(out, la.atty, p + o.attn_proj_w, d.Ca, d.C, accumulate, rows);
+}
+
+void GPT::Impl::mlp_forward(Layer& la, const float* p, float* out, bool accumulate, const Dims& d, Range rows) {
+  const BlockOffsets& o = block;
+  matmul_forward(la.fch, la.ln2, p + o.fc_w, d.C, d.F, false, rows);
+  k->bias_gelu_forward(la.fch, la.fch_gelu, p + o.fc_b, d.F, rows);
+  matmul_forward(out, la.fch_gelu, p + o.fc_proj_w, d.F, d.C, accumulate, rows);
+}
+
+void GPT::Impl::mlp_backward_input(const Layer& la, const float* p, const float* d_out, const Dims& d, Range rows) {
+  const BlockOffsets& o = block;
+  matmul_backward_input(dfch, d_out, d.C, p + o.fc_proj_w, d.F, d.C, rows);
+  k->gelu_backward(dfch, la.fch, d.F, rows);
+  matmul_backward_input(dln2, dfch, d.F, p + o.fc_w, d.C, d.F, rows);
+}
+
+void GPT::Impl::attention_backward_input(const Layer& la, const float* p, const float* d_mid, const Dims& d,
+                                         const Team& team) {
+  const BlockOffsets& o = block;
+  const Range rows = team.share(d.BT);
+  matmul_backward_input(datty, d_mid, d.C, p + o.attn_proj_w, d.Ca, d.C, rows);
+  const bool sync = !team.owns_whole_sequences(d.B);
+  if (sync) barrier();  // attention reads whole sequences
+  k->attention_backward(dqkv, datty, la.att, la.qkv, d.T, d.Ca, d.NH, team.share(d.B * d.NH),
+                        attention_scratch.data() + static_cast<std::size_t>(team.id) * d.T * d.T);
+  if (sync) barrier();  // c_attn reads every head of its rows
+  matmul_backward_input(dln1, dqkv, 3 * d.Ca, p + o.attn_w, d.C, 3 * d.Ca, rows);
+}
+
+void GPT::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, const float* d_mid, const Dims& d,
+                             const Team& team) {
+  const BlockOffsets& o = block;
+  const Range cols = team.share(d.C, kColumnAlign);
+  matmul_backward_weight(g + o.fc_proj_w, d_out, d.C, la.fch_gelu, d.BT, d.F, team.share(d.C));
+  k->column_sums(g + o.fc_proj_b, d_out, d.BT, d.C, cols);
+  matmul_backward_weight(g + o.fc_w, dfch, d.F, la.ln2, d.BT, d.C, team.share(d.F));
+  k->column_sums(g + o.fc_b, dfch, d.BT, d.F, team.share(d.F, kColumnAlign));
+  matmul_backward_weight(g + o.attn_proj_w, d_mid, d.C, la.atty, d.BT, d.Ca, team.share(d.C));
+  k->column_sums(g + o.attn_proj_b, d_mid, d.BT, d.C, cols);
+  matmul_backward_weight(g + o.attn_w, dqkv, 3 * d.Ca, la.ln1, d.BT, d.C, team.share(3 * d.Ca));
+  k->column_sums(g + o.attn_b, dqkv, d.BT, 3 * d.Ca, team.share(3 * d.Ca, kColumnAlign));
 }
 
 GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
          const TensorParallel& tp)
     : layout_(config, tp.split),
       tp_group_(tp.group),
+      sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
+      shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
       B_(batch),
       T_(seq),
       recompute_(recompute),
       impl_(std::make_unique<Impl>()) {
-  if (tp.split.size > 1 && !tp.group)
-    throw Error(fmt::format("model: --tp {} needs a tensor-parallel group to reduce over", tp.split.size));
-  if (config.family != Family::Gpt2)
-    throw Error(fmt::format("model: GPT built for family {}", family_name(config.family)));
-  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
-  if (seq <= 0 || seq > config.seq_len)
-    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+  check_model_args(config, Family::Gpt2, "GPT", batch, seq, tp);
   Impl& m = *impl_;
   m.k = &kernels;
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
   m.lnf_off = final_norm_offsets(layout_);
   const int N = tp.split.size;
-  m.storage.resize(m.place(config, N, B_, T_, recompute_, nullptr));
-  m.place(config, N, B_, T_, recompute_, m.storage.data());
+  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, nullptr));
+  m.place(config, N, sequence_parallel_, B_, T_, recompute_, m.storage.data());
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  if (N > 1) {
-    m.vocab_stats.resize(3 * BT);
-    m.vocab_stats_all.resize(3 * BT * N);
-  }
+  if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
   m.tokens.resize(BT);
   m.targets.resize(BT);
 }
 
-std::uint64_t GPT::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
+std::uint64_t GPT::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp,
+                                    bool sequence_parallel) {
   Impl counter;
-  return 4 * counter.place(config, 1, batch, seq, recompute, nullptr);
+  return 4 * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute, nullptr);
 }
 
 std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
@@ -132,6 +210,12 @@ const float* GPT::logits() const { return impl_->logits; }
 
 void GPT::tp_sum(float* data, std::size_t n) {
   if (tp_group_) tp_group_->all_reduce_sum(data, n);
+}
+
+// Rows `rows` of y [R, C] += x.
+static void add_rows(float* y, const float* x, int C, Range rows) {
+  for (std::size_t i = static_cast<std::size_t>(rows.begin) * C; i < static_cast<std::size_t>(rows.end) * C; ++i)
+    y[i] += x[i];
 }
 
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
@@ -150,30 +234,62 @@ void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   }
   // Vocab-parallel: the rank holding a token's row contributes it, TP rank 0 the position's
   // row, the others zeros; the sum is the whole model's wte + wpe, bit for bit.
-  const int rows = config().padded_vocab_size / tp.size, first = tp.rank * rows;
+  const VocabSlice slice(config(), tp);
+  float* whole = sequence_parallel_ ? m.sp_whole : m.encoded;
   in_parallel([&](const Team& team) {
     const Range r = team.share(BT);
+    vocab_parallel_lookup(whole, m.tokens.data(), wte, slice, C, r);
+    if (tp.rank != 0) return;
     for (int i = r.begin; i < r.end; ++i) {
-      float* out = m.encoded + static_cast<std::size_t>(i) * C;
-      const int local = m.tokens[i] - first;
-      if (local >= 0 && local < rows) std::copy_n(wte + static_cast<std::size_t>(local) * C, C, out);
-      else std::fill_n(out, C, 0.f);
-      if (tp.rank == 0) {
-        const float* pos = wpe + static_cast<std::size_t>(i % T_) * C;
-        for (int c = 0; c < C; ++c) out[c] += pos[c];
-      }
+      float* out = whole + static_cast<std::size_t>(i) * C;
+      const float* pos = wpe + static_cast<std::size_t>(i % T_) * C;
+      for (int c = 0; c < C; ++c) out[c] += pos[c];
     }
   });
-  tp_sum(m.encoded, static_cast<std::size_t>(BT) * C);
+  if (sequence_parallel_) shards_.scatter(whole, m.encoded);  // the rank's rows of the sum
+  else tp_sum(m.encoded, static_cast<std::size_t>(BT) * C);
 }
 
-void GPT::block_forward(int layer, const float* p) {
+// Sequence parallelism's block (tensor_parallel.hpp): the norms and the residual sums on the
+// rank's R rows, the column- and row-parallel layers on all BT rows between a gather and a
+// reduce-scatter.
+void GPT::block_forward_sequence_parallel(int layer, const float* p) {
   Impl& m = *impl_;
   const Kernels& k = *m.k;
   const BlockOffsets& o = m.block;
   Impl::Layer& la = m.layers[layer];
-  const int N = layout_.split().size;
-  const int BT = B_ * T_, C = config().n_embd, NH = config().n_head / N, Ca = C / N, F = 4 * C / N;
+  const BlockDims d = block_dims();
+  const int BT = d.BT, R = d.R, C = d.C;
+  const float* x = m.block_input(layer);
+  // res2 = x + bias + attention; the norm's output gathered for c_attn.
+  in_parallel([&](const Team& team) {
+    k.layernorm_forward(m.sp_rows, la.ln1_mean, la.ln1_rstd, x, p + o.ln1_w, p + o.ln1_b, C, team.share(R), la.res2,
+                        p + o.attn_proj_b);
+  });
+  shards_.gather(m.sp_rows, la.ln1);
+  in_parallel([&](const Team& team) { m.attention_forward(la, p, m.sp_whole, false, d, team); });
+  shards_.scatter(m.sp_whole, m.sp_rows);
+  // res3 = res2 + bias + MLP.
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(R);
+    add_rows(la.res2, m.sp_rows, C, rows);
+    k.layernorm_forward(m.sp_rows, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, C, rows, la.res3,
+                        p + o.fc_proj_b);
+  });
+  shards_.gather(m.sp_rows, la.ln2);
+  in_parallel([&](const Team& team) { m.mlp_forward(la, p, m.sp_whole, false, d, team.share(BT)); });
+  shards_.scatter(m.sp_whole, m.sp_rows);
+  in_parallel([&](const Team& team) { add_rows(la.res3, m.sp_rows, C, team.share(R)); });
+}
+
+void GPT::block_forward(int layer, const float* p) {
+  if (sequence_parallel_) return block_forward_sequence_parallel(layer, p);
+  Impl& m = *impl_;
+  const Kernels& k = *m.k;
+  const BlockOffsets& o = m.block;
+  Impl::Layer& la = m.layers[layer];
+  const BlockDims d = block_dims();
+  const int BT = d.BT, C = d.C;
   // Row-parallel outputs are partial sums: TP rank 0 starts them from the residual and the
   // whole bias, the other ranks from zero; tp_sum completes them.
   const bool lead = layout_.split().rank == 0;
@@ -188,22 +304,14 @@ void GPT::block_forward(int layer, const float* p) {
     // Biases are pre-broadcast into the outputs so the GEMMs add onto them; the residual
     // stream likewise starts as input + projection bias.
     start_residual(la.ln1, la.ln1_mean, la.ln1_rstd, x, p + o.ln1_w, p + o.ln1_b, la.res2, p + o.attn_proj_b, rows);
-    k.broadcast_rows(la.qkv, p + o.attn_b, 3 * Ca, rows);
-    matmul_forward(la.qkv, la.ln1, p + o.attn_w, C, 3 * Ca, true, rows);
-    const bool sync = !team.owns_whole_sequences(B_);
-    if (sync) barrier();  // attention reads whole sequences
-    k.attention_forward(la.atty, la.att, la.qkv, T_, Ca, NH, team.share(B_ * NH));
-    if (sync) barrier();  // c_proj reads every head of its rows
-    matmul_forward(la.res2, la.atty, p + o.attn_proj_w, Ca, C, true, rows);
+    m.attention_forward(la, p, la.res2, true, d, team);
   });
   tp_sum(la.res2, static_cast<std::size_t>(BT) * C);
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     start_residual(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, la.res3, p + o.fc_proj_b,
                    rows);
-    matmul_forward(la.fch, la.ln2, p + o.fc_w, C, F, false, rows);
-    k.bias_gelu_forward(la.fch, la.fch_gelu, p + o.fc_b, F, rows);
-    matmul_forward(la.res3, la.fch_gelu, p + o.fc_proj_w, F, C, true, rows);
+    m.mlp_forward(la, p, la.res3, true, d, rows);
   });
   tp_sum(la.res3, static_cast<std::size_t>(BT) * C);
 }
@@ -229,54 +337,28 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
   return static_cast<float>(total / BT);
 }
 
-// The real vocabulary rows of TP rank `rank`'s slice of `rows` rows: those below vocab_size.
-static int real_vocab_rows(const GPTConfig& cfg, int rows, int rank) {
-  return std::clamp(cfg.vocab_size - rank * rows, 0, rows);
-}
-
-// Cross-entropy over logits split by vocabulary rows. Each rank reduces its slice of a row
-// to (max, sum of exp(logit - max), the target's logit or 0); one all-gather of those three
-// per row gives every rank every slice's, which each combines in rank order into the same
-// log-sum-exp: Megatron's max and sum all-reduces (and the target logit's) in one collective.
+// Cross-entropy over logits split by vocabulary rows (vocab_parallel.hpp).
 float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
-  const TensorSplit& tp = layout_.split();
-  const int BT = B_ * T_, C = cfg.n_embd, Vl = cfg.padded_vocab_size / tp.size;
-  const int real = real_vocab_rows(cfg, Vl, tp.rank), first = tp.rank * Vl;
+  const VocabSlice slice(cfg, layout_.split());
+  const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
+  auto final_norm = [&](float* out, Range rows) {
+    m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
+                           rows, nullptr, nullptr);
+  };
+  if (sequence_parallel_) {  // the rank's rows normalized, then gathered for the head
+    in_parallel([&](const Team& team) { final_norm(m.sp_rows, team.share(BT / layout_.split().size)); });
+    shards_.gather(m.sp_rows, m.lnf);
+  }
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
-    m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
-                           rows, nullptr, nullptr);
-    matmul_forward(m.logits, m.lnf, wte, C, Vl, false, rows);
-    for (int i = rows.begin; i < rows.end; ++i) {
-      const float* l = m.logits + static_cast<std::size_t>(i) * Vl;
-      float mx = -3.4e38f;
-      for (int j = 0; j < real; ++j) mx = std::max(mx, l[j]);
-      float sum = 0;
-      for (int j = 0; j < real; ++j) sum += std::exp(l[j] - mx);
-      const int t = m.targets[i] - first;
-      float* st = m.vocab_stats.data() + 3 * static_cast<std::size_t>(i);
-      st[0] = mx, st[1] = sum, st[2] = t >= 0 && t < real ? l[t] : 0.f;
-    }
+    if (!sequence_parallel_) final_norm(m.lnf, rows);
+    matmul_forward(m.logits, m.lnf, wte, C, slice.rows, false, rows);
+    m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
   });
-  tp_group_->all_gather(m.vocab_stats.data(), m.vocab_stats.size(), m.vocab_stats_all.data());
-  const std::size_t per_rank = m.vocab_stats.size();
-  double total = 0;  // in row order: deterministic
-  for (int i = 0; i < BT; ++i) {
-    float mx = -3.4e38f, sum = 0, target = 0;
-    for (int r = 0; r < tp.size; ++r) mx = std::max(mx, m.vocab_stats_all[r * per_rank + 3 * i]);
-    for (int r = 0; r < tp.size; ++r) {
-      const float* st = m.vocab_stats_all.data() + r * per_rank + 3 * i;
-      sum += st[1] * std::exp(st[0] - mx);
-      target += st[2];
-    }
-    m.lse[i] = mx + std::log(sum);
-    m.losses[i] = m.lse[i] - target;
-    total += m.losses[i];
-  }
-  return static_cast<float>(total / BT);
+  return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
 }
 
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
@@ -285,9 +367,10 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
   const Kernels& k = *m.k;
   const GPTConfig& cfg = config();
   const TensorSplit& tp = layout_.split();
-  const int BT = B_ * T_, C = cfg.n_embd, Vl = cfg.padded_vocab_size / tp.size;
+  const VocabSlice slice(cfg, tp);
+  const int BT = B_ * T_, C = cfg.n_embd, Vl = slice.rows;
   // Logits past the vocabulary carry no gradient: only the slice's real rows of wte take part.
-  const int real = real_vocab_rows(cfg, Vl, tp.rank), first = tp.rank * Vl;
+  const int real = slice.real;
   const float* x = m.block_input(cfg.n_layer);
   const float* wte = embed_params + m.embed.wte;
   float* dlnf = m.dln1;
@@ -297,35 +380,81 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
     if (tp.size == 1) {
       k.crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), real, Vl, scale, rows);
     } else {
-      for (int i = rows.begin; i < rows.end; ++i) {
-        const float* l = m.logits + static_cast<std::size_t>(i) * Vl;
-        float* d = m.dlogits + static_cast<std::size_t>(i) * Vl;
-        for (int j = 0; j < real; ++j) d[j] = scale * std::exp(l[j] - m.lse[i]);
-        std::fill(d + real, d + Vl, 0.f);
-        const int t = m.targets[i] - first;
-        if (t >= 0 && t < real) d[t] -= scale;
-      }
+      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
     }
     matmul_backward_input(dlnf, m.dlogits, Vl, wte, C, real, rows);
   });
-  tp_sum(dlnf, static_cast<std::size_t>(BT) * C);  // each rank's vocabulary rows' share
+  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
+  // rows, whose norm gradients are then completed over the group.
+  const bool sp = sequence_parallel_;
+  const int R = sp ? BT / tp.size : BT;
+  float* dlnf_rows = sp ? m.sp_rows : dlnf;
+  float* norm_grads = sp ? m.sp_norm_grads : nullptr;
+  if (sp) {
+    shards_.scatter(dlnf, dlnf_rows);
+    std::fill_n(norm_grads, 2 * C, 0.f);
+  } else {
+    tp_sum(dlnf, static_cast<std::size_t>(BT) * C);
+  }
   in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    k.layernorm_backward_input(m.dres, nullptr, dlnf, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C, rows);
+    k.layernorm_backward_input(m.dres, nullptr, dlnf_rows, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C,
+                               team.share(R));
     barrier();  // parameter gradients sum over every row
     matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, Vl, m.lnf, BT, C, team.share(real));
-    k.layernorm_backward_params(lnf_grads + m.lnf_off.w, lnf_grads + m.lnf_off.b, dlnf, x, m.lnf_mean, m.lnf_rstd,
-                                BT, C, team.share(C, kColumnAlign));
+    k.layernorm_backward_params(sp ? norm_grads : lnf_grads + m.lnf_off.w, sp ? norm_grads + C : lnf_grads + m.lnf_off.b,
+                                dlnf_rows, x, m.lnf_mean, m.lnf_rstd, R, C, team.share(C, kColumnAlign));
   });
+  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, lnf_grads, {m.lnf_off.w, m.lnf_off.b});
 }
 
-void GPT::block_backward(int layer, const float* p, float* g) {
+// Sequence parallelism's block backward: the residual gradients on the rank's R rows, gathered
+// before the row-parallel layers; the norms' input gradients reduce-scattered to those rows;
+// the norms' parameter gradients summed over them and completed over the group.
+void GPT::block_backward_sequence_parallel(int layer, const float* p, float* g) {
+  if (recompute_) block_forward_sequence_parallel(layer, p);
+  const BlockDims d = block_dims();
+  const int BT = d.BT, R = d.R, C = d.C;
   Impl& m = *impl_;
   const Kernels& k = *m.k;
   const BlockOffsets& o = m.block;
   Impl::Layer& la = m.layers[layer];
-  const int N = layout_.split().size;
-  const int BT = B_ * T_, C = config().n_embd, NH = config().n_head / N, Ca = C / N, F = 4 * C / N;
+  const float* x = m.block_input(layer);
+  const float* d_out = m.dres;  // the rank's rows; gathered whole into sp_whole
+  float* d_mid = m.dres_mid;    // the rank's rows; gathered whole into sp_whole2
+  float* d_in = m.dres_in;
+  float* ng = m.sp_norm_grads;  // ln_1 gain, bias, ln_2 gain, bias
+  std::fill_n(ng, 4 * C, 0.f);
+  m.reserve_attention_scratch(T_);
+  shards_.gather(d_out, m.sp_whole);
+  in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, m.sp_whole, d, team.share(BT)); });
+  shards_.scatter(m.dln2, m.sp_rows);
+  in_parallel([&](const Team& team) {
+    k.layernorm_backward_input(d_mid, d_out, m.sp_rows, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, C,
+                               team.share(R));
+    k.layernorm_backward_params(ng + 2 * C, ng + 3 * C, m.sp_rows, la.res2, la.ln2_mean, la.ln2_rstd, R, C,
+                                team.share(C, kColumnAlign));
+  });
+  shards_.gather(d_mid, m.sp_whole2);
+  in_parallel([&](const Team& team) { m.attention_backward_input(la, p, m.sp_whole2, d, team); });
+  shards_.scatter(m.dln1, m.sp_rows);
+  in_parallel([&](const Team& team) {
+    const Range cols = team.share(C, kColumnAlign);
+    k.layernorm_backward_input(d_in, d_mid, m.sp_rows, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, C, team.share(R));
+    k.layernorm_backward_params(ng, ng + C, m.sp_rows, x, la.ln1_mean, la.ln1_rstd, R, C, cols);
+    m.matrix_grads(la, g, m.sp_whole, m.sp_whole2, d, team);
+  });
+  shards_.finish_norm_grads(ng, g, {o.ln1_w, o.ln1_b, o.ln2_w, o.ln2_b});
+  std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
+}
+
+void GPT::block_backward(int layer, const float* p, float* g) {
+  if (sequence_parallel_) return block_backward_sequence_parallel(layer, p, g);
+  Impl& m = *impl_;
+  const Kernels& k = *m.k;
+  const BlockOffsets& o = m.block;
+  Impl::Layer& la = m.layers[layer];
+  const BlockDims d = block_dims();
+  const int BT = d.BT, C = d.C;
   // Recomputation: this block's activations were overwritten by later blocks; its forward from
   // the kept input restores them bit for bit (the same kernels on the same threads).
   if (recompute_) block_forward(layer, p);
@@ -338,23 +467,12 @@ void GPT::block_backward(int layer, const float* p, float* g) {
   m.reserve_attention_scratch(T_);
   // Under TP the gradients of the column-parallel layers' inputs (ln_2's and ln_1's outputs)
   // are partial sums over the rank's columns: tp_sum completes them between the regions.
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    matmul_backward_input(m.dfch, d_out, C, p + o.fc_proj_w, F, C, rows);
-    k.gelu_backward(m.dfch, la.fch, F, rows);
-    matmul_backward_input(m.dln2, m.dfch, F, p + o.fc_w, C, F, rows);
-  });
+  in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, d_out, d, team.share(BT)); });
   tp_sum(m.dln2, static_cast<std::size_t>(BT) * C);
   in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    k.layernorm_backward_input(d_mid, d_out, m.dln2, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, C, rows);
-    matmul_backward_input(m.datty, d_mid, C, p + o.attn_proj_w, Ca, C, rows);
-    const bool sync = !team.owns_whole_sequences(B_);
-    if (sync) barrier();  // attention reads whole sequences
-    k.attention_backward(m.dqkv, m.datty, la.att, la.qkv, T_, Ca, NH, team.share(B_ * NH),
-                         m.attention_scratch.data() + static_cast<std::size_t>(team.id) * T_ * T_);
-    if (sync) barrier();  // c_attn reads every head of its rows
-    matmul_backward_input(m.dln1, m.dqkv, 3 * Ca, p + o.attn_w, C, 3 * Ca, rows);
+    k.layernorm_backward_input(d_mid, d_out, m.dln2, la.res2, p + o.ln2_w, la.ln2_mean, la.ln2_rstd, C,
+                               team.share(BT));
+    m.attention_backward_input(la, p, d_mid, d, team);
   });
   tp_sum(m.dln1, static_cast<std::size_t>(BT) * C);
   in_parallel([&](const Team& team) {
@@ -362,15 +480,8 @@ void GPT::block_backward(int layer, const float* p, float* g) {
     k.layernorm_backward_input(d_in, d_mid, m.dln1, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, C, rows);
     barrier();  // parameter gradients sum over every row
     const Range cols = team.share(C, kColumnAlign);
-    matmul_backward_weight(g + o.fc_proj_w, d_out, C, la.fch_gelu, BT, F, team.share(C));
-    k.column_sums(g + o.fc_proj_b, d_out, BT, C, cols);
-    matmul_backward_weight(g + o.fc_w, m.dfch, F, la.ln2, BT, C, team.share(F));
-    k.column_sums(g + o.fc_b, m.dfch, BT, F, team.share(F, kColumnAlign));
+    m.matrix_grads(la, g, d_out, d_mid, d, team);
     k.layernorm_backward_params(g + o.ln2_w, g + o.ln2_b, m.dln2, la.res2, la.ln2_mean, la.ln2_rstd, BT, C, cols);
-    matmul_backward_weight(g + o.attn_proj_w, d_mid, C, la.atty, BT, Ca, team.share(C));
-    k.column_sums(g + o.attn_proj_b, d_mid, BT, C, cols);
-    matmul_backward_weight(g + o.attn_w, m.dqkv, 3 * Ca, la.ln1, BT, C, team.share(3 * Ca));
-    k.column_sums(g + o.attn_b, m.dqkv, BT, 3 * Ca, team.share(3 * Ca, kColumnAlign));
     k.layernorm_backward_params(g + o.ln1_w, g + o.ln1_b, m.dln1, x, la.ln1_mean, la.ln1_rstd, BT, C, cols);
   });
   std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
@@ -389,19 +500,21 @@ void GPT::embed_backward(float* embed_grads) {
     return;
   }
   // Vocab-parallel: this rank's rows of wte take the gradient of the tokens they hold; wpe is
-  // whole here and gets every position's (the same on every TP rank).
-  const int rows = config().padded_vocab_size / tp.size, first = tp.rank * rows;
+  // whole here and gets every position's (the same on every TP rank). Under sequence
+  // parallelism the residual gradient's rows are first gathered from every rank.
+  const VocabSlice slice(config(), tp);
+  const float* dres = m.dres;
+  if (sequence_parallel_) {
+    shards_.gather(m.dres, m.sp_whole);
+    dres = m.sp_whole;
+  }
   in_parallel([&](const Team& team) {
     const Range cols = team.share(C, kColumnAlign);
+    vocab_parallel_scatter(dwte, dres, m.tokens.data(), B_ * T_, slice, C, cols);
     for (int i = 0; i < B_ * T_; ++i) {
-      const float* d = m.dres + static_cast<std::size_t>(i) * C;
-      const int local = m.tokens[i] - first;
+      const float* d = dres + static_cast<std::size_t>(i) * C;
       float* pos = dwpe + static_cast<std::size_t>(i % T_) * C;
-      float* row = local >= 0 && local < rows ? dwte + static_cast<std::size_t>(local) * C : nullptr;
-      for (int c = cols.begin; c < cols.end; ++c) {
-        pos[c] += d[c];
-        if (row) row[c] += d[c];
-      }
+      for (int c = cols.begin; c < cols.end; ++c) pos[c] += d[c];
     }
   });
 }

@@ -2,6 +2,7 @@
 // GPT-2 forward and backward over flat fp32 buffers, one unit at a time (model.hpp says how
 // a model meets its parameters).
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -38,7 +39,9 @@ class GPT final : public Model {
   // Bytes of activations (and their gradient buffers) such a model allocates: one source for
   // the engines' memory reports and the planner. The attention backward's T x T scratch per
   // thread is not included.
-  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
+  // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
+  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+                                        bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }
 
@@ -68,9 +71,19 @@ class GPT final : public Model {
   // Under TP: the group's element-wise sum of an activation (a no-op without TP).
   void tp_sum(float* data, std::size_t n);
   float head_forward_vocab_parallel(const float* lnf_params, const float* wte);
+  void block_forward_sequence_parallel(int layer, const float* params);
+  void block_backward_sequence_parallel(int layer, const float* params, float* grads);
+  // A block's sizes on this rank: BT rows in all, R of them its own (sequence parallelism's
+  // share), its heads NH of width Ca in all, MLP width F.
+  struct BlockDims {
+    int B, T, BT, R, C, NH, Ca, F;
+  };
+  BlockDims block_dims() const;
 
   ParamLayout layout_;
   TensorParallelGroup* tp_group_ = nullptr;
+  bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
+  SequenceShards shards_;           // its collectives
   int B_, T_;
   bool recompute_ = false;
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp

@@ -16,12 +16,17 @@ ParamLayout::ParamLayout(const GPTConfig& config, TensorSplit split) : config_(c
   if (N < 1 || split.rank < 0 || split.rank >= N)
     throw Error(fmt::format("--tp {}: TP rank {} is not in [0, {})", N, split.rank, N));
   if (N > 1) {
-    if (config.family != Family::Gpt2)
-      throw Error(fmt::format("--tp {}: tensor parallelism runs model.family gpt2 only so far, not {}", N,
-                              family_name(config.family)));
     if (config.n_head % N != 0)
       throw Error(fmt::format("--tp {}: does not divide model.n_head = {} (heads are split over the TP ranks)", N,
                               config.n_head));
+    if (config.kv_heads() % N != 0)
+      throw Error(fmt::format("--tp {}: does not divide model.n_kv_head = {} (K/V heads are split over the TP ranks, "
+                              "each with the query heads that share it)",
+                              N, config.kv_heads()));
+    if (config.family == Family::Llama && config.ffn_size() % N != 0)
+      throw Error(fmt::format("--tp {}: does not divide the SwiGLU width {} (model.ffn_hidden; gate and up are split "
+                              "by rows)",
+                              N, config.ffn_size()));
     if (config.padded_vocab_size % N != 0)
       throw Error(fmt::format("--tp {}: does not divide model.padded_vocab_size = {} (the embedding is split by "
                               "vocabulary rows)",
@@ -63,28 +68,30 @@ ParamLayout::ParamLayout(const GPTConfig& config, TensorSplit split) : config_(c
   };
 
   if (config.family == Family::Llama) {
+    // Heads are contiguous rows of q, k and v, so splitting rows splits heads; query head h
+    // shares K/V head h / (n_head / n_kv_head), which lands on the same rank.
     begin_unit("embeddings");
-    add("model.embed_tokens.weight", {V, C}, vocab);
+    add("model.embed_tokens.weight", {V, C}, vocab, Split::Rows);
     end_unit();
     for (int l = 0; l < config.n_layer; ++l) {
       std::string p = fmt::format("model.layers.{}.", l);
       begin_unit(fmt::format("h.{}", l));
       add(p + "input_layernorm.weight", {C}, gain);
-      add(p + "self_attn.q_proj.weight", {C, C}, matrix);
-      add(p + "self_attn.k_proj.weight", {KV, C}, matrix);
-      add(p + "self_attn.v_proj.weight", {KV, C}, matrix);
-      add(p + "self_attn.o_proj.weight", {C, C}, residual);
+      add(p + "self_attn.q_proj.weight", {C, C}, matrix, Split::Rows);
+      add(p + "self_attn.k_proj.weight", {KV, C}, matrix, Split::Rows);
+      add(p + "self_attn.v_proj.weight", {KV, C}, matrix, Split::Rows);
+      add(p + "self_attn.o_proj.weight", {C, C}, residual, Split::Columns);
       add(p + "post_attention_layernorm.weight", {C}, gain);
-      add(p + "mlp.gate_proj.weight", {F, C}, matrix);
-      add(p + "mlp.up_proj.weight", {F, C}, matrix);
-      add(p + "mlp.down_proj.weight", {C, F}, residual);
+      add(p + "mlp.gate_proj.weight", {F, C}, matrix, Split::Rows);
+      add(p + "mlp.up_proj.weight", {F, C}, matrix, Split::Rows);
+      add(p + "mlp.down_proj.weight", {C, F}, residual, Split::Columns);
       end_unit();
     }
     begin_unit("ln_f");
     add("model.norm.weight", {C}, gain);
     end_unit();
     begin_unit("lm_head");
-    add("lm_head.weight", {V, C}, vocab);
+    add("lm_head.weight", {V, C}, vocab, Split::Rows);
     end_unit();
     total_ = cursor;
     return;

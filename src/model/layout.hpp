@@ -125,7 +125,7 @@ struct DecaySegment {
 
 class ParamLayout {
  public:
-  // The whole model, or (split.size > 1, GPT-2 only) TP rank split.rank's slice of it; throws
+  // The whole model, or (split.size > 1) TP rank split.rank's slice of it; throws
   // Error naming --tp when the model does not split that way.
   explicit ParamLayout(const GPTConfig& config, TensorSplit split = {});
 

@@ -14,6 +14,7 @@
 #include "model/llama_kernels.hpp"
 #include "model/gpt_walk.hpp"
 #include "model/team.hpp"
+#include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
@@ -224,7 +225,7 @@ using namespace llama_kernels;
 struct Llama::Impl {
   struct Layer {
     float *xn1, *rstd1;      // attention RMSNorm output and 1/rms per row
-    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV]; q and k rotated
+    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV] (a TP rank's heads); q and k rotated
     float* att;              // [B, NH, T, T] probabilities
     float* atty;             // [BT, C] heads' outputs, before o_proj
     float* res2;             // [BT, C] x + attention
@@ -246,54 +247,78 @@ struct Llama::Impl {
   float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
   AlignedBuffer<float> attention_scratch;  // T x T per thread
   std::vector<std::int32_t> tokens, targets;
+  std::unique_ptr<VocabParallelLoss> vocab_loss;  // under TP
+  // Sequence parallelism (as GPT's, gpt.cpp): the rank's rows of a norm's output or of a
+  // reduce-scatter's sum, two whole [BT, C] buffers, a unit's norm gradients ([2C]).
+  float *sp_rows = nullptr, *sp_whole = nullptr, *sp_whole2 = nullptr, *sp_norm_grads = nullptr;
+  int B = 0, T = 0, C = 0, F = 0;  // the micro-batch, the width, this rank's SwiGLU width
+
+  // A block's pieces over all B*T rows, shared by the runs with and without sequence
+  // parallelism. Team-wide: attention from la.xn1, o_proj's output written to `out`
+  // (accumulate: added onto it).
+  void attention_forward(Layer& la, const float* p, float* out, bool accumulate, const Team& team);
+  // Rows `rows`: SwiGLU from la.xn2, down_proj's output written to `out` (accumulate: added).
+  void mlp_forward(Layer& la, const float* p, float* out, bool accumulate, Range rows);
+  // Rows `rows`: dxn2 (a partial sum under TP) from the block output's gradient d_out.
+  void mlp_backward_input(const Layer& la, const float* p, const float* d_out, Range rows);
+  // Team-wide: dxn1 (a partial sum under TP) from the gradient after attention d_mid.
+  void attention_backward_input(const Layer& la, const float* p, const float* d_mid, const Team& team);
+  // Team-wide, after both: the projections' weight gradients (not the norms').
+  void matrix_grads(const Layer& la, float* g, const float* d_out, const float* d_mid, const Team& team);
 
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 
-  std::size_t place(const GPTConfig& config, int B, int T, bool recompute, float* base);
+  std::size_t place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take (recomputation: place_layers, layout.hpp).
-std::size_t Llama::Impl::place(const GPTConfig& config, int B, int T, bool recompute, float* base) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
-  const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
-  const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
+// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads'
+// buffers, the MLP's and the logits hold this rank's slice.
+std::size_t Llama::Impl::place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Cq = C / tp, R = sp ? BT / tp : BT;
+  const std::size_t NH = config.n_head / tp, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim() / tp;
+  const std::size_t F = config.ffn_size() / tp, Vp = config.padded_vocab_size / tp;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
-  place_layers(layers, config.n_layer, recompute, placer, BT * C, [&](Layer& la) {
-    take(la.xn1, BT * C); take(la.rstd1, BT);
-    take(la.q, BT * C); take(la.k, BT * KV); take(la.v, BT * KV);
+  place_layers(layers, config.n_layer, recompute, placer, R * C, [&](Layer& la) {
+    take(la.xn1, BT * C); take(la.rstd1, R);
+    take(la.q, BT * Cq); take(la.k, BT * KV); take(la.v, BT * KV);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
-    take(la.atty, BT * C); take(la.res2, BT * C);
-    take(la.xn2, BT * C); take(la.rstd2, BT);
-    take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, BT * C);
+    take(la.atty, BT * Cq); take(la.res2, R * C);
+    take(la.xn2, BT * C); take(la.rstd2, R);
+    take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, R * C);
   });
-  take(encoded, BT * C); take(xf, BT * C); take(rstdf, BT);
+  take(encoded, R * C); take(xf, BT * C); take(rstdf, R);
   take(logits, BT * Vp); take(lse, BT); take(losses, BT);
-  take(dres, BT * C); take(dres_mid, BT * C); take(dres_in, BT * C); take(dlogits, BT * Vp);
-  take(dxn1, BT * C); take(dxn2, BT * C); take(dtmp, BT * C); take(datty, BT * C);
-  take(dq, BT * C); take(dk, BT * KV); take(dv, BT * KV);
+  take(dres, R * C); take(dres_mid, R * C); take(dres_in, R * C); take(dlogits, BT * Vp);
+  if (sp) {
+    take(sp_rows, R * C); take(sp_whole, BT * C); take(sp_whole2, BT * C); take(sp_norm_grads, 2 * C);
+  }
+  take(dxn1, BT * C); take(dxn2, BT * C); take(dtmp, BT * C); take(datty, BT * Cq);
+  take(dq, BT * Cq); take(dk, BT * KV); take(dv, BT * KV);
   take(dact, BT * F); take(dgate, BT * F); take(dup, BT * F);
   return placer.floats();
 }
 
-Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels)
-    : layout_(config), B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
-  if (config.family != Family::Llama)
-    throw Error(fmt::format("model: Llama built for family {}", family_name(config.family)));
-  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
-  if (seq <= 0 || seq > config.seq_len)
-    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
+             const TensorParallel& tp)
+    : layout_(config, tp.split), tp_group_(tp.group), sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
+      shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
+      B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
+  check_model_args(config, Family::Llama, "Llama", batch, seq, tp);
   Impl& m = *impl_;
   m.k = &kernels;
   m.off = llama_offsets(layout_);
-  m.shape = {T_, config.n_head, config.kv_heads(), config.head_dim()};
+  const int N = tp.split.size;
+  m.shape = {T_, config.n_head / N, config.kv_heads() / N, config.head_dim()};
 
   rope_tables(config, T_, m.rope_cos, m.rope_sin);
 
-  m.storage.resize(m.place(config, B_, T_, recompute_, nullptr));
-  m.place(config, B_, T_, recompute_, m.storage.data());
+  m.B = B_, m.T = T_, m.C = config.n_embd, m.F = config.ffn_size() / N;
+  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, nullptr));
+  m.place(config, N, sequence_parallel_, B_, T_, recompute_, m.storage.data());
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
+  if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
   m.tokens.resize(BT);
   m.targets.resize(BT);
 }
@@ -302,67 +327,186 @@ Llama::~Llama() = default;
 
 const float* Llama::logits() const { return impl_->logits; }
 
-std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute) {
+std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp,
+                                      bool sequence_parallel) {
   Impl counter;
-  return sizeof(float) * counter.place(config, batch, seq, recompute, nullptr);
+  return sizeof(float) * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute, nullptr);
 }
 
 std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
 
+void Llama::tp_sum(float* data, std::size_t n) {
+  if (tp_group_) tp_group_->all_reduce_sum(data, n);
+}
+
 void Llama::embed_forward(const float* embed_params) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
-  const float* table = embed_params + m.off.embed;
+  const VocabSlice slice(config(), layout_.split());
+  float* whole = sequence_parallel_ ? m.sp_whole : m.encoded;
   in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    for (int i = rows.begin; i < rows.end; ++i)
-      std::memcpy(m.encoded + static_cast<std::size_t>(i) * C, table + static_cast<std::size_t>(m.tokens[i]) * C,
-                  sizeof(float) * C);
+    vocab_parallel_lookup(whole, m.tokens.data(), embed_params + m.off.embed, slice, C, team.share(BT));
   });
+  // Vocab-parallel: the slices' rows summed (under sequence parallelism, the rank's rows of the sum).
+  if (sequence_parallel_) shards_.scatter(whole, m.encoded);
+  else tp_sum(m.encoded, static_cast<std::size_t>(BT) * C);
+}
+
+// Rows `rows` of RMSNorm's output and of the residual sum the row-parallel projection after
+// it accumulates into: x on TP rank 0, zero on the others (tp_sum then adds x once).
+void Llama::norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual,
+                              Range rows) const {
+  const int C = config().n_embd;
+  const bool lead = layout_.split().rank == 0;
+  rmsnorm_forward(out, rstd, x, w, C, rows, lead ? residual : nullptr);
+  if (!lead)
+    std::fill_n(residual + static_cast<std::size_t>(rows.begin) * C, static_cast<std::size_t>(rows.size()) * C, 0.f);
+}
+
+void Llama::Impl::attention_forward(Layer& la, const float* p, float* out, bool accumulate, const Team& team) {
+  const LlamaBlockOffsets& o = off.block;
+  const AttentionShape& s = shape;
+  const int Cq = static_cast<int>(s.q_stride()), KV = static_cast<int>(s.kv_stride());
+  const Range rows = team.share(B * T);
+  // o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
+  matmul_forward(la.q, la.xn1, p + o.q, C, Cq, false, rows);
+  matmul_forward(la.k, la.xn1, p + o.k, C, KV, false, rows);
+  matmul_forward(la.v, la.xn1, p + o.v, C, KV, false, rows);
+  rope_forward(la.q, s.NH, s.hd, T, rope_cos.data(), rope_sin.data(), rows);
+  rope_forward(la.k, s.NKV, s.hd, T, rope_cos.data(), rope_sin.data(), rows);
+  const bool sync = !team.owns_whole_sequences(B);
+  if (sync) barrier();  // attention reads whole sequences
+  llama_kernels::attention_forward(la.atty, la.att, la.q, la.k, la.v, s, team.share(B * s.NH));
+  if (sync) barrier();  // o_proj reads every head of its rows
+  matmul_forward(out, la.atty, p + o.o, Cq, C, accumulate, rows);
+}
+
+void Llama::Impl::mlp_forward(Layer& la, const float* p, float* out, bool accumulate, Range rows) {
+  const LlamaBlockOffsets& o = off.block;
+  // down_proj(silu(gate_proj(xn2)) * up_proj(xn2))
+  matmul_forward(la.gate, la.xn2, p + o.gate, C, F, false, rows);
+  matmul_forward(la.up, la.xn2, p + o.up, C, F, false, rows);
+  swiglu_forward(la.act, la.gate, la.up, F, rows);
+  matmul_forward(out, la.act, p + o.down, F, C, accumulate, rows);
+}
+
+void Llama::Impl::mlp_backward_input(const Layer& la, const float* p, const float* d_out, Range rows) {
+  const LlamaBlockOffsets& o = off.block;
+  matmul_backward_input(dact, d_out, C, p + o.down, F, C, rows);
+  swiglu_backward(dgate, dup, dact, la.gate, la.up, F, rows);
+  matmul_backward_input(dxn2, dgate, F, p + o.gate, C, F, rows);
+  matmul_backward_input(dtmp, dup, F, p + o.up, C, F, rows);
+  add_rows(dxn2, dtmp, C, rows);
+}
+
+void Llama::Impl::attention_backward_input(const Layer& la, const float* p, const float* d_mid, const Team& team) {
+  const LlamaBlockOffsets& o = off.block;
+  const AttentionShape& s = shape;
+  const int Cq = static_cast<int>(s.q_stride()), KV = static_cast<int>(s.kv_stride());
+  const Range rows = team.share(B * T);
+  const std::size_t scratch_per_thread = static_cast<std::size_t>(T) * T;
+  matmul_backward_input(datty, d_mid, C, p + o.o, Cq, C, rows);
+  const bool sync = !team.owns_whole_sequences(B);
+  if (sync) barrier();  // attention reads whole sequences
+  attention_backward(dq, dk, dv, datty, la.att, la.q, la.k, la.v, s, team.share(B * s.NKV),
+                     attention_scratch.data() + scratch_per_thread * team.id);
+  if (sync) barrier();  // the projections read every head of their rows
+  rope_backward(dq, s.NH, s.hd, T, rope_cos.data(), rope_sin.data(), rows);
+  rope_backward(dk, s.NKV, s.hd, T, rope_cos.data(), rope_sin.data(), rows);
+  matmul_backward_input(dxn1, dq, Cq, p + o.q, C, Cq, rows);
+  matmul_backward_input(dtmp, dk, KV, p + o.k, C, KV, rows);
+  add_rows(dxn1, dtmp, C, rows);
+  matmul_backward_input(dtmp, dv, KV, p + o.v, C, KV, rows);
+  add_rows(dxn1, dtmp, C, rows);
+}
+
+void Llama::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, const float* d_mid, const Team& team) {
+  const LlamaBlockOffsets& o = off.block;
+  const int BT = B * T, Cq = static_cast<int>(shape.q_stride()), KV = static_cast<int>(shape.kv_stride());
+  matmul_backward_weight(g + o.down, d_out, C, la.act, BT, F, team.share(C));
+  matmul_backward_weight(g + o.gate, dgate, F, la.xn2, BT, C, team.share(F));
+  matmul_backward_weight(g + o.up, dup, F, la.xn2, BT, C, team.share(F));
+  matmul_backward_weight(g + o.o, d_mid, C, la.atty, BT, Cq, team.share(C));
+  matmul_backward_weight(g + o.q, dq, Cq, la.xn1, BT, C, team.share(Cq));
+  matmul_backward_weight(g + o.k, dk, KV, la.xn1, BT, C, team.share(KV));
+  matmul_backward_weight(g + o.v, dv, KV, la.xn1, BT, C, team.share(KV));
+}
+
+void Llama::reserve_attention_scratch() {
+  Impl& m = *impl_;
+  const std::size_t n = static_cast<std::size_t>(T_) * T_ * omp_get_max_threads();
+  if (m.attention_scratch.size() < n) m.attention_scratch.resize(n);
 }
 
 void Llama::block_forward(int layer, const float* p) {
+  if (sequence_parallel_) return block_forward_sequence_parallel(layer, p);
   Impl& m = *impl_;
   const LlamaBlockOffsets& o = m.off.block;
-  const AttentionShape& s = m.shape;
   Impl::Layer& la = m.layers[layer];
-  const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  const int BT = B_ * T_, C = config().n_embd;
   const float* x = m.block_input(layer);
   in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    // h = x + o_proj(attention(rope(q_proj(norm x)), rope(k_proj(norm x)), v_proj(norm x)))
-    rmsnorm_forward(la.xn1, la.rstd1, x, p + o.attn_norm, C, rows, la.res2);
-    matmul_forward(la.q, la.xn1, p + o.q, C, C, false, rows);
-    matmul_forward(la.k, la.xn1, p + o.k, C, KV, false, rows);
-    matmul_forward(la.v, la.xn1, p + o.v, C, KV, false, rows);
-    rope_forward(la.q, s.NH, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
-    rope_forward(la.k, s.NKV, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
-    const bool sync = !team.owns_whole_sequences(B_);
-    if (sync) barrier();  // attention reads whole sequences
-    attention_forward(la.atty, la.att, la.q, la.k, la.v, s, team.share(B_ * s.NH));
-    if (sync) barrier();  // o_proj reads every head of its rows
-    matmul_forward(la.res2, la.atty, p + o.o, C, C, true, rows);
-    // out = h + down_proj(silu(gate_proj(norm h)) * up_proj(norm h))
-    rmsnorm_forward(la.xn2, la.rstd2, la.res2, p + o.mlp_norm, C, rows, la.res3);
-    matmul_forward(la.gate, la.xn2, p + o.gate, C, F, false, rows);
-    matmul_forward(la.up, la.xn2, p + o.up, C, F, false, rows);
-    swiglu_forward(la.act, la.gate, la.up, F, rows);
-    matmul_forward(la.res3, la.act, p + o.down, F, C, true, rows);
+    // h = x + o_proj(attention(...)) of the norm's output
+    norm_and_residual(la.xn1, la.rstd1, x, p + o.attn_norm, la.res2, team.share(BT));
+    m.attention_forward(la, p, la.res2, true, team);
   });
+  tp_sum(la.res2, static_cast<std::size_t>(BT) * C);  // o_proj is row-parallel
+  in_parallel([&](const Team& team) {
+    // out = h + down_proj(silu(gate_proj(norm h)) * up_proj(norm h))
+    const Range rows = team.share(BT);
+    norm_and_residual(la.xn2, la.rstd2, la.res2, p + o.mlp_norm, la.res3, rows);
+    m.mlp_forward(la, p, la.res3, true, rows);
+  });
+  tp_sum(la.res3, static_cast<std::size_t>(BT) * C);  // down_proj is row-parallel
+}
+
+// Sequence parallelism's block (tensor_parallel.hpp): the norms and the residual sums on the
+// rank's R rows, the column- and row-parallel projections on all BT rows between a gather and
+// a reduce-scatter.
+void Llama::block_forward_sequence_parallel(int layer, const float* p) {
+  Impl& m = *impl_;
+  const LlamaBlockOffsets& o = m.off.block;
+  Impl::Layer& la = m.layers[layer];
+  const int R = B_ * T_ / layout_.split().size, C = config().n_embd;
+  const float* x = m.block_input(layer);
+  in_parallel([&](const Team& team) {
+    rmsnorm_forward(m.sp_rows, la.rstd1, x, p + o.attn_norm, C, team.share(R), la.res2);
+  });
+  shards_.gather(m.sp_rows, la.xn1);
+  in_parallel([&](const Team& team) { m.attention_forward(la, p, m.sp_whole, false, team); });
+  shards_.scatter(m.sp_whole, m.sp_rows);
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(R);
+    add_rows(la.res2, m.sp_rows, C, rows);
+    rmsnorm_forward(m.sp_rows, la.rstd2, la.res2, p + o.mlp_norm, C, rows, la.res3);
+  });
+  shards_.gather(m.sp_rows, la.xn2);
+  in_parallel([&](const Team& team) { m.mlp_forward(la, p, m.sp_whole, false, team.share(B_ * T_)); });
+  shards_.scatter(m.sp_whole, m.sp_rows);
+  in_parallel([&](const Team& team) { add_rows(la.res3, m.sp_rows, C, team.share(R)); });
 }
 
 float Llama::head_forward(const float* norm_params, const float* head_params) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
+  const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
+  const float* w = norm_params + m.off.final_norm;
+  if (sequence_parallel_) {  // the rank's rows normalized, then gathered for the head
+    in_parallel([&](const Team& team) {
+      rmsnorm_forward(m.sp_rows, m.rstdf, x, w, C, team.share(BT / layout_.split().size), nullptr);
+    });
+    shards_.gather(m.sp_rows, m.xf);
+  }
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
-    rmsnorm_forward(m.xf, m.rstdf, x, norm_params + m.off.final_norm, C, rows, nullptr);
-    matmul_forward(m.logits, m.xf, head_params + m.off.head, C, cfg.padded_vocab_size, false, rows);
-    m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, cfg.padded_vocab_size,
-                              rows);
+    if (!sequence_parallel_) rmsnorm_forward(m.xf, m.rstdf, x, w, C, rows, nullptr);
+    matmul_forward(m.logits, m.xf, head_params + m.off.head, C, slice.rows, false, rows);
+    if (m.vocab_loss) m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
+    else m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, slice.rows, rows);
   });
+  if (m.vocab_loss) return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
   double total = 0;  // in row order: deterministic
   for (int i = 0; i < BT; ++i) total += m.losses[i];
   return static_cast<float>(total / BT);
@@ -372,27 +516,47 @@ void Llama::head_backward(const float* norm_params, const float* head_params, fl
                           float grad_scale) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
-  const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  const VocabSlice slice(cfg, layout_.split());
+  const int BT = B_ * T_, C = cfg.n_embd;
+  const float scale = grad_scale / BT;
   const float* x = m.block_input(cfg.n_layer);
   float* dxf = m.dxn1;
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
-    m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), V, Vp, grad_scale / BT, rows);
-    // Logits past V carry no gradient: only the first V rows of lm_head take part.
-    matmul_backward_input(dxf, m.dlogits, Vp, head_params + m.off.head, C, V, rows);
-    rmsnorm_backward_input(m.dres, nullptr, dxf, x, norm_params + m.off.final_norm, m.rstdf, C, rows);
-    barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(head_grads + m.off.head, m.dlogits, Vp, m.xf, BT, C, team.share(V));
-    rmsnorm_backward_weight(norm_grads + m.off.final_norm, dxf, x, m.rstdf, BT, C, team.share(C, kColumnAlign));
+    if (m.vocab_loss)
+      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
+    else
+      m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice.real, slice.rows, scale, rows);
+    // Logits past the vocabulary carry no gradient: only the slice's real rows of lm_head take part.
+    matmul_backward_input(dxf, m.dlogits, slice.rows, head_params + m.off.head, C, slice.real, rows);
   });
+  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
+  // rows, whose norm gradient is then completed over the group.
+  const bool sp = sequence_parallel_;
+  const int R = sp ? BT / layout_.split().size : BT;
+  float* dxf_rows = sp ? m.sp_rows : dxf;
+  if (sp) {
+    shards_.scatter(dxf, dxf_rows);
+    std::fill_n(m.sp_norm_grads, C, 0.f);
+  } else {
+    tp_sum(dxf, static_cast<std::size_t>(BT) * C);
+  }
+  in_parallel([&](const Team& team) {
+    rmsnorm_backward_input(m.dres, nullptr, dxf_rows, x, norm_params + m.off.final_norm, m.rstdf, C, team.share(R));
+    barrier();  // parameter gradients sum over every row
+    matmul_backward_weight(head_grads + m.off.head, m.dlogits, slice.rows, m.xf, BT, C, team.share(slice.real));
+    rmsnorm_backward_weight(sp ? m.sp_norm_grads : norm_grads + m.off.final_norm, dxf_rows, x, m.rstdf, R, C,
+                            team.share(C, kColumnAlign));
+  });
+  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, norm_grads, {m.off.final_norm});
 }
 
 void Llama::block_backward(int layer, const float* p, float* g) {
+  if (sequence_parallel_) return block_backward_sequence_parallel(layer, p, g);
   Impl& m = *impl_;
   const LlamaBlockOffsets& o = m.off.block;
-  const AttentionShape& s = m.shape;
   Impl::Layer& la = m.layers[layer];
-  const int BT = B_ * T_, C = config().n_embd, KV = static_cast<int>(s.kv_stride()), F = config().ffn_size();
+  const int BT = B_ * T_, C = config().n_embd;
   // Recomputation: this block's activations were overwritten by later blocks; its forward from
   // the kept input restores them bit for bit (the same kernels on the same threads).
   if (recompute_) block_forward(layer, p);
@@ -402,59 +566,74 @@ void Llama::block_backward(int layer, const float* p, float* g) {
   const float* d_out = m.dres;
   float* d_mid = m.dres_mid;
   float* d_in = m.dres_in;
-  const std::size_t scratch_per_thread = static_cast<std::size_t>(T_) * T_;
-  if (m.attention_scratch.size() < scratch_per_thread * omp_get_max_threads())
-    m.attention_scratch.resize(scratch_per_thread * omp_get_max_threads());
+  reserve_attention_scratch();
+  // Under TP the gradients of the column-parallel projections' inputs (the norms' outputs) are
+  // partial sums over the rank's heads or SwiGLU columns: tp_sum completes them between the regions.
+  in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, d_out, team.share(BT)); });
+  tp_sum(m.dxn2, static_cast<std::size_t>(BT) * C);
   in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    // MLP: through down_proj, SwiGLU, gate_proj + up_proj, the norm; plus the residual.
-    matmul_backward_input(m.dact, d_out, C, p + o.down, F, C, rows);
-    swiglu_backward(m.dgate, m.dup, m.dact, la.gate, la.up, F, rows);
-    matmul_backward_input(m.dxn2, m.dgate, F, p + o.gate, C, F, rows);
-    matmul_backward_input(m.dtmp, m.dup, F, p + o.up, C, F, rows);
-    add_rows(m.dxn2, m.dtmp, C, rows);
-    rmsnorm_backward_input(d_mid, d_out, m.dxn2, la.res2, p + o.mlp_norm, la.rstd2, C, rows);
-    // Attention: through o_proj, the softmax, the rotation, q/k/v_proj, the norm; plus the residual.
-    matmul_backward_input(m.datty, d_mid, C, p + o.o, C, C, rows);
-    const bool sync = !team.owns_whole_sequences(B_);
-    if (sync) barrier();  // attention reads whole sequences
-    attention_backward(m.dq, m.dk, m.dv, m.datty, la.att, la.q, la.k, la.v, s, team.share(B_ * s.NKV),
-                       m.attention_scratch.data() + scratch_per_thread * team.id);
-    if (sync) barrier();  // the projections read every head of their rows
-    rope_backward(m.dq, s.NH, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
-    rope_backward(m.dk, s.NKV, s.hd, T_, m.rope_cos.data(), m.rope_sin.data(), rows);
-    matmul_backward_input(m.dxn1, m.dq, C, p + o.q, C, C, rows);
-    matmul_backward_input(m.dtmp, m.dk, KV, p + o.k, C, KV, rows);
-    add_rows(m.dxn1, m.dtmp, C, rows);
-    matmul_backward_input(m.dtmp, m.dv, KV, p + o.v, C, KV, rows);
-    add_rows(m.dxn1, m.dtmp, C, rows);
-    rmsnorm_backward_input(d_in, d_mid, m.dxn1, x, p + o.attn_norm, la.rstd1, C, rows);
+    // The MLP's norm plus the residual; then attention back to its norm's output.
+    rmsnorm_backward_input(d_mid, d_out, m.dxn2, la.res2, p + o.mlp_norm, la.rstd2, C, team.share(BT));
+    m.attention_backward_input(la, p, d_mid, team);
+  });
+  tp_sum(m.dxn1, static_cast<std::size_t>(BT) * C);
+  in_parallel([&](const Team& team) {
+    rmsnorm_backward_input(d_in, d_mid, m.dxn1, x, p + o.attn_norm, la.rstd1, C, team.share(BT));
     barrier();  // parameter gradients sum over every row
     const Range cols = team.share(C, kColumnAlign);
-    matmul_backward_weight(g + o.down, d_out, C, la.act, BT, F, team.share(C));
-    matmul_backward_weight(g + o.gate, m.dgate, F, la.xn2, BT, C, team.share(F));
-    matmul_backward_weight(g + o.up, m.dup, F, la.xn2, BT, C, team.share(F));
+    m.matrix_grads(la, g, d_out, d_mid, team);
     rmsnorm_backward_weight(g + o.mlp_norm, m.dxn2, la.res2, la.rstd2, BT, C, cols);
-    matmul_backward_weight(g + o.o, d_mid, C, la.atty, BT, C, team.share(C));
-    matmul_backward_weight(g + o.q, m.dq, C, la.xn1, BT, C, team.share(C));
-    matmul_backward_weight(g + o.k, m.dk, KV, la.xn1, BT, C, team.share(KV));
-    matmul_backward_weight(g + o.v, m.dv, KV, la.xn1, BT, C, team.share(KV));
     rmsnorm_backward_weight(g + o.attn_norm, m.dxn1, x, la.rstd1, BT, C, cols);
   });
+  std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
+}
+
+// Sequence parallelism's block backward: the residual gradients on the rank's R rows, gathered
+// before the row-parallel projections; the norms' input gradients reduce-scattered to those
+// rows; the norms' weight gradients summed over them and completed over the group.
+void Llama::block_backward_sequence_parallel(int layer, const float* p, float* g) {
+  if (recompute_) block_forward_sequence_parallel(layer, p);
+  const int R = B_ * T_ / layout_.split().size, C = config().n_embd;
+  Impl& m = *impl_;
+  const LlamaBlockOffsets& o = m.off.block;
+  Impl::Layer& la = m.layers[layer];
+  const float* x = m.block_input(layer);
+  const float* d_out = m.dres;  // the rank's rows; gathered whole into sp_whole
+  float* d_mid = m.dres_mid;    // the rank's rows; gathered whole into sp_whole2
+  float* ng = m.sp_norm_grads;  // attention norm, MLP norm
+  std::fill_n(ng, 2 * C, 0.f);
+  reserve_attention_scratch();
+  shards_.gather(d_out, m.sp_whole);
+  in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, m.sp_whole, team.share(B_ * T_)); });
+  shards_.scatter(m.dxn2, m.sp_rows);
+  in_parallel([&](const Team& team) {
+    rmsnorm_backward_input(d_mid, d_out, m.sp_rows, la.res2, p + o.mlp_norm, la.rstd2, C, team.share(R));
+    rmsnorm_backward_weight(ng + C, m.sp_rows, la.res2, la.rstd2, R, C, team.share(C, kColumnAlign));
+  });
+  shards_.gather(d_mid, m.sp_whole2);
+  in_parallel([&](const Team& team) { m.attention_backward_input(la, p, m.sp_whole2, team); });
+  shards_.scatter(m.dxn1, m.sp_rows);
+  in_parallel([&](const Team& team) {
+    rmsnorm_backward_input(m.dres_in, d_mid, m.sp_rows, x, p + o.attn_norm, la.rstd1, C, team.share(R));
+    rmsnorm_backward_weight(ng, m.sp_rows, x, la.rstd1, R, C, team.share(C, kColumnAlign));
+    m.matrix_grads(la, g, m.sp_whole, m.sp_whole2, team);
+  });
+  shards_.finish_norm_grads(ng, g, {o.attn_norm, o.mlp_norm});
   std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
 }
 
 void Llama::embed_backward(float* embed_grads) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
-  float* table = embed_grads + m.off.embed;
+  const VocabSlice slice(config(), layout_.split());
+  const float* dres = m.dres;
+  if (sequence_parallel_) {  // every rank's rows of the residual gradient
+    shards_.gather(m.dres, m.sp_whole);
+    dres = m.sp_whole;
+  }
   in_parallel([&](const Team& team) {
-    const Range cols = team.share(C, kColumnAlign);
-    for (int i = 0; i < BT; ++i) {  // in row order: repeated tokens sum deterministically
-      float* dst = table + static_cast<std::size_t>(m.tokens[i]) * C;
-      const float* src = m.dres + static_cast<std::size_t>(i) * C;
-      for (int c = cols.begin; c < cols.end; ++c) dst[c] += src[c];
-    }
+    vocab_parallel_scatter(embed_grads + m.off.embed, dres, m.tokens.data(), BT, slice, C,
+                           team.share(C, kColumnAlign));
   });
 }
 

@@ -36,8 +36,12 @@ class Llama final : public Model {
   // `recompute`: forward keeps only each block's input and backward reruns the block's forward
   // first (activation recomputation: about one more forward, a block's activations instead of
   // every block's).
+  // `tp`: this rank's slice of a tensor-parallel split and the group it all-reduces over
+  // (tensor_parallel.hpp: q, k, v, gate and up column-parallel over heads and SwiGLU columns,
+  // o_proj and down_proj row-parallel, the embedding and LM head vocab-parallel); its
+  // layout() is then the slice's. Rotary embeddings rotate the rank's own heads.
   Llama(const GPTConfig& config, int batch, int seq, bool recompute = false,
-        const Kernels& kernels = kernels_for(detected_isa()));
+        const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
   ~Llama() override;
 
   const ParamLayout& layout() const override { return layout_; }
@@ -50,7 +54,9 @@ class Llama final : public Model {
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
-  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
+  // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
+  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+                                        bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }
 
@@ -62,8 +68,17 @@ class Llama final : public Model {
                      float grad_scale);
   void block_backward(int layer, const float* p, float* g);
   void embed_backward(float* embed_grads);
+  // Under TP: the group's element-wise sum of an activation (a no-op without TP).
+  void tp_sum(float* data, std::size_t n);
+  void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;
+  void block_forward_sequence_parallel(int layer, const float* p);
+  void block_backward_sequence_parallel(int layer, const float* p, float* g);
+  void reserve_attention_scratch();
 
   ParamLayout layout_;
+  TensorParallelGroup* tp_group_ = nullptr;
+  bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
+  SequenceShards shards_;           // its collectives
   int B_, T_;
   bool recompute_;
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp

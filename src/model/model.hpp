@@ -45,7 +45,7 @@ std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
 // `tp` (none for tp 1), in the order forward_backward runs them: the walk of the whole model
 // in fp32 (tensor_parallel.hpp). Throws Error for a model that does not split so.
 std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int tp, int batch, int seq,
-                                                      bool recompute);
+                                                      bool recompute, bool sequence_parallel = false);
 
 class Model {
  public:
@@ -80,7 +80,7 @@ class Model {
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
 // `recompute`, computing with `kernels` (the compute device's; by default the
-// host's), holding `tp`'s slice of the model (tensor_parallel.hpp; GPT-2 only); throws Error
+// host's), holding `tp`'s slice of the model (tensor_parallel.hpp); throws Error
 // on other sizes.
 std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false,
                                   const Kernels& kernels = kernels_for(detected_isa()),
@@ -88,7 +88,9 @@ std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, b
 
 // Bytes of activations (and their gradient buffers) the model of config.family allocates for
 // such micro-batches: one source for the engines' memory reports and the planner.
-std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute);
+// Under a TP split of `tp` (and sequence parallelism): one TP rank's.
+std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+                               bool sequence_parallel = false);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

@@ -21,6 +21,7 @@ struct ShardOptions {
   bool keep_weights_after_forward = false;
   int tp = 1;                            // tensor-parallel degree (ParallelDims::tensor)
   std::string tp_tier;                   // the tier the TP groups lie in; empty = the innermost
+  bool sequence_parallel = false;        // Megatron's sequence parallelism over the TP group
   bool emulate_links = false;
   double emulate_scale = 1.0;
 

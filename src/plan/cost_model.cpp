@@ -569,7 +569,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
     tensor_parallel_ = {model_.tensor_parallel, tensor_parallel_level,
                         model::tensor_parallel_calls(model_.tensor_parallel_walk(
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
-                            compute_bytes(workload_.precision)))};
+                            compute_bytes(workload_.precision), workload_.sequence_parallel))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
   if (workload_.collectives == shard::Collectives::Nccl) nccl_ = nccl_system(device_.name, topology_);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
@@ -702,7 +702,8 @@ class PlanContext::EstimateSteps {
     const int cb = compute_bytes(c_.workload_.precision);
     e_.memory = schedule_.memory_per_rank(cb);
     e_.activation_bytes = c_.model_.activation_bytes(c_.workload_.micro_batch, c_.workload_.seq, cb,
-                                                     c_.workload_.recompute, c_.workload_.flash_attention);
+                                                     c_.workload_.recompute, c_.workload_.flash_attention,
+                                                     c_.workload_.sequence_parallel);
     e_.total_memory_bytes = e_.memory.weights + e_.memory.secondary + e_.memory.grads + e_.memory.optimizer +
                             e_.memory.gathered + e_.activation_bytes;
     e_.device_memory_bytes = static_cast<std::uint64_t>(c_.device_.memory_gb * 1e9);

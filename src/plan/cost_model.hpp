@@ -50,6 +50,9 @@ struct Workload {
   int accumulation_steps = 1;   // micro-batches per optimizer step
   Recompute recompute;          // activation recomputation: none, full, selective-op (model_shapes.hpp)
   bool flash_attention = false; // attention keeps no seq x seq probabilities
+  // --sequence-parallel: Megatron's sequence parallelism under tensor parallelism (splits with
+  // tp > 1; model/tensor_parallel.hpp): its collectives and activations.
+  bool sequence_parallel = false;
   Precision precision = Precision::BF16;
   // --batch-per-device: micro_batch and accumulation_steps are what one device would run
   // alone; a TP group of t runs t x micro_batch and a pipeline of p runs p x the

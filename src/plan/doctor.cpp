@@ -88,7 +88,8 @@ RunPlan plan_of_run(const std::filesystem::path& path) {
     const bool recompute = tr.at("recompute").get<std::string>() == "full";
     shard::Schedule schedule(model::ParamLayout(model, {dims.tensor, 0}), data_parallel,
                              shard::build_spec(options, data_parallel), tr.at("grad_accum").get<int>(),
-                             shard::tensor_parallel_plan(dims, model, batch, seq, recompute));
+                             shard::tensor_parallel_plan(dims, model, batch, seq, recompute,
+                                                         sh.value("sequence_parallel", false)));
     RunPlan plan{std::move(topology), std::move(schedule), {}};
     for (const auto* ops : {&plan.schedule.micro_batch_ops(), &plan.schedule.tensor_parallel_ops(),
                             &plan.schedule.bucket_ops(), &plan.schedule.step_ops()})

@@ -165,16 +165,20 @@ ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
   m.tensor_parallel = tp;
   m.stage = stage_index;
   m.stages = num_stages;
-  // The runtime splits GPT-2 by TP (model::ParamLayout of the split), not Llama, and runs no
-  // pipeline: other slices are priced as shapes.
-  if (m.gpt && (m.stages > 1 || (tp > 1 && m.gpt->family != model::Family::Gpt2))) m.gpt.reset();
+  // The runtime splits both families by TP (model::ParamLayout of the split) and runs no
+  // pipeline: pipeline slices are priced as shapes.
+  if (m.gpt && m.stages > 1) m.gpt.reset();
   return m;
 }
 
 model::TensorParallelWalk ModelShape::tensor_parallel_walk(int micro_batch, int seq_tokens, bool recompute,
-                                                           int activation_bytes) const {
-  return {layers / stages, hidden, micro_batch, seq_tokens, recompute, stage == 0, stage == stages - 1,
-          activation_bytes};
+                                                           int activation_bytes, bool sequence_parallel) const {
+  model::TensorParallelWalk walk{layers / stages, hidden, micro_batch, seq_tokens, recompute, stage == 0,
+                                 stage == stages - 1, activation_bytes};
+  walk.sequence_parallel = sequence_parallel && tensor_parallel > 1;
+  walk.degree = tensor_parallel;
+  walk.norm_params = static_cast<int>(norm_params(*this));
+  return walk;
 }
 
 ModelShape ModelShape::whole() const {
@@ -518,35 +522,37 @@ double ModelShape::hardware_flops_per_token(int seq_tokens, Recompute recompute)
 }
 
 std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int act_bytes, Recompute recompute,
-                                           bool flash_attention) const {
+                                           bool flash_attention, bool sequence_parallel) const {
+  const bool sp = sequence_parallel && tensor_parallel > 1;
   // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
   // the model allocates, so the plan and the engine's memory report cannot drift apart.
-  if (gpt && tensor_parallel == 1 && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
-    return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute == Recompute::Full);
+  if (gpt && stages == 1 && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
+    return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute == Recompute::Full, tensor_parallel, sp);
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the
   // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors
   // (GELU: pre-activation and activation; SwiGLU: gate, up and their product), and unless
   // attention is flash, one softmax row of seq per head.
-  // Under tensor parallelism (no sequence parallelism) the norms' inputs and outputs (4·h)
-  // are whole on every rank; Q, K, V, the attention output, the MLP's tensors and the
-  // softmax rows (by heads) are split.
+  // Under tensor parallelism without sequence parallelism the norms' inputs and outputs (4·h)
+  // are whole on every rank (with it, a 1/tp share); Q, K, V, the attention output, the
+  // MLP's tensors and the softmax rows (by heads) are split.
   const std::uint64_t tp = tensor_parallel;
   std::uint64_t split = 2 * h + 2 * static_cast<std::uint64_t>(kv_dim()) +
                         (mlp == Mlp::Gelu ? 2u : 3u) * static_cast<std::uint64_t>(ffn);
   if (!flash_attention) split += static_cast<std::uint64_t>(heads) * seq_tokens;
-  const std::uint64_t block = 4 * h + split / tp;
+  const std::uint64_t whole_part = sp ? 4 * h / tp : 4 * h;
+  const std::uint64_t block = whole_part + split / tp;
   // Final norm input and output, and the fp32 logits the loss works on (its gradient is
   // written over them; vocab-parallel: a rank's share). Only the last pipeline stage.
   const std::uint64_t head =
-      stage == stages - 1 ? 2 * h * act_bytes + 4 * static_cast<std::uint64_t>(vocab) / tp : 0;
+      stage == stages - 1 ? whole_part / 2 * act_bytes + 4 * static_cast<std::uint64_t>(vocab) / tp : 0;
   const std::uint64_t stage_layers = static_cast<std::uint64_t>(layers / stages);
   switch (recompute.mode()) {
     case Recompute::None: return tokens * (stage_layers * block * act_bytes + head);
     case Recompute::Full:
       // Only each block's input is kept, plus one block's full set while that block is
       // recomputed in backward.
-      return tokens * ((stage_layers * h + block) * act_bytes + head);
+      return tokens * ((stage_layers * (sp ? h / tp : h) + block) * act_bytes + head);
     case Recompute::SelectiveOp: break;
   }
   // Each block keeps its input, the outputs of the projections the policy saves (a
@@ -557,7 +563,8 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
   std::uint64_t saved_whole = h, saved_split = h;  // the block input; the attention output
   for (std::size_t i = 0; i < all.size(); ++i)
     if (!again[i]) (all[i].row_parallel ? saved_whole : saved_split) += static_cast<std::uint64_t>(all[i].out);
-  const std::uint64_t saved = (saved_whole + saved_split / tp) * act_bytes + 4 * static_cast<std::uint64_t>(heads) / tp;
+  const std::uint64_t saved =
+      ((sp ? saved_whole / tp : saved_whole) + saved_split / tp) * act_bytes + 4 * static_cast<std::uint64_t>(heads) / tp;
   return tokens * (stage_layers * saved + block * act_bytes + head);
 }
 

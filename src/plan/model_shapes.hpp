@@ -73,7 +73,7 @@ struct ModelShape {
   bool qkv_biases = false;   // only the Q, K and V projections carry biases (Qwen2); with `biases` every one does
   bool tied_head = false;    // LM head reuses the token embedding
   // strata's own models: units come from model::ParamLayout of this config (of its TP split
-  // too, for the GPT family, which the runtime splits).
+  // too, which the runtime splits).
   std::optional<model::GPTConfig> gpt;
   // Where the shape came from when it is not a preset (a Hugging Face config.json: its
   // architecture and path), and what was read there but not priced, each with why.
@@ -114,8 +114,8 @@ struct ModelShape {
   // What decides the slice's TP collectives of one micro-batch (model::tensor_parallel_calls,
   // the runtime's own list): its blocks, hidden size, whether it holds the embedding (first
   // stage) and the head and loss (last stage), at `activation_bytes` an element.
-  model::TensorParallelWalk tensor_parallel_walk(int micro_batch, int seq, bool recompute,
-                                                 int activation_bytes) const;
+  model::TensorParallelWalk tensor_parallel_walk(int micro_batch, int seq, bool recompute, int activation_bytes,
+                                                 bool sequence_parallel = false) const;
   ModelShape whole() const;  // the unsliced model (its strata layout is not kept)
 
   int head_dim() const { return hidden / heads; }
@@ -154,9 +154,11 @@ struct ModelShape {
 
   // Activation bytes a rank holds for one micro-batch of `micro_batch` x `seq` tokens
   // (docs/planner.md): act_bytes an element; flash attention keeps no seq x seq matrix. For
-  // strata's own models in fp32 with dense attention: what model::GPT allocates.
-  std::uint64_t activation_bytes(int micro_batch, int seq, int act_bytes, Recompute recompute,
-                                 bool flash_attention) const;
+  // strata's own models in fp32 with dense attention: what the runtime's model allocates (its
+  // TP slice's, with sequence parallelism too). Sequence parallelism (tp > 1) otherwise as
+  // Megatron keeps it: every block tensor and the final norm's a 1/tp share.
+  std::uint64_t activation_bytes(int micro_batch, int seq, int act_bytes, Recompute recompute, bool flash_attention,
+                                 bool sequence_parallel = false) const;
 
   nlohmann::json to_json() const;
 };

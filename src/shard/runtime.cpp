@@ -100,6 +100,8 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   std::optional<RunLayout> run;
   comm::agree(MPI_COMM_WORLD, "world", [&] {
     run.emplace(resolve_run(options, config, world));
+    // A model or micro-batch sequence parallelism cannot shard is refused here, once.
+    static_cast<void>(tensor_parallel_plan(run->dims, config, batch, seq, recompute, options.sequence_parallel));
     if (options.emulate_scale <= 0)
       throw Error(fmt::format("shard.emulate_scale = {}: must be positive", options.emulate_scale));
   });
@@ -125,7 +127,8 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor_parallel_comm_,
                                                        fmt::format("tp#{}", dims.data_parallel_rank(rank)));
   engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, levels_.levels, spec, accumulation_steps,
-                                            seed, device, recompute, TensorParallelism{dims, tensor_group_.get()},
+                                            seed, device, recompute,
+                                            TensorParallelism{dims, tensor_group_.get(), options.sequence_parallel},
                                             precision);
 }
 

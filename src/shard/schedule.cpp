@@ -214,7 +214,8 @@ MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, con
 }
 
 // A TP op over the TP group (ring collectives of comm::Communicator, comm's padding rule): an
-// all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks of n.
+// all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks of n, a
+// reduce-scatter t-1 chunks of ceil(n/t).
 ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose purpose, OpKind kind, std::size_t n,
                                std::size_t element_bytes) {
   const int t = tp.degree;
@@ -222,12 +223,21 @@ ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose 
   op.level = tp.level;
   if (element_bytes == 2) op.wire = DType::BF16;  // a bf16 system's activations (the planner's)
   op.group_size = t;
-  const std::size_t chunk = kind == OpKind::AllReduce ? comm::chunk_count(n, t, 1) : n;
+  const std::size_t chunk = kind == OpKind::AllGather ? n : comm::chunk_count(n, t, 1);
   op.elements_in = n;
-  op.elements_out = kind == OpKind::AllReduce ? n : n * t;
+  op.elements_out = kind == OpKind::AllReduce ? n : kind == OpKind::AllGather ? n * t : chunk;
   op.messages = (kind == OpKind::AllReduce ? 2 : 1) * (t - 1);
   op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * chunk * element_bytes;
   return op;
+}
+
+OpKind tensor_parallel_kind(model::TensorParallelCall::Kind kind) {
+  switch (kind) {
+    case model::TensorParallelCall::AllReduce: return OpKind::AllReduce;
+    case model::TensorParallelCall::AllGather: return OpKind::AllGather;
+    case model::TensorParallelCall::ReduceScatter: return OpKind::ReduceScatter;
+  }
+  return OpKind::AllReduce;
 }
 
 // What a schedule holds besides its inputs (Schedule's members of the same names).
@@ -417,7 +427,7 @@ class ScheduleBuilder {
     for (const model::TensorParallelCall& c : tp.calls)
       parts_.tensor_parallel.push_back(
           tensor_parallel_op(tp, c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
-                             c.kind == model::TensorParallelCall::AllReduce ? OpKind::AllReduce : OpKind::AllGather,
+                             tensor_parallel_kind(c.kind),
                              c.elements, c.element_bytes));
     parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 1, 8));
     parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 2, 8));
@@ -526,9 +536,10 @@ UnitPlan unit_plan(const model::ParamLayout& layout) {
 }
 
 TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::GPTConfig& config, int batch,
-                                        int seq, bool recompute) {
+                                        int seq, bool recompute, bool sequence_parallel) {
+  const auto calls = model::tensor_parallel_calls(config, dims.tensor, batch, seq, recompute, sequence_parallel);
   if (dims.tensor == 1) return {};
-  return {dims.tensor, dims.tensor_level, model::tensor_parallel_calls(config, dims.tensor, batch, seq, recompute)};
+  return {dims.tensor, dims.tensor_level, calls};
 }
 
 Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,

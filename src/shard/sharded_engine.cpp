@@ -36,7 +36,7 @@ void init_unit_slice(const model::ParamLayout& layout, int unit, Slice slice, fl
 model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, int world_rank,
                                   model::TensorParallelGroup* group) {
   if (!tp) return {};
-  return {{tp->dims.tensor, tp->dims.tensor_rank(world_rank)}, group};
+  return {{tp->dims.tensor, tp->dims.tensor_rank(world_rank)}, group, tp->sequence_parallel};
 }
 
 // The model on `device`, made once the device has set aside everything the engine will hold.
@@ -80,7 +80,8 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq,
     : device_(device),
       schedule_(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
                 tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec, accumulation_steps,
-                tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute) : TensorParallelPlan{}),
+                tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute, tp->sequence_parallel)
+                   : TensorParallelPlan{}),
       model_(reserve_and_make_model(schedule_, device, config, batch, seq, recompute, precision,
                                     model_split(tp, ctx.world_rank(), this))),
       ctx_(ctx),
@@ -581,6 +582,14 @@ void ShardedEngine::all_reduce_sum(float* data, std::size_t n) {
 void ShardedEngine::all_gather(const float* mine, std::size_t n, float* all) {
   const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::AllGather, n));
   gather_over_tensor_group(mine, n, all);
+  comm::flight_recorder().end(seq);
+}
+
+void ShardedEngine::reduce_scatter_sum(const float* all, std::size_t n, float* mine) {
+  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::ReduceScatter, n));
+  comm::Work w = tp_group_->reduce_scatter_async(comm::f32(all, n), comm::f32(mine, n / tp_group_->size()),
+                                                  comm::ReduceOp::Sum);
+  wait(w);
   comm::flight_recorder().end(seq);
 }
 

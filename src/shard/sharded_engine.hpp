@@ -40,6 +40,7 @@ namespace strata::shard {
 struct TensorParallelism {
   parallel::ParallelDims dims;
   comm::Collectives* group = nullptr;
+  bool sequence_parallel = false;  // --sequence-parallel (model/tensor_parallel.hpp)
 };
 
 // strata's MPI Communicators over `comms`' tiers, which read host memory: both the device
@@ -123,6 +124,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // model::TensorParallelGroup: the model's TP collectives, waited for as exposed communication.
   void all_reduce_sum(float* data, std::size_t n) override;
   void all_gather(const float* mine, std::size_t n, float* all) override;
+  void reduce_scatter_sum(const float* all, std::size_t n, float* mine) override;
   // fp64 values summed over the TP group in member order (the same bits on every member).
   void tensor_parallel_sum(std::vector<double>& values);
   double tensor_parallel_sum_squares(const Unit& unit) const;

@@ -214,7 +214,7 @@ const std::vector<Entry>& entries() {
         "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.bucket_bytes = non_negative_int64(k, v); }},
       {{"shard.tp", "--tp", K::Int,
-        "tensor-parallel degree (Megatron splits of GPT-2): that many consecutive ranks of --tp-tier hold one "
+        "tensor-parallel degree (Megatron splits of GPT-2 and Llama): that many consecutive ranks of --tp-tier hold one "
         "replica; sharding runs over the ranks of each TP index"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.tp = positive_int(k, v); }},
       {{"shard.tp_tier", "--tp-tier", K::String, "the tier the tensor-parallel groups lie in"},
@@ -442,6 +442,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"bucket_bytes", shard.bucket_bytes},
             {"tp", shard.tp},
             {"tp_tier", shard.tp_tier},
+            {"sequence_parallel", shard.sequence_parallel},
             {"emulate_links", shard.emulate_links},
             {"emulate_scale", shard.emulate_scale}}}};
 }

@@ -145,7 +145,10 @@ TEST(CliErrors, TensorParallelismIsRefusedWhereItCannotRunNamingTheFlag) {
   expect_refusal("train --train-data t.bin --tp 2 --tp-tier rack --strategy zero3 --topology dgx-h100 "
                  "--print-schedule --world-size 16",
                  "--tp-tier 'rack': unknown tier");
-  expect_refusal("train --train-data t.bin --model llama-tiny --tp 2 --strategy zero3 --topology dgx-h100 "
+  expect_refusal("train --train-data t.bin --model llama-tiny --tp 4 --strategy zero3 --topology dgx-h100 "
                  "--print-schedule --world-size 16",
-                 "--tp 2: tensor parallelism runs model.family gpt2 only so far, not llama");
+                 "--tp 4: does not divide model.n_kv_head = 2");
+  expect_refusal("train --train-data t.bin --sequence-parallel --strategy zero3 --topology dgx-h100 "
+                 "--print-schedule --world-size 16",
+                 "--sequence-parallel: needs tensor parallelism (--tp 2 or more)");
 }

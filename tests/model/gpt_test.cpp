@@ -189,6 +189,10 @@ struct RecordingTensorParallelGroup final : TensorParallelGroup {
     std::copy(mine, mine + n, all);
     std::copy(mine, mine + n, all + n);
   }
+  void reduce_scatter_sum(const float* all, std::size_t n, float* mine) override {
+    calls.push_back({TensorParallelCall::ReduceScatter, n, 4, backward});
+    std::copy(all, all + n / 2, mine);
+  }
 };
 
 // The access of a TP slice that marks where backward begins (the head's backward acquire).
@@ -208,12 +212,13 @@ struct PhaseMarkingAccess final : UnitAccess {
 
 TEST(Gpt, TheTensorParallelCallsAreTheOnesTheSplitModelMakesInOrder) {
   // The one list the schedule (and so the accounting and the planner) takes: what
-  // forward_backward runs, call by call, with and without recomputation.
+  // forward_backward runs, call by call, with and without recomputation and sequence parallelism.
   const GPTConfig config = test_config();
   const int B = 2, T = 16;
+  for (bool sp : {false, true})
   for (bool recompute : {false, true}) {
     RecordingTensorParallelGroup group;
-    GPT gpt(config, B, T, recompute, kernels_for(detected_isa()), TensorParallel{{2, 0}, &group});
+    GPT gpt(config, B, T, recompute, kernels_for(detected_isa()), TensorParallel{{2, 0}, &group, sp});
     std::vector<float> params(gpt.layout().total_floats()), grads(params.size(), 0.f);
     Rng rng(5, 0);
     for (float& p : params) p = static_cast<float>(0.02 * rng.normal());
@@ -224,9 +229,12 @@ TEST(Gpt, TheTensorParallelCallsAreTheOnesTheSplitModelMakesInOrder) {
     }
     PhaseMarkingAccess access(gpt.layout(), params.data(), grads.data(), group);
     gpt.forward_backward(access, tokens.data(), targets.data(), 1.f);
-    EXPECT_EQ(group.calls, tensor_parallel_calls(config, 2, B, T, recompute)) << "recompute " << recompute;
-    EXPECT_EQ(group.calls,
-              tensor_parallel_calls(TensorParallelWalk{config.n_layer, config.n_embd, B, T, recompute}));
+    EXPECT_EQ(group.calls, tensor_parallel_calls(config, 2, B, T, recompute, sp))
+        << "recompute " << recompute << " sequence parallel " << sp;
+    if (!sp) {
+      EXPECT_EQ(group.calls,
+                tensor_parallel_calls(TensorParallelWalk{config.n_layer, config.n_embd, B, T, recompute}));
+    }
   }
 }
 

@@ -55,11 +55,11 @@ TEST(Layout, DecaySegmentsCoverARangeExactly) {
 // Checkpoints are written in whole-model coordinates: what the TP ranks save of their arenas,
 // cut anywhere, covers every float of the whole arena exactly once (padding as zeros), and
 // what a rank loads is every float of its tensors, at the place its slice came from.
-TEST(Layout, WholeRunsOfTheTpRanksCoverTheWholeArenaOnce) {
-  GPTConfig config = GPTConfig::preset("tiny");
-  config.n_head = 4;  // room for --tp 4
+// GPT-2 (tiny at 4 heads: room for --tp 4) and Llama (llama-tiny's 2 K/V heads: --tp 2), each
+// checked on a row-parallel matrix.
+static void expect_whole_runs_cover_the_arena_once(const GPTConfig& config, std::vector<int> degrees, const char* row_parallel) {
   const ParamLayout whole(config);
-  for (int tp : {1, 2, 4}) {
+  for (int tp : degrees) {
     std::vector<int> saved(whole.total_floats(), 0);
     for (int r = 0; r < tp; ++r) {
       const ParamLayout slice(config, {tp, r});
@@ -79,14 +79,21 @@ TEST(Layout, WholeRunsOfTheTpRanksCoverTheWholeArenaOnce) {
         loaded += w.count;
       }
       EXPECT_EQ(loaded, static_cast<std::size_t>(slice.num_params())) << "tp " << tp << " rank " << r;
-      const TensorInfo& fc = slice.find("h.1.mlp.c_proj.weight");  // row-parallel: a run per row
+      const TensorInfo& fc = slice.find(row_parallel);  // a run per row
       const auto runs = slice.whole_runs(fc.offset, fc.offset + fc.numel, WholeCover::Loaded);
       ASSERT_EQ(runs.size(), tp == 1 ? 1u : static_cast<std::size_t>(fc.shape[0]));
       EXPECT_EQ(runs.back().whole + runs.back().count - slice.slice_runs(fc).back().count,
-                whole.find("h.1.mlp.c_proj.weight").offset + slice.slice_runs(fc).back().full);
+                whole.find(row_parallel).offset + slice.slice_runs(fc).back().full);
     }
     EXPECT_TRUE(std::all_of(saved.begin(), saved.end(), [](int c) { return c == 1; })) << "tp " << tp;
   }
+}
+
+TEST(Layout, WholeRunsOfTheTpRanksCoverTheWholeArenaOnce) {
+  GPTConfig config = GPTConfig::preset("tiny");
+  config.n_head = 4;
+  expect_whole_runs_cover_the_arena_once(config, {1, 2, 4}, "h.1.mlp.c_proj.weight");
+  expect_whole_runs_cover_the_arena_once(GPTConfig::preset("llama-tiny"), {1, 2}, "model.layers.1.mlp.down_proj.weight");
 }
 
 TEST(Config, RefusesBadFieldsNamingThem) {

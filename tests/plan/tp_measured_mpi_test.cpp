@@ -1,7 +1,8 @@
 // The planner's bytes against a run's, under tensor parallelism: `strata plan --strategy
 // S+tp2 --precision fp32` prices, tier by tier, exactly the bytes and messages 8 ranks of
 // `--strategy S --tp 2` measure a step (2x2x2 test topology, TP in the GPU tier), with and
-// without recomputation.
+// without recomputation, for GPT-2 (tiny) and Llama (llama-tiny), and for tiny under
+// --sequence-parallel, whose activation memory the plan prices as the run's model holds it.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -25,13 +26,18 @@ std::string topology_path() {
   return std::string(src ? src : ".") + "/configs/topology/2node-2gpu-2die.toml";
 }
 
-// Bytes and messages by tier that this rank measured in each of kSteps steps.
-std::vector<comm::CommStats> measure(const std::string& strategy, bool recompute) {
+struct Measured {
+  std::vector<comm::CommStats> steps;  // bytes and messages by tier this rank measured, a step
+  std::uint64_t activation_bytes = 0;  // what the rank's model holds
+};
+
+Measured measure(const std::string& model, const std::string& strategy, bool recompute, bool sequence_parallel) {
   parallel::ShardOptions options;
   options.strategy = strategy;
   options.topology = topology_path();
   options.tp = kTp;
-  shard::ShardedRuntime runtime(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, kAccum, 7, device::host(),
+  options.sequence_parallel = sequence_parallel;
+  shard::ShardedRuntime runtime(options, model::GPTConfig::preset(model), kBatch, kSeq, kAccum, 7, device::host(),
                                 recompute);
   shard::ShardedEngine& engine = runtime.engine();
   std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
@@ -39,7 +45,8 @@ std::vector<comm::CommStats> measure(const std::string& strategy, bool recompute
     tokens[i] = static_cast<std::int32_t>((7 * i + 3) % 256);
     targets[i] = static_cast<std::int32_t>((11 * i + 5) % 256);
   }
-  std::vector<comm::CommStats> steps;
+  Measured run{{}, engine.activation_bytes()};
+  std::vector<comm::CommStats>& steps = run.steps;
   for (int step = 1; step <= kSteps; ++step) {
     const comm::CommStats before = engine.context().accounting().snapshot();
     double loss = 0;
@@ -48,10 +55,10 @@ std::vector<comm::CommStats> measure(const std::string& strategy, bool recompute
     engine.all_mean(loss / kAccum);  // the logged loss, as the trainer reduces it each step
     steps.push_back(engine.context().accounting().snapshot() - before);
   }
-  return steps;
+  return run;
 }
 
-plan::Estimate planned(const std::string& strategy, bool recompute) {
+plan::Estimate planned(const std::string& model, const std::string& strategy, bool recompute, bool sequence_parallel) {
   topo::Topology physical = topo::Topology::load(topology_path());
   physical.resolve(8);
   plan::Workload w;
@@ -60,29 +67,51 @@ plan::Estimate planned(const std::string& strategy, bool recompute) {
   w.accumulation_steps = kAccum;
   w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
   w.precision = Precision::F32;
-  const plan::ModelParallelPlan p(plan::ModelShape::preset("tiny"), physical,
+  w.sequence_parallel = sequence_parallel;
+  const plan::ModelParallelPlan p(plan::ModelShape::preset(model), physical,
                                   plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, {kTp, 1, "", ""});
   return p.estimate(strategy, plan::strategy_spec(strategy, p.data_parallel_topology()));
+}
+
+// The planned traffic of `what` equals every measured step's, tier by tier.
+void expect_planned_bytes(const plan::Estimate& e, const Measured& run, const std::string& what) {
+  for (const comm::CommStats& step : run.steps) {
+    ASSERT_EQ(step.tiers.size(), e.tiers.size()) << what;
+    for (std::size_t t = 0; t < e.tiers.size(); ++t) {
+      EXPECT_EQ(step.tiers[t].bytes_sent, e.tiers[t].traffic.bytes_sent) << what << " " << e.tiers[t].traffic.tier;
+      EXPECT_EQ(step.tiers[t].bytes_received, e.tiers[t].traffic.bytes_received) << what;
+      EXPECT_EQ(step.tiers[t].messages, e.tiers[t].traffic.messages) << what;
+    }
+  }
+  EXPECT_GT(e.tp_allreduce_s, 0) << what;
+  EXPECT_GT(e.tiers[0].traffic.bytes_sent, 0u) << what;  // the TP group's tier
 }
 
 }  // namespace
 
 TEST(PlanVsRun, TensorParallelBytesPerTierEqualWhatTheRunMeasures) {
+  for (const char* model : {"tiny", "llama-tiny"})
   for (bool recompute : {false, true})
     for (const char* strategy : {"zero3", "hsdp"}) {
-      const std::string what = std::string(strategy) + "+tp2" + (recompute ? " recompute" : "");
-      const std::vector<comm::CommStats> measured = measure(strategy, recompute);
-      const plan::Estimate e = planned(strategy, recompute);
+      const std::string what = std::string(model) + " " + strategy + "+tp2" + (recompute ? " recompute" : "");
+      const plan::Estimate e = planned(model, strategy, recompute, false);
       EXPECT_EQ(e.strategy, std::string(strategy) + "+tp2");
-      for (const comm::CommStats& step : measured) {
-        ASSERT_EQ(step.tiers.size(), e.tiers.size()) << what;
-        for (std::size_t t = 0; t < e.tiers.size(); ++t) {
-          EXPECT_EQ(step.tiers[t].bytes_sent, e.tiers[t].traffic.bytes_sent) << what << " " << e.tiers[t].traffic.tier;
-          EXPECT_EQ(step.tiers[t].bytes_received, e.tiers[t].traffic.bytes_received) << what;
-          EXPECT_EQ(step.tiers[t].messages, e.tiers[t].traffic.messages) << what;
-        }
-      }
-      EXPECT_GT(e.tp_allreduce_s, 0) << what;
-      EXPECT_GT(e.tiers[0].traffic.bytes_sent, 0u) << what;  // the TP group's tier
+      expect_planned_bytes(e, measure(model, strategy, recompute, false), what);
     }
+}
+
+// Sequence parallelism: its reduce-scatters and all-gathers priced as the run measures them,
+// and the rank's activations as its model holds them, fewer than without it.
+TEST(PlanVsRun, SequenceParallelBytesAndActivationsEqualTheRuns) {
+  for (const char* model : {"tiny", "llama-tiny"})
+  for (bool recompute : {false, true}) {
+    const std::string what = std::string(model) + " zero3+tp2 --sequence-parallel" + (recompute ? " recompute" : "");
+    const Measured sp = measure(model, "zero3", recompute, true);
+    const plan::Estimate e = planned(model, "zero3", recompute, true);
+    expect_planned_bytes(e, sp, what);
+    EXPECT_EQ(e.activation_bytes, sp.activation_bytes) << what;
+    const Measured tp = measure(model, "zero3", recompute, false);
+    EXPECT_EQ(planned(model, "zero3", recompute, false).activation_bytes, tp.activation_bytes) << what;
+    EXPECT_LT(sp.activation_bytes, tp.activation_bytes) << what;
+  }
 }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -101,12 +102,14 @@ struct TpRun {
 
 std::unique_ptr<shard::ShardedRuntime> runtime_at(const std::string& strategy, const std::string& shard, int tp,
                                                   const std::string& topology = topology_file(),
-                                                  const model::GPTConfig& config = model::GPTConfig::preset("tiny")) {
+                                                  const model::GPTConfig& config = model::GPTConfig::preset("tiny"),
+                                                  bool sequence_parallel = false) {
   parallel::ShardOptions options;
   options.strategy = strategy;
   options.shard = shard;
   options.topology = topology;
   options.tp = tp;
+  options.sequence_parallel = sequence_parallel;
   return std::make_unique<shard::ShardedRuntime>(options, config, kBatch * tp, kSeq, 1, 1234, device::host());
 }
 
@@ -128,8 +131,9 @@ std::vector<float> whole_params(train::Engine& engine) {
   return params;
 }
 
-TpRun train_tp(const std::string& strategy, const std::string& shard, int tp) {
-  const auto runtime = runtime_at(strategy, shard, tp);
+TpRun train_tp(const std::string& strategy, const std::string& shard, int tp,
+               const model::GPTConfig& config = model::GPTConfig::preset("tiny"), bool sequence_parallel = false) {
+  const auto runtime = runtime_at(strategy, shard, tp, topology_file(), config, sequence_parallel);
   shard::ShardedEngine& engine = runtime->engine();
   TpRun run;
   run.scheduled = engine.schedule().traffic_per_step();
@@ -143,31 +147,34 @@ TpRun train_tp(const std::string& strategy, const std::string& shard, int tp) {
   return run;
 }
 
-const TpRun& reference() {
-  static const TpRun run = train_tp("ddp", "", 1);
-  return run;
+// The run without TP of the same global batch: ddp on 8 ranks.
+const TpRun& reference(const std::string& preset = "tiny") {
+  static std::map<std::string, TpRun> runs;
+  if (!runs.count(preset)) runs[preset] = train_tp("ddp", "", 1, model::GPTConfig::preset(preset));
+  return runs[preset];
 }
 
 // The key biases' gradient is zero in exact arithmetic, so what Adam makes of their rounding
-// noise differs with any other summation order: left out of the weight comparison.
+// noise differs with any other summation order: left out of the weight comparison (Llama has
+// no biases).
 bool key_bias(const model::ParamLayout& layout, std::size_t i) {
   const std::size_t C = layout.config().n_embd;
   for (int l = 0; l < layout.config().n_layer; ++l) {
-    const auto& t = layout.find("h." + std::to_string(l) + ".attn.c_attn.bias");
-    if (i >= t.offset + C && i < t.offset + 2 * C) return true;
+    const auto* t = layout.try_find("h." + std::to_string(l) + ".attn.c_attn.bias");
+    if (t && i >= t->offset + C && i < t->offset + 2 * C) return true;
   }
   return false;
 }
 
-void expect_same_training(const TpRun& tp, const std::string& name) {
-  const TpRun& ref = reference();
+void expect_same_training(const TpRun& tp, const std::string& name, const std::string& preset = "tiny") {
+  const TpRun& ref = reference(preset);
   ASSERT_EQ(tp.losses.size(), ref.losses.size());
   double loss_diff = 0;
   for (std::size_t i = 0; i < ref.losses.size(); ++i) {
     EXPECT_NEAR(tp.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << name << " step " << i + 1;
     loss_diff = std::max(loss_diff, std::abs(tp.losses[i] - ref.losses[i]));
   }
-  const model::ParamLayout layout(model::GPTConfig::preset("tiny"));
+  const model::ParamLayout layout(model::GPTConfig::preset(preset));
   double weight_diff = 0;
   for (std::size_t i = 0; i < ref.params.size(); ++i)
     if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(tp.params[i] - ref.params[i])));
@@ -175,14 +182,27 @@ void expect_same_training(const TpRun& tp, const std::string& name) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0)
-    std::printf("%s vs ddp without TP, %d steps: largest loss difference %.3g, largest weight difference %.3g\n",
-                name.c_str(), kSteps, loss_diff, weight_diff);
+    std::printf("%s %s vs ddp without TP, %d steps: largest loss difference %.3g, largest weight difference %.3g\n",
+                preset.c_str(), name.c_str(), kSteps, loss_diff, weight_diff);
+}
+
+// The runtime refuses `options` for `config` with an error holding every one of `expected`.
+void expect_refused(const parallel::ShardOptions& options, const model::GPTConfig& config,
+                    const std::vector<std::string>& expected) {
+  try {
+    shard::ShardedRuntime runtime(options, config, kBatch, kSeq, 1, 1234, device::host());
+    ADD_FAILURE() << "--tp " << options.tp << " --tp-tier '" << options.tp_tier << "' accepted";
+  } catch (const Error& e) {
+    for (const std::string& part : expected) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
 
 TEST(TensorParallel, TheSplitLayoutHoldsSlicesOfTheWholeModelsInitialWeights) {
-  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  for (const char* preset : {"tiny", "llama-tiny"}) {
+  SCOPED_TRACE(preset);
+  const model::GPTConfig config = model::GPTConfig::preset(preset);
   const model::ParamLayout whole(config);
   std::vector<float> full(whole.total_floats());
   model::init_params(whole, full.data(), 1234);
@@ -205,6 +225,7 @@ TEST(TensorParallel, TheSplitLayoutHoldsSlicesOfTheWholeModelsInitialWeights) {
   for (std::size_t ti = 0; ti < slice.tensors().size(); ++ti)
     if (slice.tensors()[ti].split != model::Split::None) split_whole += whole.tensors()[ti].numel;
   EXPECT_EQ(covered, split_whole);
+  }
 }
 
 TEST(TensorParallel, Tp2WithZero3TrainsToTheLossesWithoutTp) {
@@ -219,6 +240,67 @@ TEST(TensorParallel, Tp2WithATopoLikeSpecTrainsToTheLossesWithoutTp) {
   // ZeRO-topo's layout over what the TP slice leaves: weights in the node, gradients and
   // optimizer state over the cluster.
   expect_same_training(train_tp("zero3", "W=node,G=cluster,OS=cluster", 2), "W=node,G=cluster,OS=cluster --tp 2");
+}
+
+// Llama's splits (grouped-query heads, SwiGLU, untied vocab-parallel head): llama-tiny's 4
+// query heads over 2 K/V heads, 2 and 1 a TP rank. The same ops as GPT-2's, measured as scheduled.
+TEST(TensorParallel, LlamaTp2WithZero3AndZero1TrainsToTheLossesWithoutTpAndItsBytesAreTheSchedules) {
+  const model::GPTConfig llama = model::GPTConfig::preset("llama-tiny");
+  for (const char* strategy : {"zero3", "zero1"}) {
+    const TpRun run = train_tp(strategy, "", 2, llama);
+    expect_same_training(run, std::string(strategy) + " --tp 2", "llama-tiny");
+    EXPECT_EQ(run.tensor_parallel_ops, 1u + 2 * 2 + 1 + 1 + 2 * 2) << strategy;
+    for (std::size_t s = 0; s < run.step_traffic.size(); ++s)
+      for (std::size_t t = 0; t < run.scheduled.size(); ++t) {
+        EXPECT_EQ(run.step_traffic[s].tiers[t].bytes_sent, run.scheduled[t].bytes_sent) << strategy << " step " << s + 1;
+        EXPECT_EQ(run.step_traffic[s].tiers[t].messages, run.scheduled[t].messages) << strategy;
+      }
+  }
+}
+
+// Megatron's sequence parallelism: the norms and residual sums on half the token rows each,
+// reduce-scatters and all-gathers instead of all-reduces; the same training as TP without it
+// (and as no TP), every op measured as scheduled.
+TEST(TensorParallel, SequenceParallelTp2TrainsToTheLossesOfTpWithoutItAndItsBytesAreTheSchedules) {
+  for (const char* preset : {"tiny", "llama-tiny"}) {
+  SCOPED_TRACE(preset);
+  const model::GPTConfig tiny = model::GPTConfig::preset(preset);
+  const TpRun sp = train_tp("zero3", "", 2, tiny, true), tp = train_tp("zero3", "", 2, tiny);
+  expect_same_training(sp, "zero3 --tp 2 --sequence-parallel", preset);
+  double loss_diff = 0, weight_diff = 0;
+  for (std::size_t i = 0; i < tp.losses.size(); ++i) {
+    EXPECT_NEAR(sp.losses[i], tp.losses[i], 1e-5 * std::abs(tp.losses[i])) << "step " << i + 1;
+    loss_diff = std::max(loss_diff, std::abs(sp.losses[i] - tp.losses[i]));
+  }
+  const model::ParamLayout layout(tiny);
+  for (std::size_t i = 0; i < tp.params.size(); ++i)
+    if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(sp.params[i] - tp.params[i])));
+  EXPECT_LT(weight_diff, 1e-4);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0)
+    std::printf("%s zero3 --tp 2 --sequence-parallel vs --tp 2 without it, %d steps: largest loss difference %.3g, "
+                "largest weight difference %.3g\n",
+                preset, kSteps, loss_diff, weight_diff);
+  // tiny: the embedding's reduce-scatter; 2 gathers and 2 reduce-scatters a block; the final
+  // norm's gather and the loss's; the head's reduce-scatter and norm gradient sum; a block's 4
+  // and its norm gradient sum; the embedding's gather.
+  EXPECT_EQ(sp.tensor_parallel_ops, 1u + 4 * 2 + 2 + 2 + 5 * 2 + 1);
+  for (std::size_t s = 0; s < sp.step_traffic.size(); ++s)
+    for (std::size_t t = 0; t < sp.scheduled.size(); ++t) {
+      EXPECT_EQ(sp.step_traffic[s].tiers[t].bytes_sent, sp.scheduled[t].bytes_sent) << "step " << s + 1;
+      EXPECT_EQ(sp.step_traffic[s].tiers[t].bytes_received, sp.scheduled[t].bytes_received);
+      EXPECT_EQ(sp.step_traffic[s].tiers[t].messages, sp.scheduled[t].messages);
+    }
+  }
+}
+
+TEST(TensorParallel, LlamaRefusesATpDegreeThatDoesNotDivideItsKvHeadsNamingBoth) {
+  parallel::ShardOptions options;
+  options.strategy = "zero3";
+  options.topology = four_gpu_topology_file();
+  options.tp = 4;
+  expect_refused(options, model::GPTConfig::preset("llama-tiny"), {"--tp 4: does not divide model.n_kv_head = 2"});
 }
 
 TEST(TensorParallel, MeasuredBytesPerTierEqualTheScheduleWithItsTensorParallelOps) {
@@ -411,19 +493,8 @@ TEST(TensorParallel, ADegreeThatDoesNotDivideTheTierIsRefusedNamingTheFlag) {
   options.strategy = "zero3";
   options.topology = topology_file();
   options.tp = 3;
-  try {
-    shard::ShardedRuntime runtime(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, 1, 1234, device::host());
-    FAIL() << "--tp 3 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--tp 3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("gpu"), std::string::npos) << e.what();
-  }
+  expect_refused(options, model::GPTConfig::preset("tiny"), {"--tp 3", "gpu"});
   options.tp = 2;
   options.tp_tier = "rack";
-  try {
-    shard::ShardedRuntime runtime(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, 1, 1234, device::host());
-    FAIL() << "--tp-tier rack accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--tp-tier 'rack'"), std::string::npos) << e.what();
-  }
+  expect_refused(options, model::GPTConfig::preset("tiny"), {"--tp-tier 'rack'"});
 }
