@@ -42,7 +42,7 @@ struct PlanOptions {
   std::string strategy = "all";
   std::string shard, secondary, weight_wire, grad_wire, step_grad_wire;
   int block_size = 0, prefetch = 0;
-  std::int64_t bucket_bytes = 0;
+  std::int64_t bucket_bytes = 0, first_bucket_bytes = 0;
   bool keep_weights_after_forward = false;
   int micro_batch = 1, seq = 0, accum = 1;
   std::string recompute;  // empty: none unless --recompute is given bare (full)
@@ -63,7 +63,7 @@ struct PlanOptions {
   std::vector<std::string> emit;  // FRAMEWORK FILE
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *block_opt = nullptr, *prefetch_opt = nullptr, *peak_opt = nullptr,
-              *bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
+              *bucket_opt = nullptr, *first_bucket_opt = nullptr, *memory_opt = nullptr, *hbm_opt = nullptr, *efficiency_opt = nullptr,
               *tdp_opt = nullptr, *idle_opt = nullptr, *tp_opt = nullptr, *pp_opt = nullptr,
               *recompute_opt = nullptr;
 };
@@ -95,6 +95,7 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(o.block_opt->count() > 0, fmt::format("block size {}", o.block_size));
   given(o.prefetch_opt->count() > 0, fmt::format("prefetch {}", o.prefetch));
   given(o.bucket_opt->count() > 0, fmt::format("bucket {} B", o.bucket_bytes));
+  given(o.first_bucket_opt->count() > 0, fmt::format("first bucket {} B", o.first_bucket_bytes));
   given(o.keep_weights_after_forward, "weights kept after forward");
   given(o.peak_opt->count() > 0, fmt::format("peak {:g} TFLOP/s", o.peak_tflops));
   given(o.memory_opt->count() > 0, fmt::format("{:g} GB a device", o.memory_gb));
@@ -124,9 +125,13 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::uint64_t bucket_bytes(const PlanOptions& o) {
-  if (o.bucket_bytes < 0) throw Error(fmt::format("--bucket-bytes = {}: must not be negative", o.bucket_bytes));
-  return static_cast<std::uint64_t>(o.bucket_bytes);
+std::uint64_t non_negative_bytes(std::int64_t bytes, const char* flag) {
+  if (bytes < 0) throw Error(fmt::format("{} = {}: must not be negative", flag, bytes));
+  return static_cast<std::uint64_t>(bytes);
+}
+std::uint64_t bucket_bytes(const PlanOptions& o) { return non_negative_bytes(o.bucket_bytes, "--bucket-bytes"); }
+std::uint64_t first_bucket_bytes(const PlanOptions& o) {
+  return non_negative_bytes(o.first_bucket_bytes, "--first-bucket-bytes");
 }
 
 // The strategies asked for, each with its tensor and pipeline parallelism (--tp, --pp, or a
@@ -137,6 +142,8 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
                                                plan::Precision precision) {
   std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
+  // The first bucket's size, as the run names it (shard/runtime.cpp), keeps the preset's name:
+  // it moves the same bytes, split differently.
   const bool overridden = !o.shard.empty() || !o.secondary.empty() || !o.weight_wire.empty() ||
                           !o.grad_wire.empty() || !o.step_grad_wire.empty() || o.block_opt->count() > 0 ||
                           o.prefetch_opt->count() > 0 || o.bucket_opt->count() > 0 || o.keep_weights_after_forward;
@@ -155,6 +162,7 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     if (o.block_opt->count() > 0) spec.block_size = o.block_size;
     if (o.prefetch_opt->count() > 0) spec.prefetch = o.prefetch;
     if (o.bucket_opt->count() > 0) spec.bucket_bytes = bucket_bytes(o);
+    if (o.first_bucket_opt->count() > 0) spec.first_bucket_bytes = first_bucket_bytes(o);
     if (o.keep_weights_after_forward) spec.free_after_forward = false;
     shard::resolve(spec, topology);  // refuse a bad combination before pricing anything
     out.push_back({overridden ? name + "*" : name, spec, mp});
@@ -663,6 +671,7 @@ void run_plan(const PlanOptions& o) {
     if (o.block_opt->count()) request.space.block_size = o.block_size;
     if (o.prefetch_opt->count()) request.space.prefetch = o.prefetch;
     if (o.bucket_opt->count()) request.space.bucket_bytes = bucket_bytes(o);
+    if (o.first_bucket_opt->count()) request.space.first_bucket_bytes = first_bucket_bytes(o);
     if (o.tp_opt->count()) request.tp = o.tp;
     if (o.pp_opt->count()) request.pp = o.pp;
     const plan::SearchResult result = plan::run_search(request);
@@ -788,6 +797,8 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   o->bucket_opt = cmd->add_option("--bucket-bytes", o->bucket_bytes,
                                   "replicated gradients (ddp, zero1): reduced in buckets of at most this many bytes "
                                   "during the step's last backward; 0: after backward (default: 25 MiB)");
+  o->first_bucket_opt = cmd->add_option("--first-bucket-bytes", o->first_bucket_bytes,
+                                        "the first of those buckets at most this many bytes (default: 1 MiB)");
   cmd->add_flag("--keep-weights-after-forward", o->keep_weights_after_forward,
                 "keep gathered weights from forward to backward (no backward gather; more gathered memory)");
   cmd->add_option("--micro-batch", o->micro_batch, "sequences a rank runs per micro-batch")->capture_default_str();

@@ -50,6 +50,7 @@ ShardSpec build_spec(const parallel::ShardOptions& options, const topo::Topology
   if (options.prefetch < -1) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", options.prefetch));
   if (options.keep_weights_after_forward) spec.free_after_forward = false;
   if (options.bucket_bytes >= 0) spec.bucket_bytes = static_cast<std::uint64_t>(options.bucket_bytes);
+  if (options.first_bucket_bytes >= 0) spec.first_bucket_bytes = static_cast<std::uint64_t>(options.first_bucket_bytes);
   // A preset with its traffic changed is named after both, so tables never mislabel it.
   spec.preset = changed ? preset + "+custom" : preset;
   resolve(spec, topology);  // every rule checked before anything is allocated
