@@ -162,6 +162,10 @@ void run_bench(const Options& o) {
     fmt::print("strata bench collectives: topology '{}' ({}), {}, {}, median of {} (slowest rank), {}\n",
                topology.name(), fmt::join(shape, " x "), count_of(topology.world_size(), "rank"), o.dtype, o.iterations,
                emulation);
+    std::vector<std::string> transport;
+    for (const auto& t : mpi.transport())
+      transport.push_back(fmt::format("{} {} ({})", t.name, t.value, t.given ? "given" : "strata's default"));
+    if (!transport.empty()) fmt::print("transport: {}\n", fmt::join(transport, ", "));
     fmt::print("algbw = buffer bytes / time; ring = strata flat ring over all ranks; hier = strata {}; "
                "mpi = Open MPI's own (never emulated)\n",
                hier.name());
@@ -214,6 +218,9 @@ void run_bench(const Options& o) {
                        {"emulated", o.emulate},
                        {"results", results}};
     if (o.emulate) doc["emulate_scale"] = o.emulate_scale;
+    nlohmann::json transport = nlohmann::json::object();
+    for (const auto& t : mpi.transport()) transport[t.name] = {{"value", t.value}, {"given", t.given}};
+    doc["transport"] = transport;
     fmt::print("{}\n", doc.dump(2));
   } else if (root) {
     fmt::print("hier/mpi, hier/ring: how many times faster the hierarchical composition ran{}\n",

@@ -97,6 +97,7 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(s.block_size != 0, fmt::format("block size {}", s.block_size));
   given(s.prefetch >= 0, fmt::format("prefetch {}", s.prefetch));
   given(s.bucket_bytes >= 0, fmt::format("bucket {} B", s.bucket_bytes));
+  given(s.first_bucket_bytes >= 0, fmt::format("first bucket {} B", s.first_bucket_bytes));
   given(s.keep_weights_after_forward, "weights kept after forward");
   given(o.peak_opt->count() > 0, fmt::format("peak {:g} TFLOP/s", o.peak_tflops));
   given(o.memory_opt->count() > 0, fmt::format("{:g} GB a device", o.memory_gb));
@@ -684,6 +685,7 @@ void run_search(const PlanOptions& o, const PlanInputs& in, const topo::Topology
   if (s.block_size != 0) request.space.block_size = s.block_size;
   if (s.prefetch >= 0) request.space.prefetch = s.prefetch;
   if (s.bucket_bytes >= 0) request.space.bucket_bytes = static_cast<std::uint64_t>(s.bucket_bytes);
+  if (s.first_bucket_bytes >= 0) request.space.first_bucket_bytes = static_cast<std::uint64_t>(s.first_bucket_bytes);
   if (o.tp_given) request.tp = s.tp;
   if (o.pp_opt->count()) request.pp = o.pp;
   const plan::SearchResult result = plan::run_search(request);

@@ -36,6 +36,7 @@ std::string default_note(const std::string& key) {
   if (key == "shard.block_size") return fmt::format(" [default: {}]", shard::ShardSpec{}.block_size);
   if (key == "shard.prefetch") return fmt::format(" [default: {}]", shard::ShardSpec{}.prefetch);
   if (key == "shard.bucket_bytes") return fmt::format(" [default: {}]", shard::ShardSpec{}.bucket_bytes);
+  if (key == "shard.first_bucket_bytes") return fmt::format(" [default: {}]", shard::ShardSpec{}.first_bucket_bytes);
   const nlohmann::json& group = section == "model" ? defaults["model"] : defaults[section];
   if (!group.contains(name)) return "";
   const nlohmann::json& v = group[name];

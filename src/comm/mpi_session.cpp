@@ -1,8 +1,34 @@
 #include "comm/mpi_session.hpp"
 
+#include <cstdlib>
+
 #include "comm/wait.hpp"
 
 namespace strata::comm {
+
+namespace {
+
+struct TransportDefault {
+  const char* name;
+  const char* value;
+};
+// Why each: mpi_session.hpp.
+constexpr TransportDefault kTransportDefaults[] = {{"btl_tcp_links", "2"}};
+
+// Sets each default the environment does not already give (Open MPI reads OMPI_MCA_* when
+// MPI starts; mpirun passes its --mca settings to the ranks that way).
+std::vector<TransportSetting> apply_transport_defaults() {
+  std::vector<TransportSetting> applied;
+  for (const auto& d : kTransportDefaults) {
+    const std::string var = std::string("OMPI_MCA_") + d.name;
+    const char* given = std::getenv(var.c_str());
+    if (!given) setenv(var.c_str(), d.value, 0);
+    applied.push_back({d.name, given ? given : d.value, given != nullptr});
+  }
+  return applied;
+}
+
+}  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
@@ -10,6 +36,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   if (initialized) {
     MPI_Query_thread(&thread_level_);
   } else {
+    transport_ = apply_transport_defaults();
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_);
     owns_ = true;
   }

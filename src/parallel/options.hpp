@@ -18,6 +18,7 @@ struct ShardOptions {
   int block_size = 0;                    // 0 = the preset's (256)
   int prefetch = -1;                     // -1 = the preset's (1)
   std::int64_t bucket_bytes = -1;        // -1 = the preset's (25 MiB); 0 = no buckets
+  std::int64_t first_bucket_bytes = -1;  // -1 = the preset's (1 MiB)
   bool keep_weights_after_forward = false;
   int tp = 1;                            // tensor-parallel degree (ParallelDims::tensor)
   std::string tp_tier;                   // the tier the TP groups lie in; empty = the innermost

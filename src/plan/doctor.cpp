@@ -78,6 +78,7 @@ RunPlan plan_of_run(const std::filesystem::path& path) {
     options.block_size = sh.at("block_size").get<int>();
     options.prefetch = sh.at("prefetch").get<int>();
     options.bucket_bytes = sh.at("bucket_bytes").get<std::int64_t>();
+    options.first_bucket_bytes = sh.value("first_bucket_bytes", std::int64_t{-1});  // summaries from before it: the default
     options.tp = sh.at("tp").get<int>();
     options.tp_tier = sh.at("tp_tier").get<std::string>();
     topo::Topology topology =

@@ -23,7 +23,8 @@ bool same_spec(const ShardSpec& a, const ShardSpec& b) {
          a.weight_wire == b.weight_wire && a.grad_wire == b.grad_wire && a.step_grad_wire == b.step_grad_wire &&
          a.block_size == b.block_size && a.prefetch == b.prefetch &&
          a.reductions_in_flight == b.reductions_in_flight && a.free_after_forward == b.free_after_forward &&
-         a.bucket_bytes == b.bucket_bytes && a.step_grad_allreduce == b.step_grad_allreduce;
+         a.bucket_bytes == b.bucket_bytes && a.first_bucket_bytes == b.first_bucket_bytes &&
+         a.step_grad_allreduce == b.step_grad_allreduce;
 }
 
 }  // namespace
@@ -55,6 +56,7 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
       p.block_size = space.block_size;
       p.free_after_forward = space.free_after_forward;
       p.bucket_bytes = space.bucket_bytes;
+      p.first_bucket_bytes = space.first_bucket_bytes;
       presets.push_back({name, p});
     } catch (const Error&) {
       // A preset this topology cannot hold (e.g. hsdp on one tier) names nothing here.
@@ -88,6 +90,7 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
               spec.block_size = space.block_size;
               spec.free_after_forward = space.free_after_forward;
               spec.bucket_bytes = space.bucket_bytes;
+              spec.first_bucket_bytes = space.first_bucket_bytes;
               std::string name = "custom";
               for (const NamedSpec& p : presets)
                 if (same_spec(p.spec, spec)) {

@@ -17,6 +17,7 @@ struct SearchSpace {
   int block_size = 256;
   bool free_after_forward = true;
   std::uint64_t bucket_bytes = shard::ShardSpec{}.bucket_bytes;
+  std::uint64_t first_bucket_bytes = shard::ShardSpec{}.first_bucket_bytes;
 };
 
 // Every spec that resolve() accepts on `topology`: W, G and OS tiers (none or any tier, with

@@ -44,6 +44,7 @@ ShardSpec apply_options(ShardSpec spec, const parallel::ShardOptions& options, c
   if (options.prefetch < -1) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", options.prefetch));
   if (options.keep_weights_after_forward) spec.free_after_forward = false;
   if (options.bucket_bytes >= 0) spec.bucket_bytes = static_cast<std::uint64_t>(options.bucket_bytes);
+  if (options.first_bucket_bytes >= 0) spec.first_bucket_bytes = static_cast<std::uint64_t>(options.first_bucket_bytes);
   resolve(spec, topology);  // every rule checked before anything is allocated or priced
   return spec;
 }

@@ -342,7 +342,8 @@ class ScheduleBuilder {
       const model::UnitEvent& e = units_.events[event];
       if (e.kind != model::UnitEvent::GradsReady) continue;
       const std::uint64_t bytes = 4 * static_cast<std::uint64_t>(padded_[e.unit]);
-      if (buckets.empty() || filled + bytes > spec_.bucket_bytes) {
+      const std::uint64_t cap = buckets.size() == 1 ? std::min(spec_.first_bucket_bytes, spec_.bucket_bytes) : spec_.bucket_bytes;
+      if (buckets.empty() || filled + bytes > cap) {
         buckets.emplace_back();
         issue_at.push_back(event);
         filled = 0;
@@ -733,6 +734,7 @@ nlohmann::json Schedule::to_json() const {
                   {"reductions_in_flight", spec_.reductions_in_flight},
                   {"free_after_forward", spec_.free_after_forward},
                   {"bucket_bytes", spec_.bucket_bytes},
+                  {"first_bucket_bytes", spec_.first_bucket_bytes},
                   {"peak_buffers", peak_buffers(training_)},
                   {"events", events}};
   nlohmann::json buckets = nlohmann::json::array();
@@ -793,7 +795,8 @@ std::string Schedule::table() const {
     section("per optimizer step, in the last micro-batch's backward (each unit's right behind its gradient reduction):",
             bucket_ops_);
   } else if (!buckets_.empty()) {
-    s += fmt::format("buckets of at most {} B of gradient, in the order backward finishes them:\n", spec_.bucket_bytes);
+    s += fmt::format("buckets of at most {} B of gradient (the first {} B), in the order backward finishes them:\n",
+                     spec_.bucket_bytes, std::min(spec_.first_bucket_bytes, spec_.bucket_bytes));
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       std::vector<std::string> names;
       for (int u : buckets_[b]) names.push_back(units_.names[u]);

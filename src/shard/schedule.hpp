@@ -207,8 +207,8 @@ class Schedule {
   const MicroBatchProgram& last_micro_batch_program() const { return last_training_; }
   // The step's gradient reductions that run in the last micro-batch's backward, as buckets
   // of units in the order backward finishes them. Replicated gradients (ShardSpec::
-  // bucket_bytes): each bucket at most bucket_bytes of fp32 gradient unless one unit alone is
-  // larger, issued at its last unit's GradsReady. Sharded gradients the step still reduces
+  // bucket_bytes): each bucket at most bucket_bytes of fp32 gradient (the first at most
+  // first_bucket_bytes) unless one unit alone is larger, issued at its last unit's GradsReady. Sharded gradients the step still reduces
   // (OS over more levels than G, or replicas: hsdp, topo): one unit a bucket, issued right
   // behind the unit's micro-batch reduction. Empty when the step phase reduces unit by unit
   // (bucket_bytes 0, or gradients sharded over every level: a copy).

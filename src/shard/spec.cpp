@@ -128,6 +128,7 @@ nlohmann::json ShardSpec::to_json() const {
           {"reductions_in_flight", reductions_in_flight},
           {"free_after_forward", free_after_forward},
           {"bucket_bytes", bucket_bytes},
+          {"first_bucket_bytes", first_bucket_bytes},
           {"step_grad_allreduce", step_grad_allreduce}};
 }
 

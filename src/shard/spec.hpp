@@ -47,6 +47,10 @@ struct ShardSpec {
   // as backward has finished its units (PyTorch DDP's bucket_cap_mb = 25); 0 reduces them
   // after backward, unit by unit. Ignored when gradients are sharded.
   std::uint64_t bucket_bytes = 25ull << 20;
+  // The first of those buckets (the units backward finishes first) holds at most this many:
+  // small, so its reduction starts while backward still runs even when the whole gradient
+  // fits one bucket (PyTorch DDP's first bucket, 1 MiB). Capped by bucket_bytes.
+  std::uint64_t first_bucket_bytes = 1ull << 20;
   // The once-per-step reduction from the G shard down to the OS shard as an all-reduce
   // (reduce-scatter, then all-gather back to the G shard) instead of a reduce-scatter: how
   // ZeRO-topo's paper reduces gradients across nodes. Every rank then holds the whole summed

@@ -213,6 +213,10 @@ const std::vector<Entry>& entries() {
         "replicated gradients (ddp, zero1): reduce them in buckets of at most this many bytes while the step's "
         "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.bucket_bytes = non_negative_int64(k, v); }},
+      {{"shard.first_bucket_bytes", "--first-bucket-bytes", K::Int,
+        "the first of those buckets, which backward fills first, holds at most this many bytes, so its reduction "
+        "overlaps the rest of backward (1 MiB as PyTorch DDP's first bucket; at most --bucket-bytes)"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.first_bucket_bytes = non_negative_int64(k, v); }},
       {{"shard.tp", "--tp", K::Int,
         "tensor-parallel degree (Megatron splits of GPT-2 and Llama): that many consecutive ranks of --tp-tier hold one "
         "replica; sharding runs over the ranks of each TP index"},
@@ -440,6 +444,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"block_size", shard.block_size},
             {"prefetch", shard.prefetch},
             {"bucket_bytes", shard.bucket_bytes},
+            {"first_bucket_bytes", shard.first_bucket_bytes},
             {"tp", shard.tp},
             {"tp_tier", shard.tp_tier},
             {"sequence_parallel", shard.sequence_parallel},

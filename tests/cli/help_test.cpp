@@ -104,7 +104,8 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
     } else if (key == "shard.shard" || key == "shard.secondary" || key.ends_with("_wire")) {
       EXPECT_EQ(printed, "the strategy's");
       EXPECT_EQ(effective["shard"][name], "") << "an option left to the strategy is empty";
-    } else if (key == "shard.block_size" || key == "shard.prefetch" || key == "shard.bucket_bytes") {
+    } else if (key == "shard.block_size" || key == "shard.prefetch" || key == "shard.bucket_bytes" ||
+               key == "shard.first_bucket_bytes") {
       // The options hold 'unset'; what runs is the strategy's: the same for every strategy.
       for (const std::string& strategy : shard::ShardSpec::preset_names()) {
         parallel::ShardOptions options = config.shard;
@@ -112,7 +113,8 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
         const shard::ShardSpec spec = shard::build_spec(options, topology);
         const std::uint64_t value = name == "block_size" ? static_cast<std::uint64_t>(spec.block_size)
                                     : name == "prefetch" ? static_cast<std::uint64_t>(spec.prefetch)
-                                                         : spec.bucket_bytes;
+                                    : name == "bucket_bytes" ? spec.bucket_bytes
+                                                             : spec.first_bucket_bytes;
         EXPECT_EQ(printed, std::to_string(value)) << strategy;
       }
     } else if (key == "data.train" || key == "data.val" || key == "train.out") {

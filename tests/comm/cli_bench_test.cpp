@@ -14,9 +14,9 @@ using strata::test::CommandResult;
 using strata::test::parse_json_output;
 
 // The bench's messages go into the output: the refusals below are checked there.
-CommandResult bench(const std::string& args) {
+CommandResult bench(const std::string& args, const std::string& mpirun_args = "") {
   const std::string topology = strata::test::source_path("configs/topology/2node-2gpu-2die.toml").string();
-  const std::string command = std::string(STRATA_MPIEXEC_LINE) + " -np 8 " + STRATA_EXE +
+  const std::string command = std::string(STRATA_MPIEXEC_LINE) + " " + mpirun_args + " -np 8 " + STRATA_EXE +
                               " bench collectives --topology " + topology + " --iterations 1 --warmup 0 " + args;
   return strata::test::run_command(command, strata::test::Stderr::Capture);
 }
@@ -57,6 +57,15 @@ TEST(BenchCollectivesCli, TimesEveryCollectiveAndCountsTrafficPerTier) {
   const auto& ar = result(doc, "all_reduce");
   EXPECT_EQ(ar["hier"]["per_rank_traffic"]["cluster"]["bytes_sent"], 2 * S / 8);
   EXPECT_EQ(ar["hier"]["per_rank_traffic"]["cluster"]["messages"], 2);
+  // Two TCP connections a peer unless the user says otherwise (docs/cluster.md, "Transport").
+  EXPECT_EQ(doc["transport"]["btl_tcp_links"]["value"], "2");
+  EXPECT_EQ(doc["transport"]["btl_tcp_links"]["given"], false);
+}
+
+TEST(BenchCollectivesCli, TheUsersTransportSettingWinsOverStratasDefault) {
+  nlohmann::json doc = parse_json_output(bench("--sizes-mib 0.0625 --json", "--mca btl_tcp_links 3"));
+  EXPECT_EQ(doc["transport"]["btl_tcp_links"]["value"], "3");
+  EXPECT_EQ(doc["transport"]["btl_tcp_links"]["given"], true);
 }
 
 TEST(BenchCollectivesCli, EmulatedTimesAreNeverBelowTheAlphaBetaPrediction) {

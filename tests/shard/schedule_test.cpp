@@ -272,6 +272,35 @@ TEST(Schedule, ReplicatedGradientsReduceInBucketsDuringTheLastBackward) {
   for (const char* name : {"zero2", "zero3"}) EXPECT_TRUE(make(name).buckets().empty()) << name;
 }
 
+// The first bucket is capped apart (PyTorch DDP's small first bucket): with a bucket that
+// would hold the whole gradient, the units backward finishes first go alone into bucket 0,
+// issued at their GradsReady while the rest of backward runs; bytes a step unchanged.
+TEST(Schedule, TheFirstBucketIsSmallSoItsReductionOverlapsBackward) {
+  auto topo = two_node_topology(8);
+  for (const char* name : {"ddp", "zero1"}) {
+    ShardSpec spec = ShardSpec::preset_for(name, topo);
+    spec.bucket_bytes = std::uint64_t{1} << 30;
+    spec.first_bucket_bytes = spec.bucket_bytes;
+    const Schedule one(tiny_layout(), topo, spec, 2);
+    ASSERT_EQ(one.buckets().size(), 1u) << name;
+    const std::vector<int>& order = one.buckets()[0];  // every unit, in GradsReady order
+    ASSERT_GT(order.size(), 2u);
+    spec.first_bucket_bytes = 4 * one.padded_numel(order[0]) + 4 * one.padded_numel(order[1]);
+    const Schedule s(tiny_layout(), topo, spec, 2);
+    ASSERT_EQ(s.buckets().size(), 2u) << name;
+    EXPECT_EQ(s.buckets()[0], (std::vector<int>{order[0], order[1]})) << name;
+    EXPECT_EQ(s.buckets()[1], std::vector<int>(order.begin() + 2, order.end())) << name;
+    EXPECT_LT(s.bucket_ops().front().issue_event, s.bucket_ops().back().issue_event) << name;
+    const std::vector<TierTraffic> a = one.traffic_per_step(), b = s.traffic_per_step();
+    for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].bytes_sent, b[t].bytes_sent) << name << " tier " << t;
+    EXPECT_EQ(s.to_json()["program"]["first_bucket_bytes"], spec.first_bucket_bytes) << name;
+    // Never above bucket_bytes.
+    spec.bucket_bytes = 1;
+    EXPECT_EQ(Schedule(tiny_layout(), topo, spec, 2).buckets().size(), order.size()) << name;
+  }
+  EXPECT_EQ(ShardSpec{}.first_bucket_bytes, std::uint64_t{1} << 20);  // PyTorch DDP's
+}
+
 // Sharded gradients the step still reduces (hsdp across replicas; G over the node with OS
 // over the cluster) are whole once the last micro-batch has reduced them: each unit's step
 // reduction is a bucket of its own, issued at the event its micro-batch reduction is issued

@@ -49,6 +49,21 @@ PY
   done
 done
 
+# ddp's first bucket (--first-bucket-bytes, 1 MiB by default): a smaller one splits the
+# gradient into more buckets, so more messages carry the same bytes; the planner, given the
+# same setting, prices the run's buckets exactly; the losses are those of the default's.
+out="$work/ddp.first"
+"${mpi[@]}" "$strata" train --strategy ddp "${common[@]}" --steps 4 --first-bucket-bytes 16384 --out "$out" > /dev/null
+"$strata" plan "${plan[@]}" --strategy ddp --first-bucket-bytes 16384 --compare-summary "$out/summary.json" \
+  | grep -q "^all equal" || fail "ddp --first-bucket-bytes: the planner's bytes differ from the run's"
+/usr/bin/python3 - "$work/ddp.1" "$out" <<'PY' || fail "ddp --first-bucket-bytes: not more messages for the same bytes and losses"
+import json, sys
+a, b = (json.load(open(d + "/summary.json"))["comm"]["per_step"]["cluster"] for d in sys.argv[1:])
+assert a["bytes_sent"] == b["bytes_sent"] and b["messages"] > a["messages"], (a, b)
+la, lb = ([json.loads(l)["loss"] for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+assert la == lb, (la, lb)
+PY
+
 # Stop at step 5, resume to 10: the same losses, bit for bit, as one run of 10 steps.
 for strategy in zero3 topo; do
   "${mpi[@]}" "$strata" train --strategy $strategy "${common[@]}" --steps 10 --out "$work/full.$strategy" > /dev/null
