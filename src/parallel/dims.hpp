@@ -38,8 +38,8 @@ struct ParallelDims {
 
   int data_parallel_size() const;  // replicas: the product of the levels
   int world_size() const { return data_parallel_size() * tensor * pipeline; }
-  // The replica a rank reads batches for, and the rank's index in its TP group (the
-  // runtime's dims have pipeline 1). The ranks of one TP index, in world rank order, are the
+  // The replica a rank reads batches for (the stages of one replica read the same), and the
+  // rank's index in its TP group. The ranks of one TP index, in world rank order, are the
   // replicas in data-parallel rank order.
   int data_parallel_rank(int world_rank) const;
   int tensor_rank(int world_rank) const { return world_rank / tensor_stride() % tensor; }

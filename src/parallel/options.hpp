@@ -21,6 +21,8 @@ struct ShardOptions {
   bool keep_weights_after_forward = false;
   int tp = 1;                            // tensor-parallel degree (ParallelDims::tensor)
   std::string tp_tier;                   // the tier the TP groups lie in; empty = the innermost
+  int pp = 1;                            // pipeline stages (ParallelDims::pipeline)
+  std::string pp_tier;                   // the tier the stages cross; empty = the outermost
   bool emulate_links = false;
   double emulate_scale = 1.0;
 

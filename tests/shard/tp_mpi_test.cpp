@@ -26,6 +26,7 @@
 #include "device/device.hpp"
 #include "model/init.hpp"
 #include "shard/runtime.hpp"
+#include "key_bias.hpp"
 #include "test_batches.hpp"
 #include "train/checkpoint.hpp"
 #include "train/local_engine.hpp"
@@ -146,17 +147,6 @@ TpRun train_tp(const std::string& strategy, const std::string& shard, int tp) {
 const TpRun& reference() {
   static const TpRun run = train_tp("ddp", "", 1);
   return run;
-}
-
-// The key biases' gradient is zero in exact arithmetic, so what Adam makes of their rounding
-// noise differs with any other summation order: left out of the weight comparison.
-bool key_bias(const model::ParamLayout& layout, std::size_t i) {
-  const std::size_t C = layout.config().n_embd;
-  for (int l = 0; l < layout.config().n_layer; ++l) {
-    const auto& t = layout.find("h." + std::to_string(l) + ".attn.c_attn.bias");
-    if (i >= t.offset + C && i < t.offset + 2 * C) return true;
-  }
-  return false;
 }
 
 void expect_same_training(const TpRun& tp, const std::string& name) {

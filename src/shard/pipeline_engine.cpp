@@ -1,0 +1,354 @@
+#include "shard/pipeline_engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "comm/agree.hpp"
+#include "comm/dtype.hpp"
+#include "comm/traffic.hpp"
+#include "model/init.hpp"
+#include "optim/adamw.hpp"
+#include "shard/runtime.hpp"
+
+namespace strata::shard {
+
+using parallel::PipelineAction;
+
+namespace {
+
+std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, int first_unit, int last_unit) {
+  const auto& units = layout.units();
+  return {units.at(first_unit).offset, units.at(last_unit).offset + units.at(last_unit).numel};
+}
+
+}  // namespace
+
+PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages,
+                                   int stage)
+    : split_(parallel::stage_split(config.n_layer, stages, stage)),
+      program_(parallel::one_f_one_b(stages, stage, micro_batches)),
+      activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
+  if (config.family != model::Family::Gpt2)
+    throw Error(fmt::format("--pp {}: pipeline stages run GPT-2 models only, not {}", stages,
+                            model::family_name(config.family)));
+  const model::ParamLayout layout(config);
+  const int first_unit = split_.first ? layout.embeddings_unit() : layout.block_unit(split_.first_layer);
+  const int last_unit = split_.last ? layout.final_norm_unit() : layout.block_unit(split_.end_layer() - 1);
+  runs_.push_back(unit_run(layout, first_unit, last_unit));
+  if (split_.last) tied_ = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  const std::uint64_t bytes = activation_floats_ * sizeof(float);
+  for (const PipelineAction& a : program_) {
+    switch (a.kind) {
+      case PipelineAction::SendActivation: ops_.push_back({"activation-send", PipelineOp::Next, a.micro_batch, bytes}); break;
+      case PipelineAction::ReceiveActivation:
+        ops_.push_back({"activation-send", PipelineOp::Previous, a.micro_batch, bytes});
+        break;
+      case PipelineAction::SendGradient:
+        ops_.push_back({"activation-grad-send", PipelineOp::Previous, a.micro_batch, bytes});
+        break;
+      case PipelineAction::ReceiveGradient:
+        ops_.push_back({"activation-grad-send", PipelineOp::Next, a.micro_batch, bytes});
+        break;
+      default: break;
+    }
+  }
+  auto reduction = [&](const char* purpose, PipelineOp::Group g, std::pair<std::size_t, std::size_t> run) {
+    ops_.push_back({purpose, g, -1, (run.second - run.first) * sizeof(float), run.first, run.second});
+  };
+  for (const auto& run : runs_) reduction("stage gradients", PipelineOp::Stage, run);
+  if (split_.last && stages > 1) reduction("stage gradients", PipelineOp::Stage, tied_);
+  // The tied embeddings: the first stage's lookup gradient plus the last stage's head gradient.
+  const auto embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  if ((split_.first || split_.last) && stages > 1) reduction("tied embeddings", PipelineOp::Tied, embeddings);
+}
+
+const std::vector<int>& PipelineGroups::of(PipelineOp::Group g) const {
+  switch (g) {
+    case PipelineOp::Previous: return previous;
+    case PipelineOp::Next: return next;
+    case PipelineOp::Stage: return stage;
+    case PipelineOp::Tied: return tied;
+  }
+  return stage;
+}
+
+namespace {
+
+// Activations travel from the lower stage (member 0 of a link) up; their gradients down.
+int sender_of(const PipelineOp& op) { return op.purpose == "activation-send" ? 0 : 1; }
+bool is_send(const PipelineOp& op) { return op.micro_batch >= 0; }
+
+}  // namespace
+
+comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
+                                  const topo::Topology& physical, int world_rank) {
+  std::vector<std::string> names;
+  for (const topo::Tier& t : physical.tiers()) names.push_back(t.name);
+  comm::Accounting counted(names);
+  for (const PipelineOp& op : schedule.ops()) {
+    const std::vector<int>& members = groups.of(op.group);
+    const int d = static_cast<int>(members.size());
+    const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
+    std::vector<int> tiers;
+    for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
+    const std::vector<comm::Transfer> transfers =
+        is_send(op) ? comm::algorithm_transfers(comm::Algorithm::BinomialBroadcast, d, me, op.bytes, sender_of(op))
+                    : comm::algorithm_transfers(comm::Algorithm::RingAllReduce, d, me,
+                                                comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float));
+    comm::charge_transfers(counted, transfers, tiers);
+  }
+  return counted.snapshot();
+}
+
+PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch,
+                               int seq, int micro_batches, std::uint64_t seed, bool recompute)
+    : layout_(config), micro_batches_(micro_batches) {
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  comm::agree(MPI_COMM_WORLD, "world", [&] {
+    if (options.strategy != "ddp")
+      throw Error(fmt::format("--pp {}: pipeline stages replicate their weights (--strategy ddp); --strategy {} is not "
+                              "run under --pp yet",
+                              options.pp, options.strategy));
+    if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
+    topology_ = resolve_topology(options, world);
+    int level = topology_.outermost();
+    if (!options.pp_tier.empty()) {
+      const std::optional<int> t = topology_.find_tier(options.pp_tier);
+      if (!t) throw Error(fmt::format("--pp-tier '{}': no such tier in topology '{}'", options.pp_tier, topology_.name()));
+      level = *t;
+    }
+    dims_ = parallel::ParallelDims::model_parallel(topology_, 1, 0, options.pp, level);
+    stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
+    schedule_ = std::make_unique<PipelineSchedule>(config, batch, seq, micro_batches, options.pp, stage_);
+  });
+  context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
+  build_groups();
+  const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
+  for (int i = 0; i < slots; ++i) models_.push_back(std::make_unique<model::GPT>(config, batch, seq, recompute));
+  const std::size_t n = layout_.total_floats();
+  params_.assign(n, 0.f);
+  grads_.assign(n, 0.f);
+  exp_avg_.assign(n, 0.f);
+  exp_avg_sq_.assign(n, 0.f);
+  model::init_params(layout_, params_.data(), seed);
+  tokens_.resize(micro_batches);
+  targets_.resize(micro_batches);
+  grad_scales_.resize(micro_batches);
+  losses_.resize(micro_batches);
+}
+
+void PipelineEngine::build_groups() {
+  const int P = dims_.pipeline;
+  auto peer = [&](int s) { return parallel::pipeline_peer(dims_, topology_, rank_, s); };
+  for (int r = 0; r < dims_.world_size(); ++r)
+    if (parallel::pipeline_stage(dims_, topology_, r) == stage_) members_.stage.push_back(r);
+  MPI_Comm stage_comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, stage_, rank_, &stage_comm);
+  mpi_comms_.push_back(stage_comm);
+  // Two-member groups, created lower link first on every rank: a chain from stage 0 up, so
+  // no rank waits on a creation its partner has not reached.
+  MPI_Group world_group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  auto pair = [&](int a, int b, int tag) {
+    const int ranks[2] = {a, b};
+    MPI_Group g;
+    MPI_Group_incl(world_group, 2, ranks, &g);
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c);
+    MPI_Group_free(&g);
+    mpi_comms_.push_back(c);
+    return c;
+  };
+  const std::string where = fmt::format("pp{}", stage_);
+  MPI_Comm prev = MPI_COMM_NULL, next = MPI_COMM_NULL, tied = MPI_COMM_NULL;
+  if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1), members_.previous = {peer(stage_ - 1), rank_};
+  if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1), members_.next = {rank_, peer(stage_ + 1)};
+  if (stage_ == 0 || stage_ == P - 1) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
+  MPI_Group_free(&world_group);
+  if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
+  if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");
+  stage_group_ = std::make_unique<comm::Communicator>(*context_, stage_comm, where + "-replicas");
+  if (tied != MPI_COMM_NULL) tied_ = std::make_unique<comm::Communicator>(*context_, tied, "pp-tied");
+}
+
+PipelineEngine::~PipelineEngine() {
+  previous_.reset();
+  next_.reset();
+  stage_group_.reset();
+  tied_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  for (MPI_Comm& c : mpi_comms_)
+    if (!finalized && c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  context_.reset();
+}
+
+void PipelineEngine::communicate(const PipelineOp& op, float* data) {
+  comm::Communicator* group = op.group == PipelineOp::Previous ? previous_.get()
+                              : op.group == PipelineOp::Next   ? next_.get()
+                              : op.group == PipelineOp::Stage  ? stage_group_.get()
+                                                               : tied_.get();
+  const comm::Buf buf = comm::f32(data, op.bytes / sizeof(float));
+  if (is_send(op))
+    group->broadcast_async(buf, sender_of(op)).wait();
+  else
+    group->all_reduce_async(buf, op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum).wait();
+}
+
+void PipelineEngine::forward(int i) {
+  model::GPT& m = *models_[i % models_.size()];
+  const parallel::StageSplit& s = schedule_->split();
+  const auto& units = layout_.units();
+  const float* E = params_.data() + units[layout_.embeddings_unit()].offset;
+  if (s.first) m.embed_forward(E, tokens_[i].data());
+  for (int l = s.first_layer; l < s.end_layer(); ++l)
+    m.block_forward(l, params_.data() + units[layout_.block_unit(l)].offset);
+  if (s.last) losses_[i] = m.head_forward(params_.data() + units[layout_.final_norm_unit()].offset, E, targets_[i].data());
+}
+
+void PipelineEngine::backward(int i) {
+  model::GPT& m = *models_[i % models_.size()];
+  const parallel::StageSplit& s = schedule_->split();
+  const auto& units = layout_.units();
+  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset;
+  if (s.last) m.head_backward(params_.data() + f, params_.data() + e, grads_.data() + f, grads_.data() + e, grad_scales_[i]);
+  for (int l = s.end_layer() - 1; l >= s.first_layer; --l) {
+    const std::size_t o = units[layout_.block_unit(l)].offset;
+    m.block_backward(l, params_.data() + o, grads_.data() + o);
+  }
+  if (s.first) m.embed_backward(grads_.data() + e);
+}
+
+void PipelineEngine::run_program() {
+  const parallel::StageSplit& s = schedule_->split();
+  auto op = schedule_->ops().begin();
+  for (const PipelineAction& a : schedule_->program()) {
+    model::GPT& m = *models_[a.micro_batch % models_.size()];
+    switch (a.kind) {
+      case PipelineAction::Forward: forward(a.micro_batch); break;
+      case PipelineAction::Backward: backward(a.micro_batch); break;
+      case PipelineAction::SendActivation: communicate(*op++, m.residual(s.end_layer())); break;
+      case PipelineAction::ReceiveActivation: communicate(*op++, m.residual(s.first_layer)); break;
+      case PipelineAction::SendGradient:
+      case PipelineAction::ReceiveGradient: communicate(*op++, m.residual_grad()); break;
+    }
+  }
+}
+
+float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
+  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  // Which of the step's micro-batches this is: the count of those kept so far.
+  int i = 0;
+  while (i < micro_batches_ && !tokens_[i].empty()) ++i;
+  if (i == micro_batches_) throw Error(fmt::format("--pp: more than --grad-accum {} micro-batches in one step", micro_batches_));
+  tokens_[i].assign(tokens, tokens + n);
+  targets_[i].assign(targets, targets + n);
+  grad_scales_[i] = grad_scale;
+  if (i + 1 < micro_batches_) return 0;
+  run_program();
+  for (auto& t : tokens_) t.clear();
+  double sum = 0;
+  if (schedule_->split().last)
+    for (double l : losses_) sum += l;
+  return static_cast<float>(sum);
+}
+
+float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
+  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  const parallel::StageSplit& s = schedule_->split();
+  model::GPT& m = *models_[0];
+  tokens_[0].assign(tokens, tokens + n);
+  targets_[0].assign(targets, targets + n);
+  const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);
+  if (!s.first) communicate({"activation-send", PipelineOp::Previous, 0, bytes}, m.residual(s.first_layer));
+  forward(0);
+  if (!s.last) communicate({"activation-send", PipelineOp::Next, 0, bytes}, m.residual(s.end_layer()));
+  tokens_[0].clear();
+  return s.last ? static_cast<float>(losses_[0]) : 0.f;
+}
+
+void PipelineEngine::reduce_gradients() {
+  for (const PipelineOp& op : schedule_->ops())
+    if (!is_send(op)) communicate(op, grads_.data() + op.begin);
+}
+
+train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
+  reduce_gradients();
+  // Each stage's first replica counts its runs (the embeddings once, on the first stage);
+  // summed in rank order, every rank gets the same bits.
+  double local = 0;
+  if (stage_group_->index() == 0)
+    for (const auto& [b, e] : schedule_->runs()) local += optim::sum_squares(grads_.data() + b, e - b);
+  std::vector<double> all(dims_.world_size());
+  MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  double sum = 0;
+  for (double x : all) sum += x;
+  train::StepOutcome out;
+  out.grad_norm = std::sqrt(sum) / args.loss_scale;
+  out.applied = !args.skip && std::isfinite(out.grad_norm);
+  if (out.applied) {
+    const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
+    auto update = [&](std::size_t b, std::size_t e) {
+      optim::adamw_update_range(layout_, b, e, params_.data() + b, grads_.data() + b, exp_avg_.data() + b,
+                                exp_avg_sq_.data() + b, hp, args.lr, args.update, scale);
+    };
+    for (const auto& [b, e] : schedule_->runs()) update(b, e);
+    if (schedule_->tied_run().second > 0) update(schedule_->tied_run().first, schedule_->tied_run().second);
+    ++updates_;
+  }
+  std::fill(grads_.begin(), grads_.end(), 0.f);
+  return out;
+}
+
+std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {
+  // The loss lives on the last stage: the mean is over its ranks.
+  double v[2] = {schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return {v[0] / dims_.data_parallel_size(), v[1] > 0};
+}
+
+std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& local) {
+  return comm::all_gather_strings(MPI_COMM_WORLD, local, "pp:all_gather_strings", "world");
+}
+
+std::vector<train::StateShard> PipelineEngine::state_shards() {
+  std::vector<train::StateShard> out;
+  auto add = [&](std::size_t b, std::size_t e) {
+    out.push_back({b, e, params_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
+  };
+  for (const auto& [b, e] : schedule_->runs()) add(b, e);
+  if (schedule_->tied_run().second > 0) add(schedule_->tied_run().first, schedule_->tied_run().second);
+  return out;
+}
+
+std::vector<train::StateShard> PipelineEngine::saved_shards() {
+  std::vector<train::StateShard> out = state_shards();
+  if (stage_group_->index() != 0) return {};
+  if (schedule_->tied_run().second > 0) out.pop_back();  // the first stage saves the embeddings
+  return out;
+}
+
+void PipelineEngine::gather_params(float* full) {
+  const std::size_t n = layout_.total_floats();
+  std::fill(full, full + n, 0.f);
+  if (stage_group_->index() == 0)
+    for (const auto& [b, e] : schedule_->runs()) std::copy(params_.begin() + b, params_.begin() + e, full + b);
+  MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+nlohmann::json PipelineEngine::describe() const {
+  return {{"strategy", "ddp"}, {"pp", dims_.pipeline}, {"world_size", dims_.world_size()}};
+}
+
+comm::CommStats PipelineEngine::traffic_per_step() const {
+  return scheduled_traffic(*schedule_, members_, topology_, rank_);
+}
+
+}  // namespace strata::shard
