@@ -1,6 +1,7 @@
 #include "shard/pipeline_engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -20,6 +21,10 @@ namespace strata::shard {
 using parallel::PipelineAction;
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, int first_unit, int last_unit) {
   const auto& units = layout.units();
@@ -196,10 +201,12 @@ void PipelineEngine::communicate(const PipelineOp& op, float* data) {
                               : op.group == PipelineOp::Stage  ? stage_group_.get()
                                                                : tied_.get();
   const comm::Buf buf = comm::f32(data, op.bytes / sizeof(float));
+  const auto t0 = std::chrono::steady_clock::now();
   if (is_send(op))
     group->broadcast_async(buf, sender_of(op)).wait();
   else
     group->all_reduce_async(buf, op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum).wait();
+  exposed_s_ += seconds_since(t0);
 }
 
 void PipelineEngine::forward(int i) {
@@ -252,7 +259,9 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
   targets_[i].assign(targets, targets + n);
   grad_scales_[i] = grad_scale;
   if (i + 1 < micro_batches_) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
   run_program();
+  wall_s_ += seconds_since(t0);
   for (auto& t : tokens_) t.clear();
   double sum = 0;
   if (schedule_->split().last)
@@ -271,6 +280,7 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
   forward(0);
   if (!s.last) communicate({"activation-send", PipelineOp::Next, 0, bytes}, m.residual(s.end_layer()));
   tokens_[0].clear();
+  evaluated_since_report_ = true;
   return s.last ? static_cast<float>(losses_[0]) : 0.f;
 }
 
@@ -280,6 +290,7 @@ void PipelineEngine::reduce_gradients() {
 }
 
 train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
+  const auto t0 = std::chrono::steady_clock::now();
   reduce_gradients();
   // Each stage's first replica counts its runs (the embeddings once, on the first stage);
   // summed in rank order, every rank gets the same bits.
@@ -304,6 +315,7 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
     ++updates_;
   }
   std::fill(grads_.begin(), grads_.end(), 0.f);
+  wall_s_ += seconds_since(t0);
   return out;
 }
 
@@ -345,6 +357,65 @@ void PipelineEngine::gather_params(float* full) {
 
 nlohmann::json PipelineEngine::describe() const {
   return {{"strategy", "ddp"}, {"pp", dims_.pipeline}, {"world_size", dims_.world_size()}};
+}
+
+nlohmann::json PipelineEngine::step_report() {
+  const comm::CommStats now = context_->accounting().snapshot();
+  const comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
+  last_stats_ = now;
+  const double compute = std::max(0.0, wall_s_ - exposed_s_), exposed = exposed_s_;
+  wall_s_ = exposed_s_ = 0;
+  if (!evaluated_since_report_) {
+    step_traffic_.push_back(delta);
+    compute_total_s_ += compute;
+    exposed_total_s_ += exposed;
+  }
+  evaluated_since_report_ = false;
+  return {{"compute_s", compute}, {"exposed_comm_s", exposed}, {"comm", delta.to_json()["tiers"]}};
+}
+
+namespace {
+
+// Per tier: bytes sent, bytes received, messages, averaged over the world.
+std::vector<double> world_mean(const std::vector<comm::TierTraffic>& tiers, int world) {
+  std::vector<double> v;
+  for (const comm::TierTraffic& t : tiers)
+    v.insert(v.end(), {double(t.bytes_sent), double(t.bytes_received), double(t.messages)});
+  MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (double& x : v) x /= world;
+  return v;
+}
+
+}  // namespace
+
+nlohmann::json PipelineEngine::summary_report() {
+  const comm::CommStats scheduled = traffic_per_step();
+  std::vector<comm::TierTraffic> measured(scheduled.tiers.size());
+  for (const comm::CommStats& s : step_traffic_)
+    for (std::size_t t = 0; t < measured.size(); ++t) {
+      measured[t].bytes_sent += s.tiers[t].bytes_sent;
+      measured[t].bytes_received += s.tiers[t].bytes_received;
+      measured[t].messages += s.tiers[t].messages;
+    }
+  const double steps = std::max<std::size_t>(1, step_traffic_.size());
+  const std::vector<double> m = world_mean(measured, world_size()), p = world_mean(scheduled.tiers, world_size());
+  nlohmann::json per_step = nlohmann::json::object(), per_step_scheduled = nlohmann::json::object();
+  static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages"};
+  for (std::size_t t = 0; t < scheduled.tier_names.size(); ++t)
+    for (std::size_t f = 0; f < 3; ++f) {
+      per_step[scheduled.tier_names[t]][kFields[f]] = m[3 * t + f] / steps;
+      per_step_scheduled[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f];
+    }
+  return {{"strategy", "ddp"},
+          {"pipeline_stages", dims_.pipeline},
+          {"world_size", world_size()},
+          {"link_emulation", context_->emulation().enabled},
+          {"compute_s", compute_total_s_ / steps},
+          {"exposed_comm_s", exposed_total_s_ / steps},
+          {"comm",
+           {{"per_step", per_step},
+            {"scheduled_per_step", per_step_scheduled},
+            {"steps_measured", step_traffic_.size()}}}};
 }
 
 comm::CommStats PipelineEngine::traffic_per_step() const {

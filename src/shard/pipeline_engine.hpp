@@ -104,6 +104,10 @@ class PipelineEngine final : public train::Engine {
   void state_loaded() override {}  // the master weights are what the forward reads
   void gather_params(float* full) override;
   nlohmann::json describe() const override;
+  // The step's traffic per tier; at the end, its mean over the steps without evaluation and
+  // over the world, beside the schedule's mean over the world (summary.json's "comm").
+  nlohmann::json step_report() override;
+  nlohmann::json summary_report() override;
 
   const PipelineSchedule& schedule() const { return *schedule_; }
   comm::Context& context() { return *context_; }
@@ -134,6 +138,12 @@ class PipelineEngine final : public train::Engine {
   std::vector<float> grad_scales_;
   std::vector<double> losses_;
   std::int64_t updates_ = 0;
+  comm::CommStats last_stats_;
+  std::vector<comm::CommStats> step_traffic_;  // of the steps without evaluation
+  bool evaluated_since_report_ = false;
+  // Seconds of the step so far: in the engine, and waiting on its messages (all exposed:
+  // every send and reduction blocks the compute thread).
+  double wall_s_ = 0, exposed_s_ = 0, compute_total_s_ = 0, exposed_total_s_ = 0;
 };
 
 }  // namespace strata::shard
