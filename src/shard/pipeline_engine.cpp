@@ -34,7 +34,7 @@ std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, i
 }  // namespace
 
 PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages,
-                                   int stage)
+                                   int stage, const StageReplicas& replicas)
     : split_(parallel::stage_split(config.n_layer, stages, stage)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
       activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
@@ -42,34 +42,62 @@ PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, in
     throw Error(fmt::format("--pp {}: pipeline stages run GPT-2 models only, not {}", stages,
                             model::family_name(config.family)));
   const model::ParamLayout layout(config);
-  const int first_unit = split_.first ? layout.embeddings_unit() : layout.block_unit(split_.first_layer);
+  const int first_unit = layout.block_unit(split_.first_layer);
   const int last_unit = split_.last ? layout.final_norm_unit() : layout.block_unit(split_.end_layer() - 1);
+  // The embeddings a run of their own: the first and last stage then cut them alike.
+  const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  if (split_.first) runs_.push_back(embeddings);
   runs_.push_back(unit_run(layout, first_unit, last_unit));
-  if (split_.last) tied_ = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  if (split_.last && stages > 1) runs_.push_back(embeddings);
+  add_sends();
+  add_step_ops(layout, stages, replicas);
+}
+
+void PipelineSchedule::add_sends() {
   const std::uint64_t bytes = activation_floats_ * sizeof(float);
+  auto send = [&](const char* purpose, PipelineOp::Group g, int micro_batch) {
+    ops_.push_back({purpose, PipelineOp::Send, g, micro_batch, 0, 0, bytes});
+  };
   for (const PipelineAction& a : program_) {
     switch (a.kind) {
-      case PipelineAction::SendActivation: ops_.push_back({"activation-send", PipelineOp::Next, a.micro_batch, bytes}); break;
-      case PipelineAction::ReceiveActivation:
-        ops_.push_back({"activation-send", PipelineOp::Previous, a.micro_batch, bytes});
-        break;
-      case PipelineAction::SendGradient:
-        ops_.push_back({"activation-grad-send", PipelineOp::Previous, a.micro_batch, bytes});
-        break;
-      case PipelineAction::ReceiveGradient:
-        ops_.push_back({"activation-grad-send", PipelineOp::Next, a.micro_batch, bytes});
-        break;
+      case PipelineAction::SendActivation: send("activation-send", PipelineOp::Next, a.micro_batch); break;
+      case PipelineAction::ReceiveActivation: send("activation-send", PipelineOp::Previous, a.micro_batch); break;
+      case PipelineAction::SendGradient: send("activation-grad-send", PipelineOp::Previous, a.micro_batch); break;
+      case PipelineAction::ReceiveGradient: send("activation-grad-send", PipelineOp::Next, a.micro_batch); break;
       default: break;
     }
   }
-  auto reduction = [&](const char* purpose, PipelineOp::Group g, std::pair<std::size_t, std::size_t> run) {
-    ops_.push_back({purpose, g, -1, (run.second - run.first) * sizeof(float), run.first, run.second});
-  };
-  for (const auto& run : runs_) reduction("stage gradients", PipelineOp::Stage, run);
-  if (split_.last && stages > 1) reduction("stage gradients", PipelineOp::Stage, tied_);
-  // The tied embeddings: the first stage's lookup gradient plus the last stage's head gradient.
-  const auto embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
-  if ((split_.first || split_.last) && stages > 1) reduction("tied embeddings", PipelineOp::Tied, embeddings);
+}
+
+void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas) {
+  const bool tied_here = (split_.first || split_.last) && stages > 1;
+  const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  std::vector<PipelineOp> gathers;
+  for (std::size_t r = 0; r < runs_.size(); ++r) {
+    const auto [b, e] = runs_[r];
+    const bool tied_copy = split_.last && stages > 1 && r + 1 == runs_.size();
+    Run mine = runs_[r];
+    if (replicas.zero1) {
+      const std::size_t c = comm::chunk_count(e - b, replicas.count, 1);
+      mine = {std::min(e, b + c * replicas.index), std::min(e, b + c * (replicas.index + 1))};
+      ops_.push_back({"stage gradients", PipelineOp::ReduceScatter, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
+      gathers.push_back({"stage weights", PipelineOp::AllGather, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
+    } else {
+      ops_.push_back({"stage gradients", PipelineOp::AllReduce, PipelineOp::Stage, -1, b, e, (e - b) * sizeof(float)});
+    }
+    updated_.push_back(mine);
+    if (!tied_copy && (replicas.zero1 || replicas.index == 0)) counted_.push_back(mine);
+  }
+  // The tied embeddings: the first stage's lookup gradient plus the last stage's head gradient
+  // (under zero1, chunk for chunk: both stages' replica k hold the same chunk).
+  if (tied_here) {
+    const Run mine = split_.first ? updated_.front() : updated_.back();
+    const Run part = {std::max(mine.first, embeddings.first), std::min(mine.second, embeddings.second)};
+    if (part.second > part.first)
+      ops_.push_back({"tied embeddings", PipelineOp::AllReduce, PipelineOp::Tied, -1, part.first, part.second,
+                      (part.second - part.first) * sizeof(float)});
+  }
+  ops_.insert(ops_.end(), gathers.begin(), gathers.end());
 }
 
 const std::vector<int>& PipelineGroups::of(PipelineOp::Group g) const {
@@ -86,7 +114,17 @@ namespace {
 
 // Activations travel from the lower stage (member 0 of a link) up; their gradients down.
 int sender_of(const PipelineOp& op) { return op.purpose == "activation-send" ? 0 : 1; }
-bool is_send(const PipelineOp& op) { return op.micro_batch >= 0; }
+bool is_send(const PipelineOp& op) { return op.kind == PipelineOp::Send; }
+
+comm::Algorithm algorithm_of(PipelineOp::Kind kind) {
+  switch (kind) {
+    case PipelineOp::Send: return comm::Algorithm::BinomialBroadcast;
+    case PipelineOp::AllReduce: return comm::Algorithm::RingAllReduce;
+    case PipelineOp::ReduceScatter: return comm::Algorithm::RingReduceScatter;
+    case PipelineOp::AllGather: return comm::Algorithm::RingAllGather;
+  }
+  return comm::Algorithm::RingAllReduce;
+}
 
 }  // namespace
 
@@ -101,10 +139,14 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
     const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
     std::vector<int> tiers;
     for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
+    // A broadcast's message is the whole buffer; a ring's, one chunk of it.
+    const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
+                                      ? (op.kind == PipelineOp::Send
+                                             ? op.bytes
+                                             : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
+                                      : op.bytes;
     const std::vector<comm::Transfer> transfers =
-        is_send(op) ? comm::algorithm_transfers(comm::Algorithm::BinomialBroadcast, d, me, op.bytes, sender_of(op))
-                    : comm::algorithm_transfers(comm::Algorithm::RingAllReduce, d, me,
-                                                comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float));
+        comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
     comm::charge_transfers(counted, transfers, tiers);
   }
   return counted.snapshot();
@@ -117,9 +159,8 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   comm::agree(MPI_COMM_WORLD, "world", [&] {
-    if (options.strategy != "ddp")
-      throw Error(fmt::format("--pp {}: pipeline stages replicate their weights (--strategy ddp); --strategy {} is not "
-                              "run under --pp yet",
+    if (options.strategy != "ddp" && options.strategy != "zero1")
+      throw Error(fmt::format("--pp {}: a stage's replicas run ddp or zero1; --strategy {} is not run under --pp yet",
                               options.pp, options.strategy));
     if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
     topology_ = resolve_topology(options, world);
@@ -131,7 +172,10 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     }
     dims_ = parallel::ParallelDims::model_parallel(topology_, 1, 0, options.pp, level);
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
-    schedule_ = std::make_unique<PipelineSchedule>(config, batch, seq, micro_batches, options.pp, stage_);
+    schedule_ = std::make_unique<PipelineSchedule>(
+        config, batch, seq, micro_batches, options.pp, stage_,
+        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"});
+    strategy_ = options.strategy;
   });
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
   build_groups();
@@ -195,17 +239,48 @@ PipelineEngine::~PipelineEngine() {
   context_.reset();
 }
 
+comm::Communicator& PipelineEngine::group_of(const PipelineOp& op) {
+  switch (op.group) {
+    case PipelineOp::Previous: return *previous_;
+    case PipelineOp::Next: return *next_;
+    case PipelineOp::Stage: return *stage_group_;
+    case PipelineOp::Tied: return *tied_;
+  }
+  return *stage_group_;
+}
+
 void PipelineEngine::communicate(const PipelineOp& op, float* data) {
-  comm::Communicator* group = op.group == PipelineOp::Previous ? previous_.get()
-                              : op.group == PipelineOp::Next   ? next_.get()
-                              : op.group == PipelineOp::Stage  ? stage_group_.get()
-                                                               : tied_.get();
-  const comm::Buf buf = comm::f32(data, op.bytes / sizeof(float));
+  comm::Communicator& group = group_of(op);
   const auto t0 = std::chrono::steady_clock::now();
-  if (is_send(op))
-    group->broadcast_async(buf, sender_of(op)).wait();
-  else
-    group->all_reduce_async(buf, op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum).wait();
+  group.broadcast_async(comm::f32(data, op.bytes / sizeof(float)), sender_of(op)).wait();
+  exposed_s_ += seconds_since(t0);
+}
+
+void PipelineEngine::run_step_op(const PipelineOp& op) {
+  comm::Communicator& group = group_of(op);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t n = op.end - op.begin, c = op.bytes / sizeof(float);
+  // This member's chunk of the run: [lo, hi), at most c floats (the last may be short).
+  const std::size_t lo = std::min(op.end, op.begin + c * group.index()), hi = std::min(op.end, lo + c);
+  switch (op.kind) {
+    case PipelineOp::AllReduce:
+      group.all_reduce_async(comm::f32(grads_.data() + op.begin, n),
+                             op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum)
+          .wait();
+      break;
+    case PipelineOp::ReduceScatter:
+      chunk_.assign(c, 0.f);
+      group.reduce_scatter_async(comm::f32(grads_.data() + op.begin, n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
+          .wait();
+      std::copy_n(chunk_.begin(), hi - lo, grads_.begin() + lo);
+      break;
+    case PipelineOp::AllGather:
+      chunk_.assign(c, 0.f);
+      std::copy(params_.begin() + lo, params_.begin() + hi, chunk_.begin());
+      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(params_.data() + op.begin, n)).wait();
+      break;
+    case PipelineOp::Send: throw Error("pipeline: a send among the step's reductions");
+  }
   exposed_s_ += seconds_since(t0);
 }
 
@@ -276,27 +351,24 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
   tokens_[0].assign(tokens, tokens + n);
   targets_[0].assign(targets, targets + n);
   const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);
-  if (!s.first) communicate({"activation-send", PipelineOp::Previous, 0, bytes}, m.residual(s.first_layer));
+  auto send = [&](PipelineOp::Group g, float* data) {
+    communicate({"activation-send", PipelineOp::Send, g, 0, 0, 0, bytes}, data);
+  };
+  if (!s.first) send(PipelineOp::Previous, m.residual(s.first_layer));
   forward(0);
-  if (!s.last) communicate({"activation-send", PipelineOp::Next, 0, bytes}, m.residual(s.end_layer()));
+  if (!s.last) send(PipelineOp::Next, m.residual(s.end_layer()));
   tokens_[0].clear();
   evaluated_since_report_ = true;
   return s.last ? static_cast<float>(losses_[0]) : 0.f;
 }
 
-void PipelineEngine::reduce_gradients() {
-  for (const PipelineOp& op : schedule_->ops())
-    if (!is_send(op)) communicate(op, grads_.data() + op.begin);
-}
-
 train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
-  reduce_gradients();
-  // Each stage's first replica counts its runs (the embeddings once, on the first stage);
-  // summed in rank order, every rank gets the same bits.
+  for (const PipelineOp& op : schedule_->ops())
+    if (op.kind == PipelineOp::AllReduce || op.kind == PipelineOp::ReduceScatter) run_step_op(op);
+  // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
   double local = 0;
-  if (stage_group_->index() == 0)
-    for (const auto& [b, e] : schedule_->runs()) local += optim::sum_squares(grads_.data() + b, e - b);
+  for (const auto& [b, e] : schedule_->counted()) local += optim::sum_squares(grads_.data() + b, e - b);
   std::vector<double> all(dims_.world_size());
   MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
   double sum = 0;
@@ -306,14 +378,14 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
   out.applied = !args.skip && std::isfinite(out.grad_norm);
   if (out.applied) {
     const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
-    auto update = [&](std::size_t b, std::size_t e) {
+    for (const auto& [b, e] : schedule_->updated())
       optim::adamw_update_range(layout_, b, e, params_.data() + b, grads_.data() + b, exp_avg_.data() + b,
                                 exp_avg_sq_.data() + b, hp, args.lr, args.update, scale);
-    };
-    for (const auto& [b, e] : schedule_->runs()) update(b, e);
-    if (schedule_->tied_run().second > 0) update(schedule_->tied_run().first, schedule_->tied_run().second);
     ++updates_;
   }
+  // Under zero1 the gathers run skipped or not: every replica's weights stay whole and equal.
+  for (const PipelineOp& op : schedule_->ops())
+    if (op.kind == PipelineOp::AllGather) run_step_op(op);
   std::fill(grads_.begin(), grads_.end(), 0.f);
   wall_s_ += seconds_since(t0);
   return out;
@@ -330,33 +402,26 @@ std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& l
   return comm::all_gather_strings(MPI_COMM_WORLD, local, "pp:all_gather_strings", "world");
 }
 
-std::vector<train::StateShard> PipelineEngine::state_shards() {
+std::vector<train::StateShard> PipelineEngine::shards_of(const std::vector<PipelineSchedule::Run>& runs) {
   std::vector<train::StateShard> out;
-  auto add = [&](std::size_t b, std::size_t e) {
-    out.push_back({b, e, params_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
-  };
-  for (const auto& [b, e] : schedule_->runs()) add(b, e);
-  if (schedule_->tied_run().second > 0) add(schedule_->tied_run().first, schedule_->tied_run().second);
+  for (const auto& [b, e] : runs)
+    if (e > b) out.push_back({b, e, params_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
   return out;
 }
 
-std::vector<train::StateShard> PipelineEngine::saved_shards() {
-  std::vector<train::StateShard> out = state_shards();
-  if (stage_group_->index() != 0) return {};
-  if (schedule_->tied_run().second > 0) out.pop_back();  // the first stage saves the embeddings
-  return out;
-}
+std::vector<train::StateShard> PipelineEngine::state_shards() { return shards_of(schedule_->updated()); }
+
+std::vector<train::StateShard> PipelineEngine::saved_shards() { return shards_of(schedule_->counted()); }
 
 void PipelineEngine::gather_params(float* full) {
   const std::size_t n = layout_.total_floats();
   std::fill(full, full + n, 0.f);
-  if (stage_group_->index() == 0)
-    for (const auto& [b, e] : schedule_->runs()) std::copy(params_.begin() + b, params_.begin() + e, full + b);
+  for (const auto& [b, e] : schedule_->counted()) std::copy(params_.begin() + b, params_.begin() + e, full + b);
   MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
 nlohmann::json PipelineEngine::describe() const {
-  return {{"strategy", "ddp"}, {"pp", dims_.pipeline}, {"world_size", dims_.world_size()}};
+  return {{"strategy", strategy_}, {"pp", dims_.pipeline}, {"world_size", dims_.world_size()}};
 }
 
 nlohmann::json PipelineEngine::step_report() {
@@ -406,7 +471,7 @@ nlohmann::json PipelineEngine::summary_report() {
       per_step[scheduled.tier_names[t]][kFields[f]] = m[3 * t + f] / steps;
       per_step_scheduled[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f];
     }
-  return {{"strategy", "ddp"},
+  return {{"strategy", strategy_},
           {"pipeline_stages", dims_.pipeline},
           {"world_size", world_size()},
           {"link_emulation", context_->emulation().enabled},

@@ -2,8 +2,9 @@
 // Pipeline parallelism in the runtime (--pp P): the blocks split into P equal stages
 // (parallel::stage_split; the embeddings with the first, the final norm and the tied head
 // with the last, which holds a copy of the embeddings), each stage a group of data-parallel
-// replicas (ddp: whole weights and gradients, the gradients averaged over the stage's
-// ranks once a step). One step runs parallel::one_f_one_b over the step's micro-batches:
+// replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
+// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). Every
+// rank holds the whole model's arenas and uses its stage's runs. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
 // neighbouring stage's rank of the same replica as one message each. The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
@@ -39,36 +40,57 @@ namespace strata::shard {
 
 // One collective the step runs, as the accounting counts it.
 struct PipelineOp {
-  std::string purpose;  // "activation-send", "activation-grad-send", "stage gradients", "tied embeddings"
+  std::string purpose;  // "activation-send", "activation-grad-send", "stage gradients", "tied embeddings",
+                        // "stage weights"
+  enum Kind { Send, AllReduce, ReduceScatter, AllGather } kind;
   enum Group { Previous, Next, Stage, Tied } group;  // over which of the engine's groups
   int micro_batch = -1;                              // sends only
-  std::uint64_t bytes = 0;                           // of the buffer
-  std::size_t begin = 0, end = 0;                    // reductions: the gradient arena's run
+  // The gradient (weight, for the all-gather) arena run [begin, end) it reduces or gathers
+  // (sends: none; a reduce-scatter or all-gather: the whole run, of which this rank holds
+  // its chunk) and the bytes of the buffer (a reduce-scatter's or all-gather's: one chunk).
+  std::size_t begin = 0, end = 0;
+  std::uint64_t bytes = 0;
+};
+
+// How a stage's replicas hold the weights' optimizer state: ddp (every replica the whole
+// stage, the gradients all-reduced) or zero1 (each replica a 1/d chunk of every run, the
+// gradients reduce-scattered and the updated weights all-gathered).
+struct StageReplicas {
+  int count = 1, index = 0;
+  bool zero1 = false;
 };
 
 // This rank's step: its stage's program (with the sends and receives as ops) and the step's
-// gradient reductions.
+// gradient reductions and weight gathers.
 class PipelineSchedule {
  public:
-  PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages, int stage);
+  using Run = std::pair<std::size_t, std::size_t>;  // [begin, end) of the arena
+  PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
+                   const StageReplicas& replicas = {});
   const parallel::StageSplit& split() const { return split_; }
   const std::vector<parallel::PipelineAction>& program() const { return program_; }
   // The op of each program entry that communicates (sends and receives), in program order,
-  // then the step's reductions.
+  // then the step's reductions, then (zero1) its gathers.
   const std::vector<PipelineOp>& ops() const { return ops_; }
-  // Units this stage holds and updates, as arena runs [begin, end): its blocks, the
-  // embeddings on the first stage, the final norm on the last. The last stage's copy of the
-  // embeddings (the tied head) is tied_run().
-  const std::vector<std::pair<std::size_t, std::size_t>>& runs() const { return runs_; }
-  std::pair<std::size_t, std::size_t> tied_run() const { return tied_; }
+  // The units this stage holds, as arena runs: its blocks, the embeddings on the first
+  // stage, the final norm on the last, and on the last its copy of the embeddings (the tied
+  // head) last of all.
+  const std::vector<Run>& runs() const { return runs_; }
+  // What this rank updates (its optimizer state: the runs, or its chunks of them), and the
+  // part of it that counts once in the gradient norm and is saved in checkpoints (the tied
+  // copy left out; under ddp only the stage's first replica's).
+  const std::vector<Run>& updated() const { return updated_; }
+  const std::vector<Run>& counted() const { return counted_; }
   std::size_t activation_floats() const { return activation_floats_; }
 
  private:
+  void add_sends();
+  void add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas);
+
   parallel::StageSplit split_;
   std::vector<parallel::PipelineAction> program_;
   std::vector<PipelineOp> ops_;
-  std::vector<std::pair<std::size_t, std::size_t>> runs_;
-  std::pair<std::size_t, std::size_t> tied_{0, 0};
+  std::vector<Run> runs_, updated_, counted_;
   std::size_t activation_floats_ = 0;
 };
 
@@ -120,11 +142,14 @@ class PipelineEngine final : public train::Engine {
   void run_program();
   void forward(int micro_batch);
   void backward(int micro_batch);
-  void communicate(const PipelineOp& op, float* data);
-  void reduce_gradients();
+  comm::Communicator& group_of(const PipelineOp& op);
+  void communicate(const PipelineOp& op, float* data);  // a send or receive of `data`
+  void run_step_op(const PipelineOp& op);               // a reduction or gather of its run
+  std::vector<train::StateShard> shards_of(const std::vector<PipelineSchedule::Run>& runs);
 
   topo::Topology topology_;
   parallel::ParallelDims dims_;
+  std::string strategy_;
   model::ParamLayout layout_;
   int rank_ = 0, stage_ = 0, micro_batches_ = 1;
   std::unique_ptr<PipelineSchedule> schedule_;
@@ -136,6 +161,7 @@ class PipelineEngine final : public train::Engine {
   std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // whole-model arenas; the stage's runs used
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
+  std::vector<float> chunk_;  // zero1: one chunk of a run, for its reduce-scatter and all-gather
   std::vector<double> losses_;
   std::int64_t updates_ = 0;
   comm::CommStats last_stats_;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `strata train --pp` end to end on 4 ranks (2 nodes of 2 on the test topology, the stages
-# across "node"): the losses and validation losses of --pp 2 with two ddp replicas a stage
+# across "node"): the losses and validation losses of --pp 2 with two ddp (or zero1) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
 # tier equal the schedule's, the checkpoint resumes in one process at the uninterrupted
 # losses, and bad layouts are refused naming --pp.
@@ -20,6 +20,8 @@ common=(--model tiny --train-data "$work/data/train.bin" --val-data "$work/data/
 
 "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy ddp --pp 2 --pp-tier node --batch 2 \
   --grad-accum 4 --stop-after 4 --out "$work/pp" > /dev/null
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --stop-after 4 --out "$work/pp_zero1" > /dev/null
 "${mpi[@]}" -np 2 "$strata" train "${common[@]}" --strategy ddp --batch 2 --grad-accum 4 --stop-after 4 --out "$work/ddp" \
   > /dev/null
 "$strata" train "${common[@]}" --batch 4 --grad-accum 4 --out "$work/one" > /dev/null
@@ -38,12 +40,14 @@ def close(a, b, what):
     print(f"{what}: largest relative loss difference {worst:.3g}")
 pp, ddp = metrics("pp"), metrics("ddp")
 close(pp, ddp, "--pp 2 vs ddp on 2 ranks")
+close(metrics("pp_zero1"), ddp, "--pp 2 with zero1 vs ddp on 2 ranks")
 close({k: v for k, v in metrics("resumed").items() if k[0] > 4}, metrics("one"), "--pp 2 resumed in one process")
-s = json.load(open(f"{work}/pp/summary.json"))
-assert s["pipeline_stages"] == 2 and s["world_size"] == 4, s
-measured, scheduled = s["comm"]["per_step"], s["comm"]["scheduled_per_step"]
-assert measured == scheduled, (measured, scheduled)
-assert scheduled["node"]["bytes_sent"] > 0 and scheduled["gpu"]["bytes_sent"] > 0, scheduled
+for run in ("pp", "pp_zero1"):
+    s = json.load(open(f"{work}/{run}/summary.json"))
+    assert s["pipeline_stages"] == 2 and s["world_size"] == 4, s
+    measured, scheduled = s["comm"]["per_step"], s["comm"]["scheduled_per_step"]
+    assert measured == scheduled, (run, measured, scheduled)
+    assert scheduled["node"]["bytes_sent"] > 0 and scheduled["gpu"]["bytes_sent"] > 0, scheduled
 PY
 
 refused() {  # refused FLAG_TEXT COMMAND...: fails unless COMMAND fails naming FLAG_TEXT

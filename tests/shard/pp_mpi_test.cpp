@@ -1,5 +1,5 @@
 // Pipeline parallelism in the runtime, 4 ranks: --pp 2 over the outer tier with two ddp
-// replicas per stage, and --pp 4 (one replica) of a 4-block model, train to the losses and
+// (and zero1) replicas per stage, and --pp 4 (one replica) of a 4-block model, train to the losses and
 // weights of the same global batch in one process (the reduction order changes, so within
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
 // sends included; refusals name the flag.
@@ -83,9 +83,9 @@ struct PipeRun {
 
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
 // reference reads every replica's, the same global batch.
-PipeRun train_pipelined(int pp, int layers, std::vector<comm::CommStats>* traffic = nullptr,
-                    comm::CommStats* scheduled = nullptr) {
-  shard::PipelineEngine engine(options_at(pp), config_of(layers), kBatch, kSeq, kMicro, 1234);
+PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
+                        comm::CommStats* scheduled) {
+  shard::PipelineEngine engine(options_at(pp, strategy), config_of(layers), kBatch, kSeq, kMicro, 1234);
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
@@ -155,27 +155,32 @@ std::string refusal(F&& f) {
 
 }  // namespace
 
-TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
-  std::vector<comm::CommStats> traffic;
-  comm::CommStats scheduled;
-  const PipeRun pp = train_pipelined(2, 2, &traffic, &scheduled);
-  expect_same_training(pp, train_alone(2, 2), 2, "--pp 2, 2 ddp replicas a stage");
-  // The stage sends cross the outer tier; the replicas' gradient averages the inner one.
-  EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
-  EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
+void expect_measured_bytes_equal_the_schedule(const std::vector<comm::CommStats>& traffic,
+                                               const comm::CommStats& scheduled) {
   for (std::size_t s = 0; s < traffic.size(); ++s)
     for (std::size_t t = 0; t < scheduled.tiers.size(); ++t)
       EXPECT_EQ(traffic[s].tiers[t], scheduled.tiers[t]) << "step " << s + 1 << " tier " << scheduled.tier_names[t];
 }
 
+TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  for (const std::string strategy : {"ddp", "zero1"}) {
+    std::vector<comm::CommStats> traffic;
+    comm::CommStats scheduled;
+    const PipeRun pp = train_pipelined(2, 2, strategy, &traffic, &scheduled);
+    expect_same_training(pp, train_alone(2, 2), 2, "--pp 2, 2 " + strategy + " replicas a stage");
+    // The stage sends cross the outer tier; the replicas' gradient reductions the inner one.
+    EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
+    EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  }
+}
+
 TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
-  const PipeRun pp = train_pipelined(4, 4, &traffic, &scheduled);
+  const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
   expect_same_training(pp, train_alone(4, 1), 4, "--pp 4, one replica");
-  for (std::size_t s = 0; s < traffic.size(); ++s)
-    for (std::size_t t = 0; t < scheduled.tiers.size(); ++t)
-      EXPECT_EQ(traffic[s].tiers[t], scheduled.tiers[t]) << "step " << s + 1 << " tier " << scheduled.tier_names[t];
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
 }
 
 TEST(Pipeline, RefusalsNameTheFlag) {
