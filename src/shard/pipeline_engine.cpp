@@ -383,12 +383,20 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
                                 exp_avg_sq_.data() + b, hp, args.lr, args.update, scale);
     ++updates_;
   }
-  // Under zero1 the gathers run skipped or not: every replica's weights stay whole and equal.
-  for (const PipelineOp& op : schedule_->ops())
-    if (op.kind == PipelineOp::AllGather) run_step_op(op);
+  gather_weights();  // skipped or not: every replica's weights stay whole and equal
   std::fill(grads_.begin(), grads_.end(), 0.f);
   wall_s_ += seconds_since(t0);
   return out;
+}
+
+void PipelineEngine::state_loaded() {
+  gather_weights();
+  last_stats_ = context_->accounting().snapshot();
+}
+
+void PipelineEngine::gather_weights() {
+  for (const PipelineOp& op : schedule_->ops())
+    if (op.kind == PipelineOp::AllGather) run_step_op(op);
 }
 
 std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {

@@ -123,7 +123,9 @@ class PipelineEngine final : public train::Engine {
   std::vector<std::string> all_gather_strings(const std::string& local) override;
   std::vector<train::StateShard> state_shards() override;
   std::vector<train::StateShard> saved_shards() override;
-  void state_loaded() override {}  // the master weights are what the forward reads
+  // The master weights are what the forward reads: under zero1 each replica's chunks are
+  // gathered into every replica's runs (traffic before the first step, not of it).
+  void state_loaded() override;
   void gather_params(float* full) override;
   nlohmann::json describe() const override;
   // The step's traffic per tier; at the end, its mean over the steps without evaluation and
@@ -145,6 +147,7 @@ class PipelineEngine final : public train::Engine {
   comm::Communicator& group_of(const PipelineOp& op);
   void communicate(const PipelineOp& op, float* data);  // a send or receive of `data`
   void run_step_op(const PipelineOp& op);               // a reduction or gather of its run
+  void gather_weights();                                // the step's all-gathers (zero1)
   std::vector<train::StateShard> shards_of(const std::vector<PipelineSchedule::Run>& runs);
 
   topo::Topology topology_;

@@ -2,8 +2,8 @@
 # `strata train --pp` end to end on 4 ranks (2 nodes of 2 on the test topology, the stages
 # across "node"): the losses and validation losses of --pp 2 with two ddp (or zero1) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
-# tier equal the schedule's, the checkpoint resumes in one process at the uninterrupted
-# losses, and bad layouts are refused naming --pp.
+# tier equal the schedule's, the checkpoint resumes in one process and under zero1 stages at
+# the uninterrupted losses, and bad layouts are refused naming --pp.
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 strata=$1 src=$2
@@ -26,6 +26,8 @@ common=(--model tiny --train-data "$work/data/train.bin" --val-data "$work/data/
   > /dev/null
 "$strata" train "${common[@]}" --batch 4 --grad-accum 4 --out "$work/one" > /dev/null
 "$strata" train "${common[@]}" --batch 4 --grad-accum 4 --resume "$work/pp" --out "$work/resumed" > /dev/null
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --resume "$work/pp" --out "$work/resumed_zero1" > /dev/null
 
 /usr/bin/python3 - "$work" <<'PY' || fail "--pp 2 does not train as the same global batch without it"
 import json, sys
@@ -41,8 +43,10 @@ def close(a, b, what):
 pp, ddp = metrics("pp"), metrics("ddp")
 close(pp, ddp, "--pp 2 vs ddp on 2 ranks")
 close(metrics("pp_zero1"), ddp, "--pp 2 with zero1 vs ddp on 2 ranks")
-close({k: v for k, v in metrics("resumed").items() if k[0] > 4}, metrics("one"), "--pp 2 resumed in one process")
-for run in ("pp", "pp_zero1"):
+after = lambda run: {k: v for k, v in metrics(run).items() if k[0] > 4}
+close(after("resumed"), metrics("one"), "--pp 2 ddp resumed in one process")
+close(after("resumed_zero1"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero1")
+for run in ("pp", "pp_zero1", "resumed_zero1"):
     s = json.load(open(f"{work}/{run}/summary.json"))
     assert s["pipeline_stages"] == 2 and s["world_size"] == 4, s
     measured, scheduled = s["comm"]["per_step"], s["comm"]["scheduled_per_step"]
