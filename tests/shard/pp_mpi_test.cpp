@@ -2,7 +2,7 @@
 // (and zero1) replicas per stage, and --pp 4 (one replica) of a 4-block model, train to the losses and
 // weights of the same global batch in one process (the reduction order changes, so within
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
-// sends included; refusals name the flag.
+// sends included; recomputation changes no bit; refusals name the flag.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -84,8 +84,8 @@ struct PipeRun {
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
 // reference reads every replica's, the same global batch.
 PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
-                        comm::CommStats* scheduled) {
-  shard::PipelineEngine engine(options_at(pp, strategy), config_of(layers), kBatch, kSeq, kMicro, 1234);
+                        comm::CommStats* scheduled, bool recompute = false) {
+  shard::PipelineEngine engine(options_at(pp, strategy), config_of(layers), kBatch, kSeq, kMicro, 1234, recompute);
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
@@ -172,6 +172,11 @@ TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSche
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
     EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
     expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    // Recomputation restores each stage's activations bit for bit, its first block's input
+    // (the received activation) included.
+    const PipeRun recomputed = train_pipelined(2, 2, strategy, nullptr, nullptr, true);
+    EXPECT_EQ(recomputed.losses, pp.losses) << strategy;
+    EXPECT_EQ(recomputed.params, pp.params) << strategy;
   }
 }
 
@@ -195,5 +200,10 @@ TEST(Pipeline, RefusalsNameTheFlag) {
     shard::PipelineEngine(o, config_of(3), kBatch, kSeq, kMicro, 1234);
   });
   EXPECT_NE(tier.find("--pp 3"), std::string::npos) << tier;
-  if (world_rank() == 0) std::printf("refused: %s\nrefused: %s\nrefused: %s\n", uneven.c_str(), strategy.c_str(), tier.c_str());
+  const std::string llama = refusal([] {
+    shard::PipelineEngine(options_at(2), model::GPTConfig::preset("llama-tiny"), kBatch, kSeq, kMicro, 1234);
+  });
+  EXPECT_NE(llama.find("--pp 2"), std::string::npos) << llama;
+  if (world_rank() == 0)
+    for (const std::string* r : {&uneven, &strategy, &tier, &llama}) std::printf("refused: %s\n", r->c_str());
 }
