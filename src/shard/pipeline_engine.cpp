@@ -162,6 +162,7 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     if (options.strategy != "ddp" && options.strategy != "zero1")
       throw Error(fmt::format("--pp {}: a stage's replicas run ddp or zero1; --strategy {} is not run under --pp yet",
                               options.pp, options.strategy));
+    if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
     if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
     topology_ = resolve_topology(options, world);
     int level = topology_.outermost();
