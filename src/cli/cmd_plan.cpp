@@ -52,8 +52,6 @@ struct PlanOptions {
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
-  int pp = 1;
-  std::string pp_tier;
   bool search = false;
   int top = 5;
   std::string sweep_nodes, svg;
@@ -64,9 +62,9 @@ struct PlanOptions {
   std::vector<std::string> emit;  // FRAMEWORK FILE
   // Which options were given (CLI11 counts), for overrides that must not apply by default.
   CLI::Option *nodes_opt = nullptr, *seq_opt = nullptr, *peak_opt = nullptr, *memory_opt = nullptr,
-              *hbm_opt = nullptr, *efficiency_opt = nullptr, *tdp_opt = nullptr, *idle_opt = nullptr, *pp_opt = nullptr,
+              *hbm_opt = nullptr, *efficiency_opt = nullptr, *tdp_opt = nullptr, *idle_opt = nullptr,
               *recompute_opt = nullptr;
-  bool tp_given = false;
+  bool tp_given = false, pp_given = false;
 };
 
 // The sweep's title: the model, topology and workload, and every other option given that changes
@@ -106,9 +104,9 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(o.tdp_opt->count() > 0, fmt::format("TDP {:g} W", o.tdp_watts));
   given(o.idle_opt->count() > 0, fmt::format("idle {:g} W", o.idle_watts));
   given(o.tp_given, fmt::format("tp {}", s.tp));
-  given(o.pp_opt->count() > 0, fmt::format("pp {}", o.pp));
+  given(o.pp_given, fmt::format("pp {}", o.shard.pp));
   given(!s.tp_tier.empty(), "tp tier " + s.tp_tier);
-  given(!o.pp_tier.empty(), "pp tier " + o.pp_tier);
+  given(!o.shard.pp_tier.empty(), "pp tier " + o.shard.pp_tier);
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -137,7 +135,8 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
   std::vector<plan::NamedSpec> out;
   for (const std::string& variant : names) {
-    const auto [given, mp] = plan::parse_strategy_variant(variant, {o.shard.tp, o.pp, o.shard.tp_tier, o.pp_tier});
+    const auto [given, mp] =
+        plan::parse_strategy_variant(variant, {o.shard.tp, o.shard.pp, o.shard.tp_tier, o.shard.pp_tier});
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
@@ -634,7 +633,7 @@ void check_modes(const PlanOptions& o, const PlanInputs& in) {
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
   if ((o.print_schedule || !o.compare_summary.empty()) &&
-      (o.pp_opt->count() || o.strategy.find("+pp") != std::string::npos))
+      (o.pp_given || o.strategy.find("+pp") != std::string::npos))
     throw Error(fmt::format("{}: a pipeline's sends are priced beside the stages' schedules, not in one (the "
                             "runtime runs no pipeline); leave out --pp and +ppN",
                             o.print_schedule ? "--print-schedule" : "--compare-summary"));
@@ -681,13 +680,13 @@ void run_search(const PlanOptions& o, const PlanInputs& in, const topo::Topology
                 const plan::PlanContext& context) {
   const parallel::ShardOptions& s = o.shard;
   plan::SearchRequest request{in.model, topology, in.device, in.workload, in.leave_out, in.calibration, {}, {}, {},
-                              s.tp_tier, o.pp_tier};
+                              s.tp_tier, o.shard.pp_tier};
   if (s.block_size != 0) request.space.block_size = s.block_size;
   if (s.prefetch >= 0) request.space.prefetch = s.prefetch;
   if (s.bucket_bytes >= 0) request.space.bucket_bytes = static_cast<std::uint64_t>(s.bucket_bytes);
   if (s.first_bucket_bytes >= 0) request.space.first_bucket_bytes = static_cast<std::uint64_t>(s.first_bucket_bytes);
   if (o.tp_given) request.tp = s.tp;
-  if (o.pp_opt->count()) request.pp = o.pp;
+  if (o.pp_given) request.pp = o.shard.pp;
   const plan::SearchResult result = plan::run_search(request);
   // Nothing fits: try the changes a user would make, in order, until one does.
   const std::vector<plan::FitChange> changes =
@@ -708,7 +707,7 @@ void run_search(const PlanOptions& o, const PlanInputs& in, const topo::Topology
     same_batch.batch_per_device = true;
     write_emitted(o, {plan::Framework::DeepSpeed, in.model, topology, in.device, same_batch, in.leave_out,
                       in.calibration,
-                      {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, s.tp_tier, o.pp_tier}}});
+                      {best.spec.preset, best.spec, {best.tensor_parallel, best.pipeline_stages, s.tp_tier, s.pp_tier}}});
   }
   if (result.fitting.empty())
     throw Error(fmt::format("--search: no plan fits in {:g} GB a device{}", in.device.memory_gb,
@@ -855,10 +854,6 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  o->pp_opt = cmd->add_option("--pp", o->pp,
-                              "pipeline stages (1F1B) across --pp-tier, the micro-batches being --accum; or a +ppN "
-                              "suffix on a --strategy name");
-  cmd->add_option("--pp-tier", o->pp_tier, "tier the pipeline stages cross (default: the outermost)");
   o->tdp_opt = cmd->add_option("--tdp-watts", o->tdp_watts, "board power (TDP) a device, W, for J/token");
   o->idle_opt = cmd->add_option("--idle-watts", o->idle_watts, "idle power a device, W (default: a tenth of TDP)");
   cmd->add_flag("--search", o->search, "rank every valid (tp, pp, spec) of the topology");
@@ -886,6 +881,7 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
     o->shard = train::build_shard_options(given);
     o->shard.keep_weights_after_forward = o->spec_flags.keep_weights_after_forward;
     o->tp_given = given.contains("shard.tp");
+    o->pp_given = given.contains("shard.pp");
     run_plan(*o);
   });
 });

@@ -27,6 +27,7 @@
 #include "device/device.hpp"
 #include "model/layout.hpp"
 #include "shard/executor.hpp"
+#include "shard/pipeline_engine.hpp"
 #include "shard/runtime.hpp"
 #include "shard/schedule.hpp"
 #include "shard/spec.hpp"
@@ -125,6 +126,10 @@ device::Device& check_device(const train::TrainConfig& config) {
       throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device "
                               "(train.device)",
                               config.shard.tp, config.device));
+    if (config.shard.pp > 1)
+      throw Error(fmt::format("--pp {}: pipeline stages compute on the cpu in fp32 only, not on the {} device "
+                              "(train.device)",
+                              config.shard.pp, config.device));
     if (!comm::nccl_built())
       throw Error(fmt::format("train.device = '{}' (--device): a sharded run (--strategy, mpirun) on it moves its "
                               "buffers with NCCL communicators per tier group, and this strata was built without "
@@ -161,6 +166,9 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   if (config.shard.tp > 1 && !config.shard.sharded())
     throw Error(fmt::format("--tp {}: tensor parallelism needs ranks under mpirun (or --print-schedule --world-size)",
                             config.shard.tp));
+  if (config.shard.pp > 1 && (!config.shard.sharded() || args.print_schedule))
+    throw Error(fmt::format("--pp {}: pipeline stages run under mpirun, with no --print-schedule yet",
+                            config.shard.pp));
   if (config.threads == 0 && launched_ranks > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     // Share the cores among the ranks of this machine rather than oversubscribe them. An
     // OMP_NUM_THREADS the user set wins, as it does outside mpirun: only they know when
@@ -271,6 +279,29 @@ void check_ranks_launched(const train::TrainConfig& config) {
   }
 }
 
+// A --pp run (shard/pipeline_engine.hpp); returns whether SIGINT stopped it.
+bool run_pipelined(const train::TrainConfig& config) {
+  shard::PipelineEngine engine(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
+                               config.seed, config.recomputes());
+  train::PreemptionHandler preemption;
+  train::Trainer trainer(config, engine);
+  const bool leader = engine.rank() == 0;
+  if (leader) {
+    const parallel::ParallelDims dims = engine.parallel_dims();
+    fmt::print("strata train: model {} ({}), {} pipeline stages of {} ddp {} on {} of topology '{}', "
+               "batch {} x seq {} x accum {} per replica, steps {}, {} a rank\n",
+               config.model_name, model_shape(config.model), dims.pipeline, dims.data_parallel_size(),
+               dims.data_parallel_size() == 1 ? "replica" : "replicas", count_of(engine.world_size(), "rank"),
+               config.shard.topology, config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
+               count_of(omp_get_max_threads(), "thread"));
+    warn_at_start(config);
+    std::fflush(stdout);
+  }
+  const train::TrainResult result = run_recorded(trainer, config);
+  if (leader) report(config, result);
+  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+}
+
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
 bool run_train(const TrainArgs& args) {
   if (args.schedule_json && !args.print_schedule) throw Error("--json: only with --print-schedule");
@@ -321,6 +352,7 @@ bool run_train(const TrainArgs& args) {
   const std::filesystem::path flight_dir = config.out_dir.empty() ? "" : std::filesystem::path(config.out_dir) / "flight";
   comm::flight_recorder().configure(config.flight_ops, flight_dir);
   device::Device& device = check_device(config);
+  if (config.shard.pp > 1) return run_pipelined(config);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                 config.seed, device, config.recomputes(),
                                 precision_named(config.precision, "train.precision"),

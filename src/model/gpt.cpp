@@ -519,6 +519,14 @@ void GPT::embed_backward(float* embed_grads) {
   });
 }
 
+float* GPT::residual(int layer) {
+  if (layer < 0 || layer > config().n_layer)
+    throw Error(fmt::format("model: no residual stream at layer {} of {}", layer, config().n_layer));
+  return const_cast<float*>(impl_->block_input(layer));
+}
+
+float* GPT::residual_grad() { return impl_->dres; }
+
 float GPT::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   // Refuse bad ids before acquiring anything, so no unit is left acquired.

@@ -62,6 +62,13 @@ class GPT final : public Model {
                      float* embed_grads, float grad_scale);
   void block_backward(int layer, const float* block_params, float* block_grads);
   void embed_backward(float* embed_grads);
+  // For pipeline stages, which run a range of blocks: the residual stream entering block
+  // `layer` (layer == n_layer: ln_f's input; a stage writes its predecessor's output here and
+  // reads its own output at its end layer), and its gradient where backward now stands (a
+  // stage writes its successor's gradient here before its last block's backward and reads
+  // its first block's input gradient after).
+  float* residual(int layer);
+  float* residual_grad();
 
  ~GPT() override;
   GPT(GPT&&) noexcept;

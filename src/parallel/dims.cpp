@@ -45,7 +45,11 @@ int ParallelDims::tensor_stride() const {
 
 int ParallelDims::data_parallel_rank(int world_rank) const {
   const int stride = tensor_stride();
-  return world_rank / (stride * tensor) * stride + world_rank % stride;
+  const int r = world_rank / (stride * tensor) * stride + world_rank % stride;
+  // The stages likewise (above the TP slice's tier): ranks of one stage are the replicas.
+  int pipeline_stride = 1;
+  for (int t = 0; t < pipeline_level; ++t) pipeline_stride *= data_levels[t];
+  return r / (pipeline_stride * pipeline) * pipeline_stride + r % pipeline_stride;
 }
 
 topo::Topology ParallelDims::data_parallel_topology(const topo::Topology& physical) const {

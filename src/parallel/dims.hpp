@@ -8,13 +8,14 @@
 // ranks of that tier hold one replica between them, read the same batches and average
 // nothing among themselves. Pipeline parallelism takes a slice of another tier (usually the
 // outermost): `pipeline` domains of it hold one stage each. A tier of size s holding a
-// slice of t becomes a data-parallel level of s/t. The runtime runs data and tensor
-// parallelism; the planner prices all three from this object.
+// slice of t becomes a data-parallel level of s/t. The runtime runs all three, a pipeline
+// not yet beside TP (parallel/pipeline.hpp); the planner prices them from this object.
 //
-// Rank order (the runtime's dims have pipeline 1): a TP group is `tensor` consecutive
-// domains of the tier inside tensor_level (consecutive ranks for the innermost tier), its
-// members D apart, D = the ranks of one such domain. A rank's TP index is its place in that
-// group; its data-parallel rank counts the replicas in rank order.
+// Rank order: a TP group is `tensor` consecutive domains of the tier inside tensor_level
+// (consecutive ranks for the innermost tier), its members D apart, D = the ranks of one such
+// domain; the stages likewise `pipeline` consecutive domains of the tier inside
+// pipeline_level. A rank's TP index is its place in that group; its data-parallel rank counts
+// the replicas in rank order.
 #include <vector>
 
 #include "topo/topology.hpp"
@@ -38,8 +39,8 @@ struct ParallelDims {
 
   int data_parallel_size() const;  // replicas: the product of the levels
   int world_size() const { return data_parallel_size() * tensor * pipeline; }
-  // The replica a rank reads batches for, and the rank's index in its TP group (the
-  // runtime's dims have pipeline 1). The ranks of one TP index, in world rank order, are the
+  // The replica a rank reads batches for (the stages of one replica read the same), and the
+  // rank's index in its TP group. The ranks of one TP index, in world rank order, are the
   // replicas in data-parallel rank order.
   int data_parallel_rank(int world_rank) const;
   int tensor_rank(int world_rank) const { return world_rank / tensor_stride() % tensor; }

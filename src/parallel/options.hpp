@@ -23,6 +23,8 @@ struct ShardOptions {
   int tp = 1;                            // tensor-parallel degree (ParallelDims::tensor)
   std::string tp_tier;                   // the tier the TP groups lie in; empty = the innermost
   bool sequence_parallel = false;        // Megatron's sequence parallelism over the TP group
+  int pp = 1;                            // pipeline stages (ParallelDims::pipeline)
+  std::string pp_tier;                   // the tier the stages cross; empty = the outermost
   bool emulate_links = false;
   double emulate_scale = 1.0;
 

@@ -8,7 +8,8 @@
 // PlanContext over that smaller topology: the ordinary shard::Schedule of the stage's
 // TP-split units, with the TP collectives as ops of that schedule (the runtime's own list,
 // model::tensor_parallel_calls), priced with every other op. The stage-to-stage sends are
-// the one planner-only list (PipelineSend below): the runtime runs no pipeline.
+// the one planner-only list (PipelineSend below); the runtime's pipeline
+// (shard/pipeline_engine.hpp) keeps its own, which this does not read yet.
 #include <optional>
 #include <string>
 #include <string_view>

@@ -223,6 +223,13 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.shard.tp = positive_int(k, v); }},
       {{"shard.tp_tier", "--tp-tier", K::String, "the tier the tensor-parallel groups lie in"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.tp_tier = as_string(k, v); }},
+      {{"shard.pp", "--pp", K::Int,
+        "pipeline stages (1F1B over the step's micro-batches, --grad-accum; strata plan: --accum, or a +ppN "
+        "suffix on a --strategy name): that many consecutive domains of --pp-tier hold one stage each, the blocks "
+        "split equally"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.pp = positive_int(k, v); }},
+      {{"shard.pp_tier", "--pp-tier", K::String, "the tier the pipeline stages cross; empty: the outermost"},
+       [](TrainConfig& c, auto& k, auto& v) { c.shard.pp_tier = as_string(k, v); }},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
@@ -448,6 +455,8 @@ nlohmann::json TrainConfig::to_json() const {
             {"tp", shard.tp},
             {"tp_tier", shard.tp_tier},
             {"sequence_parallel", shard.sequence_parallel},
+            {"pp", shard.pp},
+            {"pp_tier", shard.pp_tier},
             {"emulate_links", shard.emulate_links},
             {"emulate_scale", shard.emulate_scale}}}};
 }

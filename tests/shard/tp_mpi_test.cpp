@@ -27,6 +27,7 @@
 #include "device/device.hpp"
 #include "model/init.hpp"
 #include "shard/runtime.hpp"
+#include "key_bias.hpp"
 #include "test_batches.hpp"
 #include "train/checkpoint.hpp"
 #include "train/local_engine.hpp"
@@ -152,18 +153,6 @@ const TpRun& reference(const std::string& preset = "tiny") {
   static std::map<std::string, TpRun> runs;
   if (!runs.count(preset)) runs[preset] = train_tp("ddp", "", 1, model::GPTConfig::preset(preset));
   return runs[preset];
-}
-
-// The key biases' gradient is zero in exact arithmetic, so what Adam makes of their rounding
-// noise differs with any other summation order: left out of the weight comparison (Llama has
-// no biases).
-bool key_bias(const model::ParamLayout& layout, std::size_t i) {
-  const std::size_t C = layout.config().n_embd;
-  for (int l = 0; l < layout.config().n_layer; ++l) {
-    const auto* t = layout.try_find("h." + std::to_string(l) + ".attn.c_attn.bias");
-    if (t && i >= t->offset + C && i < t->offset + 2 * C) return true;
-  }
-  return false;
 }
 
 void expect_same_training(const TpRun& tp, const std::string& name, const std::string& preset = "tiny") {

@@ -1,0 +1,49 @@
+#pragma once
+// Pipeline parallelism as data: which blocks a stage holds, which world ranks a stage's
+// neighbours are, and the 1F1B program of one stage over m micro-batches with its sends to
+// and receives from the neighbouring stages. The runtime (shard/pipeline_engine.hpp) walks
+// this program; its sends are the ops its accounting counts.
+//
+// Rank order (dims.hpp): the P stages are P consecutive domains of the tier
+// `dims.pipeline_level` (the outermost by default), so a rank's peer in the next stage is
+// the rank one such domain further on, and the ranks of one stage, in world order, are the
+// stage's data-parallel replicas.
+#include <vector>
+
+#include "parallel/dims.hpp"
+#include "topo/topology.hpp"
+
+namespace strata::parallel {
+
+// The blocks [first_layer, first_layer + layers) of one stage of `stages` equal stages; the
+// embeddings live with the first stage, the final norm and the head with the last. A split
+// that does not divide the layers is refused naming --pp.
+struct StageSplit {
+  int first_layer = 0, layers = 0;
+  bool first = false, last = false;
+  int end_layer() const { return first_layer + layers; }
+};
+StageSplit stage_split(int n_layer, int stages, int stage);
+
+// The stage of `world_rank` and the world rank holding the same replica in `stage`.
+int pipeline_stage(const ParallelDims& dims, const topo::Topology& physical, int world_rank);
+int pipeline_peer(const ParallelDims& dims, const topo::Topology& physical, int world_rank, int stage);
+
+// One step of a stage's 1F1B program. Receives come right before the compute that reads
+// them, sends right after the compute that makes them, in the order that matches the
+// neighbour's program message for message (each pair of stages exchanges its messages in
+// one order on both sides, so blocking sends never wait on each other in a cycle).
+struct PipelineAction {
+  enum Kind { Forward, Backward, SendActivation, ReceiveActivation, SendGradient, ReceiveGradient } kind;
+  int micro_batch = 0;
+  bool operator==(const PipelineAction&) const = default;
+};
+const char* action_name(PipelineAction::Kind kind);
+
+// Stage `stage` of `stages` over `micro_batches`: min(stages - 1 - stage, m) forwards to warm
+// up, then one forward and one backward in turn, then the backwards left.
+std::vector<PipelineAction> one_f_one_b(int stages, int stage, int micro_batches);
+// The micro-batches whose activations a stage holds at once: min(stages - stage, m).
+int micro_batches_in_flight(int stages, int stage, int micro_batches);
+
+}  // namespace strata::parallel

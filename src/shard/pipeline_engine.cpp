@@ -1,0 +1,499 @@
+#include "shard/pipeline_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "comm/agree.hpp"
+#include "comm/dtype.hpp"
+#include "comm/traffic.hpp"
+#include "model/init.hpp"
+#include "optim/adamw.hpp"
+#include "shard/runtime.hpp"
+
+namespace strata::shard {
+
+using parallel::PipelineAction;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, int first_unit, int last_unit) {
+  const auto& units = layout.units();
+  return {units.at(first_unit).offset, units.at(last_unit).offset + units.at(last_unit).numel};
+}
+
+}  // namespace
+
+PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages,
+                                   int stage, const StageReplicas& replicas)
+    : split_(parallel::stage_split(config.n_layer, stages, stage)),
+      program_(parallel::one_f_one_b(stages, stage, micro_batches)),
+      activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
+  if (config.family != model::Family::Gpt2)
+    throw Error(fmt::format("--pp {}: pipeline stages run GPT-2 models only, not {}", stages,
+                            model::family_name(config.family)));
+  const model::ParamLayout layout(config);
+  const int first_unit = layout.block_unit(split_.first_layer);
+  const int last_unit = split_.last ? layout.final_norm_unit() : layout.block_unit(split_.end_layer() - 1);
+  // The embeddings a run of their own: the first and last stage then cut them alike.
+  const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  if (split_.first) runs_.push_back(embeddings);
+  runs_.push_back(unit_run(layout, first_unit, last_unit));
+  if (split_.last && stages > 1) runs_.push_back(embeddings);
+  add_sends();
+  add_step_ops(layout, stages, replicas);
+}
+
+void PipelineSchedule::add_sends() {
+  const std::uint64_t bytes = activation_floats_ * sizeof(float);
+  auto send = [&](const char* purpose, PipelineOp::Group g, int micro_batch) {
+    ops_.push_back({purpose, PipelineOp::Send, g, micro_batch, 0, 0, bytes});
+  };
+  for (const PipelineAction& a : program_) {
+    switch (a.kind) {
+      case PipelineAction::SendActivation: send("activation-send", PipelineOp::Next, a.micro_batch); break;
+      case PipelineAction::ReceiveActivation: send("activation-send", PipelineOp::Previous, a.micro_batch); break;
+      case PipelineAction::SendGradient: send("activation-grad-send", PipelineOp::Previous, a.micro_batch); break;
+      case PipelineAction::ReceiveGradient: send("activation-grad-send", PipelineOp::Next, a.micro_batch); break;
+      default: break;
+    }
+  }
+}
+
+void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas) {
+  const bool tied_here = (split_.first || split_.last) && stages > 1;
+  const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
+  std::vector<PipelineOp> gathers;
+  for (std::size_t r = 0; r < runs_.size(); ++r) {
+    const auto [b, e] = runs_[r];
+    const bool tied_copy = split_.last && stages > 1 && r + 1 == runs_.size();
+    Run mine = runs_[r];
+    if (replicas.zero1) {
+      const std::size_t c = comm::chunk_count(e - b, replicas.count, 1);
+      mine = {std::min(e, b + c * replicas.index), std::min(e, b + c * (replicas.index + 1))};
+      ops_.push_back({"stage gradients", PipelineOp::ReduceScatter, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
+      gathers.push_back({"stage weights", PipelineOp::AllGather, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
+    } else {
+      ops_.push_back({"stage gradients", PipelineOp::AllReduce, PipelineOp::Stage, -1, b, e, (e - b) * sizeof(float)});
+    }
+    updated_.push_back(mine);
+    if (!tied_copy && (replicas.zero1 || replicas.index == 0)) counted_.push_back(mine);
+  }
+  // The tied embeddings: the first stage's lookup gradient plus the last stage's head gradient
+  // (under zero1, chunk for chunk: both stages' replica k hold the same chunk).
+  if (tied_here) {
+    const Run mine = split_.first ? updated_.front() : updated_.back();
+    const Run part = {std::max(mine.first, embeddings.first), std::min(mine.second, embeddings.second)};
+    if (part.second > part.first)
+      ops_.push_back({"tied embeddings", PipelineOp::AllReduce, PipelineOp::Tied, -1, part.first, part.second,
+                      (part.second - part.first) * sizeof(float)});
+  }
+  ops_.insert(ops_.end(), gathers.begin(), gathers.end());
+}
+
+const std::vector<int>& PipelineGroups::of(PipelineOp::Group g) const {
+  switch (g) {
+    case PipelineOp::Previous: return previous;
+    case PipelineOp::Next: return next;
+    case PipelineOp::Stage: return stage;
+    case PipelineOp::Tied: return tied;
+  }
+  return stage;
+}
+
+namespace {
+
+// Activations travel from the lower stage (member 0 of a link) up; their gradients down.
+int sender_of(const PipelineOp& op) { return op.purpose == "activation-send" ? 0 : 1; }
+bool is_send(const PipelineOp& op) { return op.kind == PipelineOp::Send; }
+
+comm::Algorithm algorithm_of(PipelineOp::Kind kind) {
+  switch (kind) {
+    case PipelineOp::Send: return comm::Algorithm::BinomialBroadcast;
+    case PipelineOp::AllReduce: return comm::Algorithm::RingAllReduce;
+    case PipelineOp::ReduceScatter: return comm::Algorithm::RingReduceScatter;
+    case PipelineOp::AllGather: return comm::Algorithm::RingAllGather;
+  }
+  return comm::Algorithm::RingAllReduce;
+}
+
+}  // namespace
+
+comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
+                                  const topo::Topology& physical, int world_rank) {
+  std::vector<std::string> names;
+  for (const topo::Tier& t : physical.tiers()) names.push_back(t.name);
+  comm::Accounting counted(names);
+  for (const PipelineOp& op : schedule.ops()) {
+    const std::vector<int>& members = groups.of(op.group);
+    const int d = static_cast<int>(members.size());
+    const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
+    std::vector<int> tiers;
+    for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
+    // A broadcast's message is the whole buffer; a ring's, one chunk of it.
+    const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
+                                      ? (op.kind == PipelineOp::Send
+                                             ? op.bytes
+                                             : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
+                                      : op.bytes;
+    const std::vector<comm::Transfer> transfers =
+        comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
+    comm::charge_transfers(counted, transfers, tiers);
+  }
+  return counted.snapshot();
+}
+
+PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch,
+                               int seq, int micro_batches, std::uint64_t seed, bool recompute)
+    : layout_(config), micro_batches_(micro_batches) {
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  comm::agree(MPI_COMM_WORLD, "world", [&] {
+    if (options.strategy != "ddp" && options.strategy != "zero1")
+      throw Error(fmt::format("--pp {}: a stage's replicas run ddp or zero1; --strategy {} is not run under --pp yet",
+                              options.pp, options.strategy));
+    if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
+    if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
+    topology_ = resolve_topology(options, world);
+    int level = topology_.outermost();
+    if (!options.pp_tier.empty()) {
+      const std::optional<int> t = topology_.find_tier(options.pp_tier);
+      if (!t) throw Error(fmt::format("--pp-tier '{}': no such tier in topology '{}'", options.pp_tier, topology_.name()));
+      level = *t;
+    }
+    dims_ = parallel::ParallelDims::model_parallel(topology_, 1, 0, options.pp, level);
+    stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
+    schedule_ = std::make_unique<PipelineSchedule>(
+        config, batch, seq, micro_batches, options.pp, stage_,
+        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"});
+    strategy_ = options.strategy;
+  });
+  context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
+  build_groups();
+  const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
+  for (int i = 0; i < slots; ++i) models_.push_back(std::make_unique<model::GPT>(config, batch, seq, recompute));
+  const std::size_t n = layout_.total_floats();
+  params_.assign(n, 0.f);
+  grads_.assign(n, 0.f);
+  exp_avg_.assign(n, 0.f);
+  exp_avg_sq_.assign(n, 0.f);
+  model::init_params(layout_, params_.data(), seed);
+  tokens_.resize(micro_batches);
+  targets_.resize(micro_batches);
+  grad_scales_.resize(micro_batches);
+  losses_.resize(micro_batches);
+}
+
+void PipelineEngine::build_groups() {
+  const int P = dims_.pipeline;
+  auto peer = [&](int s) { return parallel::pipeline_peer(dims_, topology_, rank_, s); };
+  for (int r = 0; r < dims_.world_size(); ++r)
+    if (parallel::pipeline_stage(dims_, topology_, r) == stage_) members_.stage.push_back(r);
+  MPI_Comm stage_comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, stage_, rank_, &stage_comm);
+  mpi_comms_.push_back(stage_comm);
+  // Two-member groups, created lower link first on every rank: a chain from stage 0 up, so
+  // no rank waits on a creation its partner has not reached.
+  MPI_Group world_group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  auto pair = [&](int a, int b, int tag) {
+    const int ranks[2] = {a, b};
+    MPI_Group g;
+    MPI_Group_incl(world_group, 2, ranks, &g);
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c);
+    MPI_Group_free(&g);
+    mpi_comms_.push_back(c);
+    return c;
+  };
+  const std::string where = fmt::format("pp{}", stage_);
+  MPI_Comm prev = MPI_COMM_NULL, next = MPI_COMM_NULL, tied = MPI_COMM_NULL;
+  if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1), members_.previous = {peer(stage_ - 1), rank_};
+  if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1), members_.next = {rank_, peer(stage_ + 1)};
+  if (stage_ == 0 || stage_ == P - 1) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
+  MPI_Group_free(&world_group);
+  if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
+  if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");
+  stage_group_ = std::make_unique<comm::Communicator>(*context_, stage_comm, where + "-replicas");
+  if (tied != MPI_COMM_NULL) tied_ = std::make_unique<comm::Communicator>(*context_, tied, "pp-tied");
+}
+
+PipelineEngine::~PipelineEngine() {
+  previous_.reset();
+  next_.reset();
+  stage_group_.reset();
+  tied_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  for (MPI_Comm& c : mpi_comms_)
+    if (!finalized && c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  context_.reset();
+}
+
+comm::Communicator& PipelineEngine::group_of(const PipelineOp& op) {
+  switch (op.group) {
+    case PipelineOp::Previous: return *previous_;
+    case PipelineOp::Next: return *next_;
+    case PipelineOp::Stage: return *stage_group_;
+    case PipelineOp::Tied: return *tied_;
+  }
+  return *stage_group_;
+}
+
+void PipelineEngine::communicate(const PipelineOp& op, float* data) {
+  comm::Communicator& group = group_of(op);
+  const auto t0 = std::chrono::steady_clock::now();
+  group.broadcast_async(comm::f32(data, op.bytes / sizeof(float)), sender_of(op)).wait();
+  exposed_s_ += seconds_since(t0);
+}
+
+void PipelineEngine::run_step_op(const PipelineOp& op) {
+  comm::Communicator& group = group_of(op);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t n = op.end - op.begin, c = op.bytes / sizeof(float);
+  // This member's chunk of the run: [lo, hi), at most c floats (the last may be short).
+  const std::size_t lo = std::min(op.end, op.begin + c * group.index()), hi = std::min(op.end, lo + c);
+  switch (op.kind) {
+    case PipelineOp::AllReduce:
+      group.all_reduce_async(comm::f32(grads_.data() + op.begin, n),
+                             op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum)
+          .wait();
+      break;
+    case PipelineOp::ReduceScatter:
+      chunk_.assign(c, 0.f);
+      group.reduce_scatter_async(comm::f32(grads_.data() + op.begin, n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
+          .wait();
+      std::copy_n(chunk_.begin(), hi - lo, grads_.begin() + lo);
+      break;
+    case PipelineOp::AllGather:
+      chunk_.assign(c, 0.f);
+      std::copy(params_.begin() + lo, params_.begin() + hi, chunk_.begin());
+      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(params_.data() + op.begin, n)).wait();
+      break;
+    case PipelineOp::Send: throw Error("pipeline: a send among the step's reductions");
+  }
+  exposed_s_ += seconds_since(t0);
+}
+
+void PipelineEngine::forward(int i) {
+  model::GPT& m = *models_[i % models_.size()];
+  const parallel::StageSplit& s = schedule_->split();
+  const auto& units = layout_.units();
+  const float* E = params_.data() + units[layout_.embeddings_unit()].offset;
+  if (s.first) m.embed_forward(E, tokens_[i].data());
+  for (int l = s.first_layer; l < s.end_layer(); ++l)
+    m.block_forward(l, params_.data() + units[layout_.block_unit(l)].offset);
+  if (s.last) losses_[i] = m.head_forward(params_.data() + units[layout_.final_norm_unit()].offset, E, targets_[i].data());
+}
+
+void PipelineEngine::backward(int i) {
+  model::GPT& m = *models_[i % models_.size()];
+  const parallel::StageSplit& s = schedule_->split();
+  const auto& units = layout_.units();
+  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset;
+  if (s.last) m.head_backward(params_.data() + f, params_.data() + e, grads_.data() + f, grads_.data() + e, grad_scales_[i]);
+  for (int l = s.end_layer() - 1; l >= s.first_layer; --l) {
+    const std::size_t o = units[layout_.block_unit(l)].offset;
+    m.block_backward(l, params_.data() + o, grads_.data() + o);
+  }
+  if (s.first) m.embed_backward(grads_.data() + e);
+}
+
+void PipelineEngine::run_program() {
+  const parallel::StageSplit& s = schedule_->split();
+  auto op = schedule_->ops().begin();
+  for (const PipelineAction& a : schedule_->program()) {
+    model::GPT& m = *models_[a.micro_batch % models_.size()];
+    switch (a.kind) {
+      case PipelineAction::Forward: forward(a.micro_batch); break;
+      case PipelineAction::Backward: backward(a.micro_batch); break;
+      case PipelineAction::SendActivation: communicate(*op++, m.residual(s.end_layer())); break;
+      case PipelineAction::ReceiveActivation: communicate(*op++, m.residual(s.first_layer)); break;
+      case PipelineAction::SendGradient:
+      case PipelineAction::ReceiveGradient: communicate(*op++, m.residual_grad()); break;
+    }
+  }
+}
+
+float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
+  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  // Which of the step's micro-batches this is: the count of those kept so far.
+  int i = 0;
+  while (i < micro_batches_ && !tokens_[i].empty()) ++i;
+  if (i == micro_batches_) throw Error(fmt::format("--pp: more than --grad-accum {} micro-batches in one step", micro_batches_));
+  tokens_[i].assign(tokens, tokens + n);
+  targets_[i].assign(targets, targets + n);
+  grad_scales_[i] = grad_scale;
+  if (i + 1 < micro_batches_) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  run_program();
+  wall_s_ += seconds_since(t0);
+  for (auto& t : tokens_) t.clear();
+  double sum = 0;
+  if (schedule_->split().last)
+    for (double l : losses_) sum += l;
+  return static_cast<float>(sum);
+}
+
+float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
+  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  const parallel::StageSplit& s = schedule_->split();
+  model::GPT& m = *models_[0];
+  tokens_[0].assign(tokens, tokens + n);
+  targets_[0].assign(targets, targets + n);
+  const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);
+  auto send = [&](PipelineOp::Group g, float* data) {
+    communicate({"activation-send", PipelineOp::Send, g, 0, 0, 0, bytes}, data);
+  };
+  if (!s.first) send(PipelineOp::Previous, m.residual(s.first_layer));
+  forward(0);
+  if (!s.last) send(PipelineOp::Next, m.residual(s.end_layer()));
+  tokens_[0].clear();
+  evaluated_since_report_ = true;
+  return s.last ? static_cast<float>(losses_[0]) : 0.f;
+}
+
+train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const PipelineOp& op : schedule_->ops())
+    if (op.kind == PipelineOp::AllReduce || op.kind == PipelineOp::ReduceScatter) run_step_op(op);
+  // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
+  double local = 0;
+  for (const auto& [b, e] : schedule_->counted()) local += optim::sum_squares(grads_.data() + b, e - b);
+  std::vector<double> all(dims_.world_size());
+  MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  double sum = 0;
+  for (double x : all) sum += x;
+  train::StepOutcome out;
+  out.grad_norm = std::sqrt(sum) / args.loss_scale;
+  out.applied = !args.skip && std::isfinite(out.grad_norm);
+  if (out.applied) {
+    const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
+    for (const auto& [b, e] : schedule_->updated())
+      optim::adamw_update_range(layout_, b, e, params_.data() + b, grads_.data() + b, exp_avg_.data() + b,
+                                exp_avg_sq_.data() + b, hp, args.lr, args.update, scale);
+    ++updates_;
+  }
+  gather_weights();  // skipped or not: every replica's weights stay whole and equal
+  std::fill(grads_.begin(), grads_.end(), 0.f);
+  wall_s_ += seconds_since(t0);
+  return out;
+}
+
+void PipelineEngine::state_loaded() {
+  gather_weights();
+  last_stats_ = context_->accounting().snapshot();
+}
+
+void PipelineEngine::gather_weights() {
+  for (const PipelineOp& op : schedule_->ops())
+    if (op.kind == PipelineOp::AllGather) run_step_op(op);
+}
+
+std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {
+  // The loss lives on the last stage: the mean is over its ranks.
+  double v[2] = {schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return {v[0] / dims_.data_parallel_size(), v[1] > 0};
+}
+
+std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& local) {
+  return comm::all_gather_strings(MPI_COMM_WORLD, local, "pp:all_gather_strings", "world");
+}
+
+std::vector<train::StateShard> PipelineEngine::shards_of(const std::vector<PipelineSchedule::Run>& runs) {
+  std::vector<train::StateShard> out;
+  for (const auto& [b, e] : runs)
+    if (e > b) out.push_back({b, e, params_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
+  return out;
+}
+
+std::vector<train::StateShard> PipelineEngine::state_shards() { return shards_of(schedule_->updated()); }
+
+std::vector<train::StateShard> PipelineEngine::saved_shards() { return shards_of(schedule_->counted()); }
+
+void PipelineEngine::gather_params(float* full) {
+  const std::size_t n = layout_.total_floats();
+  std::fill(full, full + n, 0.f);
+  for (const auto& [b, e] : schedule_->counted()) std::copy(params_.begin() + b, params_.begin() + e, full + b);
+  MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+nlohmann::json PipelineEngine::describe() const {
+  return {{"strategy", strategy_}, {"pp", dims_.pipeline}, {"world_size", dims_.world_size()}};
+}
+
+nlohmann::json PipelineEngine::step_report() {
+  const comm::CommStats now = context_->accounting().snapshot();
+  const comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
+  last_stats_ = now;
+  const double compute = std::max(0.0, wall_s_ - exposed_s_), exposed = exposed_s_;
+  wall_s_ = exposed_s_ = 0;
+  if (!evaluated_since_report_) {
+    step_traffic_.push_back(delta);
+    compute_total_s_ += compute;
+    exposed_total_s_ += exposed;
+  }
+  evaluated_since_report_ = false;
+  return {{"compute_s", compute}, {"exposed_comm_s", exposed}, {"comm", delta.to_json()["tiers"]}};
+}
+
+namespace {
+
+// Per tier: bytes sent, bytes received, messages, averaged over the world.
+std::vector<double> world_mean(const std::vector<comm::TierTraffic>& tiers, int world) {
+  std::vector<double> v;
+  for (const comm::TierTraffic& t : tiers)
+    v.insert(v.end(), {double(t.bytes_sent), double(t.bytes_received), double(t.messages)});
+  MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  for (double& x : v) x /= world;
+  return v;
+}
+
+}  // namespace
+
+nlohmann::json PipelineEngine::summary_report() {
+  const comm::CommStats scheduled = traffic_per_step();
+  std::vector<comm::TierTraffic> measured(scheduled.tiers.size());
+  for (const comm::CommStats& s : step_traffic_)
+    for (std::size_t t = 0; t < measured.size(); ++t) {
+      measured[t].bytes_sent += s.tiers[t].bytes_sent;
+      measured[t].bytes_received += s.tiers[t].bytes_received;
+      measured[t].messages += s.tiers[t].messages;
+    }
+  const double steps = std::max<std::size_t>(1, step_traffic_.size());
+  const std::vector<double> m = world_mean(measured, world_size()), p = world_mean(scheduled.tiers, world_size());
+  nlohmann::json per_step = nlohmann::json::object(), per_step_scheduled = nlohmann::json::object();
+  static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages"};
+  for (std::size_t t = 0; t < scheduled.tier_names.size(); ++t)
+    for (std::size_t f = 0; f < 3; ++f) {
+      per_step[scheduled.tier_names[t]][kFields[f]] = m[3 * t + f] / steps;
+      per_step_scheduled[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f];
+    }
+  return {{"strategy", strategy_},
+          {"pipeline_stages", dims_.pipeline},
+          {"world_size", world_size()},
+          {"link_emulation", context_->emulation().enabled},
+          {"compute_s", compute_total_s_ / steps},
+          {"exposed_comm_s", exposed_total_s_ / steps},
+          {"comm",
+           {{"per_step", per_step},
+            {"scheduled_per_step", per_step_scheduled},
+            {"steps_measured", step_traffic_.size()}}}};
+}
+
+comm::CommStats PipelineEngine::traffic_per_step() const {
+  return scheduled_traffic(*schedule_, members_, topology_, rank_);
+}
+
+}  // namespace strata::shard

@@ -1,0 +1,178 @@
+#pragma once
+// Pipeline parallelism in the runtime (--pp P): the blocks split into P equal stages
+// (parallel::stage_split; the embeddings with the first, the final norm and the tied head
+// with the last, which holds a copy of the embeddings), each stage a group of data-parallel
+// replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
+// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). Every
+// rank holds the whole model's arenas and uses its stage's runs. One step runs parallel::one_f_one_b over the step's micro-batches:
+// each rank walks its stage's program, activations and their gradients crossing to the
+// neighbouring stage's rank of the same replica as one message each. The tied embeddings'
+// gradients of the first and last stage are summed between them, so both copies stay equal.
+//
+// The program and its messages are one schedule (PipelineSchedule): the engine runs its ops
+// and nothing else through the accounted collectives, so the bytes the accounting measures
+// per tier are the schedule's (PipelineSchedule::traffic_per_step). The step's scalars (loss,
+// gradient norm, stop flag) travel over plain MPI, outside that accounting.
+//
+// The trainer hands the engine one micro-batch at a time; 1F1B needs them all, so the engine
+// keeps them and runs the step's program at the last (micro_steps()-th) one. That call
+// returns the sum of the step's micro-batch losses on the last stage, every other call 0,
+// and all_mean_and_any averages over the last stage's ranks: the trainer's mean loss is the
+// global batch's.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "comm/accounting.hpp"
+#include "comm/communicator.hpp"
+#include "comm/context.hpp"
+#include "model/gpt.hpp"
+#include "parallel/dims.hpp"
+#include "parallel/options.hpp"
+#include "parallel/pipeline.hpp"
+#include "topo/topology.hpp"
+#include "train/engine.hpp"
+
+namespace strata::shard {
+
+// One collective the step runs, as the accounting counts it.
+struct PipelineOp {
+  std::string purpose;  // "activation-send", "activation-grad-send", "stage gradients", "tied embeddings",
+                        // "stage weights"
+  enum Kind { Send, AllReduce, ReduceScatter, AllGather } kind;
+  enum Group { Previous, Next, Stage, Tied } group;  // over which of the engine's groups
+  int micro_batch = -1;                              // sends only
+  // The gradient (weight, for the all-gather) arena run [begin, end) it reduces or gathers
+  // (sends: none; a reduce-scatter or all-gather: the whole run, of which this rank holds
+  // its chunk) and the bytes of the buffer (a reduce-scatter's or all-gather's: one chunk).
+  std::size_t begin = 0, end = 0;
+  std::uint64_t bytes = 0;
+};
+
+// How a stage's replicas hold the weights' optimizer state: ddp (every replica the whole
+// stage, the gradients all-reduced) or zero1 (each replica a 1/d chunk of every run, the
+// gradients reduce-scattered and the updated weights all-gathered).
+struct StageReplicas {
+  int count = 1, index = 0;
+  bool zero1 = false;
+};
+
+// This rank's step: its stage's program (with the sends and receives as ops) and the step's
+// gradient reductions and weight gathers.
+class PipelineSchedule {
+ public:
+  using Run = std::pair<std::size_t, std::size_t>;  // [begin, end) of the arena
+  PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
+                   const StageReplicas& replicas = {});
+  const parallel::StageSplit& split() const { return split_; }
+  const std::vector<parallel::PipelineAction>& program() const { return program_; }
+  // The op of each program entry that communicates (sends and receives), in program order,
+  // then the step's reductions, then (zero1) its gathers.
+  const std::vector<PipelineOp>& ops() const { return ops_; }
+  // The units this stage holds, as arena runs: its blocks, the embeddings on the first
+  // stage, the final norm on the last, and on the last its copy of the embeddings (the tied
+  // head) last of all.
+  const std::vector<Run>& runs() const { return runs_; }
+  // What this rank updates (its optimizer state: the runs, or its chunks of them), and the
+  // part of it that counts once in the gradient norm and is saved in checkpoints (the tied
+  // copy left out; under ddp only the stage's first replica's).
+  const std::vector<Run>& updated() const { return updated_; }
+  const std::vector<Run>& counted() const { return counted_; }
+  std::size_t activation_floats() const { return activation_floats_; }
+
+ private:
+  void add_sends();
+  void add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas);
+
+  parallel::StageSplit split_;
+  std::vector<parallel::PipelineAction> program_;
+  std::vector<PipelineOp> ops_;
+  std::vector<Run> runs_, updated_, counted_;
+  std::size_t activation_floats_ = 0;
+};
+
+// The ranks a pipelined run's groups span (world ranks; a group of one rank where there is
+// no such neighbour), and with them the bytes a step's ops send per tier.
+struct PipelineGroups {
+  std::vector<int> previous, next, stage, tied;  // members in member order
+  const std::vector<int>& of(PipelineOp::Group g) const;
+};
+comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
+                                  const topo::Topology& physical, int world_rank);
+
+class PipelineEngine final : public train::Engine {
+ public:
+  // Collective over MPI_COMM_WORLD. `options.pp` stages over `options.pp_tier`; each rank
+  // starts from the whole model's initial weights (`seed`), as the single-process trainer.
+  PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
+                 int micro_batches, std::uint64_t seed, bool recompute = false);
+  ~PipelineEngine() override;
+
+  const model::ParamLayout& layout() const override { return layout_; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return dims_.world_size(); }
+  parallel::ParallelDims parallel_dims() const override { return dims_; }
+
+  float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
+  float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
+  train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
+  std::pair<double, bool> all_mean_and_any(double local, bool flag) override;
+  std::vector<std::string> all_gather_strings(const std::string& local) override;
+  std::vector<train::StateShard> state_shards() override;
+  std::vector<train::StateShard> saved_shards() override;
+  // The master weights are what the forward reads: under zero1 each replica's chunks are
+  // gathered into every replica's runs (traffic before the first step, not of it).
+  void state_loaded() override;
+  void gather_params(float* full) override;
+  nlohmann::json describe() const override;
+  // The step's traffic per tier; at the end, its mean over the steps without evaluation and
+  // over the world, beside the schedule's mean over the world (summary.json's "comm").
+  nlohmann::json step_report() override;
+  nlohmann::json summary_report() override;
+
+  const PipelineSchedule& schedule() const { return *schedule_; }
+  comm::Context& context() { return *context_; }
+  // The bytes a step sends and receives per tier, by the schedule.
+  comm::CommStats traffic_per_step() const;
+  int stage() const { return stage_; }
+
+ private:
+  void build_groups();
+  void run_program();
+  void forward(int micro_batch);
+  void backward(int micro_batch);
+  comm::Communicator& group_of(const PipelineOp& op);
+  void communicate(const PipelineOp& op, float* data);  // a send or receive of `data`
+  void run_step_op(const PipelineOp& op);               // a reduction or gather of its run
+  void gather_weights();                                // the step's all-gathers (zero1)
+  std::vector<train::StateShard> shards_of(const std::vector<PipelineSchedule::Run>& runs);
+
+  topo::Topology topology_;
+  parallel::ParallelDims dims_;
+  std::string strategy_;
+  model::ParamLayout layout_;
+  int rank_ = 0, stage_ = 0, micro_batches_ = 1;
+  std::unique_ptr<PipelineSchedule> schedule_;
+  std::unique_ptr<comm::Context> context_;
+  PipelineGroups members_;
+  std::vector<MPI_Comm> mpi_comms_;
+  std::unique_ptr<comm::Communicator> previous_, next_, stage_group_, tied_;
+  std::vector<std::unique_ptr<model::GPT>> models_;  // one per micro-batch in flight
+  std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // whole-model arenas; the stage's runs used
+  std::vector<std::vector<std::int32_t>> tokens_, targets_;
+  std::vector<float> grad_scales_;
+  std::vector<float> chunk_;  // zero1: one chunk of a run, for its reduce-scatter and all-gather
+  std::vector<double> losses_;
+  std::int64_t updates_ = 0;
+  comm::CommStats last_stats_;
+  std::vector<comm::CommStats> step_traffic_;  // of the steps without evaluation
+  bool evaluated_since_report_ = false;
+  // Seconds of the step so far: in the engine, and waiting on its messages (all exposed:
+  // every send and reduction blocks the compute thread).
+  double wall_s_ = 0, exposed_s_ = 0, compute_total_s_ = 0, exposed_total_s_ = 0;
+};
+
+}  // namespace strata::shard

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `strata train --pp` end to end on 4 ranks (2 nodes of 2 on the test topology, the stages
+# across "node"): the losses and validation losses of --pp 2 with two ddp (or zero1) replicas a stage
+# equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
+# tier equal the schedule's (also on 8 ranks, zero1 over two tiers), the checkpoint resumes in one process and under zero1 stages at
+# the uninterrupted losses, and bad layouts are refused naming --pp.
+# Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
+set -euo pipefail
+strata=$1 src=$2
+shift 2
+mpi=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$strata" data prepare --input "$src/docs" --out "$work/data" --val-fraction 0.2 --chunk-bytes 1024 > /dev/null
+topo="$src/configs/topology/2node-2gpu-2die.toml"
+common=(--model tiny --train-data "$work/data/train.bin" --val-data "$work/data/val.bin" --val-every 2 --seq 32
+        --lr 1e-3 --steps 6)
+
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy ddp --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --stop-after 4 --out "$work/pp" > /dev/null
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --stop-after 4 --out "$work/pp_zero1" > /dev/null
+# 8 ranks: the stages across "cluster", zero1 over the 4 replicas of each stage (two tiers).
+"${mpi[@]}" -np 8 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --batch 2 --grad-accum 2 \
+  --stop-after 2 --out "$work/pp8" > /dev/null
+"${mpi[@]}" -np 2 "$strata" train "${common[@]}" --strategy ddp --batch 2 --grad-accum 4 --stop-after 4 --out "$work/ddp" \
+  > /dev/null
+"$strata" train "${common[@]}" --batch 4 --grad-accum 4 --out "$work/one" > /dev/null
+"$strata" train "${common[@]}" --batch 4 --grad-accum 4 --resume "$work/pp" --out "$work/resumed" > /dev/null
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --resume "$work/pp" --out "$work/resumed_zero1" > /dev/null
+
+/usr/bin/python3 - "$work" <<'PY' || fail "--pp 2 does not train as the same global batch without it"
+import json, sys
+work = sys.argv[1]
+def metrics(run):
+    rows = [json.loads(l) for l in open(f"{work}/{run}/metrics.jsonl")]
+    return {(r["step"], "val_loss" in r): r.get("val_loss", r.get("loss")) for r in rows}
+def close(a, b, what):
+    assert a.keys() <= b.keys(), (what, a.keys(), b.keys())
+    worst = max(abs(a[k] - b[k]) / abs(b[k]) for k in a)
+    assert worst < 1e-5, (what, worst)
+    print(f"{what}: largest relative loss difference {worst:.3g}")
+pp, ddp = metrics("pp"), metrics("ddp")
+close(pp, ddp, "--pp 2 vs ddp on 2 ranks")
+close(metrics("pp_zero1"), ddp, "--pp 2 with zero1 vs ddp on 2 ranks")
+after = lambda run: {k: v for k, v in metrics(run).items() if k[0] > 4}
+close(after("resumed"), metrics("one"), "--pp 2 ddp resumed in one process")
+close(after("resumed_zero1"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero1")
+for run in ("pp", "pp_zero1", "resumed_zero1", "pp8"):
+    s = json.load(open(f"{work}/{run}/summary.json"))
+    assert s["pipeline_stages"] == 2 and s["world_size"] == (8 if run == "pp8" else 4), s
+    measured, scheduled = s["comm"]["per_step"], s["comm"]["scheduled_per_step"]
+    assert measured == scheduled, (run, measured, scheduled)
+    assert scheduled["node"]["bytes_sent"] > 0 and scheduled["gpu"]["bytes_sent"] > 0, scheduled
+    assert (scheduled["cluster"]["bytes_sent"] > 0) == (run == "pp8"), scheduled
+PY
+
+refused() {  # refused FLAG_TEXT COMMAND...: fails unless COMMAND fails naming FLAG_TEXT
+  local want=$1
+  shift
+  if out=$("$@" 2>&1); then fail "accepted: $*"; fi
+  grep -q -- "$want" <<< "$out" || fail "refusal of '$*' does not name $want: $out"
+}
+refused "--pp 3" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy ddp --pp 3 --batch 2 \
+  --out "$work/bad"
+refused "--pp 2" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy ddp --pp 2 --batch 2 \
+  --out "$work/bad"
+refused "--strategy zero3" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 \
+  --pp-tier node --batch 2 --out "$work/bad"
+refused "--pp 2" "$strata" train "${common[@]}" --pp 2 --batch 2 --out "$work/bad"
+echo "pp_cli_test: ok"

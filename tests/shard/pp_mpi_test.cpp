@@ -1,0 +1,209 @@
+// Pipeline parallelism in the runtime, 4 ranks: --pp 2 over the outer tier with two ddp
+// (and zero1) replicas per stage, and --pp 4 (one replica) of a 4-block model, train to the losses and
+// weights of the same global batch in one process (the reduction order changes, so within
+// fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
+// sends included; recomputation changes no bit; refusals name the flag.
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "shard/pipeline_engine.hpp"
+#include "key_bias.hpp"
+#include "test_batches.hpp"
+#include "train/local_engine.hpp"
+
+using namespace strata;
+
+namespace {
+
+constexpr int kBatch = 2, kSeq = 32, kSteps = 4, kMicro = 4;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// A topology file every rank names, written by rank 0.
+std::string topology_file(const std::string& name, const std::string& toml) {
+  long long pid = ::getpid();
+  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  const std::string p =
+      (std::filesystem::temp_directory_path() / fmt::format("strata_pp_test_{}_{}.toml", pid, name)).string();
+  if (world_rank() == 0) std::ofstream(p) << toml;
+  MPI_Barrier(MPI_COMM_WORLD);
+  return p;
+}
+
+// 2 ranks a node, nodes in the outer tier: --pp 2's stages cross "cluster", the replicas "gpu".
+const std::string& two_tiers() {
+  static const std::string path =
+      topology_file("two_tiers", "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n"
+                                 "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
+  return path;
+}
+
+// One tier of 4: room for --pp 4.
+const std::string& one_tier() {
+  static const std::string path =
+      topology_file("one_tier", "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
+  return path;
+}
+
+model::GPTConfig config_of(int layers) {
+  model::GPTConfig c = model::GPTConfig::preset("tiny");
+  c.n_layer = layers;
+  return c;
+}
+
+parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp") {
+  parallel::ShardOptions o;
+  o.strategy = strategy;
+  o.topology = pp == 2 ? two_tiers() : one_tier();
+  o.pp = pp;
+  return o;
+}
+
+struct PipeRun {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+// Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
+// reference reads every replica's, the same global batch.
+PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
+                        comm::CommStats* scheduled, bool recompute = false) {
+  shard::PipelineEngine engine(options_at(pp, strategy), config_of(layers), kBatch, kSeq, kMicro, 1234, recompute);
+  const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
+  if (scheduled) *scheduled = engine.traffic_per_step();
+  PipeRun run;
+  for (int step = 1; step <= kSteps; ++step) {
+    const comm::CommStats before = engine.context().accounting().snapshot();
+    double sum = 0;
+    for (int i = 0; i < kMicro; ++i) {
+      std::vector<std::int32_t> tok, tgt;
+      append_test_batch(step, i, replica, kBatch, kSeq, tok, tgt);
+      sum += engine.micro_step(tok.data(), tgt.data(), 1.0f / kMicro);
+    }
+    run.losses.push_back(engine.all_mean(sum / kMicro));
+    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
+    if (traffic) traffic->push_back(engine.context().accounting().snapshot() - before);
+  }
+  run.params.resize(engine.layout().total_floats());
+  engine.gather_params(run.params.data());
+  return run;
+}
+
+PipeRun train_alone(int layers, int replicas) {
+  train::LocalEngine engine(config_of(layers), kBatch, kSeq, 1234);
+  PipeRun run;
+  const int n = replicas * kMicro;
+  for (int step = 1; step <= kSteps; ++step) {
+    double sum = 0;
+    for (int d = 0; d < replicas; ++d)
+      for (int i = 0; i < kMicro; ++i) {
+        std::vector<std::int32_t> tok, tgt;
+        append_test_batch(step, i, d, kBatch, kSeq, tok, tgt);
+        sum += engine.micro_step(tok.data(), tgt.data(), 1.0f / n);
+      }
+    run.losses.push_back(sum / n);
+    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
+  }
+  run.params.assign(engine.params(), engine.params() + engine.layout().total_floats());
+  return run;
+}
+
+void expect_same_training(const PipeRun& pp, const PipeRun& ref, int layers, const std::string& name) {
+  ASSERT_EQ(pp.losses.size(), ref.losses.size());
+  double loss_diff = 0, weight_diff = 0;
+  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(pp.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << name << " step " << i + 1;
+    loss_diff = std::max(loss_diff, std::abs(pp.losses[i] - ref.losses[i]));
+  }
+  const model::ParamLayout layout(config_of(layers));
+  ASSERT_EQ(pp.params.size(), ref.params.size());
+  for (std::size_t i = 0; i < ref.params.size(); ++i)
+    if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(pp.params[i] - ref.params[i])));
+  EXPECT_LT(weight_diff, 1e-4) << name;
+  if (world_rank() == 0)
+    std::printf("%s vs one process, %d steps of %d micro-batches: largest loss difference %.3g, largest weight "
+                "difference %.3g\n",
+                name.c_str(), kSteps, kMicro, loss_diff, weight_diff);
+}
+
+template <class F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+void expect_measured_bytes_equal_the_schedule(const std::vector<comm::CommStats>& traffic,
+                                               const comm::CommStats& scheduled) {
+  for (std::size_t s = 0; s < traffic.size(); ++s)
+    for (std::size_t t = 0; t < scheduled.tiers.size(); ++t)
+      EXPECT_EQ(traffic[s].tiers[t], scheduled.tiers[t]) << "step " << s + 1 << " tier " << scheduled.tier_names[t];
+}
+
+TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  for (const std::string strategy : {"ddp", "zero1"}) {
+    std::vector<comm::CommStats> traffic;
+    comm::CommStats scheduled;
+    const PipeRun pp = train_pipelined(2, 2, strategy, &traffic, &scheduled);
+    expect_same_training(pp, train_alone(2, 2), 2, "--pp 2, 2 " + strategy + " replicas a stage");
+    // The stage sends cross the outer tier; the replicas' gradient reductions the inner one.
+    EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
+    EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    // Recomputation restores each stage's activations bit for bit, its first block's input
+    // (the received activation) included.
+    const PipeRun recomputed = train_pipelined(2, 2, strategy, nullptr, nullptr, true);
+    EXPECT_EQ(recomputed.losses, pp.losses) << strategy;
+    EXPECT_EQ(recomputed.params, pp.params) << strategy;
+  }
+}
+
+TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  std::vector<comm::CommStats> traffic;
+  comm::CommStats scheduled;
+  const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
+  expect_same_training(pp, train_alone(4, 1), 4, "--pp 4, one replica");
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+}
+
+TEST(Pipeline, RefusalsNameTheFlag) {
+  const std::string uneven =
+      refusal([] { shard::PipelineEngine(options_at(4), config_of(6), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(uneven.find("--pp 4"), std::string::npos) << uneven;
+  const std::string strategy =
+      refusal([] { shard::PipelineEngine(options_at(2, "zero3"), config_of(2), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(strategy.find("--strategy zero3"), std::string::npos) << strategy;
+  const std::string tier = refusal([] {
+    parallel::ShardOptions o = options_at(3);
+    shard::PipelineEngine(o, config_of(3), kBatch, kSeq, kMicro, 1234);
+  });
+  EXPECT_NE(tier.find("--pp 3"), std::string::npos) << tier;
+  const std::string llama = refusal([] {
+    shard::PipelineEngine(options_at(2), model::GPTConfig::preset("llama-tiny"), kBatch, kSeq, kMicro, 1234);
+  });
+  EXPECT_NE(llama.find("--pp 2"), std::string::npos) << llama;
+  if (world_rank() == 0)
+    for (const std::string* r : {&uneven, &strategy, &tier, &llama}) std::printf("refused: %s\n", r->c_str());
+}
