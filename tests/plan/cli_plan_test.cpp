@@ -96,7 +96,7 @@ TEST(PlanCli, BadInputIsRefusedNamingTheField) {
                         Case{"plan --model llama2-7b --topology frontier --nodes 0", "--nodes 0"},
                         Case{"plan --model llama2-7b --topology frontier", "--nodes: required"},
                         Case{"plan --model llama2-7b --topology mars --nodes 1", "topology: 'mars'"},
-                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --precision fp8", "--precision 'fp8'"},
+                        Case{"plan --model llama2-7b --topology frontier --nodes 1 --precision fp8", "--precision = 'fp8'"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --grad-wire int3", "--grad-wire = 'int3'"},
                         Case{"plan --model llama2-7b --topology frontier --nodes 1 --shard W=cluster,G=node",
                              "degree(G) >= degree(W)"},
