@@ -400,10 +400,10 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
 }
 
 // The run's setup against the plan's, in the order a user would put it right: strategy,
-// world size, topology, precision. The first that differs is named with both values, since
+// sequence parallelism, world size, topology, precision. The first that differs is named with both values, since
 // no byte count can agree after it.
 void check_same_setup(const std::string& path, const nlohmann::json& summary, const plan::Estimate& e,
-                      const topo::Topology& topology, Precision precision) {
+                      const topo::Topology& topology, Precision precision, bool sequence_parallel) {
   auto differs = [&](const char* field, const std::string& run, const std::string& planned, const std::string& fix) {
     return Error(fmt::format("--compare-summary {}: {} differs: the run has {}, the plan {} ({})", path, field, run,
                              planned, fix));
@@ -423,6 +423,15 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
     throw differs("strategy", run_strategy, plan_strategy,
                   fmt::format("plan it with --strategy {}",
                               plan::variant_name(run_strategy.substr(0, run_strategy.find('+')), run_mp)));
+  // The run's own setting (config.shard in summary.json); runs from before the flag had none.
+  const nlohmann::json* shard = nullptr;
+  if (summary.contains("config") && summary["config"].is_object() && summary["config"].contains("shard"))
+    shard = &summary["config"]["shard"];
+  const bool run_sp = shard && shard->is_object() && shard->contains("sequence_parallel") &&
+                      (*shard)["sequence_parallel"].is_boolean() && (*shard)["sequence_parallel"].get<bool>();
+  if (run_sp != sequence_parallel)
+    throw differs("sequence parallelism", run_sp ? "on" : "off", sequence_parallel ? "on" : "off",
+                  run_sp ? "give --sequence-parallel" : "leave out --sequence-parallel");
   if (summary.contains("world_size") && summary["world_size"] != e.world_size)
     throw differs("world size", fmt::format("{} ranks", summary["world_size"].dump()),
                   fmt::format("{} ranks", e.world_size), "choose --nodes to match");
@@ -445,7 +454,7 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
 // Planner bytes per tier against a training run's summary.json (comm.scheduled_per_step and,
 // when present, the measured comm.per_step): equal, or an Error naming the first difference.
 void compare_summary(const std::string& path, const plan::Estimate& e, const topo::Topology& topology,
-                     Precision precision) {
+                     Precision precision, bool sequence_parallel) {
   nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(read_file_text(path));
@@ -453,7 +462,7 @@ void compare_summary(const std::string& path, const plan::Estimate& e, const top
     throw Error(fmt::format("--compare-summary {}: not JSON ({})", path, ex.what()));
   }
   if (!summary.is_object()) throw Error(fmt::format("--compare-summary {}: not a summary.json (a JSON object)", path));
-  check_same_setup(path, summary, e, topology, precision);
+  check_same_setup(path, summary, e, topology, precision, sequence_parallel);
   if (!summary.contains("comm") || !summary["comm"].contains("scheduled_per_step"))
     throw Error(fmt::format("--compare-summary {}: no comm.scheduled_per_step", path));
   std::vector<std::string> sections{"scheduled_per_step"};
@@ -771,7 +780,7 @@ void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topol
   if (!o.compare_summary.empty())
     compare_summary(o.compare_summary, estimates.front(),
                     plan::model_parallel_dims(topology, chosen.front().mp).data_parallel_topology(topology),
-                    in.workload.precision);
+                    in.workload.precision, in.workload.sequence_parallel);
 }
 
 void run_plan(const PlanOptions& o) {

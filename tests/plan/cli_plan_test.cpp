@@ -231,7 +231,16 @@ TEST(PlanCli, CompareSummaryNamesTheFirstSetupFieldThatDiffers) {
   EXPECT_NE(r.output.find(where + "strategy differs: the run has ddp, the plan zero3 (plan it with --strategy ddp)"),
             std::string::npos) << r.output;
 
+  // A run with sequence parallelism against a plan without it: named before any byte differs.
   auto other = ddp;
+  other["config"] = {{"shard", {{"sequence_parallel", true}}}};
+  r = compare(other, "--strategy ddp");
+  EXPECT_NE(r.output.find(where + "sequence parallelism differs: the run has on, the plan off (give "
+                                  "--sequence-parallel)"),
+            std::string::npos)
+      << r.output;
+
+  other = ddp;
   other["world_size"] = 16;
   r = compare(other, "--strategy ddp");
   EXPECT_NE(r.output.find(where + "world size differs: the run has 16 ranks, the plan 8 ranks"), std::string::npos)
