@@ -51,6 +51,7 @@ struct PlanOptions {
   std::string precision = "bf16";
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
+  std::string peer;  // empty: strata's own
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
   bool search = false;
   int top = 5;
@@ -83,6 +84,7 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(o.batch_per_device, "batch per device");
   given(o.collectives != "hierarchical", "collectives " + o.collectives);
   given(o.granularity != "unit", "granularity " + o.granularity);
+  given(!o.peer.empty(), "peer " + o.peer);
   given(!o.calibration.empty(), "calibration " + o.calibration);
   for (const std::string& t : o.tier_overrides) parts.push_back("tier " + t);
   for (const std::string& l : o.leave_out) parts.push_back("leave out " + l);
@@ -140,8 +142,10 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
-    const shard::ShardSpec spec =
-        shard::apply_options(plan::apply_precision(plan::strategy_spec(name, topology), precision), o.shard, topology);
+    const plan::Peer peer = o.peer.empty() ? plan::Peer::Strata : plan::parse_peer(o.peer);
+    const shard::ShardSpec spec = shard::apply_options(
+        plan::apply_peer(plan::apply_precision(plan::strategy_spec(name, topology), precision), peer, topology), o.shard,
+        topology);
     out.push_back({o.shard.overrides_preset() ? name + "*" : name, spec, mp});
   }
   return out;
@@ -587,6 +591,13 @@ plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model
   workload.precision = precision_named(o.precision, "--precision");
   workload.collectives = shard::parse_collectives(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
+  if (!o.peer.empty()) {
+    workload.peer = plan::parse_peer(o.peer);
+    if (o.granularity != "unit")
+      throw Error(fmt::format("--granularity {}: --peer {} sets the granularity; give one of them", o.granularity,
+                              o.peer));
+    workload.granularity = plan::peer_granularity(workload.peer, workload.granularity);
+  }
   workload.validate(model);
   return workload;
 }
@@ -853,6 +864,10 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
                   "fsdp is the same), deepspeed (DeepSpeed ZeRO's default buckets: 5e7-element parameter gathers, "
                   "5e8-element reductions; each call pays the fixed cost) (docs/planner.md \"Granularity\")")
       ->capture_default_str();
+  cmd->add_option("--peer", o->peer,
+                  "price a published run's software as it ran: " + fmt::format("{}", fmt::join(plan::peer_names(), ", ")) +
+                      " (its collective calls, overlap and copies, each from the framework's code; docs/planner.md "
+                      "\"Peers\"); default: strata's own runtime");
   o->peak_opt = cmd->add_option("--peak-tflops", o->peak_tflops, "peak dense bf16 TFLOP/s a device");
   o->memory_opt = cmd->add_option("--device-memory-gb", o->memory_gb, "memory a device, GB (1e9 bytes)");
   o->hbm_opt = cmd->add_option("--hbm-gbps", o->hbm_GBps, "memory bandwidth a device, GB/s");

@@ -42,30 +42,118 @@ shard::ShardSpec strategy_spec(std::string_view given, const topo::Topology& top
   return spec;
 }
 
+namespace {
+
+struct GranularityName {
+  Granularity granularity;
+  std::string_view name;
+};
+constexpr GranularityName kGranularities[] = {
+    {Granularity::Unit, "unit"},
+    {Granularity::DeepSpeed, "deepspeed"},
+    {Granularity::DeepSpeedTensors, "deepspeed-tensors"},
+    {Granularity::DeepSpeedModules, "deepspeed-modules"},
+    {Granularity::MegatronBuckets, "megatron-buckets"},
+};
+
+}  // namespace
+
 Granularity parse_granularity(std::string_view text) {
-  if (text == "unit" || text == "fsdp") return Granularity::Unit;
-  if (text == "deepspeed") return Granularity::DeepSpeed;
-  throw Error(fmt::format("--granularity '{}': expected unit, fsdp (the same: one collective a wrapped block) or "
-                          "deepspeed",
-                          text));
+  if (text == "fsdp") return Granularity::Unit;
+  std::vector<std::string_view> names;
+  for (const GranularityName& g : kGranularities) {
+    if (g.name == text) return g.granularity;
+    names.push_back(g.name);
+  }
+  throw Error(fmt::format("--granularity '{}': expected {} (fsdp is unit: one collective a wrapped block)", text,
+                          fmt::join(names, ", ")));
 }
 
-std::string_view granularity_name(Granularity g) { return g == Granularity::Unit ? "unit" : "deepspeed"; }
+std::string_view granularity_name(Granularity g) {
+  for (const GranularityName& n : kGranularities)
+    if (n.granularity == g) return n.name;
+  return "?";
+}
 
-double collective_launches(const ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity) {
+std::string_view granularity_means(Granularity g) {
+  switch (g) {
+    case Granularity::Unit:
+      return "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
+             "transformer block";
+    case Granularity::DeepSpeed:
+      return "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
+             "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
+             "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
+             "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once";
+    case Granularity::DeepSpeedTensors:
+      return "DeepSpeed v0.5's ZeRO-3: a unit's weight gather is one all-gather a parameter tensor of at least "
+             "stage3_param_persistence_threshold = 1e5 elements (partition_parameters.py "
+             "_allgather_params_coalesced and _allgather_param launch one per parameter); reductions in "
+             "reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)";
+    case Granularity::DeepSpeedModules:
+      return "DeepSpeed v0.14's ZeRO-3: a unit's weight gather is one coalesced all-gather a module holding a "
+             "parameter of at least stage3_param_persistence_threshold = 1e5 elements "
+             "(partitioned_param_coordinator.py fetch_sub_module: each fetch's parameters in one "
+             "all_gather_coalesced; the prefetch bucket bounds what is in flight, not a call's size); reductions "
+             "in reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)";
+    case Granularity::MegatronBuckets:
+      return "Megatron-Core's distributed optimizer: gradient reduce-scatters and parameter all-gathers in "
+             "buckets of max(4e7, 1e6 x data-parallel size) elements (amortized), other ops one a unit";
+  }
+  return "?";
+}
+
+Granularity peer_granularity(Peer peer, Granularity given) {
+  switch (peer) {
+    case Peer::Strata: return given;
+    case Peer::DeepSpeed05: return Granularity::DeepSpeedTensors;
+    case Peer::DeepSpeed014: return Granularity::DeepSpeedModules;
+    case Peer::Fsdp1:
+    case Peer::Fsdp2: return Granularity::Unit;
+    case Peer::Megatron: return Granularity::MegatronBuckets;
+  }
+  return given;
+}
+
+namespace {
+
+bool is_reduction(Purpose p) {
+  return p == Purpose::GradReduce || p == Purpose::StepGradReduce || p == Purpose::ReplicaReduce;
+}
+bool is_step_gather(Purpose p) {
+  return p == Purpose::StepGradGather || p == Purpose::ReplicaGather || p == Purpose::WeightGatherStep;
+}
+bool is_weight_gather(Purpose p) { return p == Purpose::WeightGatherForward || p == Purpose::WeightGatherBackward; }
+
+// DeepSpeed's buckets, amortized (--granularity deepspeed).
+double deepspeed_bucket_calls(Purpose p, double elements) {
+  if (is_weight_gather(p)) return elements / kDeepSpeedPrefetchBucket;
+  if (is_reduction(p)) return elements / kDeepSpeedReduceBucket;
+  if (is_step_gather(p)) return elements / kDeepSpeedAllgatherBucket;
+  return 1.0;
+}
+
+}  // namespace
+
+double collective_launches(const ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity,
+                           const std::vector<GatheredParams>& gathered) {
   if (granularity == Granularity::Unit || op.unit < 0) return 1.0;
   const double elements = static_cast<double>(units.numel.at(op.unit));
-  switch (op.purpose) {
-    case Purpose::WeightGatherForward:
-    case Purpose::WeightGatherBackward: return elements / kDeepSpeedPrefetchBucket;
-    case Purpose::GradReduce:
-    case Purpose::StepGradReduce:
-    case Purpose::ReplicaReduce: return elements / kDeepSpeedReduceBucket;
-    case Purpose::StepGradGather:
-    case Purpose::ReplicaGather:
-    case Purpose::WeightGatherStep: return elements / kDeepSpeedAllgatherBucket;
-    default: return 1.0;
+  switch (granularity) {
+    case Granularity::Unit: return 1.0;
+    case Granularity::DeepSpeed: return deepspeed_bucket_calls(op.purpose, elements);
+    case Granularity::DeepSpeedTensors:
+    case Granularity::DeepSpeedModules: {
+      if (!is_weight_gather(op.purpose)) return deepspeed_bucket_calls(op.purpose, elements);
+      const GatheredParams& g = gathered.at(op.unit);
+      return std::max(1, granularity == Granularity::DeepSpeedTensors ? g.tensors : g.modules);
+    }
+    case Granularity::MegatronBuckets:
+      return is_reduction(op.purpose) || is_step_gather(op.purpose)
+                 ? elements / megatron_bucket_elements(op.group_size)
+                 : 1.0;
   }
+  return 1.0;
 }
 
 void Workload::validate(const ModelShape& model) const {
@@ -497,7 +585,7 @@ nlohmann::json Estimate::to_json() const {
                  {"achieved_bus_GBps", n.achieved_bus_GBps}});
     nccl.push_back(std::move(call));
   }
-  return {{"strategy", strategy},
+  nlohmann::json out = {{"strategy", strategy},
           {"spec", spec.to_json()},
           {"nccl_calls", nccl},
           {"world_size", world_size},
@@ -540,6 +628,34 @@ nlohmann::json Estimate::to_json() const {
             {"power_watts", power_watts},
             {"joules_per_token", joules_per_token},
             {"tokens_per_kwh", tokens_per_kwh}}}};
+  if (peer) {
+    nlohmann::json calls = nlohmann::json::object();
+    for (const auto& [purpose, n] : peer->calls_a_step) calls[purpose] = n;
+    out["peer"] = {{"peer", peer->peer},
+                   {"calls_a_step", calls},
+                   {"serial_reduction_s", peer->serial_reduction_s},
+                   {"hidden_param_gather_s", peer->hidden_param_gather_s},
+                   {"tp_hidden_s", peer->tp_hidden_s},
+                   {"copy_s", peer->copy_s}};
+  }
+  return out;
+}
+
+double forward_wait_for_gathers(const shard::UnitPlan& units, const std::vector<double>& gather_s,
+                                const std::vector<double>& forward_s) {
+  std::vector<bool> seen(units.numel.size(), false);
+  double comm_end = 0, compute_start = 0, compute_end = 0, forward = 0;
+  for (const model::UnitEvent& ev : units.events) {
+    if (ev.kind != model::UnitEvent::Acquire || ev.phase != model::Phase::Forward) continue;
+    const double g = seen[ev.unit] ? 0 : gather_s[ev.unit];
+    seen[ev.unit] = true;
+    // Issued when forward reaches the unit before (its pre-hook), after the one before it.
+    comm_end = std::max(comm_end, compute_start) + g;
+    compute_start = std::max(compute_end, comm_end);
+    compute_end = compute_start + forward_s[ev.unit];
+    forward += forward_s[ev.unit];
+  }
+  return compute_end - forward;
 }
 
 void set_throughput(Estimate& e, const ModelShape& model, const Workload& workload, const DeviceFacts& device) {
@@ -572,6 +688,8 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
                             compute_bytes(workload_.precision), workload_.sequence_parallel))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
   if (workload_.collectives == shard::Collectives::Nccl) nccl_ = nccl_system(device_.name, topology_);
+  if (workload_.granularity == Granularity::DeepSpeedTensors || workload_.granularity == Granularity::DeepSpeedModules)
+    gathered_ = deepspeed_gathered_params(model_);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
@@ -618,23 +736,49 @@ class PlanContext::EstimateSteps {
         schedule_(schedule),
         e_(e),
         K_(context.workload_.accumulation_steps),
-        calibrated_(context.calibration_ ? &*context.calibration_ : nullptr) {}
+        calibrated_(context.calibration_ ? &*context.calibration_ : nullptr),
+        traits_(peer_traits(context.workload_.peer)),
+        forward_s_(context.forward_s_),
+        backward_s_(context.backward_s_) {
+    if (context.workload_.peer != Peer::Strata) {
+      e_.peer.emplace();
+      e_.peer->peer = peer_name(context.workload_.peer);
+    }
+  }
+
+  // FSDP2's copies on the compute stream, where weights are gathered: each all-gather's copy-out
+  // reads and writes the unit (forward, and backward's re-gather), each reduce-scatter's copy-in
+  // the unit's gradient, all at the rate memory-bound work runs (as Adam).
+  void peer_copies() {
+    if (!traits_.copies_on_compute_stream || e_.spec.weights == "none") return;
+    const int cb = compute_bytes(c_.workload_.precision);
+    const double Bps = (calibrated_ && calibrated_->compute ? calibrated_->compute->optimizer_GBps : c_.device_.hbm_GBps) * 1e9;
+    for (std::size_t u = 0; u < forward_s_.size(); ++u) {
+      const double one = 2.0 * static_cast<double>(c_.units_.numel[u]) * cb / Bps;
+      const double backward = (e_.spec.free_after_forward ? one : 0) + (e_.spec.grads != "none" ? one : 0);
+      forward_s_[u] += one;
+      backward_s_[u] += backward;
+      e_.peer->copy_s += K_ * (one + backward);
+    }
+  }
 
   // Bytes: the schedule's own totals, less any op the account is told to leave out; the
   // micro-batch and bucket ops priced and replayed against compute.
   void replay_micro_batches() {
     for (const shard::TierTraffic& t : schedule_.traffic_per_step()) e_.tiers.push_back({t});
     for (const ScheduledOp& op : schedule_.micro_batch_ops()) replayed(op, K_);
-    mb_ = replay_micro_batch(schedule_, c_.forward_s_, c_.backward_s_, op_seconds_, false, factors_);
+    mb_ = replay_micro_batch(schedule_, forward_s_, backward_s_, op_seconds_, false, factors_);
     // The step's last micro-batch also runs the buckets' step reductions (once a step).
     for (const ScheduledOp& op : schedule_.bucket_ops()) replayed(op, 1);
     last_ = schedule_.buckets().empty()
                 ? mb_
-                : replay_micro_batch(schedule_, c_.forward_s_, c_.backward_s_, op_seconds_, true, factors_);
+                : replay_micro_batch(schedule_, forward_s_, backward_s_, op_seconds_, true, factors_);
   }
 
   // The optimizer step's ops, never hidden.
   void step_phase() {
+    std::vector<double> behind_forward(c_.units_.numel.size(), 0.0);
+    int gather_level = 0;
     for (const ScheduledOp& op : schedule_.step_ops()) {
       if (c_.left_out(op)) {
         drop(op, 1), note(op);
@@ -643,10 +787,16 @@ class PlanContext::EstimateSteps {
       const OpPrice p = price(op);
       const double s = p.seconds();
       book(op, p, 1);
-      e_.tiers[op.level].step_phase_s += s;
       e_.tiers[op.level].busy_s += s;
+      if (traits_.param_gather_overlaps_forward && op.purpose == Purpose::WeightGatherStep && op.unit >= 0) {
+        behind_forward[op.unit] += s;
+        gather_level = std::max(gather_level, op.level);
+        continue;
+      }
+      e_.tiers[op.level].step_phase_s += s;
       e_.step_comm_s += s;
     }
+    gathers_behind_forward(behind_forward, gather_level);
   }
 
   // The K micro-batches' time on each tier: busy, stretched by compute beside it, exposed.
@@ -663,14 +813,20 @@ class PlanContext::EstimateSteps {
   // is on the critical path and exposed on their tier, K times a step.
   void tensor_parallel() {
     double tp_s = 0;
+    std::vector<std::pair<int, double>> by_op;
     for (const ScheduledOp& op : schedule_.tensor_parallel_ops()) {
       const OpPrice p = price(op);
       tp_s += p.seconds();
       book(op, p, K_);
       e_.tiers[op.level].busy_s += K_ * p.seconds();
-      e_.tiers[op.level].exposed_micro_s += K_ * p.seconds();
+      by_op.emplace_back(op.level, p.seconds());
     }
-    e_.tp_allreduce_s = K_ * tp_s;
+    // Under --tp-comm-overlap the GEMMs the ops sit beside hide them, up to the micro-batch's
+    // compute; what is left is exposed, each op its share.
+    const double exposed = traits_.tp_comm_overlaps_gemm ? std::max(0.0, tp_s - mb_.compute_s) : tp_s;
+    for (const auto& [level, seconds] : by_op) e_.tiers[level].exposed_micro_s += K_ * seconds * (tp_s > 0 ? exposed / tp_s : 0);
+    if (traits_.tp_comm_overlaps_gemm) e_.peer->tp_hidden_s = K_ * (tp_s - exposed);
+    e_.tp_allreduce_s = K_ * exposed;
   }
 
   // Adam on the OS shard streams master weight, m and v in and out (24 bytes), reads the
@@ -712,8 +868,11 @@ class PlanContext::EstimateSteps {
 
  private:
   OpPrice price(const ScheduledOp& op) const {
-    return price_op(op, c_.topology_, calibrated_, collective_launches(op, c_.units_, c_.workload_.granularity),
-                    c_.nccl_ ? &*c_.nccl_ : nullptr);
+    return price_op(op, c_.topology_, calibrated_, calls(op), c_.nccl_ ? &*c_.nccl_ : nullptr);
+  }
+
+  double calls(const ScheduledOp& op) const {
+    return collective_launches(op, c_.units_, c_.workload_.granularity, c_.gathered_);
   }
 
   // An op's fixed costs and coding, `times` a step, on its tier.
@@ -721,11 +880,35 @@ class PlanContext::EstimateSteps {
     e_.tiers[op.level].latency_s += times * p.latency_s;
     e_.tiers[op.level].codec_s += times * p.codec_s;
     if (p.nccl) book_nccl(op, p, times);
+    if (e_.peer) book_peer_calls(op, times);
+  }
+
+  void book_peer_calls(const ScheduledOp& op, int times) {
+    // Purposes --leave-out has no flag for (tensor parallelism's) go by the schedule's name.
+    const std::string purpose(purpose_flag(op.purpose) == "?" ? shard::to_string(op.purpose) : purpose_flag(op.purpose));
+    for (auto& [seen, n] : e_.peer->calls_a_step)
+      if (seen == purpose) {
+        n += times * calls(op);
+        return;
+      }
+    e_.peer->calls_a_step.emplace_back(purpose, times * calls(op));
+  }
+
+  // Post-step gathers issued at the next forward (Megatron's --overlap-param-gather): what
+  // forward waits for them is exposed, the rest hidden.
+  void gathers_behind_forward(const std::vector<double>& gather_s, int level) {
+    double total = 0;
+    for (double g : gather_s) total += g;
+    if (total == 0) return;
+    const double wait = forward_wait_for_gathers(c_.units_, gather_s, forward_s_);
+    e_.step_comm_s += wait;
+    e_.tiers[level].step_phase_s += wait;
+    e_.peer->hidden_param_gather_s = total - wait;
   }
 
   // The NCCL call of an op, once per distinct purpose, tier, group and size.
   void book_nccl(const ScheduledOp& op, const OpPrice& p, int times) {
-    const double calls = collective_launches(op, c_.units_, c_.workload_.granularity);
+    const double calls = this->calls(op);
     Estimate::NcclOp n{std::string(purpose_flag(op.purpose)),
                        c_.topology_.tier(op.level).name,
                        std::string(collective_key(collective_of(op))),
@@ -757,11 +940,29 @@ class PlanContext::EstimateSteps {
     if (std::find(e_.left_out.begin(), e_.left_out.end(), what) == e_.left_out.end()) e_.left_out.push_back(what);
   }
 
+  // DeepSpeed stages 1 and 2 with overlap_comm at its default (off): a gradient reduction runs
+  // on the compute stream.
+  bool reduces_on_compute_stream(const ScheduledOp& op) const {
+    return traits_.reductions_overlap_only_if_weights_sharded && e_.spec.weights == "none" && is_reduction(op.purpose);
+  }
+
   // An op the replay times: priced (nothing if left out), its time and overlap factors queued.
   void replayed(const ScheduledOp& op, int times) {
     const bool out = c_.left_out(op);
     if (out) drop(op, times), note(op);
     const OpPrice p = out ? OpPrice{} : price(op);
+    if (!out && reduces_on_compute_stream(op)) {
+      // Run in line with compute: the replay's stream skips it, the step pays it whole.
+      op_seconds_.push_back(0);
+      factors_.under_compute.push_back(1);
+      factors_.slows_compute.push_back(1);
+      book(op, p, times);
+      e_.tiers[op.level].busy_s += times * p.seconds();
+      e_.tiers[op.level].step_phase_s += times * p.seconds();
+      e_.step_comm_s += times * p.seconds();
+      e_.peer->serial_reduction_s += times * p.seconds();
+      return;
+    }
     op_seconds_.push_back(p.seconds());
     factors_.under_compute.push_back(p.under_compute);
     // Compute beside the op slows by the bytes a second the op moves while compute runs (a flat
@@ -778,6 +979,8 @@ class PlanContext::EstimateSteps {
   Estimate& e_;
   const int K_;
   const Calibration* calibrated_;
+  const PeerTraits traits_;
+  std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch, with the peer's copies
   // The replay's op times and overlap factors, in its order (micro-batch ops, then bucket ops).
   std::vector<double> op_seconds_;
   OverlapFactors factors_;
@@ -791,6 +994,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.spec = spec;
   e.world_size = schedule.world_size();
   EstimateSteps steps(*this, schedule, e);
+  steps.peer_copies();
   steps.replay_micro_batches();
   steps.step_phase();
   steps.micro_batch_communication();
@@ -882,15 +1086,10 @@ nlohmann::json PlanContext::assumptions() const {
              "efficiency, cut and capped per protocol; NVLS and CollNet not modelled; an all-to-all keeps "
              "messages x the largest latency_us of its tiers"},
       {"nccl", nccl_ ? nccl_->to_json() : nlohmann::json(nullptr)},
+      {"peer", peer_name(workload_.peer)},
       {"granularity", granularity_name(workload_.granularity)},
-      {"granularity_means",
-       workload_.granularity == Granularity::Unit
-           ? "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
-             "transformer block"
-           : "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
-             "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
-             "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
-             "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once"},
+      {"granularity_means", granularity_means(workload_.granularity)},
+      {"peer_means", peer_means(workload_.peer)},
       {"comm_time",
        calibrated ? "per op, the calibration's curve of its tier and collective (ring all-gather: all_gather, ring "
                     "reduce-scatter: reduce_scatter, quantized reduction: all_to_all): latency x messages / "

@@ -15,6 +15,7 @@
 #include "plan/device.hpp"
 #include "plan/model_shapes.hpp"
 #include "plan/nccl_model.hpp"
+#include "plan/peer.hpp"
 #include "shard/schedule.hpp"
 #include "shard/spec.hpp"
 #include "topo/topology.hpp"
@@ -36,13 +37,16 @@ shard::ShardSpec strategy_spec(std::string_view name, const topo::Topology& topo
 // "Granularity"): strata and PyTorch FSDP (auto-wrap per transformer block) one per unit;
 // DeepSpeed ZeRO coalesces parameters into buckets of its own sizes, so a unit's op stands for
 // unit elements / bucket elements calls, each paying the op's fixed cost (latency, launch).
-enum class Granularity { Unit, DeepSpeed };
-Granularity parse_granularity(std::string_view text);  // unit | fsdp | deepspeed; Error names --granularity
+// The peers' own (--peer, docs/planner.md "Peers"): DeepSpeed v0.5's ZeRO-3 gathers one call a
+// gathered tensor, v0.14's one coalesced call a gathered module, both reducing in
+// reduce_bucket_size buckets; Megatron-Core's distributed optimizer one call a bucket.
+enum class Granularity { Unit, DeepSpeed, DeepSpeedTensors, DeepSpeedModules, MegatronBuckets };
+// unit | fsdp | deepspeed | deepspeed-tensors | deepspeed-modules | megatron-buckets; Error names --granularity
+Granularity parse_granularity(std::string_view text);
 std::string_view granularity_name(Granularity g);
-// DeepSpeed's documented defaults, in elements (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig):
-inline constexpr double kDeepSpeedPrefetchBucket = 5e7;   // stage3_prefetch_bucket_size: ZeRO-3 parameter gathers
-inline constexpr double kDeepSpeedReduceBucket = 5e8;     // reduce_bucket_size: gradient reductions
-inline constexpr double kDeepSpeedAllgatherBucket = 5e8;  // allgather_bucket_size: ZeRO-1/2 post-step gathers
+std::string_view granularity_means(Granularity g);  // for the plan's assumptions
+// The granularity a peer calls its collectives at (Strata: `given`, what --granularity says).
+Granularity peer_granularity(Peer peer, Granularity given);
 
 struct Workload {
   int micro_batch = 1;          // sequences a rank runs per micro-batch
@@ -62,6 +66,7 @@ struct Workload {
   // the group as NCCL runs FSDP and DeepSpeed, priced by NCCL's model (shard::Collectives).
   shard::Collectives collectives = shard::Collectives::Hierarchical;
   Granularity granularity = Granularity::Unit;
+  Peer peer = Peer::Strata;  // the software whose calls and overlap are priced (--peer)
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };
 
@@ -120,8 +125,20 @@ Collective collective_of(const shard::ScheduledOp& op);
 // the unit's elements / the bucket of the op's purpose (weight gathers: prefetch bucket;
 // reductions: reduce bucket; post-step and replica gathers: allgather bucket), amortized:
 // DeepSpeed fills a bucket with whatever parameters are in flight, so a large unit is several
-// calls and small units share one.
-double collective_launches(const shard::ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity);
+// calls and small units share one. Under DeepSpeedTensors / DeepSpeedModules a weight gather is
+// `gathered`'s tensors / modules of its unit (at least one: the schedule still moves its bytes);
+// under MegatronBuckets every gradient reduction and post-step gather is unit elements / the
+// bucket of its group (megatron_bucket_elements).
+double collective_launches(const shard::ScheduledOp& op, const shard::UnitPlan& units, Granularity granularity,
+                           const std::vector<GatheredParams>& gathered = {});
+
+// The time a micro-batch's forward waits for per-unit gathers issued one ahead, as Megatron-Core's
+// --overlap-param-gather runs the distributed optimizer's post-step all-gathers: the first is
+// issued at forward's start, each next one when forward reaches the unit before it (its
+// forward pre-hook waits for its own and dispatches the next), one at a time on the stream.
+// `gather_s` per unit (0: none), in the walk's first acquire of each unit.
+double forward_wait_for_gathers(const shard::UnitPlan& units, const std::vector<double>& gather_s,
+                                const std::vector<double>& forward_s);
 
 // How two streams slow each other, per op of a replay (empty: 1 for every op).
 struct OverlapFactors {
@@ -200,6 +217,17 @@ struct Estimate {
     NcclCall call;
   };
   std::vector<NcclOp> nccl_ops;
+  // Under --peer: the peer's collective calls a step by purpose, and the time its own
+  // behaviour moves (docs/planner.md "Peers").
+  struct PeerTerms {
+    std::string peer;
+    std::vector<std::pair<std::string, double>> calls_a_step;  // purpose -> calls, in first-booked order
+    double serial_reduction_s = 0;   // reductions on the compute stream (DeepSpeed stage 1/2: overlap_comm off)
+    double hidden_param_gather_s = 0;  // post-step gathers hidden behind the next forward (Megatron)
+    double tp_hidden_s = 0;          // tensor-parallel time hidden behind the GEMMs (Megatron --tp-comm-overlap)
+    double copy_s = 0;               // FSDP2's copy-in/copy-out on the compute stream
+  };
+  std::optional<PeerTerms> peer;
   // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
   int tensor_parallel = 1, pipeline_stages = 1;
   double tp_allreduce_s = 0;         // per step: the schedule's tensor-parallel ops, on the critical path
@@ -261,6 +289,7 @@ class PlanContext {
   std::vector<LeaveOut> leave_out_;
   std::optional<Calibration> calibration_;
   std::optional<NcclSystem> nccl_;  // under --collectives nccl
+  std::vector<GatheredParams> gathered_;  // DeepSpeed's gathered tensors and modules a unit
   shard::UnitPlan units_;
   shard::TensorParallelPlan tensor_parallel_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch

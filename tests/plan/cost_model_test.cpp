@@ -634,3 +634,18 @@ TEST(Svg, TickLabelsOfOneAxisShareOneNotation) {
   EXPECT_EQ(tick_labels({0, 0.002, 0.004}), (std::vector<std::string>{"0", "2.0e-03", "4.0e-03"}));
   EXPECT_EQ(tick_labels({1, 2, 4, 8, 16}), (std::vector<std::string>{"1", "2", "4", "8", "16"}));
 }
+
+// Megatron's --overlap-param-gather: unit i+1's gather is issued when forward reaches unit i.
+// Three units, forward 2 s each, gathers 1, 3, 1 s: A's gather 0-1, A computes 1-3; B's issued
+// at 1, runs 1-4, B computes 4-6; C's issued at 4, runs 4-5, C computes 6-8: forward waits 2 s.
+TEST(CostModel, PostStepGathersWaitOnlyWhereForwardOvertakesThem) {
+  using K = model::UnitEvent;
+  const auto F = model::Phase::Forward, B = model::Phase::Backward;
+  shard::UnitPlan p{{"A", "B", "C"},
+                    {1, 1, 1},
+                    {{K::Acquire, 0, F}, {K::Release, 0, F}, {K::Acquire, 1, F}, {K::Release, 1, F},
+                     {K::Acquire, 2, F}, {K::Release, 2, F}, {K::Acquire, 2, B}, {K::Acquire, 1, B}}};
+  EXPECT_DOUBLE_EQ(forward_wait_for_gathers(p, {1, 3, 1}, {2, 2, 2}), 2.0);
+  // Gathers shorter than the forward before them hide but the first.
+  EXPECT_DOUBLE_EQ(forward_wait_for_gathers(p, {0.5, 1, 1}, {2, 2, 2}), 0.5);
+}
