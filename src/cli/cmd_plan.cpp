@@ -171,11 +171,12 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
              c.calibration() && c.calibration()->compute ? " (times from the calibration below; the peak scales MFU)"
                                                          : "");
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
-             "collectives {}, granularity {}\n",
+             "collectives {}, granularity {}{}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
              precision_name(w.precision), plan::recompute_name(w.recompute),
              w.flash_attention ? "flash" : "dense (seq x seq kept)", shard::to_string(w.collectives),
-             plan::granularity_name(w.granularity));
+             plan::granularity_name(w.granularity),
+             w.peer == plan::Peer::Strata ? "" : fmt::format(", peer {}", plan::peer_name(w.peer)));
   const topo::Topology& topology = c.topology();
   for (int i = 0; i < topology.num_tiers(); ++i) {
     const topo::Tier& t = topology.tier(i);

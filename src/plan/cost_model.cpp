@@ -746,19 +746,21 @@ class PlanContext::EstimateSteps {
     }
   }
 
-  // FSDP2's copies on the compute stream, where weights are gathered: each all-gather's copy-out
-  // reads and writes the unit (forward, and backward's re-gather), each reduce-scatter's copy-in
-  // the unit's gradient, all at the rate memory-bound work runs (as Adam).
+  // FSDP2's copies on the compute stream: where weights are gathered, each all-gather's copy-out
+  // reads and writes the unit (forward, and backward's re-gather); where gradients are
+  // reduce-scattered, each copy-in the unit's gradient; at the rate memory-bound work runs (as Adam).
   void peer_copies() {
-    if (!traits_.copies_on_compute_stream || e_.spec.weights == "none") return;
+    if (!traits_.copies_on_compute_stream) return;
+    const bool gathered = e_.spec.weights != "none", reduced = e_.spec.grads != "none";
     const int cb = compute_bytes(c_.workload_.precision);
     const double Bps = (calibrated_ && calibrated_->compute ? calibrated_->compute->optimizer_GBps : c_.device_.hbm_GBps) * 1e9;
     for (std::size_t u = 0; u < forward_s_.size(); ++u) {
       const double one = 2.0 * static_cast<double>(c_.units_.numel[u]) * cb / Bps;
-      const double backward = (e_.spec.free_after_forward ? one : 0) + (e_.spec.grads != "none" ? one : 0);
-      forward_s_[u] += one;
+      const double forward = gathered ? one : 0;
+      const double backward = (gathered && e_.spec.free_after_forward ? one : 0) + (reduced ? one : 0);
+      forward_s_[u] += forward;
       backward_s_[u] += backward;
-      e_.peer->copy_s += K_ * (one + backward);
+      e_.peer->copy_s += K_ * (forward + backward);
     }
   }
 

@@ -73,6 +73,10 @@ TEST(PlanPeer, BucketsOverlapAndCopiesAreThePeersOwn) {
   const nlohmann::json fsdp2 = estimate("fsdp2", "zero3"), fsdp1 = estimate("fsdp1", "zero3");
   EXPECT_GT(fsdp2["peer"]["copy_s"].get<double>(), 0);
   EXPECT_GT(fsdp2["compute_s"].get<double>(), fsdp1["compute_s"].get<double>());
+  // Gradients reduce-scattered but weights replicated (zero2): the copy-in alone.
+  const double zero2 = estimate("fsdp2", "zero2")["peer"]["copy_s"].get<double>();
+  EXPECT_GT(zero2, 0);
+  EXPECT_LT(zero2, fsdp2["peer"]["copy_s"].get<double>());
   EXPECT_EQ(estimate("fsdp2", "ddp")["peer"]["copy_s"].get<double>(), 0);
 }
 
