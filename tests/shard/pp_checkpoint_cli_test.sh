@@ -6,8 +6,9 @@
 # ranks, at --pp 4 on 4 ranks and in one process, loading the saved state (the state digest)
 # and training on to the uninterrupted single-process losses; a --tp 2 zero3 checkpoint on 4
 # ranks resumes at --pp 2 with zero1 stages. The pipeline checkpoint's safetensors export
-# equals its single-process conversion's; `ckpt inspect` names the stages; a resume that
-# cannot load it is refused naming the field.
+# equals its single-process conversion's; `ckpt inspect` names the stages; `strata plan
+# --compare-summary` prices both pipeline runs' pipeline tier as they measured it; a resume
+# that cannot load it is refused naming the field.
 # Usage: pp_checkpoint_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 source "$2/tests/shard/cli_lib.sh"
@@ -41,6 +42,17 @@ resumed_from $ckpt flat tp2 pp4 single
 resumed_from tp_half/ckpt/step_00000002 tp_to_pp
 resumed_losses_match one flat tp2 pp4 single tp_to_pp
 export_matches_conversion $ckpt
+
+# The planner prices what the pipeline runs sent across their pipeline tier (the stage
+# messages and the tied embeddings' sum), from the stages' own 1F1B programs.
+plan=(plan --model tiny --shape layers=4 --topology "$src/configs/topology/2node-2gpu-2die.toml" --seq 32 --accum 2
+      --precision fp32 --peak-tflops 1 --device-memory-gb 8 --hbm-gbps 50 --strategy zero1+pp2)
+"$strata" "${plan[@]}" --nodes 2 --micro-batch 2 --compare-summary pp2/summary.json > compared.txt ||
+  fail "the plan of the 8-rank pipeline: $(cat compared.txt)"
+"$strata" "${plan[@]}" --nodes 1 --micro-batch 4 --pp-tier node --compare-summary tp_to_pp/summary.json \
+  >> compared.txt || fail "the plan of the 4-rank pipeline: $(cat compared.txt)"
+[[ $(grep -c "^all equal" compared.txt) == 2 && $(grep -c "cluster .* equal$" compared.txt) == 6 &&
+   $(grep -c "node .* equal$" compared.txt) == 6 ]] || fail "compare-summary: $(cat compared.txt)"
 
 # Under --pp the global batch is batch x replicas (4 on 8 ranks), not x ranks.
 refused "train.global_batch = 8 in the checkpoint (batch x data-parallel replicas), 4 in this run (batch 1 x 4 replicas); a resumed run must keep it: give --batch 2" \
