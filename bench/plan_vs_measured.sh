@@ -23,8 +23,9 @@ source "$(dirname "$0")/common.sh"
 parse_bench_args "$@"
 scale=${SCALE:-10000}
 steps=${STEPS:-6}
-# STRATEGY+tpN: `strata train --strategy STRATEGY --tp N`, priced as STRATEGY+tpN.
-strategies=(ddp zero1 zero3 hsdp zeropp topo zero3+tp2 hsdp+tp2)
+# STRATEGY+tpN: `strata train --strategy STRATEGY --tp N`, priced as STRATEGY+tpN; likewise
+# STRATEGY+ppN with --pp N (the stages across the cluster tier).
+strategies=(ddp zero1 zero3 hsdp zeropp topo zero3+tp2 hsdp+tp2 ddp+pp2 zero1+pp2)
 ranks=8
 cores=$(nproc)
 topology=$src/configs/topology/2node-2gpu-2die.toml
@@ -44,23 +45,27 @@ peak_tflops=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.arg
 
 "$strata" data prepare --input /usr/share/games/fortunes --out "$work/data" > /dev/null
 # Each step's tokens/s from its progress line (--log-every 1), so no run needs an output folder.
-train_cmd=(train --topology "$topology" "${model[@]}" --seq $seq --grad-accum $accum --steps "$steps"
+train_cmd=(train --topology "$topology" "${model[@]}" --seq $seq --steps "$steps"
            --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" --emulate-links --emulate-scale "$scale"
            --log-every 1)
-# Under --tp N the N ranks of a TP group read the same batches: a group runs N x the batch, so
-# every run trains the same tokens a step (and each rank computes the same FLOPs).
+# Under --tp N the N ranks of a TP group read the same batches: a group runs N x the batch;
+# under --pp N a replica's N stages do: it runs N x the micro-batches (and the pipeline fills
+# over them). So every run trains the same tokens a step (and each rank computes the same FLOPs).
 for strategy in "${strategies[@]}"; do
-  tp=1
+  tp=1 pp=1
   [[ $strategy == *+tp* ]] && tp=${strategy##*+tp}
-  train_split=(--strategy "${strategy%%+*}" --batch $((batch * tp)))
+  [[ $strategy == *+pp* ]] && pp=${strategy##*+pp}
+  train_split=(--strategy "${strategy%%+*}" --batch $((batch * tp)) --grad-accum $((accum * pp)))
   [[ $tp -gt 1 ]] && train_split+=(--tp "$tp")
+  [[ $pp -gt 1 ]] && train_split+=(--pp "$pp")
   OMP_NUM_THREADS=1 "${mpi[@]}" -np $ranks "$strata" "${train_cmd[@]}" "${train_split[@]}" > "$work/$strategy.log"
 done
 
 # The same tiers the emulation ran: bandwidth divided by SCALE, latency multiplied by it.
 scaled_tier_flags "$topology" "$scale"
 # Adam streams ~28 bytes an element; this host's ~20 GB/s of memory bandwidth is shared by 8 ranks.
-# --batch-per-device: a TP group of N runs N x the micro-batch, as the runs above do.
+# --batch-per-device: a TP group of N runs N x the micro-batch, a pipeline of N stages N x the
+# micro-batches, as the runs above do.
 plan_cmd=(plan "${model[@]}" --topology "$topology" --nodes 2 --micro-batch $batch --batch-per-device --seq $seq
           --accum $accum --precision fp32 --peak-tflops "$peak_tflops" --compute-efficiency 1 --device-memory-gb 3 --hbm-gbps 2.5
           "${tiers[@]}")
@@ -145,6 +150,13 @@ measured ratios within 25%.
   tokens a step. The TP collectives run over `comm::Collectives` of the same context as the
   sharding's, so link emulation holds each of their messages to the GPU tier's time like any
   other; the planner prices them from the schedule's own TP ops (docs/planner.md).
+- Pipeline parallelism: `S+pp2` is `strata train --strategy S --pp 2` (2 stages of one block
+  across the cluster tier, S over the 4 replicas of each stage inside the nodes), priced as
+  `--strategy S+pp2`. A replica's 2 stages read the same batches, so the run takes
+  `--grad-accum {2 * int(accum)}` (the pipeline fills and drains over {2 * int(accum)} micro-batches) and the plan
+  `--batch-per-device` (a pipeline of 2 runs 2 x the micro-batches). The stage messages and
+  the tied embeddings' sum run over the same context, held to the cluster tier's time; the
+  planner prices them from the stages' own 1F1B programs (docs/planner.md).
 - Link emulation at scale {scale}: every message is held back to {scale} x its tier's alpha-beta
   time (the tiers act as {float(scale):g} times slower: bandwidth / {scale}, latency x {scale}).
   At this scale the emulated link time dominates this host's own copying (at scale 100 the
@@ -175,8 +187,9 @@ predicted by the planner; "predicted ratio / measured" within 0.75..1.25 is agre
 ## Commands
 
     strata data prepare --input /usr/share/games/fortunes --out WORK/data
-    {train_cmd} --strategy S --batch {batch}      # under mpirun -np 8, OMP_NUM_THREADS=1
-    {train_cmd} --strategy S --batch {2 * int(batch)} --tp 2
+    {train_cmd} --strategy S --batch {batch} --grad-accum {accum}      # under mpirun -np 8, OMP_NUM_THREADS=1
+    {train_cmd} --strategy S --batch {2 * int(batch)} --grad-accum {accum} --tp 2
+    {train_cmd} --strategy S --batch {batch} --grad-accum {2 * int(accum)} --pp 2
     {plan_cmd} --strategy {','.join(names)} --json
 
 ## What the host cannot reproduce

@@ -32,6 +32,10 @@ std::string str_or(const nlohmann::json& j, const char* key, const std::string& 
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
 }
 
+int int_or(const nlohmann::json& j, const char* key, int fallback) {
+  return j.is_object() && j.contains(key) && j[key].is_number_integer() ? j[key].get<int>() : fallback;
+}
+
 // The newest checkpoint as it is, damage and all: a damaged one is refused (inspect shows
 // what is there, it does not pick another), naming the newest intact one beside it.
 train::Checkpoint open_for_inspection(const fs::path& dir, bool verify) {
@@ -71,12 +75,12 @@ void run_inspect(const InspectArgs& a) {
   fmt::print("  step {}; model n_layer {}, n_head {}, n_embd {}, vocab {} ({:.2f}M parameters, {} arena floats)\n",
              info.step, info.model.n_layer, info.model.n_head, info.model.n_embd, info.model.vocab_size,
              static_cast<double>(layout.num_params()) / 1e6, ckpt.arena_floats());
-  const int tp = info.engine.is_object() && info.engine.contains("tensor_parallel") &&
-                         info.engine["tensor_parallel"].is_number_integer()
-                     ? info.engine["tensor_parallel"].get<int>()
-                     : 1;
-  fmt::print("  written by {}{} on {}{}\n", str_or(info.engine, "strategy", "?"),
-             tp > 1 ? fmt::format(" with tensor parallelism {}", tp) : "", count_of(info.world_size, "rank"),
+  const int tp = int_or(info.engine, "tensor_parallel", 1), pp = int_or(info.engine, "pp", 1);
+  std::string split;
+  if (tp > 1) split += fmt::format(" with tensor parallelism {}", tp);
+  if (pp > 1) split += fmt::format("{} {} pipeline stages", tp > 1 ? " and" : " with", pp);
+  fmt::print("  written by {}{} on {}{}\n", str_or(info.engine, "strategy", "?"), split,
+             count_of(info.world_size, "rank"),
              info.engine.contains("topology") ? fmt::format(" of topology '{}'", str_or(info.engine["topology"], "name", "?"))
                                               : "");
   if (info.engine.contains("shard_spec")) fmt::print("  shard spec {}\n", info.engine["shard_spec"].dump());

@@ -419,7 +419,7 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
                             path));
   // A preset changed by overrides: '*' in the plan, '+custom' in the run; a TP run's degree as
   // the plan names it (zero3+tp2).
-  const plan::ModelParallel run_mp{summary.value("tensor_parallel", 1), 1, "", ""};
+  const plan::ModelParallel run_mp{summary.value("tensor_parallel", 1), summary.value("pipeline_stages", 1), "", ""};
   const std::string run_strategy = plan::variant_name(summary["strategy"].get<std::string>(), run_mp);
   std::string plan_strategy = e.strategy;
   if (const std::size_t star = plan_strategy.find('*'); star != std::string::npos)
@@ -456,10 +456,13 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
                   "give --precision fp32");
 }
 
-// Planner bytes per tier against a training run's summary.json (comm.scheduled_per_step and,
-// when present, the measured comm.per_step): equal, or an Error naming the first difference.
+// Planner bytes per tier (plan::ModelParallelPlan::run_traffic) against a training run's
+// summary.json (comm.scheduled_per_step and, when present, the measured comm.per_step): equal,
+// or an Error naming the first difference.
 void compare_summary(const std::string& path, const plan::Estimate& e, const topo::Topology& topology,
-                     Precision precision, bool sequence_parallel) {
+                     Precision precision, bool sequence_parallel,
+                     const std::vector<plan::ModelParallelPlan::RunTraffic>& planned,
+                     const std::vector<std::string>& not_compared) {
   nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(read_file_text(path));
@@ -473,28 +476,31 @@ void compare_summary(const std::string& path, const plan::Estimate& e, const top
   std::vector<std::string> sections{"scheduled_per_step"};
   if (summary["comm"].contains("per_step")) sections.push_back("per_step");
   fmt::print("\nbytes a rank a step, planner vs {} ({}):\n", path, fmt::join(sections, ", "));
-  for (const plan::TierCost& t : e.tiers) {
-    const std::pair<const char*, std::uint64_t> fields[] = {{"bytes_sent", t.traffic.bytes_sent},
-                                                            {"bytes_received", t.traffic.bytes_received},
-                                                            {"messages", t.traffic.messages}};
+  for (const plan::ModelParallelPlan::RunTraffic& t : planned) {
+    const std::pair<const char*, double> fields[] = {
+        {"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
     for (const std::string& section : sections) {
       const nlohmann::json& per_tier = summary["comm"][section];
-      if (!per_tier.contains(t.traffic.tier))
-        throw Error(fmt::format("--compare-summary {}: comm.{} has no tier '{}'", path, section, t.traffic.tier));
-      for (auto [field, planned] : fields) {
-        const nlohmann::json& v = per_tier[t.traffic.tier][field];
+      if (!per_tier.contains(t.tier))
+        throw Error(fmt::format("--compare-summary {}: comm.{} has no tier '{}'", path, section, t.tier));
+      for (auto [field, want] : fields) {
+        const nlohmann::json& v = per_tier[t.tier][field];
         if (!v.is_number())
-          throw Error(fmt::format("--compare-summary {}: comm.{}.{}.{} is not a number", path, section,
-                                  t.traffic.tier, field));
+          throw Error(
+              fmt::format("--compare-summary {}: comm.{}.{}.{} is not a number", path, section, t.tier, field));
         const double got = v.get<double>();
-        fmt::print("  {:<10} {:<15} {:<19} planner {:>14}  summary {:>16.1f}  {}\n", t.traffic.tier, field, section,
-                   planned, got, got == static_cast<double>(planned) ? "equal" : "DIFFERENT");
-        if (got != static_cast<double>(planned))
+        fmt::print("  {:<10} {:<15} {:<19} planner {:>14.1f}  summary {:>16.1f}  {}\n", t.tier, field, section, want,
+                   got, got == want ? "equal" : "DIFFERENT");
+        if (got != want)
           throw Error(fmt::format("--compare-summary {}: comm.{}.{}.{} = {} but the planner prices {}", path, section,
-                                  t.traffic.tier, field, v.dump(), planned));
+                                  t.tier, field, v.dump(), want));
       }
     }
   }
+  if (!not_compared.empty())
+    fmt::print("not compared: {} (the pipeline stages reduce their gradients outside the stage schedule the "
+               "planner prices)\n",
+               fmt::join(not_compared, ", "));
   fmt::print("all equal\n");
 }
 
@@ -653,11 +659,9 @@ void check_modes(const PlanOptions& o, const PlanInputs& in) {
     throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
-  if ((o.print_schedule || !o.compare_summary.empty()) &&
-      (o.pp_given || o.strategy.find("+pp") != std::string::npos))
-    throw Error(fmt::format("{}: a pipeline's sends are priced beside the stages' schedules, not in one (the "
-                            "runtime runs no pipeline); leave out --pp and +ppN",
-                            o.print_schedule ? "--print-schedule" : "--compare-summary"));
+  if (o.print_schedule && (o.pp_given || o.strategy.find("+pp") != std::string::npos))
+    throw Error("--print-schedule: a pipeline's messages are priced beside the stages' schedules, not in one; "
+                "leave out --pp and +ppN");
   if (!in.nodes_given)
     throw Error("--nodes: required (how many nodes of the topology; world = nodes x ranks per node)");
   const parallel::ShardOptions& s = o.shard;
@@ -763,10 +767,13 @@ void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topol
                       in.calibration, chosen.front()});
   }
   std::vector<plan::Estimate> estimates;
-  for (const plan::NamedSpec& s : chosen)
-    estimates.push_back(
-        plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
-            .estimate(s.name, s.spec));
+  std::vector<plan::ModelParallelPlan::RunTraffic> run_traffic;
+  std::vector<std::string> not_compared;
+  for (const plan::NamedSpec& s : chosen) {
+    const plan::ModelParallelPlan p(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration);
+    estimates.push_back(p.estimate(s.name, s.spec));
+    if (!o.compare_summary.empty()) run_traffic = p.run_traffic(estimates.back(), s.spec, not_compared);
+  }
   if (!o.compare_summary.empty() && in.workload.collectives != shard::Collectives::Hierarchical)
     throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives nccl");
   if (!o.compare_summary.empty() && estimates.size() != 1)
@@ -792,7 +799,7 @@ void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topol
   if (!o.compare_summary.empty())
     compare_summary(o.compare_summary, estimates.front(),
                     plan::model_parallel_dims(topology, chosen.front().mp).data_parallel_topology(topology),
-                    in.workload.precision, in.workload.sequence_parallel);
+                    in.workload.precision, in.workload.sequence_parallel, run_traffic, not_compared);
 }
 
 void run_plan(const PlanOptions& o) {

@@ -48,6 +48,22 @@ const char* action_name(PipelineAction::Kind kind) {
   return "?";
 }
 
+std::vector<StageMessage> stage_messages(const std::vector<PipelineAction>& program) {
+  std::vector<StageMessage> out;
+  using S = StageMessage;
+  for (const PipelineAction& a : program) {
+    switch (a.kind) {
+      case PipelineAction::SendActivation: out.push_back({S::Next, true, false, a.micro_batch}); break;
+      case PipelineAction::ReceiveActivation: out.push_back({S::Previous, false, false, a.micro_batch}); break;
+      case PipelineAction::SendGradient: out.push_back({S::Previous, true, true, a.micro_batch}); break;
+      case PipelineAction::ReceiveGradient: out.push_back({S::Next, false, true, a.micro_batch}); break;
+      case PipelineAction::Forward:
+      case PipelineAction::Backward: break;
+    }
+  }
+  return out;
+}
+
 int micro_batches_in_flight(int stages, int stage, int micro_batches) {
   return std::min(stages - stage, micro_batches);
 }

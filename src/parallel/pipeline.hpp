@@ -40,6 +40,20 @@ struct PipelineAction {
 };
 const char* action_name(PipelineAction::Kind kind);
 
+// The messages of a stage's program, in program order: each send or receive one micro-batch's
+// activation (B·T·hidden values, up to the next stage) or its gradient (down to the previous
+// one), exchanged with one neighbour. The runtime's pipeline sends exactly these
+// (shard::PipelineSchedule) and the planner prices them (plan::ModelParallelPlan).
+struct StageMessage {
+  enum Neighbour { Previous, Next } neighbour;
+  bool sent = false;  // false: received
+  bool gradient = false;
+  int micro_batch = 0;
+  // One name for both ends of a message: "activation-send" or "activation-grad-send".
+  const char* purpose() const { return gradient ? "activation-grad-send" : "activation-send"; }
+};
+std::vector<StageMessage> stage_messages(const std::vector<PipelineAction>& program);
+
 // Stage `stage` of `stages` over `micro_batches`: min(stages - 1 - stage, m) forwards to warm
 // up, then one forward and one backward in turn, then the backwards left.
 std::vector<PipelineAction> one_f_one_b(int stages, int stage, int micro_batches);

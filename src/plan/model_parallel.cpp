@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "comm/dtype.hpp"
+#include "parallel/pipeline.hpp"
 
 namespace strata::plan {
 
@@ -58,32 +60,45 @@ parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const
   return parallel::ParallelDims::model_parallel(topology, mp.tp, tp_level, mp.pp, pp_level);
 }
 
-shard::ScheduledOp PipelineSend::op() const {
+shard::ScheduledOp PipelineMessage::op() const {
   shard::ScheduledOp op{};
   op.when = when;
   op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind and algorithm are
-  op.kind = shard::OpKind::AllGather;
+  op.kind = all_reduce ? shard::OpKind::AllReduce : shard::OpKind::AllGather;
   op.algorithm = shard::Algorithm::Ring;
   op.level = level;
   op.wire = element_bytes == 4 ? comm::DType::F32 : comm::DType::BF16;
   op.group_size = 2;
   op.elements_in = op.elements_out = elements;
-  op.bytes_sent = op.bytes_received = bytes_sent();
-  op.messages = 1;
+  // A ring of two sends and receives its half twice (comm's padding); a message is one
+  // transfer of the whole buffer, which both ends wait for.
+  op.messages = all_reduce ? 2 : 1;
+  op.bytes_sent = op.bytes_received =
+      all_reduce ? 2 * comm::chunk_count(elements, 2, 1) * element_bytes : elements * element_bytes;
   return op;
 }
 
-std::vector<PipelineSend> pipeline_sends(const ModelShape& slice, const parallel::ParallelDims& dims,
-                                         const Workload& workload) {
-  std::vector<PipelineSend> sends;
-  if (dims.pipeline == 1) return sends;
+void PipelineMessage::book(shard::TierTraffic& traffic) const {
+  const shard::ScheduledOp o = op();
+  // A message counts for the rank that sends it, and as bytes received for the other.
+  if (all_reduce || sent) {
+    traffic.bytes_sent += o.bytes_sent;
+    traffic.messages += static_cast<std::uint64_t>(o.messages);
+  }
+  if (all_reduce || !sent) traffic.bytes_received += o.bytes_received;
+}
+
+std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const parallel::ParallelDims& dims,
+                                            const Workload& workload) {
+  std::vector<PipelineMessage> out;
+  if (dims.pipeline == 1) return out;
   const std::size_t activations = static_cast<std::size_t>(workload.micro_batch) * workload.seq * slice.hidden;
   const int e = compute_bytes(workload.precision);
-  if (slice.stage != slice.stages - 1)
-    sends.push_back({"activation-send", shard::When::Forward, dims.pipeline_level, activations, e});
-  if (slice.stage != 0)
-    sends.push_back({"activation-grad-send", shard::When::Backward, dims.pipeline_level, activations, e});
-  return sends;
+  for (const parallel::StageMessage& m : parallel::stage_messages(
+           parallel::one_f_one_b(slice.stages, slice.stage, workload.accumulation_steps)))
+    out.push_back({m.purpose(), m.gradient ? shard::When::Backward : shard::When::Forward, dims.pipeline_level,
+                   activations, e, m.sent, false});
+  return out;
 }
 
 double pipeline_bubble_fraction(int stages, int micro_batches) {
@@ -116,12 +131,15 @@ nlohmann::json model_parallel_assumptions() {
        "rest / tp"},
       {"pipeline",
        "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage, the embedding "
-       "on the first and final norm + head on the last; m = --accum micro-batches; stage s holds min(p - s, m) "
-       "micro-batches of activations; each micro-batch a stage sends micro_batch x seq x hidden forward and its "
-       "gradient back (one message each, on the critical path, a full copy from every TP rank); stages run in "
-       "lockstep at the slowest one's pace: step = its data-parallel step + m x (TP + sends a micro-batch) + "
-       "(p - 1) x its micro-batch (the bubble, fraction (p-1)/(m+p-1)); gradients reduced once a step per stage "
-       "over its data-parallel group (the stage's own schedule)"},
+       "on the first and final norm + head on the last (a tied head: the last stage holds a copy of the "
+       "embeddings and sums their gradient with the first stage's once a step, each rank its optimizer-state "
+       "shard, fp32); m = --accum micro-batches; stage s holds min(p - s, m) micro-batches of activations; the "
+       "messages are the runtime's, from each stage's 1F1B program (parallel::stage_messages): per micro-batch "
+       "micro_batch x seq x hidden activations forward and their gradient back at --precision's width, each a "
+       "transfer both ends wait for (on the critical path, a full copy from every TP rank); stages run in "
+       "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + (p - 1) x its "
+       "micro-batch without them (the bubble, fraction (p-1)/(m+p-1)); gradients reduced once a step per stage over its "
+       "data-parallel group (the stage's own schedule)"},
       {"data_parallel",
        "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
        "tier of s/t; ports keep the share a physical rank gets"},
@@ -170,18 +188,63 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
       stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, dims_,
                              leave_out, calibration)) {
   for (int s = 0; s < mp_.pp; ++s) {
-    sends_.push_back(pipeline_sends(stages_[s].model(), dims_, workload_));
+    messages_.push_back(stage_messages(stages_[s].model(), dims_, workload_));
     double seconds = 0;
-    for (const PipelineSend& send : sends_.back()) seconds += price_op(send.op(), topology_, calibrated_()).seconds();
-    send_seconds_.push_back(seconds);
+    for (const PipelineMessage& m : messages_.back()) seconds += price_op(m.op(), topology_, calibrated_()).seconds();
+    message_seconds_.push_back(seconds);
   }
+}
+
+std::optional<PipelineMessage> ModelParallelPlan::tied_message(int s, const shard::ShardSpec& spec) const {
+  const ModelShape& slice = stages_.at(s).model();
+  if (!slice.tied_head || mp_.pp == 1 || (s != 0 && s != mp_.pp - 1)) return std::nullopt;
+  // Both stages hold the embeddings (the last its copy for the head) and sum their gradients,
+  // each rank its optimizer-state shard of them, in fp32 (the runtime's master gradient).
+  const shard::LevelSpec levels = shard::resolve(spec, data_parallel_topology());
+  const std::size_t embeddings = slice.unit_plan().numel.front();
+  const std::size_t mine = comm::chunk_count(embeddings, levels.degree(levels.optimizer), 1);
+  return PipelineMessage{"tied embeddings", shard::When::Step, dims_.pipeline_level, mine, 4, true, true};
+}
+
+shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::ShardSpec& spec) const {
+  shard::TierTraffic t{topology_.tier(dims_.pipeline_level).name};
+  std::vector<PipelineMessage> all = messages_.at(s);
+  if (auto tied = tied_message(s, spec)) all.push_back(*tied);
+  for (const PipelineMessage& m : all) m.book(t);
+  return t;
+}
+
+using RunTraffic = ModelParallelPlan::RunTraffic;
+
+std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const shard::ShardSpec& spec,
+                                                       std::vector<std::string>& not_compared) const {
+  std::vector<RunTraffic> out;
+  if (mp_.pp == 1) {
+    for (const TierCost& t : e.tiers)
+      out.push_back({t.traffic.tier, double(t.traffic.bytes_sent), double(t.traffic.bytes_received),
+                     double(t.traffic.messages)});
+    return out;
+  }
+  RunTraffic mean{topology_.tier(dims_.pipeline_level).name};
+  for (int s = 0; s < mp_.pp; ++s) {
+    const shard::TierTraffic t = pipeline_tier_traffic(s, spec);
+    mean.bytes_sent += double(t.bytes_sent) / mp_.pp;
+    mean.bytes_received += double(t.bytes_received) / mp_.pp;
+    mean.messages += double(t.messages) / mp_.pp;
+  }
+  for (const TierCost& t : e.tiers)
+    if (t.traffic.tier != mean.tier) not_compared.push_back(t.traffic.tier);
+  out.push_back(mean);
+  return out;
 }
 
 Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpec& spec) const {
   const int p = mp_.pp, m = workload_.accumulation_steps;
   std::vector<Estimate> stages;
   int slowest = 0, largest = 0;
-  std::vector<double> micro_s;  // a stage's micro-batch time: its schedule's (TP included) + its sends
+  // A stage's micro-batch: its schedule's time (TP included), and that plus its share of the
+  // stage's messages, which sets the pace.
+  std::vector<double> micro_s, paced_s;
   for (int s = 0; s < p; ++s) {
     Estimate e = stages_[s].estimate(strategy, spec);
     // 1F1B: stage s holds the activations of up to p - s micro-batches at once.
@@ -189,9 +252,10 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
     e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
                            e.memory.gathered + e.activation_bytes;
     e.fits = e.total_memory_bytes <= e.device_memory_bytes;
-    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m + send_seconds_[s]);
+    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m);
+    paced_s.push_back(micro_s[s] + message_seconds_[s] / m);
     stages.push_back(std::move(e));
-    if (micro_s[s] > micro_s[slowest]) slowest = s;
+    if (paced_s[s] > paced_s[slowest]) slowest = s;
     if (stages[s].total_memory_bytes > stages[largest].total_memory_bytes) largest = s;
   }
   Estimate r = stages[slowest];
@@ -204,19 +268,23 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
   r.total_memory_bytes = stages[largest].total_memory_bytes;
   r.fits = r.total_memory_bytes <= r.device_memory_bytes;
 
-  // Sends sit on the critical path: every second of them is exposed on their tier.
-  for (const PipelineSend& send : sends_[slowest]) {
-    TierCost& tier = r.tiers[send.level];
-    const OpPrice price = price_op(send.op(), topology_, calibrated_());
-    tier.latency_s += m * price.latency_s;
-    tier.traffic.bytes_sent += static_cast<std::uint64_t>(m) * send.bytes_sent();
-    tier.traffic.bytes_received += static_cast<std::uint64_t>(m) * send.bytes_sent();
-    tier.traffic.messages += static_cast<std::uint64_t>(m);
-    tier.busy_s += m * price.seconds();
-    tier.exposed_micro_s += m * price.seconds();
+  // The messages sit on the critical path: every second of them is exposed on their tier.
+  std::vector<PipelineMessage> messages = messages_[slowest];
+  const std::optional<PipelineMessage> tied = tied_message(slowest, spec);
+  if (tied) messages.push_back(*tied);
+  r.pp_p2p_s = 0;
+  for (const PipelineMessage& message : messages) {
+    TierCost& tier = r.tiers[message.level];
+    const OpPrice price = price_op(message.op(), topology_, calibrated_());
+    tier.latency_s += price.latency_s;
+    message.book(tier.traffic);
+    tier.busy_s += price.seconds();
+    tier.exposed_micro_s += price.seconds();
+    r.pp_p2p_s += price.seconds();
   }
-  r.pp_p2p_s = m * send_seconds_[slowest];
   r.pp_bubble_fraction = pipeline_bubble_fraction(p, m);
+  // The fill and drain wait for the other stages' micro-batches; their messages are already on
+  // this stage's own timeline (a message holds both ends), so the bubble is compute and TP.
   r.pp_bubble_s = (p - 1) * micro_s[slowest];
   r.step_time_s = stages[slowest].step_time_s + r.pp_p2p_s + r.pp_bubble_s;
 

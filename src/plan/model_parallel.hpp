@@ -7,9 +7,9 @@
 // becomes a data-parallel tier of s/t, and likewise for the pipeline's slice. Each stage is a
 // PlanContext over that smaller topology: the ordinary shard::Schedule of the stage's
 // TP-split units, with the TP collectives as ops of that schedule (the runtime's own list,
-// model::tensor_parallel_calls), priced with every other op. The stage-to-stage sends are
-// the one planner-only list (PipelineSend below); the runtime's pipeline
-// (shard/pipeline_engine.hpp) keeps its own, which this does not read yet.
+// model::tensor_parallel_calls), priced with every other op. The stage-to-stage messages are
+// the runtime's too (parallel::stage_messages of each stage's 1F1B program, what
+// shard::PipelineSchedule sends).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,23 +32,29 @@ std::string variant_name(std::string_view strategy, const ModelParallel& mp);
 // divide its tier, an unknown tier).
 parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp);
 
-// One send between pipeline stages, per rank, as the planner prices it: one message of the
-// whole tensor, on the critical path.
-struct PipelineSend {
-  std::string purpose;        // "activation-send" or "activation-grad-send"
+// One message between pipeline stages, as one rank of a stage sends or receives it: an
+// entry of parallel::stage_messages, the runtime's own list from the stage's 1F1B program
+// (micro_batch·seq·hidden activations up or their gradients down, at --precision's width:
+// fp32, what the CPU runtime sends, under --precision fp32); and on the first and last stage
+// of a tied head, the embeddings' gradient summed between them once a step (the runtime's
+// "tied embeddings" all-reduce, over the stage's optimizer-state shard of them). Every one
+// blocks the stage: on the critical path.
+struct PipelineMessage {
+  std::string purpose;         // "activation-send", "activation-grad-send" or "tied embeddings"
   shard::When when = shard::When::Forward;
-  int level = 0;              // tier of the physical topology the two stages span
-  std::size_t elements = 0;   // B·T·hidden
-  int element_bytes = 2;
+  int level = 0;               // tier of the physical topology the two stages span
+  std::size_t elements = 0;
+  int element_bytes = 4;
+  bool sent = true;            // a send this rank makes (else one it receives)
+  bool all_reduce = false;     // the tied embeddings' sum (both ends send)
 
-  shard::ScheduledOp op() const;  // what price_op prices: a two-member exchange of one message
-  std::size_t bytes_sent() const { return elements * element_bytes; }
+  shard::ScheduledOp op() const;  // what price_op prices: the transfer both ends wait for
+  void book(shard::TierTraffic& traffic) const;  // this rank's bytes and messages of it
 };
 
-// The sends one rank of `slice`'s stage makes per micro-batch: B·T·hidden activations forward
-// (all but the last stage) and their gradients back (all but the first).
-std::vector<PipelineSend> pipeline_sends(const ModelShape& slice, const parallel::ParallelDims& dims,
-                                         const Workload& workload);
+// A step's messages of one rank of `slice`'s stage over m = --accum micro-batches.
+std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const parallel::ParallelDims& dims,
+                                            const Workload& workload);
 
 // 1F1B's idle share: (p-1)/(m+p-1) for p stages and m micro-batches.
 double pipeline_bubble_fraction(int stages, int micro_batches);
@@ -70,13 +76,29 @@ class ModelParallelPlan {
   const topo::Topology& topology() const { return topology_; }  // the physical one
   const topo::Topology& data_parallel_topology() const { return stages_.front().topology(); }
   const PlanContext& stage(int s) const { return stages_.at(s); }
-  const std::vector<PipelineSend>& sends(int s) const { return sends_.at(s); }
+  const std::vector<PipelineMessage>& messages(int s) const { return messages_.at(s); }
+  // Stage s's traffic on the pipeline's tier a step under `spec` (resolved against the
+  // data-parallel topology): its messages and the tied embeddings' sum. The stages' own
+  // replicas never cross that tier (a stage is one domain of it), so this is all it carries.
+  shard::TierTraffic pipeline_tier_traffic(int s, const shard::ShardSpec& spec) const;
+  // Per tier, what a run's summary.json reports a step (comm.scheduled_per_step: the mean over
+  // its ranks, every stage holding as many): without a pipeline every tier of the estimate;
+  // with one the pipeline's tier, averaged over the stages, and the tiers its stages' own
+  // reductions cross in `not_compared` (PipelineEngine reduces a stage's gradients its own
+  // way, not by the stage's shard::Schedule that prices them here).
+  struct RunTraffic {
+    std::string tier;
+    double bytes_sent = 0, bytes_received = 0, messages = 0;
+  };
+  std::vector<RunTraffic> run_traffic(const Estimate& e, const shard::ShardSpec& spec,
+                                      std::vector<std::string>& not_compared) const;
 
   // Nothing split (tp 1, pp 1): exactly PlanContext's estimate of the whole model (its strata
   // layout kept), with the energy added.
   // `spec` (resolved against the data-parallel topology) over every stage. Stages run in
-  // lockstep at the slowest stage's pace: step = its step (TP ops included) + m x (its send
-  // time a micro-batch) + (p-1) x its micro-batch time (the bubble). Memory is the largest
+  // lockstep at the slowest stage's pace: step = its step (TP ops included) + its messages'
+  // time + (p-1) x its micro-batch time (the bubble: a message holds both ends, so the fill
+  // and drain wait for the other stages' compute only). Memory is the largest
   // stage's, with min(p - s, m) micro-batches of activations in flight on stage s.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
 
@@ -92,8 +114,11 @@ class ModelParallelPlan {
   ModelParallel mp_;
   parallel::ParallelDims dims_;
   std::vector<PlanContext> stages_;
-  std::vector<std::vector<PipelineSend>> sends_;
-  std::vector<double> send_seconds_;  // per stage: its sends' time a micro-batch
+  // The tied embeddings' sum of stage s under `spec` (none: a stage between, or untied).
+  std::optional<PipelineMessage> tied_message(int s, const shard::ShardSpec& spec) const;
+
+  std::vector<std::vector<PipelineMessage>> messages_;
+  std::vector<double> message_seconds_;  // per stage: its messages' time a step
 };
 
 // What the tensor/pipeline terms and the energy figure assume, for --json's assumptions.

@@ -110,14 +110,17 @@ std::int64_t block_params_on_rank(const ModelShape& m) {
   return block;
 }
 
-// Indices, in the whole model's unit plan, of the units a pipeline stage holds.
+// Indices, in the whole model's unit plan, of the units a pipeline stage holds. A tied head's
+// last stage holds a copy of the embeddings (the runtime's shard::PipelineSchedule), whose
+// gradient it sums with the first stage's.
 std::vector<int> stage_units(const ModelShape& m) {
   const int per_stage = m.layers / m.stages;
   const int units = m.layers + (m.tied_head ? 2 : 3);
+  const bool last = m.stage == m.stages - 1;
   std::vector<int> out;
   for (int u = 0; u < units; ++u) {
     const bool block = u >= 1 && u <= m.layers;
-    const bool mine = block ? (u - 1) / per_stage == m.stage : (u == 0 ? m.stage == 0 : m.stage == m.stages - 1);
+    const bool mine = block ? (u - 1) / per_stage == m.stage : (u == 0 ? m.stage == 0 || (last && m.tied_head) : last);
     if (mine) out.push_back(u);
   }
   return out;
@@ -155,18 +158,14 @@ ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
   divides("--tp", tp, "ffn", ffn);
   divides("--tp", tp, "vocab", vocab);
   divides("--pp", num_stages, "layers", layers);
-  if (num_stages > 1 && tied_head)
-    throw Error(fmt::format("--pp {}: '{}' ties its LM head to the embedding; pipeline stages are priced for "
-                            "untied heads only (the tie would span the first and last stage)",
-                            num_stages, name));
   if (stage_index < 0 || stage_index >= num_stages)
     throw Error(fmt::format("pipeline stage {} of {}: out of range", stage_index, num_stages));
   ModelShape m = whole();
   m.tensor_parallel = tp;
   m.stage = stage_index;
   m.stages = num_stages;
-  // The runtime splits both families by TP (model::ParamLayout of the split) and runs no
-  // pipeline: pipeline slices are priced as shapes.
+  // The runtime splits both families by TP (model::ParamLayout of the split); its pipeline
+  // keeps the whole model's arenas on every rank: pipeline slices are priced as shapes.
   if (m.gpt && m.stages > 1) m.gpt.reset();
   return m;
 }

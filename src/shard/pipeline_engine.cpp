@@ -55,18 +55,10 @@ PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, in
 
 void PipelineSchedule::add_sends() {
   const std::uint64_t bytes = activation_floats_ * sizeof(float);
-  auto send = [&](const char* purpose, PipelineOp::Group g, int micro_batch) {
-    ops_.push_back({purpose, PipelineOp::Send, g, micro_batch, 0, 0, bytes});
-  };
-  for (const PipelineAction& a : program_) {
-    switch (a.kind) {
-      case PipelineAction::SendActivation: send("activation-send", PipelineOp::Next, a.micro_batch); break;
-      case PipelineAction::ReceiveActivation: send("activation-send", PipelineOp::Previous, a.micro_batch); break;
-      case PipelineAction::SendGradient: send("activation-grad-send", PipelineOp::Previous, a.micro_batch); break;
-      case PipelineAction::ReceiveGradient: send("activation-grad-send", PipelineOp::Next, a.micro_batch); break;
-      default: break;
-    }
-  }
+  for (const parallel::StageMessage& m : parallel::stage_messages(program_))
+    ops_.push_back({m.purpose(), PipelineOp::Send,
+                    m.neighbour == parallel::StageMessage::Next ? PipelineOp::Next : PipelineOp::Previous,
+                    m.micro_batch, 0, 0, bytes});
 }
 
 void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas) {

@@ -12,6 +12,7 @@
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "base/fileio.hpp"
+#include "base/plural.hpp"
 #include "train/checkpoint.hpp"
 #include "train/faults.hpp"
 #include "train/preemption.hpp"
@@ -193,13 +194,16 @@ TrainerState Trainer::check_resumable(const Checkpoint& ckpt) const {
     if (!info.run.is_object() || !info.run.contains(key))
       throw Error(fmt::format("{}: malformed: field 'run.{}' missing", manifest, key));
     if (info.run[key] == value) continue;
+    // Ranks of one replica (a TP group, a pipeline's stages) read the same batch: the global
+    // batch is batch x replicas, not x ranks.
+    const int replicas = dims_.data_parallel_size();
     if (key == "train.global_batch")
-      throw Error(fmt::format("{}: train.global_batch = {} in the checkpoint (batch x world size), {} in this run "
-                              "(batch {} x {} ranks); a resumed run must keep it: give --batch {}",
-                              dir.string(), info.run[key].dump(), value.dump(), config_.batch, engine_.world_size(),
-                              info.run[key].is_number_integer() &&
-                                      info.run[key].get<std::int64_t>() % engine_.world_size() == 0
-                                  ? std::to_string(info.run[key].get<std::int64_t>() / engine_.world_size())
+      throw Error(fmt::format("{}: train.global_batch = {} in the checkpoint (batch x data-parallel replicas), {} in "
+                              "this run (batch {} x {}); a resumed run must keep it: give --batch {}",
+                              dir.string(), info.run[key].dump(), value.dump(), config_.batch,
+                              count_of(replicas, "replica"),
+                              info.run[key].is_number_integer() && info.run[key].get<std::int64_t>() % replicas == 0
+                                  ? std::to_string(info.run[key].get<std::int64_t>() / replicas)
                                   : std::string("a batch that divides it")));
     throw Error(fmt::format("{}: {} = {} in the checkpoint, {} in this run; a resumed run must keep it", dir.string(),
                             key, info.run[key].dump(), value.dump()));

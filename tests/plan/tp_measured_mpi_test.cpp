@@ -2,7 +2,10 @@
 // S+tp2 --precision fp32` prices, tier by tier, exactly the bytes and messages 8 ranks of
 // `--strategy S --tp 2` measure a step (2x2x2 test topology, TP in the GPU tier), with and
 // without recomputation, for GPT-2 (tiny) and Llama (llama-tiny), and for tiny under
-// --sequence-parallel, whose activation memory the plan prices as the run's model holds it.
+// --sequence-parallel, whose activation memory the plan prices as the run's model holds it;
+// and under --pp 2 (stages across the cluster tier, ddp or zero1 replicas a stage), the
+// pipeline tier's bytes and messages a step on every rank: the stage messages and the tied
+// embeddings' sum the planner prices from the runtime's own program.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -13,6 +16,7 @@
 
 #include "device/device.hpp"
 #include "plan/model_parallel.hpp"
+#include "shard/pipeline_engine.hpp"
 #include "shard/runtime.hpp"
 
 using namespace strata;
@@ -24,6 +28,34 @@ constexpr int kTp = 2, kBatch = 4, kSeq = 32, kAccum = 2, kSteps = 2;
 std::string topology_path() {
   const char* src = std::getenv("STRATA_SOURCE_DIR");
   return std::string(src ? src : ".") + "/configs/topology/2node-2gpu-2die.toml";
+}
+
+// The micro-batch every step of every run trains on.
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+  Batch() : tokens(kBatch * kSeq), targets(kBatch * kSeq) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<std::int32_t>((7 * i + 3) % 256);
+      targets[i] = static_cast<std::int32_t>((11 * i + 5) % 256);
+    }
+  }
+};
+
+// kSteps steps of an engine on Batch; the bytes and messages by tier it measured each step.
+template <class Engine>
+std::vector<comm::CommStats> step_traffic(Engine& engine) {
+  const Batch batch;
+  std::vector<comm::CommStats> steps;
+  for (int step = 1; step <= kSteps; ++step) {
+    const comm::CommStats before = engine.context().accounting().snapshot();
+    double loss = 0;
+    for (int m = 0; m < kAccum; ++m)
+      loss += engine.micro_step(batch.tokens.data(), batch.targets.data(), 1.0f / kAccum);
+    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
+    engine.all_mean(loss / kAccum);  // the logged loss, as the trainer reduces it each step
+    steps.push_back(engine.context().accounting().snapshot() - before);
+  }
+  return steps;
 }
 
 struct Measured {
@@ -40,25 +72,12 @@ Measured measure(const std::string& model, const std::string& strategy, bool rec
   shard::ShardedRuntime runtime(options, model::GPTConfig::preset(model), kBatch, kSeq, kAccum, 7, device::host(),
                                 recompute);
   shard::ShardedEngine& engine = runtime.engine();
-  std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<std::int32_t>((7 * i + 3) % 256);
-    targets[i] = static_cast<std::int32_t>((11 * i + 5) % 256);
-  }
-  Measured run{{}, engine.activation_bytes()};
-  std::vector<comm::CommStats>& steps = run.steps;
-  for (int step = 1; step <= kSteps; ++step) {
-    const comm::CommStats before = engine.context().accounting().snapshot();
-    double loss = 0;
-    for (int m = 0; m < kAccum; ++m) loss += engine.micro_step(tokens.data(), targets.data(), 1.0f / kAccum);
-    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
-    engine.all_mean(loss / kAccum);  // the logged loss, as the trainer reduces it each step
-    steps.push_back(engine.context().accounting().snapshot() - before);
-  }
-  return run;
+  return {step_traffic(engine), engine.activation_bytes()};
 }
 
-plan::Estimate planned(const std::string& model, const std::string& strategy, bool recompute, bool sequence_parallel) {
+// The plan of a run below: 8 ranks of the test topology, their micro-batches in fp32.
+plan::ModelParallelPlan plan_of(const std::string& model, const plan::ModelParallel& mp, bool recompute = false,
+                                bool sequence_parallel = false) {
   topo::Topology physical = topo::Topology::load(topology_path());
   physical.resolve(8);
   plan::Workload w;
@@ -68,8 +87,12 @@ plan::Estimate planned(const std::string& model, const std::string& strategy, bo
   w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
   w.precision = Precision::F32;
   w.sequence_parallel = sequence_parallel;
-  const plan::ModelParallelPlan p(plan::ModelShape::preset(model), physical,
-                                  plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, {kTp, 1, "", ""});
+  return plan::ModelParallelPlan(plan::ModelShape::preset(model), physical,
+                                 plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, mp);
+}
+
+plan::Estimate planned(const std::string& model, const std::string& strategy, bool recompute, bool sequence_parallel) {
+  const plan::ModelParallelPlan p = plan_of(model, {kTp, 1, "", ""}, recompute, sequence_parallel);
   return p.estimate(strategy, plan::strategy_spec(strategy, p.data_parallel_topology()));
 }
 
@@ -113,5 +136,33 @@ TEST(PlanVsRun, SequenceParallelBytesAndActivationsEqualTheRuns) {
     const Measured tp = measure(model, "zero3", recompute, false);
     EXPECT_EQ(planned(model, "zero3", recompute, false).activation_bytes, tp.activation_bytes) << what;
     EXPECT_LT(sp.activation_bytes, tp.activation_bytes) << what;
+  }
+}
+
+// --pp 2 on 8 ranks: the stages across the cluster tier, 4 replicas a stage inside the nodes,
+// so only the stages' messages and the tied embeddings' sum cross the cluster tier.
+TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) {
+  const plan::ModelParallelPlan plan = plan_of("tiny", {1, 2, "", ""});
+  const int cluster = plan.topology().outermost();
+  for (const char* strategy : {"ddp", "zero1"}) {
+    parallel::ShardOptions options;
+    options.strategy = strategy;
+    options.topology = topology_path();
+    options.pp = 2;
+    shard::PipelineEngine engine(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, kAccum, 7);
+    const shard::ShardSpec spec = plan::strategy_spec(strategy, plan.data_parallel_topology());
+    const shard::TierTraffic planned = plan.pipeline_tier_traffic(engine.stage(), spec);
+    const plan::Estimate e = plan.estimate(strategy, spec);
+    for (const comm::CommStats& step : step_traffic(engine)) {
+      const comm::TierTraffic measured = step.tiers.at(cluster);
+      const std::string what = std::string(strategy) + "+pp2 stage " + std::to_string(engine.stage());
+      EXPECT_EQ(measured.bytes_sent, planned.bytes_sent) << what;
+      EXPECT_EQ(measured.bytes_received, planned.bytes_received) << what;
+      EXPECT_EQ(measured.messages, planned.messages) << what;
+      // Two stages send and receive alike: the estimate's cluster tier is every rank's.
+      EXPECT_EQ(e.tiers.at(cluster).traffic.bytes_sent, planned.bytes_sent) << what;
+      EXPECT_EQ(e.tiers.at(cluster).traffic.messages, planned.messages) << what;
+    }
+    EXPECT_GT(planned.bytes_sent, 0u);
   }
 }

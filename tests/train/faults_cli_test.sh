@@ -113,7 +113,7 @@ PY
   fail "zero2 did not load hsdp's state"
 if out=$("${mpi[@]}" -np 4 "$strata" train --strategy zero3 "${common[@]}" --batch 1 --steps 12 --resume hop8 \
            --out wrong 2>&1); then fail "resumed with another global batch"; fi
-grep -q "train.global_batch = 8 in the checkpoint (batch x world size), 4 in this run (batch 1 x 4 ranks); a resumed run must keep it: give --batch 2" <<<"$out" ||
+grep -q "train.global_batch = 8 in the checkpoint (batch x data-parallel replicas), 4 in this run (batch 1 x 4 replicas); a resumed run must keep it: give --batch 2" <<<"$out" ||
   fail "global batch: $out"
 # Offline conversion: the same state in the files a 4-rank zero3 job writes, and in one file.
 "$strata" ckpt convert hop8 conv4 --strategy zero3 --world-size 4 --topology "$topo" > /dev/null

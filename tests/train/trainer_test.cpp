@@ -166,8 +166,8 @@ TEST(Trainer, ResumeRefusesChangedRunSettingsAndFinishedCheckpoints) {
   wider.batch = 4;
   wider.resume = c.out_dir;
   EXPECT_EQ(error_of([&] { run_training(wider); }),
-            ckpt.string() + ": train.global_batch = 2 in the checkpoint (batch x world size), 4 in this run (batch 4 x 1 "
-                            "ranks); a resumed run must keep it: give --batch 2");
+            ckpt.string() + ": train.global_batch = 2 in the checkpoint (batch x data-parallel replicas), 4 in this run "
+                            "(batch 4 x 1 replica); a resumed run must keep it: give --batch 2");
 
   TrainConfig longer = c;
   longer.steps = 8;
