@@ -38,19 +38,18 @@ PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, in
     : split_(parallel::stage_split(config.n_layer, stages, stage)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
       activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
-  if (config.family != model::Family::Gpt2)
-    throw Error(fmt::format("--pp {}: pipeline stages run GPT-2 models only, not {}", stages,
-                            model::family_name(config.family)));
   const model::ParamLayout layout(config);
+  tied_ = stages > 1 && layout.head_unit() == layout.embeddings_unit();
   const int first_unit = layout.block_unit(split_.first_layer);
-  const int last_unit = split_.last ? layout.final_norm_unit() : layout.block_unit(split_.end_layer() - 1);
+  // The last stage ends with the final norm and, untied (llama), the LM head after it.
+  const int last_unit = split_.last ? static_cast<int>(layout.units().size()) - 1 : layout.block_unit(split_.end_layer() - 1);
   // The embeddings a run of their own: the first and last stage then cut them alike.
   const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
   if (split_.first) runs_.push_back(embeddings);
   runs_.push_back(unit_run(layout, first_unit, last_unit));
-  if (split_.last && stages > 1) runs_.push_back(embeddings);
+  if (split_.last && tied_) runs_.push_back(embeddings);
   add_sends();
-  add_step_ops(layout, stages, replicas);
+  add_step_ops(layout, replicas);
 }
 
 void PipelineSchedule::add_sends() {
@@ -69,13 +68,13 @@ void PipelineSchedule::add_sends() {
   }
 }
 
-void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas) {
-  const bool tied_here = (split_.first || split_.last) && stages > 1;
+void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas) {
+  const bool tied_here = (split_.first || split_.last) && tied_;
   const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
   std::vector<PipelineOp> gathers;
   for (std::size_t r = 0; r < runs_.size(); ++r) {
     const auto [b, e] = runs_[r];
-    const bool tied_copy = split_.last && stages > 1 && r + 1 == runs_.size();
+    const bool tied_copy = split_.last && tied_ && r + 1 == runs_.size();
     Run mine = runs_[r];
     if (replicas.zero1) {
       const std::size_t c = comm::chunk_count(e - b, replicas.count, 1);
@@ -154,7 +153,7 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
 
 PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch,
                                int seq, int micro_batches, std::uint64_t seed, bool recompute)
-    : layout_(config), micro_batches_(micro_batches) {
+    : layout_(config), micro_batches_(micro_batches), tokens_per_batch_(static_cast<std::size_t>(batch) * seq) {
   int world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -181,7 +180,7 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
   build_groups();
   const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
-  for (int i = 0; i < slots; ++i) models_.push_back(std::make_unique<model::GPT>(config, batch, seq, recompute));
+  for (int i = 0; i < slots; ++i) models_.push_back(model::make_stage_model(config, batch, seq, recompute));
   const std::size_t n = layout_.total_floats();
   params_.assign(n, 0.f);
   grads_.assign(n, 0.f);
@@ -220,7 +219,7 @@ void PipelineEngine::build_groups() {
   MPI_Comm prev = MPI_COMM_NULL, next = MPI_COMM_NULL, tied = MPI_COMM_NULL;
   if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1), members_.previous = {peer(stage_ - 1), rank_};
   if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1), members_.next = {rank_, peer(stage_ + 1)};
-  if (stage_ == 0 || stage_ == P - 1) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
+  if ((stage_ == 0 || stage_ == P - 1) && schedule_->tied()) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
   MPI_Group_free(&world_group);
   if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
   if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");
@@ -286,22 +285,24 @@ void PipelineEngine::run_step_op(const PipelineOp& op) {
 }
 
 void PipelineEngine::forward(int i) {
-  model::GPT& m = *models_[i % models_.size()];
+  model::StageModel& m = *models_[i % models_.size()];
   const parallel::StageSplit& s = schedule_->split();
   const auto& units = layout_.units();
-  const float* E = params_.data() + units[layout_.embeddings_unit()].offset;
-  if (s.first) m.embed_forward(E, tokens_[i].data());
+  if (s.first) m.embed_forward(params_.data() + units[layout_.embeddings_unit()].offset, tokens_[i].data());
   for (int l = s.first_layer; l < s.end_layer(); ++l)
     m.block_forward(l, params_.data() + units[layout_.block_unit(l)].offset);
-  if (s.last) losses_[i] = m.head_forward(params_.data() + units[layout_.final_norm_unit()].offset, E, targets_[i].data());
+  if (s.last)
+    losses_[i] = m.head_forward(params_.data() + units[layout_.final_norm_unit()].offset,
+                                params_.data() + units[layout_.head_unit()].offset, targets_[i].data());
 }
 
 void PipelineEngine::backward(int i) {
-  model::GPT& m = *models_[i % models_.size()];
+  model::StageModel& m = *models_[i % models_.size()];
   const parallel::StageSplit& s = schedule_->split();
   const auto& units = layout_.units();
-  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset;
-  if (s.last) m.head_backward(params_.data() + f, params_.data() + e, grads_.data() + f, grads_.data() + e, grad_scales_[i]);
+  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset,
+                    h = units[layout_.head_unit()].offset;
+  if (s.last) m.head_backward(params_.data() + f, params_.data() + h, grads_.data() + f, grads_.data() + h, grad_scales_[i]);
   for (int l = s.end_layer() - 1; l >= s.first_layer; --l) {
     const std::size_t o = units[layout_.block_unit(l)].offset;
     m.block_backward(l, params_.data() + o, grads_.data() + o);
@@ -313,7 +314,7 @@ void PipelineEngine::run_program() {
   const parallel::StageSplit& s = schedule_->split();
   auto op = schedule_->ops().begin();
   for (const PipelineAction& a : schedule_->program()) {
-    model::GPT& m = *models_[a.micro_batch % models_.size()];
+    model::StageModel& m = *models_[a.micro_batch % models_.size()];
     switch (a.kind) {
       case PipelineAction::Forward: forward(a.micro_batch); break;
       case PipelineAction::Backward: backward(a.micro_batch); break;
@@ -326,7 +327,7 @@ void PipelineEngine::run_program() {
 }
 
 float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
-  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  const std::size_t n = tokens_per_batch_;
   // Which of the step's micro-batches this is: the count of those kept so far.
   int i = 0;
   while (i < micro_batches_ && !tokens_[i].empty()) ++i;
@@ -346,9 +347,9 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
 }
 
 float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  const std::size_t n = tokens_per_batch_;
   const parallel::StageSplit& s = schedule_->split();
-  model::GPT& m = *models_[0];
+  model::StageModel& m = *models_[0];
   tokens_[0].assign(tokens, tokens + n);
   targets_[0].assign(targets, targets + n);
   const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);

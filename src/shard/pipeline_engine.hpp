@@ -1,7 +1,7 @@
 #pragma once
 // Pipeline parallelism in the runtime (--pp P): the blocks split into P equal stages
-// (parallel::stage_split; the embeddings with the first, the final norm and the tied head
-// with the last, which holds a copy of the embeddings), each stage a group of data-parallel
+// (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
+// the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
 // replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
 // replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). Every
 // rank holds the whole model's arenas and uses its stage's runs. One step runs parallel::one_f_one_b over the step's micro-batches:
@@ -29,7 +29,7 @@
 #include "comm/accounting.hpp"
 #include "comm/communicator.hpp"
 #include "comm/context.hpp"
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 #include "parallel/dims.hpp"
 #include "parallel/options.hpp"
 #include "parallel/pipeline.hpp"
@@ -73,7 +73,7 @@ class PipelineSchedule {
   // then the step's reductions, then (zero1) its gathers.
   const std::vector<PipelineOp>& ops() const { return ops_; }
   // The units this stage holds, as arena runs: its blocks, the embeddings on the first
-  // stage, the final norm on the last, and on the last its copy of the embeddings (the tied
+  // stage, the final norm (and llama's lm_head) on the last, and on gpt2's last its copy of the embeddings (the tied
   // head) last of all.
   const std::vector<Run>& runs() const { return runs_; }
   // What this rank updates (its optimizer state: the runs, or its chunks of them), and the
@@ -82,16 +82,18 @@ class PipelineSchedule {
   const std::vector<Run>& updated() const { return updated_; }
   const std::vector<Run>& counted() const { return counted_; }
   std::size_t activation_floats() const { return activation_floats_; }
+  bool tied() const { return tied_; }
 
  private:
   void add_sends();
-  void add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas);
+  void add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas);
 
   parallel::StageSplit split_;
   std::vector<parallel::PipelineAction> program_;
   std::vector<PipelineOp> ops_;
   std::vector<Run> runs_, updated_, counted_;
   std::size_t activation_floats_ = 0;
+  bool tied_ = false;  // the LM head is the embeddings (gpt2): the last stage holds a copy
 };
 
 // The ranks a pipelined run's groups span (world ranks; a group of one rank where there is
@@ -155,12 +157,13 @@ class PipelineEngine final : public train::Engine {
   std::string strategy_;
   model::ParamLayout layout_;
   int rank_ = 0, stage_ = 0, micro_batches_ = 1;
+  std::size_t tokens_per_batch_ = 0;  // of one micro-batch
   std::unique_ptr<PipelineSchedule> schedule_;
   std::unique_ptr<comm::Context> context_;
   PipelineGroups members_;
   std::vector<MPI_Comm> mpi_comms_;
   std::unique_ptr<comm::Communicator> previous_, next_, stage_group_, tied_;
-  std::vector<std::unique_ptr<model::GPT>> models_;  // one per micro-batch in flight
+  std::vector<std::unique_ptr<model::StageModel>> models_;  // one per micro-batch in flight
   std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // whole-model arenas; the stage's runs used
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
