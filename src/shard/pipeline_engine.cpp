@@ -34,8 +34,8 @@ std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, i
 }  // namespace
 
 PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages,
-                                   int stage, const StageReplicas& replicas)
-    : split_(parallel::stage_split(config.n_layer, stages, stage)),
+                                   int stage, const StageReplicas& replicas, const std::vector<int>& stage_layers)
+    : split_(parallel::stage_split(config.n_layer, stages, stage, stage_layers)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
       activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
   const model::ParamLayout layout(config);
@@ -174,7 +174,8 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
     schedule_ = std::make_unique<PipelineSchedule>(
         config, batch, seq, micro_batches, options.pp, stage_,
-        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"});
+        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"},
+        options.pp_layers);
     strategy_ = options.strategy;
   });
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});

@@ -65,8 +65,9 @@ struct StageReplicas {
 class PipelineSchedule {
  public:
   using Run = std::pair<std::size_t, std::size_t>;  // [begin, end) of the arena
+  // `stage_layers`: --pp-layers (parallel::stage_split), empty for equal stages.
   PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
-                   const StageReplicas& replicas = {});
+                   const StageReplicas& replicas = {}, const std::vector<int>& stage_layers = {});
   const parallel::StageSplit& split() const { return split_; }
   const std::vector<parallel::PipelineAction>& program() const { return program_; }
   // The op of each program entry that communicates (sends and receives), in program order,

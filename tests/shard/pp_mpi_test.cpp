@@ -1,5 +1,6 @@
 // Pipeline parallelism in the runtime, 4 ranks: --pp 2 over the outer tier with two ddp
-// (and zero1) replicas per stage, llama-tiny so, and --pp 4 (one replica) of a 4-block model, train to the losses and
+// (and zero1) replicas per stage, llama-tiny so, an explicit uneven split (--pp-layers 1,3), and
+// --pp 4 (one replica) of a 4-block model, train to the losses and
 // weights of the same global batch in one process (the reduction order changes, so within
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
 // sends included; recomputation changes no bit; refusals name the flag.
@@ -68,11 +69,12 @@ model::GPTConfig config_of(int layers, const std::string& preset = "tiny") {
   return c;
 }
 
-parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp") {
+parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", const std::vector<int>& layers = {}) {
   parallel::ShardOptions o;
   o.strategy = strategy;
   o.topology = pp == 2 ? two_tiers() : one_tier();
   o.pp = pp;
+  o.pp_layers = layers;
   return o;
 }
 
@@ -84,9 +86,10 @@ struct PipeRun {
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
 // reference reads every replica's, the same global batch.
 PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
-                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny") {
-  shard::PipelineEngine engine(options_at(pp, strategy), config_of(layers, preset), kBatch, kSeq, kMicro, 1234,
-                               recompute);
+                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny",
+                        const std::vector<int>& stage_layers = {}) {
+  shard::PipelineEngine engine(options_at(pp, strategy, stage_layers), config_of(layers, preset), kBatch, kSeq, kMicro,
+                               1234, recompute);
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
@@ -201,6 +204,15 @@ TEST(Pipeline, LlamaInTwoStagesOfTwoZero1ReplicasTrainsToTheOneProcessLossesAndM
   expect_measured_bytes_equal_the_schedule(traffic, scheduled);
 }
 
+// --pp-layers 1,3: one block on the first stage, three on the last (with the head).
+TEST(Pipeline, AnUnevenExplicitSplitTrainsToTheOneProcessLossesAndMeasuresTheSchedulesBytes) {
+  std::vector<comm::CommStats> traffic;
+  comm::CommStats scheduled;
+  const PipeRun pp = train_pipelined(2, 4, "zero1", &traffic, &scheduled, false, "tiny", {1, 3});
+  expect_same_training(pp, train_alone(4, 2), config_of(4), "--pp 2 --pp-layers 1,3, 2 zero1 replicas a stage");
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+}
+
 TEST(Pipeline, RefusalsNameTheFlag) {
   const std::string uneven =
       refusal([] { shard::PipelineEngine(options_at(4), config_of(6), kBatch, kSeq, kMicro, 1234); });
@@ -213,6 +225,12 @@ TEST(Pipeline, RefusalsNameTheFlag) {
     shard::PipelineEngine(o, config_of(3), kBatch, kSeq, kMicro, 1234);
   });
   EXPECT_NE(tier.find("--pp 3"), std::string::npos) << tier;
+  const std::string count =
+      refusal([] { shard::PipelineEngine(options_at(2, "ddp", {1, 1, 2}), config_of(4), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(count.find("--pp-layers 1,1,2"), std::string::npos) << count;
+  const std::string sum =
+      refusal([] { shard::PipelineEngine(options_at(2, "ddp", {1, 2}), config_of(4), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(sum.find("--pp-layers 1,2"), std::string::npos) << sum;
   if (world_rank() == 0)
-    for (const std::string* r : {&uneven, &strategy, &tier}) std::printf("refused: %s\n", r->c_str());
+    for (const std::string* r : {&uneven, &strategy, &tier, &count, &sum}) std::printf("refused: %s\n", r->c_str());
 }
