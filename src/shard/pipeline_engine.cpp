@@ -182,12 +182,15 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   build_groups();
   const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
   for (int i = 0; i < slots; ++i) models_.push_back(model::make_stage_model(config, batch, seq, recompute));
-  const std::size_t n = layout_.total_floats();
+  // The stage's runs only, one after another; each drawn as the whole model's initialization
+  // draws it (gpt2's tied copy as the embeddings).
+  std::size_t n = 0;
+  for (const auto& [b, e] : schedule_->runs()) held_at_.push_back(n), n += e - b;
   params_.assign(n, 0.f);
   grads_.assign(n, 0.f);
   exp_avg_.assign(n, 0.f);
   exp_avg_sq_.assign(n, 0.f);
-  model::init_params(layout_, params_.data(), seed);
+  for (const auto& [b, e] : schedule_->runs()) model::init_params_range(layout_, b, e, held(params_, b), seed);
   tokens_.resize(micro_batches);
   targets_.resize(micro_batches);
   grad_scales_.resize(micro_batches);
@@ -240,6 +243,14 @@ PipelineEngine::~PipelineEngine() {
   context_.reset();
 }
 
+float* PipelineEngine::held(std::vector<float>& array, std::size_t arena_offset) {
+  const std::vector<PipelineSchedule::Run>& runs = schedule_->runs();
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    if (arena_offset >= runs[r].first && arena_offset < runs[r].second)
+      return array.data() + held_at_[r] + (arena_offset - runs[r].first);
+  throw Error(fmt::format("pipeline: stage {} holds no parameter at arena offset {}", stage_, arena_offset));
+}
+
 comm::Communicator& PipelineEngine::group_of(const PipelineOp& op) {
   switch (op.group) {
     case PipelineOp::Previous: return *previous_;
@@ -265,20 +276,20 @@ void PipelineEngine::run_step_op(const PipelineOp& op) {
   const std::size_t lo = std::min(op.end, op.begin + c * group.index()), hi = std::min(op.end, lo + c);
   switch (op.kind) {
     case PipelineOp::AllReduce:
-      group.all_reduce_async(comm::f32(grads_.data() + op.begin, n),
+      group.all_reduce_async(comm::f32(held(grads_, op.begin), n),
                              op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum)
           .wait();
       break;
     case PipelineOp::ReduceScatter:
       chunk_.assign(c, 0.f);
-      group.reduce_scatter_async(comm::f32(grads_.data() + op.begin, n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
+      group.reduce_scatter_async(comm::f32(held(grads_, op.begin), n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
           .wait();
-      std::copy_n(chunk_.begin(), hi - lo, grads_.begin() + lo);
+      if (hi > lo) std::copy_n(chunk_.begin(), hi - lo, held(grads_, lo));
       break;
     case PipelineOp::AllGather:
       chunk_.assign(c, 0.f);
-      std::copy(params_.begin() + lo, params_.begin() + hi, chunk_.begin());
-      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(params_.data() + op.begin, n)).wait();
+      if (hi > lo) std::copy_n(held(params_, lo), hi - lo, chunk_.begin());
+      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(held(params_, op.begin), n)).wait();
       break;
     case PipelineOp::Send: throw Error("pipeline: a send among the step's reductions");
   }
@@ -289,12 +300,12 @@ void PipelineEngine::forward(int i) {
   model::StageModel& m = *models_[i % models_.size()];
   const parallel::StageSplit& s = schedule_->split();
   const auto& units = layout_.units();
-  if (s.first) m.embed_forward(params_.data() + units[layout_.embeddings_unit()].offset, tokens_[i].data());
+  if (s.first) m.embed_forward(held(params_, units[layout_.embeddings_unit()].offset), tokens_[i].data());
   for (int l = s.first_layer; l < s.end_layer(); ++l)
-    m.block_forward(l, params_.data() + units[layout_.block_unit(l)].offset);
+    m.block_forward(l, held(params_, units[layout_.block_unit(l)].offset));
   if (s.last)
-    losses_[i] = m.head_forward(params_.data() + units[layout_.final_norm_unit()].offset,
-                                params_.data() + units[layout_.head_unit()].offset, targets_[i].data());
+    losses_[i] = m.head_forward(held(params_, units[layout_.final_norm_unit()].offset),
+                                held(params_, units[layout_.head_unit()].offset), targets_[i].data());
 }
 
 void PipelineEngine::backward(int i) {
@@ -303,12 +314,12 @@ void PipelineEngine::backward(int i) {
   const auto& units = layout_.units();
   const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset,
                     h = units[layout_.head_unit()].offset;
-  if (s.last) m.head_backward(params_.data() + f, params_.data() + h, grads_.data() + f, grads_.data() + h, grad_scales_[i]);
+  if (s.last) m.head_backward(held(params_, f), held(params_, h), held(grads_, f), held(grads_, h), grad_scales_[i]);
   for (int l = s.end_layer() - 1; l >= s.first_layer; --l) {
     const std::size_t o = units[layout_.block_unit(l)].offset;
-    m.block_backward(l, params_.data() + o, grads_.data() + o);
+    m.block_backward(l, held(params_, o), held(grads_, o));
   }
-  if (s.first) m.embed_backward(grads_.data() + e);
+  if (s.first) m.embed_backward(held(grads_, e));
 }
 
 void PipelineEngine::run_program() {
@@ -371,7 +382,8 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
     if (op.kind == PipelineOp::AllReduce || op.kind == PipelineOp::ReduceScatter) run_step_op(op);
   // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
   double local = 0;
-  for (const auto& [b, e] : schedule_->counted()) local += optim::sum_squares(grads_.data() + b, e - b);
+  for (const auto& [b, e] : schedule_->counted())
+    if (e > b) local += optim::sum_squares(held(grads_, b), e - b);
   std::vector<double> all(dims_.world_size());
   MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
   double sum = 0;
@@ -382,8 +394,9 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
   if (out.applied) {
     const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
     for (const auto& [b, e] : schedule_->updated())
-      optim::adamw_update_range(layout_, b, e, params_.data() + b, grads_.data() + b, exp_avg_.data() + b,
-                                exp_avg_sq_.data() + b, hp, args.lr, args.update, scale);
+      if (e > b)
+        optim::adamw_update_range(layout_, b, e, held(params_, b), held(grads_, b), held(exp_avg_, b),
+                                  held(exp_avg_sq_, b), hp, args.lr, args.update, scale);
     ++updates_;
   }
   gather_weights();  // skipped or not: every replica's weights stay whole and equal
@@ -416,7 +429,7 @@ std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& l
 std::vector<train::StateShard> PipelineEngine::shards_of(const std::vector<PipelineSchedule::Run>& runs) {
   std::vector<train::StateShard> out;
   for (const auto& [b, e] : runs)
-    if (e > b) out.push_back({b, e, params_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
+    if (e > b) out.push_back({b, e, held(params_, b), held(exp_avg_, b), held(exp_avg_sq_, b)});
   return out;
 }
 
@@ -427,7 +440,8 @@ std::vector<train::StateShard> PipelineEngine::saved_shards() { return shards_of
 void PipelineEngine::gather_params(float* full) {
   const std::size_t n = layout_.total_floats();
   std::fill(full, full + n, 0.f);
-  for (const auto& [b, e] : schedule_->counted()) std::copy(params_.begin() + b, params_.begin() + e, full + b);
+  for (const auto& [b, e] : schedule_->counted())
+    if (e > b) std::copy_n(held(params_, b), e - b, full + b);
   MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 

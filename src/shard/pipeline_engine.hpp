@@ -3,8 +3,9 @@
 // (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
 // the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
 // replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
-// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). Every
-// rank holds the whole model's arenas and uses its stage's runs. One step runs parallel::one_f_one_b over the step's micro-batches:
+// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). A rank
+// holds its stage's runs only (PipelineSchedule::runs): weights, gradients and both Adam
+// moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
 // neighbouring stage's rank of the same replica as one message each. The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
@@ -141,6 +142,9 @@ class PipelineEngine final : public train::Engine {
   // The bytes a step sends and receives per tier, by the schedule.
   comm::CommStats traffic_per_step() const;
   int stage() const { return stage_; }
+  // Bytes of the weights, gradients and Adam moments this rank holds: its stage's runs, four
+  // fp32 arrays of them.
+  std::uint64_t state_bytes() const { return 4 * sizeof(float) * params_.size(); }
 
  private:
   void build_groups();
@@ -152,6 +156,9 @@ class PipelineEngine final : public train::Engine {
   void run_step_op(const PipelineOp& op);               // a reduction or gather of its run
   void gather_weights();                                // the step's all-gathers (zero1)
   std::vector<train::StateShard> shards_of(const std::vector<PipelineSchedule::Run>& runs);
+  // Where arena offset `arena_offset` (of one of the stage's runs) sits in `array`, one of the
+  // four held arrays.
+  float* held(std::vector<float>& array, std::size_t arena_offset);
 
   topo::Topology topology_;
   parallel::ParallelDims dims_;
@@ -165,7 +172,8 @@ class PipelineEngine final : public train::Engine {
   std::vector<MPI_Comm> mpi_comms_;
   std::unique_ptr<comm::Communicator> previous_, next_, stage_group_, tied_;
   std::vector<std::unique_ptr<model::StageModel>> models_;  // one per micro-batch in flight
-  std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // whole-model arenas; the stage's runs used
+  std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // the stage's runs, one after another
+  std::vector<std::size_t> held_at_;                          // where each run starts in them
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
   std::vector<float> chunk_;  // zero1: one chunk of a run, for its reduce-scatter and all-gather

@@ -3,7 +3,8 @@
 // --pp 4 (one replica) of a 4-block model, train to the losses and
 // weights of the same global batch in one process (the reduction order changes, so within
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
-// sends included; recomputation changes no bit; refusals name the flag.
+// sends included; a rank holds its stage's arrays only; recomputation changes no bit;
+// refusals name the flag.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -81,6 +82,8 @@ parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", c
 struct PipeRun {
   std::vector<double> losses;
   std::vector<float> params;
+  int stage = 0;
+  std::uint64_t state_bytes = 0;  // what the rank holds
 };
 
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
@@ -93,6 +96,8 @@ PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::ve
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
+  run.stage = engine.stage();
+  run.state_bytes = engine.state_bytes();
   for (int step = 1; step <= kSteps; ++step) {
     const comm::CommStats before = engine.context().accounting().snapshot();
     double sum = 0;
@@ -191,6 +196,18 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
   expect_same_training(pp, train_alone(4, 1), config_of(4), "--pp 4, one replica");
   expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  // A rank holds its stage's units only (weights, gradients, two Adam moments: four fp32
+  // arrays): its block, the first stage the embeddings too, the last the final norm and the
+  // tied head's copy of the embeddings.
+  const model::ParamLayout layout(config_of(4));
+  const auto& u = layout.units();
+  const int block = layout.block_unit(pp.stage), embeddings = layout.embeddings_unit();
+  std::size_t floats = u[block].numel;
+  if (pp.stage == 0) floats += u[embeddings].numel;
+  if (pp.stage == 3) floats = u[layout.final_norm_unit()].offset + u[layout.final_norm_unit()].numel - u[block].offset +
+                              u[embeddings].numel;
+  EXPECT_EQ(pp.state_bytes, 4 * sizeof(float) * floats) << "stage " << pp.stage;
+  EXPECT_LT(pp.state_bytes, 4 * sizeof(float) * layout.total_floats() / 2) << "stage " << pp.stage;
 }
 
 // Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
