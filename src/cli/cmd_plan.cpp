@@ -911,6 +911,9 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->callback([o] {
     const train::Settings given = o->spec_flags.given();
     o->shard = train::build_shard_options(given);
+    if (!o->shard.pp_layers.empty())
+      throw Error("--pp-layers: strata plan prices equal pipeline stages (--pp) only; an uneven split runs under "
+                  "strata train");
     o->shard.keep_weights_after_forward = o->spec_flags.keep_weights_after_forward;
     o->tp_given = given.contains("shard.tp");
     o->pp_given = given.contains("shard.pp");

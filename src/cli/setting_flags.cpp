@@ -32,6 +32,7 @@ std::string default_note(const std::string& key) {
   if (key == "train.threads") return " [default: OMP_NUM_THREADS or all cores; under mpirun without OMP_NUM_THREADS, cores / local ranks]";
   if (key == "shard.strategy") return " [default: none (one process); under mpirun, ddp]";
   if (key == "shard.shard" || key == "shard.secondary" || key.ends_with("_wire")) return " [default: the strategy's]";
+  if (key == "shard.pp_layers") return " [default: equal stages]";
   // The shard options keep 'unset' apart from a value; every preset takes ShardSpec's own.
   if (key == "shard.block_size") return fmt::format(" [default: {}]", shard::ShardSpec{}.block_size);
   if (key == "shard.prefetch") return fmt::format(" [default: {}]", shard::ShardSpec{}.prefetch);

@@ -23,7 +23,7 @@ namespace strata::model {
 //   release(F,Bwd)  grads_ready(F)
 //   for l in L-1..0: acquire(1+l,Bwd)  block backward into grads(1+l)  release(1+l,Bwd)  grads_ready(1+l)
 //   embed backward into grads(E)  grads_ready(E)
-class GPT final : public Model {
+class GPT final : public Model, public StageModel {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
   // (seq <= config.seq_len); throws Error on other sizes or another family. With `recompute`
@@ -54,21 +54,17 @@ class GPT final : public Model {
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
 
-  // Per-unit kernels, for callers that drive the walk themselves.
-  void embed_forward(const float* embed_params, const std::int32_t* tokens);
-  void block_forward(int layer, const float* block_params);
-  float head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets);
-  void head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads,
-                     float* embed_grads, float grad_scale);
-  void block_backward(int layer, const float* block_params, float* block_grads);
-  void embed_backward(float* embed_grads);
-  // For pipeline stages, which run a range of blocks: the residual stream entering block
-  // `layer` (layer == n_layer: ln_f's input; a stage writes its predecessor's output here and
-  // reads its own output at its end layer), and its gradient where backward now stands (a
-  // stage writes its successor's gradient here before its last block's backward and reads
-  // its first block's input gradient after).
-  float* residual(int layer);
-  float* residual_grad();
+  // StageModel: per-unit kernels, for callers that drive the walk themselves (the head's
+  // parameters are the embeddings: the tied LM head).
+  void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
+  void block_forward(int layer, const float* block_params) override;
+  float head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) override;
+  void head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
+                     float grad_scale) override;
+  void block_backward(int layer, const float* block_params, float* block_grads) override;
+  void embed_backward(float* embed_grads) override;
+  float* residual(int layer) override;
+  float* residual_grad() override;
 
  ~GPT() override;
   GPT(GPT&&) noexcept;

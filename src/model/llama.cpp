@@ -339,9 +339,11 @@ void Llama::tp_sum(float* data, std::size_t n) {
   if (tp_group_) tp_group_->all_reduce_sum(data, n);
 }
 
-void Llama::embed_forward(const float* embed_params) {
+void Llama::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
+  check_ids(tokens, static_cast<std::size_t>(BT), config().vocab_size, "token");
+  std::copy(tokens, tokens + BT, m.tokens.begin());  // embed_backward scatters by them
   const VocabSlice slice(config(), layout_.split());
   float* whole = sequence_parallel_ ? m.sp_whole : m.encoded;
   in_parallel([&](const Team& team) {
@@ -486,11 +488,13 @@ void Llama::block_forward_sequence_parallel(int layer, const float* p) {
   in_parallel([&](const Team& team) { add_rows(la.res3, m.sp_rows, C, team.share(R)); });
 }
 
-float Llama::head_forward(const float* norm_params, const float* head_params) {
+float Llama::head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets) {
   Impl& m = *impl_;
   const GPTConfig& cfg = config();
   const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
+  check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
+  std::copy(targets, targets + BT, m.targets.begin());  // head_backward reads them
   const float* x = m.block_input(cfg.n_layer);
   const float* w = norm_params + m.off.final_norm;
   if (sequence_parallel_) {  // the rank's rows normalized, then gathered for the head
@@ -622,6 +626,14 @@ void Llama::block_backward_sequence_parallel(int layer, const float* p, float* g
   std::swap(m.dres, m.dres_in);  // the next block (or the embeddings) continues from here
 }
 
+float* Llama::residual(int layer) {
+  if (layer < 0 || layer > config().n_layer)
+    throw Error(fmt::format("model: no residual stream at layer {} of {}", layer, config().n_layer));
+  return const_cast<float*>(impl_->block_input(layer));
+}
+
+float* Llama::residual_grad() { return impl_->dres; }
+
 void Llama::embed_backward(float* embed_grads) {
   Impl& m = *impl_;
   const int BT = B_ * T_, C = config().n_embd;
@@ -642,12 +654,10 @@ float Llama::forward(UnitAccess& access, const std::int32_t* tokens, const std::
   // Refuse bad ids before acquiring anything, so no unit is left acquired.
   check_ids(tokens, BT, config().vocab_size, "token");
   check_ids(targets, BT, config().vocab_size, "target");
-  std::copy(tokens, tokens + BT, impl_->tokens.begin());
-  std::copy(targets, targets + BT, impl_->targets.begin());
   return llama_forward_walk(
-      layout_, access, [&](const float* embed) { embed_forward(embed); },
+      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
       [&](int l, const float* p) { block_forward(l, p); },
-      [&](const float* norm, const float* head) { return head_forward(norm, head); });
+      [&](const float* norm, const float* head) { return head_forward(norm, head, targets); });
 }
 
 float Llama::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,

@@ -28,7 +28,7 @@ namespace strata::model {
 
 inline constexpr float kRmsNormEps = 1e-5f;
 
-class Llama final : public Model {
+class Llama final : public Model, public StageModel {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
   // (seq <= config.seq_len); throws Error on other sizes or another family. `kernels`: the
@@ -60,14 +60,18 @@ class Llama final : public Model {
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }
 
- private:
-  void embed_forward(const float* embed_params);
-  void block_forward(int layer, const float* p);
-  float head_forward(const float* norm_params, const float* head_params);
+  // StageModel: per-unit kernels, for callers that drive the walk themselves.
+  void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
+  void block_forward(int layer, const float* p) override;
+  float head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets) override;
   void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
-                     float grad_scale);
-  void block_backward(int layer, const float* p, float* g);
-  void embed_backward(float* embed_grads);
+                     float grad_scale) override;
+  void block_backward(int layer, const float* p, float* g) override;
+  void embed_backward(float* embed_grads) override;
+  float* residual(int layer) override;
+  float* residual_grad() override;
+
+ private:
   // Under TP: the group's element-wise sum of an activation (a no-op without TP).
   void tp_sum(float* data, std::size_t n);
   void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;

@@ -49,4 +49,9 @@ std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, b
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
 }
 
+std::unique_ptr<StageModel> make_stage_model(const GPTConfig& config, int batch, int seq, bool recompute) {
+  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute);
+  return std::make_unique<GPT>(config, batch, seq, recompute);
+}
+
 }  // namespace strata::model

@@ -77,6 +77,32 @@ class Model {
   virtual bool recompute() const = 0;
 };
 
+// The per-unit calls of a walk, for callers that drive it themselves: a pipeline stage runs
+// the embeddings (first stage), a range of blocks and the final norm and LM head (last
+// stage), and hands the residual stream and its gradient to its neighbours. Both families
+// implement it (the host's kernels, no tensor parallelism inside a stage).
+class StageModel {
+ public:
+  virtual ~StageModel() = default;
+  virtual void embed_forward(const float* embed_params, const std::int32_t* tokens) = 0;
+  virtual void block_forward(int layer, const float* block_params) = 0;
+  // head_params: the unit of ParamLayout::head_unit() (gpt2's embeddings, llama's lm_head).
+  // Returns the mean loss over the micro-batch.
+  virtual float head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets) = 0;
+  virtual void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
+                             float grad_scale) = 0;
+  virtual void block_backward(int layer, const float* block_params, float* block_grads) = 0;
+  virtual void embed_backward(float* embed_grads) = 0;
+  // The residual stream entering block `layer` (layer == n_layer: the final norm's input; a
+  // stage writes its predecessor's output here and reads its own output at its end layer),
+  // and its gradient where backward now stands (a stage writes its successor's gradient here
+  // before its last block's backward and reads its first block's input gradient after).
+  virtual float* residual(int layer) = 0;
+  virtual float* residual_grad() = 0;
+};
+// The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`.
+std::unique_ptr<StageModel> make_stage_model(const GPTConfig& config, int batch, int seq, bool recompute = false);
+
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
 // `recompute`, computing with `kernels` (the compute device's; by default the

@@ -25,6 +25,7 @@ struct ShardOptions {
   bool sequence_parallel = false;        // Megatron's sequence parallelism over the TP group
   int pp = 1;                            // pipeline stages (ParallelDims::pipeline)
   std::string pp_tier;                   // the tier the stages cross; empty = the outermost
+  std::vector<int> pp_layers;            // blocks of each stage (--pp-layers); empty = equal stages
   bool emulate_links = false;
   double emulate_scale = 1.0;
 

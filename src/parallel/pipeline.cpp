@@ -1,22 +1,59 @@
 #include "parallel/pipeline.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "base/plural.hpp"
 
 namespace strata::parallel {
 
-StageSplit stage_split(int n_layer, int stages, int stage) {
+StageSplit stage_split(int n_layer, int stages, int stage, const std::vector<int>& stage_layers) {
   if (stages <= 0) throw Error(fmt::format("--pp {}: must be positive", stages));
-  if (n_layer % stages != 0)
-    throw Error(fmt::format("--pp {}: the model's {} blocks do not split into {} equal stages; choose a divisor of {}",
-                            stages, n_layer, stages, n_layer));
   if (stage < 0 || stage >= stages) throw Error(fmt::format("--pp {}: no stage {}", stages, stage));
+  if (!stage_layers.empty()) {
+    const std::string given = fmt::format("--pp-layers {}", fmt::join(stage_layers, ","));
+    if (static_cast<int>(stage_layers.size()) != stages)
+      throw Error(fmt::format("{}: {} for --pp {}; give one a stage", given,
+                              count_of(static_cast<std::int64_t>(stage_layers.size()), "block count"), stages));
+    int sum = 0, first = 0;
+    for (int s = 0; s < stages; ++s) {
+      if (stage_layers[s] <= 0) throw Error(fmt::format("{}: stage {} has no blocks; every stage takes at least one", given, s));
+      if (s < stage) first += stage_layers[s];
+      sum += stage_layers[s];
+    }
+    if (sum != n_layer)
+      throw Error(fmt::format("{}: {} blocks in all, but the model has {}", given, sum, n_layer));
+    return {first, stage_layers[stage], stage == 0, stage == stages - 1};
+  }
+  if (n_layer % stages != 0)
+    throw Error(fmt::format("--pp {}: the model's {} blocks do not split into {} equal stages; choose a divisor of {} "
+                            "or give each stage's blocks with --pp-layers",
+                            stages, n_layer, stages, n_layer));
   const int per = n_layer / stages;
   return {stage * per, per, stage == 0, stage == stages - 1};
+}
+
+std::vector<int> parse_stage_layers(const std::string& flag, const std::string& text) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value <= 0)
+      throw Error(fmt::format("{} '{}': '{}' is not a positive block count (give one a stage, e.g. 1,3)", flag, text,
+                              item));
+    out.push_back(value);
+    at = comma + 1;
+  }
+  return out;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 // `dims.pipeline_level` (the outermost by default), so a rank's peer in the next stage is
 // the rank one such domain further on, and the ranks of one stage, in world order, are the
 // stage's data-parallel replicas.
+#include <string>
 #include <vector>
 
 #include "parallel/dims.hpp"
@@ -15,15 +16,19 @@
 
 namespace strata::parallel {
 
-// The blocks [first_layer, first_layer + layers) of one stage of `stages` equal stages; the
-// embeddings live with the first stage, the final norm and the head with the last. A split
-// that does not divide the layers is refused naming --pp.
+// The blocks [first_layer, first_layer + layers) of one stage of `stages`; the embeddings
+// live with the first stage, the final norm and the head with the last. `stage_layers`
+// (--pp-layers): the blocks of each stage, one positive count a stage summing to n_layer;
+// empty: equal stages, a split that does not divide the layers refused naming --pp. A list
+// of another length or sum is refused naming --pp-layers.
 struct StageSplit {
   int first_layer = 0, layers = 0;
   bool first = false, last = false;
   int end_layer() const { return first_layer + layers; }
 };
-StageSplit stage_split(int n_layer, int stages, int stage);
+StageSplit stage_split(int n_layer, int stages, int stage, const std::vector<int>& stage_layers = {});
+// --pp-layers' text ("1,3"): positive block counts, comma-separated; Error names `flag`.
+std::vector<int> parse_stage_layers(const std::string& flag, const std::string& text);
 
 // The stage of `world_rank` and the world rank holding the same replica in `stage`.
 int pipeline_stage(const ParallelDims& dims, const topo::Topology& physical, int world_rank);

@@ -34,23 +34,22 @@ std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, i
 }  // namespace
 
 PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages,
-                                   int stage, const StageReplicas& replicas)
-    : split_(parallel::stage_split(config.n_layer, stages, stage)),
+                                   int stage, const StageReplicas& replicas, const std::vector<int>& stage_layers)
+    : split_(parallel::stage_split(config.n_layer, stages, stage, stage_layers)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
       activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
-  if (config.family != model::Family::Gpt2)
-    throw Error(fmt::format("--pp {}: pipeline stages run GPT-2 models only, not {}", stages,
-                            model::family_name(config.family)));
   const model::ParamLayout layout(config);
+  tied_ = stages > 1 && layout.head_unit() == layout.embeddings_unit();
   const int first_unit = layout.block_unit(split_.first_layer);
-  const int last_unit = split_.last ? layout.final_norm_unit() : layout.block_unit(split_.end_layer() - 1);
+  // The last stage ends with the final norm and, untied (llama), the LM head after it.
+  const int last_unit = split_.last ? static_cast<int>(layout.units().size()) - 1 : layout.block_unit(split_.end_layer() - 1);
   // The embeddings a run of their own: the first and last stage then cut them alike.
   const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
   if (split_.first) runs_.push_back(embeddings);
   runs_.push_back(unit_run(layout, first_unit, last_unit));
-  if (split_.last && stages > 1) runs_.push_back(embeddings);
+  if (split_.last && tied_) runs_.push_back(embeddings);
   add_sends();
-  add_step_ops(layout, stages, replicas);
+  add_step_ops(layout, replicas);
 }
 
 void PipelineSchedule::add_sends() {
@@ -61,13 +60,13 @@ void PipelineSchedule::add_sends() {
                     m.micro_batch, 0, 0, bytes});
 }
 
-void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas) {
-  const bool tied_here = (split_.first || split_.last) && stages > 1;
+void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas) {
+  const bool tied_here = (split_.first || split_.last) && tied_;
   const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
   std::vector<PipelineOp> gathers;
   for (std::size_t r = 0; r < runs_.size(); ++r) {
     const auto [b, e] = runs_[r];
-    const bool tied_copy = split_.last && stages > 1 && r + 1 == runs_.size();
+    const bool tied_copy = split_.last && tied_ && r + 1 == runs_.size();
     Run mine = runs_[r];
     if (replicas.zero1) {
       const std::size_t c = comm::chunk_count(e - b, replicas.count, 1);
@@ -146,7 +145,7 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
 
 PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch,
                                int seq, int micro_batches, std::uint64_t seed, bool recompute)
-    : layout_(config), micro_batches_(micro_batches) {
+    : layout_(config), micro_batches_(micro_batches), tokens_per_batch_(static_cast<std::size_t>(batch) * seq) {
   int world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -167,19 +166,23 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
     schedule_ = std::make_unique<PipelineSchedule>(
         config, batch, seq, micro_batches, options.pp, stage_,
-        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"});
+        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"},
+        options.pp_layers);
     strategy_ = options.strategy;
   });
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
   build_groups();
   const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
-  for (int i = 0; i < slots; ++i) models_.push_back(std::make_unique<model::GPT>(config, batch, seq, recompute));
-  const std::size_t n = layout_.total_floats();
+  for (int i = 0; i < slots; ++i) models_.push_back(model::make_stage_model(config, batch, seq, recompute));
+  // The stage's runs only, one after another; each drawn as the whole model's initialization
+  // draws it (gpt2's tied copy as the embeddings).
+  std::size_t n = 0;
+  for (const auto& [b, e] : schedule_->runs()) held_at_.push_back(n), n += e - b;
   params_.assign(n, 0.f);
   grads_.assign(n, 0.f);
   exp_avg_.assign(n, 0.f);
   exp_avg_sq_.assign(n, 0.f);
-  model::init_params(layout_, params_.data(), seed);
+  for (const auto& [b, e] : schedule_->runs()) model::init_params_range(layout_, b, e, held(params_, b), seed);
   tokens_.resize(micro_batches);
   targets_.resize(micro_batches);
   grad_scales_.resize(micro_batches);
@@ -212,7 +215,7 @@ void PipelineEngine::build_groups() {
   MPI_Comm prev = MPI_COMM_NULL, next = MPI_COMM_NULL, tied = MPI_COMM_NULL;
   if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1), members_.previous = {peer(stage_ - 1), rank_};
   if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1), members_.next = {rank_, peer(stage_ + 1)};
-  if (stage_ == 0 || stage_ == P - 1) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
+  if ((stage_ == 0 || stage_ == P - 1) && schedule_->tied()) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
   MPI_Group_free(&world_group);
   if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
   if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");
@@ -230,6 +233,14 @@ PipelineEngine::~PipelineEngine() {
   for (MPI_Comm& c : mpi_comms_)
     if (!finalized && c != MPI_COMM_NULL) MPI_Comm_free(&c);
   context_.reset();
+}
+
+float* PipelineEngine::held(std::vector<float>& array, std::size_t arena_offset) {
+  const std::vector<PipelineSchedule::Run>& runs = schedule_->runs();
+  for (std::size_t r = 0; r < runs.size(); ++r)
+    if (arena_offset >= runs[r].first && arena_offset < runs[r].second)
+      return array.data() + held_at_[r] + (arena_offset - runs[r].first);
+  throw Error(fmt::format("pipeline: stage {} holds no parameter at arena offset {}", stage_, arena_offset));
 }
 
 comm::Communicator& PipelineEngine::group_of(const PipelineOp& op) {
@@ -257,20 +268,20 @@ void PipelineEngine::run_step_op(const PipelineOp& op) {
   const std::size_t lo = std::min(op.end, op.begin + c * group.index()), hi = std::min(op.end, lo + c);
   switch (op.kind) {
     case PipelineOp::AllReduce:
-      group.all_reduce_async(comm::f32(grads_.data() + op.begin, n),
+      group.all_reduce_async(comm::f32(held(grads_, op.begin), n),
                              op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum)
           .wait();
       break;
     case PipelineOp::ReduceScatter:
       chunk_.assign(c, 0.f);
-      group.reduce_scatter_async(comm::f32(grads_.data() + op.begin, n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
+      group.reduce_scatter_async(comm::f32(held(grads_, op.begin), n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
           .wait();
-      std::copy_n(chunk_.begin(), hi - lo, grads_.begin() + lo);
+      if (hi > lo) std::copy_n(chunk_.begin(), hi - lo, held(grads_, lo));
       break;
     case PipelineOp::AllGather:
       chunk_.assign(c, 0.f);
-      std::copy(params_.begin() + lo, params_.begin() + hi, chunk_.begin());
-      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(params_.data() + op.begin, n)).wait();
+      if (hi > lo) std::copy_n(held(params_, lo), hi - lo, chunk_.begin());
+      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(held(params_, op.begin), n)).wait();
       break;
     case PipelineOp::Send: throw Error("pipeline: a send among the step's reductions");
   }
@@ -278,34 +289,36 @@ void PipelineEngine::run_step_op(const PipelineOp& op) {
 }
 
 void PipelineEngine::forward(int i) {
-  model::GPT& m = *models_[i % models_.size()];
+  model::StageModel& m = *models_[i % models_.size()];
   const parallel::StageSplit& s = schedule_->split();
   const auto& units = layout_.units();
-  const float* E = params_.data() + units[layout_.embeddings_unit()].offset;
-  if (s.first) m.embed_forward(E, tokens_[i].data());
+  if (s.first) m.embed_forward(held(params_, units[layout_.embeddings_unit()].offset), tokens_[i].data());
   for (int l = s.first_layer; l < s.end_layer(); ++l)
-    m.block_forward(l, params_.data() + units[layout_.block_unit(l)].offset);
-  if (s.last) losses_[i] = m.head_forward(params_.data() + units[layout_.final_norm_unit()].offset, E, targets_[i].data());
+    m.block_forward(l, held(params_, units[layout_.block_unit(l)].offset));
+  if (s.last)
+    losses_[i] = m.head_forward(held(params_, units[layout_.final_norm_unit()].offset),
+                                held(params_, units[layout_.head_unit()].offset), targets_[i].data());
 }
 
 void PipelineEngine::backward(int i) {
-  model::GPT& m = *models_[i % models_.size()];
+  model::StageModel& m = *models_[i % models_.size()];
   const parallel::StageSplit& s = schedule_->split();
   const auto& units = layout_.units();
-  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset;
-  if (s.last) m.head_backward(params_.data() + f, params_.data() + e, grads_.data() + f, grads_.data() + e, grad_scales_[i]);
+  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset,
+                    h = units[layout_.head_unit()].offset;
+  if (s.last) m.head_backward(held(params_, f), held(params_, h), held(grads_, f), held(grads_, h), grad_scales_[i]);
   for (int l = s.end_layer() - 1; l >= s.first_layer; --l) {
     const std::size_t o = units[layout_.block_unit(l)].offset;
-    m.block_backward(l, params_.data() + o, grads_.data() + o);
+    m.block_backward(l, held(params_, o), held(grads_, o));
   }
-  if (s.first) m.embed_backward(grads_.data() + e);
+  if (s.first) m.embed_backward(held(grads_, e));
 }
 
 void PipelineEngine::run_program() {
   const parallel::StageSplit& s = schedule_->split();
   auto op = schedule_->ops().begin();
   for (const PipelineAction& a : schedule_->program()) {
-    model::GPT& m = *models_[a.micro_batch % models_.size()];
+    model::StageModel& m = *models_[a.micro_batch % models_.size()];
     switch (a.kind) {
       case PipelineAction::Forward: forward(a.micro_batch); break;
       case PipelineAction::Backward: backward(a.micro_batch); break;
@@ -318,7 +331,7 @@ void PipelineEngine::run_program() {
 }
 
 float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
-  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  const std::size_t n = tokens_per_batch_;
   // Which of the step's micro-batches this is: the count of those kept so far.
   int i = 0;
   while (i < micro_batches_ && !tokens_[i].empty()) ++i;
@@ -338,9 +351,9 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
 }
 
 float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t n = static_cast<std::size_t>(models_[0]->batch()) * models_[0]->seq();
+  const std::size_t n = tokens_per_batch_;
   const parallel::StageSplit& s = schedule_->split();
-  model::GPT& m = *models_[0];
+  model::StageModel& m = *models_[0];
   tokens_[0].assign(tokens, tokens + n);
   targets_[0].assign(targets, targets + n);
   const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);
@@ -361,7 +374,8 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
     if (op.kind == PipelineOp::AllReduce || op.kind == PipelineOp::ReduceScatter) run_step_op(op);
   // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
   double local = 0;
-  for (const auto& [b, e] : schedule_->counted()) local += optim::sum_squares(grads_.data() + b, e - b);
+  for (const auto& [b, e] : schedule_->counted())
+    if (e > b) local += optim::sum_squares(held(grads_, b), e - b);
   std::vector<double> all(dims_.world_size());
   MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
   double sum = 0;
@@ -372,8 +386,9 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
   if (out.applied) {
     const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
     for (const auto& [b, e] : schedule_->updated())
-      optim::adamw_update_range(layout_, b, e, params_.data() + b, grads_.data() + b, exp_avg_.data() + b,
-                                exp_avg_sq_.data() + b, hp, args.lr, args.update, scale);
+      if (e > b)
+        optim::adamw_update_range(layout_, b, e, held(params_, b), held(grads_, b), held(exp_avg_, b),
+                                  held(exp_avg_sq_, b), hp, args.lr, args.update, scale);
     ++updates_;
   }
   gather_weights();  // skipped or not: every replica's weights stay whole and equal
@@ -406,7 +421,7 @@ std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& l
 std::vector<train::StateShard> PipelineEngine::shards_of(const std::vector<PipelineSchedule::Run>& runs) {
   std::vector<train::StateShard> out;
   for (const auto& [b, e] : runs)
-    if (e > b) out.push_back({b, e, params_.data() + b, exp_avg_.data() + b, exp_avg_sq_.data() + b});
+    if (e > b) out.push_back({b, e, held(params_, b), held(exp_avg_, b), held(exp_avg_sq_, b)});
   return out;
 }
 
@@ -417,7 +432,8 @@ std::vector<train::StateShard> PipelineEngine::saved_shards() { return shards_of
 void PipelineEngine::gather_params(float* full) {
   const std::size_t n = layout_.total_floats();
   std::fill(full, full + n, 0.f);
-  for (const auto& [b, e] : schedule_->counted()) std::copy(params_.begin() + b, params_.begin() + e, full + b);
+  for (const auto& [b, e] : schedule_->counted())
+    if (e > b) std::copy_n(held(params_, b), e - b, full + b);
   MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 

@@ -1,10 +1,11 @@
 #pragma once
 // Pipeline parallelism in the runtime (--pp P): the blocks split into P equal stages
-// (parallel::stage_split; the embeddings with the first, the final norm and the tied head
-// with the last, which holds a copy of the embeddings), each stage a group of data-parallel
+// (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
+// the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
 // replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
-// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). Every
-// rank holds the whole model's arenas and uses its stage's runs. One step runs parallel::one_f_one_b over the step's micro-batches:
+// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). A rank
+// holds its stage's runs only (PipelineSchedule::runs): weights, gradients and both Adam
+// moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
 // neighbouring stage's rank of the same replica as one message each. The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
@@ -29,7 +30,7 @@
 #include "comm/accounting.hpp"
 #include "comm/communicator.hpp"
 #include "comm/context.hpp"
-#include "model/gpt.hpp"
+#include "model/model.hpp"
 #include "parallel/dims.hpp"
 #include "parallel/options.hpp"
 #include "parallel/pipeline.hpp"
@@ -65,15 +66,16 @@ struct StageReplicas {
 class PipelineSchedule {
  public:
   using Run = std::pair<std::size_t, std::size_t>;  // [begin, end) of the arena
+  // `stage_layers`: --pp-layers (parallel::stage_split), empty for equal stages.
   PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
-                   const StageReplicas& replicas = {});
+                   const StageReplicas& replicas = {}, const std::vector<int>& stage_layers = {});
   const parallel::StageSplit& split() const { return split_; }
   const std::vector<parallel::PipelineAction>& program() const { return program_; }
   // The op of each program entry that communicates (sends and receives), in program order,
   // then the step's reductions, then (zero1) its gathers.
   const std::vector<PipelineOp>& ops() const { return ops_; }
   // The units this stage holds, as arena runs: its blocks, the embeddings on the first
-  // stage, the final norm on the last, and on the last its copy of the embeddings (the tied
+  // stage, the final norm (and llama's lm_head) on the last, and on gpt2's last its copy of the embeddings (the tied
   // head) last of all.
   const std::vector<Run>& runs() const { return runs_; }
   // What this rank updates (its optimizer state: the runs, or its chunks of them), and the
@@ -82,16 +84,18 @@ class PipelineSchedule {
   const std::vector<Run>& updated() const { return updated_; }
   const std::vector<Run>& counted() const { return counted_; }
   std::size_t activation_floats() const { return activation_floats_; }
+  bool tied() const { return tied_; }
 
  private:
   void add_sends();
-  void add_step_ops(const model::ParamLayout& layout, int stages, const StageReplicas& replicas);
+  void add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas);
 
   parallel::StageSplit split_;
   std::vector<parallel::PipelineAction> program_;
   std::vector<PipelineOp> ops_;
   std::vector<Run> runs_, updated_, counted_;
   std::size_t activation_floats_ = 0;
+  bool tied_ = false;  // the LM head is the embeddings (gpt2): the last stage holds a copy
 };
 
 // The ranks a pipelined run's groups span (world ranks; a group of one rank where there is
@@ -138,6 +142,9 @@ class PipelineEngine final : public train::Engine {
   // The bytes a step sends and receives per tier, by the schedule.
   comm::CommStats traffic_per_step() const;
   int stage() const { return stage_; }
+  // Bytes of the weights, gradients and Adam moments this rank holds: its stage's runs, four
+  // fp32 arrays of them.
+  std::uint64_t state_bytes() const { return 4 * sizeof(float) * params_.size(); }
 
  private:
   void build_groups();
@@ -149,19 +156,24 @@ class PipelineEngine final : public train::Engine {
   void run_step_op(const PipelineOp& op);               // a reduction or gather of its run
   void gather_weights();                                // the step's all-gathers (zero1)
   std::vector<train::StateShard> shards_of(const std::vector<PipelineSchedule::Run>& runs);
+  // Where arena offset `arena_offset` (of one of the stage's runs) sits in `array`, one of the
+  // four held arrays.
+  float* held(std::vector<float>& array, std::size_t arena_offset);
 
   topo::Topology topology_;
   parallel::ParallelDims dims_;
   std::string strategy_;
   model::ParamLayout layout_;
   int rank_ = 0, stage_ = 0, micro_batches_ = 1;
+  std::size_t tokens_per_batch_ = 0;  // of one micro-batch
   std::unique_ptr<PipelineSchedule> schedule_;
   std::unique_ptr<comm::Context> context_;
   PipelineGroups members_;
   std::vector<MPI_Comm> mpi_comms_;
   std::unique_ptr<comm::Communicator> previous_, next_, stage_group_, tied_;
-  std::vector<std::unique_ptr<model::GPT>> models_;  // one per micro-batch in flight
-  std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // whole-model arenas; the stage's runs used
+  std::vector<std::unique_ptr<model::StageModel>> models_;  // one per micro-batch in flight
+  std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // the stage's runs, one after another
+  std::vector<std::size_t> held_at_;                          // where each run starts in them
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
   std::vector<float> chunk_;  // zero1: one chunk of a run, for its reduce-scatter and all-gather

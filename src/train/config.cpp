@@ -18,6 +18,7 @@
 #include "comm/dtype.hpp"
 #include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"
+#include "parallel/pipeline.hpp"
 
 namespace strata::train {
 
@@ -226,10 +227,17 @@ const std::vector<Entry>& entries() {
       {{"shard.pp", "--pp", K::Int,
         "pipeline stages (1F1B over the step's micro-batches, --grad-accum; strata plan: --accum, or a +ppN "
         "suffix on a --strategy name): that many consecutive domains of --pp-tier hold one stage each, the blocks "
-        "split equally"},
+        "split equally unless --pp-layers"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.pp = positive_int(k, v); }},
       {{"shard.pp_tier", "--pp-tier", K::String, "the tier the pipeline stages cross; empty: the outermost"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.pp_tier = as_string(k, v); }},
+      {{"shard.pp_layers", "--pp-layers", K::String,
+        "the blocks of each pipeline stage, comma-separated (1,3: one block on the first of two stages, three on "
+        "the second), summing to the model's; empty: --pp equal stages"},
+       [](TrainConfig& c, auto& k, auto& v) {
+         const std::string text = as_string(k, v);
+         c.shard.pp_layers = text.empty() ? std::vector<int>{} : parallel::parse_stage_layers(k, text);
+       }},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
        [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
@@ -457,6 +465,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"sequence_parallel", shard.sequence_parallel},
             {"pp", shard.pp},
             {"pp_tier", shard.pp_tier},
+            {"pp_layers", shard.pp_layers},
             {"emulate_links", shard.emulate_links},
             {"emulate_scale", shard.emulate_scale}}}};
 }

@@ -117,6 +117,9 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
                                                              : spec.first_bucket_bytes;
         EXPECT_EQ(printed, std::to_string(value)) << strategy;
       }
+    } else if (key == "shard.pp_layers") {
+      EXPECT_EQ(printed, "equal stages");
+      EXPECT_TRUE(config.shard.pp_layers.empty());
     } else if (key == "data.train" || key == "data.val" || key == "train.out") {
       EXPECT_EQ(printed, "") << "no default to state";
       EXPECT_EQ(effective[section][name == "train" || name == "val" ? name : "out"], name == "train" ? "train.bin" : "");

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "base/error.hpp"
 #include "parallel/dims.hpp"
 #include "parallel/pipeline.hpp"
@@ -109,6 +111,35 @@ TEST(Pipeline, StagesSplitTheBlocksEquallyAndAnUnevenSplitIsRefusedNamingTheFlag
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--pp 5"), std::string::npos) << e.what();
+  }
+}
+
+// --pp-layers: each stage's own block count; a list of another length or sum, or a count that
+// is not a positive integer, is refused naming the flag and what is wrong.
+TEST(Pipeline, AnExplicitSplitGivesEachStageItsBlocksAndABadOneIsRefusedNamingPpLayers) {
+  const std::vector<int> layers = parallel::parse_stage_layers("--pp-layers", "1,3,2");
+  EXPECT_EQ(layers, (std::vector<int>{1, 3, 2}));
+  const parallel::StageSplit mid = parallel::stage_split(6, 3, 1, layers);
+  EXPECT_EQ(std::make_pair(mid.first_layer, mid.layers), std::make_pair(1, 3));
+  EXPECT_EQ(parallel::stage_split(6, 3, 2, layers).first_layer, 4);
+  EXPECT_TRUE(parallel::stage_split(6, 3, 2, layers).last);
+  auto refusal = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string count = refusal([&] { parallel::stage_split(6, 2, 0, layers); });
+  EXPECT_NE(count.find("--pp-layers 1,3,2: 3 block counts for --pp 2"), std::string::npos) << count;
+  const std::string sum = refusal([&] { parallel::stage_split(8, 3, 0, layers); });
+  EXPECT_NE(sum.find("--pp-layers 1,3,2: 6 blocks in all, but the model has 8"), std::string::npos) << sum;
+  const std::string empty_stage = refusal([] { parallel::stage_split(4, 2, 0, {0, 4}); });
+  EXPECT_NE(empty_stage.find("--pp-layers 0,4: stage 0 has no blocks"), std::string::npos) << empty_stage;
+  for (const char* bad : {"1,x", "1,,3", "2,-1", "3,"}) {
+    const std::string parse = refusal([&] { parallel::parse_stage_layers("--pp-layers", bad); });
+    EXPECT_NE(parse.find(fmt::format("--pp-layers '{}'", bad)), std::string::npos) << parse;
   }
 }
 

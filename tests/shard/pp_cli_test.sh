@@ -3,7 +3,7 @@
 # across "node"): the losses and validation losses of --pp 2 with two ddp (or zero1) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
 # tier equal the schedule's (also on 8 ranks, zero1 over two tiers), the checkpoint resumes in one process and under zero1 stages at
-# the uninterrupted losses, and bad layouts are refused naming --pp.
+# the uninterrupted losses, and bad layouts are refused naming --pp (or --pp-layers).
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 strata=$1 src=$2
@@ -71,4 +71,8 @@ refused "--pp 2" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$t
 refused "--strategy zero3" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 \
   --pp-tier node --batch 2 --out "$work/bad"
 refused "--pp 2" "$strata" train "${common[@]}" --pp 2 --batch 2 --out "$work/bad"
+refused "--pp-layers 1: 1 block count for --pp 2" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" \
+  --strategy ddp --pp 2 --pp-tier node --pp-layers 1 --batch 2 --out "$work/bad"
+refused "--pp-layers: strata plan prices equal pipeline stages" "$strata" plan --model tiny --topology "$topo" \
+  --strategy zero1 --pp 2 --pp-layers 1,1
 echo "pp_cli_test: ok"

@@ -1,8 +1,10 @@
 // Pipeline parallelism in the runtime, 4 ranks: --pp 2 over the outer tier with two ddp
-// (and zero1) replicas per stage, and --pp 4 (one replica) of a 4-block model, train to the losses and
+// (and zero1) replicas per stage, llama-tiny so, an explicit uneven split (--pp-layers 1,3), and
+// --pp 4 (one replica) of a 4-block model, train to the losses and
 // weights of the same global batch in one process (the reduction order changes, so within
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
-// sends included; recomputation changes no bit; refusals name the flag.
+// sends included; a rank holds its stage's arrays only; recomputation changes no bit;
+// refusals name the flag.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -62,33 +64,40 @@ const std::string& one_tier() {
   return path;
 }
 
-model::GPTConfig config_of(int layers) {
-  model::GPTConfig c = model::GPTConfig::preset("tiny");
+model::GPTConfig config_of(int layers, const std::string& preset = "tiny") {
+  model::GPTConfig c = model::GPTConfig::preset(preset);
   c.n_layer = layers;
   return c;
 }
 
-parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp") {
+parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", const std::vector<int>& layers = {}) {
   parallel::ShardOptions o;
   o.strategy = strategy;
   o.topology = pp == 2 ? two_tiers() : one_tier();
   o.pp = pp;
+  o.pp_layers = layers;
   return o;
 }
 
 struct PipeRun {
   std::vector<double> losses;
   std::vector<float> params;
+  int stage = 0;
+  std::uint64_t state_bytes = 0;  // what the rank holds
 };
 
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
 // reference reads every replica's, the same global batch.
 PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
-                        comm::CommStats* scheduled, bool recompute = false) {
-  shard::PipelineEngine engine(options_at(pp, strategy), config_of(layers), kBatch, kSeq, kMicro, 1234, recompute);
+                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny",
+                        const std::vector<int>& stage_layers = {}) {
+  shard::PipelineEngine engine(options_at(pp, strategy, stage_layers), config_of(layers, preset), kBatch, kSeq, kMicro,
+                               1234, recompute);
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
+  run.stage = engine.stage();
+  run.state_bytes = engine.state_bytes();
   for (int step = 1; step <= kSteps; ++step) {
     const comm::CommStats before = engine.context().accounting().snapshot();
     double sum = 0;
@@ -106,8 +115,8 @@ PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::ve
   return run;
 }
 
-PipeRun train_alone(int layers, int replicas) {
-  train::LocalEngine engine(config_of(layers), kBatch, kSeq, 1234);
+PipeRun train_alone(int layers, int replicas, const std::string& preset = "tiny") {
+  train::LocalEngine engine(config_of(layers, preset), kBatch, kSeq, 1234);
   PipeRun run;
   const int n = replicas * kMicro;
   for (int step = 1; step <= kSteps; ++step) {
@@ -125,14 +134,15 @@ PipeRun train_alone(int layers, int replicas) {
   return run;
 }
 
-void expect_same_training(const PipeRun& pp, const PipeRun& ref, int layers, const std::string& name) {
+void expect_same_training(const PipeRun& pp, const PipeRun& ref, const model::GPTConfig& config,
+                          const std::string& name) {
   ASSERT_EQ(pp.losses.size(), ref.losses.size());
   double loss_diff = 0, weight_diff = 0;
   for (std::size_t i = 0; i < ref.losses.size(); ++i) {
     EXPECT_NEAR(pp.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << name << " step " << i + 1;
     loss_diff = std::max(loss_diff, std::abs(pp.losses[i] - ref.losses[i]));
   }
-  const model::ParamLayout layout(config_of(layers));
+  const model::ParamLayout layout(config);
   ASSERT_EQ(pp.params.size(), ref.params.size());
   for (std::size_t i = 0; i < ref.params.size(); ++i)
     if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(pp.params[i] - ref.params[i])));
@@ -167,7 +177,7 @@ TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSche
     std::vector<comm::CommStats> traffic;
     comm::CommStats scheduled;
     const PipeRun pp = train_pipelined(2, 2, strategy, &traffic, &scheduled);
-    expect_same_training(pp, train_alone(2, 2), 2, "--pp 2, 2 " + strategy + " replicas a stage");
+    expect_same_training(pp, train_alone(2, 2), config_of(2), "--pp 2, 2 " + strategy + " replicas a stage");
     // The stage sends cross the outer tier; the replicas' gradient reductions the inner one.
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
     EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
@@ -184,7 +194,39 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
-  expect_same_training(pp, train_alone(4, 1), 4, "--pp 4, one replica");
+  expect_same_training(pp, train_alone(4, 1), config_of(4), "--pp 4, one replica");
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  // A rank holds its stage's units only (weights, gradients, two Adam moments: four fp32
+  // arrays): its block, the first stage the embeddings too, the last the final norm and the
+  // tied head's copy of the embeddings.
+  const model::ParamLayout layout(config_of(4));
+  const auto& u = layout.units();
+  const int block = layout.block_unit(pp.stage), embeddings = layout.embeddings_unit();
+  std::size_t floats = u[block].numel;
+  if (pp.stage == 0) floats += u[embeddings].numel;
+  if (pp.stage == 3) floats = u[layout.final_norm_unit()].offset + u[layout.final_norm_unit()].numel - u[block].offset +
+                              u[embeddings].numel;
+  EXPECT_EQ(pp.state_bytes, 4 * sizeof(float) * floats) << "stage " << pp.stage;
+  EXPECT_LT(pp.state_bytes, 4 * sizeof(float) * layout.total_floats() / 2) << "stage " << pp.stage;
+}
+
+// Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
+TEST(Pipeline, LlamaInTwoStagesOfTwoZero1ReplicasTrainsToTheOneProcessLossesAndMeasuresTheSchedulesBytes) {
+  std::vector<comm::CommStats> traffic;
+  comm::CommStats scheduled;
+  const PipeRun pp = train_pipelined(2, 2, "zero1", &traffic, &scheduled, false, "llama-tiny");
+  expect_same_training(pp, train_alone(2, 2, "llama-tiny"), config_of(2, "llama-tiny"),
+                       "llama-tiny --pp 2, 2 zero1 replicas a stage");
+  EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+}
+
+// --pp-layers 1,3: one block on the first stage, three on the last (with the head).
+TEST(Pipeline, AnUnevenExplicitSplitTrainsToTheOneProcessLossesAndMeasuresTheSchedulesBytes) {
+  std::vector<comm::CommStats> traffic;
+  comm::CommStats scheduled;
+  const PipeRun pp = train_pipelined(2, 4, "zero1", &traffic, &scheduled, false, "tiny", {1, 3});
+  expect_same_training(pp, train_alone(4, 2), config_of(4), "--pp 2 --pp-layers 1,3, 2 zero1 replicas a stage");
   expect_measured_bytes_equal_the_schedule(traffic, scheduled);
 }
 
@@ -200,10 +242,12 @@ TEST(Pipeline, RefusalsNameTheFlag) {
     shard::PipelineEngine(o, config_of(3), kBatch, kSeq, kMicro, 1234);
   });
   EXPECT_NE(tier.find("--pp 3"), std::string::npos) << tier;
-  const std::string llama = refusal([] {
-    shard::PipelineEngine(options_at(2), model::GPTConfig::preset("llama-tiny"), kBatch, kSeq, kMicro, 1234);
-  });
-  EXPECT_NE(llama.find("--pp 2"), std::string::npos) << llama;
+  const std::string count =
+      refusal([] { shard::PipelineEngine(options_at(2, "ddp", {1, 1, 2}), config_of(4), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(count.find("--pp-layers 1,1,2"), std::string::npos) << count;
+  const std::string sum =
+      refusal([] { shard::PipelineEngine(options_at(2, "ddp", {1, 2}), config_of(4), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(sum.find("--pp-layers 1,2"), std::string::npos) << sum;
   if (world_rank() == 0)
-    for (const std::string* r : {&uneven, &strategy, &tier, &llama}) std::printf("refused: %s\n", r->c_str());
+    for (const std::string* r : {&uneven, &strategy, &tier, &count, &sum}) std::printf("refused: %s\n", r->c_str());
 }

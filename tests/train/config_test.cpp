@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "support.hpp"
@@ -184,6 +185,14 @@ TEST(TrainConfig, OtherInconsistenciesAreRefusedNamingTheField) {
   EXPECT_EQ(from_toml("[train]\ndevice = \"cuda\"\nprecision = \"bf16\"\n[data]\ntrain = \"t.bin\"\n").precision,
             "bf16");
   EXPECT_EQ(from_toml("[data]\ntrain = \"t.bin\"\n").precision, "fp32");
+}
+
+TEST(TrainConfig, PipelineLayersAreBlockCountsAndABadOneIsRefusedNamingTheKey) {
+  EXPECT_EQ(from_toml("[shard]\npp_layers = \"1,3\"\n[data]\ntrain = \"t.bin\"\n").shard.pp_layers,
+            (std::vector<int>{1, 3}));
+  EXPECT_TRUE(from_toml("[data]\ntrain = \"t.bin\"\n").shard.pp_layers.empty());
+  EXPECT_EQ(error_of([] { from_toml("[shard]\npp_layers = \"1,x\"\n[data]\ntrain = \"t.bin\"\n"); }),
+            "shard.pp_layers '1,x': 'x' is not a positive block count (give one a stage, e.g. 1,3)");
 }
 
 TEST(TrainConfig, EverySettingHasOneKeyAndOneFlag) {
