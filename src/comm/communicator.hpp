@@ -5,7 +5,7 @@
 // dissemination_barrier.cpp). Member index = position in the MPI communicator (rank
 // order for the groups of groups.hpp); the layouts are those of collectives.hpp.
 //
-// Every message goes through sendrecv/send/recv below, which charge it to the tier it
+// Every message goes through sendrecv/send/recv/run_ring below, which charge it to the tier it
 // crosses in the context's Accounting and, with link emulation on, hold it back (see
 // emulation.hpp), and every wait for one has the collective timeout's deadline (wait.hpp).
 // Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
@@ -95,9 +95,8 @@ class Communicator final : public Collectives {
   // flight while earlier pieces are reduced and forwarded (piece k of a step goes as soon
   // as piece k of the step before it is in). Same bytes, same order of additions.
   void run_ring(RingSteps& steps);
-  // Bytes of a ring step's piece on the wire; 0 sends each step as one message (as link
-  // emulation always does: it holds whole messages).
-  std::size_t ring_piece_bytes() const { return ring_piece_bytes_; }
+  // Bytes of a ring step's piece on the wire (kRingPieceBytes); 0 sends each step as one
+  // message, as link emulation always does (it holds whole messages).
   void set_ring_piece_bytes(std::size_t bytes) { ring_piece_bytes_ = bytes; }
   void send(const WireChunk& out, int dst);
   void recv(const WireChunk& in, int src);
