@@ -127,13 +127,18 @@ void Communicator::check_thread() const {
     throw Error(fmt::format("comm: group '{}': point-to-point used outside the communication thread", name_));
 }
 
+void Communicator::post_exchange(const WireChunk& out, int dst, const WireChunk& in, int src, MPI_Request* receive,
+                                 MPI_Request* send) {
+  MessageType st(out), rt(in);  // a derived type may be freed while its messages are pending
+  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, receive);
+  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, send);
+}
+
 void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src) {
   check_thread();
   before_send(out, dst);
-  MessageType st(out), rt(in);
   MPI_Request req[2];
-  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req[0]);
-  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req[1]);
+  post_exchange(out, dst, in, src, &req[0], &req[1]);
   const Peer peers[2] = {{src, true}, {dst, false}};
   wait_all(req, 2, peers);
   after_send(out, dst);

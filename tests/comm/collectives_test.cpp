@@ -400,6 +400,72 @@ TEST(Collectives, HierarchyDoesItsMemoryWorkThroughItsSlotMemory) {
   EXPECT_GT(counted.sums, 0);
 }
 
+// Each member's n real values (not integers: every rounding shows), the same on every run.
+HostBuf real_data(DType t, std::size_t n, int world_rank) {
+  HostBuf b(t, n);
+  std::mt19937 rng(std::uint32_t(4242 + world_rank));
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (std::size_t i = 0; i < n; ++i) b.set(i, u(rng));
+  return b;
+}
+
+// What the three ring collectives of `g` give on a member's data, and what they accounted.
+struct RingResults {
+  HostBuf shard, all, gathered;
+  CommStats traffic;
+};
+
+RingResults run_rings(Communicator& g, Accounting& acc, const HostBuf& mine, DType t) {
+  const std::size_t n = mine.count, c = g.chunk_elements(n, t);
+  RingResults r{HostBuf(t, c), mine, HostBuf(t, n), {}};
+  CommStats before = acc.snapshot();
+  g.reduce_scatter(mine.cview(), r.shard.view(), ReduceOp::Avg);
+  g.all_reduce(r.all.view(), ReduceOp::Sum);
+  g.all_gather(r.shard.cview(), r.gathered.view());
+  r.traffic = acc.snapshot() - before;
+  return r;
+}
+
+TEST(Collectives, RingPiecesOnTheWireChangeNeitherBitsNorAccountedTraffic) {
+  auto& w = world();
+  auto& acc = w.ctx.accounting();
+  std::vector<Communicator*> rings;
+  for (int t = 0; t < w.comms.num_tiers(); ++t) {
+    rings.push_back(&w.comms.within(t));
+    if (t > 0) rings.push_back(&w.comms.across(t));
+  }
+  constexpr std::size_t kPieceBytes = 24;  // 6 fp32 or 12 bf16 elements, 2 int8 blocks of 8
+  for (Communicator* g : rings) {
+    const std::size_t d = std::size_t(g->size());
+    for (DType t : kFloat)
+      // Chunks of 12 elements (whole pieces), of 13 (a short last piece), and one with padding.
+      for (std::size_t n : {12 * d, 13 * d, 13 * d + 1}) {
+        const HostBuf mine = real_data(t, n, w.rank);
+        g->set_ring_piece_bytes(0);
+        const RingResults whole = run_rings(*g, acc, mine, t);
+        g->set_ring_piece_bytes(kPieceBytes);
+        const RingResults pieces = run_rings(*g, acc, mine, t);
+        g->set_ring_piece_bytes(kRingPieceBytes);
+        const std::string at = what("ring " + g->name(), t, n);
+        EXPECT_EQ(pieces.shard.data, whole.shard.data) << "reduce_scatter " << at;
+        EXPECT_EQ(pieces.all.data, whole.all.data) << "all_reduce " << at;
+        EXPECT_EQ(pieces.gathered.data, whole.gathered.data) << "all_gather " << at;
+        EXPECT_EQ(pieces.traffic.tiers, whole.traffic.tiers) << at;
+      }
+    // int8 moves data and scales: blocks of 8, pieces of 2 blocks, chunks of 3 blocks.
+    const std::size_t block = 8, c = 3 * block;
+    const HostBuf shard = member_data(DType::I8, c, block, 77, w.rank);
+    HostBuf whole(DType::I8, c * d, block), pieces(DType::I8, c * d, block);
+    g->set_ring_piece_bytes(0);
+    g->all_gather(shard.cview(), whole.view());
+    g->set_ring_piece_bytes(kPieceBytes);
+    g->all_gather(shard.cview(), pieces.view());
+    g->set_ring_piece_bytes(kRingPieceBytes);
+    EXPECT_EQ(pieces.data, whole.data) << "int8 all_gather ring " << g->name();
+    EXPECT_EQ(pieces.scales, whole.scales) << "int8 all_gather ring " << g->name();
+  }
+}
+
 TEST(TierComms, NcclBackendRefusedWithoutNccl) {
   if (nccl_built()) GTEST_SKIP() << "this build has NCCL (test_comm_nccl, label gpu, drives it)";
   auto& w = world();
