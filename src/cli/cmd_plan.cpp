@@ -157,8 +157,12 @@ std::string tier_sizes(const topo::Topology& t) {
   return fmt::format("{}", fmt::join(parts, " x "));
 }
 
-// sweeping: the outermost tier's size changes with the node count, so it is not printed.
-void print_header(const plan::PlanContext& c, const std::string& nodes_text, bool sweeping = false) {
+// sweep_largest: in a sweep, the topology at its largest node count (the outermost tier's size
+// changes with the node count, so it is not printed; the largest ring is checked against a
+// curve by group size).
+void print_header(const plan::PlanContext& c, const std::string& nodes_text,
+                  const topo::Topology* sweep_largest = nullptr) {
+  const bool sweeping = sweep_largest != nullptr;
   const plan::ModelShape& m = c.model();
   const plan::Workload& w = c.workload();
   const plan::DeviceFacts& d = c.device();
@@ -196,7 +200,9 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
     std::vector<std::string> curves;
     for (plan::Collective k : {plan::Collective::AllGather, plan::Collective::ReduceScatter, plan::Collective::AllToAll}) {
       const plan::CollectiveCurve* curve = cal.find(k);
-      if (!curve)
+      if (cal.by_group_size)
+        curves.push_back(fmt::format("{} at the rate of its ring's size (below)", plan::collective_key(k)));
+      else if (!curve)
         curves.push_back(fmt::format("{} the tier's figures above", plan::collective_key(k)));
       else if (!curve->latency_known)
         curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", plan::collective_key(k), curve->bus_GBps));
@@ -221,6 +227,9 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
                                             timed_rate / 1e6)
                               : std::string());
   }
+  for (const std::string& note :
+       plan::group_size_notes(c.calibration() ? &*c.calibration() : nullptr, sweeping ? *sweep_largest : topology))
+    fmt::print("  {}\n", note);
   if (const auto& cal = c.calibration(); cal && cal->compute)
     fmt::print("calibrated compute: matmul {:.4g} GFLOP/s a rank, half of it at {:.3g} GFLOP; other kernels x{:.3g}; "
                "x{:.3g} slower beside the outermost tier's communication; Adam {:.3g} GB/s{} (ignoring the device's "
@@ -694,7 +703,9 @@ void run_sweep(const PlanOptions& o, const PlanInputs& in) {
     doc["sweep"] = plan::sweep_json(series, outer);
     fmt::print("{}\n", doc.dump(2));
   } else {
-    print_header(context, fmt::format("nodes {}", o.sweep_nodes), true);
+    topo::Topology largest = in.topology;
+    largest.resolve(largest.world_size_for_nodes(nodes.back()));
+    print_header(context, fmt::format("nodes {}", o.sweep_nodes), &largest);
     print_sweep(series, outer);
     if (!o.svg.empty()) fmt::print("\nwrote {}\n", o.svg);
   }

@@ -286,6 +286,27 @@ CollectiveCurve read_curve(const Fields& tier, Collective c) {
   return curve;
 }
 
+// [tiers.bus_by_group_size]: key, sizes increasing, a positive bus_GBps a size.
+GroupSizeCurve read_group_size_curve(const Fields& tier) {
+  const Fields f(tier.table("bus_by_group_size"), tier.at("bus_by_group_size"));
+  f.only({"key", "sizes", "bus_GBps"});
+  GroupSizeCurve curve;
+  const std::string key = f.string("key");
+  if (key == group_size_key_name(GroupSizeCurve::Key::Nodes)) curve.key = GroupSizeCurve::Key::Nodes;
+  else if (key == group_size_key_name(GroupSizeCurve::Key::Ranks)) curve.key = GroupSizeCurve::Key::Ranks;
+  else throw Error(fmt::format("{} = '{}': must be nodes or ranks (what sizes count)", f.at("key"), key));
+  curve.sizes = f.numbers("sizes");
+  curve.bus_GBps = f.numbers("bus_GBps");
+  if (curve.sizes.size() != curve.bus_GBps.size() || curve.sizes.size() < 2)
+    throw Error(fmt::format("{}: sizes and bus_GBps must list the same number of points, at least 2 ({} and {})",
+                            f.where(), curve.sizes.size(), curve.bus_GBps.size()));
+  for (std::size_t i = 1; i < curve.sizes.size(); ++i)
+    if (!(curve.sizes[i] > curve.sizes[i - 1]))
+      throw Error(fmt::format("{}[{}] = {}: must be above the size before it ({}): the group sizes, increasing",
+                              f.at("sizes"), i, curve.sizes[i], curve.sizes[i - 1]));
+  return curve;
+}
+
 toml::array to_array(const std::vector<double>& v) {
   toml::array a;
   for (double x : v) a.push_back(x);
@@ -404,7 +425,8 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     const toml::table* t = tiers->get(i)->as_table();
     if (!t) throw Error(fmt::format("{}[{}]: must be a table ([[tiers]])", root.at("tiers"), i));
     const Fields f(*t, fmt::format("{}[{}]", root.at("tiers"), i));
-    std::vector<std::string_view> known{"name", "group_size", "ranks_sharing", "overlap_slowdown", "overlap_all_reduce_bytes"};
+    std::vector<std::string_view> known{"name",           "group_size", "ranks_sharing", "overlap_slowdown",
+                                        "overlap_all_reduce_bytes", "bus_by_group_size"};
     for (Collective k : kCollectives) known.push_back(collective_key(k));
     for (auto&& [key, node] : *t)
       if (std::find(known.begin(), known.end(), key.str()) == known.end())
@@ -419,13 +441,20 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
       tier.overlap_all_reduce_bytes = named_tier.positive("overlap_all_reduce_bytes");
     for (Collective k : kCollectives)
       if (named_tier.has(collective_key(k))) tier.curves[static_cast<int>(k)] = read_curve(named_tier, k);
+    if (named_tier.has("bus_by_group_size")) {
+      for (Collective k : kCollectives)
+        if (tier.find(k))
+          throw Error(fmt::format("{}: the tier's {} curve gives its rate too; give one of the two",
+                                  named_tier.at("bus_by_group_size"), collective_key(k)));
+      tier.by_group_size = read_group_size_curve(named_tier);
+    }
     for (const TierCalibration& seen : c.tiers)
       if (seen.name == tier.name) throw Error(fmt::format("{}: name '{}' given twice", f.at("name"), tier.name));
     c.tiers.push_back(std::move(tier));
   }
   bool any_curve = false;
   for (const TierCalibration& t : c.tiers)
-    for (const auto& curve : t.curves) any_curve = any_curve || curve.has_value();
+    for (const auto& curve : t.curves) any_curve = any_curve || curve.has_value() || t.by_group_size.has_value();
   if (!any_curve && !c.compute && !(c.compute_efficiency > 0))
     throw Error(fmt::format("{}: calibrates nothing (no [compute] and no collective in any [[tiers]])", origin));
   return c;
@@ -490,6 +519,10 @@ std::string Calibration::to_toml() const {
                                                   {"seconds", to_array(c->busy_seconds)}});
       table.insert(collective_key(k), std::move(curve));
     }
+    if (t.by_group_size)
+      table.insert("bus_by_group_size", toml::table{{"key", group_size_key_name(t.by_group_size->key)},
+                                                    {"sizes", to_array(t.by_group_size->sizes)},
+                                                    {"bus_GBps", to_array(t.by_group_size->bus_GBps)}});
     tier_array.push_back(std::move(table));
   }
   doc.insert("tiers", std::move(tier_array));
@@ -519,6 +552,10 @@ nlohmann::json Calibration::to_json() const {
     }
     for (Collective k : kCollectives)
       j[std::string(collective_key(k))] = t.find(k) ? curve_json(*t.find(k)) : nlohmann::json("the topology's figures");
+    if (t.by_group_size)
+      j["bus_by_group_size"] = {{"key", group_size_key_name(t.by_group_size->key)},
+                                {"sizes", t.by_group_size->sizes},
+                                {"bus_GBps", t.by_group_size->bus_GBps}};
     tiers_json.push_back(std::move(j));
   }
   nlohmann::json compute_json = "the device's: peak x compute efficiency, HBM rate, no slowdown";
@@ -551,6 +588,19 @@ nlohmann::json Calibration::to_json() const {
           {"command", command},
           {"compute", compute_json},
           {"tiers", tiers_json}};
+}
+
+std::string_view group_size_key_name(GroupSizeCurve::Key key) {
+  return key == GroupSizeCurve::Key::Nodes ? "nodes" : "ranks";
+}
+
+double GroupSizeCurve::bus_GBps_at(double size) const {
+  if (size <= sizes.front()) return bus_GBps.front();
+  if (size >= sizes.back()) return bus_GBps.back();
+  std::size_t i = 1;
+  while (sizes[i] < size) ++i;
+  const double share = std::log(size / sizes[i - 1]) / std::log(sizes[i] / sizes[i - 1]);
+  return bus_GBps[i - 1] + share * (bus_GBps[i] - bus_GBps[i - 1]);
 }
 
 const CollectiveCurve& TierCalibration::curve(Collective c) const {
@@ -601,6 +651,35 @@ void Calibration::check_covers(const topo::Topology& t, std::string_view origin)
                               origin, tier.name, t.name(), fmt::join(names, ", ")));
     }
   }
+}
+
+std::vector<std::string> group_size_notes(const Calibration* calibration, const topo::Topology& topology) {
+  std::vector<std::string> notes;
+  for (int t = 1; t < topology.num_tiers(); ++t) {
+    const std::string& name = topology.tier(t).name;
+    const std::optional<GroupSizeCurve>* found = calibration ? &calibration->tier(name).by_group_size : nullptr;
+    const GroupSizeCurve* curve = found && *found ? &**found : nullptr;
+    if (!curve) {
+      notes.push_back(fmt::format("tier {}: no curve of achieved bandwidth by group size ({}): a ring's rate on it is "
+                                  "the same at every size (docs/calibration.md \"By group size\")",
+                                  name, calibration ? "the calibration has none" : "no --calibration"));
+      continue;
+    }
+    std::vector<std::string> points;
+    for (std::size_t i = 0; i < curve->sizes.size(); ++i)
+      points.push_back(fmt::format("{:g} {:g} GB/s", curve->sizes[i], curve->bus_GBps[i]));
+    // The largest ring on the tier: all its inner domains, or all the ranks of one of its domains.
+    const double largest = curve->key == GroupSizeCurve::Key::Nodes ? topology.tier(t).size : topology.domain_ranks(t);
+    notes.push_back(fmt::format(
+        "tier {}: bus bandwidth a rank by {} in the ring, {}; log-linear in size between points, the nearest "
+        "point's rate outside them{}", name,
+        group_size_key_name(curve->key), fmt::join(points, ", "),
+        curve->clamped(largest) ? fmt::format("; warning: rings of up to {:g} {} reach outside the measured sizes, "
+                                              "priced at the nearest point's rate",
+                                              largest, group_size_key_name(curve->key))
+                                : std::string()));
+  }
+  return notes;
 }
 
 }  // namespace strata::plan

@@ -65,6 +65,22 @@ struct CollectiveCurve {
   void fit_under_compute(std::vector<double> bytes, std::vector<double> seconds);
 };
 
+// A tier's achieved bus bandwidth a rank against the size of the group crossing it, from a
+// measurement at several sizes (nccl-tests at scale, a paper's table): real fabrics deliver
+// less to longer rings (congestion, adaptive routing, the job's placement), which the
+// topology's one rate cannot say. A ring is priced on the curve at its own size: log-linear
+// between two points (the rate linear in log size, as such tables are measured at doublings),
+// the nearest point's rate outside the measured sizes.
+struct GroupSizeCurve {
+  enum class Key { Nodes, Ranks };  // nodes: the tier's inner domains the ring crosses; ranks: the ring's ranks
+  Key key = Key::Nodes;
+  std::vector<double> sizes, bus_GBps;  // sizes increasing, at least 2
+
+  double bus_GBps_at(double size) const;
+  bool clamped(double size) const { return size < sizes.front() || size > sizes.back(); }
+};
+std::string_view group_size_key_name(GroupSizeCurve::Key key);  // "nodes", "ranks"
+
 struct TierCalibration {
   std::string name;
   int group_size = 0;     // ranks of the across-group it was measured on (0: the source does not say)
@@ -72,6 +88,9 @@ struct TierCalibration {
   // kCollectives order; a collective a shipped file has no figure for is empty, and its ops are
   // priced by the topology's α-β.
   std::array<std::optional<CollectiveCurve>, 4> curves;
+  // The tier's rate by the crossing group's size, instead of the collectives' curves (a file
+  // gives one or the other for a tier): every op's rate on the tier; latency stays the model's.
+  std::optional<GroupSizeCurve> by_group_size{};
   // Compute's matmul time while this tier's all-reduces run beside it / alone (>= 1; 0: not
   // measured, the compute's overlap_slowdown). The planner slows compute by the factor of the
   // tier whose op is on the communication stream.
@@ -187,5 +206,11 @@ struct Calibration {
   // Throws Error unless every tier of `topology` has a calibrated tier of its name.
   void check_covers(const topo::Topology& topology, std::string_view origin) const;
 };
+
+// What a plan says of the network's rate by group size, one line a tier above the innermost:
+// the calibrated curve (and a warning where the topology's rings reach past its sizes), or
+// that the calibration (or the plan, without one) has none and the rate is the same at every
+// ring size.
+std::vector<std::string> group_size_notes(const Calibration* calibration, const topo::Topology& topology);
 
 }  // namespace strata::plan

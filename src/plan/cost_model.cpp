@@ -262,10 +262,15 @@ RingRate ring_rate(const ScheduledOp& op, const topo::Topology& topology, const 
   RingRate r;
   for (int t = inner; t <= op.level; ++t) {
     const double ranks_per_ring = static_cast<double>(topology.domain_ranks(t - 1)) / topology.domain_ranks(inner - 1);
-    const CollectiveCurve* curve =
-        calibration ? calibration->tier(topology.tier(t).name).find(collective_of(op)) : nullptr;
-    const double rank_rate =
-        curve ? curve->bus_GBps * 1e9 : topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
+    const TierCalibration* tier = calibration ? &calibration->tier(topology.tier(t).name) : nullptr;
+    const CollectiveCurve* curve = tier ? tier->find(collective_of(op)) : nullptr;
+    double rank_rate = curve ? curve->bus_GBps * 1e9 : topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
+    if (tier && tier->by_group_size) {
+      // The ring's own size on this tier: the tier-(t-1) domains it crosses, or its ranks.
+      const double size = tier->by_group_size->key == GroupSizeCurve::Key::Nodes ? op.group_size / ranks_per_ring
+                                                                                 : op.group_size;
+      rank_rate = tier->by_group_size->bus_GBps_at(size) * 1e9;
+    }
     const double rate = ranks_per_ring * rank_rate;
     if (t == inner || rate < r.bytes_per_s) r.bytes_per_s = rate, r.bound_ranks = ranks_per_ring, r.bound_curve = curve;
     r.max_latency_us = std::max(r.max_latency_us, topology.tier(t).latency_us);
@@ -1088,6 +1093,7 @@ nlohmann::json PlanContext::assumptions() const {
              "efficiency, cut and capped per protocol; NVLS and CollNet not modelled; an all-to-all keeps "
              "messages x the largest latency_us of its tiers"},
       {"nccl", nccl_ ? nccl_->to_json() : nlohmann::json(nullptr)},
+      {"network_by_group_size", group_size_notes(calibrated ? &*calibration_ : nullptr, topology_)},
       {"peer", peer_name(workload_.peer)},
       {"granularity", granularity_name(workload_.granularity)},
       {"granularity_means", granularity_means(workload_.granularity)},

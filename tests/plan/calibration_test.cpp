@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/fileio.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/model_parallel.hpp"
 #include "support.hpp"
@@ -521,4 +522,62 @@ TEST(Calibration, WireCodingAndCommunicationBesideComputeArePricedFromTheirMeasu
   const nlohmann::json j = zeropp.to_json()["comm_time_per_step"]["cluster"];
   EXPECT_EQ(j["codec_s"], zeropp.tiers[1].codec_s);
   EXPECT_EQ(j["under_compute_s"], zeropp.tiers[1].under_compute_s);
+}
+
+// Issue 40 item 4: a tier's achieved bus bandwidth by the size of the ring crossing it (here by
+// nodes: 40 GB/s a rank over 4 nodes, 10 over 16). Hand-priced hierarchical all-gathers over the
+// across-node group: at a point the point's rate, between two log-linear in size (8 nodes is
+// half-way in log size from 4 to 16: 25 GB/s), outside the nearest point's, with the warning.
+TEST(Calibration, ARingIsPricedOnTheCurveOfItsOwnGroupSize) {
+  const std::string text = read_file_text(strata::test::source_path("tests/plan/group_size_curve.toml"));
+  const Calibration cal = Calibration::from_toml_string(text, "cal.toml");
+  EXPECT_EQ(Calibration::from_toml_string(cal.to_toml(), "again.toml").to_toml(), cal.to_toml());
+  auto gather_seconds = [&](int nodes) {
+    topo::Topology t = topo::Topology::preset("dgx-h100");
+    t.resolve(t.world_size_for_nodes(nodes));
+    shard::ScheduledOp gather{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+    gather.level = 1;
+    gather.group_size = nodes;
+    gather.messages = nodes - 1;
+    gather.bytes_sent = gather.bytes_received = 1'000'000;
+    const OpPrice p = price_op(gather, t, &cal);
+    EXPECT_DOUBLE_EQ(p.latency_s, (nodes - 1) * 5e-6) << nodes;  // latency stays the tier's
+    return p.bandwidth_s;
+  };
+  EXPECT_DOUBLE_EQ(gather_seconds(4), 1e6 / 40e9);
+  EXPECT_DOUBLE_EQ(gather_seconds(16), 1e6 / 10e9);
+  EXPECT_NEAR(gather_seconds(8), 1e6 / 25e9, 1e-15);
+  EXPECT_DOUBLE_EQ(gather_seconds(2), 1e6 / 40e9);   // below the sizes: 4's rate
+  EXPECT_DOUBLE_EQ(gather_seconds(32), 1e6 / 10e9);  // above: 16's
+
+  topo::Topology big = topo::Topology::preset("dgx-h100");
+  big.resolve(big.world_size_for_nodes(32));
+  const std::vector<std::string> notes = group_size_notes(&cal, big);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("tier cluster: bus bandwidth a rank by nodes in the ring, 4 40 GB/s, 16 10 GB/s"),
+            std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("warning: rings of up to 32 nodes reach outside the measured sizes"), std::string::npos)
+      << notes[0];
+  topo::Topology small = topo::Topology::preset("dgx-h100");
+  small.resolve(small.world_size_for_nodes(16));
+  EXPECT_EQ(group_size_notes(&cal, small)[0].find("warning"), std::string::npos);
+  EXPECT_NE(group_size_notes(nullptr, small)[0].find("tier cluster: no curve of achieved bandwidth by group size "
+                                                     "(no --calibration)"),
+            std::string::npos);
+  const Calibration per_collective = h100_calibration(40);
+  EXPECT_NE(group_size_notes(&per_collective, small)[0].find("(the calibration has none)"), std::string::npos);
+
+  const std::string curve = "sizes = [4, 16]\nbus_GBps = [40, 10]";
+  expect_refused(replace(text, curve, "sizes = [4, 4]\nbus_GBps = [40, 10]"),
+                 {"cal.toml: tiers[1] ('cluster').bus_by_group_size.sizes[1] = 4: must be above the size before it"});
+  expect_refused(replace(text, curve, "sizes = [4, 16]\nbus_GBps = [40, -10]"),
+                 {"tiers[1] ('cluster').bus_by_group_size.bus_GBps[1]: must be a positive number"});
+  expect_refused(replace(text, curve, "sizes = [4, 16]"), {"tiers[1] ('cluster').bus_by_group_size.bus_GBps: missing"});
+  expect_refused(replace(text, "key = \"nodes\"\n", ""), {"tiers[1] ('cluster').bus_by_group_size.key: missing"});
+  expect_refused(replace(text, "key = \"nodes\"", "key = \"gpus\""),
+                 {"bus_by_group_size.key = 'gpus': must be nodes or ranks"});
+  expect_refused(replace(text, curve, "sizes = [4, 16, 64]\nbus_GBps = [40, 10]"),
+                 {"bus_by_group_size: sizes and bus_GBps must list the same number of points, at least 2 (3 and 2)"});
+  expect_refused(replace(text, "[tiers.bus_by_group_size]", "[tiers.all_gather]\nbus_GBps = 47\n[tiers.bus_by_group_size]"),
+                 {"tiers[1] ('cluster').bus_by_group_size: the tier's all_gather curve gives its rate too"});
 }
