@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
 
 namespace strata::comm {
@@ -72,20 +73,6 @@ std::vector<std::string> member_hosts(MPI_Comm comm) {
 }
 
 }  // namespace
-
-std::vector<int> world_ranks_of(MPI_Comm comm) {
-  int d = 0;
-  MPI_Comm_size(comm, &d);
-  MPI_Group group, world_group;
-  MPI_Comm_group(comm, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  std::vector<int> members(d), world(d);
-  for (int i = 0; i < d; ++i) members[i] = i;
-  MPI_Group_translate_ranks(group, d, members.data(), world_group, world.data());
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
-  return world;
-}
 
 Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
   MPI_Comm_dup(comm, &comm_);

@@ -97,9 +97,6 @@ class Communicator final : public Collectives {
   Scratch scratch_;
 };
 
-// World ranks of the members of `comm`, in position order.
-std::vector<int> world_ranks_of(MPI_Comm comm);
-
 // Scratch slots: algorithms use 0..1, the padding stage of run_* uses 2.
 inline constexpr int kScratchAlgoA = 0;
 inline constexpr int kScratchAlgoB = 1;

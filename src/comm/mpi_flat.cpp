@@ -7,7 +7,7 @@
 
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "comm/communicator.hpp"
+#include "comm/mpi_session.hpp"
 #include "comm/reduce.hpp"
 
 namespace strata::comm {

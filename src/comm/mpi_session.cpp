@@ -59,4 +59,18 @@ MpiSession& mpi_session() {
   return session;
 }
 
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  int d = 0;
+  MPI_Comm_size(comm, &d);
+  MPI_Group group, world_group;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  std::vector<int> members(d), world(d);
+  for (int i = 0; i < d; ++i) members[i] = i;
+  MPI_Group_translate_ranks(group, d, members.data(), world_group, world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return world;
+}
+
 }  // namespace strata::comm

@@ -49,4 +49,7 @@ class MpiSession {
 // The process-wide session: initialised on the first call, finalised when the program exits.
 MpiSession& mpi_session();
 
+// World ranks of the members of `comm`, in position order.
+std::vector<int> world_ranks_of(MPI_Comm comm);
+
 }  // namespace strata::comm

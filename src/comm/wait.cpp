@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/communicator.hpp"
+#include "comm/mpi_session.hpp"
 #include "comm/flight.hpp"
 
 namespace strata::comm {

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/communicator.hpp"
+#include "comm/mpi_session.hpp"
 #include "comm/wait.hpp"
 
 namespace strata::comm {
