@@ -18,7 +18,7 @@
 #include "cli/command.hpp"
 #include "cli/format.hpp"
 #include "cli/setting_flags.hpp"
-#include "comm/mpi_session.hpp"
+#include "comm/runtime/mpi_session.hpp"
 #include "plan/calibration.hpp"
 #include "plan/cluster.hpp"
 #include "plan/cost_model.hpp"

@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/agree.hpp"
-#include "comm/flight.hpp"
+#include "comm/runtime/agree.hpp"
+#include "comm/runtime/flight.hpp"
 #include "optim/adamw.hpp"
 #include "model/init.hpp"
 #include "shard/unit_state.hpp"

@@ -15,7 +15,7 @@
 #include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
-#include "comm/dtype.hpp"
+#include "comm/api/dtype.hpp"
 #include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"
 

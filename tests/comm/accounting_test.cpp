@@ -4,10 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/accounting.hpp"
-#include "comm/emulation.hpp"
-#include "comm/predict.hpp"
-#include "comm/traffic.hpp"
+#include "comm/instrument/accounting.hpp"
+#include "comm/instrument/emulation.hpp"
+#include "plan/predict.hpp"
+#include "comm/instrument/traffic.hpp"
 
 namespace strata::comm {
 namespace {

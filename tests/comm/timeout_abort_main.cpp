@@ -11,8 +11,8 @@
 #include <string>
 #include <thread>
 
-#include "comm/mpi_session.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/mpi_session.hpp"
+#include "comm/runtime/wait.hpp"
 #include "model/config.hpp"
 #include "parallel/options.hpp"
 #include "shard/runtime.hpp"

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "base/aligned.hpp"
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "model/init.hpp"
 #include "shard/sharded_engine.hpp"
 #include "train/local_engine.hpp"
