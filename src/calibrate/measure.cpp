@@ -13,10 +13,10 @@
 
 #include "base/error.hpp"
 #include "base/plural.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "comm/runtime/agree.hpp"
 #include "comm/runtime/context.hpp"
 #include "comm/runtime/mpi_session.hpp"
-#include "comm/backends/tier_comms.hpp"
 #include "model/config.hpp"
 #include "model/kernels.hpp"
 #include "plan/model_shapes.hpp"

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "comm/instrument/emulation.hpp"
 #include "comm/backends/hierarchy.hpp"
+#include "comm/instrument/emulation.hpp"
 
 namespace strata::comm {
 

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "comm/api/collectives.hpp"
+#include "comm/api/wire.hpp"
 #include "comm/composition/compose.hpp"
 #include "comm/runtime/flight.hpp"
-#include "comm/api/wire.hpp"
 #include "device/device.hpp"
 #include "shard/schedule.hpp"
 

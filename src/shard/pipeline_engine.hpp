@@ -26,8 +26,8 @@
 
 #include <mpi.h>
 
-#include "comm/instrument/accounting.hpp"
 #include "comm/host/communicator.hpp"
+#include "comm/instrument/accounting.hpp"
 #include "comm/runtime/context.hpp"
 #include "model/gpt.hpp"
 #include "parallel/dims.hpp"

@@ -11,8 +11,8 @@
 #include "base/error.hpp"
 #include "comm/runtime/agree.hpp"
 #include "comm/runtime/flight.hpp"
-#include "optim/adamw.hpp"
 #include "model/init.hpp"
+#include "optim/adamw.hpp"
 #include "shard/unit_state.hpp"
 
 namespace strata::shard {

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
+#include "base/toml.hpp"
 #include "comm/api/dtype.hpp"
 #include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"

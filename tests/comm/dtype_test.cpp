@@ -12,8 +12,8 @@
 #include "base/error.hpp"
 #include "comm/api/dtype.hpp"
 #include "comm/api/reduce.hpp"
-#include "comm/backends/tier_comms.hpp"
 #include "comm/api/wire.hpp"
+#include "comm/backends/tier_comms.hpp"
 
 namespace strata::comm {
 namespace {

@@ -13,10 +13,10 @@
 
 #include "comm/runtime/mpi_session.hpp"
 #include "comm/runtime/wait.hpp"
+#include "comm_world.hpp"
 #include "model/config.hpp"
 #include "parallel/options.hpp"
 #include "shard/runtime.hpp"
-#include "comm_world.hpp"
 
 int main(int argc, char** argv) {
   using namespace strata::comm;

@@ -41,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/host/communicator.hpp"
 #include "comm/composition/compose.hpp"
+#include "comm/host/communicator.hpp"
 
 namespace strata::comm {
 

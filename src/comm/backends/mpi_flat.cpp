@@ -7,8 +7,8 @@
 
 #include "base/error.hpp"
 #include "base/half.hpp"
-#include "comm/runtime/mpi_session.hpp"
 #include "comm/api/reduce.hpp"
+#include "comm/runtime/mpi_session.hpp"
 
 namespace strata::comm {
 

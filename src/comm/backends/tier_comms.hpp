@@ -26,9 +26,9 @@
 
 struct CUstream_st;  // cudaStream_t, without the CUDA headers
 
-#include "comm/host/communicator.hpp"
 #include "comm/backends/hierarchy.hpp"
 #include "comm/backends/mpi_flat.hpp"
+#include "comm/host/communicator.hpp"
 #include "topo/groups.hpp"
 
 namespace strata::comm {

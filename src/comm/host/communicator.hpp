@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "comm/api/collectives.hpp"
-#include "comm/runtime/context.hpp"
 #include "comm/api/wire.hpp"
+#include "comm/runtime/context.hpp"
 
 namespace strata::comm {
 

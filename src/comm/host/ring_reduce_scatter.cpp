@@ -3,8 +3,8 @@
 // adds last and keeps the result. In step s member m sends its partial of chunk (m-s-1)
 // and receives the partial of chunk (m-s-2). So chunk k is summed in the fixed order
 // x_{k+1} + x_{k+2} + ... + x_k, identically on every run. Each member sends d-1 chunks.
-#include "comm/host/communicator.hpp"
 #include "comm/api/reduce.hpp"
+#include "comm/host/communicator.hpp"
 
 namespace strata::comm {
 

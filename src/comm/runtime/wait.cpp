@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/runtime/mpi_session.hpp"
 #include "comm/runtime/flight.hpp"
+#include "comm/runtime/mpi_session.hpp"
 
 namespace strata::comm {
 

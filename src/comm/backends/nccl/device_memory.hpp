@@ -9,8 +9,8 @@
 
 #include <vector>
 
-#include "comm/composition/compose.hpp"
 #include "comm/backends/nccl/slot_kernels.hpp"
+#include "comm/composition/compose.hpp"
 
 namespace strata::comm {
 

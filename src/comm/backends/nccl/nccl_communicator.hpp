@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "comm/api/collectives.hpp"
-#include "comm/runtime/context.hpp"
 #include "comm/instrument/traffic.hpp"
+#include "comm/runtime/context.hpp"
 
 namespace strata::comm {
 
