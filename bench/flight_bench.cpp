@@ -5,7 +5,7 @@
 //   ./build/bench/flight_bench
 #include <benchmark/benchmark.h>
 
-#include "comm/flight.hpp"
+#include "comm/runtime/flight.hpp"
 
 using namespace strata;
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/mpi_session.hpp"
+#include "comm/runtime/mpi_session.hpp"
 
 namespace {
 

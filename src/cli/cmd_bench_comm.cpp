@@ -20,11 +20,11 @@
 #include "base/error.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
-#include "comm/agree.hpp"
-#include "comm/context.hpp"
-#include "comm/mpi_session.hpp"
-#include "comm/predict.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/agree.hpp"
+#include "comm/runtime/context.hpp"
+#include "comm/runtime/mpi_session.hpp"
+#include "plan/predict.hpp"
 #include "topo/groups.hpp"
 
 namespace strata::cli {

@@ -16,7 +16,7 @@
 #include "calibrate/measure.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
-#include "comm/mpi_session.hpp"
+#include "comm/runtime/mpi_session.hpp"
 #include "plan/calibration.hpp"
 #include "plan/gemm_bench.hpp"
 

@@ -13,8 +13,8 @@
 #include "base/error.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
-#include "comm/agree.hpp"
-#include "comm/mpi_session.hpp"
+#include "comm/runtime/agree.hpp"
+#include "comm/runtime/mpi_session.hpp"
 #include "topo/groups.hpp"
 #include "topo/topology.hpp"
 

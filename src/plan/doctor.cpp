@@ -10,8 +10,8 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
-#include "comm/flight.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/flight.hpp"
+#include "comm/runtime/wait.hpp"
 #include "model/layout.hpp"
 #include "plan/cost_model.hpp"
 #include "shard/runtime.hpp"

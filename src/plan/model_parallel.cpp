@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/dtype.hpp"
+#include "comm/api/dtype.hpp"
 #include "parallel/pipeline.hpp"
 
 namespace strata::plan {

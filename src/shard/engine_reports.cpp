@@ -6,8 +6,8 @@
 #include <iterator>
 #include <numeric>
 
-#include "comm/flight.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/flight.hpp"
+#include "comm/runtime/wait.hpp"
 #include "shard/sharded_engine.hpp"
 #include "shard/unit_state.hpp"
 

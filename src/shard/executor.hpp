@@ -20,10 +20,10 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/collectives.hpp"
-#include "comm/compose.hpp"
-#include "comm/flight.hpp"
-#include "comm/wire.hpp"
+#include "comm/api/collectives.hpp"
+#include "comm/api/wire.hpp"
+#include "comm/composition/compose.hpp"
+#include "comm/runtime/flight.hpp"
 #include "device/device.hpp"
 #include "shard/schedule.hpp"
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/nccl/nccl_communicator.hpp"
+#include "comm/backends/nccl/nccl_communicator.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "shard/runtime.hpp"
 

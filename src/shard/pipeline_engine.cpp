@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/agree.hpp"
-#include "comm/dtype.hpp"
-#include "comm/traffic.hpp"
+#include "comm/api/dtype.hpp"
+#include "comm/instrument/traffic.hpp"
+#include "comm/runtime/agree.hpp"
 #include "model/init.hpp"
 #include "optim/adamw.hpp"
 #include "shard/runtime.hpp"

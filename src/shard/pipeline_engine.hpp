@@ -27,9 +27,9 @@
 
 #include <mpi.h>
 
-#include "comm/accounting.hpp"
-#include "comm/communicator.hpp"
-#include "comm/context.hpp"
+#include "comm/host/communicator.hpp"
+#include "comm/instrument/accounting.hpp"
+#include "comm/runtime/context.hpp"
 #include "model/model.hpp"
 #include "parallel/dims.hpp"
 #include "parallel/options.hpp"

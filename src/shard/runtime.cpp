@@ -9,8 +9,8 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
-#include "comm/agree.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/agree.hpp"
+#include "comm/runtime/wait.hpp"
 #include "model/layout.hpp"
 
 namespace strata::shard {

@@ -12,9 +12,9 @@
 
 #include <mpi.h>
 
-#include "comm/communicator.hpp"
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/host/communicator.hpp"
+#include "comm/runtime/context.hpp"
 #include "device/device.hpp"
 #include "model/config.hpp"
 #include "parallel/dims.hpp"

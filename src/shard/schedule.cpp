@@ -11,7 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/plural.hpp"
-#include "comm/compose.hpp"
+#include "comm/composition/compose.hpp"
 #include "model/model.hpp"
 
 namespace strata::shard {

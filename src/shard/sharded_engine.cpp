@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/agree.hpp"
-#include "comm/flight.hpp"
-#include "optim/adamw.hpp"
+#include "comm/runtime/agree.hpp"
+#include "comm/runtime/flight.hpp"
 #include "model/init.hpp"
+#include "optim/adamw.hpp"
 #include "shard/unit_state.hpp"
 
 namespace strata::shard {

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "base/aligned.hpp"
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
 #include "shard/executor.hpp"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/dtype.hpp"
+#include "comm/api/dtype.hpp"
 
 namespace strata::shard {
 

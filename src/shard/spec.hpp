@@ -18,7 +18,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "comm/dtype.hpp"
+#include "comm/api/dtype.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::shard {

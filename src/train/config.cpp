@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
-#include "comm/dtype.hpp"
+#include "base/toml.hpp"
+#include "comm/api/dtype.hpp"
 #include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"
 #include "parallel/pipeline.hpp"

@@ -11,8 +11,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "comm/flight.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/flight.hpp"
+#include "comm/runtime/wait.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/options.hpp"

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "comm/traffic.hpp"
+#include "comm/instrument/traffic.hpp"
 #include "comm_world.hpp"
 
 namespace strata::comm::testing {

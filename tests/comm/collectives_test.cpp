@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "base/error.hpp"
-#include "comm/hierarchy.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/hierarchy.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "comm_world.hpp"
 
 namespace strata::comm::testing {

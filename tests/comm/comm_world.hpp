@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/context.hpp"
-#include "comm/dtype.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/api/dtype.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
 #include "topo/groups.hpp"
 
 namespace strata::comm::testing {

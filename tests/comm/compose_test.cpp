@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "comm/compose.hpp"
+#include "comm/composition/compose.hpp"
 
 namespace strata::comm {
 namespace {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "comm/dtype.hpp"
-#include "comm/reduce.hpp"
-#include "comm/tier_comms.hpp"
-#include "comm/wire.hpp"
+#include "comm/api/dtype.hpp"
+#include "comm/api/reduce.hpp"
+#include "comm/api/wire.hpp"
+#include "comm/backends/tier_comms.hpp"
 
 namespace strata::comm {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "base/error.hpp"
 #include "base/fileio.hpp"
-#include "comm/flight.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/flight.hpp"
+#include "comm/runtime/wait.hpp"
 #include "support.hpp"
 
 namespace strata::comm {

@@ -8,8 +8,8 @@
 
 #include <cuda_runtime.h>
 
-#include "comm/nccl/nccl_communicator.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/nccl/nccl_communicator.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "comm_world.hpp"
 #include "device/gpu_skip.hpp"
 #include "support.hpp"

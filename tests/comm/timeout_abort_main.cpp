@@ -11,12 +11,12 @@
 #include <string>
 #include <thread>
 
-#include "comm/mpi_session.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/mpi_session.hpp"
+#include "comm/runtime/wait.hpp"
+#include "comm_world.hpp"
 #include "model/config.hpp"
 #include "parallel/options.hpp"
 #include "shard/runtime.hpp"
-#include "comm_world.hpp"
 
 int main(int argc, char** argv) {
   using namespace strata::comm;

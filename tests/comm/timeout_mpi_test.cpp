@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "comm/wait.hpp"
+#include "comm/runtime/wait.hpp"
 #include "comm_world.hpp"
 
 namespace strata::comm::testing {

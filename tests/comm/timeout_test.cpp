@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "base/error.hpp"
-#include "comm/wait.hpp"
+#include "comm/runtime/wait.hpp"
 
 namespace strata::comm {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "gpu_skip.hpp"
 #include "train/util.hpp"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "comm/wire.hpp"
+#include "comm/api/wire.hpp"
 #include "shard/executor.hpp"
 #include "staged_device.hpp"
 #include "support.hpp"

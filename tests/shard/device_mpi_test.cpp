@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
 #include "shard/runtime.hpp"
 #include "shard/sharded_engine.hpp"
 #include "staged_device.hpp"

@@ -7,14 +7,14 @@
 #include <map>
 
 #include "base/aligned.hpp"
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
 #include "model/init.hpp"
 #include "shard/sharded_engine.hpp"
-#include "train/local_engine.hpp"
 #include "test_batches.hpp"
 #include "test_topologies.hpp"
 #include "topo/groups.hpp"
+#include "train/local_engine.hpp"
 
 using namespace strata;
 

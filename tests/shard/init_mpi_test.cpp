@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
 #include "device/device.hpp"
 #include "model/init.hpp"
 #include "shard/sharded_engine.hpp"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/context.hpp"
-#include "comm/tier_comms.hpp"
+#include "comm/backends/tier_comms.hpp"
+#include "comm/runtime/context.hpp"
 #include "plan/cost_model.hpp"
 #include "shard/sharded_engine.hpp"
 #include "test_topologies.hpp"

@@ -1,0 +1,56 @@
+#pragma once
+// Open MPI's own collectives behind the Collectives interface: MPI_Allgather,
+// MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall, MPI_Bcast, MPI_Barrier on a
+// duplicate of the group's communicator, run on the communication thread. A baseline for
+// benchmarks: same layouts and padding as collectives.hpp, bf16/fp16 summed in fp32 by a
+// user MPI_Op (average divides afterwards). MPI picks its own algorithms and sends its own
+// messages, so per-tier bytes cannot be accounted and link emulation does not apply; only
+// wall time is recorded, under "mpi.<kind>". int8/int4 gathers move data and scales as two
+// MPI collectives.
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/api/collectives.hpp"
+#include "comm/api/wire.hpp"
+#include "comm/runtime/context.hpp"
+
+namespace strata::comm {
+
+class MpiFlat final : public Collectives {
+ public:
+  MpiFlat(Context& ctx, MPI_Comm comm, std::string name);
+  ~MpiFlat() override;
+  MpiFlat(const MpiFlat&) = delete;
+  MpiFlat& operator=(const MpiFlat&) = delete;
+
+  const std::string& name() const override { return name_; }
+  int size() const override { return int(world_ranks_.size()); }
+  int index() const override { return position_; }
+  int world_rank_of(int index) const override { return world_ranks_.at(index); }
+
+  Work all_gather_async(CBuf shard, Buf full) override;
+  Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;
+  Work all_reduce_async(Buf data, ReduceOp op) override;
+  Work all_to_all_async(CBuf send, Buf recv) override;
+  Work broadcast_async(Buf data, int root) override;
+  Work barrier_async() override;
+  void all_gather_inline(CBuf shard, Buf full) override;
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override;
+  void all_to_all_inline(CBuf send, Buf recv) override;
+
+ private:
+  MPI_Datatype mpi_type(DType t) const;
+  MPI_Op mpi_sum(DType t) const;
+
+  Context& ctx_;
+  std::string name_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int position_ = 0;
+  std::vector<int> world_ranks_;
+  MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
+  Scratch scratch_;
+};
+
+}  // namespace strata::comm

@@ -1,0 +1,278 @@
+#include "comm/host/communicator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "comm/runtime/mpi_session.hpp"
+#include "comm/runtime/wait.hpp"
+
+namespace strata::comm {
+
+namespace {
+
+constexpr int kTag = 0x5717;
+
+// One MPI message for data + scales: a two-block hindexed type over absolute addresses.
+class MessageType {
+ public:
+  explicit MessageType(const WireChunk& w) {
+    if (w.total_bytes() > std::size_t(INT_MAX))
+      throw Error(fmt::format("comm: a message of {} bytes exceeds MPI's 2 GiB count limit; use smaller buckets",
+                              w.total_bytes()));
+    if (w.n_scales == 0) {
+      buf_ = w.data;
+      count_ = int(w.bytes);
+      return;
+    }
+    int lens[2] = {int(w.bytes), int(w.n_scales * sizeof(float))};
+    MPI_Aint disp[2];
+    MPI_Get_address(w.data, &disp[0]);
+    MPI_Get_address(w.scales, &disp[1]);
+    MPI_Type_create_hindexed(2, lens, disp, MPI_BYTE, &type_);
+    MPI_Type_commit(&type_);
+    buf_ = MPI_BOTTOM;
+    count_ = 1;
+  }
+  ~MessageType() {
+    if (type_ != MPI_BYTE) MPI_Type_free(&type_);
+  }
+  MessageType(const MessageType&) = delete;
+  MessageType& operator=(const MessageType&) = delete;
+
+  void* buf() const { return buf_; }
+  int count() const { return count_; }
+  MPI_Datatype type() const { return type_; }
+
+ private:
+  void* buf_ = nullptr;
+  int count_ = 0;
+  MPI_Datatype type_ = MPI_BYTE;
+};
+
+// Each member's host (MPI_Get_processor_name), gathered over `comm`.
+std::vector<std::string> member_hosts(MPI_Comm comm) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(mine, &len);
+  int d = 0;
+  MPI_Comm_size(comm, &d);
+  std::vector<char> all(std::size_t(d) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
+  std::vector<std::string> hosts(d);
+  for (int m = 0; m < d; ++m) {
+    const char* name = all.data() + std::size_t(m) * MPI_MAX_PROCESSOR_NAME;
+    hosts[m].assign(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
+  }
+  return hosts;
+}
+
+}  // namespace
+
+Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
+  MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_rank(comm_, &position_);
+  world_ranks_ = world_ranks_of(comm_);
+  const int d = size();
+  tiers_.resize(d);
+  for (int m = 0; m < d; ++m) tiers_[m] = ctx_.topology().tier_between(ctx_.world_rank(), world_ranks_[m]);
+  busy_tier_ = *std::max_element(tiers_.begin(), tiers_.end());
+  hosts_ = member_hosts(comm_);
+}
+
+Communicator::~Communicator() {
+  // FIFO: once this empty task ran, no queued collective still uses the communicator.
+  ctx_.executor().submit([] {}).wait();
+  MPI_Comm_free(&comm_);
+}
+
+// ---- point-to-point -------------------------------------------------------------------
+
+void Communicator::before_send(const WireChunk& out, int dst) {
+  const auto& emu = ctx_.emulation();
+  if (!emu.enabled) return;
+  const auto& tier = ctx_.topology().tier(tier_to(dst));
+  auto hold = std::chrono::duration<double>(link_seconds(tier, out.total_bytes(), emu.scale));
+  hold_until(std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(hold));
+}
+
+void Communicator::after_send(const WireChunk& out, int dst) {
+  ctx_.accounting().record_send(tier_to(dst), out.total_bytes());
+}
+
+void Communicator::after_recv(const WireChunk& in, int src) {
+  ctx_.accounting().record_receive(tier_to(src), in.total_bytes());
+}
+
+void Communicator::check_thread() const {
+  if (!ctx_.executor().on_comm_thread())
+    throw Error(fmt::format("comm: group '{}': point-to-point used outside the communication thread", name_));
+}
+
+void Communicator::post_exchange(const WireChunk& out, int dst, const WireChunk& in, int src, MPI_Request* receive,
+                                 MPI_Request* send) {
+  MessageType st(out), rt(in);  // a derived type may be freed while its messages are pending
+  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, receive);
+  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, send);
+}
+
+void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src) {
+  check_thread();
+  before_send(out, dst);
+  MPI_Request req[2];
+  post_exchange(out, dst, in, src, &req[0], &req[1]);
+  const Peer peers[2] = {{src, true}, {dst, false}};
+  wait_all(req, 2, peers);
+  after_send(out, dst);
+  after_recv(in, src);
+}
+
+void Communicator::send(const WireChunk& out, int dst) {
+  check_thread();
+  before_send(out, dst);
+  MessageType st(out);
+  MPI_Request req;
+  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req);
+  const Peer peer{dst, false};
+  wait_all(&req, 1, &peer);
+  after_send(out, dst);
+}
+
+void Communicator::recv(const WireChunk& in, int src) {
+  check_thread();
+  MessageType rt(in);
+  MPI_Request req;
+  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req);
+  const Peer peer{src, true};
+  wait_all(&req, 1, &peer);
+  after_recv(in, src);
+}
+
+void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
+  double waited = 0;
+  const double timeout = collective_timeout();
+  if (poll_requests(requests, n, timeout, &waited)) return;
+  // The peers of the requests still pending, in request order, one entry per member.
+  std::vector<std::pair<int, std::string>> pending;
+  for (int i = 0; i < n; ++i) {
+    int done = 0;
+    MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
+    if (done) continue;
+    const char* role = peers[i].receive ? "receive" : "send";
+    auto same =
+        std::find_if(pending.begin(), pending.end(), [&](auto& p) { return p.first == peers[i].member; });
+    if (same != pending.end())
+      same->second += fmt::format(" and {}", role);
+    else
+      pending.emplace_back(peers[i].member, role);
+  }
+  if (pending.empty()) return;  // the last one completed just now
+  TimedOutWait report{ctx_.world_rank(), ctx_.running_kind(), name_, {}, waited, timeout, {}};
+  for (auto& [m, roles] : pending) {
+    report.peers.push_back(
+        fmt::format("rank {} ({}, tier {}, host {})", world_ranks_[m], roles, ctx_.topology().tier(tiers_[m]).name,
+                    hosts_[m]));
+    report.peer_ranks.push_back(world_ranks_[m]);
+  }
+  abort_timed_out(report);
+}
+
+namespace {
+// Charges the wall time of one collective of a group, however it ends, to the group's tier:
+// the step report's busy time a tier, which the planner's busy time is compared with.
+class BusyTimer {
+ public:
+  BusyTimer(Accounting& acc, int tier) : acc_(acc), tier_(tier), t0_(std::chrono::steady_clock::now()) {}
+  ~BusyTimer() { acc_.record_busy(tier_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()); }
+  BusyTimer(const BusyTimer&) = delete;
+  BusyTimer& operator=(const BusyTimer&) = delete;
+
+ private:
+  Accounting& acc_;
+  int tier_;
+  std::chrono::steady_clock::time_point t0_;
+};
+}  // namespace
+
+// ---- padding rule ---------------------------------------------------------------------
+
+void Communicator::run_all_gather(CBuf shard, Buf full) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  std::size_t padded = shard.count * std::size_t(size());
+  if (full.count == padded) return ring_all_gather(*this, shard, full);
+  Buf stage = scratch_.view(kScratchStage, full.dtype, padded, full.block);
+  ring_all_gather(*this, shard, stage);
+  copy_elements(stage, 0, full, 0, full.count);
+}
+
+void Communicator::run_reduce_scatter(CBuf full, Buf shard, float divisor) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  std::size_t padded = shard.count * std::size_t(size());
+  if (full.count == padded) return ring_reduce_scatter(*this, full, shard, divisor);
+  ring_reduce_scatter(*this, scratch_.padded_copy(kScratchStage, full, padded), shard, divisor);
+}
+
+void Communicator::run_all_reduce(Buf data, float divisor) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  std::size_t padded = chunk_count(data.count, size(), data.granule()) * std::size_t(size());
+  if (data.count == padded) return ring_all_reduce(*this, data, divisor);
+  Buf stage = scratch_.padded_copy(kScratchStage, data, padded);
+  ring_all_reduce(*this, stage, divisor);
+  copy_elements(stage, 0, data, 0, data.count);
+}
+
+void Communicator::run_all_to_all(CBuf send, Buf recv) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  if (send.count == recv.count) return pairwise_all_to_all(*this, send, recv);
+  pairwise_all_to_all(*this, scratch_.padded_copy(kScratchStage, send, recv.count), recv);
+}
+
+void Communicator::run_broadcast(Buf data, int root) {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  binomial_broadcast(*this, data, root);
+}
+
+void Communicator::run_barrier() {
+  const BusyTimer busy(ctx_.accounting(), busy_tier_);
+  dissemination_barrier(*this);
+}
+
+// ---- the public, queued collectives ----------------------------------------------------
+
+Work Communicator::all_gather_async(CBuf shard, Buf full) {
+  check_all_gather(*this, shard, full);
+  return ctx_.run("all_gather", [=, this] { run_all_gather(shard, full); });
+}
+
+Work Communicator::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
+  check_reduce_scatter(*this, full, shard, op);
+  float divisor = op == ReduceOp::Avg ? float(size()) : 1.0f;
+  return ctx_.run("reduce_scatter", [=, this] { run_reduce_scatter(full, shard, divisor); });
+}
+
+Work Communicator::all_reduce_async(Buf data, ReduceOp op) {
+  check_all_reduce(*this, data, op);
+  float divisor = op == ReduceOp::Avg ? float(size()) : 1.0f;
+  return ctx_.run("all_reduce", [=, this] { run_all_reduce(data, divisor); });
+}
+
+Work Communicator::all_to_all_async(CBuf send, Buf recv) {
+  check_all_to_all(*this, send, recv);
+  return ctx_.run("all_to_all", [=, this] { run_all_to_all(send, recv); });
+}
+
+Work Communicator::broadcast_async(Buf data, int root) {
+  check_broadcast(*this, data, root);
+  return ctx_.run("broadcast", [=, this] { run_broadcast(data, root); });
+}
+
+Work Communicator::barrier_async() {
+  return ctx_.run("barrier", [this] { run_barrier(); });
+}
+
+}  // namespace strata::comm

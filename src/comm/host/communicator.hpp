@@ -1,0 +1,148 @@
+#pragma once
+// A flat group of ranks running strata's own host algorithms over MPI point-to-point
+// (one algorithm per file: ring_all_gather.cpp, ring_reduce_scatter.cpp,
+// ring_all_reduce.cpp, pairwise_all_to_all.cpp, binomial_broadcast.cpp,
+// dissemination_barrier.cpp). Member index = position in the MPI communicator (rank
+// order for the groups of groups.hpp); the layouts are those of collectives.hpp.
+//
+// Every message goes through sendrecv/send/recv/run_ring below, which charge it to the tier it
+// crosses in the context's Accounting and, with link emulation on, hold it back (see
+// emulation.hpp), and every wait for one has the collective timeout's deadline (wait.hpp).
+// Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
+// Closed forms, c = chunk bytes (data + scales) after padding, d = size():
+//   all_gather, reduce_scatter: d-1 messages of c to the right neighbour
+//   all_reduce: 2(d-1) messages of c to the right neighbour
+//   all_to_all: d-1 messages of c, one to every other member
+//   broadcast (binomial tree): the root sends ceil(log2 d) messages of the whole buffer
+//   barrier (dissemination): ceil(log2 d) messages of 0 bytes
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/api/collectives.hpp"
+#include "comm/api/wire.hpp"
+#include "comm/runtime/context.hpp"
+
+namespace strata::comm {
+
+// A ring algorithm as the ring pipeline runs it (Communicator::run_ring): `steps()`
+// exchanges of `count()` elements each; elements [first, first + n) of step s are sent
+// from send(), received into recv(), then handed to received() (a reduction, or nothing).
+// The pipeline calls received(s, piece) only once that piece of step s is both in and sent,
+// and reads send(s + 1, piece) / overwrites recv(s + 1, piece) only after received(s, piece).
+class RingSteps {
+ public:
+  virtual ~RingSteps() = default;
+  virtual int steps() const = 0;
+  virtual std::size_t count() const = 0;
+  virtual std::size_t granule() const = 0;
+  virtual WireChunk send(int step, std::size_t first, std::size_t n) = 0;
+  virtual WireChunk recv(int step, std::size_t first, std::size_t n) = 0;
+  virtual void received(int /*step*/, std::size_t /*first*/, std::size_t /*n*/) {}
+};
+
+// Open MPI's TCP transport sends a message over its 64 KiB eager limit by rendezvous, the
+// data following a round trip: pieces of 1 MiB keep that trip and each piece's reduction
+// under the transfer of the pieces around it, at any message size.
+inline constexpr std::size_t kRingPieceBytes = std::size_t(1) << 20;
+
+class Communicator final : public Collectives {
+ public:
+  // Duplicates `comm` (collective over its members), so strata's messages never mix with
+  // other traffic on it. `comm` itself stays owned by the caller.
+  Communicator(Context& ctx, MPI_Comm comm, std::string name);
+  ~Communicator() override;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const std::string& name() const override { return name_; }
+  int size() const override { return int(world_ranks_.size()); }
+  int index() const override { return position_; }
+  int world_rank_of(int index) const override { return world_ranks_.at(index); }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  Context& context() { return ctx_; }
+  // The outermost tier a message from this rank to `member` crosses.
+  int tier_to(int member) const { return tiers_.at(member); }
+
+  Work all_gather_async(CBuf shard, Buf full) override;
+  Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;
+  Work all_reduce_async(Buf data, ReduceOp op) override;
+  Work all_to_all_async(CBuf send, Buf recv) override;
+  Work broadcast_async(Buf data, int root) override;
+  Work barrier_async() override;
+  void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override { run_reduce_scatter(full, shard, divisor); }
+  void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
+  void broadcast_inline(Buf data, int root) override { run_broadcast(data, root); }
+  void barrier_inline() override { run_barrier(); }
+
+  // ---- On the communication thread only (algorithms, Hierarchy) ----
+  // The collectives with the padding rule applied (sizes as in collectives.hpp); a
+  // reduction divides its final fp32 sums by `divisor` (1 = sum).
+  void run_all_gather(CBuf shard, Buf full);
+  void run_reduce_scatter(CBuf full, Buf shard, float divisor);
+  void run_all_reduce(Buf data, float divisor);
+  void run_all_to_all(CBuf send, Buf recv);
+  void run_broadcast(Buf data, int root);
+  void run_barrier();
+
+  // Point-to-point between members, accounted and emulated. One message each way.
+  void sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src);
+  // The exchanges of a ring algorithm (ring_pipeline.cpp): each step sends to the right
+  // neighbour and receives from the left, accounted and emulated as one message a step as
+  // sendrecv, but cut on the wire into pieces of about ring_piece_bytes() that are kept in
+  // flight while earlier pieces are reduced and forwarded (piece k of a step goes as soon
+  // as piece k of the step before it is in). Same bytes, same order of additions.
+  void run_ring(RingSteps& steps);
+  // Bytes of a ring step's piece on the wire (kRingPieceBytes); 0 sends each step as one
+  // message, as link emulation always does (it holds whole messages).
+  void set_ring_piece_bytes(std::size_t bytes) { ring_piece_bytes_ = bytes; }
+  void send(const WireChunk& out, int dst);
+  void recv(const WireChunk& in, int src);
+  Scratch& scratch() { return scratch_; }
+
+ private:
+  void before_send(const WireChunk& out, int dst);
+  void after_send(const WireChunk& out, int dst);
+  void after_recv(const WireChunk& in, int src);
+  // Posts the receive of `in` from src, then the send of `out` to dst (no accounting).
+  void post_exchange(const WireChunk& out, int dst, const WireChunk& in, int src, MPI_Request* receive,
+                     MPI_Request* send);
+  // Who a request exchanges with: member index, and whether it receives (else sends).
+  struct Peer {
+    int member;
+    bool receive;
+  };
+  // Polls until all complete, under the collective timeout (wait.hpp); past it, aborts the
+  // job naming the peers of the requests still pending.
+  void wait_all(MPI_Request* requests, int n, const Peer* peers);
+  void check_thread() const;  // Error unless on the communication thread
+
+  Context& ctx_;
+  std::string name_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int position_ = 0;
+  std::vector<int> world_ranks_;
+  std::vector<int> tiers_;
+  int busy_tier_ = 0;  // the outermost tier any member is across: where this group's time is charged
+  std::vector<std::string> hosts_;  // each member's host, named when a wait for it times out
+  Scratch scratch_;
+  std::size_t ring_piece_bytes_ = kRingPieceBytes;
+};
+
+// Scratch slots: algorithms use 0..1, the padding stage of run_* uses 2.
+inline constexpr int kScratchAlgoA = 0;
+inline constexpr int kScratchAlgoB = 1;
+inline constexpr int kScratchStage = 2;
+
+// The algorithms, on exact sizes (no padding): the *_all_gather, *_reduce_scatter,
+// *_all_reduce and *_all_to_all buffers hold d whole chunks.
+void ring_all_gather(Communicator& c, CBuf shard, Buf full);
+void ring_reduce_scatter(Communicator& c, CBuf full, Buf shard, float divisor);
+void ring_all_reduce(Communicator& c, Buf data, float divisor);
+void pairwise_all_to_all(Communicator& c, CBuf send, Buf recv);
+void binomial_broadcast(Communicator& c, Buf data, int root);
+void dissemination_barrier(Communicator& c);
+
+}  // namespace strata::comm
