@@ -189,15 +189,15 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text, boo
     // Measured curves replace the figures above: what each collective reaches, and where.
     const plan::TierCalibration& cal = c.calibration()->tier(t.name);
     std::vector<std::string> curves;
-    for (plan::Collective k : {plan::Collective::AllGather, plan::Collective::ReduceScatter, plan::Collective::AllToAll}) {
+    for (Collective k : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
       const plan::CollectiveCurve* curve = cal.find(k);
       if (!curve)
-        curves.push_back(fmt::format("{} the tier's figures above", plan::collective_key(k)));
+        curves.push_back(fmt::format("{} the tier's figures above", collective_key(k)));
       else if (!curve->latency_known)
-        curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", plan::collective_key(k), curve->bus_GBps));
+        curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", collective_key(k), curve->bus_GBps));
       else
         curves.push_back(fmt::format(
-            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us{}){}", plan::collective_key(k), curve->bus_GBps,
+            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us{}){}", collective_key(k), curve->bus_GBps,
             curve->half_bytes / 1e3, curve->latency_s() * 1e6,
             curve->bytes.empty() ? std::string()
                                  : fmt::format("; priced at its {} measured sizes", curve->bytes.size()),
@@ -507,10 +507,10 @@ void note_overrides_under_calibration(const std::vector<std::string>& specs, con
                                    [&](const plan::TierCalibration& t) { return t.name == o.tier; });
     if (tier == calibration.tiers.end()) continue;
     std::vector<std::string_view> measured, moved;
-    for (plan::Collective k : plan::kCollectives) {
+    for (Collective k : kCollectives) {
       const plan::CollectiveCurve* curve = tier->find(k);
       const bool as_measured = curve && (rate || curve->latency_known);
-      (as_measured ? measured : moved).push_back(plan::collective_key(k));
+      (as_measured ? measured : moved).push_back(collective_key(k));
     }
     if (measured.empty()) continue;
     fmt::print(stderr, "strata plan: note: --tier {}: the calibration prices the {} tier's {} {}; the override moves {}\n",

@@ -114,7 +114,6 @@ OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, c
                  double launches = 1.0, const NcclSystem* nccl = nullptr);
 // The nodes (domains of the topology's second-outermost tier) an op's group spans.
 int nodes_of(const shard::ScheduledOp& op, const topo::Topology& topology);
-Collective collective_of(const shard::ScheduledOp& op);
 // Calls one op of the schedule stands for under `granularity`: 1 for ops not tied to a unit
 // (scalars, ddp's buckets, which --bucket-bytes already sizes) and under Unit; under DeepSpeed
 // the unit's elements / the bucket of the op's purpose (weight gathers: prefetch bucket;

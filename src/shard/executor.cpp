@@ -209,20 +209,16 @@ const std::vector<comm::LevelStep>& OpExecutor::steps_of(const Chain& chain) {
   steps_.clear();
   for (const ScheduledOp* op : chain) {
     record(op);
-    const comm::StepKind kind = op->kind == OpKind::AllGather     ? comm::StepKind::AllGather
-                                : op->algorithm == Algorithm::Ring ? comm::StepKind::ReduceScatter
-                                                                   : comm::StepKind::AllToAllSum;
-    const std::size_t block = comm::is_quantized(op->wire) ? static_cast<std::size_t>(block_) : 0;
-    steps_.push_back({kind, op->level, op->wire, block, op->elements_in, op->elements_out});
+    steps_.push_back(*op);  // the op's own step
   }
   return steps_;
 }
 
 comm::CBuf OpExecutor::gather(const Chain& chain, comm::CBuf src) {
   for (const ScheduledOp* op : chain)
-    if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.dtype)
+    if (op->kind != Collective::AllGather || op->wire != src.dtype)
       throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
-                              to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
+                              kind_name(*op), algorithm_name(*op), comm::dtype_name(op->wire)));
   const comm::CBuf got = comm::run_chain(levels_.device, steps_of(chain), src, nullptr, 1.0f, between_, nullptr,
                                          flight_observer());
   flight_.first = 0;
@@ -250,7 +246,7 @@ void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>
   // minor, makes every level's chunk the concatenation of the units' chunks.
   std::size_t pieces = 1, gathered = 1;
   for (const ScheduledOp* op : chain)
-    (op->kind == OpKind::ReduceScatter ? pieces : gathered) *= static_cast<std::size_t>(op->group_size);
+    (op->kind == Collective::AllGather ? gathered : pieces) *= static_cast<std::size_t>(op->group_size);
   // Packed where the chain's first op does not write (comm::run_chain's carried(0)).
   float* packed = f32_b_.data();
   for (std::size_t q = 0; q < pieces; ++q)

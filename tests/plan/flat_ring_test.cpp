@@ -12,7 +12,7 @@
 using namespace strata;
 using namespace strata::plan;
 using shard::Collectives;
-using shard::OpKind;
+using strata::Collective;
 using shard::Purpose;
 using strata::test::error_of;
 
@@ -49,7 +49,7 @@ Estimate llama_estimate(const topo::Topology& t, const char* strategy, Collectiv
 
 // A flat ring all-gather booked on `level`, spanning `levels` tiers, over `group` ranks.
 shard::ScheduledOp flat_gather(int level, int levels, int group, std::size_t bytes) {
-  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
+  shard::ScheduledOp op{{Collective::AllGather}, shard::When::Forward, Purpose::WeightGatherForward};
   op.level = level;
   op.levels_spanned = levels;
   op.group_size = group;
