@@ -585,7 +585,7 @@ plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model
   workload.sequence_parallel = o.spec_flags.sequence_parallel;
   workload.batch_per_device = o.batch_per_device;
   workload.precision = precision_named(o.precision, "--precision");
-  workload.collectives = shard::parse_collectives(o.collectives);
+  workload.collectives = shard::parse_composition(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
   workload.validate(model);
   return workload;
@@ -755,7 +755,7 @@ void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topol
     estimates.push_back(
         plan::ModelParallelPlan(in.model, topology, in.device, in.workload, s.mp, in.leave_out, in.calibration)
             .estimate(s.name, s.spec));
-  if (!o.compare_summary.empty() && in.workload.collectives != shard::Collectives::Hierarchical)
+  if (!o.compare_summary.empty() && in.workload.collectives != shard::Composition::Hierarchical)
     throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives nccl");
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");

@@ -565,7 +565,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
                             compute_bytes(workload_.precision), workload_.sequence_parallel))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
-  if (workload_.collectives == shard::Collectives::Nccl) nccl_ = nccl_system(device_.name, topology_);
+  if (workload_.collectives == shard::Composition::Nccl) nccl_ = nccl_system(device_.name, topology_);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
@@ -862,7 +862,7 @@ nlohmann::json PlanContext::assumptions() const {
       {"tiers", tiers},
       {"collectives", shard::to_string(workload_.collectives)},
       {"collectives_means",
-       workload_.collectives == shard::Collectives::Hierarchical
+       workload_.collectives == shard::Composition::Hierarchical
            ? "strata's own: a collective over several tiers is one op per tier, each over that tier's "
              "across-group at its own latency and rate, run one after the other"
            : "nccl (flat-ring is its earlier name), as NCCL/RCCL run PyTorch FSDP and DeepSpeed ZeRO: a "

@@ -59,8 +59,8 @@ struct Workload {
   // micro-batches, so every (tp, pp) split trains the same global batch (plan/model_parallel.hpp).
   bool batch_per_device = false;
   // How multi-tier collectives are formed and priced: strata's per-tier ops, or one call over
-  // the group as NCCL runs FSDP and DeepSpeed, priced by NCCL's model (shard::Collectives).
-  shard::Collectives collectives = shard::Collectives::Hierarchical;
+  // the group as NCCL runs FSDP and DeepSpeed, priced by NCCL's model (shard::Composition).
+  shard::Composition collectives = shard::Composition::Hierarchical;
   Granularity granularity = Granularity::Unit;
   void validate(const ModelShape& model) const;  // throws Error naming the flag
 };

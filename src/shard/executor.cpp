@@ -20,6 +20,11 @@ device::Device::Half half_of(DType w) {
   return w == DType::BF16 ? device::Device::Half::BF16 : device::Device::Half::F16;
 }
 
+[[noreturn]] void refuse_wire(DType w) {
+  throw Error(fmt::format("shard: {} is not a wire format (the step's scalars travel in it, uncoded)",
+                          comm::dtype_name(w)));
+}
+
 // Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
 std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
 
@@ -37,6 +42,7 @@ void encode(device::Device& device, const float* src, comm::Buf dst) {
     case DType::F16: device.to_half(half_of(dst.dtype), src, dst.count, reinterpret_cast<std::uint16_t*>(d)); break;
     case DType::I8:
     case DType::I4: device.quantize(src, dst.count, qspec(dst.dtype, dst.block), d, dst.scales); break;
+    case DType::F64: refuse_wire(dst.dtype);
   }
 }
 
@@ -50,6 +56,7 @@ void decode(device::Device& device, comm::CBuf src, float* dst) {
       break;
     case DType::I8:
     case DType::I4: device.dequantize(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+    case DType::F64: refuse_wire(src.dtype);
   }
 }
 
@@ -63,6 +70,7 @@ void decode_add(device::Device& device, comm::CBuf src, float* dst) {
       break;
     case DType::I8:
     case DType::I4: device.dequantize_add(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+    case DType::F64: refuse_wire(src.dtype);
   }
 }
 
@@ -282,9 +290,7 @@ void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
     record(op);
     std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
     if (flight_.first) flight_.step_started(i);
-    levels_.host.at(op->level)->all_gather_inline(
-        comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
-        comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
+    levels_.host.at(op->level)->all_gather_inline(comm::f64(values.data(), k), comm::f64(all.data(), all.size()));
     if (flight_.first) flight_.step_ended(i);
     std::fill(values.begin(), values.end(), 0.0);
     for (std::size_t m = 0; m < all.size(); m += k)

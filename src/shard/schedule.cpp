@@ -28,11 +28,11 @@ std::string_view to_string(When w) {
   }
   return "?";
 }
-std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "nccl"; }
+std::string_view to_string(Composition c) { return c == Composition::Hierarchical ? "hierarchical" : "nccl"; }
 
-Collectives parse_collectives(std::string_view text) {
-  if (text == "flat-ring") return Collectives::Nccl;  // the name before NCCL's model priced it
-  for (Collectives c : {Collectives::Hierarchical, Collectives::Nccl})
+Composition parse_composition(std::string_view text) {
+  if (text == "flat-ring") return Composition::Nccl;  // the name before NCCL's model priced it
+  for (Composition c : {Composition::Hierarchical, Composition::Nccl})
     if (text == to_string(c)) return c;
   throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or nccl (one call over "
                           "the whole group, as NCCL runs FSDP and DeepSpeed, priced by NCCL's model; flat-ring is "
@@ -235,12 +235,12 @@ class ScheduleBuilder {
  public:
   // `padded`: each unit's padded size (Schedule::padded_numel).
   ScheduleBuilder(const UnitPlan& units, const ShardSpec& spec, const LevelSpec& levels,
-                  const std::vector<std::size_t>& padded, Collectives collectives)
+                  const std::vector<std::size_t>& padded, Composition collectives)
       : units_(units),
         spec_(spec),
         levels_(levels),
         padded_(padded),
-        flat_(collectives == Collectives::Nccl),
+        flat_(collectives == Composition::Nccl),
         block_(spec.block_size) {}
 
   ScheduleParts build(const TensorParallelPlan& tp) && {
@@ -525,7 +525,7 @@ TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, cons
 }
 
 Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
-                   Collectives collectives, const TensorParallelPlan& tp)
+                   Composition collectives, const TensorParallelPlan& tp)
     : units_(std::move(units)),
       topology_(topology),
       spec_(spec),

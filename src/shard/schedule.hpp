@@ -25,13 +25,14 @@
 namespace strata::shard {
 
 enum class When { Forward, Backward, Step };
-// How a collective over several tiers is formed. Hierarchical: strata's own, one op per
-// level (what the runtime executes). Nccl: as NCCL/RCCL run a PyTorch FSDP or DeepSpeed ZeRO
-// all-gather and reduce-scatter, one call over every rank of the group (a flat op over the
-// levels whose groups have more than one rank); the planner prices each call with NCCL's own
-// model (docs/planner.md "NCCL's model") so a published run can be predicted as it ran. "flat-ring", the
-// earlier name, is an alias. The runtime executes hierarchical schedules only.
-enum class Collectives { Hierarchical, Nccl };
+// How a collective over several tiers is composed (--collectives). Hierarchical: strata's
+// own, one op per level (what the runtime executes). Nccl: as NCCL/RCCL run a PyTorch FSDP
+// or DeepSpeed ZeRO all-gather and reduce-scatter, one call over every rank of the group (a
+// flat op over the levels whose groups have more than one rank); the planner prices each
+// call with NCCL's own model (docs/planner.md "NCCL's model") so a published run can be
+// predicted as it ran. "flat-ring", the earlier name, is an alias. The runtime executes
+// hierarchical schedules only.
+enum class Composition { Hierarchical, Nccl };
 enum class Purpose {
   WeightGatherForward,    // W shard -> full unit before its forward
   WeightGatherBackward,   // W (or secondary) shard -> full unit before its backward
@@ -47,8 +48,8 @@ enum class Purpose {
   TensorParallelScalars,  // the grad norm's and the loss's sums completed over the TP group, once a step
 };
 std::string_view to_string(When w);
-std::string_view to_string(Collectives c);
-Collectives parse_collectives(std::string_view text);  // throws Error naming --collectives
+std::string_view to_string(Composition c);
+Composition parse_composition(std::string_view text);  // throws Error naming --collectives
 std::string_view to_string(Purpose p);
 
 // The buffers an op reads and writes (the device buffers of the runtime's unit state).
@@ -85,7 +86,7 @@ struct ScheduledOp : comm::LevelStep {
   int complete_by = -1;
   Slot reads = Slot::None, writes = Slot::None;
   // `level` is a tier index; the group is that tier's across-group.
-  // A flat op (Collectives::Nccl) runs one ring over levels [level - levels_spanned + 1,
+  // A flat op (Composition::Nccl) runs one ring over levels [level - levels_spanned + 1,
   // level]: group_size is their product and `level` the outermost, where its bytes are booked.
   int levels_spanned = 1;
   int group_size = 1;
@@ -175,16 +176,16 @@ class Schedule {
   // `topology`: what the sharding runs over (under TP the data-parallel topology, whose tiers
   // are the physical ones by index).
   Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
-           Collectives collectives = Collectives::Hierarchical, const TensorParallelPlan& tp = {});
+           Composition collectives = Composition::Hierarchical, const TensorParallelPlan& tp = {});
   Schedule(const model::ParamLayout& layout, const topo::Topology& topology, const ShardSpec& spec,
            int accumulation_steps, const TensorParallelPlan& tp = {})
-      : Schedule(unit_plan(layout), topology, spec, accumulation_steps, Collectives::Hierarchical, tp) {}
+      : Schedule(unit_plan(layout), topology, spec, accumulation_steps, Composition::Hierarchical, tp) {}
 
   const ShardSpec& spec() const { return spec_; }
   const LevelSpec& levels() const { return levels_; }
   const topo::Topology& topology() const { return topology_; }
   int accumulation_steps() const { return accum_; }
-  Collectives collectives() const { return collectives_; }
+  Composition collectives() const { return collectives_; }
   int world_size() const { return levels_.degree(levels_.num_levels); }  // the sharding's: data-parallel ranks
   int tensor_parallel_degree() const { return tp_degree_; }
 
@@ -252,7 +253,7 @@ class Schedule {
   ShardSpec spec_;
   LevelSpec levels_;
   int accum_;
-  Collectives collectives_;
+  Composition collectives_;
   int tp_degree_ = 1;
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_, bucket_ops_, tensor_parallel_;

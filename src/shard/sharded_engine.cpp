@@ -528,7 +528,8 @@ void ShardedEngine::gather_params(float* full) {
   AlignedBuffer<float> own(mine.total_floats());
   AlignedBuffer<float> slices(mine.total_floats() * static_cast<std::size_t>(dims_.tensor));
   gather_slice_params(own.data());
-  gather_over_tensor_group(own.data(), mine.total_floats(), slices.data());  // not a step's traffic
+  gather_over_tensor_group(comm::f32(own.data(), mine.total_floats()),  // not a step's traffic
+                           comm::f32(slices.data(), slices.size()));
   // Each whole-arena float comes from the one TP rank that would save it (a checkpoint's map).
   for (int r = 0; r < dims_.tensor; ++r) {
     const model::ParamLayout slice(mine.config(), {dims_.tensor, r});
@@ -581,7 +582,7 @@ void ShardedEngine::all_reduce_sum(float* data, std::size_t n) {
 
 void ShardedEngine::all_gather(const float* mine, std::size_t n, float* all) {
   const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(Collective::AllGather, n));
-  gather_over_tensor_group(mine, n, all);
+  gather_over_tensor_group(comm::f32(mine, n), comm::f32(all, n * tp_group_->size()));
   comm::flight_recorder().end(seq);
 }
 
@@ -593,8 +594,8 @@ void ShardedEngine::reduce_scatter_sum(const float* all, std::size_t n, float* m
   comm::flight_recorder().end(seq);
 }
 
-void ShardedEngine::gather_over_tensor_group(const float* mine, std::size_t n, float* all) {
-  comm::Work w = tp_group_->all_gather_async(comm::f32(mine, n), comm::f32(all, n * tp_group_->size()));
+void ShardedEngine::gather_over_tensor_group(comm::CBuf mine, comm::Buf all) {
+  comm::Work w = tp_group_->all_gather_async(mine, all);
   wait(w);
 }
 
@@ -608,7 +609,7 @@ void ShardedEngine::tensor_parallel_sum(std::vector<double>& values) {
   });
   if (op == step.end()) throw Error(fmt::format("shard: the schedule has no tensor-parallel sum of {} values", k));
   const std::uint64_t seq = record_tensor_parallel(*op);
-  gather_over_tensor_group(reinterpret_cast<const float*>(values.data()), 2 * k, reinterpret_cast<float*>(all.data()));
+  gather_over_tensor_group(comm::f64(values.data(), k), comm::f64(all.data(), all.size()));
   comm::flight_recorder().end(seq);
   std::fill(values.begin(), values.end(), 0.0);
   for (std::size_t m = 0; m < all.size(); m += k)
