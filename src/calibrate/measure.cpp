@@ -143,14 +143,14 @@ struct SweepBuffers {
   }
 
   // One collective of `kind` over `c`.
-  void run(comm::Collectives& c, plan::Collective kind) {
+  void run(comm::Collectives& c, Collective kind) {
     const std::size_t n = full.size(), chunk = shard.size();
     switch (kind) {
-      case plan::Collective::AllGather: return c.all_gather(comm::f32(shard.data(), chunk), comm::f32(full.data(), n));
-      case plan::Collective::ReduceScatter:
+      case Collective::AllGather: return c.all_gather(comm::f32(shard.data(), chunk), comm::f32(full.data(), n));
+      case Collective::ReduceScatter:
         return c.reduce_scatter(comm::f32(full.data(), n), comm::f32(shard.data(), chunk), comm::ReduceOp::Avg);
-      case plan::Collective::AllReduce: return c.all_reduce(comm::f32(full.data(), n), comm::ReduceOp::Avg);
-      case plan::Collective::AllToAll:
+      case Collective::AllReduce: return c.all_reduce(comm::f32(full.data(), n), comm::ReduceOp::Avg);
+      case Collective::AllToAll:
         return c.all_to_all(comm::f32(full.data(), n), comm::f32(recv.data(), recv.size()));
     }
   }
@@ -165,7 +165,7 @@ plan::TierCalibration calibrate_tier(comm::Context& ctx, comm::TierComms& comms,
   tier.name = topology.tier(t).name;
   tier.group_size = c.size();
   tier.ranks_sharing = topology.domain_ranks(t - 1);
-  for (plan::Collective kind : plan::kCollectives) {
+  for (Collective kind : kCollectives) {
     std::vector<double> bytes, seconds;
     int messages = 0;
     for (std::size_t buffer : sweep_bytes(o)) {
@@ -242,7 +242,7 @@ void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::C
   ComputeBeside beside(o);
   for (int t = 0; t < ctx.topology().num_tiers(); ++t) {
     comm::Collectives& c = tier_group(comms, t);
-    for (plan::Collective kind : plan::kCollectives) {
+    for (Collective kind : kCollectives) {
       plan::CollectiveCurve& curve = *cal.tiers[t].curves[static_cast<int>(kind)];
       std::vector<double> bytes, seconds;
       for (std::size_t i = 0; i < sweep.size(); ++i) {
@@ -366,8 +366,8 @@ Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, cons
   comm::Collectives& group = tier_group(comms, t);
   SweepBuffers b(overlap_bytes(o), group.size());
   const double sent = world_mean(static_cast<double>(
-      sent_on_tier(ctx, t, [&] { b.run(group, plan::Collective::AllReduce); }).bytes_sent));
-  const double one_s = time_slowest(o.iterations, [&] { b.run(group, plan::Collective::AllReduce); });
+      sent_on_tier(ctx, t, [&] { b.run(group, Collective::AllReduce); }).bytes_sent));
+  const double one_s = time_slowest(o.iterations, [&] { b.run(group, Collective::AllReduce); });
   std::vector<double> ratios;
   for (int trial = 0; trial < o.iterations; ++trial) {
     MPI_Barrier(MPI_COMM_WORLD);

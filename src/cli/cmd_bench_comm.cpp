@@ -43,10 +43,6 @@ struct Options {
   bool json = false;
 };
 
-using comm::CollectiveKind;
-constexpr CollectiveKind kKinds[] = {CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-                                     CollectiveKind::AllReduce, CollectiveKind::AllToAll};
-
 // One collective of `kind` on `g` over the benchmark's buffers (the full buffer has n elements).
 struct Buffers {
   comm::DType dtype;
@@ -67,13 +63,13 @@ struct Buffers {
       }
     }
   }
-  void run(comm::Collectives& g, CollectiveKind kind) {
+  void run(comm::Collectives& g, Collective kind) {
     comm::Buf f(dtype, full.data(), n), s(dtype, shard.data(), c), r(dtype, recv.data(), c * std::size_t(d));
     switch (kind) {
-      case CollectiveKind::AllGather: return g.all_gather(s, f);
-      case CollectiveKind::ReduceScatter: return g.reduce_scatter(f, s, comm::ReduceOp::Avg);
-      case CollectiveKind::AllReduce: return g.all_reduce(f, comm::ReduceOp::Avg);
-      case CollectiveKind::AllToAll: return g.all_to_all(f, r);
+      case Collective::AllGather: return g.all_gather(s, f);
+      case Collective::ReduceScatter: return g.reduce_scatter(f, s, comm::ReduceOp::Avg);
+      case Collective::AllReduce: return g.all_reduce(f, comm::ReduceOp::Avg);
+      case Collective::AllToAll: return g.all_to_all(f, r);
     }
   }
 };
@@ -89,7 +85,7 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-Timing time_collective(comm::Collectives& g, comm::Accounting& acc, Buffers& b, CollectiveKind kind,
+Timing time_collective(comm::Collectives& g, comm::Accounting& acc, Buffers& b, Collective kind,
                        const Options& o) {
   for (int i = 0; i < o.warmup; ++i) b.run(g, kind);
   std::vector<double> times;
@@ -182,7 +178,7 @@ void run_bench(const Options& o) {
     const std::size_t bytes = std::size_t(mib * 1024 * 1024);
     Buffers b(dtype, bytes / comm::data_bytes(dtype, 1), topology.world_size());
     const std::size_t wire = comm::data_bytes(dtype, b.c * std::size_t(b.d));  // padded bytes on the wire
-    for (CollectiveKind kind : kKinds) {
+    for (Collective kind : kCollectives) {
       Timing tr = time_collective(ring, ctx.accounting(), b, kind, o);
       Timing th = time_collective(hier, ctx.accounting(), b, kind, o);
       Timing tm = time_collective(flat, ctx.accounting(), b, kind, o);
@@ -190,7 +186,7 @@ void run_bench(const Options& o) {
         tr.predicted = comm::predict_seconds(topology, ring, kind, wire, o.emulate_scale);
         th.predicted = comm::predict_seconds(topology, hier, kind, wire, o.emulate_scale);
       }
-      const std::string name(comm::collective_kind_name(kind));
+      const std::string name(collective_key(kind));
       results.push_back({{"bytes", bytes},
                          {"collective", name},
                          {"ring", timing_json(tr, bytes, o.emulate)},

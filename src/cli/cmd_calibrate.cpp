@@ -51,10 +51,10 @@ void run_calibrate(const calibrate::MeasureOptions& o) {
   fmt::print("{:<10} {:>6} {:<15} {:>10} {:>12} {:>11}   {:>10} {:>11}\n", "tier", "group", "collective", "bus GB/s",
              "n1/2 bytes", "latency us", "busy GB/s", "busy lat us");
   for (const plan::TierCalibration& t : cal.tiers)
-    for (plan::Collective k : plan::kCollectives) {
+    for (Collective k : kCollectives) {
       const plan::CollectiveCurve& c = t.curve(k);
       fmt::print("{:<10} {:>6} {:<15} {:>10.4g} {:>12.4g} {:>11.4g}   {:>10.4g} {:>11.4g}\n", t.name, t.group_size,
-                 plan::collective_key(k), c.bus_GBps, c.half_bytes, c.latency_s() * 1e6, c.busy_GBps,
+                 collective_key(k), c.bus_GBps, c.half_bytes, c.latency_s() * 1e6, c.busy_GBps,
                  c.busy_latency_s() * 1e6);
     }
   fmt::print("(busy: the same collective while every rank computes beside it)\n");
@@ -92,7 +92,7 @@ void print_nccl_tests(const std::vector<plan::NcclTestsLog>& logs, const plan::C
     const plan::CollectiveCurve& c = cal.tier(tier).curve(log.collective);
     // The curve is a rank's share of a host's NICs across hosts: the log's bus bandwidth over the ranks of a host.
     fmt::print("{:<10} {:<15} {:>6} {:>6} {:>5} {:>12.4g} {:>14.4g} {:>11.3g}  {}, {}\n", tier,
-               plan::collective_key(log.collective), log.ranks, log.hosts, log.rows.size(), c.bus_GBps,
+               collective_key(log.collective), log.ranks, log.hosts, log.rows.size(), c.bus_GBps,
                log.rows.back().bus_GBps / (log.hosts > 1 ? log.ranks_per_host() : 1), c.latency_s() * 1e6,
                log.device, log.path);
   }

@@ -198,17 +198,17 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text,
     // Measured curves replace the figures above: what each collective reaches, and where.
     const plan::TierCalibration& cal = c.calibration()->tier(t.name);
     std::vector<std::string> curves;
-    for (plan::Collective k : {plan::Collective::AllGather, plan::Collective::ReduceScatter, plan::Collective::AllToAll}) {
+    for (Collective k : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
       const plan::CollectiveCurve* curve = cal.find(k);
       if (cal.by_group_size)
-        curves.push_back(fmt::format("{} at the rate of its ring's size (below)", plan::collective_key(k)));
+        curves.push_back(fmt::format("{} at the rate of its ring's size (below)", collective_key(k)));
       else if (!curve)
-        curves.push_back(fmt::format("{} the tier's figures above", plan::collective_key(k)));
+        curves.push_back(fmt::format("{} the tier's figures above", collective_key(k)));
       else if (!curve->latency_known)
-        curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", plan::collective_key(k), curve->bus_GBps));
+        curves.push_back(fmt::format("{} {:.4g} GB/s (latency the tier's)", collective_key(k), curve->bus_GBps));
       else
         curves.push_back(fmt::format(
-            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us{}){}", plan::collective_key(k), curve->bus_GBps,
+            "{} {:.4g} GB/s, n1/2 {:.3g} KB (latency {:.3g} us{}){}", collective_key(k), curve->bus_GBps,
             curve->half_bytes / 1e3, curve->latency_s() * 1e6,
             curve->bytes.empty() ? std::string()
                                  : fmt::format("; priced at its {} measured sizes", curve->bytes.size()),
@@ -527,10 +527,10 @@ void note_overrides_under_calibration(const std::vector<std::string>& specs, con
                                    [&](const plan::TierCalibration& t) { return t.name == o.tier; });
     if (tier == calibration.tiers.end()) continue;
     std::vector<std::string_view> measured, moved;
-    for (plan::Collective k : plan::kCollectives) {
+    for (Collective k : kCollectives) {
       const plan::CollectiveCurve* curve = tier->find(k);
       const bool as_measured = curve && (rate || curve->latency_known);
-      (as_measured ? measured : moved).push_back(plan::collective_key(k));
+      (as_measured ? measured : moved).push_back(collective_key(k));
     }
     if (measured.empty()) continue;
     fmt::print(stderr, "strata plan: note: --tier {}: the calibration prices the {} tier's {} {}; the override moves {}\n",
@@ -605,7 +605,7 @@ plan::Workload read_workload(const PlanOptions& o, const plan::ModelShape& model
   workload.sequence_parallel = o.spec_flags.sequence_parallel;
   workload.batch_per_device = o.batch_per_device;
   workload.precision = precision_named(o.precision, "--precision");
-  workload.collectives = shard::parse_collectives(o.collectives);
+  workload.collectives = shard::parse_composition(o.collectives);
   workload.granularity = plan::parse_granularity(o.granularity);
   if (!o.peer.empty()) {
     workload.peer = plan::parse_peer(o.peer);
@@ -785,7 +785,7 @@ void run_estimates(const PlanOptions& o, const PlanInputs& in, const topo::Topol
     estimates.push_back(p.estimate(s.name, s.spec));
     if (!o.compare_summary.empty()) run_traffic = p.run_traffic(estimates.back(), s.spec, not_compared);
   }
-  if (!o.compare_summary.empty() && in.workload.collectives != shard::Collectives::Hierarchical)
+  if (!o.compare_summary.empty() && in.workload.collectives != shard::Composition::Hierarchical)
     throw Error("--compare-summary: strata's runtime runs hierarchical collectives; not with --collectives nccl");
   if (!o.compare_summary.empty() && estimates.size() != 1)
     throw Error("--compare-summary: give one --strategy (the one the run trained with)");

@@ -5,7 +5,7 @@ namespace strata::model {
 namespace {
 
 std::vector<TensorParallelCall> sequence_parallel_calls(const TensorParallelWalk& walk) {
-  using K = TensorParallelCall;
+  using K = Collective;
   const std::size_t rows = static_cast<std::size_t>(walk.batch) * walk.seq, whole = rows * walk.hidden;
   const std::size_t share = whole / walk.degree, norm = static_cast<std::size_t>(walk.norm_params);
   const int a = walk.activation_bytes;
@@ -37,7 +37,7 @@ std::vector<TensorParallelCall> sequence_parallel_calls(const TensorParallelWalk
 }  // namespace
 
 std::vector<TensorParallelCall> tensor_parallel_calls(const TensorParallelWalk& walk) {
-  using K = TensorParallelCall;
+  using K = Collective;
   if (walk.sequence_parallel) return sequence_parallel_calls(walk);
   const std::size_t rows = static_cast<std::size_t>(walk.batch) * walk.seq, activation = rows * walk.hidden;
   const TensorParallelCall forward{K::AllReduce, activation, walk.activation_bytes, false};

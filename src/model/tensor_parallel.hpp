@@ -37,6 +37,8 @@
 #include <initializer_list>
 #include <vector>
 
+#include "base/collective.hpp"
+
 namespace strata::model {
 
 struct TensorSplit {
@@ -62,7 +64,7 @@ class TensorParallelGroup {
 // the accounting counts them, the runtime checks every call against them and the planner
 // prices them.
 struct TensorParallelCall {
-  enum Kind { AllReduce, AllGather, ReduceScatter } kind = AllReduce;
+  Collective kind = Collective::AllReduce;
   std::size_t elements = 0;  // a rank's: the buffer reduced (all of it), or what each rank contributes
   int element_bytes = 4;     // on the wire: the activations' precision; the loss's statistics are fp32
   bool backward = false;

@@ -17,16 +17,6 @@
 
 namespace strata::plan {
 
-std::string_view collective_key(Collective c) {
-  switch (c) {
-    case Collective::AllGather: return "all_gather";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::AllToAll: return "all_to_all";
-  }
-  return "?";
-}
-
 LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size() || x.size() < 2) throw Error("calibration fit: needs at least two points");
   // Weighted normal equations, weights 1/y².

@@ -13,14 +13,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/collective.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::plan {
-
-enum class Collective { AllGather, ReduceScatter, AllReduce, AllToAll };
-inline constexpr std::array<Collective, 4> kCollectives = {Collective::AllGather, Collective::ReduceScatter,
-                                                           Collective::AllReduce, Collective::AllToAll};
-std::string_view collective_key(Collective c);  // "all_gather", "reduce_scatter", "all_reduce", "all_to_all"
 
 // t = intercept + slope·x, least squares on relative error (weights 1/y²: a sweep over
 // decades of sizes is fitted at every size, not only the largest), intercept kept >= 0.

@@ -220,12 +220,6 @@ double op_time_s(const ScheduledOp& op, const topo::Topology& topology) {
   return price_op(op, topology, nullptr).seconds();
 }
 
-Collective collective_of(const ScheduledOp& op) {
-  if (op.kind == shard::OpKind::AllGather) return Collective::AllGather;
-  if (op.kind == shard::OpKind::AllReduce) return Collective::AllReduce;  // tensor parallelism's
-  return op.algorithm == shard::Algorithm::AllToAll ? Collective::AllToAll : Collective::ReduceScatter;
-}
-
 namespace {
 
 OpPrice timed(double latency_s, double bandwidth_s, double under_compute = 1) {
@@ -263,7 +257,7 @@ RingRate ring_rate(const ScheduledOp& op, const topo::Topology& topology, const 
   for (int t = inner; t <= op.level; ++t) {
     const double ranks_per_ring = static_cast<double>(topology.domain_ranks(t - 1)) / topology.domain_ranks(inner - 1);
     const TierCalibration* tier = calibration ? &calibration->tier(topology.tier(t).name) : nullptr;
-    const CollectiveCurve* curve = tier ? tier->find(collective_of(op)) : nullptr;
+    const CollectiveCurve* curve = tier ? tier->find(op.kind) : nullptr;
     double rank_rate = curve ? curve->bus_GBps * 1e9 : topology.rank_bandwidth_GBps(t) * topology.tier(t).efficiency * 1e9;
     if (tier && tier->by_group_size) {
       // The ring's own size on this tier: the tier-(t-1) domains it crosses, or its ranks.
@@ -287,14 +281,14 @@ OpPrice flat_all_to_all(const ScheduledOp& op, const RingRate& r) {
 // all-gather or reduce-scatter, 2(d-1)/d in an all-reduce.
 double nccl_total_bytes(const ScheduledOp& op) {
   const double d = op.group_size;
-  return static_cast<double>(op.bytes_sent) * d / ((op.kind == shard::OpKind::AllReduce ? 2 : 1) * (d - 1));
+  return static_cast<double>(op.bytes_sent) * d / ((op.kind == Collective::AllReduce ? 2 : 1) * (d - 1));
 }
 
 // `launches` calls of NCCL's choice for a call's share of the op's bytes.
 OpPrice nccl_price(const ScheduledOp& op, const topo::Topology& topology, const RingRate& rate,
                    const NcclSystem& system, double launches) {
   const NcclGroup group{op.group_size, nodes_of(op, topology), rate.bytes_per_s / 1e9};
-  const NcclCall call = nccl_call(collective_of(op), nccl_total_bytes(op) / launches, group, system);
+  const NcclCall call = nccl_call(op.kind, nccl_total_bytes(op) / launches, group, system);
   OpPrice price = timed(launches * call.latency_us * 1e-6, launches * (call.seconds - call.latency_us * 1e-6));
   price.nccl = call;
   return price;
@@ -314,7 +308,7 @@ OpPrice priced(const ScheduledOp& op, const topo::Topology& topology, const Cali
   OpPrice price;
   if (curve && curve->latency_known)
     price = curve_price(*curve, bytes / rate.bound_ranks, op.messages);
-  else if (nccl && collective_of(op) != Collective::AllToAll)
+  else if (nccl && op.kind != Collective::AllToAll)
     return nccl_price(op, topology, rate, *nccl, launches);
   else if (op.levels_spanned > 1)
     price = flat_all_to_all(op, rate);
@@ -331,7 +325,7 @@ double codec_elements(const ScheduledOp& op) {
   // A gather chain moves weights already in their wire format (encoded once, after the step)
   // and decodes the unit when it is whole: each gather of the chain is charged what it brought
   // in, so the chain pays the unit less the rank's own shard.
-  if (op.kind == shard::OpKind::AllGather) return static_cast<double>(op.elements_out - op.elements_in);
+  if (op.kind == Collective::AllGather) return static_cast<double>(op.elements_out - op.elements_in);
   return static_cast<double>(op.elements_in) + static_cast<double>(op.elements_out) * op.group_size;
 }
 
@@ -692,7 +686,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
                             compute_bytes(workload_.precision), workload_.sequence_parallel))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
-  if (workload_.collectives == shard::Collectives::Nccl) nccl_ = nccl_system(device_.name, topology_);
+  if (workload_.collectives == shard::Composition::Nccl) nccl_ = nccl_system(device_.name, topology_);
   if (workload_.granularity == Granularity::DeepSpeedTensors || workload_.granularity == Granularity::DeepSpeedModules)
     gathered_ = deepspeed_gathered_params(model_);
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
@@ -918,7 +912,7 @@ class PlanContext::EstimateSteps {
     const double calls = this->calls(op);
     Estimate::NcclOp n{std::string(purpose_flag(op.purpose)),
                        c_.topology_.tier(op.level).name,
-                       std::string(collective_key(collective_of(op))),
+                       std::string(collective_key(op.kind)),
                        op.group_size,
                        nodes_of(op, c_.topology_),
                        nccl_total_bytes(op) / calls,
@@ -1079,7 +1073,7 @@ nlohmann::json PlanContext::assumptions() const {
       {"tiers", tiers},
       {"collectives", shard::to_string(workload_.collectives)},
       {"collectives_means",
-       workload_.collectives == shard::Collectives::Hierarchical
+       workload_.collectives == shard::Composition::Hierarchical
            ? "strata's own: a collective over several tiers is one op per tier, each over that tier's "
              "across-group at its own latency and rate, run one after the other"
            : "nccl (flat-ring is its earlier name), as NCCL/RCCL run PyTorch FSDP and DeepSpeed ZeRO: a "

@@ -63,8 +63,8 @@ struct Workload {
   // micro-batches, so every (tp, pp) split trains the same global batch (plan/model_parallel.hpp).
   bool batch_per_device = false;
   // How multi-tier collectives are formed and priced: strata's per-tier ops, or one call over
-  // the group as NCCL runs FSDP and DeepSpeed, priced by NCCL's model (shard::Collectives).
-  shard::Collectives collectives = shard::Collectives::Hierarchical;
+  // the group as NCCL runs FSDP and DeepSpeed, priced by NCCL's model (shard::Composition).
+  shard::Composition collectives = shard::Composition::Hierarchical;
   Granularity granularity = Granularity::Unit;
   Peer peer = Peer::Strata;  // the software whose calls and overlap are priced (--peer)
   void validate(const ModelShape& model) const;  // throws Error naming the flag
@@ -119,7 +119,6 @@ OpPrice price_op(const shard::ScheduledOp& op, const topo::Topology& topology, c
                  double launches = 1.0, const NcclSystem* nccl = nullptr);
 // The nodes (domains of the topology's second-outermost tier) an op's group spans.
 int nodes_of(const shard::ScheduledOp& op, const topo::Topology& topology);
-Collective collective_of(const shard::ScheduledOp& op);
 // Calls one op of the schedule stands for under `granularity`: 1 for ops not tied to a unit
 // (scalars, ddp's buckets, which --bucket-bytes already sizes) and under Unit; under DeepSpeed
 // the unit's elements / the bucket of the op's purpose (weight gathers: prefetch bucket;

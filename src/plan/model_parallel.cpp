@@ -63,9 +63,8 @@ parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const
 shard::ScheduledOp PipelineMessage::op() const {
   shard::ScheduledOp op{};
   op.when = when;
-  op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind and algorithm are
-  op.kind = all_reduce ? shard::OpKind::AllReduce : shard::OpKind::AllGather;
-  op.algorithm = shard::Algorithm::Ring;
+  op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
+  op.kind = all_reduce ? Collective::AllReduce : Collective::AllGather;
   op.level = level;
   op.wire = element_bytes == 4 ? comm::DType::F32 : comm::DType::BF16;
   op.group_size = 2;

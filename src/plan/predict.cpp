@@ -7,16 +7,6 @@
 
 namespace strata::comm {
 
-std::string_view collective_kind_name(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::AllGather: return "all_gather";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    case CollectiveKind::AllReduce: return "all_reduce";
-    case CollectiveKind::AllToAll: return "all_to_all";
-  }
-  return "?";
-}
-
 namespace {
 // The slowest of the messages m -> m+shift (mod d).
 double step_seconds(const topo::Topology& topo, const std::vector<int>& members, int shift, std::size_t bytes,
@@ -44,31 +34,31 @@ double pairwise_exchange_seconds(const topo::Topology& topo, const std::vector<i
   return total;
 }
 
-double predict_seconds(const topo::Topology& topo, const Collectives& group, CollectiveKind kind,
+double predict_seconds(const topo::Topology& topo, const Collectives& group, Collective kind,
                        std::size_t total_bytes, double scale) {
   std::vector<int> m;
   for (int i = 0; i < group.size(); ++i) m.push_back(group.world_rank_of(i));
   const std::size_t chunk = total_bytes / m.size();
   switch (kind) {
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter: return ring_pass_seconds(topo, m, chunk, scale);
-    case CollectiveKind::AllReduce: return 2 * ring_pass_seconds(topo, m, chunk, scale);
-    case CollectiveKind::AllToAll: return pairwise_exchange_seconds(topo, m, chunk, scale);
+    case Collective::AllGather:
+    case Collective::ReduceScatter: return ring_pass_seconds(topo, m, chunk, scale);
+    case Collective::AllReduce: return 2 * ring_pass_seconds(topo, m, chunk, scale);
+    case Collective::AllToAll: return pairwise_exchange_seconds(topo, m, chunk, scale);
   }
   return 0;
 }
 
-double predict_seconds(const topo::Topology& topo, const Hierarchy& group, CollectiveKind kind,
+double predict_seconds(const topo::Topology& topo, const Hierarchy& group, Collective kind,
                        std::size_t total_bytes, double scale) {
-  if (kind == CollectiveKind::AllReduce)
-    return predict_seconds(topo, group, CollectiveKind::ReduceScatter, total_bytes, scale) +
-           predict_seconds(topo, group, CollectiveKind::AllGather, total_bytes, scale);
+  if (kind == Collective::AllReduce)
+    return predict_seconds(topo, group, Collective::ReduceScatter, total_bytes, scale) +
+           predict_seconds(topo, group, Collective::AllGather, total_bytes, scale);
   double total = 0;
   std::size_t carried = total_bytes;
   for (int l = 0; l < group.num_levels(); ++l) {
     const Collectives& level = group.level(l);
     total += predict_seconds(topo, level, kind, carried, scale);
-    if (kind != CollectiveKind::AllToAll) carried /= std::size_t(level.size());
+    if (kind != Collective::AllToAll) carried /= std::size_t(level.size());
   }
   return total;
 }

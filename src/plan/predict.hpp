@@ -10,18 +10,15 @@
 //   hierarchical: the sum over levels of the level's own collective on what it carries
 //     (reduce-scatter/all-gather: S / (a_0...a_{l-1}); all-to-all: S at every level).
 #include <cstddef>
-#include <string_view>
 #include <vector>
 
+#include "base/collective.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::comm {
 
 class Collectives;
 class Hierarchy;
-
-enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, AllToAll };
-std::string_view collective_kind_name(CollectiveKind k);
 
 // `members`: world ranks in ring (index) order; `chunk_bytes`: S/d on the wire.
 double ring_pass_seconds(const topo::Topology& topo, const std::vector<int>& members, std::size_t chunk_bytes,
@@ -31,9 +28,9 @@ double pairwise_exchange_seconds(const topo::Topology& topo, const std::vector<i
 
 // `total_bytes`: the padded buffer on the wire (d whole chunks; the send buffer of an
 // all-to-all, the full buffer otherwise).
-double predict_seconds(const topo::Topology& topo, const Collectives& group, CollectiveKind kind,
+double predict_seconds(const topo::Topology& topo, const Collectives& group, Collective kind,
                        std::size_t total_bytes, double scale);
-double predict_seconds(const topo::Topology& topo, const Hierarchy& group, CollectiveKind kind,
+double predict_seconds(const topo::Topology& topo, const Hierarchy& group, Collective kind,
                        std::size_t total_bytes, double scale);
 
 }  // namespace strata::comm

@@ -20,6 +20,11 @@ device::Device::Half half_of(DType w) {
   return w == DType::BF16 ? device::Device::Half::BF16 : device::Device::Half::F16;
 }
 
+[[noreturn]] void refuse_wire(DType w) {
+  throw Error(fmt::format("shard: {} is not a wire format (the step's scalars travel in it, uncoded)",
+                          comm::dtype_name(w)));
+}
+
 // Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
 std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
 
@@ -37,6 +42,7 @@ void encode(device::Device& device, const float* src, comm::Buf dst) {
     case DType::F16: device.to_half(half_of(dst.dtype), src, dst.count, reinterpret_cast<std::uint16_t*>(d)); break;
     case DType::I8:
     case DType::I4: device.quantize(src, dst.count, qspec(dst.dtype, dst.block), d, dst.scales); break;
+    case DType::F64: refuse_wire(dst.dtype);
   }
 }
 
@@ -50,6 +56,7 @@ void decode(device::Device& device, comm::CBuf src, float* dst) {
       break;
     case DType::I8:
     case DType::I4: device.dequantize(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+    case DType::F64: refuse_wire(src.dtype);
   }
 }
 
@@ -63,6 +70,7 @@ void decode_add(device::Device& device, comm::CBuf src, float* dst) {
       break;
     case DType::I8:
     case DType::I4: device.dequantize_add(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+    case DType::F64: refuse_wire(src.dtype);
   }
 }
 
@@ -209,20 +217,16 @@ const std::vector<comm::LevelStep>& OpExecutor::steps_of(const Chain& chain) {
   steps_.clear();
   for (const ScheduledOp* op : chain) {
     record(op);
-    const comm::StepKind kind = op->kind == OpKind::AllGather     ? comm::StepKind::AllGather
-                                : op->algorithm == Algorithm::Ring ? comm::StepKind::ReduceScatter
-                                                                   : comm::StepKind::AllToAllSum;
-    const std::size_t block = comm::is_quantized(op->wire) ? static_cast<std::size_t>(block_) : 0;
-    steps_.push_back({kind, op->level, op->wire, block, op->elements_in, op->elements_out});
+    steps_.push_back(*op);  // the op's own step
   }
   return steps_;
 }
 
 comm::CBuf OpExecutor::gather(const Chain& chain, comm::CBuf src) {
   for (const ScheduledOp* op : chain)
-    if (op->kind != OpKind::AllGather || op->algorithm != Algorithm::Ring || op->wire != src.dtype)
+    if (op->kind != Collective::AllGather || op->wire != src.dtype)
       throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
-                              to_string(op->kind), to_string(op->algorithm), comm::dtype_name(op->wire)));
+                              kind_name(*op), algorithm_name(*op), comm::dtype_name(op->wire)));
   const comm::CBuf got = comm::run_chain(levels_.device, steps_of(chain), src, nullptr, 1.0f, between_, nullptr,
                                          flight_observer());
   flight_.first = 0;
@@ -250,7 +254,7 @@ void OpExecutor::reduce_bucket(const Chain& chain, const std::vector<BucketPart>
   // minor, makes every level's chunk the concatenation of the units' chunks.
   std::size_t pieces = 1, gathered = 1;
   for (const ScheduledOp* op : chain)
-    (op->kind == OpKind::ReduceScatter ? pieces : gathered) *= static_cast<std::size_t>(op->group_size);
+    (op->kind == Collective::AllGather ? gathered : pieces) *= static_cast<std::size_t>(op->group_size);
   // Packed where the chain's first op does not write (comm::run_chain's carried(0)).
   float* packed = f32_b_.data();
   for (std::size_t q = 0; q < pieces; ++q)
@@ -286,9 +290,7 @@ void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
     record(op);
     std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
     if (flight_.first) flight_.step_started(i);
-    levels_.host.at(op->level)->all_gather_inline(
-        comm::f32(reinterpret_cast<const float*>(values.data()), 2 * k),
-        comm::f32(reinterpret_cast<float*>(all.data()), 2 * all.size()));
+    levels_.host.at(op->level)->all_gather_inline(comm::f64(values.data(), k), comm::f64(all.data(), all.size()));
     if (flight_.first) flight_.step_ended(i);
     std::fill(values.begin(), values.end(), 0.0);
     for (std::size_t m = 0; m < all.size(); m += k)

@@ -70,7 +70,7 @@ TierCollectives nccl_tier_collectives(comm::Context& ctx, const topo::ProcessGro
                             device.name()));
   // The communication thread enqueues the executor's device work and NCCL's operations: like
   // the thread that made the device, it must address the process's GPU.
-  ctx.executor().submit([] { device::cuda::use_gpu_on_this_thread(); }).wait();
+  ctx.comm_thread().submit([] { device::cuda::use_gpu_on_this_thread(); }).wait();
   TierCollectives out;
   out.comms = std::make_unique<comm::TierComms>(ctx, groups, comm::Backend::Nccl);
   for (int t = 0; t < groups.num_tiers(); ++t) {

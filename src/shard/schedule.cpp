@@ -16,15 +16,10 @@
 
 namespace strata::shard {
 
-std::string_view to_string(OpKind k) {
-  switch (k) {
-    case OpKind::AllGather: return "all-gather";
-    case OpKind::ReduceScatter: return "reduce-scatter";
-    case OpKind::AllReduce: return "all-reduce";
-  }
-  return "?";
+std::string_view kind_name(const ScheduledOp& op) {
+  return collective_name(op.kind == Collective::AllToAll ? Collective::ReduceScatter : op.kind);
 }
-std::string_view to_string(Algorithm a) { return a == Algorithm::Ring ? "ring" : "all-to-all"; }
+std::string_view algorithm_name(const ScheduledOp& op) { return op.kind == Collective::AllToAll ? "all-to-all" : "ring"; }
 std::string_view to_string(When w) {
   switch (w) {
     case When::Forward: return "forward";
@@ -33,11 +28,11 @@ std::string_view to_string(When w) {
   }
   return "?";
 }
-std::string_view to_string(Collectives c) { return c == Collectives::Hierarchical ? "hierarchical" : "nccl"; }
+std::string_view to_string(Composition c) { return c == Composition::Hierarchical ? "hierarchical" : "nccl"; }
 
-Collectives parse_collectives(std::string_view text) {
-  if (text == "flat-ring") return Collectives::Nccl;  // the name before NCCL's model priced it
-  for (Collectives c : {Collectives::Hierarchical, Collectives::Nccl})
+Composition parse_composition(std::string_view text) {
+  if (text == "flat-ring") return Composition::Nccl;  // the name before NCCL's model priced it
+  for (Composition c : {Composition::Hierarchical, Composition::Nccl})
     if (text == to_string(c)) return c;
   throw Error(fmt::format("--collectives '{}': expected hierarchical (strata's per-tier ops) or nccl (one call over "
                           "the whole group, as NCCL runs FSDP and DeepSpeed, priced by NCCL's model; flat-ring is "
@@ -94,15 +89,11 @@ namespace {
 // algorithms send group_size - 1 chunks a rank: the ring forwards one chunk per step, the
 // all-to-all sends each peer its chunk.
 ScheduledOp level_op(When when, Purpose purpose, int unit, const comm::LevelStep& step, int group_size, int block) {
-  const bool gather = step.kind == comm::StepKind::AllGather;
-  ScheduledOp op{when, purpose, gather ? OpKind::AllGather : OpKind::ReduceScatter};
-  op.algorithm = step.kind == comm::StepKind::AllToAllSum ? Algorithm::AllToAll : Algorithm::Ring;
+  const bool gather = step.kind == Collective::AllGather;
+  ScheduledOp op{step, when, purpose};
+  if (!comm::is_quantized(step.wire)) op.block = 0;  // scales only where the wire has them
   op.unit = unit;
-  op.level = step.level;
   op.group_size = group_size;
-  op.wire = step.wire;
-  op.elements_in = step.elements_in;
-  op.elements_out = step.elements_out;
   const std::size_t chunk = gather ? step.elements_in : step.elements_out;
   op.messages = group_size - 1;
   op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * comm::wire_bytes(step.wire, chunk, block);
@@ -216,28 +207,19 @@ MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, con
 // A TP op over the TP group (ring collectives of comm::Communicator, comm's padding rule): an
 // all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks of n, a
 // reduce-scatter t-1 chunks of ceil(n/t).
-ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose purpose, OpKind kind, std::size_t n,
+ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose purpose, Collective kind, std::size_t n,
                                std::size_t element_bytes) {
   const int t = tp.degree;
-  ScheduledOp op{when, purpose, kind};
+  ScheduledOp op{{kind}, when, purpose};
   op.level = tp.level;
   if (element_bytes == 2) op.wire = DType::BF16;  // a bf16 system's activations (the planner's)
   op.group_size = t;
-  const std::size_t chunk = kind == OpKind::AllGather ? n : comm::chunk_count(n, t, 1);
+  const std::size_t chunk = kind == Collective::AllGather ? n : comm::chunk_count(n, t, 1);
   op.elements_in = n;
-  op.elements_out = kind == OpKind::AllReduce ? n : kind == OpKind::AllGather ? n * t : chunk;
-  op.messages = (kind == OpKind::AllReduce ? 2 : 1) * (t - 1);
+  op.elements_out = kind == Collective::AllReduce ? n : kind == Collective::AllGather ? n * t : chunk;
+  op.messages = (kind == Collective::AllReduce ? 2 : 1) * (t - 1);
   op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * chunk * element_bytes;
   return op;
-}
-
-OpKind tensor_parallel_kind(model::TensorParallelCall::Kind kind) {
-  switch (kind) {
-    case model::TensorParallelCall::AllReduce: return OpKind::AllReduce;
-    case model::TensorParallelCall::AllGather: return OpKind::AllGather;
-    case model::TensorParallelCall::ReduceScatter: return OpKind::ReduceScatter;
-  }
-  return OpKind::AllReduce;
 }
 
 // What a schedule holds besides its inputs (Schedule's members of the same names).
@@ -253,12 +235,12 @@ class ScheduleBuilder {
  public:
   // `padded`: each unit's padded size (Schedule::padded_numel).
   ScheduleBuilder(const UnitPlan& units, const ShardSpec& spec, const LevelSpec& levels,
-                  const std::vector<std::size_t>& padded, Collectives collectives)
+                  const std::vector<std::size_t>& padded, Composition collectives)
       : units_(units),
         spec_(spec),
         levels_(levels),
         padded_(padded),
-        flat_(collectives == Collectives::Nccl),
+        flat_(collectives == Composition::Nccl),
         block_(spec.block_size) {}
 
   ScheduleParts build(const TensorParallelPlan& tp) && {
@@ -410,7 +392,7 @@ class ScheduleBuilder {
 
   void add_scalars(Purpose purpose, int levels, int values) {
     for (int t = 0; t < levels; ++t) {
-      ScheduledOp op{When::Step, purpose, OpKind::AllGather};
+      ScheduledOp op{{Collective::AllGather}, When::Step, purpose};
       op.level = t;
       op.group_size = levels_.level_size[t];
       op.elements_in = static_cast<std::size_t>(values);  // fp64 values a rank
@@ -428,10 +410,9 @@ class ScheduleBuilder {
     for (const model::TensorParallelCall& c : tp.calls)
       parts_.tensor_parallel.push_back(
           tensor_parallel_op(tp, c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
-                             tensor_parallel_kind(c.kind),
-                             c.elements, c.element_bytes));
-    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 1, 8));
-    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, OpKind::AllGather, 2, 8));
+                             c.kind, c.elements, c.element_bytes));
+    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 1, 8));
+    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 2, 8));
   }
 
   // The updated OS shard gathered back to the W shard after the optimizer step.
@@ -456,11 +437,11 @@ class ScheduleBuilder {
 
   // --collectives nccl: one call over levels [inner, outer] instead of a step per level,
   // booked on the outer one (as NCCL runs FSDP's and DeepSpeed's collectives).
-  ScheduledOp flat_op(When when, Purpose purpose, comm::StepKind kind, int unit, int inner, int outer, DType wire,
+  ScheduledOp flat_op(When when, Purpose purpose, Collective kind, int unit, int inner, int outer, DType wire,
                       std::size_t padded) const {
     const int group = levels_.degree(outer + 1) / levels_.degree(inner);
     comm::LevelStep step{kind, outer, wire, static_cast<std::size_t>(block_), 0, 0};
-    const bool gathers = kind == comm::StepKind::AllGather;
+    const bool gathers = kind == Collective::AllGather;
     step.elements_in = padded / levels_.degree(gathers ? outer + 1 : inner);
     step.elements_out = gathers ? step.elements_in * group : step.elements_in / group;
     ScheduledOp op = level_op(when, purpose, unit, step, group, block_);
@@ -482,7 +463,7 @@ class ScheduleBuilder {
   void gather(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
               int to, DType wire) const {
     if (const auto [inner, outer] = spanned_levels(to, from); flat_ && outer > inner) {
-      out.push_back(flat_op(when, purpose, comm::StepKind::AllGather, unit, inner, outer, wire, padded));
+      out.push_back(flat_op(when, purpose, Collective::AllGather, unit, inner, outer, wire, padded));
       return;
     }
     add_level_ops(out, when, purpose, unit, comm::all_gather_steps(levels_.level_size, padded, from, to, wire, block_));
@@ -491,8 +472,8 @@ class ScheduleBuilder {
   // Reduce-scatter from `from` levels up to `to` levels; quantized wires by all-to-all.
   void reduce(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
               int to, DType wire) const {
-    const comm::StepKind kind =
-        comm::is_quantized(wire) ? comm::StepKind::AllToAllSum : comm::StepKind::ReduceScatter;
+    const Collective kind =
+        comm::is_quantized(wire) ? Collective::AllToAll : Collective::ReduceScatter;
     if (const auto [inner, outer] = spanned_levels(from, to); flat_ && outer > inner) {
       out.push_back(flat_op(when, purpose, kind, unit, inner, outer, wire, padded));
       return;
@@ -544,7 +525,7 @@ TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, cons
 }
 
 Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
-                   Collectives collectives, const TensorParallelPlan& tp)
+                   Composition collectives, const TensorParallelPlan& tp)
     : units_(std::move(units)),
       topology_(topology),
       spec_(spec),
@@ -688,8 +669,8 @@ int Schedule::pool_buffers() const {
 static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topology) {
   nlohmann::json j{{"when", to_string(op.when)},
                    {"purpose", to_string(op.purpose)},
-                   {"kind", to_string(op.kind)},
-                   {"algorithm", to_string(op.algorithm)},
+                   {"kind", kind_name(op)},
+                   {"algorithm", algorithm_name(op)},
                    {"unit", op.unit},
                    {"reads", to_string(op.reads)},
                    {"writes", to_string(op.writes)},
@@ -786,7 +767,7 @@ std::string Schedule::table() const {
                      "unit", "collective", "tier", "group", "wire", "bytes sent", "msgs");
     for (auto& op : ops)
       s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
-                       to_string(op.purpose), unit_name(op), to_string(op.kind), tier_name(op),
+                       to_string(op.purpose), unit_name(op), kind_name(op), tier_name(op),
                        op.group_size, comm::dtype_name(op.wire), op.bytes_sent, op.messages);
     if (ops.empty()) s += "  (none)\n";
   };

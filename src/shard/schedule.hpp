@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "comm/composition/compose.hpp"
 #include "model/model.hpp"
 #include "model/layout.hpp"
 #include "parallel/dims.hpp"
@@ -23,19 +24,15 @@
 
 namespace strata::shard {
 
-enum class OpKind { AllGather, ReduceScatter, AllReduce };  // all-reduce: tensor parallelism's
-// How the executor runs an op: a ring (all-gather, reduce-scatter), or a reduction as an
-// all-to-all whose received chunks are summed in fp32 in member order (ZeRO++ qgZ: what
-// quantized reductions use, since int8/int4 values cannot be summed on the wire).
-enum class Algorithm { Ring, AllToAll };
 enum class When { Forward, Backward, Step };
-// How a collective over several tiers is formed. Hierarchical: strata's own, one op per
-// level (what the runtime executes). Nccl: as NCCL/RCCL run a PyTorch FSDP or DeepSpeed ZeRO
-// all-gather and reduce-scatter, one call over every rank of the group (a flat op over the
-// levels whose groups have more than one rank); the planner prices each call with NCCL's own
-// model (docs/planner.md "NCCL's model") so a published run can be predicted as it ran. "flat-ring", the
-// earlier name, is an alias. The runtime executes hierarchical schedules only.
-enum class Collectives { Hierarchical, Nccl };
+// How a collective over several tiers is composed (--collectives). Hierarchical: strata's
+// own, one op per level (what the runtime executes). Nccl: as NCCL/RCCL run a PyTorch FSDP
+// or DeepSpeed ZeRO all-gather and reduce-scatter, one call over every rank of the group (a
+// flat op over the levels whose groups have more than one rank); the planner prices each
+// call with NCCL's own model (docs/planner.md "NCCL's model") so a published run can be
+// predicted as it ran. "flat-ring", the earlier name, is an alias. The runtime executes
+// hierarchical schedules only.
+enum class Composition { Hierarchical, Nccl };
 enum class Purpose {
   WeightGatherForward,    // W shard -> full unit before its forward
   WeightGatherBackward,   // W (or secondary) shard -> full unit before its backward
@@ -50,11 +47,9 @@ enum class Purpose {
   TensorParallel,         // the model's TP collectives (model::TensorParallelCall), on the critical path
   TensorParallelScalars,  // the grad norm's and the loss's sums completed over the TP group, once a step
 };
-std::string_view to_string(OpKind k);
-std::string_view to_string(Algorithm a);
 std::string_view to_string(When w);
-std::string_view to_string(Collectives c);
-Collectives parse_collectives(std::string_view text);  // throws Error naming --collectives
+std::string_view to_string(Composition c);
+Composition parse_composition(std::string_view text);  // throws Error naming --collectives
 std::string_view to_string(Purpose p);
 
 // The buffers an op reads and writes (the device buffers of the runtime's unit state).
@@ -71,11 +66,15 @@ enum class Slot {
 };
 std::string_view to_string(Slot s);
 
-struct ScheduledOp {
-  When when;
-  Purpose purpose;
-  OpKind kind;
-  Algorithm algorithm = Algorithm::Ring;
+// A scheduled op is a step of comm's composition (kind, level: the tier, wire, elements; what
+// the executor hands comm::run_chain as it is) with its place in the training step. Its kind
+// is the one vocabulary's (base/collective.hpp): all-gathers and reduce-scatters run as rings,
+// an all-to-all is a reduction whose received chunks are summed in fp32 in member order
+// (ZeRO++ qgZ: what quantized reductions use, since int8/int4 cannot be summed on the wire);
+// all-reduces are tensor parallelism's.
+struct ScheduledOp : comm::LevelStep {
+  When when = When::Forward;
+  Purpose purpose = Purpose::WeightGatherForward;
   int unit = -1;          // -1: not tied to a unit (scalars, buckets)
   int bucket = -1;        // a bucket's step reduction: index into Schedule::buckets()
   int event = -1;         // micro-batch ops: index in UnitPlan::events of the Acquire or
@@ -86,18 +85,20 @@ struct ScheduledOp {
   int issue_event = -1;
   int complete_by = -1;
   Slot reads = Slot::None, writes = Slot::None;
-  int level = 0;          // tier index; the group is that tier's across-group
-  // A flat op (Collectives::Nccl) runs one ring over levels [level - levels_spanned + 1,
+  // `level` is a tier index; the group is that tier's across-group.
+  // A flat op (Composition::Nccl) runs one ring over levels [level - levels_spanned + 1,
   // level]: group_size is their product and `level` the outermost, where its bytes are booked.
   int levels_spanned = 1;
   int group_size = 1;
-  DType wire = DType::F32;
-  std::size_t elements_in = 0;   // per rank: shard for a gather, full buffer for a reduce-scatter
-  std::size_t elements_out = 0;
   std::size_t bytes_sent = 0;    // per rank, on the wire (scales included)
   std::size_t bytes_received = 0;
   int messages = 0;              // sends per rank
 };
+
+// An op's kind and algorithm as the schedule's JSON and the flight recorder name them: an
+// all-to-all reduction is a "reduce-scatter" by "all-to-all", every other op a "ring".
+std::string_view kind_name(const ScheduledOp& op);
+std::string_view algorithm_name(const ScheduledOp& op);
 
 struct TierTraffic {
   std::string tier;
@@ -175,16 +176,16 @@ class Schedule {
   // `topology`: what the sharding runs over (under TP the data-parallel topology, whose tiers
   // are the physical ones by index).
   Schedule(UnitPlan units, const topo::Topology& topology, const ShardSpec& spec, int accumulation_steps,
-           Collectives collectives = Collectives::Hierarchical, const TensorParallelPlan& tp = {});
+           Composition collectives = Composition::Hierarchical, const TensorParallelPlan& tp = {});
   Schedule(const model::ParamLayout& layout, const topo::Topology& topology, const ShardSpec& spec,
            int accumulation_steps, const TensorParallelPlan& tp = {})
-      : Schedule(unit_plan(layout), topology, spec, accumulation_steps, Collectives::Hierarchical, tp) {}
+      : Schedule(unit_plan(layout), topology, spec, accumulation_steps, Composition::Hierarchical, tp) {}
 
   const ShardSpec& spec() const { return spec_; }
   const LevelSpec& levels() const { return levels_; }
   const topo::Topology& topology() const { return topology_; }
   int accumulation_steps() const { return accum_; }
-  Collectives collectives() const { return collectives_; }
+  Composition collectives() const { return collectives_; }
   int world_size() const { return levels_.degree(levels_.num_levels); }  // the sharding's: data-parallel ranks
   int tensor_parallel_degree() const { return tp_degree_; }
 
@@ -252,7 +253,7 @@ class Schedule {
   ShardSpec spec_;
   LevelSpec levels_;
   int accum_;
-  Collectives collectives_;
+  Composition collectives_;
   int tp_degree_ = 1;
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_, bucket_ops_, tensor_parallel_;

@@ -196,7 +196,7 @@ std::uint64_t ShardedEngine::record_issue(const Chain& ops, const std::vector<co
 
 comm::FlightOp ShardedEngine::flight_op(const ScheduledOp& op, std::string_view group) const {
   return {schedule_.op_id(&op),
-          to_string(op.kind).data(),  // the schedule's names are literals
+          kind_name(op).data(),  // the schedule's names are literals
           to_string(op.purpose).data(),
           static_cast<std::int16_t>(op.level),
           group,
@@ -528,7 +528,8 @@ void ShardedEngine::gather_params(float* full) {
   AlignedBuffer<float> own(mine.total_floats());
   AlignedBuffer<float> slices(mine.total_floats() * static_cast<std::size_t>(dims_.tensor));
   gather_slice_params(own.data());
-  gather_over_tensor_group(own.data(), mine.total_floats(), slices.data());  // not a step's traffic
+  gather_over_tensor_group(comm::f32(own.data(), mine.total_floats()),  // not a step's traffic
+                           comm::f32(slices.data(), slices.size()));
   // Each whole-arena float comes from the one TP rank that would save it (a checkpoint's map).
   for (int r = 0; r < dims_.tensor; ++r) {
     const model::ParamLayout slice(mine.config(), {dims_.tensor, r});
@@ -558,12 +559,12 @@ void ShardedEngine::gather_slice_params(float* full) {
 // ---- Tensor parallelism ----------------------------------------------------------------------
 
 // The schedule's next TP op must be the model's call: the runtime runs exactly those.
-const ScheduledOp& ShardedEngine::next_tensor_parallel_op(OpKind kind, std::size_t n) {
+const ScheduledOp& ShardedEngine::next_tensor_parallel_op(Collective kind, std::size_t n) {
   const std::vector<ScheduledOp>& ops = schedule_.tensor_parallel_ops();
   const int k = next_tp_op_++;
   if (k >= static_cast<int>(ops.size()) || ops[k].kind != kind || ops[k].elements_in != n)
     throw Error(fmt::format("shard: the model's tensor-parallel {} of {} elements left the schedule at its op {}",
-                            to_string(kind), n, k));
+                            collective_name(kind), n, k));
   return ops[k];
 }
 
@@ -573,28 +574,28 @@ void ShardedEngine::check_tensor_parallel_done(int ops) const {
 }
 
 void ShardedEngine::all_reduce_sum(float* data, std::size_t n) {
-  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::AllReduce, n));
+  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(Collective::AllReduce, n));
   comm::Work w = tp_group_->all_reduce_async(comm::f32(data, n), comm::ReduceOp::Sum);
   wait(w);
   comm::flight_recorder().end(seq);
 }
 
 void ShardedEngine::all_gather(const float* mine, std::size_t n, float* all) {
-  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::AllGather, n));
-  gather_over_tensor_group(mine, n, all);
+  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(Collective::AllGather, n));
+  gather_over_tensor_group(comm::f32(mine, n), comm::f32(all, n * tp_group_->size()));
   comm::flight_recorder().end(seq);
 }
 
 void ShardedEngine::reduce_scatter_sum(const float* all, std::size_t n, float* mine) {
-  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(OpKind::ReduceScatter, n));
+  const std::uint64_t seq = record_tensor_parallel(next_tensor_parallel_op(Collective::ReduceScatter, n));
   comm::Work w = tp_group_->reduce_scatter_async(comm::f32(all, n), comm::f32(mine, n / tp_group_->size()),
                                                   comm::ReduceOp::Sum);
   wait(w);
   comm::flight_recorder().end(seq);
 }
 
-void ShardedEngine::gather_over_tensor_group(const float* mine, std::size_t n, float* all) {
-  comm::Work w = tp_group_->all_gather_async(comm::f32(mine, n), comm::f32(all, n * tp_group_->size()));
+void ShardedEngine::gather_over_tensor_group(comm::CBuf mine, comm::Buf all) {
+  comm::Work w = tp_group_->all_gather_async(mine, all);
   wait(w);
 }
 
@@ -608,7 +609,7 @@ void ShardedEngine::tensor_parallel_sum(std::vector<double>& values) {
   });
   if (op == step.end()) throw Error(fmt::format("shard: the schedule has no tensor-parallel sum of {} values", k));
   const std::uint64_t seq = record_tensor_parallel(*op);
-  gather_over_tensor_group(reinterpret_cast<const float*>(values.data()), 2 * k, reinterpret_cast<float*>(all.data()));
+  gather_over_tensor_group(comm::f64(values.data(), k), comm::f64(all.data(), all.size()));
   comm::flight_recorder().end(seq);
   std::fill(values.begin(), values.end(), 0.0);
   for (std::size_t m = 0; m < all.size(); m += k)

@@ -128,9 +128,9 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // fp64 values summed over the TP group in member order (the same bits on every member).
   void tensor_parallel_sum(std::vector<double>& values);
   double tensor_parallel_sum_squares(const Unit& unit) const;
-  const ScheduledOp& next_tensor_parallel_op(OpKind kind, std::size_t n);
+  const ScheduledOp& next_tensor_parallel_op(Collective kind, std::size_t n);
   void check_tensor_parallel_done(int ops) const;
-  void gather_over_tensor_group(const float* mine, std::size_t n, float* all);
+  void gather_over_tensor_group(comm::CBuf mine, comm::Buf all);
   void gather_slice_params(float* slice_arena);  // this rank's layout's parameters, whole
 
   Chain ops_for(const std::vector<ScheduledOp>& ops, Purpose purpose, int unit) const;

@@ -56,7 +56,7 @@ class Mirror final : public Collectives {
 
 TEST(Compose, ReductionsRunInnerLevelFirstAndGathersOuterFirstWithTheLevelsSizes) {
   const std::vector<int> sizes{2, 4, 3};
-  const auto rs = reduce_scatter_steps(sizes, 48, 0, 3, StepKind::ReduceScatter, DType::F32, 0);
+  const auto rs = reduce_scatter_steps(sizes, 48, 0, 3, Collective::ReduceScatter, DType::F32, 0);
   ASSERT_EQ(rs.size(), 3u);
   for (int l = 0; l < 3; ++l) EXPECT_EQ(rs[l].level, l);
   EXPECT_EQ(rs[0].elements_in, 48u);
@@ -71,7 +71,7 @@ TEST(Compose, ReductionsRunInnerLevelFirstAndGathersOuterFirstWithTheLevelsSizes
   EXPECT_EQ(ag[1].level, 1);
   EXPECT_EQ(ag[1].elements_out, 24u);
   EXPECT_EQ(ag[1].wire, DType::BF16);
-  EXPECT_TRUE(reduce_scatter_steps(sizes, 48, 2, 2, StepKind::ReduceScatter, DType::F32, 0).empty());
+  EXPECT_TRUE(reduce_scatter_steps(sizes, 48, 2, 2, Collective::ReduceScatter, DType::F32, 0).empty());
   EXPECT_EQ(level_elements(sizes, 48, 3), 2u);
 }
 
@@ -85,13 +85,13 @@ TEST(Compose, AChainRunsItsStepsInOrderAndDividesOnlyAtTheLast) {
   std::vector<float> x(16, 1.0f), shard(2);
   // Average over all 8: 2 x 4 equal contributions summed, divided by 8 once at the end.
   Buf out = f32(shard.data(), shard.size());
-  run_chain(levels, reduce_scatter_steps(sizes, 16, 0, 2, StepKind::ReduceScatter, DType::F32, 0), f32(x.data(), 16),
+  run_chain(levels, reduce_scatter_steps(sizes, 16, 0, 2, Collective::ReduceScatter, DType::F32, 0), f32(x.data(), 16),
             &out, 8.0f, between);
   EXPECT_EQ(log, (std::vector<std::string>{"rs@inner 16->8 /1", "rs@outer 8->2 /8"}));
   EXPECT_EQ(shard, (std::vector<float>{1.0f, 1.0f}));
   // The qgZ reduction: an all-to-all, then the received chunks summed in member order.
   log.clear();
-  const CBuf got = run_chain(levels, reduce_scatter_steps(sizes, 16, 0, 2, StepKind::AllToAllSum, DType::F32, 0),
+  const CBuf got = run_chain(levels, reduce_scatter_steps(sizes, 16, 0, 2, Collective::AllToAll, DType::F32, 0),
                              f32(x.data(), 16), nullptr, 1.0f, between);
   EXPECT_EQ(log, (std::vector<std::string>{"a2a@inner 16->16 /1", "a2a@outer 8->8 /1"}));
   ASSERT_EQ(got.count, 2u);

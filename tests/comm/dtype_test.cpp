@@ -86,6 +86,17 @@ TEST(DType, BytesScalesAndBlocks) {
   EXPECT_THROW(parse_dtype("int3", "--dtype"), Error);
 }
 
+// The step's scalars travel as fp64: moved, never reduced on the wire nor taken as a wire.
+TEST(DType, Fp64MovesButIsNeitherReducedNorAWire) {
+  EXPECT_EQ(data_bytes(DType::F64, 3), 24u);
+  EXPECT_EQ(dtype_name(DType::F64), "fp64");
+  EXPECT_FALSE(is_reducible(DType::F64));
+  const double a[2] = {1, 2};
+  double out[2];
+  EXPECT_THROW(add_elements(DType::F64, a, a, out, 2, 1.0f), Error);
+  EXPECT_THROW(parse_dtype("fp64", "--grad-wire"), Error);
+}
+
 TEST(Backend, ParsesItsNamesAndRefusesOthersNamingTheField) {
   EXPECT_EQ(parse_backend("mpi", "comm.backend"), Backend::Mpi);
   EXPECT_EQ(parse_backend("nccl", "comm.backend"), Backend::Nccl);

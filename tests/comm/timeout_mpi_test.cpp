@@ -85,7 +85,7 @@ TEST(CollectiveTimeout, CommunicationThreadKnowsTheRunningCollective) {
   auto& w = world();
   std::string inside, outside;
   w.ctx.run("test:labelled", [&] { inside = w.ctx.running_kind(); }).wait();
-  w.ctx.executor().submit([&] { outside = w.ctx.running_kind(); }).wait();
+  w.ctx.comm_thread().submit([&] { outside = w.ctx.running_kind(); }).wait();
   EXPECT_EQ(inside, "test:labelled");
   EXPECT_EQ(outside, "(no collective)");
 }

@@ -182,15 +182,15 @@ struct RecordingTensorParallelGroup final : TensorParallelGroup {
   std::vector<TensorParallelCall> calls;
   bool backward = false;
   void all_reduce_sum(float*, std::size_t n) override {
-    calls.push_back({TensorParallelCall::AllReduce, n, 4, backward});
+    calls.push_back({strata::Collective::AllReduce, n, 4, backward});
   }
   void all_gather(const float* mine, std::size_t n, float* all) override {
-    calls.push_back({TensorParallelCall::AllGather, n, 4, backward});
+    calls.push_back({strata::Collective::AllGather, n, 4, backward});
     std::copy(mine, mine + n, all);
     std::copy(mine, mine + n, all + n);
   }
   void reduce_scatter_sum(const float* all, std::size_t n, float* mine) override {
-    calls.push_back({TensorParallelCall::ReduceScatter, n, 4, backward});
+    calls.push_back({strata::Collective::ReduceScatter, n, 4, backward});
     std::copy(all, all + n / 2, mine);
   }
 };
@@ -241,7 +241,8 @@ TEST(Gpt, TheTensorParallelCallsAreTheOnesTheSplitModelMakesInOrder) {
 TEST(Gpt, ATensorParallelWalkOfAPipelineStageHoldsOnlyItsEnds) {
   using K = TensorParallelCall;
   const std::size_t act = 2 * 8 * 32;
-  const K fwd{K::AllReduce, act, 2, false}, bwd{K::AllReduce, act, 2, true}, loss{K::AllGather, 3 * 2 * 8, 4, false};
+  using C = strata::Collective;
+  const K fwd{C::AllReduce, act, 2, false}, bwd{C::AllReduce, act, 2, true}, loss{C::AllGather, 3 * 2 * 8, 4, false};
   // First of two stages (3 blocks), bf16: the embedding's output, no head or loss.
   const std::vector<K> first = tensor_parallel_calls(TensorParallelWalk{3, 32, 2, 8, false, true, false, 2});
   EXPECT_EQ(first, std::vector<K>({fwd, fwd, fwd, fwd, fwd, fwd, fwd, bwd, bwd, bwd, bwd, bwd, bwd}));

@@ -409,7 +409,7 @@ bus_GBps = 47
   // Hand-priced: a ring all-gather over the 4 nodes' across-group sends 3 chunks of 1 MB.
   topo::Topology t = topo::Topology::preset("dgx-h100");
   t.resolve(t.world_size_for_nodes(4));
-  shard::ScheduledOp gather{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  shard::ScheduledOp gather{{strata::Collective::AllGather}, shard::When::Forward, shard::Purpose::WeightGatherForward};
   gather.level = 1;
   gather.group_size = 4;
   gather.messages = 3;
@@ -418,7 +418,7 @@ bus_GBps = 47
   EXPECT_DOUBLE_EQ(p.latency_s, 3 * 5e-6);           // the preset's 5 us a message: no half_bytes given
   EXPECT_DOUBLE_EQ(p.bandwidth_s, 3e6 / 47e9);       // at the calibrated bus bandwidth, not 50 x 0.8
   shard::ScheduledOp reduce = gather;                 // no reduce-scatter curve: the topology's α-β
-  reduce.kind = shard::OpKind::ReduceScatter;
+  reduce.kind = strata::Collective::ReduceScatter;
   EXPECT_DOUBLE_EQ(price_op(reduce, t, &cal).seconds(), price_op(reduce, t, nullptr).seconds());
   gather.level = 0;                                   // nothing calibrated on the node tier
   EXPECT_DOUBLE_EQ(price_op(gather, t, &cal).seconds(), price_op(gather, t, nullptr).seconds());
@@ -459,8 +459,7 @@ TEST(Calibration, TensorParallelAllReducesArePricedByTheirTiersAllReduceCurve) {
   const shard::Schedule schedule = fast_plan.stage(0).schedule(spec);
   double fast_s = 0, slow_s = 0;
   for (const shard::ScheduledOp& op : schedule.tensor_parallel_ops()) {
-    if (op.kind != shard::OpKind::AllReduce) continue;
-    EXPECT_EQ(collective_of(op), Collective::AllReduce);
+    if (op.kind != strata::Collective::AllReduce) continue;
     const Calibration fast = h100_calibration(25);
     fast_s += price_op(op, fast_plan.data_parallel_topology(), &fast).seconds();
     slow_s += price_op(op, fast_plan.data_parallel_topology(), &slow).seconds();
@@ -480,7 +479,7 @@ TEST(Calibration, WireCodingAndCommunicationBesideComputeArePricedFromTheirMeasu
   // An int8 ring gather of 1M elements a rank over the 4 nodes: it brings 3M elements in
   // (4 bytes each through the codec at 50 GB/s); an int4 all-to-all reduction of 4M elements
   // encodes them and decodes 4 chunks of 1M.
-  shard::ScheduledOp gather{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  shard::ScheduledOp gather{{strata::Collective::AllGather}, shard::When::Forward, shard::Purpose::WeightGatherForward};
   gather.level = 1, gather.group_size = 4, gather.messages = 3;
   gather.wire = comm::DType::I8;
   gather.elements_in = 1'000'000, gather.elements_out = 4'000'000;
@@ -488,7 +487,7 @@ TEST(Calibration, WireCodingAndCommunicationBesideComputeArePricedFromTheirMeasu
   EXPECT_DOUBLE_EQ(codec_elements(gather), 3e6);
   EXPECT_DOUBLE_EQ(price_op(gather, t, &cal).codec_s, 4 * 3e6 / 50e9);
   shard::ScheduledOp reduce = gather;
-  reduce.kind = shard::OpKind::ReduceScatter, reduce.algorithm = shard::Algorithm::AllToAll;
+  reduce.kind = strata::Collective::AllToAll;
   reduce.wire = comm::DType::I4;
   reduce.elements_in = 4'000'000, reduce.elements_out = 1'000'000;
   EXPECT_DOUBLE_EQ(codec_elements(reduce), 8e6);
@@ -535,7 +534,7 @@ TEST(Calibration, ARingIsPricedOnTheCurveOfItsOwnGroupSize) {
   auto gather_seconds = [&](int nodes) {
     topo::Topology t = topo::Topology::preset("dgx-h100");
     t.resolve(t.world_size_for_nodes(nodes));
-    shard::ScheduledOp gather{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+    shard::ScheduledOp gather{{strata::Collective::AllGather}, shard::When::Forward, shard::Purpose::WeightGatherForward};
     gather.level = 1;
     gather.group_size = nodes;
     gather.messages = nodes - 1;

@@ -52,15 +52,15 @@ TEST(CalibrateCli, MeasuresEveryTierAndThePlanUsesIt) {
   for (std::size_t t = 0; t < 3; ++t) {
     EXPECT_EQ(cal.tiers[t].group_size, 2);
     EXPECT_EQ(cal.tiers[t].ranks_sharing, sharing[t]);
-    for (strata::plan::Collective k : strata::plan::kCollectives) {
+    for (strata::Collective k : strata::kCollectives) {
       EXPECT_GT(cal.tiers[t].curve(k).bus_GBps, 0);
       EXPECT_EQ(cal.tiers[t].curve(k).bytes.size(), 3u);
     }
     // A ring all-gather over 2 sends one message; an all-reduce two.
-    EXPECT_EQ(cal.tiers[t].curve(strata::plan::Collective::AllGather).messages, 1);
-    EXPECT_EQ(cal.tiers[t].curve(strata::plan::Collective::AllReduce).messages, 2);
+    EXPECT_EQ(cal.tiers[t].curve(strata::Collective::AllGather).messages, 1);
+    EXPECT_EQ(cal.tiers[t].curve(strata::Collective::AllReduce).messages, 2);
     // Each collective again beside compute, at every size of the sweep.
-    for (strata::plan::Collective k : strata::plan::kCollectives) {
+    for (strata::Collective k : strata::kCollectives) {
       const strata::plan::CollectiveCurve& c = cal.tiers[t].curve(k);
       EXPECT_TRUE(c.has_under_compute());
       EXPECT_EQ(c.busy_bytes, c.bytes);

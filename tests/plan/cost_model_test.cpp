@@ -201,7 +201,7 @@ latency_us = 5
 efficiency = 0.8
 )");
   t.resolve(16);
-  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  shard::ScheduledOp op{{strata::Collective::AllGather}, shard::When::Forward, Purpose::WeightGatherForward};
   op.level = 1;
   op.group_size = 4;
   op.messages = 3;

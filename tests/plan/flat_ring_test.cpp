@@ -11,8 +11,8 @@
 
 using namespace strata;
 using namespace strata::plan;
-using shard::Collectives;
-using shard::OpKind;
+using shard::Composition;
+using strata::Collective;
 using shard::Purpose;
 using strata::test::error_of;
 
@@ -24,7 +24,7 @@ topo::Topology resolved(const char* preset, int nodes) {
   return t;
 }
 
-shard::Schedule llama_schedule(const topo::Topology& t, const char* strategy, Collectives collectives) {
+shard::Schedule llama_schedule(const topo::Topology& t, const char* strategy, Composition collectives) {
   const shard::UnitPlan units = ModelShape::preset("llama2-7b").unit_plan();
   return shard::Schedule(units, t, apply_precision(strategy_spec(strategy, t), Precision::BF16), 1, collectives);
 }
@@ -37,7 +37,7 @@ std::vector<shard::ScheduledOp> ops_of(const shard::Schedule& s, Purpose purpose
   return out;
 }
 
-Estimate llama_estimate(const topo::Topology& t, const char* strategy, Collectives collectives) {
+Estimate llama_estimate(const topo::Topology& t, const char* strategy, Composition collectives) {
   Workload w;
   w.seq = 4096;
   w.collectives = collectives;
@@ -49,7 +49,7 @@ Estimate llama_estimate(const topo::Topology& t, const char* strategy, Collectiv
 
 // A flat ring all-gather booked on `level`, spanning `levels` tiers, over `group` ranks.
 shard::ScheduledOp flat_gather(int level, int levels, int group, std::size_t bytes) {
-  shard::ScheduledOp op{shard::When::Forward, Purpose::WeightGatherForward, OpKind::AllGather};
+  shard::ScheduledOp op{{Collective::AllGather}, shard::When::Forward, Purpose::WeightGatherForward};
   op.level = level;
   op.levels_spanned = levels;
   op.group_size = group;
@@ -62,9 +62,9 @@ shard::ScheduledOp flat_gather(int level, int levels, int group, std::size_t byt
 
 TEST(FlatRing, OneOpOverTheWholeGroupWithTheHierarchicalRunsBytes) {
   const topo::Topology t = resolved("dgx-h100", 4);  // node 8 x cluster 4
-  const shard::Schedule hier = llama_schedule(t, "zero3", Collectives::Hierarchical);
-  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::Nccl);
-  EXPECT_EQ(flat.collectives(), Collectives::Nccl);
+  const shard::Schedule hier = llama_schedule(t, "zero3", Composition::Hierarchical);
+  const shard::Schedule flat = llama_schedule(t, "zero3", Composition::Nccl);
+  EXPECT_EQ(flat.collectives(), Composition::Nccl);
   for (Purpose p : {Purpose::WeightGatherForward, Purpose::GradReduce}) {
     const auto h = ops_of(hier, p, 1), f = ops_of(flat, p, 1);
     ASSERT_EQ(h.size(), 2u);  // per tier
@@ -82,7 +82,7 @@ TEST(FlatRing, OneOpOverTheWholeGroupWithTheHierarchicalRunsBytes) {
   // The runtime's form is still the default and still per tier.
   const shard::Schedule dflt(ModelShape::preset("llama2-7b").unit_plan(), t,
                              apply_precision(strategy_spec("zero3", t), Precision::BF16), 1);
-  EXPECT_EQ(dflt.collectives(), Collectives::Hierarchical);
+  EXPECT_EQ(dflt.collectives(), Composition::Hierarchical);
   EXPECT_EQ(dflt.micro_batch_ops().size(), hier.micro_batch_ops().size());
   // Whole-step totals: the same bytes a rank, all on the cluster tier for the flat ring.
   const auto ht = hier.traffic_per_step(), ft = flat.traffic_per_step();
@@ -94,16 +94,16 @@ TEST(FlatRing, OneTierStrategiesHaveTheSameOpsEitherWay) {
   // hsdp shards inside the node and reduces replicas over the cluster: every op spans one tier,
   // so the schedules hold the same ops (NCCL's model prices them, not the per-tier α-β).
   const topo::Topology t = resolved("dgx-h100", 4);
-  const shard::Schedule h = llama_schedule(t, "hsdp", Collectives::Hierarchical);
-  const shard::Schedule f = llama_schedule(t, "hsdp", Collectives::Nccl);
+  const shard::Schedule h = llama_schedule(t, "hsdp", Composition::Hierarchical);
+  const shard::Schedule f = llama_schedule(t, "hsdp", Composition::Nccl);
   ASSERT_EQ(h.micro_batch_ops().size(), f.micro_batch_ops().size());
   for (std::size_t i = 0; i < h.micro_batch_ops().size(); ++i) {
     EXPECT_EQ(h.micro_batch_ops()[i].levels_spanned, 1);
     EXPECT_EQ(f.micro_batch_ops()[i].levels_spanned, 1);
     EXPECT_EQ(h.micro_batch_ops()[i].bytes_sent, f.micro_batch_ops()[i].bytes_sent);
   }
-  EXPECT_EQ(llama_estimate(t, "hsdp", Collectives::Hierarchical).bytes_on("cluster"),
-            llama_estimate(t, "hsdp", Collectives::Nccl).bytes_on("cluster"));
+  EXPECT_EQ(llama_estimate(t, "hsdp", Composition::Hierarchical).bytes_on("cluster"),
+            llama_estimate(t, "hsdp", Composition::Nccl).bytes_on("cluster"));
 }
 
 TEST(FlatRing, AGathersLatencyGrowsWithItsNodesByHopType) {
@@ -117,7 +117,7 @@ TEST(FlatRing, AGathersLatencyGrowsWithItsNodesByHopType) {
        {std::tuple{2, NcclProtocol::Simple, 70.0}, {16, NcclProtocol::LL128, 286.8}}) {
     const topo::Topology t = resolved("dgx-h100", nodes);
     const NcclSystem system = nccl_system("NVIDIA H100 SXM5", t);
-    const auto op = ops_of(llama_schedule(t, "zero3", Collectives::Nccl), Purpose::WeightGatherForward, 1).at(0);
+    const auto op = ops_of(llama_schedule(t, "zero3", Composition::Nccl), Purpose::WeightGatherForward, 1).at(0);
     const OpPrice p = price_op(op, t, nullptr, 1.0, &system);
     ASSERT_TRUE(p.nccl);
     EXPECT_EQ(p.nccl->protocol, protocol) << nodes;
@@ -133,7 +133,7 @@ TEST(FlatRing, ARingThatStaysInsideOneDomainRunsOnItsTier) {
   // sent in 7 steps, on NVLink: 7 x 3 us = 21 us, 354,170,880 B / (450 x 0.8 GB/s) = 983.808 us.
   // (Booked on the cluster tier it was 7 x 5 us and 8 x 50 x 0.8 = 320 GB/s: 1106.784 us.)
   const topo::Topology t = resolved("dgx-h100", 1);
-  const shard::Schedule flat = llama_schedule(t, "zero3", Collectives::Nccl);
+  const shard::Schedule flat = llama_schedule(t, "zero3", Composition::Nccl);
   // The per-tier form, as hierarchical: the one-rank cluster step moves nothing.
   const auto f = ops_of(flat, Purpose::WeightGatherForward, 1);
   ASSERT_EQ(f.size(), 2u);
@@ -157,11 +157,11 @@ TEST(FlatRing, ARingThatStaysInsideOneDomainRunsOnItsTier) {
   EXPECT_EQ(nodes_of(f[1], t), 1);
   // Nothing a step crosses the (one-node) cluster tier; the node carries what it carries per tier.
   EXPECT_EQ(flat.traffic_per_step()[1].bytes_sent, 0u);
-  EXPECT_EQ(llama_estimate(t, "zero3", Collectives::Nccl).bytes_on("node"),
-            llama_estimate(t, "zero3", Collectives::Hierarchical).bytes_on("node"));
+  EXPECT_EQ(llama_estimate(t, "zero3", Composition::Nccl).bytes_on("node"),
+            llama_estimate(t, "zero3", Composition::Hierarchical).bytes_on("node"));
   // One Frontier node (GCD pair 2 x node 4 x cluster 1): the ring spans gpu..node only.
   const topo::Topology fr = resolved("frontier", 1);
-  const auto g = ops_of(llama_schedule(fr, "zero3", Collectives::Nccl), Purpose::GradReduce, 1);
+  const auto g = ops_of(llama_schedule(fr, "zero3", Composition::Nccl), Purpose::GradReduce, 1);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].level, 1);
   EXPECT_EQ(g[0].levels_spanned, 2);
@@ -203,11 +203,11 @@ TEST(FlatRing, CalibratedByItsBoundingTiersCurveAtTheBytesOfOneRingMember) {
 }
 
 TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
-  EXPECT_EQ(shard::parse_collectives("nccl"), Collectives::Nccl);
-  EXPECT_EQ(shard::parse_collectives("flat-ring"), Collectives::Nccl);  // the earlier name
-  EXPECT_EQ(shard::to_string(Collectives::Nccl), "nccl");
-  EXPECT_EQ(shard::parse_collectives("hierarchical"), Collectives::Hierarchical);
-  const std::string e = error_of([] { shard::parse_collectives("ring"); });
+  EXPECT_EQ(shard::parse_composition("nccl"), Composition::Nccl);
+  EXPECT_EQ(shard::parse_composition("flat-ring"), Composition::Nccl);  // the earlier name
+  EXPECT_EQ(shard::to_string(Composition::Nccl), "nccl");
+  EXPECT_EQ(shard::parse_composition("hierarchical"), Composition::Hierarchical);
+  const std::string e = error_of([] { shard::parse_composition("ring"); });
   EXPECT_NE(e.find("--collectives 'ring'"), std::string::npos) << e;
   EXPECT_NE(e.find("flat-ring"), std::string::npos) << e;
 }
@@ -219,7 +219,7 @@ TEST(FlatRing, TheNameIsCheckedNamingTheFlag) {
 // call's protocol by the call's size.
 TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
   const topo::Topology t = resolved("dgx-h100", 4);
-  const shard::Schedule s = llama_schedule(t, "zero3", Collectives::Nccl);
+  const shard::Schedule s = llama_schedule(t, "zero3", Composition::Nccl);
   const shard::UnitPlan& units = s.units();
   // A Llama-2-7B block: 4 x 4096^2 attention + 3 x 4096 x 11008 MLP + 2 x 4096 norm elements.
   ASSERT_EQ(units.numel[1], 202'383'360u);
@@ -247,7 +247,7 @@ TEST(Granularity, DeepSpeedPaysTheFixedCostOnceABucketOfItsDefaultSizes) {
   // The whole step: every unit op's fixed cost scaled by its calls, bytes untouched.
   Workload w;
   w.seq = 4096;
-  w.collectives = Collectives::Nccl;
+  w.collectives = Composition::Nccl;
   const PlanContext fsdp_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);
   w.granularity = Granularity::DeepSpeed;
   const PlanContext deepspeed_plan(ModelShape::preset("llama2-7b"), t, *device_for_topology("dgx-h100"), w);

@@ -102,7 +102,7 @@ TEST(NcclModel, AFlatGatherOverTwoDgxH100NodesByHand) {
   EXPECT_EQ(system.generation, GpuGeneration::Hopper);
   EXPECT_FALSE(system.amd_cpu);
   EXPECT_EQ(system.channels, 16);  // 2 a NIC, 8 NICs a node
-  shard::ScheduledOp op{shard::When::Forward, shard::Purpose::WeightGatherForward, shard::OpKind::AllGather};
+  shard::ScheduledOp op{{strata::Collective::AllGather}, shard::When::Forward, shard::Purpose::WeightGatherForward};
   op.level = 1, op.levels_spanned = 2, op.group_size = 16, op.messages = 15;
   op.bytes_sent = op.bytes_received = 15'000'000;
   EXPECT_EQ(nodes_of(op, t), 2);
@@ -139,35 +139,35 @@ TEST(NcclModel, WithinThirtyPercentOfPublishedA100Figures) {
   struct Point {
     const char* what;
     int nodes, per_node;
-    shard::OpKind kind;
+    strata::Collective kind;
     double size;       // nccl-tests' size: the whole buffer
     bool latency;      // 1 KiB: its time in us; else its bus bandwidth in GB/s
     double published;
   };
   const Point points[] = {
-      {"1x8 all_gather 1K us", 1, 8, shard::OpKind::AllGather, 1024, true, 12.53},
-      {"1x8 all_reduce 1K us", 1, 8, shard::OpKind::AllReduce, 1024, true, 16.96},
-      {"1x8 all_gather 1G GB/s", 1, 8, shard::OpKind::AllGather, 1 << 30, false, 253.59},
-      {"1x8 all_reduce 1G GB/s", 1, 8, shard::OpKind::AllReduce, 1 << 30, false, 231.45},
-      {"2x1 all_gather 1K us", 2, 1, shard::OpKind::AllGather, 1024, true, 16.08},
-      {"2x1 all_reduce 1K us", 2, 1, shard::OpKind::AllReduce, 1024, true, 21.27},
-      {"2x1 all_gather 1G GB/s", 2, 1, shard::OpKind::AllGather, 1 << 30, false, 15.84},
-      {"2x1 all_reduce 1G GB/s", 2, 1, shard::OpKind::AllReduce, 1 << 30, false, 18.65},
-      {"2x8 all_gather 1K us", 2, 8, shard::OpKind::AllGather, 1024, true, 33.74},
-      {"2x8 all_reduce 1K us", 2, 8, shard::OpKind::AllReduce, 1024, true, 35.85},
-      {"2x8 all_gather 4G GB/s", 2, 8, shard::OpKind::AllGather, 4.0 * (1 << 30), false, 186.01},
-      {"2x8 all_reduce 4G GB/s", 2, 8, shard::OpKind::AllReduce, 4.0 * (1 << 30), false, 188.18},
+      {"1x8 all_gather 1K us", 1, 8, strata::Collective::AllGather, 1024, true, 12.53},
+      {"1x8 all_reduce 1K us", 1, 8, strata::Collective::AllReduce, 1024, true, 16.96},
+      {"1x8 all_gather 1G GB/s", 1, 8, strata::Collective::AllGather, 1 << 30, false, 253.59},
+      {"1x8 all_reduce 1G GB/s", 1, 8, strata::Collective::AllReduce, 1 << 30, false, 231.45},
+      {"2x1 all_gather 1K us", 2, 1, strata::Collective::AllGather, 1024, true, 16.08},
+      {"2x1 all_reduce 1K us", 2, 1, strata::Collective::AllReduce, 1024, true, 21.27},
+      {"2x1 all_gather 1G GB/s", 2, 1, strata::Collective::AllGather, 1 << 30, false, 15.84},
+      {"2x1 all_reduce 1G GB/s", 2, 1, strata::Collective::AllReduce, 1 << 30, false, 18.65},
+      {"2x8 all_gather 1K us", 2, 8, strata::Collective::AllGather, 1024, true, 33.74},
+      {"2x8 all_reduce 1K us", 2, 8, strata::Collective::AllReduce, 1024, true, 35.85},
+      {"2x8 all_gather 4G GB/s", 2, 8, strata::Collective::AllGather, 4.0 * (1 << 30), false, 186.01},
+      {"2x8 all_reduce 4G GB/s", 2, 8, strata::Collective::AllReduce, 4.0 * (1 << 30), false, 188.18},
   };
   for (const Point& pt : points) {
     topo::Topology t = topo::Topology::preset("dgx-a100");
     t.resolve(8 * pt.nodes);
     const NcclSystem system = nccl_system("NVIDIA A100 SXM4 80GB", t);
-    shard::ScheduledOp op{shard::When::Forward, shard::Purpose::TensorParallel, pt.kind};
+    shard::ScheduledOp op{{pt.kind}, shard::When::Forward, shard::Purpose::TensorParallel};
     const int d = pt.nodes * pt.per_node;
     op.group_size = d;
     op.level = pt.nodes > 1 ? 1 : 0;
     op.levels_spanned = pt.nodes > 1 && pt.per_node > 1 ? 2 : 1;
-    const int rounds = pt.kind == shard::OpKind::AllReduce ? 2 : 1;
+    const int rounds = pt.kind == strata::Collective::AllReduce ? 2 : 1;
     op.messages = rounds * (d - 1);
     op.bytes_sent = static_cast<std::size_t>(rounds * pt.size * (d - 1) / d);
     const OpPrice p = price_op(op, t, nullptr, 1.0, &system);

@@ -134,7 +134,7 @@ TEST(Schedule, QuantizedReductionsUseAllToAllAndChunksAreWholeBlocks) {
   bool saw_a2a = false;
   for (auto& op : s.micro_batch_ops()) {
     if (op.purpose == Purpose::GradReduce) {
-      EXPECT_EQ(op.algorithm, Algorithm::AllToAll);
+      EXPECT_EQ(op.kind, Collective::AllToAll);
       saw_a2a = true;
       EXPECT_EQ(op.elements_out % 256, 0u);
     }
@@ -176,14 +176,13 @@ TEST(Schedule, JsonCarriesEachOpsIssuePointsSlotsAndTheProgramsParameters) {
       EXPECT_LE(op.issue_event, op.event);  // issued no later than the event it serves
       EXPECT_EQ(o["reads"], to_string(op.reads));
       EXPECT_EQ(o["writes"], to_string(op.writes));
-      EXPECT_EQ(o["algorithm"], to_string(op.algorithm));
+      EXPECT_EQ(o["algorithm"], algorithm_name(op));
       const nlohmann::json& e = j["program"]["events"][static_cast<std::size_t>(op.event)];
       EXPECT_EQ(e["unit"], op.unit);
-      EXPECT_EQ(e["kind"], op.kind == OpKind::AllGather ? "acquire" : "grads_ready");
+      EXPECT_EQ(e["kind"], op.kind == Collective::AllGather ? "acquire" : "grads_ready");
       algorithms.insert(o["algorithm"].get<std::string>());
     }
-    EXPECT_EQ(algorithms, (std::set<std::string>{std::string(to_string(Algorithm::Ring)),
-                                                 std::string(to_string(Algorithm::AllToAll))}));
+    EXPECT_EQ(algorithms, (std::set<std::string>{"ring", "all-to-all"}));
     // Step ops run in order after the micro-batches: no issue points.
     for (const nlohmann::json& o : j["step_ops"]) EXPECT_FALSE(o.contains("issue_event"));
   }
@@ -369,7 +368,7 @@ TEST(Schedule, TensorParallelCollectivesAreOpsOnTheTpTierThatPrintScheduleShows)
     EXPECT_EQ(op.level, 0);
     EXPECT_EQ(op.group_size, 2);
     EXPECT_EQ(op.purpose, strata::shard::Purpose::TensorParallel);
-    if (op.kind == strata::shard::OpKind::AllReduce) {
+    if (op.kind == strata::Collective::AllReduce) {
       EXPECT_EQ(op.elements_in, activation);
       EXPECT_EQ(op.bytes_sent, 2 * (activation / 2) * 4);  // reduce-scatter and all-gather of half each
     } else {
@@ -409,7 +408,7 @@ TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
                                   {2, 0, strata::model::tensor_parallel_calls(walk)});
   const std::size_t activation = static_cast<std::size_t>(B) * T * config.n_embd;
   for (const auto& op : s.tensor_parallel_ops()) {
-    if (op.kind == strata::shard::OpKind::AllReduce) {
+    if (op.kind == strata::Collective::AllReduce) {
       EXPECT_EQ(op.wire, strata::comm::DType::BF16);
       EXPECT_EQ(op.bytes_sent, 2 * (activation / 2) * 2);
     } else {

@@ -17,6 +17,7 @@ std::string_view dtype_name(DType t) {
     case DType::F16: return "fp16";
     case DType::I8: return "int8";
     case DType::I4: return "int4";
+    case DType::F64: return "fp64";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ std::size_t data_bytes(DType t, std::size_t count) {
     case DType::F16: return count * 2;
     case DType::I8: return count;
     case DType::I4: return (count + 1) / 2;
+    case DType::F64: return count * 8;
   }
   return 0;
 }

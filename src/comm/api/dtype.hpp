@@ -14,17 +14,19 @@
 
 namespace strata::comm {
 
-enum class DType : std::uint8_t { F32, BF16, F16, I8, I4 };
+enum class DType : std::uint8_t { F32, BF16, F16, I8, I4, F64 };
 
 // One enum for every element type strata moves: collectives carry it, and the schedule's
-// wire formats (how each state travels) are values of it.
+// wire formats (how each state travels) are values of it. F64 carries the step's scalars
+// (the squared gradient norm, the loss), which move and are summed by the runtime in member
+// order; it is never reduced on the wire nor a state's wire (parse_dtype does not take it).
 std::string_view dtype_name(DType t);
 // "fp32" (or "f32"), "bf16", "fp16" ("f16"), "int8" ("i8"), "int4" ("i4"), any case;
 // throws Error naming `field` (the flag or config key the name came from).
 DType parse_dtype(std::string_view name, std::string_view field);
 
 inline bool is_quantized(DType t) { return t == DType::I8 || t == DType::I4; }
-inline bool is_reducible(DType t) { return !is_quantized(t); }
+inline bool is_reducible(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 // Bytes that `count` elements occupy (int4: two per byte, an odd count rounds up).
 std::size_t data_bytes(DType t, std::size_t count);
@@ -78,6 +80,8 @@ using CBuf = BufView<true>;
 
 inline Buf f32(float* p, std::size_t n) { return {DType::F32, p, n}; }
 inline CBuf f32(const float* p, std::size_t n) { return {DType::F32, p, n}; }
+inline Buf f64(double* p, std::size_t n) { return {DType::F64, p, n}; }
+inline CBuf f64(const double* p, std::size_t n) { return {DType::F64, p, n}; }
 inline Buf bf16(std::uint16_t* p, std::size_t n) { return {DType::BF16, p, n}; }
 inline CBuf bf16(const std::uint16_t* p, std::size_t n) { return {DType::BF16, p, n}; }
 inline Buf f16(std::uint16_t* p, std::size_t n) { return {DType::F16, p, n}; }

@@ -66,7 +66,7 @@ std::size_t Hierarchy::level_elements(std::size_t n, DType t, std::size_t block,
 
 // ---- compositions (communication thread) ------------------------------------------------
 
-void Hierarchy::run_reduction(CBuf full, Buf shard, float divisor, StepKind kind) {
+void Hierarchy::run_reduction(CBuf full, Buf shard, float divisor, Collective kind) {
   const std::size_t padded = shard.count * std::size_t(size_);
   CBuf cur = full.count == padded ? full : CBuf(memory_->padded_copy(kPadded, full, padded));
   const auto steps = reduce_scatter_steps(active_sizes_, padded, 0, int(active_.size()), kind, full.dtype, full.block);
@@ -136,7 +136,7 @@ Work Hierarchy::all_gather_async(CBuf shard, Buf full) {
 Work Hierarchy::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::ReduceScatter); });
+  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, Collective::ReduceScatter); });
 }
 
 Work Hierarchy::all_reduce_async(Buf data, ReduceOp op) {
@@ -148,7 +148,7 @@ Work Hierarchy::all_reduce_async(Buf data, ReduceOp op) {
     Buf whole = data.count == padded ? data : memory_->padded_copy(kPadded, data, padded);
     // The shard is kept in the buffer's own chunk: nothing reads that chunk again before the gather.
     Buf shard(data.dtype, static_cast<std::byte*>(whole.data) + data_bytes(data.dtype, std::size_t(index_) * c), c);
-    run_reduction(whole, shard, divisor, StepKind::ReduceScatter);
+    run_reduction(whole, shard, divisor, Collective::ReduceScatter);
     run_all_gather(shard, whole);
     if (whole.data != data.data) memory_->copy(whole, 0, data, 0, data.count);
   });
@@ -173,7 +173,7 @@ Work Hierarchy::barrier_async() {
 Work Hierarchy::reduce_scatter_by_all_to_all_async(CBuf full, Buf shard, ReduceOp op) {
   check_reduce_scatter(*this, full, shard, op);
   float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, StepKind::AllToAllSum); });
+  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, Collective::AllToAll); });
 }
 
 }  // namespace strata::comm

@@ -32,9 +32,9 @@
 //   broadcast:      over level k among ranks sharing the root's digits < k, then k-1, ...
 //   barrier:        level 0, then 1, ..., k.
 //
-// reduce_scatter_by_all_to_all is ZeRO++ qgZ's reduction unquantized (StepKind::
-// AllToAllSum): for l = 0..k, level(l).all_to_all of N_l elements (level_elements gives
-// N_l), then the a_l received chunks summed in fp32 in member order (average only at the
+// reduce_scatter_by_all_to_all is ZeRO++ qgZ's reduction unquantized (a chain of
+// Collective::AllToAll steps): for l = 0..k, level(l).all_to_all of N_l elements
+// (level_elements gives N_l), then the a_l received chunks summed in fp32 in member order (average only at the
 // last level, by D). The last N_{k+1} = c elements are the shard index() owns, as after
 // reduce_scatter. The executor runs the same steps with quantized wires in between.
 #include <memory>
@@ -74,7 +74,7 @@ class Hierarchy final : public Collectives {
   Work barrier_async() override;
   void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
   void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override {
-    run_reduction(full, shard, divisor, StepKind::ReduceScatter);
+    run_reduction(full, shard, divisor, Collective::ReduceScatter);
   }
   void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
   // The qgZ recipe unquantized: per level an all-to-all, then an fp32 sum of the received
@@ -85,7 +85,7 @@ class Hierarchy final : public Collectives {
   }
 
  private:
-  void run_reduction(CBuf full, Buf shard, float divisor, StepKind kind);  // a reduce-scatter's chain
+  void run_reduction(CBuf full, Buf shard, float divisor, Collective kind);  // a reduce-scatter's chain
   void run_all_gather(CBuf shard, Buf full);
   void run_all_to_all(CBuf send, Buf recv);
   void run_broadcast(Buf data, int root);

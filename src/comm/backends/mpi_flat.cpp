@@ -37,7 +37,7 @@ MpiFlat::MpiFlat(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), nam
 }
 
 MpiFlat::~MpiFlat() {
-  ctx_.executor().submit([] {}).wait();  // FIFO: nothing queued still uses the communicator
+  ctx_.comm_thread().submit([] {}).wait();  // FIFO: nothing queued still uses the communicator
   MPI_Op_free(&bf16_sum_);
   MPI_Op_free(&f16_sum_);
   MPI_Comm_free(&comm_);

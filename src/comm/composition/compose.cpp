@@ -21,15 +21,17 @@ CBuf part(const CBuf& b, std::size_t first, std::size_t n) {
 // A step in the carried type: the collective straight between the carried buffers.
 void run_direct(Collectives& group, const LevelStep& s, CBuf cur, Buf dst, float divisor, ChainScratch& scratch) {
   switch (s.kind) {
-    case StepKind::AllGather: group.all_gather_inline(cur, dst); return;
-    case StepKind::ReduceScatter: group.reduce_scatter_inline(cur, dst, divisor); return;
-    case StepKind::AllToAllSum: {
+    case Collective::AllGather: group.all_gather_inline(cur, dst); return;
+    case Collective::ReduceScatter: group.reduce_scatter_inline(cur, dst, divisor); return;
+    case Collective::AllToAll: {
       Buf received = scratch.staged(0, cur.dtype, s.elements_in, cur.block);
       group.all_to_all_inline(cur, received);
       scratch.sum_slots(received, group.size(), dst, divisor);
       return;
     }
+    case Collective::AllReduce: break;
   }
+  throw Error("comm: a chain's step is an all-gather, a reduce-scatter or an all-to-all, not an all-reduce");
 }
 
 // A step in another wire than the carried fp32: encode, run, decode.
@@ -38,30 +40,32 @@ void run_converted(Collectives& group, const LevelStep& s, CBuf cur, Buf dst, fl
   if (!codec || cur.dtype != DType::F32)
     throw Error(fmt::format("comm: a step in {} on a chain carrying {} needs an fp32 chain and a wire codec",
                             dtype_name(s.wire), dtype_name(cur.dtype)));
-  if (s.kind == StepKind::ReduceScatter && is_quantized(s.wire))
+  if (s.kind == Collective::ReduceScatter && is_quantized(s.wire))
     throw Error(fmt::format("comm: a ring reduce-scatter cannot sum {} on the wire (quantized reductions go by "
                             "all-to-all)",
                             dtype_name(s.wire)));
   Buf sent = scratch.staged(0, s.wire, s.elements_in, s.block);
   codec->encode(cur, sent);
-  Buf got = scratch.staged(1, s.wire, s.kind == StepKind::AllToAllSum ? s.elements_in : s.elements_out, s.block);
+  Buf got = scratch.staged(1, s.wire, s.kind == Collective::AllToAll ? s.elements_in : s.elements_out, s.block);
   switch (s.kind) {
-    case StepKind::AllGather:
+    case Collective::AllGather:
       group.all_gather_inline(sent, got);
       codec->decode(got, dst);
       return;
-    case StepKind::ReduceScatter:
+    case Collective::ReduceScatter:
       group.reduce_scatter_inline(sent, got, divisor);
       codec->decode(got, dst);
       return;
-    case StepKind::AllToAllSum:
+    case Collective::AllToAll:
       group.all_to_all_inline(sent, got);
       scratch.zero(dst, 0, dst.count);
       for (int m = 0; m < group.size(); ++m)
         codec->decode_add(part(got, std::size_t(m) * s.elements_out, s.elements_out), dst);
       if (divisor != 1.0f) scratch.scale(dst, divisor);
       return;
+    case Collective::AllReduce: break;
   }
+  throw Error("comm: a chain's step is an all-gather, a reduce-scatter or an all-to-all, not an all-reduce");
 }
 
 }  // namespace
@@ -88,7 +92,7 @@ std::size_t level_elements(std::span<const int> sizes, std::size_t whole, int le
 }
 
 std::vector<LevelStep> reduce_scatter_steps(std::span<const int> sizes, std::size_t whole, int from, int to,
-                                            StepKind kind, DType wire, std::size_t block) {
+                                            Collective kind, DType wire, std::size_t block) {
   std::vector<LevelStep> steps;
   for (int l = from; l < to; ++l) {
     const std::size_t n = level_elements(sizes, whole, l);
@@ -101,7 +105,7 @@ std::vector<LevelStep> all_gather_steps(std::span<const int> sizes, std::size_t 
                                         std::size_t block) {
   std::vector<LevelStep> steps;
   for (int l = from - 1; l >= to; --l)
-    steps.push_back({StepKind::AllGather, l, wire, block, level_elements(sizes, whole, l + 1),
+    steps.push_back({Collective::AllGather, l, wire, block, level_elements(sizes, whole, l + 1),
                      level_elements(sizes, whole, l)});
   return steps;
 }

@@ -12,22 +12,18 @@
 #include <span>
 #include <vector>
 
+#include "base/collective.hpp"
 #include "comm/api/collectives.hpp"
 #include "comm/api/wire.hpp"
 
 namespace strata::comm {
 
-enum class StepKind {
-  AllGather,
-  ReduceScatter,
-  // ZeRO++ qgZ's reduction: an all-to-all moves each member its chunk of every member's
-  // buffer, then the received chunks are summed in fp32 in member order (the same order on
-  // every rank; int8/int4 cannot be summed on the wire).
-  AllToAllSum,
-};
-
+// One collective over one level, in the one vocabulary (base/collective.hpp). A chain runs
+// all-gathers, reduce-scatters and all-to-alls (a reduction: ZeRO++ qgZ's, the received chunks
+// summed in fp32 in member order, the same order on every rank); a scheduled op
+// (shard/schedule.hpp) is such a step with its place in the training step.
 struct LevelStep {
-  StepKind kind = StepKind::AllGather;
+  Collective kind = Collective::AllGather;
   int level = 0;                // index into the chain's levels
   DType wire = DType::F32;      // what travels
   std::size_t block = 0;        // int8/int4: elements per scale
@@ -40,7 +36,7 @@ std::size_t level_elements(std::span<const int> sizes, std::size_t whole, int le
 // A reduction of `whole` elements from sharded over the first `from` levels to sharded over
 // the first `to` (from <= to): one step per level, inner first.
 std::vector<LevelStep> reduce_scatter_steps(std::span<const int> sizes, std::size_t whole, int from, int to,
-                                            StepKind kind, DType wire, std::size_t block);
+                                            Collective kind, DType wire, std::size_t block);
 // A gather from sharded over `from` levels back to `to` (from >= to): outer level first.
 std::vector<LevelStep> all_gather_steps(std::span<const int> sizes, std::size_t whole, int from, int to, DType wire,
                                         std::size_t block);

@@ -87,7 +87,7 @@ Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_
 
 Communicator::~Communicator() {
   // FIFO: once this empty task ran, no queued collective still uses the communicator.
-  ctx_.executor().submit([] {}).wait();
+  ctx_.comm_thread().submit([] {}).wait();
   MPI_Comm_free(&comm_);
 }
 
@@ -110,7 +110,7 @@ void Communicator::after_recv(const WireChunk& in, int src) {
 }
 
 void Communicator::check_thread() const {
-  if (!ctx_.executor().on_comm_thread())
+  if (!ctx_.comm_thread().on_comm_thread())
     throw Error(fmt::format("comm: group '{}': point-to-point used outside the communication thread", name_));
 }
 

@@ -47,9 +47,9 @@ Context::Context(topo::Topology topology, EmulationOptions emulation)
 }
 
 Work Context::run(std::string_view kind, std::function<void()> fn) {
-  if (executor_.on_comm_thread())
+  if (comm_thread_.on_comm_thread())
     throw Error(fmt::format("comm: {} was started from the communication thread itself", kind));
-  return executor_.submit([this, kind = std::string(kind), fn = std::move(fn)] {
+  return comm_thread_.submit([this, kind = std::string(kind), fn = std::move(fn)] {
     running_kind_ = &kind;
     struct Clear {  // however fn ends
       const std::string*& slot;

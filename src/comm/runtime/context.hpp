@@ -26,7 +26,7 @@ class Context {
   const topo::Topology& topology() const { return topology_; }
   const EmulationOptions& emulation() const { return emulation_; }
   Accounting& accounting() { return accounting_; }
-  Executor& executor() { return executor_; }
+  CommThread& comm_thread() { return comm_thread_; }
   int world_rank() const { return world_rank_; }
   int world_size() const { return topology_.world_size(); }
 
@@ -45,7 +45,7 @@ class Context {
   Accounting accounting_;
   int world_rank_ = 0;
   const std::string* running_kind_ = nullptr;  // the running task's own copy; comm thread only
-  Executor executor_;  // last: its thread stops before the members it uses go away
+  CommThread comm_thread_;  // last: its thread stops before the members it uses go away
 };
 
 }  // namespace strata::comm

@@ -9,7 +9,7 @@
 
 namespace strata::comm {
 
-struct Executor::Task final : WorkState {
+struct CommThread::Task final : WorkState {
   std::function<void()> fn;
   std::mutex m;
   std::condition_variable cv;
@@ -27,9 +27,9 @@ struct Executor::Task final : WorkState {
   }
 };
 
-Executor::Executor() : thread_([this] { loop(); }) {}
+CommThread::CommThread() : thread_([this] { loop(); }) {}
 
-Executor::~Executor() {
+CommThread::~CommThread() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -38,7 +38,7 @@ Executor::~Executor() {
   thread_.join();
 }
 
-Work Executor::submit(std::function<void()> task) {
+Work CommThread::submit(std::function<void()> task) {
   auto t = std::make_shared<Task>();
   t->fn = std::move(task);
   {
@@ -50,7 +50,7 @@ Work Executor::submit(std::function<void()> task) {
   return Work(t);
 }
 
-void Executor::loop() {
+void CommThread::loop() {
   // Sleeps on this thread (polling waits, link emulation) wake within microseconds rather
   // than the default 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

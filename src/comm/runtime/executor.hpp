@@ -13,12 +13,12 @@
 
 namespace strata::comm {
 
-class Executor {
+class CommThread {
  public:
-  Executor();
-  ~Executor();  // runs what is queued, then joins the thread
-  Executor(const Executor&) = delete;
-  Executor& operator=(const Executor&) = delete;
+  CommThread();
+  ~CommThread();  // runs what is queued, then joins the thread
+  CommThread(const CommThread&) = delete;
+  CommThread& operator=(const CommThread&) = delete;
 
   Work submit(std::function<void()> task);
   // True on the communication thread (algorithms assert they run there).
