@@ -6,7 +6,7 @@ eager and compiled runs of the same model and shape, from the JSON results in on
                      the same model and shape sharded over NCCL
   torch_eager.json, torch_compile.json   bench/torch_gpt2_gpu.py
   strata_llama_step.json   `strata bench step --device cuda --json` of a Llama (no PyTorch run)
-TFLOP/s = tokens/s x strata's FLOPs per token (GPTConfig::flops_per_token, the same count for
+TFLOP/s = tokens/s x strata's FLOPs per token (ModelConfig::flops_per_token, the same count for
 the GPT-2 rows; the Llama row its own model's); MFU = TFLOP/s / --peak-tflops (H200: 989, dense
 bf16). A missing result is a row of dashes.
   python3 bench/gpu_check_table.py RESULTS_DIR [--peak-tflops 989]

@@ -14,20 +14,20 @@ namespace {
 
 using strata::model::ArenaAccess;
 using strata::model::GPT;
-using strata::model::GPTConfig;
+using strata::model::ModelConfig;
 
 struct Shape {
-  GPTConfig config;
+  ModelConfig config;
   int batch;
 };
 
-Shape small() { return {GPTConfig::preset("small"), 4}; }
+Shape small() { return {ModelConfig::preset("small"), 4}; }
 // hidden 128, 4 layers, 4 heads, seq 128, vocab 256
-Shape h128() { return {GPTConfig{4, 4, 128, 128, 256, 256}, 8}; }
+Shape h128() { return {ModelConfig{4, 4, 128, 128, 256, 256}, 8}; }
 
 void run(benchmark::State& state, const Shape& shape, bool backward) {
   omp_set_num_threads(2);
-  const GPTConfig& cfg = shape.config;
+  const ModelConfig& cfg = shape.config;
   const int B = shape.batch, T = cfg.seq_len;
   GPT gpt(cfg, B, T);
   std::vector<float> params(gpt.layout().total_floats()), grads(params.size());

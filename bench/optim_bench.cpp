@@ -79,7 +79,7 @@ void BM_SumSquares(benchmark::State& state) {
 
 void arena_sizes(benchmark::internal::Benchmark* b) {
   // 64 Ki floats stay in cache (compute-bound); the `small` arena does not (memory-bound).
-  const auto small = static_cast<std::int64_t>(model::ParamLayout(model::GPTConfig::preset("small")).total_floats());
+  const auto small = static_cast<std::int64_t>(model::ParamLayout(model::ModelConfig::preset("small")).total_floats());
   for (std::int64_t n : {std::int64_t{1} << 16, small})
     for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) b->Args({static_cast<std::int64_t>(isa), n});
   b->ArgNames({"isa", "n"})->UseRealTime();

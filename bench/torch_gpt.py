@@ -31,7 +31,7 @@ import time
 
 import torch_llama  # this folder: the Llama twin (imports no torch itself)
 
-# Shapes of strata's presets (src/model/config.cpp), fields as in GPTConfig::to_json().
+# Shapes of strata's presets (src/model/config.cpp), fields as in ModelConfig::to_json().
 PRESETS = {
     "tiny": dict(n_layer=2, n_head=2, n_embd=64, seq_len=64, vocab_size=256, padded_vocab_size=256),
     "small": dict(n_layer=6, n_head=6, n_embd=384, seq_len=256, vocab_size=256, padded_vocab_size=256),

@@ -9,7 +9,7 @@ imported by the caller's build_model).
 """
 import math
 
-# Shapes of strata's Llama presets (src/model/config.cpp), fields as in GPTConfig::to_json().
+# Shapes of strata's Llama presets (src/model/config.cpp), fields as in ModelConfig::to_json().
 PRESETS = {
     "llama-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, seq_len=64, vocab_size=256,
                        padded_vocab_size=256, ffn_hidden=0),
@@ -19,7 +19,7 @@ PRESETS = {
 
 
 def ffn_size(cfg):
-    """GPTConfig::ffn_size: Llama's 8/3 n_embd rounded up to a multiple of 256 unless given."""
+    """ModelConfig::ffn_size: Llama's 8/3 n_embd rounded up to a multiple of 256 unless given."""
     if cfg.get("ffn_hidden", 0) > 0:
         return cfg["ffn_hidden"]
     hidden = 2 * (4 * cfg["n_embd"]) // 3

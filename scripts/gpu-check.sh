@@ -17,7 +17,7 @@
 #   7. a tinyllama-1.1b training step in bf16, batch 4 x seq 1024 (Llama: grouped-query
 #      attention, SwiGLU), strata alone: last, in what is left of the budget
 # and prints a short table last. FLOPs per token are strata's count for the model
-# (GPTConfig::flops_per_token: 6 x matmul parameters + causal attention), the same for both.
+# (ModelConfig::flops_per_token: 6 x matmul parameters + causal attention), the same for both.
 # With $OUT set, the full log and every JSON result go there.
 # First, before anything else, it says where strata's Debian packages come from: the machine's
 # own when it has every one of scripts/packages.sh's strata_library_packages, else all of them

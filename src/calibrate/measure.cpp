@@ -197,7 +197,7 @@ struct Matmul {
 
 // The linear layers of the model at the plan's tokens a micro-batch, and at a quarter and a
 // sixteenth of them: the curve spans the sizes the step runs and smaller.
-std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int tokens) {
+std::vector<MatmulShape> model_matmuls(const model::ModelConfig& config, int tokens) {
   const int C = config.n_embd;
   std::vector<MatmulShape> out;
   for (int rows : {tokens, std::max(1, tokens / 4), std::max(1, tokens / 16)})
@@ -208,7 +208,7 @@ std::vector<MatmulShape> model_matmuls(const model::GPTConfig& config, int token
 
 // The model's widest matmul (the MLP's up-projection) at a micro-batch's tokens.
 MatmulShape widest_matmul(const MeasureOptions& o) {
-  const model::GPTConfig config = model::GPTConfig::preset(o.model);
+  const model::ModelConfig config = model::ModelConfig::preset(o.model);
   return {o.micro_batch * (o.seq > 0 ? o.seq : config.seq_len), config.n_embd, 4 * config.n_embd};
 }
 
@@ -278,7 +278,7 @@ class ComputeTimer {
  public:
   explicit ComputeTimer(const MeasureOptions& o)
       : o_(o),
-        config_(model::GPTConfig::preset(o.model)),
+        config_(model::ModelConfig::preset(o.model)),
         seq_(o.seq > 0 ? o.seq : config_.seq_len),
         shapes_(model_matmuls(config_, o.micro_batch * seq_)),
         matmuls_(shapes_.size()) {}
@@ -336,7 +336,7 @@ class ComputeTimer {
 
  private:
   const MeasureOptions& o_;
-  model::GPTConfig config_;
+  model::ModelConfig config_;
   int seq_;
   std::vector<MatmulShape> shapes_;
   std::vector<plan::PassTimings> matmuls_;
@@ -410,7 +410,7 @@ Measured measure(const MeasureOptions& o) {
     if (o.points < 2) throw Error(fmt::format("calibrate: --points {} must be at least 2", o.points));
     if (o.iterations < 1) throw Error(fmt::format("calibrate: --iterations {} must be at least 1", o.iterations));
     if (o.micro_batch < 1) throw Error(fmt::format("calibrate: --micro-batch {} must be positive", o.micro_batch));
-    const model::GPTConfig config = model::GPTConfig::preset(o.model);
+    const model::ModelConfig config = model::ModelConfig::preset(o.model);
     if (o.seq < 0 || o.seq > config.seq_len)
       throw Error(fmt::format("calibrate: --seq {} must be in 1..{} (model '{}')", o.seq, config.seq_len, o.model));
     loaded.emplace(topo::Topology::load(o.topology));

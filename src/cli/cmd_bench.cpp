@@ -61,7 +61,7 @@ void run_bench_step(const StepArgs& a) {
   train::Settings settings{{"model.preset", a.model}};
   for (auto& o : a.overrides)
     if (o.option->count() > 0) settings[o.key] = o.value;
-  const model::GPTConfig config = train::build_model(settings);
+  const model::ModelConfig config = train::build_model(settings);
   const int seq = a.seq > 0 ? a.seq : config.seq_len;
   auto positive = [](const char* flag, int v) {
     if (v <= 0) throw strata::Error(fmt::format("bench step: {} = {}: must be positive", flag, v));

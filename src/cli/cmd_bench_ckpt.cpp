@@ -44,7 +44,7 @@ double best_seconds(int repeats, F&& f) {
 
 void run_bench_ckpt(const CkptArgs& a) {
   if (a.repeats <= 0) throw Error(fmt::format("bench ckpt: --repeats = {}: must be positive", a.repeats));
-  const model::GPTConfig config = model::GPTConfig::preset(a.model);
+  const model::ModelConfig config = model::ModelConfig::preset(a.model);
   train::LocalEngine engine(config, 1, 16, 1);
   const fs::path root = a.dir.empty() ? fs::temp_directory_path() / fmt::format("strata_bench_ckpt_{}", ::getpid())
                                       : fs::path(a.dir);

@@ -45,7 +45,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void run_bench_decode(const DecodeArgs& a) {
-  const model::GPTConfig config = train::build_model({{"model.preset", a.model}});
+  const model::ModelConfig config = train::build_model({{"model.preset", a.model}});
   if (a.repeats <= 0) throw Error(fmt::format("bench decode: --repeats = {}: must be positive", a.repeats));
   if (a.threads < 0) throw Error(fmt::format("bench decode: --threads = {}: must be positive", a.threads));
   for (int n : a.contexts)

@@ -47,7 +47,7 @@ struct SampleArgs {
 // that `strata export` wrote (its metadata); for another's, --model and/or --config (the run's
 // config file, its [model] section) describe it, and they win over the metadata.
 struct Weights {
-  model::GPTConfig config;
+  model::ModelConfig config;
   AlignedBuffer<float> params;
   std::string source;
 };
@@ -70,7 +70,7 @@ Weights load_weights(const SampleArgs& a) {
     return w;
   }
   if (a.model.empty() && a.config.empty()) {
-    const std::optional<model::GPTConfig> recorded = data::safetensors_model(data::SafetensorsFile(a.safetensors));
+    const std::optional<model::ModelConfig> recorded = data::safetensors_model(data::SafetensorsFile(a.safetensors));
     if (!recorded)
       throw Error(fmt::format("sample: --safetensors {}: the file carries no model config; give --model PRESET or "
                               "--config FILE (the config the run was trained with)",
@@ -109,7 +109,7 @@ void run_sample(SampleArgs a) {
   a.sampling.validate();
   const std::string prompt = read_prompt(a);
   const Weights w = load_weights(a);
-  const model::GPTConfig& cfg = w.config;
+  const model::ModelConfig& cfg = w.config;
   const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(a.tokenizer);
   if (tokenizer->vocab_size() > cfg.vocab_size)
     throw Error(fmt::format("sample: --tokenizer: tokenizer '{}' has {} ids, more than the model's vocab_size = {}",

@@ -212,7 +212,7 @@ std::string steps_of(const train::TrainConfig& config, const train::Trainer& tra
 
 // The shape trained, not only the preset it started from: "gpt2 4 layers x 128 wide, 2 heads,
 // 0.84M parameters".
-std::string model_shape(const model::GPTConfig& m) {
+std::string model_shape(const model::ModelConfig& m) {
   const std::string kv = m.kv_heads() != m.n_head ? fmt::format(" over {} K/V", m.kv_heads()) : "";
   return fmt::format("{} {} layers x {} wide, {} heads{}, {:.2f}M parameters", model::family_name(m.family),
                      m.n_layer, m.n_embd, m.n_head, kv, static_cast<double>(m.num_params()) / 1e6);

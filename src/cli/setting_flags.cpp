@@ -20,8 +20,8 @@ std::string default_note(const std::string& key) {
   const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
   if (section == "model" && name != "preset") {
     std::vector<std::string> per_preset;
-    for (const std::string& preset : model::GPTConfig::preset_names()) {
-      const nlohmann::json v = model::GPTConfig::preset(preset).to_json()[name];
+    for (const std::string& preset : model::ModelConfig::preset_names()) {
+      const nlohmann::json v = model::ModelConfig::preset(preset).to_json()[name];
       per_preset.push_back(fmt::format("{} {}", preset, v.is_string() ? v.get<std::string>() : v.dump()));
     }
     return fmt::format(" [default: the --model preset's: {}]", fmt::join(per_preset, ", "));

@@ -254,17 +254,17 @@ void import_hf_safetensors(const model::ParamLayout& layout, const fs::path& pat
   }
 }
 
-std::optional<model::GPTConfig> safetensors_model(const SafetensorsFile& file) {
+std::optional<model::ModelConfig> safetensors_model(const SafetensorsFile& file) {
   const auto it = file.metadata().find(std::string(kModelMetadataKey));
   if (it == file.metadata().end()) return std::nullopt;
   try {
-    return model::GPTConfig::from_json(nlohmann::json::parse(it->second));
+    return model::ModelConfig::from_json(nlohmann::json::parse(it->second));
   } catch (const std::exception& e) {
     throw Error(fmt::format("{}: metadata '{}': {}", file.path().string(), kModelMetadataKey, e.what()));
   }
 }
 
-nlohmann::json hf_config_json(const model::GPTConfig& c) {
+nlohmann::json hf_config_json(const model::ModelConfig& c) {
   if (c.family == model::Family::Llama)
     return {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},

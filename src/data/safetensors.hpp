@@ -81,10 +81,10 @@ void import_hf_safetensors(const model::ParamLayout& layout, const std::filesyst
 
 // The model a file from export_hf_safetensors records in its metadata; nullopt for a file
 // without it (another tool's, or an export from before it was recorded).
-std::optional<model::GPTConfig> safetensors_model(const SafetensorsFile& file);
+std::optional<model::ModelConfig> safetensors_model(const SafetensorsFile& file);
 
 // The model's config.json in Hugging Face's form for its family (GPT2Config or LlamaConfig field
 // names), so that transformers' from_pretrained loads the exported folder.
-nlohmann::json hf_config_json(const model::GPTConfig& config);
+nlohmann::json hf_config_json(const model::ModelConfig& config);
 
 }  // namespace strata::data

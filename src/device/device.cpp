@@ -19,7 +19,7 @@ namespace strata::device {
 void Device::to_host(void* host, const void* memory, std::size_t bytes) { std::memcpy(host, memory, bytes); }
 void Device::from_host(void* memory, const void* host, std::size_t bytes) { std::memcpy(memory, host, bytes); }
 
-std::unique_ptr<model::Model> Device::make_model(const model::GPTConfig& config, int batch, int seq, bool recompute,
+std::unique_ptr<model::Model> Device::make_model(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                                  Precision precision) {
   if (precision != Precision::F32)
     throw Error(fmt::format("train.precision = '{}': the {} device computes in fp32 only", precision_name(precision),
@@ -27,7 +27,7 @@ std::unique_ptr<model::Model> Device::make_model(const model::GPTConfig& config,
   return model::make_model(config, batch, seq, recompute, kernels());
 }
 
-std::uint64_t Device::model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+std::uint64_t Device::model_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                   Precision) const {
   return model::activation_bytes(config, batch, seq, recompute);
 }

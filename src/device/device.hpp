@@ -50,10 +50,10 @@ class Device {
 
   // The model of config.family computing on this device at `precision` (make_model's
   // contract); its activations come from this device's memory. The host computes fp32 only.
-  virtual std::unique_ptr<model::Model> make_model(const model::GPTConfig& config, int batch, int seq,
+  virtual std::unique_ptr<model::Model> make_model(const model::ModelConfig& config, int batch, int seq,
                                                    bool recompute, Precision precision);
   // Bytes of device memory such a model takes (activations, their gradients, its scratch).
-  virtual std::uint64_t model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+  virtual std::uint64_t model_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     Precision precision) const;
   // optim::sum_squares and optim::adamw_update_range over this device's memory.
   virtual double sum_squares(const float* x, std::size_t n);

@@ -23,8 +23,8 @@ Family parse_family(std::string_view name) {
   throw Error(fmt::format("model.family = '{}': unknown family (known: gpt2, llama)", name));
 }
 
-GPTConfig llama(int n_layer, int n_head, int n_kv_head, int n_embd, int seq_len, int vocab_size, int ffn_hidden) {
-  GPTConfig c{n_layer, n_head, n_embd, seq_len, vocab_size, pad_vocab(vocab_size)};
+ModelConfig llama(int n_layer, int n_head, int n_kv_head, int n_embd, int seq_len, int vocab_size, int ffn_hidden) {
+  ModelConfig c{n_layer, n_head, n_embd, seq_len, vocab_size, pad_vocab(vocab_size)};
   c.family = Family::Llama;
   c.n_kv_head = n_kv_head;
   c.ffn_hidden = ffn_hidden;
@@ -33,12 +33,12 @@ GPTConfig llama(int n_layer, int n_head, int n_kv_head, int n_embd, int seq_len,
 
 }  // namespace
 
-std::vector<std::string> GPTConfig::preset_names() {
+std::vector<std::string> ModelConfig::preset_names() {
   return {"tiny", "mini", "small", "gpt2-124m", "llama-tiny", "llama-small", "tinyllama-1.1b", "llama2-7b"};
 }
 
-GPTConfig GPTConfig::preset(std::string_view name) {
-  GPTConfig c;
+ModelConfig ModelConfig::preset(std::string_view name) {
+  ModelConfig c;
   if (name == "tiny") {
     c = {2, 2, 64, 64, 256, 256};
   } else if (name == "mini") {  // between them: steps of about a second on the namespace cluster
@@ -62,7 +62,7 @@ GPTConfig GPTConfig::preset(std::string_view name) {
   return c;
 }
 
-void GPTConfig::validate() const {
+void ModelConfig::validate() const {
   auto positive = [](const char* field, int v) {
     if (v <= 0) throw Error(fmt::format("model.{} = {}: must be positive", field, v));
   };
@@ -103,7 +103,7 @@ void GPTConfig::validate() const {
                             vocab_size));
 }
 
-int GPTConfig::ffn_size() const {
+int ModelConfig::ffn_size() const {
   if (family == Family::Gpt2) return 4 * n_embd;
   if (ffn_hidden > 0) return ffn_hidden;
   constexpr int kMultipleOf = 256;  // Llama's multiple_of
@@ -111,7 +111,7 @@ int GPTConfig::ffn_size() const {
   return (hidden + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 
-std::int64_t GPTConfig::num_params() const {
+std::int64_t ModelConfig::num_params() const {
   const std::int64_t C = n_embd, L = n_layer;
   if (family == Family::Llama) {
     const std::int64_t kv = static_cast<std::int64_t>(kv_heads()) * head_dim(), F = ffn_size();
@@ -128,7 +128,7 @@ std::int64_t GPTConfig::num_params() const {
          L * per_block + 2 * C;
 }
 
-double GPTConfig::flops_per_token(int seq) const {
+double ModelConfig::flops_per_token(int seq) const {
   // Matmul weights only (embedding lookups cost no FLOPs, the tied LM head does).
   const double C = n_embd, L = n_layer, kv = static_cast<double>(kv_heads()) * head_dim(), F = ffn_size();
   const double block = family == Family::Llama ? 2 * C * C + 2 * C * kv + 3 * C * F : 12.0 * C * C;
@@ -138,16 +138,16 @@ double GPTConfig::flops_per_token(int seq) const {
   return 6.0 * matmul_params + attention;
 }
 
-nlohmann::json GPTConfig::to_json() const {
+nlohmann::json ModelConfig::to_json() const {
   return {{"family", family_name(family)}, {"n_layer", n_layer},       {"n_head", n_head},
           {"n_kv_head", n_kv_head},          {"n_embd", n_embd},         {"ffn_hidden", ffn_hidden},
           {"seq_len", seq_len},              {"vocab_size", vocab_size}, {"padded_vocab_size", padded_vocab_size},
           {"rope_theta", rope_theta}};
 }
 
-GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
+ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw Error("model: expected a JSON object");
-  GPTConfig c;
+  ModelConfig c;
   const std::pair<const char*, int*> fields[] = {
       {"n_layer", &c.n_layer},   {"n_head", &c.n_head},         {"n_embd", &c.n_embd},
       {"seq_len", &c.seq_len},   {"vocab_size", &c.vocab_size}, {"padded_vocab_size", &c.padded_vocab_size}};

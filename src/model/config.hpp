@@ -17,8 +17,7 @@ namespace strata::model {
 enum class Family { Gpt2, Llama };
 std::string_view family_name(Family f);  // "gpt2", "llama"
 
-// Named GPTConfig for history: it describes both families (a GPT-style decoder).
-struct GPTConfig {
+struct ModelConfig {
   int n_layer = 2;
   int n_head = 2;
   int n_embd = 64;
@@ -33,7 +32,7 @@ struct GPTConfig {
 
   // Presets: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b.
   // Throws Error listing the known names.
-  static GPTConfig preset(std::string_view name);
+  static ModelConfig preset(std::string_view name);
   static std::vector<std::string> preset_names();
 
   // Throws Error naming the field and the problem ("model.n_head = 5 does not divide ...").
@@ -47,8 +46,8 @@ struct GPTConfig {
   double flops_per_token(int seq) const;
 
   nlohmann::json to_json() const;
-  static GPTConfig from_json(const nlohmann::json& j);  // throws Error on missing/unknown keys
-  bool operator==(const GPTConfig&) const = default;
+  static ModelConfig from_json(const nlohmann::json& j);  // throws Error on missing/unknown keys
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // Round a vocabulary up to the next multiple of 64 (50257 -> 50304).

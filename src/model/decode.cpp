@@ -11,7 +11,7 @@
 
 namespace strata::model {
 
-Decoder::Decoder(const GPTConfig& config, int max_len, const Kernels& kernels)
+Decoder::Decoder(const ModelConfig& config, int max_len, const Kernels& kernels)
     : layout_(config), max_len_(max_len), kernels_(kernels) {
   if (max_len <= 0 || max_len > config.seq_len)
     throw Error(fmt::format("decoder: max_len = {}: must be in [1, model.seq_len = {}]", max_len, config.seq_len));
@@ -25,7 +25,7 @@ int Decoder::begin_step(std::int32_t token) {
   return position_;
 }
 
-std::unique_ptr<Decoder> make_decoder(const GPTConfig& config, int max_len, const Kernels& kernels) {
+std::unique_ptr<Decoder> make_decoder(const ModelConfig& config, int max_len, const Kernels& kernels) {
   return config.family == Family::Llama ? make_llama_decoder(config, max_len, kernels)
                                         : make_gpt_decoder(config, max_len, kernels);
 }

@@ -13,7 +13,7 @@ namespace {
 
 class GptDecoder final : public Decoder {
  public:
-  GptDecoder(const GPTConfig& config, int max_len, const Kernels& kernels)
+  GptDecoder(const ModelConfig& config, int max_len, const Kernels& kernels)
       : Decoder(config, max_len, kernels),
         block_(block_offsets(layout_)),
         embed_(embedding_offsets(layout_)),
@@ -28,7 +28,7 @@ class GptDecoder final : public Decoder {
 
   const float* step(const float* params, std::int32_t token) override {
     const int t = begin_step(token);
-    const GPTConfig& cfg = config();
+    const ModelConfig& cfg = config();
     const int C = cfg.n_embd, NH = cfg.n_head;
     const Kernels& k = kernels_;
     const Range row{0, 1};
@@ -75,7 +75,7 @@ class GptDecoder final : public Decoder {
 
 }  // namespace
 
-std::unique_ptr<Decoder> make_gpt_decoder(const GPTConfig& config, int max_len, const Kernels& kernels) {
+std::unique_ptr<Decoder> make_gpt_decoder(const ModelConfig& config, int max_len, const Kernels& kernels) {
   if (config.family != Family::Gpt2)
     throw Error(fmt::format("decoder: GPT decoder built for family {}", family_name(config.family)));
   return std::make_unique<GptDecoder>(config, max_len, kernels);

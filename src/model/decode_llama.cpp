@@ -18,7 +18,7 @@ using namespace llama_kernels;
 
 class LlamaDecoder final : public Decoder {
  public:
-  LlamaDecoder(const GPTConfig& config, int max_len, const Kernels& kernels)
+  LlamaDecoder(const ModelConfig& config, int max_len, const Kernels& kernels)
       : Decoder(config, max_len, kernels), off_(llama_offsets(layout_)) {
     const std::size_t C = config.n_embd, L = config.n_layer, F = config.ffn_size();
     const std::size_t KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
@@ -32,7 +32,7 @@ class LlamaDecoder final : public Decoder {
 
   const float* step(const float* params, std::int32_t token) override {
     const int t = begin_step(token);
-    const GPTConfig& cfg = config();
+    const ModelConfig& cfg = config();
     const int C = cfg.n_embd, NH = cfg.n_head, NKV = cfg.kv_heads(), hd = cfg.head_dim(), F = cfg.ffn_size();
     const int KV = NKV * hd;
     const Range row{0, 1};
@@ -84,7 +84,7 @@ class LlamaDecoder final : public Decoder {
 
 }  // namespace
 
-std::unique_ptr<Decoder> make_llama_decoder(const GPTConfig& config, int max_len, const Kernels& kernels) {
+std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& config, int max_len, const Kernels& kernels) {
   if (config.family != Family::Llama)
     throw Error(fmt::format("decoder: Llama decoder built for family {}", family_name(config.family)));
   return std::make_unique<LlamaDecoder>(config, max_len, kernels);

@@ -30,11 +30,11 @@ class Decoder {
   int position() const { return position_; }  // positions cached so far
   int max_len() const { return max_len_; }
   const ParamLayout& layout() const { return layout_; }
-  const GPTConfig& config() const { return layout_.config(); }
+  const ModelConfig& config() const { return layout_.config(); }
 
  protected:
   // Throws Error unless 1 <= max_len <= config.seq_len.
-  Decoder(const GPTConfig& config, int max_len, const Kernels& kernels);
+  Decoder(const ModelConfig& config, int max_len, const Kernels& kernels);
   // Checks `token` and that a position is left; returns the position this step fills.
   int begin_step(std::int32_t token);
   void end_step() { ++position_; }
@@ -48,7 +48,7 @@ class Decoder {
 };
 
 // The decoder of config.family for sequences of up to max_len (<= config.seq_len) positions.
-std::unique_ptr<Decoder> make_decoder(const GPTConfig& config, int max_len,
+std::unique_ptr<Decoder> make_decoder(const ModelConfig& config, int max_len,
                                       const Kernels& kernels = kernels_for(detected_isa()));
 
 // Causal attention of one query position over the n cached positions, shared by both families:
@@ -59,7 +59,7 @@ void attend_cached(float* out, float* scores, const float* q, const float* k_cac
                    int NH, int NKV, int hd, int kv_stride);
 
 // The families' decoders, for make_decoder.
-std::unique_ptr<Decoder> make_gpt_decoder(const GPTConfig& config, int max_len, const Kernels& kernels);
-std::unique_ptr<Decoder> make_llama_decoder(const GPTConfig& config, int max_len, const Kernels& kernels);
+std::unique_ptr<Decoder> make_gpt_decoder(const ModelConfig& config, int max_len, const Kernels& kernels);
+std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& config, int max_len, const Kernels& kernels);
 
 }  // namespace strata::model

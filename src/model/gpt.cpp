@@ -60,7 +60,7 @@ struct GPT::Impl {
 
   std::vector<std::int32_t> tokens, targets;
 
-  std::size_t place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
+  std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
 
   // A block's pieces over all BT rows, shared by the runs with and without sequence
   // parallelism.
@@ -86,7 +86,7 @@ struct GPT::Impl {
 // they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice;
 // under sequence parallelism (`sp`) the residual stream, the norms' statistics and the
 // residual gradients hold the rank's R = BT/tp rows (the norms' outputs are kept gathered).
-std::size_t GPT::Impl::place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
+std::size_t GPT::Impl::place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, R = sp ? BT / tp : BT;
   const std::size_t NH = config.n_head / tp, Vp = config.padded_vocab_size / tp, Ca = C / tp, F = 4 * C / tp;
   BufferPlacer placer(base);
@@ -169,7 +169,7 @@ void GPT::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, cons
   k->column_sums(g + o.attn_b, dqkv, d.BT, 3 * d.Ca, team.share(3 * d.Ca, kColumnAlign));
 }
 
-GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
+GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
          const TensorParallel& tp)
     : layout_(config, tp.split),
       tp_group_(tp.group),
@@ -194,7 +194,7 @@ GPT::GPT(const GPTConfig& config, int batch, int seq, bool recompute, const Kern
   m.targets.resize(BT);
 }
 
-std::uint64_t GPT::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp,
+std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
                                     bool sequence_parallel) {
   Impl counter;
   return 4 * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute, nullptr);
@@ -318,7 +318,7 @@ void GPT::block_forward(int layer, const float* p) {
 
 float GPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) {
   Impl& m = *impl_;
-  const GPTConfig& cfg = config();
+  const ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd;
   check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
   std::copy(targets, targets + BT, m.targets.begin());
@@ -340,7 +340,7 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
 // Cross-entropy over logits split by vocabulary rows (vocab_parallel.hpp).
 float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte) {
   Impl& m = *impl_;
-  const GPTConfig& cfg = config();
+  const ModelConfig& cfg = config();
   const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
@@ -365,7 +365,7 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
                         float grad_scale) {
   Impl& m = *impl_;
   const Kernels& k = *m.k;
-  const GPTConfig& cfg = config();
+  const ModelConfig& cfg = config();
   const TensorSplit& tp = layout_.split();
   const VocabSlice slice(cfg, tp);
   const int BT = B_ * T_, C = cfg.n_embd, Vl = slice.rows;
@@ -551,7 +551,7 @@ float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, cons
   return loss;
 }
 
-std::vector<UnitEvent> GPT::event_order(const GPTConfig& config) {
+std::vector<UnitEvent> GPT::event_order(const ModelConfig& config) {
   using K = UnitEvent;
   const int L = config.n_layer, E = 0, F = L + 1;
   const Phase fwd = Phase::Forward, bwd = Phase::Backward;

@@ -33,14 +33,14 @@ class GPT final : public Model, public StageModel {
   // `kernels`: the table it computes with (the compute device's; by default the host's).
   // `tp`: this rank's slice of a tensor-parallel split and the group it all-reduces over
   // (tensor_parallel.hpp); its layout() is then the slice's.
-  GPT(const GPTConfig& config, int batch, int seq, bool recompute = false,
+  GPT(const ModelConfig& config, int batch, int seq, bool recompute = false,
       const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
 
   // Bytes of activations (and their gradient buffers) such a model allocates: one source for
   // the engines' memory reports and the planner. The attention backward's T x T scratch per
   // thread is not included.
   // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
-  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+  static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                         bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }
@@ -48,7 +48,7 @@ class GPT final : public Model, public StageModel {
   const ParamLayout& layout() const override { return layout_; }
   int batch() const override { return B_; }
   int seq() const override { return T_; }
-  static std::vector<UnitEvent> event_order(const GPTConfig& config);  // the walk above
+  static std::vector<UnitEvent> event_order(const ModelConfig& config);  // the walk above
   float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                          float grad_scale) override;
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;

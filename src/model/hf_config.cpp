@@ -262,12 +262,12 @@ HfModel read_hf_config(const fs::path& path) {
   return m;
 }
 
-GPTConfig to_gpt_config(const HfModel& hf) {
+ModelConfig to_gpt_config(const HfModel& hf) {
   if (hf.family != "gpt2" && hf.family != "llama")
     throw Error(fmt::format("{}: architectures = {}: strata train runs GPT-2 (GPT2LMHeadModel) and Llama "
                             "(LlamaForCausalLM) models; plan it with strata plan --model {}",
                             hf.path, hf.architecture, hf.path));
-  GPTConfig c;
+  ModelConfig c;
   c.n_layer = hf.layers;
   c.n_head = hf.heads;
   c.n_embd = hf.hidden;

@@ -39,6 +39,6 @@ HfModel read_hf_config(const std::filesystem::path& path);
 bool names_a_config_path(std::string_view name);
 // The config as a model strata trains (GPT-2 or Llama, as model/gpt.hpp and model/llama.hpp
 // run them); throws Error naming the architecture or the field it does not run.
-GPTConfig to_gpt_config(const HfModel& hf);
+ModelConfig to_gpt_config(const HfModel& hf);
 
 }  // namespace strata::model

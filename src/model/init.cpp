@@ -58,7 +58,7 @@ void init_params_range(const ParamLayout& layout, std::size_t begin, std::size_t
     throw Error(fmt::format("model: init range [{}, {}) is outside the arena of {} floats", begin, end,
                             layout.total_floats()));
   if (layout.split().size > 1) return init_slice_range(layout, begin, end, out, seed);
-  const GPTConfig& cfg = layout.config();
+  const ModelConfig& cfg = layout.config();
   std::fill(out, out + (end - begin), 0.f);  // biases, padding
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   constexpr std::size_t kChunk = 1 << 16;  // each chunk of a tensor draws from its own stream

@@ -10,7 +10,7 @@ namespace strata::model {
 
 static std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-ParamLayout::ParamLayout(const GPTConfig& config, TensorSplit split) : config_(config), split_(split) {
+ParamLayout::ParamLayout(const ModelConfig& config, TensorSplit split) : config_(config), split_(split) {
   config_.validate();
   const int N = split.size;
   if (N < 1 || split.rank < 0 || split.rank >= N)

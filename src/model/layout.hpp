@@ -127,9 +127,9 @@ class ParamLayout {
  public:
   // The whole model, or (split.size > 1) TP rank split.rank's slice of it; throws
   // Error naming --tp when the model does not split that way.
-  explicit ParamLayout(const GPTConfig& config, TensorSplit split = {});
+  explicit ParamLayout(const ModelConfig& config, TensorSplit split = {});
 
-  const GPTConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const TensorSplit& split() const { return split_; }
   // Where tensor t's slice sits in the whole tensor, in element indices, in slice order.
   std::vector<SliceRun> slice_runs(const TensorInfo& t) const;
@@ -158,7 +158,7 @@ class ParamLayout {
   std::vector<DecaySegment> decay_segments(std::size_t begin, std::size_t end) const;
 
  private:
-  GPTConfig config_;
+  ModelConfig config_;
   TensorSplit split_;
   std::vector<UnitInfo> units_;
   std::vector<TensorInfo> tensors_;

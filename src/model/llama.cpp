@@ -204,7 +204,7 @@ void add_rows(float* y, const float* x, int C, Range rows) {
     y[i] += x[i];
 }
 
-void rope_tables(const GPTConfig& config, int T, std::vector<float>& cos, std::vector<float>& sin) {
+void rope_tables(const ModelConfig& config, int T, std::vector<float>& cos, std::vector<float>& sin) {
   // Angles in double, as HF's inv_freq = theta^(-2j/hd) times the position.
   const int half = config.head_dim() / 2;
   cos.resize(static_cast<std::size_t>(T) * half);
@@ -268,13 +268,13 @@ struct Llama::Impl {
 
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 
-  std::size_t place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
+  std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
 // they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads'
 // buffers, the MLP's and the logits hold this rank's slice.
-std::size_t Llama::Impl::place(const GPTConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
+std::size_t Llama::Impl::place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Cq = C / tp, R = sp ? BT / tp : BT;
   const std::size_t NH = config.n_head / tp, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim() / tp;
   const std::size_t F = config.ffn_size() / tp, Vp = config.padded_vocab_size / tp;
@@ -300,7 +300,7 @@ std::size_t Llama::Impl::place(const GPTConfig& config, int tp, bool sp, int B, 
   return placer.floats();
 }
 
-Llama::Llama(const GPTConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
+Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
              const TensorParallel& tp)
     : layout_(config, tp.split), tp_group_(tp.group), sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
       shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
@@ -327,7 +327,7 @@ Llama::~Llama() = default;
 
 const float* Llama::logits() const { return impl_->logits; }
 
-std::uint64_t Llama::activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp,
+std::uint64_t Llama::activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
                                       bool sequence_parallel) {
   Impl counter;
   return sizeof(float) * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute, nullptr);
@@ -490,7 +490,7 @@ void Llama::block_forward_sequence_parallel(int layer, const float* p) {
 
 float Llama::head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets) {
   Impl& m = *impl_;
-  const GPTConfig& cfg = config();
+  const ModelConfig& cfg = config();
   const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
@@ -519,7 +519,7 @@ float Llama::head_forward(const float* norm_params, const float* head_params, co
 void Llama::head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
                           float grad_scale) {
   Impl& m = *impl_;
-  const GPTConfig& cfg = config();
+  const ModelConfig& cfg = config();
   const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   const float scale = grad_scale / BT;
@@ -673,7 +673,7 @@ float Llama::forward_backward(UnitAccess& access, const std::int32_t* tokens, co
   return loss;
 }
 
-std::vector<UnitEvent> Llama::event_order(const GPTConfig& config) {
+std::vector<UnitEvent> Llama::event_order(const ModelConfig& config) {
   using K = UnitEvent;
   const int L = config.n_layer, E = 0, N = L + 1, H = L + 2;
   const Phase fwd = Phase::Forward, bwd = Phase::Backward;

@@ -40,14 +40,14 @@ class Llama final : public Model, public StageModel {
   // (tensor_parallel.hpp: q, k, v, gate and up column-parallel over heads and SwiGLU columns,
   // o_proj and down_proj row-parallel, the embedding and LM head vocab-parallel); its
   // layout() is then the slice's. Rotary embeddings rotate the rank's own heads.
-  Llama(const GPTConfig& config, int batch, int seq, bool recompute = false,
+  Llama(const ModelConfig& config, int batch, int seq, bool recompute = false,
         const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
   ~Llama() override;
 
   const ParamLayout& layout() const override { return layout_; }
   int batch() const override { return B_; }
   int seq() const override { return T_; }
-  static std::vector<UnitEvent> event_order(const GPTConfig& config);  // the walk above
+  static std::vector<UnitEvent> event_order(const ModelConfig& config);  // the walk above
 
   float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                          float grad_scale) override;
@@ -55,7 +55,7 @@ class Llama final : public Model, public StageModel {
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
   // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
-  static std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+  static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                         bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
   bool recompute() const override { return recompute_; }

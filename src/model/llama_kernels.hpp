@@ -20,6 +20,6 @@ void rope_forward(float* x, int heads, int hd, int T, const float* cos, const fl
 // act = silu(gate) * up over rows of [N,F].
 void swiglu_forward(float* act, const float* gate, const float* up, int F, Range rows);
 // cos and sin of the rotary angles of positions [0, T): [T, hd/2] each.
-void rope_tables(const GPTConfig& config, int T, std::vector<float>& cos, std::vector<float>& sin);
+void rope_tables(const ModelConfig& config, int T, std::vector<float>& cos, std::vector<float>& sin);
 
 }  // namespace strata::model::llama_kernels

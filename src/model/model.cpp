@@ -12,7 +12,7 @@ namespace strata::model {
 
 void Model::init_params(float* params, std::uint64_t seed) const { model::init_params(layout(), params, seed); }
 
-std::vector<UnitEvent> unit_event_order(const GPTConfig& config) {
+std::vector<UnitEvent> unit_event_order(const ModelConfig& config) {
   return config.family == Family::Llama ? Llama::event_order(config) : GPT::event_order(config);
 }
 
@@ -24,7 +24,7 @@ static void check_sequence_parallel(int tp, int batch, int seq) {
                             batch, seq));
 }
 
-std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int tp, int batch, int seq,
+std::vector<TensorParallelCall> tensor_parallel_calls(const ModelConfig& config, int tp, int batch, int seq,
                                                       bool recompute, bool sequence_parallel) {
   if (sequence_parallel) check_sequence_parallel(tp, batch, seq);
   if (tp == 1) return {};
@@ -36,20 +36,20 @@ std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, i
   return tensor_parallel_calls(walk);
 }
 
-std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp,
+std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
                                bool sequence_parallel) {
   return config.family == Family::Llama ? Llama::activation_bytes(config, batch, seq, recompute, tp, sequence_parallel)
                                         : GPT::activation_bytes(config, batch, seq, recompute, tp, sequence_parallel);
 }
 
-std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute,
+std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq, bool recompute,
                                   const Kernels& kernels, const TensorParallel& tp) {
   if (tp.sequence_parallel) check_sequence_parallel(tp.split.size, batch, seq);
   if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels, tp);
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
 }
 
-std::unique_ptr<StageModel> make_stage_model(const GPTConfig& config, int batch, int seq, bool recompute) {
+std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute) {
   if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute);
   return std::make_unique<GPT>(config, batch, seq, recompute);
 }

@@ -40,11 +40,11 @@ struct UnitEvent {
   bool operator==(const UnitEvent&) const = default;
 };
 // The walk of one training micro-batch of the config's family.
-std::vector<UnitEvent> unit_event_order(const GPTConfig& config);
+std::vector<UnitEvent> unit_event_order(const ModelConfig& config);
 // The TP collectives of one training micro-batch of `batch` x `seq` tokens under a split of
 // `tp` (none for tp 1), in the order forward_backward runs them: the walk of the whole model
 // in fp32 (tensor_parallel.hpp). Throws Error for a model that does not split so.
-std::vector<TensorParallelCall> tensor_parallel_calls(const GPTConfig& config, int tp, int batch, int seq,
+std::vector<TensorParallelCall> tensor_parallel_calls(const ModelConfig& config, int tp, int batch, int seq,
                                                       bool recompute, bool sequence_parallel = false);
 
 class Model {
@@ -52,7 +52,7 @@ class Model {
   virtual ~Model() = default;
 
   virtual const ParamLayout& layout() const = 0;
-  const GPTConfig& config() const { return layout().config(); }
+  const ModelConfig& config() const { return layout().config(); }
   virtual int batch() const = 0;
   virtual int seq() const = 0;
 
@@ -101,21 +101,21 @@ class StageModel {
   virtual float* residual_grad() = 0;
 };
 // The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`.
-std::unique_ptr<StageModel> make_stage_model(const GPTConfig& config, int batch, int seq, bool recompute = false);
+std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute = false);
 
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
 // `recompute`, computing with `kernels` (the compute device's; by default the
 // host's), holding `tp`'s slice of the model (tensor_parallel.hpp); throws Error
 // on other sizes.
-std::unique_ptr<Model> make_model(const GPTConfig& config, int batch, int seq, bool recompute = false,
+std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq, bool recompute = false,
                                   const Kernels& kernels = kernels_for(detected_isa()),
                                   const TensorParallel& tp = {});
 
 // Bytes of activations (and their gradient buffers) the model of config.family allocates for
 // such micro-batches: one source for the engines' memory reports and the planner.
 // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
-std::uint64_t activation_bytes(const GPTConfig& config, int batch, int seq, bool recompute, int tp = 1,
+std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                bool sequence_parallel = false);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.

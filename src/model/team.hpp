@@ -24,7 +24,7 @@ inline void check_ids(const std::int32_t* ids, std::size_t n, int vocab, const c
 
 // What every model's constructor refuses: another family's config, a micro-batch it cannot
 // hold, a split with no group to reduce over.
-inline void check_model_args(const GPTConfig& config, Family family, const char* model, int batch, int seq,
+inline void check_model_args(const ModelConfig& config, Family family, const char* model, int batch, int seq,
                              const TensorParallel& tp) {
   if (tp.split.size > 1 && !tp.group)
     throw Error(fmt::format("model: --tp {} needs a tensor-parallel group to reduce over", tp.split.size));

@@ -6,7 +6,7 @@
 
 namespace strata::model {
 
-VocabSlice::VocabSlice(const GPTConfig& config, TensorSplit split)
+VocabSlice::VocabSlice(const ModelConfig& config, TensorSplit split)
     : rows(config.padded_vocab_size / split.size),
       first(split.rank * rows),
       real(std::clamp(config.vocab_size - first, 0, rows)) {}

@@ -17,7 +17,7 @@ namespace strata::model {
 // first `real` are below vocab_size (logits past it carry no gradient). Without a split, every row.
 struct VocabSlice {
   int rows = 0, first = 0, real = 0;
-  VocabSlice(const GPTConfig& config, TensorSplit split);
+  VocabSlice(const ModelConfig& config, TensorSplit split);
   // A token's row in the slice, or -1 where another rank holds it.
   int local(std::int32_t token) const {
     const int l = token - first;

@@ -64,7 +64,7 @@ RunPlan plan_of_run(const std::filesystem::path& path) {
   try {
     const auto& config = s.at("config");
     const int world = s.at("world_size").get<int>();
-    const model::GPTConfig model = model::GPTConfig::from_json(s.at("model").at("config"));
+    const model::ModelConfig model = model::ModelConfig::from_json(s.at("model").at("config"));
     const auto& sh = config.at("shard");
     const auto& tr = config.at("train");
     parallel::ShardOptions options;

@@ -52,7 +52,7 @@ ModelShape llama(std::string name, int layers, int hidden, int heads, int kv_hea
 
 // The shape of one of strata's own trainable configs (either family), kept with it so the
 // plan takes units and activations from the runtime's model.
-ModelShape from_config(std::string name, const model::GPTConfig& c) {
+ModelShape from_config(std::string name, const model::ModelConfig& c) {
   ModelShape m;
   m.name = std::move(name);
   m.layers = c.n_layer;
@@ -199,13 +199,13 @@ ModelShape ModelShape::preset(std::string_view name) {
   if (name == "llama2-7b") return llama("llama2-7b", 32, 4096, 32, 32, 11008);
   if (name == "llama2-13b") return llama("llama2-13b", 40, 5120, 40, 40, 13824);
   if (name == "llama2-70b") return llama("llama2-70b", 80, 8192, 64, 8, 28672);
-  if (name == "tinyllama-1.1b") {  // TinyLlama-1.1B's config.json, as model::GPTConfig's preset
+  if (name == "tinyllama-1.1b") {  // TinyLlama-1.1B's config.json, as model::ModelConfig's preset
     ModelShape m = llama("tinyllama-1.1b", 22, 2048, 32, 4, 5632);
     m.seq = 2048;
     return m;
   }
   if (name == "gpt2-124m" || name == "tiny" || name == "mini" || name == "small" || name == "llama-tiny" || name == "llama-small")
-    return from_config(std::string(name), model::GPTConfig::preset(name));
+    return from_config(std::string(name), model::ModelConfig::preset(name));
   throw Error(fmt::format("--model '{}': unknown model (known: {}, custom with --shape FIELD=VALUE, or a Hugging Face "
                           "config.json or its folder)",
                           name, fmt::join(preset_names(), ", ")));
@@ -386,7 +386,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
   p.numel.push_back(static_cast<std::size_t>(norm_params(*this)));
   if (tied_head) {
     // The runtime's own order: the head reuses the embedding unit (model/gpt.hpp).
-    model::GPTConfig order_of;
+    model::ModelConfig order_of;
     order_of.n_layer = layers;
     p.events = model::unit_event_order(order_of);
     return p;
@@ -395,7 +395,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
   p.numel.push_back(V * h);
   // Untied head: the runtime's Llama walk (model/llama.cpp), whose embedding is a lookup needed
   // in forward only and whose final norm and head run together.
-  model::GPTConfig order_of;
+  model::ModelConfig order_of;
   order_of.family = model::Family::Llama;
   order_of.n_layer = layers;
   p.events = model::unit_event_order(order_of);

@@ -74,7 +74,7 @@ struct ModelShape {
   bool tied_head = false;    // LM head reuses the token embedding
   // strata's own models: units come from model::ParamLayout of this config (of its TP split
   // too, which the runtime splits).
-  std::optional<model::GPTConfig> gpt;
+  std::optional<model::ModelConfig> gpt;
   // Where the shape came from when it is not a preset (a Hugging Face config.json: its
   // architecture and path), and what was read there but not priced, each with why.
   std::string source;

@@ -33,7 +33,7 @@ std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, i
 
 }  // namespace
 
-PipelineSchedule::PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages,
+PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages,
                                    int stage, const StageReplicas& replicas, const std::vector<int>& stage_layers)
     : split_(parallel::stage_split(config.n_layer, stages, stage, stage_layers)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
@@ -143,7 +143,7 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
   return counted.snapshot();
 }
 
-PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch,
+PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::ModelConfig& config, int batch,
                                int seq, int micro_batches, std::uint64_t seed, bool recompute)
     : layout_(config), micro_batches_(micro_batches), tokens_per_batch_(static_cast<std::size_t>(batch) * seq) {
   int world = 0;

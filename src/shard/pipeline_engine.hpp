@@ -67,7 +67,7 @@ class PipelineSchedule {
  public:
   using Run = std::pair<std::size_t, std::size_t>;  // [begin, end) of the arena
   // `stage_layers`: --pp-layers (parallel::stage_split), empty for equal stages.
-  PipelineSchedule(const model::GPTConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
+  PipelineSchedule(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
                    const StageReplicas& replicas = {}, const std::vector<int>& stage_layers = {});
   const parallel::StageSplit& split() const { return split_; }
   const std::vector<parallel::PipelineAction>& program() const { return program_; }
@@ -111,7 +111,7 @@ class PipelineEngine final : public train::Engine {
  public:
   // Collective over MPI_COMM_WORLD. `options.pp` stages over `options.pp_tier`; each rank
   // starts from the whole model's initial weights (`seed`), as the single-process trainer.
-  PipelineEngine(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
+  PipelineEngine(const parallel::ShardOptions& options, const model::ModelConfig& config, int batch, int seq,
                  int micro_batches, std::uint64_t seed, bool recompute = false);
   ~PipelineEngine() override;
 

@@ -71,7 +71,7 @@ parallel::ParallelDims build_dims(const parallel::ShardOptions& options, const t
   return parallel::ParallelDims::model_parallel(topology, options.tp, level, 1, topology.outermost());
 }
 
-RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTConfig& config, int world_size) {
+RunLayout resolve_run(const parallel::ShardOptions& options, const model::ModelConfig& config, int world_size) {
   topo::Topology topology = resolve_topology(options, world_size);
   const parallel::ParallelDims dims = build_dims(options, topology);
   static_cast<void>(model::ParamLayout(config, {dims.tensor, 0}));  // a model that does not split is refused
@@ -90,7 +90,7 @@ TierCollectives host_tier_collectives(comm::Context&, const topo::ProcessGroups&
   return {mpi_levels(mpi), nullptr, {}};
 }
 
-ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
+ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const model::ModelConfig& config, int batch, int seq,
                                int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute,
                                Precision precision, const TierCollectivesFactory& tier_collectives) {
   // Host detection and communicator creation block inside MPI until every rank takes part.

@@ -53,7 +53,7 @@ struct RunLayout {
   topo::Topology data_parallel;
   ShardSpec spec;
 };
-RunLayout resolve_run(const parallel::ShardOptions& options, const model::GPTConfig& config, int world_size);
+RunLayout resolve_run(const parallel::ShardOptions& options, const model::ModelConfig& config, int world_size);
 
 // The collectives each level of the schedule runs on: for buffers in the compute device's
 // memory and for host values (executor.hpp's LevelCollectives), and whatever was built for
@@ -87,7 +87,7 @@ class ShardedRuntime {
  public:
   // Collective over MPI_COMM_WORLD (MPI must be initialised). `tier_collectives` chooses what
   // the levels run on for `device`'s memory.
-  ShardedRuntime(const parallel::ShardOptions& options, const model::GPTConfig& config, int batch, int seq,
+  ShardedRuntime(const parallel::ShardOptions& options, const model::ModelConfig& config, int batch, int seq,
                  int accumulation_steps, std::uint64_t seed, device::Device& device, bool recompute = false,
                  Precision precision = Precision::F32,
                  const TierCollectivesFactory& tier_collectives = host_tier_collectives);

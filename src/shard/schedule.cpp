@@ -517,7 +517,7 @@ UnitPlan unit_plan(const model::ParamLayout& layout) {
   return p;
 }
 
-TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::GPTConfig& config, int batch,
+TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::ModelConfig& config, int batch,
                                         int seq, bool recompute, bool sequence_parallel) {
   const auto calls = model::tensor_parallel_calls(config, dims.tensor, batch, seq, recompute, sequence_parallel);
   if (dims.tensor == 1) return {};

@@ -168,7 +168,7 @@ struct TensorParallelPlan {
   std::vector<model::TensorParallelCall> calls;
 };
 // The plan of a run's dims for micro-batches of `batch` x `seq` tokens (none without TP).
-TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::GPTConfig& config, int batch,
+TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::ModelConfig& config, int batch,
                                         int seq, bool recompute, bool sequence_parallel = false);
 
 class Schedule {

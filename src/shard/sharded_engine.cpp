@@ -43,7 +43,7 @@ model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, in
 // Tensor parallelism's model all-reduces through the engine and computes with the host's
 // kernels: the host only.
 std::unique_ptr<model::Model> reserve_and_make_model(const Schedule& schedule, device::Device& device,
-                                                     const model::GPTConfig& config, int batch, int seq,
+                                                     const model::ModelConfig& config, int batch, int seq,
                                                      bool recompute, Precision precision,
                                                      const model::TensorParallel& split) {
   if (split.split.size > 1 && (!device.host_visible() || precision != Precision::F32))
@@ -64,7 +64,7 @@ LevelCollectives mpi_levels(comm::TierComms& comms) {
 }
 
 std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device::Device& device,
-                                          const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                          const model::ModelConfig& config, int batch, int seq, bool recompute,
                                           Precision precision) {
   // The runtime's buffers are fp32 (4 bytes an element) whatever the products read.
   return schedule.memory_per_rank(4, device::kPoolAlignBytes).total() +
@@ -73,7 +73,7 @@ std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device
 
 // ---- Construction ------------------------------------------------------------------------
 
-ShardedEngine::ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx,
+ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx,
                              LevelCollectives levels, const ShardSpec& spec, int accumulation_steps,
                              std::uint64_t seed, device::Device& device, bool recompute,
                              const std::optional<TensorParallelism>& tp, Precision precision)

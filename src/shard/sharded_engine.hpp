@@ -62,12 +62,12 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // `levels` span the ranks of this rank's TP index over tp->dims.data_parallel_topology()
   // (ShardedRuntime); tensor parallelism runs on a host-visible device only (its model
   // computes with kernels()).
-  ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
+  ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
                 Precision precision = Precision::F32);
   // Over strata's MPI Communicators (host memory).
-  ShardedEngine(const model::GPTConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
+  ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
                 Precision precision = Precision::F32)
@@ -78,7 +78,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // What the engine reserves of `device` before its first allocation: every buffer it holds,
   // from the schedule's memory formula at the device pool's alignment, and the model's.
   static std::uint64_t device_bytes(const Schedule& schedule, const device::Device& device,
-                                    const model::GPTConfig& config, int batch, int seq, bool recompute,
+                                    const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     Precision precision);
 
   const model::ParamLayout& layout() const override { return model_->layout(); }

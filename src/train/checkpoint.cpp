@@ -504,7 +504,7 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
       mr.uint(m, "step", "", static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())));
   c.info_.world_size = static_cast<int>(mr.uint(m, "world_size", "", kMaxInt));
   try {
-    c.info_.model = model::GPTConfig::from_json(mr.at(m, "model", ""));
+    c.info_.model = model::ModelConfig::from_json(mr.at(m, "model", ""));
   } catch (const Error& e) {
     throw Error(fmt::format("{}: malformed: {}", mr.origin, e.what()));
   }
@@ -720,7 +720,7 @@ void Checkpoint::verify() const {
                             kManifestName, digest_hex(state_digest_), digest_hex(total)));
 }
 
-void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config) {
+void check_same_model(const Checkpoint& ckpt, const model::ModelConfig& config) {
   const auto saved = ckpt.info().model.to_json(), want = config.to_json();
   for (auto& [key, value] : saved.items()) {
     if (want[key] != value)

@@ -51,7 +51,7 @@ inline constexpr std::uint64_t kChecksumBlockBytes = std::uint64_t{1} << 20;
 // Everything a checkpoint records besides the state shards.
 struct CheckpointInfo {
   std::int64_t step = 0;           // optimizer steps completed
-  model::GPTConfig model;
+  model::ModelConfig model;
   int world_size = 1;
   nlohmann::json engine;           // Engine::describe() of the writer
   nlohmann::json run;              // settings a resume must match; compared key by key
@@ -165,7 +165,7 @@ class Checkpoint {
 };
 
 // Throws Error naming the first model field that differs, with both values.
-void check_same_model(const Checkpoint& ckpt, const model::GPTConfig& config);
+void check_same_model(const Checkpoint& ckpt, const model::ModelConfig& config);
 
 // What the trainer continues from, read from the manifest's data and trainer fields.
 struct TrainerState {

@@ -319,14 +319,14 @@ Settings read_config_file(const std::filesystem::path& path) {
   return parse_config_toml(read_file_text(path), path.string());
 }
 
-model::GPTConfig build_model(const Settings& settings, std::string* preset_name) {
+model::ModelConfig build_model(const Settings& settings, std::string* preset_name) {
   std::string name = "tiny";
   if (auto it = settings.find("model.preset"); it != settings.end()) name = as_string(it->first, it->second);
-  const std::vector<std::string> presets = model::GPTConfig::preset_names();
+  const std::vector<std::string> presets = model::ModelConfig::preset_names();
   const bool config_json =
       std::find(presets.begin(), presets.end(), name) == presets.end() && model::names_a_config_path(name);
   nlohmann::json model =
-      (config_json ? model::to_gpt_config(model::read_hf_config(name)) : model::GPTConfig::preset(name)).to_json();
+      (config_json ? model::to_gpt_config(model::read_hf_config(name)) : model::ModelConfig::preset(name)).to_json();
   bool padded_given = false, vocab_given = false;
   for (auto& [key, value] : settings) {
     if (!key.starts_with("model.") || key == "model.preset") continue;
@@ -342,7 +342,7 @@ model::GPTConfig build_model(const Settings& settings, std::string* preset_name)
   }
   if (vocab_given && !padded_given) model["padded_vocab_size"] = model::pad_vocab(model["vocab_size"].get<int>());
   if (preset_name) *preset_name = name;
-  return model::GPTConfig::from_json(model);
+  return model::ModelConfig::from_json(model);
 }
 
 TrainConfig build_config(const Settings& settings) {

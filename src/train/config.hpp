@@ -21,7 +21,7 @@ namespace strata::train {
 
 struct TrainConfig {
   std::string model_name = "tiny";  // the preset the model started from
-  model::GPTConfig model = model::GPTConfig::preset("tiny");
+  model::ModelConfig model = model::ModelConfig::preset("tiny");
 
   int batch = 4;        // sequences per micro-batch, per rank
   int seq = 0;          // tokens per sequence; 0 = model.seq_len
@@ -97,7 +97,7 @@ Settings parse_config_toml(std::string_view text, std::string_view origin);
 
 // The model the model.* settings describe: the preset (default tiny), then field by field;
 // a new vocab_size brings its padded size along unless that is given too. Validated.
-model::GPTConfig build_model(const Settings& settings, std::string* preset_name = nullptr);
+model::ModelConfig build_model(const Settings& settings, std::string* preset_name = nullptr);
 
 // Applies settings to the defaults and validates the result.
 TrainConfig build_config(const Settings& settings);

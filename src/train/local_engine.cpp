@@ -7,7 +7,7 @@ namespace strata::train {
 namespace {
 
 // The model comes first among the engine's members, so the pool is reserved here, before it.
-std::unique_ptr<model::Model> reserve_and_make_model(const model::GPTConfig& config, int batch, int seq,
+std::unique_ptr<model::Model> reserve_and_make_model(const model::ModelConfig& config, int batch, int seq,
                                                      bool recompute, device::Device& device,
                                                      Precision precision) {
   device.reserve(LocalEngine::device_bytes(config, batch, seq, recompute, device, precision));
@@ -16,14 +16,14 @@ std::unique_ptr<model::Model> reserve_and_make_model(const model::GPTConfig& con
 
 }  // namespace
 
-std::uint64_t LocalEngine::device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+std::uint64_t LocalEngine::device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                         const device::Device& device, Precision precision) {
   const model::ParamLayout layout(config);
   return 4 * device::pool_bytes(layout.total_floats() * sizeof(float)) +
          device.model_bytes(config, batch, seq, recompute, precision);
 }
 
-LocalEngine::LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute,
+LocalEngine::LocalEngine(const model::ModelConfig& config, int batch, int seq, std::uint64_t seed, bool recompute,
                          device::Device& device, Precision precision)
     : device_(device),
       model_(reserve_and_make_model(config, batch, seq, recompute, device, precision)),

@@ -18,12 +18,12 @@ class LocalEngine final : public Engine {
   // Activations for micro-batches of `batch` x `seq` tokens (recomputed in backward with
   // `recompute`); parameters initialised from `seed`; everything held and computed on
   // `device` at `precision` (the device refuses a precision it does not compute in).
-  LocalEngine(const model::GPTConfig& config, int batch, int seq, std::uint64_t seed, bool recompute = false,
+  LocalEngine(const model::ModelConfig& config, int batch, int seq, std::uint64_t seed, bool recompute = false,
               device::Device& device = device::host(), Precision precision = Precision::F32);
 
   // Device memory such an engine takes: the four arenas and the model's activations. The
   // engine reserves exactly this from its device before allocating anything.
-  static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+  static std::uint64_t device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     const device::Device& device, Precision precision);
 
   const model::ParamLayout& layout() const override { return model_->layout(); }

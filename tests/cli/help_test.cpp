@@ -80,7 +80,7 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
       // "the --model preset's: tiny 2, small 6, gpt2-124m 12": each preset's own value.
       ASSERT_TRUE(printed.starts_with("the --model preset's: ")) << printed;
       std::vector<std::string> expected;
-      for (const std::string& preset : model::GPTConfig::preset_names())
+      for (const std::string& preset : model::ModelConfig::preset_names())
         expected.push_back(fmt::format(
             "{} {}", preset, plain(train::build_model({{"model.preset", preset}}).to_json()[name])));
       EXPECT_EQ(printed, fmt::format("the --model preset's: {}", fmt::join(expected, ", ")));
@@ -90,7 +90,7 @@ TEST(CliHelp, EveryTrainFlagStatesTheDefaultARunUses) {
       EXPECT_EQ(train::build_config(with_data({{"optim.lr", 1e-3}})).min_lr, 1e-3f * 0.1f);
     } else if (key == "train.seq") {
       EXPECT_EQ(printed, "model.seq_len");
-      for (const std::string& preset : model::GPTConfig::preset_names()) {
+      for (const std::string& preset : model::ModelConfig::preset_names()) {
         const auto c = train::build_config(with_data({{"model.preset", preset}}));
         EXPECT_EQ(c.seq_len(), c.model.seq_len) << preset;
       }

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     rank_1_stalls();
     strata::parallel::ShardOptions options;
     options.strategy = "zero3";
-    strata::shard::ShardedRuntime runtime(options, strata::model::GPTConfig::preset("tiny"), 1, 8, 1, 1,
+    strata::shard::ShardedRuntime runtime(options, strata::model::ModelConfig::preset("tiny"), 1, 8, 1, 1,
                                           strata::device::host());
     std::fprintf(stderr, "rank 0: the wait returned without rank 1\n");
     return 0;

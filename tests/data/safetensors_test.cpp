@@ -35,8 +35,8 @@ std::string raw_file(const std::string& header, const std::string& data) {
   return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
 }
 
-model::GPTConfig tiny_with_real_vocab(int vocab) {
-  auto c = model::GPTConfig::preset("tiny");
+model::ModelConfig tiny_with_real_vocab(int vocab) {
+  auto c = model::ModelConfig::preset("tiny");
   c.vocab_size = vocab;
   c.padded_vocab_size = model::pad_vocab(vocab);
   return c;
@@ -186,11 +186,11 @@ TEST(Gpt2Export, HuggingFaceNamesTransposedConv1DAndTruncatedVocab) {
 
 TEST(Gpt2Export, ImportRefusesAnotherModelAndLeavesParamsAlone) {
   ScratchDir dir;
-  model::ParamLayout tiny(model::GPTConfig::preset("tiny"));
-  auto tiny_cfg = model::GPTConfig::preset("tiny");
+  model::ParamLayout tiny(model::ModelConfig::preset("tiny"));
+  auto tiny_cfg = model::ModelConfig::preset("tiny");
   tiny_cfg.n_layer = 3;
   model::ParamLayout deeper(tiny_cfg);
-  tiny_cfg = model::GPTConfig::preset("tiny");
+  tiny_cfg = model::ModelConfig::preset("tiny");
   tiny_cfg.n_embd = 32;
   model::ParamLayout narrower(tiny_cfg);
 
@@ -250,7 +250,7 @@ print(len([k for k in head if k != '__metadata__']), get('wte.weight').shape[0],
 // naming the tensor (tests/peers loads the same export into the PyTorch twin).
 TEST(LlamaExport, HuggingFaceNamesRoundTripAndRefusals) {
   ScratchDir dir;
-  auto cfg = model::GPTConfig::preset("llama-tiny");
+  auto cfg = model::ModelConfig::preset("llama-tiny");
   cfg.vocab_size = 250;
   model::ParamLayout layout(cfg);
   const auto params = random_arena(layout, 5);
@@ -311,7 +311,7 @@ TEST(LlamaExport, HuggingFaceNamesRoundTripAndRefusals) {
   EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](float x) { return x == 5.0f; }));
 
   // A GPT-2 file is not a Llama one.
-  model::ParamLayout gpt(model::GPTConfig::preset("tiny"));
+  model::ParamLayout gpt(model::ModelConfig::preset("tiny"));
   export_hf_safetensors(gpt, random_arena(gpt, 1).data(), dir / "gpt2.safetensors");
   expect_error([&] { import_hf_safetensors(layout, dir / "gpt2.safetensors", target.data()); },
                {"gpt2.safetensors", "model.embed_tokens.weight"});

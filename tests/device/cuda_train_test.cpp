@@ -66,7 +66,7 @@ class CudaTrainer : public ::testing::TestWithParam<std::string> {
   TrainConfig config(std::int64_t steps) const {
     TrainConfig c;
     c.model_name = GetParam();
-    c.model = model::GPTConfig::preset(GetParam());
+    c.model = model::ModelConfig::preset(GetParam());
     c.batch = 4;
     c.seq = 64;
     c.steps = steps;
@@ -137,7 +137,7 @@ TEST_P(CudaTrainer, ACheckpointTakenOnTheGpuResumesToTheSameLosses) {
 }
 
 TEST_P(CudaTrainer, TheInitialWeightsAreTheCpusAndComeBackThroughHostCopies) {
-  const model::GPTConfig config = model::GPTConfig::preset(GetParam());
+  const model::ModelConfig config = model::ModelConfig::preset(GetParam());
   LocalEngine cpu(config, 2, 32, 7);
   LocalEngine gpu(config, 2, 32, 7, false, device::cuda::gpu(), Precision::F32);
   const std::size_t n = cpu.layout().total_floats();
@@ -156,7 +156,7 @@ TEST_P(CudaTrainer, TheCommandLineTrainsOnTheGpuInBf16) {
   const auto summary = test::read_json(dir_ / "run" / "summary.json");
   EXPECT_EQ(summary["config"]["train"]["device"], "cuda") << summary.dump();
   EXPECT_EQ(summary["config"]["train"]["precision"], "bf16") << summary.dump();
-  EXPECT_EQ(summary["model"]["config"], model::GPTConfig::preset(GetParam()).to_json()) << summary.dump();
+  EXPECT_EQ(summary["model"]["config"], model::ModelConfig::preset(GetParam()).to_json()) << summary.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, CudaTrainer, ::testing::Values("tiny", "llama-tiny"), [](const auto& info) {

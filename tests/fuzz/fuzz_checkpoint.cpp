@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const strata::train::Checkpoint ckpt = strata::train::Checkpoint::open(dir);
     try {
-      strata::train::check_same_model(ckpt, strata::model::GPTConfig::preset("tiny"));
+      strata::train::check_same_model(ckpt, strata::model::ModelConfig::preset("tiny"));
     } catch (const strata::Error&) {
     }
     try {

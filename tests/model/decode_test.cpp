@@ -18,15 +18,15 @@
 namespace strata::model {
 namespace {
 
-GPTConfig gpt_config() {
-  GPTConfig c = GPTConfig::preset("tiny");
+ModelConfig gpt_config() {
+  ModelConfig c = ModelConfig::preset("tiny");
   c.seq_len = 16;
   c.vocab_size = 250;  // inside the padding of 256
   return c;
 }
 
-GPTConfig llama_config(int n_kv_head) {
-  GPTConfig c = GPTConfig::preset("llama-tiny");  // 4 query heads
+ModelConfig llama_config(int n_kv_head) {
+  ModelConfig c = ModelConfig::preset("llama-tiny");  // 4 query heads
   c.seq_len = 16;
   c.vocab_size = 250;
   c.n_kv_head = n_kv_head;
@@ -36,7 +36,7 @@ GPTConfig llama_config(int n_kv_head) {
 }
 
 // Initialized parameters made larger and less uniform, so attention weighs positions unevenly.
-std::vector<float> test_params(const GPTConfig& config, std::uint64_t seed = 5) {
+std::vector<float> test_params(const ModelConfig& config, std::uint64_t seed = 5) {
   const ParamLayout layout(config);
   std::vector<float> params(layout.total_floats());
   init_params(layout, params.data(), seed);
@@ -47,7 +47,7 @@ std::vector<float> test_params(const GPTConfig& config, std::uint64_t seed = 5) 
   return params;
 }
 
-std::vector<std::int32_t> test_tokens(const GPTConfig& config, int n) {
+std::vector<std::int32_t> test_tokens(const ModelConfig& config, int n) {
   Rng rng(77);
   std::vector<std::int32_t> tokens(n);
   for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(config.vocab_size));
@@ -60,7 +60,7 @@ std::vector<std::int32_t> test_tokens(const GPTConfig& config, int n) {
 // at most 7e-7 here (about 6 ulp of these logits of up to 1.7); the bound, 1e-5 absolute +
 // 1e-5 relative, leaves room for other instruction sets and thread counts and is still far
 // below an error of substance (rotating at the previous position moved them by 4e-3).
-void expect_cache_matches_prefix(const GPTConfig& config) {
+void expect_cache_matches_prefix(const ModelConfig& config) {
   const int T = config.seq_len;
   const std::vector<float> params = test_params(config);
   const std::vector<std::int32_t> tokens = test_tokens(config, T);
@@ -87,7 +87,7 @@ TEST(Decoder, LlamaGroupedQueryCacheLogitsEqualFullPrefixLogits) { expect_cache_
 TEST(Decoder, LlamaMultiHeadCacheLogitsEqualFullPrefixLogits) { expect_cache_matches_prefix(llama_config(0)); }
 
 TEST(Decoder, ResetStartsANewSequenceBitForBit) {
-  for (const GPTConfig& config : {gpt_config(), llama_config(2)}) {
+  for (const ModelConfig& config : {gpt_config(), llama_config(2)}) {
     const std::vector<float> params = test_params(config);
     const std::vector<std::int32_t> tokens = test_tokens(config, 5);
     auto decoder = make_decoder(config, 8);
@@ -114,7 +114,7 @@ void expect_error(const std::function<void()>& f, const std::string& part) {
 }
 
 TEST(Decoder, RefusesPositionsPastMaxLenAndBadTokens) {
-  for (const GPTConfig& config : {gpt_config(), llama_config(2)}) {
+  for (const ModelConfig& config : {gpt_config(), llama_config(2)}) {
     const std::vector<float> params = test_params(config);
     expect_error([&] { make_decoder(config, config.seq_len + 1); }, "max_len = 17: must be in [1, model.seq_len = 16]");
     expect_error([&] { make_decoder(config, 0); }, "max_len = 0");
@@ -127,7 +127,7 @@ TEST(Decoder, RefusesPositionsPastMaxLenAndBadTokens) {
 }
 
 TEST(Generate, IsDeterministicForASeedAndDiffersForAnother) {
-  for (const GPTConfig& config : {gpt_config(), llama_config(2)}) {
+  for (const ModelConfig& config : {gpt_config(), llama_config(2)}) {
     const std::vector<float> params = test_params(config);
     const std::vector<std::int32_t> prompt = test_tokens(config, 3);
     auto decoder = make_decoder(config, config.seq_len);
@@ -153,7 +153,7 @@ TEST(Generate, IsDeterministicForASeedAndDiffersForAnother) {
 }
 
 TEST(Generate, RefusesWhatDoesNotFit) {
-  const GPTConfig config = gpt_config();
+  const ModelConfig config = gpt_config();
   const std::vector<float> params = test_params(config);
   auto decoder = make_decoder(config, 8);
   const std::vector<std::int32_t> prompt = test_tokens(config, 4);

@@ -31,8 +31,8 @@ namespace {
 using ref::Vec;
 
 // `tiny` with a vocabulary that does not fill its padding, so masking is exercised.
-GPTConfig test_config() {
-  GPTConfig c = GPTConfig::preset("tiny");
+ModelConfig test_config() {
+  ModelConfig c = ModelConfig::preset("tiny");
   c.vocab_size = 250;
   c.padded_vocab_size = 256;
   return c;
@@ -41,7 +41,7 @@ GPTConfig test_config() {
 struct Problem {
   static constexpr int B = 2;
   int T = 16;
-  GPTConfig config = test_config();
+  ModelConfig config = test_config();
   ParamLayout layout{config};
   std::vector<float> params;
   std::vector<std::int32_t> tokens, targets;
@@ -148,7 +148,7 @@ TEST(Gpt, UnitEventOrderIsTheDocumentedWalk) {
       {K::GradsReady, 3, b}, {K::Acquire, 2, b},    {K::Release, 2, b},  {K::GradsReady, 2, b},
       {K::Acquire, 1, b},    {K::Release, 1, b},    {K::GradsReady, 1, b}, {K::GradsReady, 0, b}};
   EXPECT_EQ(unit_event_order(test_config()), want);
-  GPTConfig four = test_config();
+  ModelConfig four = test_config();
   four.n_layer = 4;
   EXPECT_EQ(unit_event_order(four).size(), 10 + 5 * 4u);  // 2L + 4 forward, 3L + 6 backward
 }
@@ -213,7 +213,7 @@ struct PhaseMarkingAccess final : UnitAccess {
 TEST(Gpt, TheTensorParallelCallsAreTheOnesTheSplitModelMakesInOrder) {
   // The one list the schedule (and so the accounting and the planner) takes: what
   // forward_backward runs, call by call, with and without recomputation and sequence parallelism.
-  const GPTConfig config = test_config();
+  const ModelConfig config = test_config();
   const int B = 2, T = 16;
   for (bool sp : {false, true})
   for (bool recompute : {false, true}) {
@@ -358,7 +358,7 @@ TEST(Gpt, BadInputIsRefusedBeforeAnyUnitIsAcquired) {
 // The scheme written out whole, tensor by tensor and chunk by chunk from each chunk's first
 // pair: what init_params produced before it initialised ranges.
 std::vector<float> whole_arena_walk(const ParamLayout& layout, std::uint64_t seed) {
-  const GPTConfig& cfg = layout.config();
+  const ModelConfig& cfg = layout.config();
   std::vector<float> out(layout.total_floats(), 0.f);
   constexpr std::size_t kChunk = 1 << 16;
   for (std::size_t ti = 0; ti < layout.tensors().size(); ++ti) {
@@ -386,7 +386,7 @@ std::vector<float> whole_arena_walk(const ParamLayout& layout, std::uint64_t see
 // outside the range is written. The model has tensors of several 64Ki chunks, so ranges
 // start and end inside chunks, inside pairs, in padding and across tensors.
 TEST(Gpt, InitParamsRangeEqualsTheWholeArenaBitForBit) {
-  GPTConfig cfg = GPTConfig::preset("tiny");
+  ModelConfig cfg = ModelConfig::preset("tiny");
   cfg.n_embd = 192;
   cfg.vocab_size = 1000;
   cfg.padded_vocab_size = 1024;
@@ -422,7 +422,7 @@ TEST(Gpt, InitParamsRangeEqualsTheWholeArenaBitForBit) {
 }
 
 TEST(Gpt, InitParamsFollowsGpt2) {
-  GPTConfig cfg = test_config();
+  ModelConfig cfg = test_config();
   cfg.n_layer = 3;
   ParamLayout layout(cfg);
   std::vector<float> a(layout.total_floats(), 7.f), b(layout.total_floats()), c(layout.total_floats());

@@ -10,15 +10,15 @@
 using namespace strata::model;
 
 TEST(Layout, Gpt2SmallHas124MParameters) {
-  ParamLayout l(GPTConfig::preset("gpt2-124m"));
+  ParamLayout l(ModelConfig::preset("gpt2-124m"));
   // GPT-2 124M with the vocabulary padded to 50304: 124,475,904 parameters.
   EXPECT_EQ(l.num_params(), 124475904);
-  EXPECT_EQ(l.num_params(), GPTConfig::preset("gpt2-124m").num_params());
+  EXPECT_EQ(l.num_params(), ModelConfig::preset("gpt2-124m").num_params());
   EXPECT_EQ(static_cast<int>(l.units().size()), 12 + 2);
 }
 
 TEST(Layout, UnitsAreAlignedContiguousAndCoverEveryTensor) {
-  ParamLayout l(GPTConfig::preset("tiny"));
+  ParamLayout l(ModelConfig::preset("tiny"));
   std::size_t prev_end = 0;
   for (auto& u : l.units()) {
     EXPECT_EQ(u.offset % kUnitAlignFloats, 0u);
@@ -40,7 +40,7 @@ TEST(Layout, UnitsAreAlignedContiguousAndCoverEveryTensor) {
 }
 
 TEST(Layout, DecaySegmentsCoverARangeExactly) {
-  ParamLayout l(GPTConfig::preset("tiny"));
+  ParamLayout l(ModelConfig::preset("tiny"));
   std::size_t lo = 1000, hi = l.total_floats() - 777;
   auto segs = l.decay_segments(lo, hi);
   ASSERT_FALSE(segs.empty());
@@ -57,7 +57,7 @@ TEST(Layout, DecaySegmentsCoverARangeExactly) {
 // what a rank loads is every float of its tensors, at the place its slice came from.
 // GPT-2 (tiny at 4 heads: room for --tp 4) and Llama (llama-tiny's 2 K/V heads: --tp 2), each
 // checked on a row-parallel matrix.
-static void expect_whole_runs_cover_the_arena_once(const GPTConfig& config, std::vector<int> degrees, const char* row_parallel) {
+static void expect_whole_runs_cover_the_arena_once(const ModelConfig& config, std::vector<int> degrees, const char* row_parallel) {
   const ParamLayout whole(config);
   for (int tp : degrees) {
     std::vector<int> saved(whole.total_floats(), 0);
@@ -90,14 +90,14 @@ static void expect_whole_runs_cover_the_arena_once(const GPTConfig& config, std:
 }
 
 TEST(Layout, WholeRunsOfTheTpRanksCoverTheWholeArenaOnce) {
-  GPTConfig config = GPTConfig::preset("tiny");
+  ModelConfig config = ModelConfig::preset("tiny");
   config.n_head = 4;
   expect_whole_runs_cover_the_arena_once(config, {1, 2, 4}, "h.1.mlp.c_proj.weight");
-  expect_whole_runs_cover_the_arena_once(GPTConfig::preset("llama-tiny"), {1, 2}, "model.layers.1.mlp.down_proj.weight");
+  expect_whole_runs_cover_the_arena_once(ModelConfig::preset("llama-tiny"), {1, 2}, "model.layers.1.mlp.down_proj.weight");
 }
 
 TEST(Config, RefusesBadFieldsNamingThem) {
-  GPTConfig c = GPTConfig::preset("tiny");
+  ModelConfig c = ModelConfig::preset("tiny");
   c.n_head = 5;
   try {
     c.validate();
@@ -105,9 +105,9 @@ TEST(Config, RefusesBadFieldsNamingThem) {
   } catch (const strata::Error& e) {
     EXPECT_NE(std::string(e.what()).find("n_head"), std::string::npos);
   }
-  c = GPTConfig::preset("tiny");
+  c = ModelConfig::preset("tiny");
   c.n_layer = 0;
   EXPECT_THROW(c.validate(), strata::Error);
-  EXPECT_THROW(GPTConfig::preset("huge"), strata::Error);
+  EXPECT_THROW(ModelConfig::preset("huge"), strata::Error);
   EXPECT_EQ(pad_vocab(50257), 50304);
 }

@@ -25,8 +25,8 @@ using ref::Vec;
 
 // `llama-tiny` (two query heads per K/V head) with an odd vocabulary inside its padding, a
 // non-default rotary base and an MLP width of no power of two.
-GPTConfig test_config() {
-  GPTConfig c = GPTConfig::preset("llama-tiny");
+ModelConfig test_config() {
+  ModelConfig c = ModelConfig::preset("llama-tiny");
   c.n_layer = 2;
   c.vocab_size = 250;
   c.ffn_hidden = 72;
@@ -37,12 +37,12 @@ GPTConfig test_config() {
 struct Problem {
   static constexpr int B = 2;
   int T;
-  GPTConfig config;
+  ModelConfig config;
   ParamLayout layout{config};
   std::vector<float> params;
   std::vector<std::int32_t> tokens, targets;
 
-  explicit Problem(int seq = 12, GPTConfig cfg = test_config(), std::uint64_t seed = 11)
+  explicit Problem(int seq = 12, ModelConfig cfg = test_config(), std::uint64_t seed = 11)
       : T(seq), config(cfg), params(layout.total_floats()), tokens(B * T), targets(B * T) {
     init_params(layout, params.data(), seed);
     // Norm gains away from one and larger weights, so each term of every gradient matters.
@@ -183,7 +183,7 @@ TEST(Llama, RecomputationGivesTheSameLossAndGradientsBitForBit) {
   Problem other(16, test_config(), 12);  // a second micro-batch
   test::expect_recomputation_changes_no_bit<Llama>(pb, other);
   // Only the layers after the first drop their sets: L - 1 blocks' worth less.
-  const GPTConfig& c = pb.config;
+  const ModelConfig& c = pb.config;
   const std::uint64_t BT = Problem::B * pb.T, C = c.n_embd, T = pb.T, NH = c.n_head;
   const std::uint64_t KV = static_cast<std::uint64_t>(c.kv_heads()) * c.head_dim(), F = c.ffn_size();
   const std::uint64_t block_set = 4 * (BT * (5 * C + 2 * KV + 3 * F + 2) + Problem::B * NH * T * T);  // res3 excepted
@@ -200,7 +200,7 @@ TEST(Llama, RunsAreBitIdentical) {
 }
 
 TEST(Llama, InitParamsFollowsTheGpt2Scheme) {
-  const GPTConfig cfg = test_config();
+  const ModelConfig cfg = test_config();
   ParamLayout layout(cfg);
   std::vector<float> a(layout.total_floats(), 7.f);
   init_params(layout, a.data(), 1);
@@ -224,7 +224,7 @@ TEST(Llama, InitParamsFollowsTheGpt2Scheme) {
 }
 
 TEST(Llama, ConfigRefusesWhatItCannotRun) {
-  auto refusal = [](GPTConfig c) {
+  auto refusal = [](ModelConfig c) {
     try {
       ParamLayout layout(c);
     } catch (const Error& e) {
@@ -232,31 +232,31 @@ TEST(Llama, ConfigRefusesWhatItCannotRun) {
     }
     return std::string("accepted");
   };
-  GPTConfig c = GPTConfig::preset("llama-tiny");
+  ModelConfig c = ModelConfig::preset("llama-tiny");
   c.n_kv_head = 3;
   EXPECT_EQ(refusal(c), "model.n_kv_head = 3 does not divide model.n_head = 4");
-  c = GPTConfig::preset("llama-tiny");
+  c = ModelConfig::preset("llama-tiny");
   c.n_head = 64;  // head size 1: no pair to rotate
   c.n_kv_head = 64;
   EXPECT_NE(refusal(c).find("even head size"), std::string::npos) << refusal(c);
-  GPTConfig gpt = GPTConfig::preset("tiny");
+  ModelConfig gpt = ModelConfig::preset("tiny");
   gpt.n_kv_head = 1;
   EXPECT_NE(refusal(gpt).find("model.n_kv_head = 1: family gpt2"), std::string::npos) << refusal(gpt);
-  EXPECT_THROW(Llama(GPTConfig::preset("tiny"), 1, 8), Error);
+  EXPECT_THROW(Llama(ModelConfig::preset("tiny"), 1, 8), Error);
   // Both families take recomputation through the registry.
-  EXPECT_TRUE(make_model(GPTConfig::preset("llama-tiny"), 1, 8, /*recompute=*/true)->recompute());
-  EXPECT_TRUE(make_model(GPTConfig::preset("tiny"), 1, 8, /*recompute=*/true)->recompute());
+  EXPECT_TRUE(make_model(ModelConfig::preset("llama-tiny"), 1, 8, /*recompute=*/true)->recompute());
+  EXPECT_TRUE(make_model(ModelConfig::preset("tiny"), 1, 8, /*recompute=*/true)->recompute());
 }
 
 TEST(Llama, PresetsHaveTheirPublishedSizes) {
   // Parameter counts of the Hugging Face models (untied head, no biases).
-  EXPECT_EQ(GPTConfig::preset("llama2-7b").num_params(), 6738415616);
-  EXPECT_EQ(GPTConfig::preset("tinyllama-1.1b").num_params(), 1100048384);
-  EXPECT_EQ(GPTConfig::preset("llama2-7b").ffn_size(), 11008);
-  GPTConfig derived = GPTConfig::preset("llama2-7b");
+  EXPECT_EQ(ModelConfig::preset("llama2-7b").num_params(), 6738415616);
+  EXPECT_EQ(ModelConfig::preset("tinyllama-1.1b").num_params(), 1100048384);
+  EXPECT_EQ(ModelConfig::preset("llama2-7b").ffn_size(), 11008);
+  ModelConfig derived = ModelConfig::preset("llama2-7b");
   derived.ffn_hidden = 0;  // Llama's rule gives the published width
   EXPECT_EQ(derived.ffn_size(), 11008);
-  EXPECT_EQ(ParamLayout(GPTConfig::preset("llama-small")).num_params(), GPTConfig::preset("llama-small").num_params());
+  EXPECT_EQ(ParamLayout(ModelConfig::preset("llama-small")).num_params(), ModelConfig::preset("llama-small").num_params());
 }
 
 }  // namespace

@@ -104,7 +104,7 @@ inline double crossentropy(const double* logits, const std::int32_t* targets, in
 // Mean loss of the whole GPT-2 model, parameters given as a float64 copy of the arena.
 inline double gpt_loss(const ParamLayout& layout, const double* params, const std::int32_t* tokens,
                        const std::int32_t* targets, int B, int T, Vec* logits_out = nullptr) {
-  const GPTConfig& cfg = layout.config();
+  const ModelConfig& cfg = layout.config();
   const int C = cfg.n_embd, N = B * T, Vp = cfg.padded_vocab_size;
   auto t = [&](const std::string& name) { return params + layout.find(name).offset; };
   Vec x(N * C), ln(N * C), qkv(N * 3 * C), y(N * C), proj(N * C), h(N * 4 * C), mlp(N * C);
@@ -183,7 +183,7 @@ inline void gqa_attention(const double* q, const double* k, const double* v, dou
 // Mean loss of the whole Llama model, parameters given as a float64 copy of the arena.
 inline double llama_loss(const ParamLayout& layout, const double* params, const std::int32_t* tokens,
                          const std::int32_t* targets, int B, int T, Vec* logits_out = nullptr) {
-  const GPTConfig& cfg = layout.config();
+  const ModelConfig& cfg = layout.config();
   const int C = cfg.n_embd, N = B * T, Vp = cfg.padded_vocab_size, NH = cfg.n_head, NKV = cfg.kv_heads();
   const int hd = C / NH, KV = NKV * hd, F = cfg.ffn_size();
   auto t = [&](const std::string& name) { return params + layout.find(name).offset; };

@@ -124,7 +124,7 @@ TEST(AdamW, GradScaleEqualsPrescaledGradients) {
 // The sharding engine updates each rank's slice on its own; any split must give the bits of
 // one whole-arena update, whatever the thread count.
 TEST(AdamW, AnySplitOfTheArenaGivesTheWholeArenaBits) {
-  model::ParamLayout layout(model::GPTConfig::preset("tiny"));
+  model::ParamLayout layout(model::ModelConfig::preset("tiny"));
   const std::size_t n = layout.total_floats();
   AdamWConfig hp;
   auto g = random_vector(n, 21);
@@ -150,7 +150,7 @@ TEST(AdamW, AnySplitOfTheArenaGivesTheWholeArenaBits) {
 }
 
 TEST(AdamW, WeightDecayOnlyWhereTheLayoutSays) {
-  model::ParamLayout layout(model::GPTConfig::preset("tiny"));
+  model::ParamLayout layout(model::ModelConfig::preset("tiny"));
   const std::size_t n = layout.total_floats();
   AdamWConfig hp;
   hp.weight_decay = 0.5f;

@@ -39,7 +39,7 @@ constexpr int kSkipExitCode = 77;  // torch_reference.py: torch is not importabl
 constexpr int kMicroBatches = 2;   // gradients accumulate (+=) over both, each scaled by 1/2
 
 struct Case {
-  GPTConfig config;
+  ModelConfig config;
   int batch, seq;
   std::uint64_t seed;
 };
@@ -112,20 +112,20 @@ class TorchReference : public ::testing::Test {
   test::ScratchDir dir_;
 };
 
-TEST_F(TorchReference, TinyMatchesFloat64Twin) { check({GPTConfig::preset("tiny"), 2, 64, 7}); }
+TEST_F(TorchReference, TinyMatchesFloat64Twin) { check({ModelConfig::preset("tiny"), 2, 64, 7}); }
 
 // Odd sizes everywhere: hidden 40 (not a multiple of a vector), head_dim 8, 3 layers, a
 // sequence shorter than seq_len, of no power of two and longer than two attention tiles,
 // and a vocabulary of 201 padded to 256, whose padded logits must stay out of the loss.
 TEST_F(TorchReference, OddShapesAndPaddedVocabMatchFloat64Twin) {
-  GPTConfig config{3, 5, 40, 80, 201, pad_vocab(201)};
+  ModelConfig config{3, 5, 40, 80, 201, pad_vocab(201)};
   check({config, 3, 77, 11});
 }
 
 // Llama with grouped-query attention (3 query heads per K/V head), an odd MLP width, a
 // rotary base other than the default, a sequence shorter than seq_len and a padded vocabulary.
 TEST_F(TorchReference, LlamaMatchesFloat64TwinAndLoadsFromItsSafetensors) {
-  GPTConfig config = GPTConfig::preset("llama-tiny");
+  ModelConfig config = ModelConfig::preset("llama-tiny");
   config.n_layer = 3;
   config.n_head = 6;
   config.n_kv_head = 2;
@@ -137,6 +137,6 @@ TEST_F(TorchReference, LlamaMatchesFloat64TwinAndLoadsFromItsSafetensors) {
   check({config, 3, 37, 5});
 }
 
-TEST_F(TorchReference, LlamaTinyMatchesFloat64Twin) { check({GPTConfig::preset("llama-tiny"), 2, 64, 7}); }
+TEST_F(TorchReference, LlamaTinyMatchesFloat64Twin) { check({ModelConfig::preset("llama-tiny"), 2, 64, 7}); }
 
 }  // namespace

@@ -140,7 +140,7 @@ TEST(PlanCli, Fp32PlanEqualsTheRuntimesScheduleForEveryPresetOnTheTestTopology) 
   // (comm.scheduled_per_step and comm.per_step, per tier) must equal the planner's bytes.
   auto topology = strata::topo::Topology::from_toml_file(test_topology());
   topology.resolve(8);
-  const strata::model::ParamLayout layout(strata::model::GPTConfig::preset("tiny"));
+  const strata::model::ParamLayout layout(strata::model::ModelConfig::preset("tiny"));
   strata::test::ScratchDir dir;
   for (const std::string& preset : strata::shard::ShardSpec::preset_names()) {
     strata::shard::Schedule s(layout, topology, strata::shard::ShardSpec::preset_for(preset, topology), 3);
@@ -172,7 +172,7 @@ TEST(PlanCli, Fp32PlanEqualsTheRuntimesScheduleForEveryPresetOnTheTestTopology) 
   {
     const strata::parallel::ParallelDims dims = strata::parallel::ParallelDims::model_parallel(topology, 2, 0, 1, 2);
     const strata::topo::Topology dp = dims.data_parallel_topology(topology);
-    const strata::model::GPTConfig config = strata::model::GPTConfig::preset("tiny");
+    const strata::model::ModelConfig config = strata::model::ModelConfig::preset("tiny");
     strata::shard::Schedule s(strata::model::ParamLayout(config, {2, 0}), dp,
                               strata::shard::ShardSpec::preset_for("zero3", dp), 3,
                               strata::shard::tensor_parallel_plan(dims, config, 1, config.seq_len, false));
@@ -532,7 +532,7 @@ TEST(PlanCli, TheDemosSlowLinkMakesZeroppAndTopoCheaperThanZero3InBytesAndTime) 
   // 8 ranks, micro-batch 1, 4 micro-batches a step) over its topology, on a device of a CPU
   // core's share: over 100 Mbit/s between the nodes, what zeropp and topo save on the wire is
   // worth more than what they do not, as the comparison's table shows.
-  const strata::model::GPTConfig m = strata::train::build_model(
+  const strata::model::ModelConfig m = strata::train::build_model(
       strata::train::read_config_file(strata::test::source_path("scripts/demo.toml")));
   const std::string args =
       fmt::format("plan --model tiny --shape layers={} --shape hidden={} --shape heads={} --shape learned_positions={} "

@@ -106,7 +106,7 @@ TEST_F(HfConfig, EachFamilyReadsToThePresetsShapeOrItsPublishedParameterCount) {
   // GPT-2 is priced from the runtime's layout, as the preset.
   const ModelShape g = ModelShape::from_name_and_fields(write("gpt2", gpt2()), {});
   ASSERT_TRUE(g.gpt.has_value());
-  EXPECT_EQ(*g.gpt, model::GPTConfig::preset("gpt2-124m"));
+  EXPECT_EQ(*g.gpt, model::ModelConfig::preset("gpt2-124m"));
   EXPECT_EQ(shape_fields(g), shape_fields(ModelShape::preset("gpt2-124m")));
   EXPECT_EQ(shape_fields(ModelShape::from_name_and_fields(write("neox", neox_20b()), {})),
             shape_fields(ModelShape::preset("gpt-neox-20b")));
@@ -159,10 +159,10 @@ TEST_F(HfConfig, RopeScalingIsReadAndItsOriginalLengthIsTheDefaultSequence) {
 }
 
 TEST_F(HfConfig, TrainTakesGpt2AndLlamaAndRefusesTheOtherArchitectures) {
-  EXPECT_EQ(model::to_gpt_config(model::read_hf_config(write("gpt2", gpt2()))), model::GPTConfig::preset("gpt2-124m"));
+  EXPECT_EQ(model::to_gpt_config(model::read_hf_config(write("gpt2", gpt2()))), model::ModelConfig::preset("gpt2-124m"));
   EXPECT_EQ(model::to_gpt_config(model::read_hf_config(write("tl", tinyllama()))),
-            model::GPTConfig::preset("tinyllama-1.1b"));
-  EXPECT_EQ(model::to_gpt_config(model::read_hf_config(write("l2", llama2_7b()))), model::GPTConfig::preset("llama2-7b"));
+            model::ModelConfig::preset("tinyllama-1.1b"));
+  EXPECT_EQ(model::to_gpt_config(model::read_hf_config(write("l2", llama2_7b()))), model::ModelConfig::preset("llama2-7b"));
   for (const auto& [name, config, architecture] :
        {std::tuple{"mistral", mistral_7b(), "MistralForCausalLM"}, std::tuple{"qwen", qwen2(false), "Qwen2ForCausalLM"},
         std::tuple{"neox", neox_20b(), "GPTNeoXForCausalLM"}}) {
@@ -172,7 +172,7 @@ TEST_F(HfConfig, TrainTakesGpt2AndLlamaAndRefusesTheOtherArchitectures) {
   }
   // strata train --model PATH (model.preset) resolves the file the same way, and its overrides still apply.
   const std::string tl = write("tl-train", tinyllama());
-  EXPECT_EQ(train::build_model({{"model.preset", tl}}), model::GPTConfig::preset("tinyllama-1.1b"));
+  EXPECT_EQ(train::build_model({{"model.preset", tl}}), model::ModelConfig::preset("tinyllama-1.1b"));
   EXPECT_EQ(train::build_model({{"model.preset", tl}, {"model.seq_len", std::int64_t{512}}}).seq_len, 512);
   const std::string mistral = write("mistral-train", mistral_7b());
   EXPECT_NE(error_of([&] { train::build_model({{"model.preset", mistral}}); }).find("MistralForCausalLM"),

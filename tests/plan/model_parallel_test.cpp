@@ -89,7 +89,7 @@ TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte
   // stage schedule the planner prices is the one `strata train --tp 2` runs, built as the
   // runtime builds it (its split layout, its data-parallel topology, its TP calls).
   const topo::Topology physical = two_node_topology(8);
-  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  const model::ModelConfig config = model::ModelConfig::preset("tiny");
   for (bool recompute : {false, true})
     for (const char* name : {"zero3", "hsdp", "ddp"}) {
       Workload w;

@@ -18,9 +18,9 @@ TEST(ModelShapes, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(ModelShape::preset("llama2-7b").num_params(), 6'738'415'616);
   EXPECT_EQ(ModelShape::preset("llama2-13b").num_params(), 13'015'864'320);
   EXPECT_EQ(ModelShape::preset("llama2-70b").num_params(), 68'976'648'192);
-  // The trainer's presets of the same models (model::GPTConfig) count the same.
-  EXPECT_EQ(ModelShape::preset("tinyllama-1.1b").num_params(), model::GPTConfig::preset("tinyllama-1.1b").num_params());
-  EXPECT_EQ(ModelShape::preset("llama2-7b").num_params(), model::GPTConfig::preset("llama2-7b").num_params());
+  // The trainer's presets of the same models (model::ModelConfig) count the same.
+  EXPECT_EQ(ModelShape::preset("tinyllama-1.1b").num_params(), model::ModelConfig::preset("tinyllama-1.1b").num_params());
+  EXPECT_EQ(ModelShape::preset("llama2-7b").num_params(), model::ModelConfig::preset("llama2-7b").num_params());
   EXPECT_NEAR(ModelShape::preset("gpt-neox-10b").num_params() / 1e9, 10.0, 0.6);
   EXPECT_NEAR(ModelShape::preset("gpt2-124m").num_params() / 1e6, 124.0, 0.5);
 }
@@ -50,7 +50,7 @@ TEST(ModelShapes, StrataModelsUnitsFromTheShapesFormulaAreTheRuntimesLayout) {
     ModelShape as_shape = m;
     as_shape.gpt.reset();
     shard::UnitPlan formula = as_shape.unit_plan();
-    shard::UnitPlan runtime = shard::unit_plan(model::ParamLayout(model::GPTConfig::preset(name)));
+    shard::UnitPlan runtime = shard::unit_plan(model::ParamLayout(model::ModelConfig::preset(name)));
     EXPECT_EQ(formula.names, runtime.names) << name;
     EXPECT_EQ(formula.numel, runtime.numel) << name;
     EXPECT_EQ(formula.events, runtime.events) << name;
@@ -204,7 +204,7 @@ TEST(ModelShapes, StrataModelsPriceTheActivationsTheModelAllocates) {
     }
   // strata's Llama presets are priced from the runtime's layout, with its shape.
   const ModelShape llama = ModelShape::preset("llama-small");
-  const model::GPTConfig config = model::GPTConfig::preset("llama-small");
+  const model::ModelConfig config = model::ModelConfig::preset("llama-small");
   EXPECT_EQ(llama.num_params(), config.num_params());
   EXPECT_FALSE(llama.tied_head);
   EXPECT_EQ(llama.mlp, Mlp::SwiGlu);

@@ -69,7 +69,7 @@ Measured measure(const std::string& model, const std::string& strategy, bool rec
   options.topology = topology_path();
   options.tp = kTp;
   options.sequence_parallel = sequence_parallel;
-  shard::ShardedRuntime runtime(options, model::GPTConfig::preset(model), kBatch, kSeq, kAccum, 7, device::host(),
+  shard::ShardedRuntime runtime(options, model::ModelConfig::preset(model), kBatch, kSeq, kAccum, 7, device::host(),
                                 recompute);
   shard::ShardedEngine& engine = runtime.engine();
   return {step_traffic(engine), engine.activation_bytes()};
@@ -149,7 +149,7 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
     options.strategy = strategy;
     options.topology = topology_path();
     options.pp = 2;
-    shard::PipelineEngine engine(options, model::GPTConfig::preset("tiny"), kBatch, kSeq, kAccum, 7);
+    shard::PipelineEngine engine(options, model::ModelConfig::preset("tiny"), kBatch, kSeq, kAccum, 7);
     const shard::ShardSpec spec = plan::strategy_spec(strategy, plan.data_parallel_topology());
     const shard::TierTraffic planned = plan.pipeline_tier_traffic(engine.stage(), spec);
     const plan::Estimate e = plan.estimate(strategy, spec);

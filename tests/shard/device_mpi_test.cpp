@@ -48,8 +48,8 @@ struct World {
   comm::TierComms comms{ctx, groups};
 };
 
-const model::GPTConfig& tiny() {
-  static const model::GPTConfig config = model::GPTConfig::preset("tiny");
+const model::ModelConfig& tiny() {
+  static const model::ModelConfig config = model::ModelConfig::preset("tiny");
   return config;
 }
 

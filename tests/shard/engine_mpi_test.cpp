@@ -43,7 +43,7 @@ TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim
   comm::Context ctx(topology);
   topo::ProcessGroups groups(topology);
   comm::TierComms comms(ctx, groups);
-  model::GPTConfig config = model::GPTConfig::preset(model_preset);
+  model::ModelConfig config = model::ModelConfig::preset(model_preset);
   shard::ShardedEngine engine(config, kBatch, kSeq, ctx, comms, spec, accum, 1234, device::host());
   TrainRun run;
   run.scheduled = engine.schedule().traffic_per_step();
@@ -83,7 +83,7 @@ const TrainRun& ddp_run() {
 // rounding noise, different for any other summation order. Compared to a differently
 // reduced baseline, they are left out.
 std::vector<bool> key_bias_mask() {
-  model::ParamLayout layout(model::GPTConfig::preset("tiny"));
+  model::ParamLayout layout(model::ModelConfig::preset("tiny"));
   std::vector<bool> mask(layout.total_floats(), false);
   const std::size_t C = layout.config().n_embd;
   for (int l = 0; l < layout.config().n_layer; ++l) {
@@ -114,7 +114,7 @@ void expect_same_training(const TrainRun& a, const TrainRun& b, const std::strin
 // The single-process trainer on the whole global batch (every rank's micro-batch, in rank
 // order): the independent baseline that ddp itself must match.
 TrainRun train_local(int steps, int world, optim::AdamWConfig hp = {}) {
-  train::LocalEngine engine(model::GPTConfig::preset("tiny"), kBatch * world, kSeq, 1234);
+  train::LocalEngine engine(model::ModelConfig::preset("tiny"), kBatch * world, kSeq, 1234);
   TrainRun run;
   std::vector<std::int32_t> tok, tgt, all_tok, all_tgt;
   for (int step = 1; step <= steps; ++step) {
@@ -145,7 +145,7 @@ TEST(ShardedEngine, DdpMatchesTheSingleProcessTrainerOnTheGlobalBatch) {
   linear.grad_clip = 0;
   TrainRun a = train_local(1, 8, linear), b = train_run(preset("ddp"), 1, 1, linear);
   std::vector<float> init(a.params.size());
-  model::init_params(model::ParamLayout(model::GPTConfig::preset("tiny")), init.data(), 1234);
+  model::init_params(model::ParamLayout(model::ModelConfig::preset("tiny")), init.data(), 1234);
   double largest = 0, worst = 0;
   for (std::size_t i = 0; i < init.size(); ++i) {
     largest = std::max(largest, std::abs(double(a.params[i]) - init[i]));

@@ -51,8 +51,8 @@ latency_us = 5
   return t;
 }
 
-model::GPTConfig test_config() {
-  model::GPTConfig c = model::GPTConfig::preset("tiny");
+model::ModelConfig test_config() {
+  model::ModelConfig c = model::ModelConfig::preset("tiny");
   c.seq_len = kSeq;
   return c;
 }
@@ -60,7 +60,7 @@ model::GPTConfig test_config() {
 }  // namespace
 
 TEST(ShardedInit, EveryStrategyStartsFromTheSingleProcessWeights) {
-  const model::GPTConfig config = test_config();
+  const model::ModelConfig config = test_config();
   const model::ParamLayout layout(config);
   std::vector<float> want(layout.total_floats());
   model::init_params(layout, want.data(), kSeed);

@@ -64,8 +64,8 @@ const std::string& one_tier() {
   return path;
 }
 
-model::GPTConfig config_of(int layers, const std::string& preset = "tiny") {
-  model::GPTConfig c = model::GPTConfig::preset(preset);
+model::ModelConfig config_of(int layers, const std::string& preset = "tiny") {
+  model::ModelConfig c = model::ModelConfig::preset(preset);
   c.n_layer = layers;
   return c;
 }
@@ -134,7 +134,7 @@ PipeRun train_alone(int layers, int replicas, const std::string& preset = "tiny"
   return run;
 }
 
-void expect_same_training(const PipeRun& pp, const PipeRun& ref, const model::GPTConfig& config,
+void expect_same_training(const PipeRun& pp, const PipeRun& ref, const model::ModelConfig& config,
                           const std::string& name) {
   ASSERT_EQ(pp.losses.size(), ref.losses.size());
   double loss_diff = 0, weight_diff = 0;

@@ -38,7 +38,7 @@ template <typename Check>
 void run_one_step(World& world, const shard::ShardSpec& spec, Check check) {
   comm::Context& ctx = world.ctx;
   comm::TierComms& comms = world.comms;
-  shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, ctx, comms, spec, 1, 1234,
+  shard::ShardedEngine engine(model::ModelConfig::preset("tiny"), kBatch, kSeq, ctx, comms, spec, 1, 1234,
                               device::host());
   std::vector<std::int32_t> tok(kBatch * kSeq), tgt(kBatch * kSeq);
   for (int i = 0; i < kBatch * kSeq; ++i) tok[i] = (7 * i + engine.rank()) % 256, tgt[i] = (tok[i] + 1) % 256;
@@ -188,7 +188,7 @@ TEST(ShardedEngine, AllocatesEveryBufferThroughItsDeviceAndUsesItsKernels) {
   CountingDevice counting;
   for (const char* name : {"zero3", "zeropp"}) {
     {
-      shard::ShardedEngine engine(model::GPTConfig::preset("tiny"), kBatch, kSeq, world.ctx, world.comms,
+      shard::ShardedEngine engine(model::ModelConfig::preset("tiny"), kBatch, kSeq, world.ctx, world.comms,
                                   preset(name), 1, 1234, counting);
       // What the engine reports per state: all of it, nothing else.
       auto held = [](const shard::StateMemory& m) {

@@ -18,7 +18,7 @@ namespace {
 
 // A single-process checkpoint of the tiny model with random optimizer state.
 train::Checkpoint single_checkpoint(const fs::path& root) {
-  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  const model::ModelConfig config = model::ModelConfig::preset("tiny");
   train::LocalEngine engine(config, 1, 8, 5);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal;

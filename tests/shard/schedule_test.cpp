@@ -17,7 +17,7 @@ using namespace strata::shard;
 namespace {
 
 const model::ParamLayout& tiny_layout() {
-  static model::ParamLayout l(model::GPTConfig::preset("tiny"));
+  static model::ParamLayout l(model::ModelConfig::preset("tiny"));
   return l;
 }
 
@@ -351,7 +351,7 @@ TEST(Schedule, TensorParallelCollectivesAreOpsOnTheTpTierThatPrintScheduleShows)
   // TP 2 in the GPU tier of the test topology: sharding over the 4 ranks of each TP index.
   const strata::topo::Topology physical = two_node_topology(8);
   const strata::parallel::ParallelDims dims = strata::parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
-  const strata::model::GPTConfig config = strata::model::GPTConfig::preset("tiny");
+  const strata::model::ModelConfig config = strata::model::ModelConfig::preset("tiny");
   const int B = 4, T = 32, accum = 2;
   const strata::topo::Topology topology = dims.data_parallel_topology(physical);
   const strata::shard::Schedule with(strata::model::ParamLayout(config, {2, 0}), topology,
@@ -399,7 +399,7 @@ TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
   const strata::topo::Topology physical = two_node_topology(8);
   const strata::parallel::ParallelDims dims = strata::parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
   const strata::topo::Topology topology = dims.data_parallel_topology(physical);
-  const strata::model::GPTConfig config = strata::model::GPTConfig::preset("tiny");
+  const strata::model::ModelConfig config = strata::model::ModelConfig::preset("tiny");
   const int B = 2, T = 16;
   strata::model::TensorParallelWalk walk{config.n_layer, config.n_embd, B, T, false};
   walk.activation_bytes = 2;

@@ -103,7 +103,7 @@ struct TpRun {
 
 std::unique_ptr<shard::ShardedRuntime> runtime_at(const std::string& strategy, const std::string& shard, int tp,
                                                   const std::string& topology = topology_file(),
-                                                  const model::GPTConfig& config = model::GPTConfig::preset("tiny"),
+                                                  const model::ModelConfig& config = model::ModelConfig::preset("tiny"),
                                                   bool sequence_parallel = false) {
   parallel::ShardOptions options;
   options.strategy = strategy;
@@ -133,7 +133,7 @@ std::vector<float> whole_params(train::Engine& engine) {
 }
 
 TpRun train_tp(const std::string& strategy, const std::string& shard, int tp,
-               const model::GPTConfig& config = model::GPTConfig::preset("tiny"), bool sequence_parallel = false) {
+               const model::ModelConfig& config = model::ModelConfig::preset("tiny"), bool sequence_parallel = false) {
   const auto runtime = runtime_at(strategy, shard, tp, topology_file(), config, sequence_parallel);
   shard::ShardedEngine& engine = runtime->engine();
   TpRun run;
@@ -151,7 +151,7 @@ TpRun train_tp(const std::string& strategy, const std::string& shard, int tp,
 // The run without TP of the same global batch: ddp on 8 ranks.
 const TpRun& reference(const std::string& preset = "tiny") {
   static std::map<std::string, TpRun> runs;
-  if (!runs.count(preset)) runs[preset] = train_tp("ddp", "", 1, model::GPTConfig::preset(preset));
+  if (!runs.count(preset)) runs[preset] = train_tp("ddp", "", 1, model::ModelConfig::preset(preset));
   return runs[preset];
 }
 
@@ -163,7 +163,7 @@ void expect_same_training(const TpRun& tp, const std::string& name, const std::s
     EXPECT_NEAR(tp.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << name << " step " << i + 1;
     loss_diff = std::max(loss_diff, std::abs(tp.losses[i] - ref.losses[i]));
   }
-  const model::ParamLayout layout(model::GPTConfig::preset(preset));
+  const model::ParamLayout layout(model::ModelConfig::preset(preset));
   double weight_diff = 0;
   for (std::size_t i = 0; i < ref.params.size(); ++i)
     if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(tp.params[i] - ref.params[i])));
@@ -176,7 +176,7 @@ void expect_same_training(const TpRun& tp, const std::string& name, const std::s
 }
 
 // The runtime refuses `options` for `config` with an error holding every one of `expected`.
-void expect_refused(const parallel::ShardOptions& options, const model::GPTConfig& config,
+void expect_refused(const parallel::ShardOptions& options, const model::ModelConfig& config,
                     const std::vector<std::string>& expected) {
   try {
     shard::ShardedRuntime runtime(options, config, kBatch, kSeq, 1, 1234, device::host());
@@ -191,7 +191,7 @@ void expect_refused(const parallel::ShardOptions& options, const model::GPTConfi
 TEST(TensorParallel, TheSplitLayoutHoldsSlicesOfTheWholeModelsInitialWeights) {
   for (const char* preset : {"tiny", "llama-tiny"}) {
   SCOPED_TRACE(preset);
-  const model::GPTConfig config = model::GPTConfig::preset(preset);
+  const model::ModelConfig config = model::ModelConfig::preset(preset);
   const model::ParamLayout whole(config);
   std::vector<float> full(whole.total_floats());
   model::init_params(whole, full.data(), 1234);
@@ -234,7 +234,7 @@ TEST(TensorParallel, Tp2WithATopoLikeSpecTrainsToTheLossesWithoutTp) {
 // Llama's splits (grouped-query heads, SwiGLU, untied vocab-parallel head): llama-tiny's 4
 // query heads over 2 K/V heads, 2 and 1 a TP rank. The same ops as GPT-2's, measured as scheduled.
 TEST(TensorParallel, LlamaTp2WithZero3AndZero1TrainsToTheLossesWithoutTpAndItsBytesAreTheSchedules) {
-  const model::GPTConfig llama = model::GPTConfig::preset("llama-tiny");
+  const model::ModelConfig llama = model::ModelConfig::preset("llama-tiny");
   for (const char* strategy : {"zero3", "zero1"}) {
     const TpRun run = train_tp(strategy, "", 2, llama);
     expect_same_training(run, std::string(strategy) + " --tp 2", "llama-tiny");
@@ -253,7 +253,7 @@ TEST(TensorParallel, LlamaTp2WithZero3AndZero1TrainsToTheLossesWithoutTpAndItsBy
 TEST(TensorParallel, SequenceParallelTp2TrainsToTheLossesOfTpWithoutItAndItsBytesAreTheSchedules) {
   for (const char* preset : {"tiny", "llama-tiny"}) {
   SCOPED_TRACE(preset);
-  const model::GPTConfig tiny = model::GPTConfig::preset(preset);
+  const model::ModelConfig tiny = model::ModelConfig::preset(preset);
   const TpRun sp = train_tp("zero3", "", 2, tiny, true), tp = train_tp("zero3", "", 2, tiny);
   expect_same_training(sp, "zero3 --tp 2 --sequence-parallel", preset);
   double loss_diff = 0, weight_diff = 0;
@@ -289,7 +289,7 @@ TEST(TensorParallel, LlamaRefusesATpDegreeThatDoesNotDivideItsKvHeadsNamingBoth)
   options.strategy = "zero3";
   options.topology = four_gpu_topology_file();
   options.tp = 4;
-  expect_refused(options, model::GPTConfig::preset("llama-tiny"), {"--tp 4: does not divide model.n_kv_head = 2"});
+  expect_refused(options, model::ModelConfig::preset("llama-tiny"), {"--tp 4: does not divide model.n_kv_head = 2"});
 }
 
 TEST(TensorParallel, MeasuredBytesPerTierEqualTheScheduleWithItsTensorParallelOps) {
@@ -366,7 +366,7 @@ double largest_difference(const std::vector<double>& a, const std::vector<double
 // on another topology (the CLI test tp_checkpoint_cli_test.sh resumes it on 4 ranks).
 TEST(TensorParallel, ATp2CheckpointLoadsAtTp4AtTp1AndInOneProcessWithTheSavedState) {
   constexpr int kSaveAt = 2, kLast = 4;
-  model::GPTConfig config = model::GPTConfig::preset("tiny");
+  model::ModelConfig config = model::ModelConfig::preset("tiny");
   config.n_head = 4;  // room for --tp 4
   const std::filesystem::path root = shared_scratch("tp_ckpt_test");
   std::filesystem::path saved;
@@ -452,7 +452,7 @@ TEST(TensorParallel, ATp2CheckpointLoadsAtTp4AtTp1AndInOneProcessWithTheSavedSta
 // holds the whole state, which zero3 at TP 1 loads and trains on from.
 TEST(TensorParallel, AnHsdpTp2CheckpointLoadsAtTp1UnderZero3WithTheSavedState) {
   constexpr int kSaveAt = 2;
-  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  const model::ModelConfig config = model::ModelConfig::preset("tiny");
   const std::filesystem::path root = shared_scratch("tp_hsdp_ckpt_test");
   std::filesystem::path saved;
   std::uint64_t digest = 0;
@@ -482,8 +482,8 @@ TEST(TensorParallel, ADegreeThatDoesNotDivideTheTierIsRefusedNamingTheFlag) {
   options.strategy = "zero3";
   options.topology = topology_file();
   options.tp = 3;
-  expect_refused(options, model::GPTConfig::preset("tiny"), {"--tp 3", "gpu"});
+  expect_refused(options, model::ModelConfig::preset("tiny"), {"--tp 3", "gpu"});
   options.tp = 2;
   options.tp_tier = "rack";
-  expect_refused(options, model::GPTConfig::preset("tiny"), {"--tp-tier 'rack'"});
+  expect_refused(options, model::ModelConfig::preset("tiny"), {"--tp-tier 'rack'"});
 }

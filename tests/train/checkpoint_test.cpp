@@ -26,7 +26,7 @@ namespace {
 // of a sharding engine may own several runs. Only the state side of Engine is used here.
 class ShardedStateEngine final : public Engine {
  public:
-  ShardedStateEngine(const model::GPTConfig& config, std::vector<std::size_t> cuts)
+  ShardedStateEngine(const model::ModelConfig& config, std::vector<std::size_t> cuts)
       : layout_(config), cuts_(std::move(cuts)) {
     for (auto* b : {&master_, &exp_avg_, &exp_avg_sq_}) b->resize(layout_.total_floats());
     cuts_.insert(cuts_.begin(), 0);
@@ -84,7 +84,7 @@ class ShardedStateEngine final : public Engine {
   std::size_t page_bytes_ = 0;
 };
 
-CheckpointInfo info_at(std::int64_t step, const model::GPTConfig& config) {
+CheckpointInfo info_at(std::int64_t step, const model::ModelConfig& config) {
   CheckpointInfo info;
   info.step = step;
   info.model = config;
@@ -98,7 +98,7 @@ bool same_bits(const AlignedBuffer<float>& a, const AlignedBuffer<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-const model::GPTConfig kTiny = model::GPTConfig::preset("tiny");
+const model::ModelConfig kTiny = model::ModelConfig::preset("tiny");
 
 }  // namespace
 
@@ -357,7 +357,7 @@ TEST(Checkpoint, CheckpointOfAnotherShapeIsRefusedNamingFieldAndBothValues) {
   test::ScratchDir dir;
   ShardedStateEngine writer(kTiny, {});
   fs::path saved = save_checkpoint(writer, dir.path(), info_at(1, kTiny));
-  model::GPTConfig wider = kTiny;
+  model::ModelConfig wider = kTiny;
   wider.n_embd = 128;
   ShardedStateEngine reader(wider, {});
   EXPECT_EQ(error_of([&] { load_checkpoint(reader, Checkpoint::open(saved)); }),

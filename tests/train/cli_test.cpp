@@ -311,7 +311,7 @@ TEST(Cli, BenchStepReportsTokensPerSecondAndFlops) {
   EXPECT_EQ(j["steps"], 2);
   const double tps = j["tokens_per_s"].get<double>();
   EXPECT_GT(tps, 0);
-  EXPECT_DOUBLE_EQ(j["flops_per_token"].get<double>(), model::GPTConfig::preset("tiny").flops_per_token(32));
+  EXPECT_DOUBLE_EQ(j["flops_per_token"].get<double>(), model::ModelConfig::preset("tiny").flops_per_token(32));
   EXPECT_NEAR(j["gflops"].get<double>(), tps * j["flops_per_token"].get<double>() / 1e9, 1e-9 * tps);
   EXPECT_NEAR(j["step_s"]["mean"].get<double>(), 64 / tps, 1e-9);
 
@@ -324,7 +324,7 @@ TEST(Cli, BenchStepRunsLlamaWithItsOverrides) {
   auto r = test::run_strata("bench step --model llama-tiny --n-kv-head 1 --ffn-hidden 96 --batch 2 --seq 16 "
                             "--steps 1 --warmup 0 --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  model::GPTConfig want = model::GPTConfig::preset("llama-tiny");
+  model::ModelConfig want = model::ModelConfig::preset("llama-tiny");
   want.n_kv_head = 1;
   want.ffn_hidden = 96;
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(r.output)["flops_per_token"].get<double>(), want.flops_per_token(16));
@@ -339,7 +339,7 @@ TEST(Cli, BenchCkptTimesSaveVerifyAndLoadAndCleansUp) {
   auto r = test::run_strata("bench ckpt --model tiny --repeats 1 --json --dir " + dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
-  EXPECT_EQ(j["state_bytes"].get<double>(), 3.0 * 4 * model::ParamLayout(model::GPTConfig::preset("tiny")).total_floats());
+  EXPECT_EQ(j["state_bytes"].get<double>(), 3.0 * 4 * model::ParamLayout(model::ModelConfig::preset("tiny")).total_floats());
   for (const char* k :
        {"memcpy_GBps", "digest_GBps", "xxh3_GBps", "write_fsync_GBps", "save_GBps", "verify_GBps", "load_GBps"})
     EXPECT_GT(j[k].get<double>(), 0) << k;

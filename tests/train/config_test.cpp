@@ -149,7 +149,7 @@ TEST(TrainConfig, LlamaFieldsComeFromThePresetAndTheFile) {
   const auto t = from_toml("[model]\npreset = \"tiny\"\nfamily = \"llama\"\n[data]\ntrain = \"t.bin\"\n");
   EXPECT_EQ(t.model.family, model::Family::Llama);
   EXPECT_EQ(t.model.kv_heads(), t.model.n_head);
-  EXPECT_EQ(model::GPTConfig::from_json(t.model.to_json()), t.model);
+  EXPECT_EQ(model::ModelConfig::from_json(t.model.to_json()), t.model);
 }
 
 TEST(TrainConfig, LlamaInconsistenciesAreRefusedNamingTheField) {

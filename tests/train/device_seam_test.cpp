@@ -86,7 +86,7 @@ TEST(DeviceSeam, ACheckpointTakenThroughTheDevicesCopiesResumesToTheSameLosses) 
 }
 
 TEST(DeviceSeam, TheHostDeviceRefusesBf16NamingThePrecision) {
-  const model::GPTConfig config = model::GPTConfig::preset("tiny");
+  const model::ModelConfig config = model::ModelConfig::preset("tiny");
   const std::string what = test::error_of([&] { LocalEngine(config, 2, 32, 1, false, device::host(), Precision::BF16); });
   EXPECT_NE(what.find("train.precision = 'bf16': the cpu device computes in fp32 only"), std::string::npos) << what;
 }

@@ -93,13 +93,13 @@ class CudaDevice final : public Device {
     synchronize("copy from host");
   }
 
-  std::unique_ptr<model::Model> make_model(const model::GPTConfig& config, int batch, int seq, bool recompute,
+  std::unique_ptr<model::Model> make_model(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                            Precision precision) override {
     if (config.family == model::Family::Llama)
       return std::make_unique<CudaLlama>(*this, config, batch, seq, recompute, precision);
     return std::make_unique<CudaGPT>(*this, config, batch, seq, recompute, precision);
   }
-  std::uint64_t model_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+  std::uint64_t model_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                             Precision precision) const override {
     return config.family == model::Family::Llama ? CudaLlama::device_bytes(config, batch, seq, recompute, precision)
                                                  : CudaGPT::device_bytes(config, batch, seq, recompute, precision);

@@ -40,7 +40,7 @@ float ModelBuffers::mean_loss(const float* losses) {
   return static_cast<float>(total / static_cast<double>(host_losses_.size()));
 }
 
-CudaModel::CudaModel(Device& device, const model::GPTConfig& config, model::Family family, int batch, int seq,
+CudaModel::CudaModel(Device& device, const model::ModelConfig& config, model::Family family, int batch, int seq,
                      bool recompute, Precision precision, Sizes sizes)
     : layout_(config), B_(batch), T_(seq), recompute_(recompute) {
   if (config.family != family)

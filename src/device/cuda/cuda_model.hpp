@@ -66,10 +66,10 @@ class CudaModel : public model::Model {
   bool recompute() const override { return recompute_; }
 
  protected:
-  using Sizes = ModelSizes (*)(const model::GPTConfig& config, int batch, int seq, bool recompute);
+  using Sizes = ModelSizes (*)(const model::ModelConfig& config, int batch, int seq, bool recompute);
   // Refuses a config of another family than `family`, or a micro-batch shape the GPU cannot
   // run (naming the field), before `sizes` of the device's memory are taken.
-  CudaModel(Device& device, const model::GPTConfig& config, model::Family family, int batch, int seq,
+  CudaModel(Device& device, const model::ModelConfig& config, model::Family family, int batch, int seq,
             bool recompute, Precision precision, Sizes sizes);
   ModelBuffers& buffers() { return *buffers_; }
   // The family's walks (model/gpt_walk.hpp) over its per-unit steps. dlogits_scale: what the

@@ -14,18 +14,18 @@ namespace {
 
 // The largest operand any product of the model reads, in elements (Matmul sizes its bf16
 // scratch by it): the logits' gradient and the tied embedding lead for GPT-2.
-std::size_t largest_operand(const model::GPTConfig& config, int B, int T) {
+std::size_t largest_operand(const model::ModelConfig& config, int B, int T) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Vp = config.padded_vocab_size;
   return std::max({BT * Vp, Vp * C, BT * 4 * C, 4 * C * C});
 }
 
-AttentionShape attention_shape(const model::GPTConfig& config, int B, int T) {
+AttentionShape attention_shape(const model::ModelConfig& config, int B, int T) {
   const int C = config.n_embd, NH = config.n_head;
   return {B, T, NH, NH, C / NH, 3 * C, 3 * C, C};
 }
 
 // Scratch every row-reducing kernel of the model shares (one stream: never two at once).
-std::size_t kernel_scratch_bytes(const model::GPTConfig& config, int B, int T) {
+std::size_t kernel_scratch_bytes(const model::ModelConfig& config, int B, int T) {
   const int BT = B * T, C = config.n_embd;
   return std::max({embed_backward_scratch_bytes(BT, config.vocab_size), norm_backward_scratch_bytes(BT, C),
                    column_sums_scratch_bytes(BT, C), column_sums_scratch_bytes(BT, 3 * C),
@@ -54,13 +54,13 @@ struct Activations {
   float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr;
   float *dln1 = nullptr, *dln2 = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
 
-  std::size_t place(const model::GPTConfig& config, int B, int T, bool recompute, float* base);
+  std::size_t place(const model::ModelConfig& config, int B, int T, bool recompute, float* base);
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
 // Under recomputation every layer shares layer 0's buffers but its output, as on the CPU
 // (model::place_layers).
-std::size_t Activations::place(const model::GPTConfig& config, int B, int T, bool recompute, float* base) {
+std::size_t Activations::place(const model::ModelConfig& config, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
   const std::size_t NH = config.n_head, Vp = config.padded_vocab_size;
   model::BufferPlacer placer(base);
@@ -81,7 +81,7 @@ std::size_t Activations::place(const model::GPTConfig& config, int B, int T, boo
   return placer.floats();
 }
 
-ModelSizes model_sizes(const model::GPTConfig& config, int B, int T, bool recompute) {
+ModelSizes model_sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
   Activations counter;
   return {counter.place(config, B, T, recompute, nullptr), static_cast<std::size_t>(B) * T,
           kernel_scratch_bytes(config, B, T), largest_operand(config, B, T)};
@@ -107,12 +107,12 @@ struct CudaGPT::Impl {
   model::FinalNormOffsets lnf_off;
 };
 
-std::uint64_t CudaGPT::device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+std::uint64_t CudaGPT::device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     Precision precision) {
   return ModelBuffers::device_bytes(model_sizes(config, batch, seq, recompute), precision);
 }
 
-CudaGPT::CudaGPT(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute,
+CudaGPT::CudaGPT(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
                  Precision precision)
     : CudaModel(device, config, model::Family::Gpt2, batch, seq, recompute, precision, model_sizes),
       impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
@@ -154,7 +154,7 @@ void CudaGPT::block_forward(int layer, const float* p) {
 float CudaGPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets,
                             float dlogits_scale) {
   Impl& m = *impl_;
-  const model::GPTConfig& cfg = config();
+  const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd;
   const Stream s = gpu_stream();
   m.buffers.upload_targets(targets);
@@ -170,7 +170,7 @@ float CudaGPT::head_forward(const float* lnf_params, const float* embed_params, 
 
 void CudaGPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads) {
   Impl& m = *impl_;
-  const model::GPTConfig& cfg = config();
+  const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   const Stream s = gpu_stream();
   const float* x = m.a.block_input(cfg.n_layer);

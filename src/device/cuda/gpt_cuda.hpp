@@ -15,11 +15,11 @@ class CudaGPT final : public CudaModel {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens, in `device`'s
   // memory; throws Error on other sizes or another family (Llama's is CudaLlama).
-  CudaGPT(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute, Precision precision);
+  CudaGPT(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute, Precision precision);
   ~CudaGPT() override;
 
   // Device bytes such a model takes (ModelBuffers::device_bytes of its sizes).
-  static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+  static std::uint64_t device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     Precision precision);
 
   const float* logits() const override;  // in device memory

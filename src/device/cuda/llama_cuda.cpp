@@ -17,20 +17,20 @@ namespace {
 
 // The largest operand any product of the model reads, in elements (Matmul sizes its bf16
 // scratch by it): the logits, their gradient and the LM head, or the MLP's.
-std::size_t largest_operand(const model::GPTConfig& config, int B, int T) {
+std::size_t largest_operand(const model::ModelConfig& config, int B, int T) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Vp = config.padded_vocab_size,
                     F = config.ffn_size();
   return std::max({BT * Vp, Vp * C, BT * F, F * C, BT * C, C * C});
 }
 
 // q [BT, C], k and v [BT, KV] as the projections write them; out [BT, C].
-AttentionShape attention_shape(const model::GPTConfig& config, int B, int T) {
+AttentionShape attention_shape(const model::ModelConfig& config, int B, int T) {
   const int C = config.n_embd, KV = config.kv_heads() * config.head_dim();
   return {B, T, config.n_head, config.kv_heads(), config.head_dim(), C, KV, C};
 }
 
 // Scratch every row-reducing kernel of the model shares (one stream: never two at once).
-std::size_t kernel_scratch_bytes(const model::GPTConfig& config, int B, int T) {
+std::size_t kernel_scratch_bytes(const model::ModelConfig& config, int B, int T) {
   const int BT = B * T;
   return std::max({embed_backward_scratch_bytes(BT, config.vocab_size), norm_backward_scratch_bytes(BT, config.n_embd),
                    attention_backward_scratch_bytes(attention_shape(config, B, T))});
@@ -59,11 +59,11 @@ struct Activations {
   float *dxn1 = nullptr, *dxn2 = nullptr, *datty = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
 
-  std::size_t place(const model::GPTConfig& config, int B, int T, bool recompute, float* base);
+  std::size_t place(const model::ModelConfig& config, int B, int T, bool recompute, float* base);
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
-std::size_t Activations::place(const model::GPTConfig& config, int B, int T, bool recompute, float* base) {
+std::size_t Activations::place(const model::ModelConfig& config, int B, int T, bool recompute, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd;
   const std::size_t NH = config.n_head, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim();
   const std::size_t F = config.ffn_size(), Vp = config.padded_vocab_size;
@@ -86,7 +86,7 @@ std::size_t Activations::place(const model::GPTConfig& config, int B, int T, boo
   return placer.floats();
 }
 
-ModelSizes model_sizes(const model::GPTConfig& config, int B, int T, bool recompute) {
+ModelSizes model_sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
   Activations counter;
   // The rotary tables: cos and sin of T positions by hd/2 frequencies.
   const std::size_t rope_floats = 2 * static_cast<std::size_t>(T) * (config.head_dim() / 2);
@@ -117,12 +117,12 @@ struct CudaLlama::Impl {
   const float *rope_cos = nullptr, *rope_sin = nullptr;  // [T, hd/2] each, in buffers.tables
 };
 
-std::uint64_t CudaLlama::device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+std::uint64_t CudaLlama::device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                       Precision precision) {
   return ModelBuffers::device_bytes(model_sizes(config, batch, seq, recompute), precision);
 }
 
-CudaLlama::CudaLlama(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute,
+CudaLlama::CudaLlama(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
                      Precision precision)
     : CudaModel(device, config, model::Family::Llama, batch, seq, recompute, precision, model_sizes),
       impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
@@ -170,7 +170,7 @@ void CudaLlama::block_forward(int layer, const float* p) {
 float CudaLlama::head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
                               float dlogits_scale) {
   Impl& m = *impl_;
-  const model::GPTConfig& cfg = config();
+  const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd;
   const Stream s = gpu_stream();
   m.buffers.upload_targets(targets);
@@ -186,7 +186,7 @@ float CudaLlama::head_forward(const float* norm_params, const float* head_params
 void CudaLlama::head_backward(const float* norm_params, const float* head_params, float* norm_grads,
                               float* head_grads) {
   Impl& m = *impl_;
-  const model::GPTConfig& cfg = config();
+  const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   const float* x = m.a.block_input(cfg.n_layer);
   float* dxf = m.a.dxn1;

@@ -16,12 +16,12 @@ class CudaLlama final : public CudaModel {
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens, in `device`'s
   // memory, and the rotary tables of `seq` positions; throws Error on other sizes or another
   // family.
-  CudaLlama(Device& device, const model::GPTConfig& config, int batch, int seq, bool recompute,
+  CudaLlama(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
             Precision precision);
   ~CudaLlama() override;
 
   // Device bytes such a model takes (ModelBuffers::device_bytes of its sizes).
-  static std::uint64_t device_bytes(const model::GPTConfig& config, int batch, int seq, bool recompute,
+  static std::uint64_t device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     Precision precision);
 
   const float* logits() const override;  // in device memory
