@@ -130,9 +130,9 @@ std::vector<std::string> split_commas(const std::string& text) {
 // The strategies asked for, each with its tensor and pipeline parallelism (--tp, --pp, or a
 // +tpN+ppN suffix), with precision and command-line overrides applied; a name gets a '*'
 // when an override changed its preset. Specs are checked against the data-parallel topology
-// their split leaves.
+// their split leaves. The workload gives the precision and the peer, read once.
 std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo::Topology& physical,
-                                               Precision precision) {
+                                               const plan::Workload& workload) {
   std::vector<std::string> names = o.strategy == "all" ? plan::strategy_names() : split_commas(o.strategy);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
   std::vector<plan::NamedSpec> out;
@@ -142,10 +142,10 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
-    const plan::Peer peer = o.peer.empty() ? plan::Peer::Strata : plan::parse_peer(o.peer);
     const shard::ShardSpec spec = shard::apply_options(
-        plan::apply_peer(plan::apply_precision(plan::strategy_spec(name, topology), precision), peer, topology), o.shard,
-        topology);
+        plan::apply_peer(plan::apply_precision(plan::strategy_spec(name, topology), workload.precision), workload.peer,
+                         topology),
+        o.shard, topology);
     out.push_back({o.shard.overrides_preset() ? name + "*" : name, spec, mp});
   }
   return out;
@@ -691,7 +691,7 @@ void run_sweep(const PlanOptions& o, const PlanInputs& in) {
   in.topology.world_size_for_nodes(nodes.back());  // refuses a topology without nodes, or too many ranks
   topo::Topology first = in.topology;
   first.resolve(first.world_size_for_nodes(nodes.front()));
-  const auto strategies = chosen_strategies(o, first, in.workload.precision);
+  const auto strategies = chosen_strategies(o, first, in.workload);
   const auto series =
       plan::sweep(in.model, in.topology, in.device, in.workload, in.leave_out, strategies, nodes, in.calibration);
   const std::string title = sweep_title(o, in.model.name, in.topology.name(), in.workload);
@@ -825,7 +825,7 @@ void run_plan(const PlanOptions& o) {
   topology.resolve(topology.world_size_for_nodes(in.nodes));
   const plan::PlanContext context(in.model, topology, in.device, in.workload, in.leave_out, in.calibration);
   if (o.search) return run_search(o, in, topology, context);
-  const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, in.workload.precision);
+  const std::vector<plan::NamedSpec> chosen = chosen_strategies(o, topology, in.workload);
   if (o.print_schedule) run_print_schedule(o, in, topology, chosen);
   else run_estimates(o, in, topology, context, chosen);
   std::fflush(stdout);
