@@ -3,8 +3,10 @@ the tokens/s a GPU it prints now must be the figure in the table, the row's erro
 from the measured and predicted figures, and the mean absolute percentage error must follow
 from the rows. Rows `RN+cal` price row RN with a shipped calibration: their command must be
 RN's plus `--calibration FILE`, their measured figure RN's, and their mean is reported apart.
-Rows under the "## Held-out group" heading (added after the model, issue 40) are a group of
-their own: their mean, the other rows' mean and the mean over all rows are each checked. A
+Rows under a "## Held-out group" heading (added after the model, issue 40) are a group of
+their own, and rows under "## Held-out group N" another (group N, its mean line "... over K rows
+of held-out group N: **X%**"): each group's mean, the other rows' mean and the mean over all rows
+are each checked. A
 table row or command named otherwise (e.g. "H1") is refused: it would go unchecked.
 
 usage: validation_doc_test.py STRATA_EXE SOURCE_DIR
@@ -26,23 +28,34 @@ MAPE_CALIBRATED = re.compile(
     r"mean absolute percentage error over (\d+) rows with the shipped calibrations: \*\*([0-9.]+)%\*\*")
 MAPE_HELD_OUT = re.compile(r"mean absolute percentage error over (\d+) held-out rows: \*\*([0-9.]+)%\*\*")
 MAPE_ALL = re.compile(r"mean absolute percentage error over all (\d+) rows: \*\*([0-9.]+)%\*\*")
-HELD_OUT_HEADING = "## Held-out group"
+HELD_OUT_HEADING = re.compile(r"## Held-out group(?: (\d+))?")
 CALIBRATED = "+cal"
 
 
+def mape_of_group(group):
+    """The mean line of held-out group `group` (1: the first group's "held-out rows" line)."""
+    if group == 1:
+        return MAPE_HELD_OUT, "mean absolute percentage error over N held-out rows: **X%**"
+    return (re.compile(rf"mean absolute percentage error over (\d+) rows of held-out group {group}: "
+                       r"\*\*([0-9.]+)%\*\*"),
+            f"mean absolute percentage error over N rows of held-out group {group}: **X%**")
+
+
 def rows_of(text):
-    """Each row's (measured, predicted, error) and the set of rows in the held-out section."""
-    rows, held_out, section = {}, set(), ""
+    """Each row's (measured, predicted, error) and the held-out group (1, 2, ...) of each row
+    under a held-out heading."""
+    rows, held_out, group = {}, {}, None
     for line in text.splitlines():
         if line.startswith("## "):
-            section = line
+            heading = HELD_OUT_HEADING.match(line)
+            group = int(heading.group(1) or 1) if heading else None
         if not ROW.match(line):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         row, measured, predicted, error = cells[0], cells[-3], cells[-2], cells[-1]
         rows[row] = (float(measured), int(predicted), error)
-        if section.startswith(HELD_OUT_HEADING):
-            held_out.add(row)
+        if group is not None:
+            held_out[row] = group
     return rows, held_out
 
 
@@ -104,7 +117,7 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         now = dict(zip(commands, pool.map(lambda r: predicted(exe, source_dir, commands[r]), commands)))
     errors = {False: [], True: []}
-    held_out_errors = []
+    held_out_errors = {group: [] for group in held_out.values()}
     order = lambda kv: (int(kv[0][1:].removesuffix(CALIBRATED)), kv[0].endswith(CALIBRATED))
     for row, (measured, in_doc, error) in sorted(rows.items(), key=order):
         figure, stderr = now.get(row, (None, "no command"))
@@ -115,7 +128,7 @@ def main():
             problems.append(f"{row}: the table says {in_doc} tokens/s a GPU, strata plan prints {figure} now")
         pct = (in_doc - measured) / measured * 100
         if row in held_out:
-            held_out_errors.append(abs(pct))
+            held_out_errors[held_out[row]].append(abs(pct))
         else:
             errors[row.endswith(CALIBRATED)].append(abs(pct))
         if error != f"{pct:+.1f}%":
@@ -124,11 +137,12 @@ def main():
     if errors[True]:
         check_mean(text, MAPE_CALIBRATED, errors[True],
                    "mean absolute percentage error over N rows with the shipped calibrations: **X%**", problems)
+    for group, group_errors in sorted(held_out_errors.items()):
+        pattern, what = mape_of_group(group)
+        check_mean(text, pattern, group_errors, what, problems)
     if held_out:
-        check_mean(text, MAPE_HELD_OUT, held_out_errors,
-                   "mean absolute percentage error over N held-out rows: **X%**", problems)
-        check_mean(text, MAPE_ALL, errors[False] + held_out_errors,
-                   "mean absolute percentage error over all N rows: **X%**", problems)
+        every = errors[False] + [e for group_errors in held_out_errors.values() for e in group_errors]
+        check_mean(text, MAPE_ALL, every, "mean absolute percentage error over all N rows: **X%**", problems)
     for p in problems:
         print("FAILED:", p)
     print(f"{len(rows)} rows checked, {len(problems)} problems")
