@@ -538,17 +538,20 @@ float GPT::forward(UnitAccess& access, const std::int32_t* tokens, const std::in
       [&](const float* lnf, const float* embed) { return head_forward(lnf, embed, targets); });
 }
 
-float GPT::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+float GPT::forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                             float grad_scale) {
-  const float loss = forward(access, tokens, targets);
+  grad_scale_ = grad_scale;
+  return forward(access, tokens, targets);
+}
+
+void GPT::backward(UnitAccess& access) {
   gpt2_backward_walk(
       layout_, access,
       [&](const float* lnf, const float* embed, float* lnf_grads, float* embed_grads) {
-        head_backward(lnf, embed, lnf_grads, embed_grads, grad_scale);
+        head_backward(lnf, embed, lnf_grads, embed_grads, grad_scale_);
       },
       [&](int l, const float* p, float* g) { block_backward(l, p, g); },
       [&](float* embed_grads) { embed_backward(embed_grads); });
-  return loss;
 }
 
 std::vector<UnitEvent> GPT::event_order(const ModelConfig& config) {

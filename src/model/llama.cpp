@@ -660,17 +660,20 @@ float Llama::forward(UnitAccess& access, const std::int32_t* tokens, const std::
       [&](const float* norm, const float* head) { return head_forward(norm, head, targets); });
 }
 
-float Llama::forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+float Llama::forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                               float grad_scale) {
-  const float loss = forward(access, tokens, targets);
+  grad_scale_ = grad_scale;
+  return forward(access, tokens, targets);
+}
+
+void Llama::backward(UnitAccess& access) {
   llama_backward_walk(
       layout_, access,
       [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
-        head_backward(norm, head, norm_grads, head_grads, grad_scale);
+        head_backward(norm, head, norm_grads, head_grads, grad_scale_);
       },
       [&](int l, const float* p, float* g) { block_backward(l, p, g); },
       [&](float* embed_grads) { embed_backward(embed_grads); });
-  return loss;
 }
 
 std::vector<UnitEvent> Llama::event_order(const ModelConfig& config) {

@@ -49,8 +49,9 @@ class Llama final : public Model, public StageModel {
   int seq() const override { return T_; }
   static std::vector<UnitEvent> event_order(const ModelConfig& config);  // the walk above
 
-  float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+  float forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                          float grad_scale) override;
+  void backward(UnitAccess& access) override;
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
@@ -84,6 +85,7 @@ class Llama final : public Model, public StageModel {
   bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
   SequenceShards shards_;           // its collectives
   int B_, T_;
+  float grad_scale_ = 1.f;  // forward_training's, for backward
   bool recompute_;
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp
   std::unique_ptr<Impl> impl_;

@@ -63,8 +63,20 @@ class Model {
   // One micro-batch: forward, loss, backward. Gradients of (grad_scale x mean loss) are
   // accumulated (+=) into access.grads(). tokens/targets: B*T ids each (targets < vocab_size).
   // Returns the mean cross-entropy loss over the B*T positions.
-  virtual float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+  float forward_backward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                         float grad_scale) {
+    const float loss = forward_training(access, tokens, targets, grad_scale);
+    backward(access);
+    return loss;
+  }
+  // forward_backward's two halves, for callers that run other micro-batches between them (a
+  // pipeline stage's 1F1B, each micro-batch in flight on a model of its own): the forward,
+  // keeping what the backward reads (grad_scale: a fused loss gradient may be taken here),
+  // then that micro-batch's backward. The walk is forward_backward's, cut where its forward
+  // ends.
+  virtual float forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                                  float grad_scale) = 0;
+  virtual void backward(UnitAccess& access) = 0;
   // Forward only, for validation: the forward half of the walk above.
   virtual float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) = 0;
 

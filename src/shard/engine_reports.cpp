@@ -122,8 +122,8 @@ nlohmann::json ShardedEngine::summary_report() {
           {"memory_bytes",
            {{"weights", m.weights}, {"secondary", m.secondary}, {"grads", m.grads}, {"optimizer", m.optimizer},
             {"gathered", m.gathered}, {"communication", m.communication},
-            {"activations", model_->activation_bytes()}}},
-          {"recompute", model_->recompute()}};
+            {"activations", models_.size() * models_.front()->activation_bytes()}}},
+          {"recompute", models_.front()->recompute()}};
 }
 
 }  // namespace strata::shard

@@ -121,9 +121,12 @@ std::pair<Slot, Slot> slots_of(Purpose p, bool secondary) {
 }
 
 // The micro-batch program of schedule.hpp for events [0, last_event). has_chain[e]: the
-// event has ops (a gather for an Acquire, a reduction for a GradsReady).
+// event has ops (a gather for an Acquire, a reduction for a GradsReady). backward_from: the
+// first backward event where the program is cut into halves (Schedule::halves_program): no
+// gather is prefetched across it, so no chain runs from one half into the other (-1: uncut).
 MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, const std::vector<bool>& has_chain,
-                                const ShardSpec& spec, bool weights_gathered, int last_event) {
+                                const ShardSpec& spec, bool weights_gathered, int last_event,
+                                int backward_from = -1) {
   using K = model::UnitEvent;
   const bool training = last_event == static_cast<int>(events.size());
   const bool keep_forward = training && !spec.free_after_forward;
@@ -132,15 +135,18 @@ MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, con
   p.steps.resize(events.size() + 1);
   p.reads.assign(events.size(), -1);
 
-  // Weight gathers: the gather for the j-th acquire is issued at acquire max(j - prefetch, 0)
-  // and completes before its own; a Release gives back what its Acquire read.
+  // Weight gathers: the gather for the j-th acquire is issued at acquire max(j - prefetch,
+  // first of its half) and completes before its own; a Release gives back what its Acquire read.
   std::vector<int> acquires;
   for (int e = 0; e < last_event; ++e)
     if (events[e].kind == K::Acquire) acquires.push_back(e);
+  std::size_t half_begins = 0;  // the first acquire of the half acquire j is in
   for (std::size_t j = 0; j < acquires.size(); ++j) {
     const int a = acquires[j];
+    if (backward_from >= 0 && a >= backward_from && (j == 0 || acquires[j - 1] < backward_from)) half_begins = j;
     if (has_chain[a]) {
-      const int at = acquires[j >= static_cast<std::size_t>(spec.prefetch) ? j - spec.prefetch : 0];
+      const std::size_t prefetch = static_cast<std::size_t>(spec.prefetch);
+      const int at = acquires[j >= half_begins + prefetch ? j - prefetch : half_begins];
       p.steps[at].issue.push_back(a);
       p.steps[a].complete.push_back(a);
       p.reads[a] = a;
@@ -227,6 +233,8 @@ struct ScheduleParts {
   std::vector<ScheduledOp> micro, step, bucket_ops, tensor_parallel;
   std::vector<std::vector<int>> buckets;
   MicroBatchProgram training, last_training, eval;
+  MicroBatchProgram halves, last_halves;  // no steps: not cut (Schedule::halves_program)
+  int forward_events = 0;
 };
 
 // Schedule's construction, one method a phase; build() runs them in order, each reading what
@@ -289,6 +297,11 @@ class ScheduleBuilder {
       ++forward_events;
     parts_.training = build_program(units_.events, has_chain, spec_, levels_.weights > 0, n);
     parts_.eval = build_program(units_.events, has_chain, spec_, levels_.weights > 0, forward_events);
+    parts_.forward_events = forward_events;
+    // Weights gathered and kept from forward to backward would be a buffer held across the
+    // halves by every micro-batch in flight: no halves then.
+    if (levels_.weights == 0 || spec_.free_after_forward)
+      parts_.halves = build_program(units_.events, has_chain, spec_, levels_.weights > 0, n, forward_events);
     for (int e = 0; e <= n; ++e) {
       for (int c : parts_.training.steps[e].issue)
         for (ScheduledOp& op : parts_.micro)
@@ -306,6 +319,7 @@ class ScheduleBuilder {
   // after their per-micro-batch reductions: reduced in the step phase, unit by unit.
   void add_step_reductions() {
     parts_.last_training = parts_.training;
+    parts_.last_halves = parts_.halves;
     if (levels_.grads == 0 && spec_.bucket_bytes > 0) {
       add_replicated_buckets();
     } else if (levels_.grads > 0 && levels_.grads < levels_.num_levels) {
@@ -378,8 +392,12 @@ class ScheduleBuilder {
       op.issue_event = issue;
       op.complete_by = num_events();
     }
-    parts_.last_training.steps[issue].bucket_issue.push_back(bucket);
-    parts_.last_training.steps[num_events()].bucket_complete.push_back(bucket);
+    // A bucket is issued behind a reduction (GradsReady: backward in either program).
+    for (MicroBatchProgram* p : {&parts_.last_training, &parts_.last_halves}) {
+      if (p->steps.empty()) continue;
+      p->steps[issue].bucket_issue.push_back(bucket);
+      p->steps[num_events()].bucket_complete.push_back(bucket);
+    }
   }
 
   // Scalars are all-gathered level by level and summed in member order, so every rank gets
@@ -552,6 +570,16 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   training_ = std::move(parts.training);
   last_training_ = std::move(parts.last_training);
   eval_ = std::move(parts.eval);
+  halves_ = std::move(parts.halves);
+  last_halves_ = std::move(parts.last_halves);
+  forward_events_ = parts.forward_events;
+}
+
+const MicroBatchProgram& Schedule::halves_program(bool last_of_step) const {
+  if (halves_.steps.empty())
+    throw Error("shard.free_after_forward = false: a micro-batch's gathered weights kept from its forward to its "
+                "backward cannot be cut into halves with other micro-batches in flight between them");
+  return last_of_step ? last_halves_ : halves_;
 }
 
 int Schedule::peak_buffers(const MicroBatchProgram& program) const {
@@ -663,7 +691,9 @@ StateMemory Schedule::memory_per_rank(int compute_bytes, std::size_t align_bytes
 }
 
 int Schedule::pool_buffers() const {
-  return std::max({peak_buffers(training_), peak_buffers(last_training_), peak_buffers(eval_)});
+  int peak = std::max({peak_buffers(training_), peak_buffers(last_training_), peak_buffers(eval_)});
+  if (!halves_.steps.empty()) peak = std::max({peak, peak_buffers(halves_), peak_buffers(last_halves_)});
+  return peak;
 }
 
 static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topology) {

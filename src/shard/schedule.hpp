@@ -219,6 +219,15 @@ class Schedule {
   // step reductions in step_ops().
   const std::vector<ScheduledOp>& bucket_ops() const { return bucket_ops_; }
   const MicroBatchProgram& eval_program() const { return eval_; }
+  // The training program cut into a forward half (events [0, forward_events())) and a
+  // backward half (the rest), for a runtime that runs other micro-batches between them (a
+  // pipeline stage's 1F1B): the same ops, but no gather prefetched across the cut, so every
+  // chain a half issues completes within it and nothing is held from one half to the other
+  // (the model keeps the activations). `last_of_step`: with the buckets' step reductions, as
+  // last_micro_batch_program(). Throws Error naming shard.free_after_forward where gathered
+  // weights are kept from forward to backward.
+  const MicroBatchProgram& halves_program(bool last_of_step) const;
+  int forward_events() const { return forward_events_; }
   // The TP collectives of a training micro-batch, in the model's order (empty without TP);
   // evaluation runs the first eval_tensor_parallel_ops() of them (forward's). The step's TP
   // scalar sums are step ops (Purpose::TensorParallelScalars).
@@ -258,7 +267,8 @@ class Schedule {
   std::vector<std::size_t> padded_;
   std::vector<ScheduledOp> micro_, step_, bucket_ops_, tensor_parallel_;
   std::vector<std::vector<int>> buckets_;
-  MicroBatchProgram training_, last_training_, eval_;
+  MicroBatchProgram training_, last_training_, eval_, halves_, last_halves_;
+  int forward_events_ = 0;
 };
 
 // Bytes of the executor's scratch for buffers of `elements` (executor.hpp allocates them),

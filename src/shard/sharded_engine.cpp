@@ -39,20 +39,24 @@ model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, in
   return {{tp->dims.tensor, tp->dims.tensor_rank(world_rank)}, group, tp->sequence_parallel};
 }
 
-// The model on `device`, made once the device has set aside everything the engine will hold.
-// Tensor parallelism's model all-reduces through the engine and computes with the host's
-// kernels: the host only.
-std::unique_ptr<model::Model> reserve_and_make_model(const Schedule& schedule, device::Device& device,
-                                                     const model::ModelConfig& config, int batch, int seq,
-                                                     bool recompute, Precision precision,
-                                                     const model::TensorParallel& split) {
+// The models on `device` (one a micro-batch in flight), made once the device has set aside
+// everything the engine will hold. Tensor parallelism's model all-reduces through the engine
+// and computes with the host's kernels: the host only.
+std::vector<std::unique_ptr<model::Model>> reserve_and_make_models(const Schedule& schedule, device::Device& device,
+                                                                   const model::ModelConfig& config, int batch,
+                                                                   int seq, bool recompute, Precision precision,
+                                                                   const model::TensorParallel& split, int in_flight) {
   if (split.split.size > 1 && (!device.host_visible() || precision != Precision::F32))
     throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device in {} "
                             "(train.device, train.precision)",
                             split.split.size, device.name(), precision_name(precision)));
-  device.reserve(ShardedEngine::device_bytes(schedule, device, config, batch, seq, recompute, precision));
-  if (split.split.size > 1) return model::make_model(config, batch, seq, recompute, device.kernels(), split);
-  return device.make_model(config, batch, seq, recompute, precision);
+  if (in_flight < 1) throw Error(fmt::format("shard: {} micro-batches in flight: needs at least 1", in_flight));
+  device.reserve(ShardedEngine::device_bytes(schedule, device, config, batch, seq, recompute, precision, in_flight));
+  std::vector<std::unique_ptr<model::Model>> models;
+  for (int i = 0; i < in_flight; ++i)
+    models.push_back(split.split.size > 1 ? model::make_model(config, batch, seq, recompute, device.kernels(), split)
+                                          : device.make_model(config, batch, seq, recompute, precision));
+  return models;
 }
 
 }  // namespace
@@ -65,10 +69,10 @@ LevelCollectives mpi_levels(comm::TierComms& comms) {
 
 std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device::Device& device,
                                           const model::ModelConfig& config, int batch, int seq, bool recompute,
-                                          Precision precision) {
+                                          Precision precision, int in_flight) {
   // The runtime's buffers are fp32 (4 bytes an element) whatever the products read.
   return schedule.memory_per_rank(4, device::kPoolAlignBytes).total() +
-         device.model_bytes(config, batch, seq, recompute, precision);
+         static_cast<std::uint64_t>(in_flight) * device.model_bytes(config, batch, seq, recompute, precision);
 }
 
 // ---- Construction ------------------------------------------------------------------------
@@ -76,14 +80,14 @@ std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device
 ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx,
                              LevelCollectives levels, const ShardSpec& spec, int accumulation_steps,
                              std::uint64_t seed, device::Device& device, bool recompute,
-                             const std::optional<TensorParallelism>& tp, Precision precision)
+                             const std::optional<TensorParallelism>& tp, Precision precision, int in_flight)
     : device_(device),
       schedule_(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
                 tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec, accumulation_steps,
                 tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute, tp->sequence_parallel)
                    : TensorParallelPlan{}),
-      model_(reserve_and_make_model(schedule_, device, config, batch, seq, recompute, precision,
-                                    model_split(tp, ctx.world_rank(), this))),
+      models_(reserve_and_make_models(schedule_, device, config, batch, seq, recompute, precision,
+                                      model_split(tp, ctx.world_rank(), this), in_flight)),
       ctx_(ctx),
       dims_(tp ? tp->dims : parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
@@ -93,7 +97,7 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
       replicated_params_(device),
       replicated_grads_(device) {
   const LevelSpec& L = schedule_.levels();
-  const model::ParamLayout& layout = model_->layout();
+  const model::ParamLayout& layout = models_.front()->layout();
   for (const auto* given : {&executor_.levels().device, &executor_.levels().host})
     if (static_cast<int>(given->size()) < L.num_levels)
       throw Error(fmt::format("shard: {} collectives for {} levels given, the schedule runs over {}",
@@ -151,6 +155,7 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
   gathered_.assign(events, nullptr);
   reducing_.assign(events, nullptr);
   grad_buffer_.assign(units_.size(), nullptr);
+  forward_traces_.resize(models_.size());
 
   // The single-process trainer's initial weights, drawn on the host only for the slices this
   // rank holds (no rank ever builds the whole model) and copied to the device. The master
@@ -353,17 +358,31 @@ void ShardedEngine::grads_ready(int unit) { advance(model::UnitEvent::GradsReady
 
 // ---- Steps -----------------------------------------------------------------------------------
 
+void ShardedEngine::begin_walk(const MicroBatchProgram& program, int first_event, int first_tp_op) {
+  program_ = &program;
+  next_event_ = first_event;
+  peak_lent_ = 0;
+  next_tp_op_ = first_tp_op;
+}
+
+bool ShardedEngine::next_training_micro_batch() {
+  micro_batch_ = micro_batches_in_step_;
+  return ++micro_batches_in_step_ >= schedule_.accumulation_steps();
+}
+
+model::Model& ShardedEngine::slot_model(int slot) {
+  if (slot < 0 || slot >= static_cast<int>(models_.size()))
+    throw Error(fmt::format("shard: activation slot {} of {} micro-batches in flight", slot, models_.size()));
+  return *models_[slot];
+}
+
 float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) {
   auto t0 = std::chrono::steady_clock::now();
   comm::flight_recorder().dump_if_signalled();  // SIGUSR2: a safe point, between micro-batches
   executor_.take_trace();  // what ran between micro-batches (scalars, weight refreshes)
-  micro_batch_ = micro_batches_in_step_;
-  const bool last_of_step = ++micro_batches_in_step_ >= schedule_.accumulation_steps();
-  program_ = last_of_step ? &schedule_.last_micro_batch_program() : &schedule_.training_program();
-  next_event_ = 0;
-  peak_lent_ = 0;
-  next_tp_op_ = 0;
-  float loss = model_->forward_backward(*this, tokens, targets, grad_scale);
+  const bool last_of_step = next_training_micro_batch();
+  begin_walk(last_of_step ? schedule_.last_micro_batch_program() : schedule_.training_program(), 0, 0);
+  float loss = models_.front()->forward_backward(*this, tokens, targets, grad_scale);
   check_tensor_parallel_done(static_cast<int>(schedule_.tensor_parallel_ops().size()));
   run_event(program_->last_event);  // the reductions still in flight
   micro_trace_ = executor_.take_trace();
@@ -371,16 +390,48 @@ float ShardedEngine::micro_step(const std::int32_t* tokens, const std::int32_t* 
   return loss;
 }
 
+// The forward half's chains all complete within it (each gather before its acquire): at its
+// end nothing of this micro-batch is in flight but the slot's activations.
+float ShardedEngine::forward_half(int slot, const std::int32_t* tokens, const std::int32_t* targets,
+                                  float grad_scale) {
+  auto t0 = std::chrono::steady_clock::now();
+  model::Model& model = slot_model(slot);
+  comm::flight_recorder().dump_if_signalled();
+  executor_.take_trace();
+  micro_batch_ = forwards_in_step_++;
+  begin_walk(schedule_.halves_program(false), 0, 0);
+  const float loss = model.forward_training(*this, tokens, targets, grad_scale);
+  check_tensor_parallel_done(schedule_.eval_tensor_parallel_ops());
+  if (next_event_ != schedule_.forward_events())
+    throw Error(fmt::format("shard: the model's forward ended at event {}, the schedule's at {}", next_event_,
+                            schedule_.forward_events()));
+  forward_traces_[slot] = executor_.take_trace();
+  wall_s_ += seconds_since(t0);
+  return loss;
+}
+
+void ShardedEngine::backward_half(int slot) {
+  auto t0 = std::chrono::steady_clock::now();
+  model::Model& model = slot_model(slot);
+  executor_.take_trace();
+  const bool last_of_step = next_training_micro_batch();
+  begin_walk(schedule_.halves_program(last_of_step), schedule_.forward_events(), schedule_.eval_tensor_parallel_ops());
+  model.backward(*this);
+  check_tensor_parallel_done(static_cast<int>(schedule_.tensor_parallel_ops().size()));
+  run_event(program_->last_event);
+  micro_trace_ = std::move(forward_traces_[slot]);
+  for (const ScheduledOp* op : executor_.take_trace()) micro_trace_.push_back(op);
+  forward_traces_[slot].clear();
+  wall_s_ += seconds_since(t0);
+}
+
 float ShardedEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
   auto t0 = std::chrono::steady_clock::now();
   evaluated_since_report_ = true;
   executor_.take_trace();
-  program_ = &schedule_.eval_program();
   micro_batch_ = -1;  // not one of a step's micro-batches
-  next_event_ = 0;
-  peak_lent_ = 0;
-  next_tp_op_ = 0;
-  float loss = model_->forward(*this, tokens, targets);
+  begin_walk(schedule_.eval_program(), 0, 0);
+  float loss = models_.front()->forward(*this, tokens, targets);
   check_tensor_parallel_done(schedule_.eval_tensor_parallel_ops());
   run_event(program_->last_event);
   micro_trace_ = executor_.take_trace();
@@ -397,7 +448,7 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
     throw Error(fmt::format("shard: an optimizer step after {} of the step's {} micro-batches (the last one "
                             "reduces the gradient buckets)",
                             micro_batches_in_step_, schedule_.accumulation_steps()));
-  micro_batches_in_step_ = 0;
+  micro_batches_in_step_ = forwards_in_step_ = 0;
   std::vector<comm::Work> works;
   if (schedule_.buckets().empty())
     for (auto& Up : units_) {

@@ -61,32 +61,39 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // what its products read (the device refuses one it does not compute in). With `tp`,
   // `levels` span the ranks of this rank's TP index over tp->dims.data_parallel_topology()
   // (ShardedRuntime); tensor parallelism runs on a host-visible device only (its model
-  // computes with kernels()).
+  // computes with kernels()). `in_flight`: the micro-batches whose halves may be in flight at
+  // once (forward_half), each with activations of its own.
   ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
-                Precision precision = Precision::F32);
+                Precision precision = Precision::F32, int in_flight = 1);
   // Over strata's MPI Communicators (host memory).
   ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
-                Precision precision = Precision::F32)
+                Precision precision = Precision::F32, int in_flight = 1)
       : ShardedEngine(config, batch, seq, ctx, mpi_levels(comms), spec, accumulation_steps, seed, device, recompute,
-                      tp, precision) {}
+                      tp, precision, in_flight) {}
   ~ShardedEngine() override;
 
   // What the engine reserves of `device` before its first allocation: every buffer it holds,
   // from the schedule's memory formula at the device pool's alignment, and the model's.
   static std::uint64_t device_bytes(const Schedule& schedule, const device::Device& device,
                                     const model::ModelConfig& config, int batch, int seq, bool recompute,
-                                    Precision precision);
+                                    Precision precision, int in_flight = 1);
 
-  const model::ParamLayout& layout() const override { return model_->layout(); }
+  const model::ParamLayout& layout() const override { return models_.front()->layout(); }
   int rank() const override { return rank_; }
   int world_size() const override { return ctx_.world_size(); }
   parallel::ParallelDims parallel_dims() const override { return dims_; }
   float micro_step(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale) override;
   float eval_loss(const std::int32_t* tokens, const std::int32_t* targets) override;
+  // micro_step cut in two (Schedule::halves_program), for a pipeline stage's 1F1B: the
+  // forward of a micro-batch on activation slot `slot` (< in_flight), returning its loss, and
+  // later that slot's backward, other micro-batches' halves running between them. Backwards
+  // run in the order of their forwards; the step's last backward is its last micro-batch.
+  float forward_half(int slot, const std::int32_t* tokens, const std::int32_t* targets, float grad_scale);
+  void backward_half(int slot);
   train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
   std::pair<double, bool> all_mean_and_any(double local, bool flag) override;
   std::vector<std::string> all_gather_strings(const std::string& local) override;
@@ -101,7 +108,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
 
   const Schedule& schedule() const { return schedule_; }
   StateMemory memory_bytes() const;            // what this rank actually allocated, by state
-  std::uint64_t activation_bytes() const { return model_->activation_bytes(); }
+  std::uint64_t activation_bytes() const { return models_.front()->activation_bytes(); }  // one slot's
   StepTiming take_timing();                    // since the last call
   comm::Context& context() { return ctx_; }
   // The ops the communication thread ran in the last micro-batch (training or evaluation)
@@ -142,6 +149,10 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   std::uint64_t record_tensor_parallel(const ScheduledOp& op) const;
   // The program's walk: the model's next call must be the next event.
   int advance(model::UnitEvent::Kind kind, int unit, model::Phase phase);
+  void begin_walk(const MicroBatchProgram& program, int first_event, int first_tp_op);
+  // The step's next training micro-batch, counted at its backward: whether it is the last.
+  bool next_training_micro_batch();
+  model::Model& slot_model(int slot);
   void run_event(int event);  // issue, complete, lend, free (schedule.hpp)
   void issue(int chain);
   void complete(int chain);
@@ -157,7 +168,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
 
   device::Device& device_;  // where every buffer below lives, which makes the model
   Schedule schedule_;       // built before the model: the device's pool is sized from it
-  std::unique_ptr<model::Model> model_;
+  std::vector<std::unique_ptr<model::Model>> models_;  // one a micro-batch in flight
   comm::Context& ctx_;
   parallel::ParallelDims dims_;
   int rank_ = 0;       // in the world
@@ -175,6 +186,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   std::vector<Chain> bucket_chains_;  // the buckets' step reductions (Schedule::buckets)
   std::vector<comm::Work> bucket_work_;
   int micro_batches_in_step_ = 0;  // training micro-batches since the last optimizer step
+  int forwards_in_step_ = 0;       // forward halves since the last optimizer step
   std::vector<float*> gathered_, reducing_;
   std::vector<float*> grad_buffer_;  // per unit, while lent
   std::size_t largest_unit_ = 0;
@@ -184,6 +196,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   device::Buffer<float> replicated_params_;  // W replicated in a non-fp32 wire: decoded weights
   device::Buffer<float> replicated_grads_;   // G replicated: the full fp32 gradients
   std::vector<const ScheduledOp*> micro_trace_, step_trace_;
+  std::vector<std::vector<const ScheduledOp*>> forward_traces_;  // per slot, until its backward
   double wall_s_ = 0, exposed_s_ = 0;
   // Step reports: traffic since the last report, and whether an evaluation ran in it.
   comm::CommStats last_stats_;

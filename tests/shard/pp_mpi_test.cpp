@@ -4,7 +4,8 @@
 // weights of the same global batch in one process (the reduction order changes, so within
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
 // sends included; a rank holds its stage's arrays only; recomputation changes no bit;
-// refusals name the flag.
+// refusals name the flag. Under it, the sharding runtime's micro-batch cut into a forward and a
+// backward half, run in a stage's 1F1B order, gives micro_step's bits.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -16,12 +17,16 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "shard/pipeline_engine.hpp"
+#include "shard/sharded_engine.hpp"
+#include "topo/groups.hpp"
 #include "key_bias.hpp"
 #include "test_batches.hpp"
 #include "train/local_engine.hpp"
@@ -163,7 +168,77 @@ std::string refusal(F&& f) {
   return "";
 }
 
+// A ShardedEngine's losses, gradient norms and final weights over kSteps steps of kMicro
+// micro-batches: by micro_step, or in halves in the 1F1B order of the first of two stages
+// (two forwards in flight).
+struct HalvesRun {
+  std::vector<float> losses;
+  std::vector<double> norms;
+  std::vector<float> params;
+  std::vector<std::vector<int>> traces;  // each micro-batch's ops (the schedule's ids), sorted
+};
+
+HalvesRun train_sharded(const std::string& strategy, const std::string& preset, bool halves) {
+  topo::Topology topology = topo::Topology::from_toml_file(two_tiers());
+  topology.resolve(4);
+  comm::Context ctx(topology);
+  topo::ProcessGroups groups(topology);
+  comm::TierComms comms(ctx, groups);
+  const shard::ShardSpec spec = shard::ShardSpec::preset_for(strategy, topology);
+  shard::ShardedEngine engine(config_of(2, preset), kBatch, kSeq, ctx, comms, spec, kMicro, 1234, device::host(), false,
+                              std::nullopt, Precision::F32, parallel::micro_batches_in_flight(2, 0, kMicro));
+  HalvesRun run;
+  auto trace = [&] {
+    std::vector<int> ops;
+    for (const shard::ScheduledOp* op : engine.last_micro_batch_trace()) ops.push_back(engine.schedule().op_id(op));
+    std::sort(ops.begin(), ops.end());
+    run.traces.push_back(ops);
+  };
+  for (int step = 1; step <= kSteps; ++step) {
+    std::vector<std::vector<std::int32_t>> tok(kMicro), tgt(kMicro);
+    for (int i = 0; i < kMicro; ++i) append_test_batch(step, i, engine.rank(), kBatch, kSeq, tok[i], tgt[i]);
+    if (!halves) {
+      for (int i = 0; i < kMicro; ++i) {
+        run.losses.push_back(engine.micro_step(tok[i].data(), tgt[i].data(), 1.0f / kMicro));
+        trace();
+      }
+    } else {
+      const int slots = parallel::micro_batches_in_flight(2, 0, kMicro);
+      for (const parallel::PipelineAction& a : parallel::one_f_one_b(2, 0, kMicro)) {
+        const int i = a.micro_batch;
+        if (a.kind == parallel::PipelineAction::Forward)
+          run.losses.push_back(engine.forward_half(i % slots, tok[i].data(), tgt[i].data(), 1.0f / kMicro));
+        if (a.kind == parallel::PipelineAction::Backward) {
+          engine.backward_half(i % slots);
+          trace();
+        }
+      }
+    }
+    run.norms.push_back(engine.optimizer_step({}, train::StepArgs{1e-3f, step}).grad_norm);
+  }
+  run.params.resize(engine.layout().total_floats());
+  engine.gather_params(run.params.data());
+  return run;
+}
+
 }  // namespace
+
+// Forward of micro-batch i, other micro-batches' halves, then backward of i: the same
+// losses, gradient norms and weights, bit for bit, as micro_step, and each micro-batch runs
+// the same ops (zero3 gathers the weights for both halves; hsdp also reduces over the
+// replicas in the step's last backward, ddp in buckets there), for both families.
+TEST(PipelineHalves, ForwardAndBackwardHalvesIn1F1BOrderGiveMicroStepsBits) {
+  for (const auto& [strategy, preset] : std::vector<std::pair<std::string, std::string>>{
+           {"zero3", "tiny"}, {"hsdp", "tiny"}, {"ddp", "tiny"}, {"zero3", "llama-tiny"}}) {
+    const HalvesRun whole = train_sharded(strategy, preset, false), halves = train_sharded(strategy, preset, true);
+    const std::string name = strategy + " " + preset;
+    // 1F1B's forwards run ahead of the backwards: the losses in forward order, micro_step's.
+    EXPECT_EQ(halves.losses, whole.losses) << name;
+    EXPECT_EQ(halves.norms, whole.norms) << name;
+    EXPECT_EQ(halves.params, whole.params) << name;
+    EXPECT_EQ(halves.traces, whole.traces) << name;
+  }
+}
 
 void expect_measured_bytes_equal_the_schedule(const std::vector<comm::CommStats>& traffic,
                                                const comm::CommStats& scheduled) {

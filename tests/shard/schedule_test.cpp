@@ -417,3 +417,45 @@ TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
     }
   }
 }
+
+// The halves of a pipeline stage's micro-batch (Schedule::halves_program): every chain issued
+// before the cut completes before it, for every preset and prefetch depth, and with the
+// buckets of the step's last micro-batch; the uncut program prefetches across the cut
+// wherever weights are gathered (what the cut changes). Weights kept from forward to
+// backward cannot be cut: refused naming the field.
+TEST(Schedule, TheHalvesProgramRunsNoChainAcrossTheCut) {
+  auto topo = two_node_topology(8);
+  for (const std::string& preset : ShardSpec::preset_names())
+    for (int prefetch : {0, 1, 2}) {
+      ShardSpec spec = ShardSpec::preset_for(preset, topo);
+      spec.prefetch = prefetch;
+      const Schedule s(tiny_layout(), topo, spec, 2);
+      const int cut = s.forward_events();
+      ASSERT_GT(cut, 0);
+      bool uncut_crosses = false;
+      for (const MicroBatchProgram* p : {&s.halves_program(false), &s.halves_program(true), &s.training_program()}) {
+        std::vector<int> issued_at(p->steps.size(), -1);
+        for (int e = 0; e < static_cast<int>(p->steps.size()); ++e)
+          for (int c : p->steps[e].issue) issued_at[c] = e;
+        for (int e = cut; e < static_cast<int>(p->steps.size()); ++e)
+          for (int c : p->steps[e].complete) {
+            ASSERT_GE(issued_at[c], 0) << preset;
+            if (p == &s.training_program()) uncut_crosses |= issued_at[c] < cut;
+            else EXPECT_GE(issued_at[c], cut) << preset << " prefetch " << prefetch << ": chain " << c;
+          }
+        // Nothing gathered in one half is given back in the other.
+        for (int e = cut; e < static_cast<int>(p->steps.size()) && p != &s.training_program(); ++e)
+          for (int a : p->steps[e].free) EXPECT_GE(a, cut) << preset;
+      }
+      EXPECT_EQ(uncut_crosses, s.levels().weights > 0 && prefetch > 0) << preset << " prefetch " << prefetch;
+      EXPECT_EQ(s.halves_program(true).steps.back().bucket_complete.size(), s.buckets().size()) << preset;
+    }
+  ShardSpec kept = ShardSpec::preset_for("zero3", topo);
+  kept.free_after_forward = false;
+  try {
+    static_cast<void>(Schedule(tiny_layout(), topo, kept, 2).halves_program(false));
+    ADD_FAILURE() << "kept weights cut into halves";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard.free_after_forward"), std::string::npos) << e.what();
+  }
+}

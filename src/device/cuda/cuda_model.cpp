@@ -63,15 +63,17 @@ float CudaModel::forward(model::UnitAccess& access, const std::int32_t* tokens, 
   return forward_walk(access, tokens, targets, 0.0f);
 }
 
-float CudaModel::forward_backward(model::UnitAccess& access, const std::int32_t* tokens,
+float CudaModel::forward_training(model::UnitAccess& access, const std::int32_t* tokens,
                                   const std::int32_t* targets, float grad_scale) {
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   model::check_ids(tokens, BT, config().vocab_size, "token");
   model::check_ids(targets, BT, config().vocab_size, "target");
-  const float loss = forward_walk(access, tokens, targets, grad_scale / static_cast<float>(BT));
+  return forward_walk(access, tokens, targets, grad_scale / static_cast<float>(BT));
+}
+
+void CudaModel::backward(model::UnitAccess& access) {
   backward_walk(access);
   synchronize("forward/backward");
-  return loss;
 }
 
 }  // namespace strata::device::cuda

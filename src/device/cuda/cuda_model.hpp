@@ -54,9 +54,11 @@ class ModelBuffers {
 class CudaModel : public model::Model {
  public:
   // The micro-batch's ids are checked before anything is acquired (a kernel would only trap
-  // on a bad one); then the family's walks run; training waits for the stream once, at the end.
-  float forward_backward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+  // on a bad one); then the family's walks run; training waits for the stream once, at the end of
+  // its backward.
+  float forward_training(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                          float grad_scale) final;
+  void backward(model::UnitAccess& access) final;
   float forward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) final;
 
   const model::ParamLayout& layout() const override { return layout_; }
