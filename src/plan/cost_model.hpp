@@ -265,6 +265,7 @@ class PlanContext {
   const shard::UnitPlan& units() const { return units_; }
   const std::optional<Calibration>& calibration() const { return calibration_; }
   const std::optional<NcclSystem>& nccl() const { return nccl_; }
+  const std::optional<ShapeEfficiency>& shape_efficiency() const { return shape_; }
 
   // The schedule of `spec` on this topology, with the model slice's TP collectives (the
   // runtime's own walk, model::tensor_parallel_calls, at the workload's precision).
@@ -288,6 +289,7 @@ class PlanContext {
   std::vector<LeaveOut> leave_out_;
   std::optional<Calibration> calibration_;
   std::optional<NcclSystem> nccl_;  // under --collectives nccl
+  std::optional<ShapeEfficiency> shape_;  // under --compute-anchor: device_.compute_efficiency's making
   std::vector<GatheredParams> gathered_;  // DeepSpeed's gathered tensors and modules a unit
   shard::UnitPlan units_;
   shard::TensorParallelPlan tensor_parallel_;
