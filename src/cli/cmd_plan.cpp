@@ -181,7 +181,8 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text,
     const plan::KernelFacts& k = plan::kernel_facts(shape->kernels);
     fmt::print("compute by shape: anchor {} ({:g} at its shape), kernels {} (tile {}x{}, peak share {:g}): a layer's "
                "GEMMs and attention at {:.4f} of peak here, {:.4f} at the anchor's shape, so {:g} x {:.4f} / {:.4f} = "
-               "{:.4f}; attention {}\n",
+               "{:.4f}; attention {} (a rank of the data-parallel model; under --tp or --pp each strategy's own "
+               "slice: compute_shape in --json)\n",
                shape->anchor, shape->anchor_efficiency, plan::kernel_generation_name(shape->kernels), k.tile_m,
                k.tile_n, k.peak_share, shape->here.efficiency, shape->at_anchor.efficiency, shape->anchor_efficiency,
                shape->here.efficiency, shape->at_anchor.efficiency, shape->efficiency,

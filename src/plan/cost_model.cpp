@@ -627,6 +627,7 @@ nlohmann::json Estimate::to_json() const {
             {"power_watts", power_watts},
             {"joules_per_token", joules_per_token},
             {"tokens_per_kwh", tokens_per_kwh}}}};
+  if (compute_shape) out["compute_shape"] = compute_shape->to_json();
   if (peer) {
     nlohmann::json calls = nlohmann::json::object();
     for (const auto& [purpose, n] : peer->calls_a_step) calls[purpose] = n;
@@ -1001,6 +1002,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.strategy = std::move(strategy);
   e.spec = spec;
   e.world_size = schedule.world_size();
+  e.compute_shape = shape_;
   EstimateSteps steps(*this, schedule, e);
   steps.peer_copies();
   steps.replay_micro_batches();

@@ -227,6 +227,9 @@ struct Estimate {
     double copy_s = 0;               // FSDP2's copy-in/copy-out on the compute stream
   };
   std::optional<PeerTerms> peer;
+  // Under --compute-anchor: the compute efficiency by shape of the slice that priced it (with
+  // pipeline parallelism the slowest stage's).
+  std::optional<ShapeEfficiency> compute_shape;
   // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
   int tensor_parallel = 1, pipeline_stages = 1;
   double tp_allreduce_s = 0;         // per step: the schedule's tensor-parallel ops, on the critical path

@@ -143,3 +143,16 @@ TEST(PlanComputeShape, AnUnknownGenerationIsRefusedNamingTheFlag) {
   EXPECT_NE(r.output.find("--kernels = '2022': unknown kernel generation (known: 2021, 2024)"), std::string::npos)
       << r.output;
 }
+
+TEST(PlanComputeShape, UnderTensorParallelismEachStrategyPricesItsOwnSlice) {
+  // LUMI's anchor: Llama 2 7B, TP 2, micro-batch 2 of 4096, 2024 kernels (no peer): its TP 2
+  // slice gets exactly 0.4752; the whole model's data-parallel context (the assumptions) has
+  // wider GEMMs and another figure.
+  const nlohmann::json doc = parse_json_output(
+      run_command(std::string(STRATA_EXE) +
+                      " plan --model llama2-7b --shape seq=4096 --topology frontier --compute-anchor mi250x --nodes 2 "
+                      "--strategy zero1+tp2 --flash-attention --micro-batch 2 --json",
+                  Stderr::Discard));
+  EXPECT_DOUBLE_EQ(doc["strategies"]["zero1+tp2"]["compute_shape"]["efficiency"].get<double>(), 0.4752);
+  EXPECT_NE(doc["assumptions"]["compute_shape"]["efficiency"].get<double>(), 0.4752);
+}
