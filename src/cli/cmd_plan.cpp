@@ -52,6 +52,7 @@ struct PlanOptions {
   std::string collectives = "hierarchical";
   std::string granularity = "unit";
   std::string peer;  // empty: strata's own
+  std::string compute_anchor, kernels;  // empty: one efficiency; the peer's generation
   double peak_tflops = 0, memory_gb = 0, hbm_GBps = 0, compute_efficiency = 0, tdp_watts = 0, idle_watts = 0;
   bool search = false;
   int top = 5;
@@ -86,6 +87,8 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(o.granularity != "unit", "granularity " + o.granularity);
   given(!o.peer.empty(), "peer " + o.peer);
   given(!o.calibration.empty(), "calibration " + o.calibration);
+  given(!o.compute_anchor.empty(), "compute anchor " + o.compute_anchor);
+  given(!o.kernels.empty(), "kernels " + o.kernels);
   for (const std::string& t : o.tier_overrides) parts.push_back("tier " + t);
   for (const std::string& l : o.leave_out) parts.push_back("leave out " + l);
   const parallel::ShardOptions& s = o.shard;
@@ -174,6 +177,19 @@ void print_header(const plan::PlanContext& c, const std::string& nodes_text,
              d.peak_tflops, d.compute_efficiency, d.memory_gb, d.hbm_GBps,
              c.calibration() && c.calibration()->compute ? " (times from the calibration below; the peak scales MFU)"
                                                          : "");
+  if (const auto& shape = c.shape_efficiency()) {
+    const plan::KernelFacts& k = plan::kernel_facts(shape->kernels);
+    fmt::print("compute by shape: anchor {} ({:g} at its shape), kernels {} (tile {}x{}, peak share {:g}): a layer's "
+               "GEMMs and attention at {:.4f} of peak here, {:.4f} at the anchor's shape, so {:g} x {:.4f} / {:.4f} = "
+               "{:.4f}; attention {} (a rank of the data-parallel model; under --tp or --pp each strategy's own "
+               "slice: compute_shape in --json)\n",
+               shape->anchor, shape->anchor_efficiency, plan::kernel_generation_name(shape->kernels), k.tile_m,
+               k.tile_n, k.peak_share, shape->here.efficiency, shape->at_anchor.efficiency, shape->anchor_efficiency,
+               shape->here.efficiency, shape->at_anchor.efficiency, shape->efficiency,
+               shape->here.attention_efficiency > 0
+                   ? fmt::format("{:.3f} of peak (FlashAttention's published curve)", shape->here.attention_efficiency)
+                   : std::string("as a whole-wave GEMM (no published curve for this chip)"));
+  }
   fmt::print("workload: micro-batch {} x {} tokens, {} a step; precision {}; recompute {}; attention {}; "
              "collectives {}, granularity {}{}\n",
              w.micro_batch, w.seq, count_of(w.accumulation_steps, "micro-batch", "micro-batches"),
@@ -590,6 +606,13 @@ plan::DeviceFacts read_device(const PlanOptions& o, const std::optional<plan::De
     device.source += fmt::format("; compute efficiency {:g} from the calibration {}", device.compute_efficiency,
                                  o.calibration);
   }
+  // The efficiency by shape replaces one efficiency, the calibration's too; --compute-efficiency
+  // still wins over it.
+  if (!o.kernels.empty()) device.kernels = plan::parse_kernel_generation(o.kernels);
+  if (!o.compute_anchor.empty()) {
+    const plan::ComputeAnchor& anchor = plan::compute_anchor(o.compute_anchor);
+    if (!o.efficiency_opt->count()) device.compute_anchor = &anchor;
+  }
   return device;
 }
 
@@ -893,6 +916,13 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   o->efficiency_opt =
       cmd->add_option("--compute-efficiency", o->compute_efficiency,
                       "achieved fraction of peak for compute (wins over a calibration's published efficiency)");
+  cmd->add_option("--compute-anchor", o->compute_anchor,
+                  "price compute by shape (docs/planner.md \"Compute by shape\"), anchored on a held-out measurement: " +
+                      fmt::format("{}", fmt::join(plan::compute_anchor_names(), ", ")) +
+                      " (--compute-efficiency still wins)");
+  cmd->add_option("--kernels", o->kernels,
+                  "the software generation of the kernels the shape model prices: 2021 or 2024 (default: the "
+                  "peer's)");
   cmd->add_option("--leave-out", o->leave_out,
                   "leave a collective out of the account, PURPOSE[@TIER] (repeatable), e.g. weight-gather-step")
       ->expected(1)

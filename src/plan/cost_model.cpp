@@ -627,6 +627,7 @@ nlohmann::json Estimate::to_json() const {
             {"power_watts", power_watts},
             {"joules_per_token", joules_per_token},
             {"tokens_per_kwh", tokens_per_kwh}}}};
+  if (compute_shape) out["compute_shape"] = compute_shape->to_json();
   if (peer) {
     nlohmann::json calls = nlohmann::json::object();
     for (const auto& [purpose, n] : peer->calls_a_step) calls[purpose] = n;
@@ -689,13 +690,20 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
   if (workload_.collectives == shard::Composition::Nccl) nccl_ = nccl_system(device_.name, topology_);
   if (workload_.granularity == Granularity::DeepSpeedTensors || workload_.granularity == Granularity::DeepSpeedModules)
     gathered_ = deepspeed_gathered_params(model_);
+  const ComputeCalibration* measured = calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
+  if (device_.compute_anchor && !measured) {
+    shape_ = anchored_efficiency(model_, workload_.micro_batch, workload_.seq,
+                                 device_.kernels.value_or(peer_kernel_generation(workload_.peer)),
+                                 *device_.compute_anchor, device_.peak_tflops, device_.hbm_GBps,
+                                 compute_bytes(workload_.precision));
+    device_.compute_efficiency = std::min(1.0, shape_->efficiency);
+  }
   const double flops_per_s = device_.peak_tflops * 1e12 * device_.compute_efficiency;
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   const std::vector<double> flops = model_.forward_flops_per_token(workload_.seq);
   const std::vector<int> matmuls = model_.forward_matmuls();
   const std::vector<Rerun> rerun = model_.rerun_per_token(workload_.seq, workload_.recompute,
                                                           compute_bytes(workload_.precision));
-  const ComputeCalibration* measured = calibration_ && calibration_->compute ? &*calibration_->compute : nullptr;
   // Memory-bound work is priced as Adam is: at the HBM rate, or the calibration's measured one.
   const double memory_Bps = (measured ? measured->optimizer_GBps : device_.hbm_GBps) * 1e9;
   for (std::size_t u = 0; u < flops.size(); ++u) {
@@ -994,6 +1002,7 @@ Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spe
   e.strategy = std::move(strategy);
   e.spec = spec;
   e.world_size = schedule.world_size();
+  e.compute_shape = shape_;
   EstimateSteps steps(*this, schedule, e);
   steps.peer_copies();
   steps.replay_micro_batches();
@@ -1087,6 +1096,7 @@ nlohmann::json PlanContext::assumptions() const {
              "efficiency, cut and capped per protocol; NVLS and CollNet not modelled; an all-to-all keeps "
              "messages x the largest latency_us of its tiers"},
       {"nccl", nccl_ ? nccl_->to_json() : nlohmann::json(nullptr)},
+      {"compute_shape", shape_ ? shape_->to_json() : nlohmann::json(nullptr)},
       {"network_by_group_size", group_size_notes(calibrated ? &*calibration_ : nullptr, topology_)},
       {"peer", peer_name(workload_.peer)},
       {"granularity", granularity_name(workload_.granularity)},
@@ -1124,7 +1134,9 @@ nlohmann::json PlanContext::assumptions() const {
                     "(the calibration's matmul curve: each matmul of F FLOPs takes (F + half_gflop) / peak_gflops; "
                     "a block has qkv, attention projection, 2 attention products and 2 (GELU) or 3 (SwiGLU) MLP "
                     "matmuls, the LM head 1); backward twice the forward"
-                  : "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
+                  : shape_ ? "FLOPs / (peak x compute_efficiency), per unit of the schedule; compute_efficiency by shape "
+                             "(compute_shape)"
+                           : "FLOPs / (peak x compute_efficiency), per unit of the schedule"},
       {"activations",
        "per block and token: 6 x hidden + 2 x kv_dim + (2 or 3 for SwiGLU) x ffn elements, plus heads x seq "
        "unless flash attention; with full recomputation only each block's input plus one block's set; with "

@@ -227,6 +227,9 @@ struct Estimate {
     double copy_s = 0;               // FSDP2's copy-in/copy-out on the compute stream
   };
   std::optional<PeerTerms> peer;
+  // Under --compute-anchor: the compute efficiency by shape of the slice that priced it (with
+  // pipeline parallelism the slowest stage's).
+  std::optional<ShapeEfficiency> compute_shape;
   // Tensor and pipeline parallelism (plan/model_parallel.hpp); data parallelism alone: 1, 1, zeros.
   int tensor_parallel = 1, pipeline_stages = 1;
   double tp_allreduce_s = 0;         // per step: the schedule's tensor-parallel ops, on the critical path
@@ -265,6 +268,7 @@ class PlanContext {
   const shard::UnitPlan& units() const { return units_; }
   const std::optional<Calibration>& calibration() const { return calibration_; }
   const std::optional<NcclSystem>& nccl() const { return nccl_; }
+  const std::optional<ShapeEfficiency>& shape_efficiency() const { return shape_; }
 
   // The schedule of `spec` on this topology, with the model slice's TP collectives (the
   // runtime's own walk, model::tensor_parallel_calls, at the workload's precision).
@@ -288,6 +292,7 @@ class PlanContext {
   std::vector<LeaveOut> leave_out_;
   std::optional<Calibration> calibration_;
   std::optional<NcclSystem> nccl_;  // under --collectives nccl
+  std::optional<ShapeEfficiency> shape_;  // under --compute-anchor: device_.compute_efficiency's making
   std::vector<GatheredParams> gathered_;  // DeepSpeed's gathered tensors and modules a unit
   shard::UnitPlan units_;
   shard::TensorParallelPlan tensor_parallel_;

@@ -27,12 +27,22 @@ constexpr std::string_view kIdleNote =
 
 DeviceFacts facts(std::string name, double tflops, double gb, double hbm, double tdp, std::string_view datasheet) {
   return DeviceFacts{std::move(name), tflops, gb, hbm, kDefaultComputeEfficiency, tdp, tdp * kIdleFractionOfTdp,
-                     fmt::format("{}; {}; {}", datasheet, kMemoryNote, kIdleNote)};
+                     fmt::format("{}; {}; {}", datasheet, kMemoryNote, kIdleNote), nullptr, std::nullopt};
 }
 
-GpuDatasheet gpu(std::string_view key, DeviceFacts device, double link_GBps, std::string_view link_source,
-                 int dies = 1, double die_link_GBps = 0, std::string_view die_link_source = {}) {
+struct ComputeUnits {
+  int count = 0;
+  std::string_view source;
+  bool hopper = false;
+};
+
+GpuDatasheet gpu(std::string_view key, DeviceFacts device, ComputeUnits units, double link_GBps,
+                 std::string_view link_source, int dies = 1, double die_link_GBps = 0,
+                 std::string_view die_link_source = {}) {
   GpuDatasheet d;
+  d.compute_units = units.count;
+  d.compute_units_source = units.source;
+  d.hopper = units.hopper;
   d.key = key;
   d.device = std::move(device);
   d.link_GBps = link_GBps;
@@ -50,28 +60,34 @@ const std::vector<GpuDatasheet>& datasheets() {
       gpu("h100-sxm",
            facts("NVIDIA H100 SXM5", 989, 80, 3350, 700,
                  "H100 datasheet: ~989 TFLOP/s dense bf16, 80 GB HBM3 at ~3.35 TB/s, up to 700 W TDP"),
+           {132, "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs (H100 SXM5)", true},
            450, "NVIDIA H100 datasheet: NVLink4, 18 links a GPU, 900 GB/s bidirectional = ~450 GB/s per direction"),
       gpu("h100-pcie",
            facts("NVIDIA H100 PCIe", 756, 80, 2000, 350,
                  "H100 PCIe datasheet: ~756 TFLOP/s dense bf16, 80 GB HBM2e at ~2.0 TB/s, 300-350 W TDP"),
+           {114, "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 114 SMs (H100 PCIe)", false},
            64, "NVIDIA H100 PCIe datasheet: PCIe Gen5 x16, 128 GB/s bidirectional = 64 GB/s per direction (its NVLink "
                "bridges join pairs of GPUs only)"),
       gpu("h200",
            facts("NVIDIA H200 SXM", 989, 141, 4800, 700,
                  "H200 datasheet: ~989 TFLOP/s dense bf16 (the H100's chip), 141 GB HBM3e at 4.8 TB/s, up to 700 W TDP"),
+           {132, "the H100 SXM5 chip: 132 SMs (NVIDIA H100 whitepaper)", true},
            450, "NVIDIA H200 datasheet: NVLink4, 900 GB/s bidirectional = ~450 GB/s per direction"),
       gpu("a100-40",
            facts("NVIDIA A100 SXM4 40GB", 312, 40, 1555, 400,
                  "A100 datasheet: 312 TFLOP/s dense bf16, 40 GB HBM2 at 1,555 GB/s, 400 W TDP"),
+           {108, "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs", false},
            300, "NVIDIA A100 datasheet: NVLink3, 12 links a GPU, 600 GB/s bidirectional = ~300 GB/s per direction"),
       gpu("a100-80",
            facts("NVIDIA A100 SXM4 80GB", 312, 80, 2000, 400,
                  "A100 datasheet: 312 TFLOP/s dense bf16, 80 GB HBM2e at ~2.0 TB/s, 400 W TDP"),
+           {108, "NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs", false},
            300, "NVIDIA A100 datasheet: NVLink3, 12 links a GPU, 600 GB/s bidirectional = ~300 GB/s per direction"),
       gpu("mi250x",
            facts("AMD MI250X GCD", 191.5, 64, 1600, 280,
                  "MI250X datasheet: 383 TFLOP/s dense bf16, 128 GB HBM2e at 3.2 TB/s and 560 W peak board power per "
                  "package of 2 GCDs (280 W a GCD)"),
+           {110, "AMD CDNA 2 architecture whitepaper: 220 compute units an MI250X, 110 a GCD", false},
            50,
            "OLCF Frontier User Guide: 1-2 Infinity Fabric links of 50 GB/s between MI250X packages (50-100 GB/s); the "
            "low end, ~50 GB/s, is taken",
@@ -81,6 +97,7 @@ const std::vector<GpuDatasheet>& datasheets() {
       gpu("mi300x",
            facts("AMD MI300X", 1307.4, 192, 5300, 750,
                  "AMD Instinct MI300X datasheet: 1,307.4 TFLOP/s dense bf16, 192 GB HBM3 at 5.3 TB/s, 750 W board power"),
+           {304, "AMD CDNA 3 architecture whitepaper: 304 compute units (MI300X)", false},
            448, "AMD Instinct MI300X datasheet: 7 Infinity Fabric links, 896 GB/s aggregate bidirectional = 448 GB/s per "
                 "direction over the 8 GPUs' full mesh (64 GB/s to any one peer)"),
       gpu("gh200",
@@ -88,6 +105,7 @@ const std::vector<GpuDatasheet>& datasheets() {
                  "NVIDIA GH200 Grace Hopper Superchip datasheet: the H100 GPU's ~989 TFLOP/s dense bf16, 96 GB HBM3 at "
                  "4 TB/s; its 450-1000 W is the module's (CPU + GPU + memory), so no GPU TDP: give --tdp-watts for "
                  "J/token"),
+           {132, "the H100 GPU of GH200: 132 SMs (NVIDIA GH200 datasheet)", true},
            450, "NVIDIA GH200 datasheet: NVLink4, 900 GB/s bidirectional = ~450 GB/s per direction"),
   };
   return table;

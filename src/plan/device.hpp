@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "plan/compute_shape.hpp"
+
 namespace strata::plan {
 
 struct DeviceFacts {
@@ -21,6 +23,11 @@ struct DeviceFacts {
   double tdp_watts = 0;
   double idle_watts = 0;
   std::string source;
+  // --compute-anchor: the efficiency by shape, anchored on a held-out measurement
+  // (plan/compute_shape.hpp), in place of compute_efficiency; --kernels: its software
+  // generation, else the peer's.
+  const ComputeAnchor* compute_anchor = nullptr;
+  std::optional<KernelGeneration> kernels;
 
   void validate() const;  // throws Error naming the field (as its command-line flag)
   nlohmann::json to_json() const;
@@ -35,6 +42,10 @@ struct GpuDatasheet {
   int dies = 1;               // ranks a package (MI250X: 2 GCDs)
   double die_link_GBps = 0;   // between the dies of a package, per direction
   std::string_view die_link_source;
+  // Thread blocks of one wave (plan/compute_shape.hpp): SMs (NVIDIA) or CUs (AMD) of one rank.
+  int compute_units = 0;
+  std::string_view compute_units_source;
+  bool hopper = false;  // an H100 chip: FlashAttention-3's curves were measured on it
 };
 const GpuDatasheet& gpu_datasheet(std::string_view key);  // throws Error listing the known GPUs
 std::vector<std::string> gpu_names();

@@ -93,3 +93,66 @@ TEST(PlanPeer, AnUnknownPeerOrOneBesideGranularityIsRefusedByName) {
   EXPECT_NE(both.output.find("--granularity deepspeed: --peer fsdp1 sets the granularity"), std::string::npos)
       << both.output;
 }
+
+namespace {
+
+// MosaicML's MPT-7B at the anchors' shape (micro-batch 6 of 2048) on one DGX.
+const std::string kMpt7b =
+    std::string(STRATA_EXE) +
+    " plan --model custom --shape layers=32 --shape hidden=4096 --shape heads=32 --shape ffn=16384 --shape vocab=50368 "
+    "--shape seq=2048 --shape norm=layernorm --shape biases=false --shape tied_head=true "
+    "--nodes 1 --strategy zero3 --flash-attention --collectives nccl --micro-batch 6 --json";
+
+nlohmann::json assumptions(const std::string& flags, const std::string& gpu = "a100") {
+  return parse_json_output(run_command(kMpt7b + " --topology dgx-" + gpu + " --compute-anchor " + gpu + " " + flags,
+                                       Stderr::Discard))["assumptions"];
+}
+
+}  // namespace
+
+TEST(PlanComputeShape, ThePeersKernelsPriceTheShapeAndTheJsonShowsWhy) {
+  // FSDP1's 2021 kernels at the anchor's own shape: exactly the anchor's efficiency.
+  const nlohmann::json fsdp1 = assumptions("--peer fsdp1");
+  EXPECT_DOUBLE_EQ(fsdp1["compute_shape"]["efficiency"].get<double>(), 0.6423);
+  EXPECT_DOUBLE_EQ(fsdp1["device"]["compute_efficiency"].get<double>(), 0.6423);
+  EXPECT_EQ(fsdp1["compute_shape"]["kernels"], "2021");
+  EXPECT_EQ(fsdp1["compute_shape"]["tile"], "256x128");
+  // The fused qkv: 12288 x 12288 outputs in 256x128 tiles = 48 x 96 = 4608 tiles, 43 waves of 108.
+  EXPECT_EQ(fsdp1["compute_shape"]["gemms"][0]["tiles"], 4608);
+  EXPECT_EQ(fsdp1["compute_shape"]["gemms"][0]["waves"], 43);
+  // On H100, FSDP2's 2024 kernels run FlashAttention-3, faster than the anchor run's FlashAttention-2
+  // (head dim 128, seq 2048: 3 / (1/625 + 2.5/501) / 989 = 0.4603 of peak against 3 / (1/362 + 2.5/291) / 989 =
+  // 0.2672): a higher efficiency than the anchor's.
+  const nlohmann::json fsdp2 = assumptions("--peer fsdp2", "h100");
+  EXPECT_EQ(fsdp2["compute_shape"]["kernels"], "2024");
+  EXPECT_NEAR(fsdp2["compute_shape"]["attention_efficiency"].get<double>(), 0.46030, 1e-5);
+  EXPECT_NEAR(fsdp2["compute_shape"]["attention_efficiency_at_anchor"].get<double>(), 0.26717, 1e-5);
+  EXPECT_GT(fsdp2["compute_shape"]["efficiency"].get<double>(), 0.4644);
+  // --kernels wins over the peer's; --compute-efficiency over everything.
+  EXPECT_DOUBLE_EQ(assumptions("--peer fsdp2 --kernels 2021", "h100")["compute_shape"]["efficiency"].get<double>(),
+                   0.4644);
+  const nlohmann::json flat = assumptions("--peer fsdp1 --compute-efficiency 0.5");
+  EXPECT_TRUE(flat["compute_shape"].is_null());
+  EXPECT_DOUBLE_EQ(flat["device"]["compute_efficiency"].get<double>(), 0.5);
+}
+
+TEST(PlanComputeShape, AnUnknownGenerationIsRefusedNamingTheFlag) {
+  const strata::test::CommandResult r =
+      run_command(kMpt7b + " --topology dgx-a100 --compute-anchor a100 --kernels 2022", Stderr::Capture);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--kernels = '2022': unknown kernel generation (known: 2021, 2024)"), std::string::npos)
+      << r.output;
+}
+
+TEST(PlanComputeShape, UnderTensorParallelismEachStrategyPricesItsOwnSlice) {
+  // LUMI's anchor: Llama 2 7B, TP 2, micro-batch 2 of 4096, 2024 kernels (no peer): its TP 2
+  // slice gets exactly 0.4752; the whole model's data-parallel context (the assumptions) has
+  // wider GEMMs and another figure.
+  const nlohmann::json doc = parse_json_output(
+      run_command(std::string(STRATA_EXE) +
+                      " plan --model llama2-7b --shape seq=4096 --topology frontier --compute-anchor mi250x --nodes 2 "
+                      "--strategy zero1+tp2 --flash-attention --micro-batch 2 --json",
+                  Stderr::Discard));
+  EXPECT_DOUBLE_EQ(doc["strategies"]["zero1+tp2"]["compute_shape"]["efficiency"].get<double>(), 0.4752);
+  EXPECT_NE(doc["assumptions"]["compute_shape"]["efficiency"].get<double>(), 0.4752);
+}

@@ -34,7 +34,7 @@ ModelShape small_model() {
       "custom", {"layers=4", "hidden=64", "heads=4", "ffn=256", "vocab=128", "seq=16", "mlp=gelu", "biases=false"});
 }
 
-DeviceFacts small_device() { return DeviceFacts{"test", 100, 80, 1000, 0.5, 400, 40, "test"}; }
+DeviceFacts small_device() { return DeviceFacts{"test", 100, 80, 1000, 0.5, 400, 40, "test", nullptr, std::nullopt}; }
 
 topo::Topology dgx_h100(int nodes) {
   topo::Topology t = topo::Topology::preset("dgx-h100");
@@ -98,7 +98,7 @@ TEST(ModelParallel, ThePlannerPricesTheRuntimesTensorParallelScheduleByteForByte
       w.accumulation_steps = 2;
       w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
       w.precision = Precision::F32;
-      const ModelParallelPlan plan(ModelShape::preset("tiny"), physical, DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"},
+      const ModelParallelPlan plan(ModelShape::preset("tiny"), physical, DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test", nullptr, std::nullopt},
                                    w, {2, 1, "", ""});
       const parallel::ParallelDims dims = parallel::ParallelDims::model_parallel(physical, 2, 0, 1, 2);
       const topo::Topology dp = dims.data_parallel_topology(physical);

@@ -88,7 +88,7 @@ plan::ModelParallelPlan plan_of(const std::string& model, const plan::ModelParal
   w.precision = Precision::F32;
   w.sequence_parallel = sequence_parallel;
   return plan::ModelParallelPlan(plan::ModelShape::preset(model), physical,
-                                 plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test"}, w, mp);
+                                 plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test", nullptr, std::nullopt}, w, mp);
 }
 
 plan::Estimate planned(const std::string& model, const std::string& strategy, bool recompute, bool sequence_parallel) {
