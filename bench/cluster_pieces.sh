@@ -8,7 +8,8 @@
 # flat ring and hierarchical algorithm, with the machine's 1-minute load average at
 # that moment (the machine may be shared). Root; makes and removes its own cluster.
 # Usage: bench/cluster_pieces.sh [BUILD_DIR] [ROUNDS] [RATE:MIB...]
-#   (default: 2 rounds, 100mbit:16 1gbit:64; pieces 256 1024 4096 0, 0 = whole messages)
+#   (default: 2 rounds, 100mbit:16 1gbit:64). PIECES="256 1024 4096 0" (KiB, 0 = whole
+#   messages) and CLUSTER_NAME=spieces in the environment change the sizes and the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
