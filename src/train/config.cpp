@@ -198,9 +198,9 @@ const std::vector<Entry>& entries() {
        [](TrainConfig& c, auto& k, auto& v) { c.flight_dump = as_string(k, v); }},
 
       {{"comm.piece_kib", "--piece-kib", K::Int,
-        "strata's collectives put each message on the wire in pieces of about this many KiB, kept in flight while "
-        "earlier ones are reduced and forwarded (as NCCL's chunks; 0: whole messages); the bytes, messages and "
-        "results are the same at any size"},
+        "strata's host collectives (over MPI) put each message on the wire in pieces of about this many KiB, kept "
+        "in flight while earlier ones are reduced and forwarded (as NCCL's chunks; 0: whole messages); the bytes, "
+        "messages and results are the same at any size"},
        [](TrainConfig& c, auto& k, auto& v) { c.piece_kib = piece_kib(k, v); }},
 
       {{"shard.strategy", "--strategy", K::String,

@@ -472,6 +472,21 @@ TEST(Collectives, RingPiecesOnTheWireChangeNeitherBitsNorAccountedTraffic) {
   }
 }
 
+// The piece size is process-wide (comm.piece_kib): a communicator takes the one in effect
+// when it is made.
+TEST(Collectives, ACommunicatorTakesTheProcesssPieceSize) {
+  auto& w = world();
+  set_piece_bytes(4096);
+  Communicator small(w.ctx, MPI_COMM_WORLD, "pieces-of-4k");
+  set_piece_bytes(0);
+  Communicator whole(w.ctx, MPI_COMM_WORLD, "whole-messages");
+  set_piece_bytes(kDefaultPieceBytes);
+  EXPECT_EQ(small.piece_bytes(), 4096u);
+  EXPECT_EQ(whole.piece_bytes(), 0u);
+  EXPECT_EQ(w.comms.within(0).piece_bytes(), kDefaultPieceBytes);
+  EXPECT_THROW(set_piece_bytes(kMaxPieceBytes + 1), Error);
+}
+
 // What an all-to-all of `send` and a broadcast of it from the first and the last member give,
 // and what they accounted.
 struct ExchangeResults {

@@ -102,6 +102,7 @@ class Communicator final : public Collectives {
   // Bytes of a piece on the wire (0: whole messages, as link emulation always sends, since it
   // holds whole messages); a new communicator takes the process's (comm/runtime/pieces.hpp).
   void set_piece_bytes(std::size_t bytes) { piece_bytes_ = bytes; }
+  std::size_t piece_bytes() const { return piece_bytes_; }
   void send(const WireChunk& out, int dst);
   void recv(const WireChunk& in, int src);
   Scratch& scratch() { return scratch_; }
