@@ -20,9 +20,9 @@ links=("$@")
 pieces=(${PIECES:-256 1024 4096 0})
 strata=$(readlink -f "$build/strata")
 name=${CLUSTER_NAME:-spieces}
-trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true' EXIT
-trap 'exit 1' INT TERM
 out=$(mktemp -d)
+trap 'scripts/cluster.sh down --name $name > /dev/null 2>&1 || true; rm -rf "$out"' EXIT
+trap 'exit 1' INT TERM
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 printf '%-7s %5s %-6s %-15s %10s %10s %6s\n' rate round pieces collective ring hier load
