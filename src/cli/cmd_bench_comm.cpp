@@ -4,7 +4,8 @@
 // prints algorithm bandwidth (buffer bytes / time) and the hierarchical composition's speed
 // against the other two as ratios. With --emulate-links, strata's messages are held to the
 // topology's alpha-beta link times, and the table adds measured against predicted time;
-// Open MPI's collectives are never emulated (their messages are not strata's).
+// Open MPI's collectives are never emulated (their messages are not strata's). --piece-kib
+// (comm.piece_kib of the settings table) sets the pieces strata's messages go on the wire in.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -20,10 +21,12 @@
 #include "base/error.hpp"
 #include "cli/command.hpp"
 #include "cli/format.hpp"
+#include "cli/setting_flags.hpp"
 #include "comm/backends/tier_comms.hpp"
 #include "comm/runtime/agree.hpp"
 #include "comm/runtime/context.hpp"
 #include "comm/runtime/mpi_session.hpp"
+#include "comm/runtime/pieces.hpp"
 #include "plan/predict.hpp"
 #include "topo/groups.hpp"
 
@@ -41,6 +44,7 @@ struct Options {
   bool emulate = false;
   double emulate_scale = 1.0;
   bool json = false;
+  SettingFlags settings;  // the settings table's flags this command takes (--piece-kib)
 };
 
 // One collective of `kind` on `g` over the benchmark's buffers (the full buffer has n elements).
@@ -136,6 +140,7 @@ void run_bench(const Options& o) {
     if (!comm::is_reducible(dtype))
       throw Error(fmt::format("bench collectives: --dtype {} cannot be reduced; use fp32, bf16 or fp16", o.dtype));
 
+    comm::set_piece_bytes(train::build_piece_bytes(o.settings.given()));
     loaded.emplace(topo::Topology::load(o.topology));
     for (const auto& spec : o.tier_overrides) loaded->apply_override(topo::parse_tier_override(spec));
     loaded->resolve(mpi.world_size());
@@ -162,6 +167,9 @@ void run_bench(const Options& o) {
     for (const auto& t : mpi.transport())
       transport.push_back(fmt::format("{} {} ({})", t.name, t.value, t.given ? "given" : "strata's default"));
     if (!transport.empty()) fmt::print("transport: {}\n", fmt::join(transport, ", "));
+    const std::size_t piece = comm::piece_bytes();
+    fmt::print("pieces on the wire: {}\n",
+               piece == 0 ? std::string("whole messages") : fmt::format("{} KiB (--piece-kib)", piece / 1024));
     fmt::print("algbw = buffer bytes / time; ring = strata flat ring over all ranks; hier = strata {}; "
                "mpi = Open MPI's own (never emulated)\n",
                hier.name());
@@ -211,6 +219,7 @@ void run_bench(const Options& o) {
                        {"world_size", topology.world_size()},
                        {"dtype", o.dtype},
                        {"iterations", o.iterations},
+                       {"piece_bytes", comm::piece_bytes()},
                        {"emulated", o.emulate},
                        {"results", results}};
     if (o.emulate) doc["emulate_scale"] = o.emulate_scale;
@@ -238,6 +247,7 @@ const CommandRegistrar registrar(60, [](CLI::App& app) {
   cmd->add_option("--emulate-scale", o->emulate_scale, "multiply every emulated link time (0.1 = 10x faster links)")
       ->needs(emulate);
   cmd->add_flag("--json", o->json, "print JSON instead of a table");
+  add_setting_flag(cmd, train::setting_info("comm.piece_kib"), o->settings);
   cmd->callback([o] { run_bench(*o); });
 });
 

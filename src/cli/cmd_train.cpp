@@ -23,6 +23,7 @@
 #include "comm/runtime/agree.hpp"
 #include "comm/runtime/flight.hpp"
 #include "comm/runtime/mpi_session.hpp"
+#include "comm/runtime/pieces.hpp"
 #include "comm/runtime/wait.hpp"
 #include "device/device.hpp"
 #include "model/layout.hpp"
@@ -349,6 +350,7 @@ bool run_train(const TrainArgs& args) {
 
   comm::mpi_session();
   comm::set_collective_timeout(config.collective_timeout);
+  comm::set_piece_bytes(config.piece_bytes());
   const std::filesystem::path flight_dir = config.out_dir.empty() ? "" : std::filesystem::path(config.out_dir) / "flight";
   comm::flight_recorder().configure(config.flight_ops, flight_dir);
   device::Device& device = check_device(config);

@@ -82,6 +82,15 @@ std::string as_string(const std::string& key, const SettingValue& v) {
   return *s;
 }
 
+// comm.piece_kib: 0 (whole messages) up to the largest piece a message can be.
+std::int64_t piece_kib(const std::string& key, const SettingValue& v) {
+  const std::int64_t i = as_int(key, v);
+  constexpr std::int64_t most = comm::kMaxPieceBytes / 1024;
+  if (i < 0 || i > most)
+    throw Error(fmt::format("{} = {}: must lie in [0, {}] (KiB a piece; 0: whole messages)", key, i, most));
+  return i;
+}
+
 // A wire format, refused here when unknown so that an error names what the user gave.
 std::string wire(const std::string& key, const SettingValue& v) {
   std::string s = as_string(key, v);
@@ -188,6 +197,12 @@ const std::vector<Entry>& entries() {
         "when the flight recorder dumps: on-fault (a timeout, a fatal error, SIGUSR2) or always (also at exit)"},
        [](TrainConfig& c, auto& k, auto& v) { c.flight_dump = as_string(k, v); }},
 
+      {{"comm.piece_kib", "--piece-kib", K::Int,
+        "strata's host collectives (over MPI) put each message on the wire in pieces of about this many KiB, kept "
+        "in flight while earlier ones are reduced and forwarded (as NCCL's chunks; 0: whole messages); the bytes, "
+        "messages and results are the same at any size"},
+       [](TrainConfig& c, auto& k, auto& v) { c.piece_kib = piece_kib(k, v); }},
+
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo, or a framework's name for one "
         "(fsdp/full_shard, hybrid_shard, shard_grad_op, no_shard, zero-1/2/3, zero++)"},
@@ -268,14 +283,29 @@ bool shapes_spec(const SettingInfo& info) {
          key != "shard.emulate_scale";
 }
 
-parallel::ShardOptions build_shard_options(const Settings& settings) {
+namespace {
+// The defaults with `settings`, all of `section`, applied by the table's rules; errors name a
+// setting by its flag.
+TrainConfig apply_section(const Settings& settings, std::string_view section) {
   TrainConfig c;
   for (auto& [key, value] : settings) {
     const Entry* e = find_entry(key);
-    if (!e || !key.starts_with("shard.")) throw Error(fmt::format("{}: not a shard setting", key));
+    if (!e || !key.starts_with(fmt::format("{}.", section)))
+      throw Error(fmt::format("{}: not a {} setting", key, section));
     e->apply(c, e->info.flag, value);
   }
-  return c.shard;
+  return c;
+}
+}  // namespace
+
+parallel::ShardOptions build_shard_options(const Settings& settings) { return apply_section(settings, "shard").shard; }
+
+std::size_t build_piece_bytes(const Settings& settings) { return apply_section(settings, "comm").piece_bytes(); }
+
+const SettingInfo& setting_info(std::string_view key) {
+  const Entry* e = find_entry(key);
+  if (!e) throw Error(fmt::format("{}: unknown setting", key));
+  return e->info;
 }
 
 Settings parse_config_toml(std::string_view text, std::string_view origin) {
@@ -448,6 +478,7 @@ nlohmann::json TrainConfig::to_json() const {
             {"collective_timeout", collective_timeout},
             {"flight_ops", flight_ops},
             {"flight_dump", flight_dump}}},
+          {"comm", {{"piece_kib", piece_kib}}},
           {"shard",
            {{"strategy", shard.strategy},
             {"topology", shard.topology},

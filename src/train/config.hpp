@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "comm/runtime/flight.hpp"
+#include "comm/runtime/pieces.hpp"
 #include "comm/runtime/wait.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
@@ -52,6 +53,7 @@ struct TrainConfig {
   double collective_timeout = comm::kDefaultCollectiveTimeout;  // seconds; sharded runs (comm/wait.hpp)
   int flight_ops = comm::kDefaultFlightOps;  // the flight recorder's ring, ops a rank (0: off; comm/flight.hpp)
   std::string flight_dump = "on-fault";      // on-fault, or always (also at exit)
+  std::int64_t piece_kib = comm::kDefaultPieceBytes / 1024;  // [comm]: a message's pieces on the wire (0: whole)
   parallel::ShardOptions shard;         // [shard]: strategy and topology of a run under mpirun
 
   // Per invocation, never in a config file.
@@ -62,6 +64,7 @@ struct TrainConfig {
   int seq_len() const { return seq > 0 ? seq : model.seq_len; }
   bool recomputes() const { return recompute == "full"; }
   std::int64_t last_step() const { return stop_after > 0 ? stop_after : steps; }
+  std::size_t piece_bytes() const { return std::size_t(piece_kib) * 1024; }
   // Throws Error naming the key ("train.batch = 0: must be positive").
   void validate() const;
   nlohmann::json to_json() const;
@@ -89,6 +92,13 @@ bool shapes_spec(const SettingInfo& info);
 // The shard options that shard.* settings give, each read by the table's own rule; errors name
 // a setting by its flag (a command without a config file: strata plan).
 parallel::ShardOptions build_shard_options(const Settings& settings);
+
+// The bytes of a piece on the wire that the comm.* settings give (comm.piece_kib), by the
+// table's own rule; errors name the flag (a command without a config file: strata bench
+// collectives).
+std::size_t build_piece_bytes(const Settings& settings);
+// The table's entry of `key` (one of setting_infos()), for a command that takes only some.
+const SettingInfo& setting_info(std::string_view key);
 
 // Parses a TOML config file; refuses unknown sections and keys and wrong types, naming the
 // file and key ("run.toml: train.lerning_rate: unknown key").

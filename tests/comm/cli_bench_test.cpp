@@ -60,12 +60,31 @@ TEST(BenchCollectivesCli, TimesEveryCollectiveAndCountsTrafficPerTier) {
   // Two TCP connections a peer unless the user says otherwise (docs/cluster.md, "Transport").
   EXPECT_EQ(doc["transport"]["btl_tcp_links"]["value"], "2");
   EXPECT_EQ(doc["transport"]["btl_tcp_links"]["given"], false);
+  EXPECT_EQ(doc["piece_bytes"], 1048576);  // comm.piece_kib's default
 }
 
 TEST(BenchCollectivesCli, TheUsersTransportSettingWinsOverStratasDefault) {
   nlohmann::json doc = parse_json_output(bench("--sizes-mib 0.0625 --json", "--mca btl_tcp_links 3"));
   EXPECT_EQ(doc["transport"]["btl_tcp_links"]["value"], "3");
   EXPECT_EQ(doc["transport"]["btl_tcp_links"]["given"], true);
+}
+
+TEST(BenchCollectivesCli, PiecesOnTheWireAreTheSettingsTablesAndMoveTheSameBytes) {
+  // 256 KiB in 1 KiB pieces: every message of 4-32 KiB cut, the traffic that of whole ones.
+  nlohmann::json doc = parse_json_output(bench("--sizes-mib 0.25 --piece-kib 1 --json"));
+  EXPECT_EQ(doc["piece_bytes"], 1024);
+  const std::uint64_t S = 262144, chunk = S / 8;
+  const auto& ag = result(doc, "all_gather");
+  EXPECT_EQ(ag["ring"]["per_rank_traffic"]["cluster"]["bytes_sent"], 2 * 7 * chunk / 8);
+  EXPECT_EQ(ag["hier"]["per_rank_traffic"]["cluster"]["bytes_sent"], S / 8);
+  EXPECT_EQ(ag["hier"]["per_rank_traffic"]["cluster"]["messages"], 1);  // 32 pieces, one message
+  const auto& ar = result(doc, "all_reduce");
+  EXPECT_EQ(ar["hier"]["per_rank_traffic"]["cluster"]["bytes_sent"], 2 * S / 8);
+  EXPECT_EQ(ar["hier"]["per_rank_traffic"]["cluster"]["messages"], 2);
+
+  CommandResult negative = bench("--sizes-mib 1 --piece-kib -1");
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.output.find("--piece-kib = -1: must lie in [0, 1048576]"), std::string::npos) << negative.output;
 }
 
 TEST(BenchCollectivesCli, EmulatedTimesAreNeverBelowTheAlphaBetaPrediction) {

@@ -426,26 +426,32 @@ RingResults run_rings(Communicator& g, Accounting& acc, const HostBuf& mine, DTy
   return r;
 }
 
+// Every flat group of strata's own: each tier's, and across each tier.
+std::vector<Communicator*> flat_groups(World& w) {
+  std::vector<Communicator*> groups;
+  for (int t = 0; t < w.comms.num_tiers(); ++t) {
+    groups.push_back(&w.comms.within(t));
+    if (t > 0) groups.push_back(&w.comms.across(t));
+  }
+  return groups;
+}
+
+constexpr std::size_t kPieceBytes = 24;  // 6 fp32 or 12 bf16 elements, 2 int8 blocks of 8, 4 int4 blocks of 4
+
 TEST(Collectives, RingPiecesOnTheWireChangeNeitherBitsNorAccountedTraffic) {
   auto& w = world();
   auto& acc = w.ctx.accounting();
-  std::vector<Communicator*> rings;
-  for (int t = 0; t < w.comms.num_tiers(); ++t) {
-    rings.push_back(&w.comms.within(t));
-    if (t > 0) rings.push_back(&w.comms.across(t));
-  }
-  constexpr std::size_t kPieceBytes = 24;  // 6 fp32 or 12 bf16 elements, 2 int8 blocks of 8
-  for (Communicator* g : rings) {
+  for (Communicator* g : flat_groups(w)) {
     const std::size_t d = std::size_t(g->size());
     for (DType t : kFloat)
       // Chunks of 12 elements (whole pieces), of 13 (a short last piece), and one with padding.
       for (std::size_t n : {12 * d, 13 * d, 13 * d + 1}) {
         const HostBuf mine = real_data(t, n, w.rank);
-        g->set_ring_piece_bytes(0);
+        g->set_piece_bytes(0);
         const RingResults whole = run_rings(*g, acc, mine, t);
-        g->set_ring_piece_bytes(kPieceBytes);
+        g->set_piece_bytes(kPieceBytes);
         const RingResults pieces = run_rings(*g, acc, mine, t);
-        g->set_ring_piece_bytes(kRingPieceBytes);
+        g->set_piece_bytes(kDefaultPieceBytes);
         const std::string at = what("ring " + g->name(), t, n);
         EXPECT_EQ(pieces.shard.data, whole.shard.data) << "reduce_scatter " << at;
         EXPECT_EQ(pieces.all.data, whole.all.data) << "all_reduce " << at;
@@ -456,13 +462,76 @@ TEST(Collectives, RingPiecesOnTheWireChangeNeitherBitsNorAccountedTraffic) {
     const std::size_t block = 8, c = 3 * block;
     const HostBuf shard = member_data(DType::I8, c, block, 77, w.rank);
     HostBuf whole(DType::I8, c * d, block), pieces(DType::I8, c * d, block);
-    g->set_ring_piece_bytes(0);
+    g->set_piece_bytes(0);
     g->all_gather(shard.cview(), whole.view());
-    g->set_ring_piece_bytes(kPieceBytes);
+    g->set_piece_bytes(kPieceBytes);
     g->all_gather(shard.cview(), pieces.view());
-    g->set_ring_piece_bytes(kRingPieceBytes);
+    g->set_piece_bytes(kDefaultPieceBytes);
     EXPECT_EQ(pieces.data, whole.data) << "int8 all_gather ring " << g->name();
     EXPECT_EQ(pieces.scales, whole.scales) << "int8 all_gather ring " << g->name();
+  }
+}
+
+// The piece size is process-wide (comm.piece_kib): a communicator takes the one in effect
+// when it is made.
+TEST(Collectives, ACommunicatorTakesTheProcesssPieceSize) {
+  auto& w = world();
+  set_piece_bytes(4096);
+  Communicator small(w.ctx, MPI_COMM_WORLD, "pieces-of-4k");
+  set_piece_bytes(0);
+  Communicator whole(w.ctx, MPI_COMM_WORLD, "whole-messages");
+  set_piece_bytes(kDefaultPieceBytes);
+  EXPECT_EQ(small.piece_bytes(), 4096u);
+  EXPECT_EQ(whole.piece_bytes(), 0u);
+  EXPECT_EQ(w.comms.within(0).piece_bytes(), kDefaultPieceBytes);
+  EXPECT_THROW(set_piece_bytes(kMaxPieceBytes + 1), Error);
+}
+
+// What an all-to-all of `send` and a broadcast of it from the first and the last member give,
+// and what they accounted.
+struct ExchangeResults {
+  HostBuf exchanged, from_first, from_last;
+  CommStats traffic;
+};
+
+ExchangeResults run_exchanges(Communicator& g, Accounting& acc, const HostBuf& send) {
+  ExchangeResults r{HostBuf(send.dtype, send.count, send.block), send, send, {}};
+  CommStats before = acc.snapshot();
+  g.all_to_all(send.cview(), r.exchanged.view());
+  g.broadcast(r.from_first.view(), 0);
+  g.broadcast(r.from_last.view(), g.size() - 1);
+  r.traffic = acc.snapshot() - before;
+  return r;
+}
+
+// ZeRO++'s int4 gradient exchange (all-to-all) and the weight broadcasts, on the wire in
+// pieces, against whole messages.
+TEST(Collectives, AllToAllAndBroadcastPiecesOnTheWireChangeNeitherBitsNorAccountedTraffic) {
+  auto& w = world();
+  auto& acc = w.ctx.accounting();
+  for (Communicator* g : flat_groups(w)) {
+    const std::size_t d = std::size_t(g->size());
+    // Chunks of 13 elements: two whole fp32 pieces and a short one; int4 chunks of 13 blocks
+    // of 4 (data and scales): three whole pieces of 4 blocks and a short one.
+    for (auto [t, block] : {std::pair{DType::F32, std::size_t(0)}, std::pair{DType::I4, std::size_t(4)}}) {
+      const std::size_t n = 13 * d * (block ? block : 1);
+      const HostBuf send = member_data(t, n, block, 91, w.rank);
+      g->set_piece_bytes(0);
+      const ExchangeResults whole = run_exchanges(*g, acc, send);
+      g->set_piece_bytes(kPieceBytes);
+      const ExchangeResults pieces = run_exchanges(*g, acc, send);
+      g->set_piece_bytes(kDefaultPieceBytes);
+      const std::string at = what(g->name(), t, n);
+      EXPECT_EQ(pieces.exchanged.data, whole.exchanged.data) << "all_to_all " << at;
+      EXPECT_EQ(pieces.exchanged.scales, whole.exchanged.scales) << "all_to_all " << at;
+      EXPECT_EQ(pieces.from_first.data, whole.from_first.data) << "broadcast " << at;
+      EXPECT_EQ(pieces.from_last.data, whole.from_last.data) << "broadcast " << at;
+      EXPECT_EQ(pieces.from_last.scales, whole.from_last.scales) << "broadcast " << at;
+      EXPECT_EQ(pieces.traffic.tiers, whole.traffic.tiers) << at;
+      if (g->index() + 1 < g->size()) {
+        EXPECT_NE(whole.from_last.data, send.data) << "broadcast moved nothing " << at;
+      }
+    }
   }
 }
 

@@ -64,6 +64,22 @@ la, lb = ([json.loads(l)["loss"] for l in open(d + "/metrics.jsonl")] for d in s
 assert la == lb, (la, lb)
 PY
 
+# Pieces on the wire (--piece-kib, 1 MiB by default): zeropp's int8 gathers and int4
+# all-to-all gradient exchange cut into 1 KiB pieces move the same bytes in the same
+# messages and give the default's losses, bit for bit.
+out="$work/zeropp.pieces"
+"${mpi[@]}" "$strata" train --strategy zeropp "${common[@]}" --steps 4 --piece-kib 1 --out "$out" > /dev/null
+/usr/bin/python3 - "$work/zeropp.1" "$out" <<'PY' || fail "zeropp --piece-kib 1: not the default's bytes, messages and losses"
+import json, sys
+a, b = (json.load(open(d + "/summary.json")) for d in sys.argv[1:])
+assert a["config"]["comm"]["piece_kib"] == 1024 and b["config"]["comm"]["piece_kib"] == 1, (a["config"], b["config"])
+for tier, got in b["comm"]["per_step"].items():
+    for k in ("bytes_sent", "bytes_received", "messages"):
+        assert got[k] == a["comm"]["per_step"][tier][k], (tier, k, got, a["comm"]["per_step"][tier])
+la, lb = ([json.loads(l)["loss"] for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+assert len(la) == 4 and la == lb, (la, lb)
+PY
+
 # Stop at step 5, resume to 10: the same losses, bit for bit, as one run of 10 steps.
 for strategy in zero3 topo; do
   "${mpi[@]}" "$strata" train --strategy $strategy "${common[@]}" --steps 10 --out "$work/full.$strategy" > /dev/null
@@ -118,6 +134,7 @@ expect_error "shard.block_size = 7" --strategy zeropp --block-size 7
 expect_error "shard.weight_wire = int4" --strategy zero3 --weight-wire int4
 expect_error "strategy 'zero4'" --strategy zero4
 expect_error "train.recompute = 'half': must be none or full" --strategy zero3 --recompute half
+expect_error "comm.piece_kib = -1: must lie in" --strategy zero3 --piece-kib -1
 # --print-schedule --world-size N: from one process, the very schedule the N ranks print.
 for strategy in zeropp topo; do
   "${mpi[@]}" "$strata" train --strategy $strategy "${common[@]}" --print-schedule > "$work/schedule8.txt"

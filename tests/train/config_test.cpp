@@ -126,6 +126,21 @@ TEST(TrainConfig, ZeroAndNegativeSizesAreRefusedNamingTheField) {
   EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[shard]\ntp = 0\n"); }), "shard.tp = 0: must be positive");
 }
 
+TEST(TrainConfig, PiecesOnTheWireAreKibUpToOneGibAndZeroMeansWholeMessages) {
+  const char* data = "[data]\ntrain = \"t.bin\"\n";
+  EXPECT_EQ(from_toml(data).piece_bytes(), comm::kDefaultPieceBytes);
+  EXPECT_EQ(from_toml(std::string(data) + "[comm]\npiece_kib = 0\n").piece_bytes(), 0u);
+  EXPECT_EQ(from_toml(std::string(data) + "[comm]\npiece_kib = 256\n").piece_bytes(), 256u * 1024);
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[comm]\npiece_kib = -1\n"); }),
+            "comm.piece_kib = -1: must lie in [0, 1048576] (KiB a piece; 0: whole messages)");
+  EXPECT_EQ(error_of([&] { from_toml(std::string(data) + "[comm]\npiece_kib = 1048577\n"); }),
+            "comm.piece_kib = 1048577: must lie in [0, 1048576] (KiB a piece; 0: whole messages)");
+  // A command that takes the flag alone (strata bench collectives) names the flag.
+  EXPECT_EQ(build_piece_bytes({{"comm.piece_kib", std::int64_t(4)}}), 4096u);
+  EXPECT_EQ(error_of([] { build_piece_bytes({{"comm.piece_kib", std::int64_t(-2)}}); }),
+            "--piece-kib = -2: must lie in [0, 1048576] (KiB a piece; 0: whole messages)");
+}
+
 TEST(TrainConfig, TensorParallelismTakesThePlannersNames) {
   const TrainConfig c = from_toml("[data]\ntrain = \"t.bin\"\n[shard]\ntp = 2\ntp_tier = \"node\"\n");
   EXPECT_EQ(c.shard.tp, 2);

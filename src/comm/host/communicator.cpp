@@ -74,7 +74,8 @@ std::vector<std::string> member_hosts(MPI_Comm comm) {
 
 }  // namespace
 
-Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
+Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name)
+    : ctx_(ctx), name_(std::move(name)), piece_bytes_(comm::piece_bytes()) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &position_);
   world_ranks_ = world_ranks_of(comm_);
@@ -114,18 +115,23 @@ void Communicator::check_thread() const {
     throw Error(fmt::format("comm: group '{}': point-to-point used outside the communication thread", name_));
 }
 
-void Communicator::post_exchange(const WireChunk& out, int dst, const WireChunk& in, int src, MPI_Request* receive,
-                                 MPI_Request* send) {
-  MessageType st(out), rt(in);  // a derived type may be freed while its messages are pending
-  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, receive);
-  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, send);
+// A derived type may be freed while its messages are pending.
+void Communicator::post_receive(const WireChunk& in, int src, MPI_Request* request) {
+  MessageType rt(in);
+  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, request);
+}
+
+void Communicator::post_send(const WireChunk& out, int dst, MPI_Request* request) {
+  MessageType st(out);
+  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, request);
 }
 
 void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src) {
   check_thread();
   before_send(out, dst);
   MPI_Request req[2];
-  post_exchange(out, dst, in, src, &req[0], &req[1]);
+  post_receive(in, src, &req[0]);
+  post_send(out, dst, &req[1]);
   const Peer peers[2] = {{src, true}, {dst, false}};
   wait_all(req, 2, peers);
   after_send(out, dst);
@@ -135,9 +141,8 @@ void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, 
 void Communicator::send(const WireChunk& out, int dst) {
   check_thread();
   before_send(out, dst);
-  MessageType st(out);
   MPI_Request req;
-  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, &req);
+  post_send(out, dst, &req);
   const Peer peer{dst, false};
   wait_all(&req, 1, &peer);
   after_send(out, dst);
@@ -145,9 +150,8 @@ void Communicator::send(const WireChunk& out, int dst) {
 
 void Communicator::recv(const WireChunk& in, int src) {
   check_thread();
-  MessageType rt(in);
   MPI_Request req;
-  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, &req);
+  post_receive(in, src, &req);
   const Peer peer{src, true};
   wait_all(&req, 1, &peer);
   after_recv(in, src);

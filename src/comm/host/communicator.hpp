@@ -5,7 +5,7 @@
 // dissemination_barrier.cpp). Member index = position in the MPI communicator (rank
 // order for the groups of groups.hpp); the layouts are those of collectives.hpp.
 //
-// Every message goes through sendrecv/send/recv/run_ring below, which charge it to the tier it
+// Every message goes through sendrecv/send/recv/run_pipelined/relay below, which charge it to the tier it
 // crosses in the context's Accounting and, with link emulation on, hold it back (see
 // emulation.hpp), and every wait for one has the collective timeout's deadline (wait.hpp).
 // Ring algorithms: member m sends to m+1 and receives from m-1 (mod d).
@@ -23,29 +23,28 @@
 #include "comm/api/collectives.hpp"
 #include "comm/api/wire.hpp"
 #include "comm/runtime/context.hpp"
+#include "comm/runtime/pieces.hpp"
 
 namespace strata::comm {
 
-// A ring algorithm as the ring pipeline runs it (Communicator::run_ring): `steps()`
-// exchanges of `count()` elements each; elements [first, first + n) of step s are sent
-// from send(), received into recv(), then handed to received() (a reduction, or nothing).
-// The pipeline calls received(s, piece) only once that piece of step s is both in and sent,
-// and reads send(s + 1, piece) / overwrites recv(s + 1, piece) only after received(s, piece).
-class RingSteps {
+// The steps of a ring algorithm or of the pairwise all-to-all as the pipeline runs them
+// (Communicator::run_pipelined): `steps()` exchanges of `count()` elements each, step s
+// sending to the member shift(s) places right and receiving from the one shift(s) places
+// left; elements [first, first + n) of step s are sent from send(), received into recv(),
+// then handed to received() (a reduction, or nothing). The pipeline calls received(s, piece)
+// only once that piece of step s is both in and sent, and reads send(s + 1, piece) /
+// overwrites recv(s + 1, piece) only after received(s, piece).
+class PipelinedSteps {
  public:
-  virtual ~RingSteps() = default;
+  virtual ~PipelinedSteps() = default;
   virtual int steps() const = 0;
   virtual std::size_t count() const = 0;
   virtual std::size_t granule() const = 0;
+  virtual int shift(int /*step*/) const { return 1; }  // 1: a ring's neighbours
   virtual WireChunk send(int step, std::size_t first, std::size_t n) = 0;
   virtual WireChunk recv(int step, std::size_t first, std::size_t n) = 0;
   virtual void received(int /*step*/, std::size_t /*first*/, std::size_t /*n*/) {}
 };
-
-// Open MPI's TCP transport sends a message over its 64 KiB eager limit by rendezvous, the
-// data following a round trip: pieces of 1 MiB keep that trip and each piece's reduction
-// under the transfer of the pieces around it, at any message size.
-inline constexpr std::size_t kRingPieceBytes = std::size_t(1) << 20;
 
 class Communicator final : public Collectives {
  public:
@@ -89,15 +88,21 @@ class Communicator final : public Collectives {
 
   // Point-to-point between members, accounted and emulated. One message each way.
   void sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src);
-  // The exchanges of a ring algorithm (ring_pipeline.cpp): each step sends to the right
-  // neighbour and receives from the left, accounted and emulated as one message a step as
-  // sendrecv, but cut on the wire into pieces of about ring_piece_bytes() that are kept in
-  // flight while earlier pieces are reduced and forwarded (piece k of a step goes as soon
-  // as piece k of the step before it is in). Same bytes, same order of additions.
-  void run_ring(RingSteps& steps);
-  // Bytes of a ring step's piece on the wire (kRingPieceBytes); 0 sends each step as one
-  // message, as link emulation always does (it holds whole messages).
-  void set_ring_piece_bytes(std::size_t bytes) { ring_piece_bytes_ = bytes; }
+  // The exchanges of a ring algorithm or of the pairwise all-to-all (pipeline.cpp): each
+  // step sends and receives, accounted and emulated as one message a step each way as
+  // sendrecv, but cut on the wire into pieces of about piece_bytes() that are kept in flight
+  // while earlier pieces are reduced and forwarded (piece k of a step goes as soon as piece k
+  // of the step before it is in). Same bytes, same order of additions.
+  void run_pipelined(PipelinedSteps& steps);
+  // `data` received whole from member `from` (-1: this member has it), then sent whole to
+  // each of `to` in turn (pipeline.cpp): accounted and emulated as one message from `from`
+  // and one to each of `to`, but on the wire in pieces of about piece_bytes(), each sent on
+  // as soon as it is in.
+  void relay(Buf data, int from, const std::vector<int>& to);
+  // Bytes of a piece on the wire (0: whole messages, as link emulation always sends, since it
+  // holds whole messages); a new communicator takes the process's (comm/runtime/pieces.hpp).
+  void set_piece_bytes(std::size_t bytes) { piece_bytes_ = bytes; }
+  std::size_t piece_bytes() const { return piece_bytes_; }
   void send(const WireChunk& out, int dst);
   void recv(const WireChunk& in, int src);
   Scratch& scratch() { return scratch_; }
@@ -106,9 +111,9 @@ class Communicator final : public Collectives {
   void before_send(const WireChunk& out, int dst);
   void after_send(const WireChunk& out, int dst);
   void after_recv(const WireChunk& in, int src);
-  // Posts the receive of `in` from src, then the send of `out` to dst (no accounting).
-  void post_exchange(const WireChunk& out, int dst, const WireChunk& in, int src, MPI_Request* receive,
-                     MPI_Request* send);
+  // Post a receive of `in` from src / a send of `out` to dst (no accounting).
+  void post_receive(const WireChunk& in, int src, MPI_Request* request);
+  void post_send(const WireChunk& out, int dst, MPI_Request* request);
   // Who a request exchanges with: member index, and whether it receives (else sends).
   struct Peer {
     int member;
@@ -128,7 +133,7 @@ class Communicator final : public Collectives {
   int busy_tier_ = 0;  // the outermost tier any member is across: where this group's time is charged
   std::vector<std::string> hosts_;  // each member's host, named when a wait for it times out
   Scratch scratch_;
-  std::size_t ring_piece_bytes_ = kRingPieceBytes;
+  std::size_t piece_bytes_;
 };
 
 // Scratch slots: algorithms use 0..1, the padding stage of run_* uses 2.

@@ -22,7 +22,7 @@ void ring_all_gather(Communicator& c, CBuf shard, Buf full) {
   const std::size_t n = shard.count;
   copy_elements(shard, 0, full, std::size_t(c.index()) * n, n);  // no-op when the shard is slot m already
   AllGatherSteps steps(c, full, n);
-  c.run_ring(steps);
+  c.run_pipelined(steps);
 }
 
 }  // namespace strata::comm

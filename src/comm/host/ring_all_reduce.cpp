@@ -13,7 +13,7 @@ void ring_all_reduce(Communicator& c, Buf data, float divisor) {
   ReduceScatterSteps reduce(c, data, own, divisor);
   AllGatherSteps gather(c, data, n);
   ChainedSteps both(reduce, gather);
-  c.run_ring(both);
+  c.run_pipelined(both);
 }
 
 }  // namespace strata::comm

@@ -40,7 +40,7 @@ void ReduceScatterSteps::received(int step, std::size_t first, std::size_t n) {
 void ring_reduce_scatter(Communicator& c, CBuf full, Buf shard, float divisor) {
   if (c.size() == 1) return scale_elements(full.dtype, full.data, shard.data, shard.count, divisor);
   ReduceScatterSteps steps(c, full, shard, divisor);
-  c.run_ring(steps);
+  c.run_pipelined(steps);
 }
 
 }  // namespace strata::comm

@@ -1,5 +1,5 @@
 #pragma once
-// The ring algorithms' steps as the ring pipeline runs them (Communicator::run_ring, see
+// The ring algorithms' steps as the ring pipeline runs them (Communicator::run_pipelined, see
 // ring_all_gather.cpp and ring_reduce_scatter.cpp for what each step moves). An all-reduce
 // runs the reduce-scatter's steps and then the all-gather's as one pipeline, so piece k of
 // the gather leaves as soon as piece k of the member's own chunk is reduced.
@@ -9,7 +9,7 @@ namespace strata::comm {
 
 // d - 1 steps over `full` (d chunks of n elements): step s sends chunk (m - s) and
 // receives chunk (m - s - 1).
-class AllGatherSteps final : public RingSteps {
+class AllGatherSteps final : public PipelinedSteps {
  public:
   AllGatherSteps(const Communicator& c, Buf full, std::size_t n);
   int steps() const override { return d_ - 1; }
@@ -28,7 +28,7 @@ class AllGatherSteps final : public RingSteps {
 // own chunk of `full`) and receives the partial of chunk (m - s - 2), to which it adds its
 // own; the last step's sum, divided by `divisor`, is the member's `shard`. Uses the
 // communicator's algorithm scratch slots. Needs d >= 2.
-class ReduceScatterSteps final : public RingSteps {
+class ReduceScatterSteps final : public PipelinedSteps {
  public:
   ReduceScatterSteps(Communicator& c, CBuf full, Buf shard, float divisor);
   int steps() const override { return d_ - 1; }
@@ -46,12 +46,13 @@ class ReduceScatterSteps final : public RingSteps {
 };
 
 // `a`'s steps, then `b`'s, as one ring pass (both of the same count and granule).
-class ChainedSteps final : public RingSteps {
+class ChainedSteps final : public PipelinedSteps {
  public:
-  ChainedSteps(RingSteps& a, RingSteps& b) : a_(a), b_(b) {}
+  ChainedSteps(PipelinedSteps& a, PipelinedSteps& b) : a_(a), b_(b) {}
   int steps() const override { return a_.steps() + b_.steps(); }
   std::size_t count() const override { return a_.count(); }
   std::size_t granule() const override { return a_.granule(); }
+  int shift(int step) const override { return step < a_.steps() ? a_.shift(step) : b_.shift(step - a_.steps()); }
   WireChunk send(int step, std::size_t first, std::size_t n) override {
     return step < a_.steps() ? a_.send(step, first, n) : b_.send(step - a_.steps(), first, n);
   }
@@ -63,8 +64,8 @@ class ChainedSteps final : public RingSteps {
   }
 
  private:
-  RingSteps& a_;
-  RingSteps& b_;
+  PipelinedSteps& a_;
+  PipelinedSteps& b_;
 };
 
 }  // namespace strata::comm
