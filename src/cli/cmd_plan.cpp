@@ -109,6 +109,7 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(o.pp_given, fmt::format("pp {}", o.shard.pp));
   given(!s.tp_tier.empty(), "tp tier " + s.tp_tier);
   given(!o.shard.pp_tier.empty(), "pp tier " + o.shard.pp_tier);
+  given(!o.shard.pp_layers.empty(), fmt::format("pp layers {}", fmt::join(o.shard.pp_layers, ",")));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -138,7 +139,8 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
   std::vector<plan::NamedSpec> out;
   for (const std::string& variant : names) {
     const auto [given, mp] =
-        plan::parse_strategy_variant(variant, {o.shard.tp, o.shard.pp, o.shard.tp_tier, o.shard.pp_tier});
+        plan::parse_strategy_variant(variant, {o.shard.tp, o.shard.pp, o.shard.tp_tier, o.shard.pp_tier,
+                                               o.shard.pp_layers});
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
@@ -259,6 +261,12 @@ std::string joules_cell(const plan::Estimate& e, const char* format) {
   return e.joules_per_token > 0 ? fmt::format(fmt::runtime(format), e.joules_per_token) : "-";
 }
 
+void print_memory_row(const std::string& label, const shard::StateMemory& m, std::uint64_t activation_bytes,
+                      const std::string& verdict) {
+  fmt::print("  {:<18} {:>8.2f} {:>9.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>11.2f}  {}\n", label, m.weights / 1e9,
+             m.secondary / 1e9, m.grads / 1e9, m.optimizer / 1e9, m.gathered / 1e9, activation_bytes / 1e9, verdict);
+}
+
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
   print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const auto& tiers = c.topology().tiers();
@@ -321,10 +329,14 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
                             e.memory_verdict());
   fmt::print("\nmemory per rank (GB) {:>8} {:>9} {:>8} {:>9} {:>8} {:>11}  verdict\n", "weights", "secondary", "grads",
              "optimizer", "gathered", "activations");
-  for (const plan::Estimate& e : estimates)
-    fmt::print("  {:<18} {:>8.2f} {:>9.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>11.2f}  {}\n", e.strategy,
-               e.memory.weights / 1e9, e.memory.secondary / 1e9, e.memory.grads / 1e9, e.memory.optimizer / 1e9,
-               e.memory.gathered / 1e9, e.activation_bytes / 1e9, e.memory_verdict());
+  for (const plan::Estimate& e : estimates) {
+    print_memory_row(e.strategy, e.memory, e.activation_bytes, e.memory_verdict());
+    // A pipeline's row is its largest stage's; each stage's below it.
+    for (std::size_t s = 0; s < e.stages.size(); ++s)
+      print_memory_row(fmt::format("  stage {}", s), e.stages[s].memory, e.stages[s].activation_bytes,
+                       fmt::format("{}: {:.2f} GB, {:.4g} s a micro-batch", count_of(e.stages[s].blocks, "block"),
+                                   e.stages[s].total_memory_bytes / 1e9, e.stages[s].micro_batch_s));
+  }
   bool starred = false;
   for (const plan::Estimate& e : estimates) starred = starred || e.strategy.find('*') != std::string::npos;
   if (starred) fmt::print("  * preset changed by command-line overrides\n");
@@ -668,6 +680,8 @@ void check_modes(const PlanOptions& o, const PlanInputs& in) {
     throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
+  if (o.search && !o.shard.pp_layers.empty())
+    throw Error("--pp-layers: splits the stages of one --pp; --search tries equal stages of every pp it ranks");
   if (o.print_schedule && (o.pp_given || o.strategy.find("+pp") != std::string::npos))
     throw Error("--print-schedule: a pipeline's messages are priced beside the stages' schedules, not in one; "
                 "leave out --pp and +ppN");
@@ -922,9 +936,6 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->callback([o] {
     const train::Settings given = o->spec_flags.given();
     o->shard = train::build_shard_options(given);
-    if (!o->shard.pp_layers.empty())
-      throw Error("--pp-layers: strata plan prices equal pipeline stages (--pp) only; an uneven split runs under "
-                  "strata train");
     o->shard.keep_weights_after_forward = o->spec_flags.keep_weights_after_forward;
     o->tp_given = given.contains("shard.tp");
     o->pp_given = given.contains("shard.pp");

@@ -100,12 +100,6 @@ std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const paral
   return out;
 }
 
-double pipeline_bubble_fraction(int stages, int micro_batches) {
-  if (stages <= 0 || micro_batches <= 0)
-    throw Error(fmt::format("pipeline bubble: {} stages and {} micro-batches must be positive", stages, micro_batches));
-  return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
-}
-
 void add_energy(Estimate& e, const DeviceFacts& device) {
   if (device.tdp_watts <= 0 || e.step_time_s <= 0) return;
   e.utilization = std::min(1.0, e.compute_s / e.step_time_s);
@@ -129,15 +123,17 @@ nlohmann::json model_parallel_assumptions() {
        "and FLOPs of split matrices / tp; activations: the norms' inputs and outputs (4 x hidden) whole, the "
        "rest / tp"},
       {"pipeline",
-       "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage, the embedding "
-       "on the first and final norm + head on the last (a tied head: the last stage holds a copy of the "
+       "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage (or "
+       "--pp-layers' counts), the embedding on the first and final norm + head on the last (a tied head: the "
+       "last stage holds a copy of the "
        "embeddings and sums their gradient with the first stage's once a step, each rank its optimizer-state "
        "shard, fp32); m = --accum micro-batches; stage s holds min(p - s, m) micro-batches of activations; the "
        "messages are the runtime's, from each stage's 1F1B program (parallel::stage_messages): per micro-batch "
        "micro_batch x seq x hidden activations forward and their gradient back at --precision's width, each a "
        "transfer both ends wait for (on the critical path, a full copy from every TP rank); stages run in "
-       "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + (p - 1) x its "
-       "micro-batch without them (the bubble, fraction (p-1)/(m+p-1)); gradients reduced once a step per stage over its "
+       "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + every other "
+       "stage's micro-batch without them (the bubble: fill and drain; equal stages (p-1)/(m+p-1) of the step); "
+       "memory per stage (pipeline); gradients reduced once a step per stage over its "
        "data-parallel group (the stage's own schedule)"},
       {"data_parallel",
        "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
@@ -151,12 +147,13 @@ namespace {
 
 std::vector<PlanContext> stage_contexts(const ModelShape& model, const topo::Topology& dp_topology,
                                         const DeviceFacts& device, const Workload& workload,
-                                        const parallel::ParallelDims& dims, const std::vector<LeaveOut>& leave_out,
+                                        const parallel::ParallelDims& dims, const std::vector<int>& stage_layers,
+                                        const std::vector<LeaveOut>& leave_out,
                                         const std::optional<Calibration>& calibration) {
   std::vector<PlanContext> out;
   for (int s = 0; s < dims.pipeline; ++s)
-    out.emplace_back(model.slice(dims.tensor, s, dims.pipeline), dp_topology, device, workload, leave_out,
-                     calibration, dims.tensor_level);
+    out.emplace_back(model.slice(dims.tensor, s, dims.pipeline, stage_layers), dp_topology, device, workload,
+                     leave_out, calibration, dims.tensor_level);
   return out;
 }
 
@@ -185,7 +182,7 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
       mp_(std::move(mp)),
       dims_(model_parallel_dims(topology_, mp_)),
       stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, dims_,
-                             leave_out, calibration)) {
+                             mp_.pp_layers, leave_out, calibration)) {
   for (int s = 0; s < mp_.pp; ++s) {
     messages_.push_back(stage_messages(stages_[s].model(), dims_, workload_));
     double seconds = 0;
@@ -237,27 +234,40 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
   return out;
 }
 
+namespace {
+
+// A stage's share of the estimate: its blocks, parameters, memory with min(p - s, m)
+// micro-batches of activations in flight (1F1B), and its micro-batch's compute and TP.
+Estimate::PipelineStage pipeline_stage(Estimate& e, const ModelShape& slice, int micro_batches) {
+  const int in_flight = parallel::micro_batches_in_flight(slice.stages, slice.stage, micro_batches);
+  e.activation_bytes *= static_cast<std::uint64_t>(in_flight);
+  e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
+                         e.memory.gathered + e.activation_bytes;
+  e.fits = e.total_memory_bytes <= e.device_memory_bytes;
+  std::uint64_t params = 0;
+  for (std::size_t n : slice.unit_plan().numel) params += n;
+  return {slice.stage_split().layers, params, e.memory, e.activation_bytes, e.total_memory_bytes,
+          (e.step_time_s - e.step_comm_s - e.optimizer_s) / micro_batches};
+}
+
+}  // namespace
+
 Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpec& spec) const {
   const int p = mp_.pp, m = workload_.accumulation_steps;
-  std::vector<Estimate> stages;
+  std::vector<Estimate> per_stage;
+  std::vector<Estimate::PipelineStage> stages;
   int slowest = 0, largest = 0;
-  // A stage's micro-batch: its schedule's time (TP included), and that plus its share of the
-  // stage's messages, which sets the pace.
-  std::vector<double> micro_s, paced_s;
+  // The stage that sets the pace: its micro-batch with its share of its messages.
+  std::vector<double> paced_s;
   for (int s = 0; s < p; ++s) {
     Estimate e = stages_[s].estimate(strategy, spec);
-    // 1F1B: stage s holds the activations of up to p - s micro-batches at once.
-    e.activation_bytes *= static_cast<std::uint64_t>(std::min(p - s, m));
-    e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
-                           e.memory.gathered + e.activation_bytes;
-    e.fits = e.total_memory_bytes <= e.device_memory_bytes;
-    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m);
-    paced_s.push_back(micro_s[s] + message_seconds_[s] / m);
-    stages.push_back(std::move(e));
+    stages.push_back(pipeline_stage(e, stages_[s].model(), m));
+    paced_s.push_back(stages[s].micro_batch_s + message_seconds_[s] / m);
+    per_stage.push_back(std::move(e));
     if (paced_s[s] > paced_s[slowest]) slowest = s;
     if (stages[s].total_memory_bytes > stages[largest].total_memory_bytes) largest = s;
   }
-  Estimate r = stages[slowest];
+  Estimate r = per_stage[slowest];
   r.strategy = variant_name(strategy, mp_);
   r.world_size = dims_.world_size();
   r.tensor_parallel = mp_.tp;
@@ -281,11 +291,17 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
     tier.exposed_micro_s += price.seconds();
     r.pp_p2p_s += price.seconds();
   }
-  r.pp_bubble_fraction = pipeline_bubble_fraction(p, m);
-  // The fill and drain wait for the other stages' micro-batches; their messages are already on
-  // this stage's own timeline (a message holds both ends), so the bubble is compute and TP.
-  r.pp_bubble_s = (p - 1) * micro_s[slowest];
-  r.step_time_s = stages[slowest].step_time_s + r.pp_p2p_s + r.pp_bubble_s;
+  // 1F1B at the slowest stage's pace: its m micro-batches, plus the fill and drain through
+  // every other stage, one micro-batch each ((m - 1) x t_max + the sum of all t_s; equal
+  // stages: (m + p - 1) x t). Their messages are already on the slowest stage's own timeline
+  // (a message holds both ends), so the bubble is compute and TP.
+  r.pp_bubble_s = 0;
+  for (int s = 0; s < p; ++s)
+    if (s != slowest) r.pp_bubble_s += stages[s].micro_batch_s;
+  const double busy_s = m * stages[slowest].micro_batch_s;
+  r.pp_bubble_fraction = busy_s + r.pp_bubble_s > 0 ? r.pp_bubble_s / (busy_s + r.pp_bubble_s) : 0;
+  r.step_time_s = per_stage[slowest].step_time_s + r.pp_p2p_s + r.pp_bubble_s;
+  if (p > 1) r.stages = std::move(stages);
 
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   r.tokens_per_step = tokens * m * dims_.data_parallel_size();

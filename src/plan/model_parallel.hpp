@@ -56,9 +56,6 @@ struct PipelineMessage {
 std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const parallel::ParallelDims& dims,
                                             const Workload& workload);
 
-// 1F1B's idle share: (p-1)/(m+p-1) for p stages and m micro-batches.
-double pipeline_bubble_fraction(int stages, int micro_batches);
-
 // Device power = idle + (TDP - idle) x utilization, utilization = the share of the step the
 // device computes; J/token = power x devices / tokens a second. Leaves zeros when the TDP is
 // not known.
@@ -97,9 +94,10 @@ class ModelParallelPlan {
   // layout kept), with the energy added.
   // `spec` (resolved against the data-parallel topology) over every stage. Stages run in
   // lockstep at the slowest stage's pace: step = its step (TP ops included) + its messages'
-  // time + (p-1) x its micro-batch time (the bubble: a message holds both ends, so the fill
-  // and drain wait for the other stages' compute only). Memory is the largest
-  // stage's, with min(p - s, m) micro-batches of activations in flight on stage s.
+  // time + every other stage's micro-batch time (the bubble: the fill and drain through them;
+  // (p-1) x t for equal stages; a message holds both ends, so they wait for the other stages'
+  // compute only). Memory is the largest stage's, with min(p - s, m) micro-batches of
+  // activations in flight on stage s; Estimate::stages has each stage's.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
 
  private:

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/collective.hpp"
 #include "base/error.hpp"
 #include "comm/api/dtype.hpp"
 #include "comm/instrument/traffic.hpp"
@@ -119,27 +120,56 @@ comm::Algorithm algorithm_of(PipelineOp::Kind kind) {
 
 }  // namespace
 
-comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
-                                  const topo::Topology& physical, int world_rank) {
+std::string_view kind_name(PipelineOp::Kind kind) {
+  switch (kind) {
+    case PipelineOp::Send: return "send";
+    case PipelineOp::AllReduce: return collective_name(Collective::AllReduce);
+    case PipelineOp::ReduceScatter: return collective_name(Collective::ReduceScatter);
+    case PipelineOp::AllGather: return collective_name(Collective::AllGather);
+  }
+  return "?";
+}
+
+namespace {
+
+// What `world_rank`'s part of `op` sends and receives, charged per tier to `counted`.
+void charge_op(comm::Accounting& counted, const PipelineOp& op, const PipelineGroups& groups,
+               const topo::Topology& physical, int world_rank) {
+  const std::vector<int>& members = groups.of(op.group);
+  const int d = static_cast<int>(members.size());
+  const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
+  std::vector<int> tiers;
+  for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
+  // A broadcast's message is the whole buffer; a ring's, one chunk of it.
+  const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
+                                    ? (op.kind == PipelineOp::Send
+                                           ? op.bytes
+                                           : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
+                                    : op.bytes;
+  const std::vector<comm::Transfer> transfers =
+      comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
+  comm::charge_transfers(counted, transfers, tiers);
+}
+
+comm::Accounting accounting_of(const topo::Topology& physical) {
   std::vector<std::string> names;
   for (const topo::Tier& t : physical.tiers()) names.push_back(t.name);
-  comm::Accounting counted(names);
-  for (const PipelineOp& op : schedule.ops()) {
-    const std::vector<int>& members = groups.of(op.group);
-    const int d = static_cast<int>(members.size());
-    const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
-    std::vector<int> tiers;
-    for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
-    // A broadcast's message is the whole buffer; a ring's, one chunk of it.
-    const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
-                                      ? (op.kind == PipelineOp::Send
-                                             ? op.bytes
-                                             : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
-                                      : op.bytes;
-    const std::vector<comm::Transfer> transfers =
-        comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
-    comm::charge_transfers(counted, transfers, tiers);
-  }
+  return comm::Accounting(names);
+}
+
+}  // namespace
+
+comm::CommStats op_traffic(const PipelineOp& op, const PipelineGroups& groups, const topo::Topology& physical,
+                           int world_rank) {
+  comm::Accounting counted = accounting_of(physical);
+  charge_op(counted, op, groups, physical, world_rank);
+  return counted.snapshot();
+}
+
+comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
+                                  const topo::Topology& physical, int world_rank) {
+  comm::Accounting counted = accounting_of(physical);
+  for (const PipelineOp& op : schedule.ops()) charge_op(counted, op, groups, physical, world_rank);
   return counted.snapshot();
 }
 

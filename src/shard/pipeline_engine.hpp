@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <mpi.h>
@@ -106,6 +107,9 @@ struct PipelineGroups {
 };
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
                                   const topo::Topology& physical, int world_rank);
+comm::CommStats op_traffic(const PipelineOp& op, const PipelineGroups& groups, const topo::Topology& physical,
+                           int world_rank);  // one op's part of scheduled_traffic
+std::string_view kind_name(PipelineOp::Kind kind);  // "send", "all-reduce", ...: the schedule's names
 
 class PipelineEngine final : public train::Engine {
  public:
@@ -138,6 +142,8 @@ class PipelineEngine final : public train::Engine {
   nlohmann::json summary_report() override;
 
   const PipelineSchedule& schedule() const { return *schedule_; }
+  const PipelineGroups& groups() const { return members_; }
+  const topo::Topology& topology() const { return topology_; }
   comm::Context& context() { return *context_; }
   // The bytes a step sends and receives per tier, by the schedule.
   comm::CommStats traffic_per_step() const;
