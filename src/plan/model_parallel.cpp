@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "comm/api/dtype.hpp"
 #include "parallel/pipeline.hpp"
+#include "shard/pipeline_engine.hpp"
 
 namespace strata::plan {
 
@@ -134,7 +135,9 @@ nlohmann::json model_parallel_assumptions() {
        "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + every other "
        "stage's micro-batch without them (the bubble: fill and drain; equal stages (p-1)/(m+p-1) of the step); "
        "memory per stage (pipeline); gradients reduced once a step per stage over its "
-       "data-parallel group (the stage's own schedule)"},
+       "data-parallel group: where strata's pipeline runtime runs the plan (a strata model, no TP, ddp or zero1) "
+       "by that runtime's own ops (shard::PipelineSchedule: flat rings, each transfer on the tier it crosses, "
+       "priced at the outermost, after the stage's program), else by the stage's own schedule"},
       {"data_parallel",
        "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
        "tier of s/t; ports keep the share a physical rank gets"},
@@ -210,6 +213,75 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
   return t;
 }
 
+bool ModelParallelPlan::runs_pipeline(const shard::ShardSpec& spec) const {
+  return mp_.pp > 1 && mp_.tp == 1 && model_.gpt && (spec.preset == "ddp" || spec.preset == "zero1");
+}
+
+namespace {
+
+// The schedule and groups world rank `rank` runs in the runtime's pipeline.
+struct RankPipeline {
+  shard::PipelineSchedule schedule;
+  shard::PipelineGroups groups;
+};
+RankPipeline rank_pipeline(const model::ModelConfig& config, const Workload& w, const parallel::ParallelDims& dims,
+                           const topo::Topology& physical, int rank, bool zero1, const std::vector<int>& stage_layers) {
+  shard::PipelineSchedule schedule = shard::pipeline_schedule_of(config, w.micro_batch, w.seq, w.accumulation_steps,
+                                                                 dims, physical, rank, zero1, stage_layers);
+  shard::PipelineGroups groups = shard::pipeline_groups(dims, physical, rank, schedule.tied());
+  return {std::move(schedule), std::move(groups)};
+}
+
+Collective collective_of(shard::PipelineOp::Kind kind) {
+  switch (kind) {
+    case shard::PipelineOp::ReduceScatter: return Collective::ReduceScatter;
+    case shard::PipelineOp::AllGather: return Collective::AllGather;
+    default: return Collective::AllReduce;
+  }
+}
+
+}  // namespace
+
+void ModelParallelPlan::price_pipeline_reductions(Estimate& e, int s, const shard::ShardSpec& spec) const {
+  int rank = 0;  // the stage's first replica
+  while (parallel::pipeline_stage(dims_, topology_, rank) != s) ++rank;
+  const RankPipeline p =
+      rank_pipeline(*model_.gpt, workload_, dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers);
+  for (TierCost& t : e.tiers) t = TierCost{{t.traffic.tier}};
+  e.exposed_micro_s = e.overlap_slowdown_s = e.step_comm_s = 0;
+  for (const shard::PipelineOp& op : p.schedule.ops()) {
+    if (op.group != shard::PipelineOp::Stage) continue;  // the messages and tied sum: priced beside the stages
+    const std::vector<int>& members = p.groups.stage;
+    if (members.size() < 2) continue;
+    const comm::CommStats traffic = shard::op_traffic(op, p.groups, topology_, rank);
+    shard::ScheduledOp priced{};
+    priced.when = shard::When::Step;
+    priced.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
+    priced.kind = collective_of(op.kind);
+    priced.wire = comm::DType::F32;
+    priced.group_size = static_cast<int>(members.size());
+    priced.elements_in = priced.elements_out = op.bytes / sizeof(float);
+    for (std::size_t t = 0; t < traffic.tiers.size(); ++t) {
+      const comm::TierTraffic& c = traffic.tiers[t];
+      e.tiers[t].traffic.bytes_sent += c.bytes_sent;
+      e.tiers[t].traffic.bytes_received += c.bytes_received;
+      e.tiers[t].traffic.messages += c.messages;
+      priced.bytes_sent += c.bytes_sent;
+      priced.bytes_received += c.bytes_received;
+      priced.messages += static_cast<int>(c.messages);
+      if (c.bytes_sent + c.bytes_received > 0) priced.level = static_cast<int>(t);
+    }
+    // Every step of the ring moves a chunk over each of its links at once: it waits for the
+    // slowest, its outermost tier's.
+    const OpPrice price = price_op(priced, topology_, calibrated_());
+    e.tiers[priced.level].busy_s += price.seconds();
+    e.tiers[priced.level].latency_s += price.latency_s;
+    e.tiers[priced.level].step_phase_s += price.seconds();
+    e.step_comm_s += price.seconds();
+  }
+  e.step_time_s = e.compute_s + e.step_comm_s + e.optimizer_s;
+}
+
 using RunTraffic = ModelParallelPlan::RunTraffic;
 
 std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const shard::ShardSpec& spec,
@@ -219,6 +291,22 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
     for (const TierCost& t : e.tiers)
       out.push_back({t.traffic.tier, double(t.traffic.bytes_sent), double(t.traffic.bytes_received),
                      double(t.traffic.messages)});
+    return out;
+  }
+  if (runs_pipeline(spec)) {
+    for (const topo::Tier& t : topology_.tiers()) out.push_back({t.name});
+    const int world = dims_.world_size();
+    for (int rank = 0; rank < world; ++rank) {
+      const RankPipeline p =
+          rank_pipeline(*model_.gpt, workload_, dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers);
+      const comm::CommStats traffic = shard::scheduled_traffic(p.schedule, p.groups, topology_, rank);
+      for (std::size_t t = 0; t < out.size(); ++t) {
+        out[t].bytes_sent += double(traffic.tiers[t].bytes_sent);
+        out[t].bytes_received += double(traffic.tiers[t].bytes_received);
+        out[t].messages += double(traffic.tiers[t].messages);
+      }
+    }
+    for (RunTraffic& t : out) t.bytes_sent /= world, t.bytes_received /= world, t.messages /= world;
     return out;
   }
   RunTraffic mean{topology_.tier(dims_.pipeline_level).name};
@@ -261,6 +349,7 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
   std::vector<double> paced_s;
   for (int s = 0; s < p; ++s) {
     Estimate e = stages_[s].estimate(strategy, spec);
+    if (runs_pipeline(spec)) price_pipeline_reductions(e, s, spec);
     stages.push_back(pipeline_stage(e, stages_[s].model(), m));
     paced_s.push_back(stages[s].micro_batch_s + message_seconds_[s] / m);
     per_stage.push_back(std::move(e));

@@ -105,6 +105,13 @@ struct PipelineGroups {
   std::vector<int> previous, next, stage, tied;  // members in member order
   const std::vector<int>& of(PipelineOp::Group g) const;
 };
+// The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
+// stage's replicas ddp, or `zero1`), as the engine builds them: what the planner prices.
+PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
+                                      const parallel::ParallelDims& dims, const topo::Topology& physical,
+                                      int world_rank, bool zero1, const std::vector<int>& stage_layers = {});
+PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
+                               bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
                                   const topo::Topology& physical, int world_rank);
 comm::CommStats op_traffic(const PipelineOp& op, const PipelineGroups& groups, const topo::Topology& physical,

@@ -140,8 +140,39 @@ TEST(PlanVsRun, SequenceParallelBytesAndActivationsEqualTheRuns) {
   }
 }
 
+namespace {
+
+// Every tier of a pipelined run, as its summary.json reports a step (the mean over the world's
+// ranks), equals what the plan prices for it: the stages' own reductions (4 replicas a stage
+// over the gpu and node tiers, one flat ring) as much as the messages and the tied sum.
+void expect_every_tier_as_run(const plan::ModelParallelPlan& plan, const plan::Estimate& e,
+                              const shard::ShardSpec& spec, const std::vector<comm::CommStats>& steps,
+                              const std::string& what) {
+  std::vector<std::string> not_compared;
+  const std::vector<plan::ModelParallelPlan::RunTraffic> planned = plan.run_traffic(e, spec, not_compared);
+  EXPECT_TRUE(not_compared.empty()) << what;
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  for (const comm::CommStats& step : steps) {
+    ASSERT_EQ(planned.size(), step.tiers.size()) << what;
+    for (std::size_t t = 0; t < planned.size(); ++t) {
+      double measured[3] = {double(step.tiers[t].bytes_sent), double(step.tiers[t].bytes_received),
+                            double(step.tiers[t].messages)};
+      MPI_Allreduce(MPI_IN_PLACE, measured, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_EQ(planned[t].tier, step.tier_names[t]) << what;
+      EXPECT_EQ(planned[t].bytes_sent, measured[0] / world) << what << " " << planned[t].tier;
+      EXPECT_EQ(planned[t].bytes_received, measured[1] / world) << what << " " << planned[t].tier;
+      EXPECT_EQ(planned[t].messages, measured[2] / world) << what << " " << planned[t].tier;
+      EXPECT_GT(planned[t].bytes_sent, 0) << what << " " << planned[t].tier;
+    }
+  }
+}
+
+}  // namespace
+
 // --pp 2 on 8 ranks: the stages across the cluster tier, 4 replicas a stage inside the nodes,
-// so only the stages' messages and the tied embeddings' sum cross the cluster tier.
+// so only the stages' messages and the tied embeddings' sum cross the cluster tier; and every
+// tier's bytes, the stages' reductions included, equal the run's.
 TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) {
   const plan::ModelParallelPlan plan = plan_of(plan::ModelShape::preset("tiny"), {1, 2, "", ""});
   const int cluster = plan.topology().outermost();
@@ -154,7 +185,9 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
     const shard::ShardSpec spec = plan::strategy_spec(strategy, plan.data_parallel_topology());
     const shard::TierTraffic planned = plan.pipeline_tier_traffic(engine.stage(), spec);
     const plan::Estimate e = plan.estimate(strategy, spec);
-    for (const comm::CommStats& step : step_traffic(engine)) {
+    const std::vector<comm::CommStats> steps = step_traffic(engine);
+    expect_every_tier_as_run(plan, e, spec, steps, std::string(strategy) + "+pp2");
+    for (const comm::CommStats& step : steps) {
       const comm::TierTraffic measured = step.tiers.at(cluster);
       const std::string what = std::string(strategy) + "+pp2 stage " + std::to_string(engine.stage());
       EXPECT_EQ(measured.bytes_sent, planned.bytes_sent) << what;
