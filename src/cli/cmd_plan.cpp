@@ -425,6 +425,25 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
   });
 }
 
+// A pipeline's blocks a stage: the run's (config.shard.pp_layers; none: equal stages) against
+// the plan's, so that an uneven run is not compared with an even plan or the other way round.
+template <class Differs>
+void check_same_stages(const nlohmann::json* shard, const plan::Estimate& e, const Differs& differs) {
+  std::vector<int> planned, run;
+  for (const plan::Estimate::PipelineStage& s : e.stages) planned.push_back(s.blocks);
+  if (shard && shard->is_object() && shard->contains("pp_layers") && (*shard)["pp_layers"].is_array())
+    for (const nlohmann::json& n : (*shard)["pp_layers"]) run.push_back(n.is_number_integer() ? n.get<int>() : -1);
+  const bool even = run.empty();
+  if (even) {
+    int blocks = 0;
+    for (int b : planned) blocks += b;
+    run.assign(planned.size(), blocks / static_cast<int>(planned.size()));
+  }
+  if (run != planned)
+    throw differs("blocks a stage", fmt::format("{}", fmt::join(run, ",")), fmt::format("{}", fmt::join(planned, ",")),
+                  even ? std::string("leave out --pp-layers") : fmt::format("give --pp-layers {}", fmt::join(run, ",")));
+}
+
 // The run's setup against the plan's, in the order a user would put it right: strategy,
 // sequence parallelism, world size, topology, precision. The first that differs is named with both values, since
 // no byte count can agree after it.
@@ -458,6 +477,7 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
   if (run_sp != sequence_parallel)
     throw differs("sequence parallelism", run_sp ? "on" : "off", sequence_parallel ? "on" : "off",
                   run_sp ? "give --sequence-parallel" : "leave out --sequence-parallel");
+  if (!e.stages.empty()) check_same_stages(shard, e, differs);
   if (summary.contains("world_size") && summary["world_size"] != e.world_size)
     throw differs("world size", fmt::format("{} ranks", summary["world_size"].dump()),
                   fmt::format("{} ranks", e.world_size), "choose --nodes to match");

@@ -237,6 +237,15 @@ TEST(PlanCli, CompareSummaryNamesTheFirstSetupFieldThatDiffers) {
             std::string::npos)
       << r.output;
 
+  // A pipeline run's blocks a stage against the plan's: an uneven run is not an even plan.
+  other = ddp;
+  other["pipeline_stages"] = 2;
+  other["config"] = {{"shard", {{"pp_layers", {1, 3}}}}};
+  r = compare(other, "--strategy ddp+pp2");
+  EXPECT_NE(r.output.find(where + "blocks a stage differs: the run has 1,3, the plan 1,1 (give --pp-layers 1,3)"),
+            std::string::npos)
+      << r.output;
+
   other = ddp;
   other["world_size"] = 16;
   r = compare(other, "--strategy ddp");
