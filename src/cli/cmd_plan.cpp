@@ -112,6 +112,7 @@ std::string sweep_title(const PlanOptions& o, const std::string& model, const st
   given(o.pp_given, fmt::format("pp {}", o.shard.pp));
   given(!s.tp_tier.empty(), "tp tier " + s.tp_tier);
   given(!o.shard.pp_tier.empty(), "pp tier " + o.shard.pp_tier);
+  given(!o.shard.pp_layers.empty(), fmt::format("pp layers {}", fmt::join(o.shard.pp_layers, ",")));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -141,7 +142,8 @@ std::vector<plan::NamedSpec> chosen_strategies(const PlanOptions& o, const topo:
   std::vector<plan::NamedSpec> out;
   for (const std::string& variant : names) {
     const auto [given, mp] =
-        plan::parse_strategy_variant(variant, {o.shard.tp, o.shard.pp, o.shard.tp_tier, o.shard.pp_tier});
+        plan::parse_strategy_variant(variant, {o.shard.tp, o.shard.pp, o.shard.tp_tier, o.shard.pp_tier,
+                                               o.shard.pp_layers});
     const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
     const topo::Topology topology =
         plan::model_parallel_dims(physical, mp).data_parallel_topology(physical);
@@ -275,6 +277,12 @@ std::string joules_cell(const plan::Estimate& e, const char* format) {
   return e.joules_per_token > 0 ? fmt::format(fmt::runtime(format), e.joules_per_token) : "-";
 }
 
+void print_memory_row(const std::string& label, const shard::StateMemory& m, std::uint64_t activation_bytes,
+                      const std::string& verdict) {
+  fmt::print("  {:<18} {:>8.2f} {:>9.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>11.2f}  {}\n", label, m.weights / 1e9,
+             m.secondary / 1e9, m.grads / 1e9, m.optimizer / 1e9, m.gathered / 1e9, activation_bytes / 1e9, verdict);
+}
+
 void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimate>& estimates) {
   print_header(c, fmt::format("{} ({})", count_of(c.topology().world_size(), "rank"), tier_sizes(c.topology())));
   const auto& tiers = c.topology().tiers();
@@ -337,10 +345,14 @@ void print_estimates(const plan::PlanContext& c, const std::vector<plan::Estimat
                             e.memory_verdict());
   fmt::print("\nmemory per rank (GB) {:>8} {:>9} {:>8} {:>9} {:>8} {:>11}  verdict\n", "weights", "secondary", "grads",
              "optimizer", "gathered", "activations");
-  for (const plan::Estimate& e : estimates)
-    fmt::print("  {:<18} {:>8.2f} {:>9.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>11.2f}  {}\n", e.strategy,
-               e.memory.weights / 1e9, e.memory.secondary / 1e9, e.memory.grads / 1e9, e.memory.optimizer / 1e9,
-               e.memory.gathered / 1e9, e.activation_bytes / 1e9, e.memory_verdict());
+  for (const plan::Estimate& e : estimates) {
+    print_memory_row(e.strategy, e.memory, e.activation_bytes, e.memory_verdict());
+    // A pipeline's row is its largest stage's; each stage's below it.
+    for (std::size_t s = 0; s < e.stages.size(); ++s)
+      print_memory_row(fmt::format("  stage {}", s), e.stages[s].memory, e.stages[s].activation_bytes,
+                       fmt::format("{}: {:.2f} GB, {:.4g} s a micro-batch", count_of(e.stages[s].blocks, "block"),
+                                   e.stages[s].total_memory_bytes / 1e9, e.stages[s].micro_batch_s));
+  }
   bool starred = false;
   for (const plan::Estimate& e : estimates) starred = starred || e.strategy.find('*') != std::string::npos;
   if (starred) fmt::print("  * preset changed by command-line overrides\n");
@@ -429,6 +441,25 @@ void print_sweep(const std::vector<plan::SweepSeries>& series, const std::string
   });
 }
 
+// A pipeline's blocks a stage: the run's (config.shard.pp_layers; none: equal stages) against
+// the plan's, so that an uneven run is not compared with an even plan or the other way round.
+template <class Differs>
+void check_same_stages(const nlohmann::json* shard, const plan::Estimate& e, const Differs& differs) {
+  std::vector<int> planned, run;
+  for (const plan::Estimate::PipelineStage& s : e.stages) planned.push_back(s.blocks);
+  if (shard && shard->is_object() && shard->contains("pp_layers") && (*shard)["pp_layers"].is_array())
+    for (const nlohmann::json& n : (*shard)["pp_layers"]) run.push_back(n.is_number_integer() ? n.get<int>() : -1);
+  const bool even = run.empty();
+  if (even) {
+    int blocks = 0;
+    for (int b : planned) blocks += b;
+    run.assign(planned.size(), blocks / static_cast<int>(planned.size()));
+  }
+  if (run != planned)
+    throw differs("blocks a stage", fmt::format("{}", fmt::join(run, ",")), fmt::format("{}", fmt::join(planned, ",")),
+                  even ? std::string("leave out --pp-layers") : fmt::format("give --pp-layers {}", fmt::join(run, ",")));
+}
+
 // The run's setup against the plan's, in the order a user would put it right: strategy,
 // sequence parallelism, world size, topology, precision. The first that differs is named with both values, since
 // no byte count can agree after it.
@@ -462,6 +493,7 @@ void check_same_setup(const std::string& path, const nlohmann::json& summary, co
   if (run_sp != sequence_parallel)
     throw differs("sequence parallelism", run_sp ? "on" : "off", sequence_parallel ? "on" : "off",
                   run_sp ? "give --sequence-parallel" : "leave out --sequence-parallel");
+  if (!e.stages.empty()) check_same_stages(shard, e, differs);
   if (summary.contains("world_size") && summary["world_size"] != e.world_size)
     throw differs("world size", fmt::format("{} ranks", summary["world_size"].dump()),
                   fmt::format("{} ranks", e.world_size), "choose --nodes to match");
@@ -691,6 +723,8 @@ void check_modes(const PlanOptions& o, const PlanInputs& in) {
     throw Error("--print-schedule: prints the chosen strategies' schedules; not with --sweep-nodes, --search or "
                 "--compare-summary");
   if (!o.svg.empty()) throw Error("--svg: only with --sweep-nodes");
+  if (o.search && !o.shard.pp_layers.empty())
+    throw Error("--pp-layers: splits the stages of one --pp; --search tries equal stages of every pp it ranks");
   if (o.print_schedule && (o.pp_given || o.strategy.find("+pp") != std::string::npos))
     throw Error("--print-schedule: a pipeline's messages are priced beside the stages' schedules, not in one; "
                 "leave out --pp and +ppN");
@@ -952,9 +986,6 @@ const CommandRegistrar kRegisterPlan(60, [](CLI::App& app) {
   cmd->callback([o] {
     const train::Settings given = o->spec_flags.given();
     o->shard = train::build_shard_options(given);
-    if (!o->shard.pp_layers.empty())
-      throw Error("--pp-layers: strata plan prices equal pipeline stages (--pp) only; an uneven split runs under "
-                  "strata train");
     o->shard.keep_weights_after_forward = o->spec_flags.keep_weights_after_forward;
     o->tp_given = given.contains("shard.tp");
     o->pp_given = given.contains("shard.pp");

@@ -29,6 +29,7 @@
 #include "model/layout.hpp"
 #include "shard/executor.hpp"
 #include "shard/pipeline_engine.hpp"
+#include "shard/pipeline_report.hpp"
 #include "shard/runtime.hpp"
 #include "shard/schedule.hpp"
 #include "shard/spec.hpp"
@@ -167,9 +168,8 @@ train::TrainConfig build_run_config(const TrainArgs& args, int launched_ranks) {
   if (config.shard.tp > 1 && !config.shard.sharded())
     throw Error(fmt::format("--tp {}: tensor parallelism needs ranks under mpirun (or --print-schedule --world-size)",
                             config.shard.tp));
-  if (config.shard.pp > 1 && (!config.shard.sharded() || args.print_schedule))
-    throw Error(fmt::format("--pp {}: pipeline stages run under mpirun, with no --print-schedule yet",
-                            config.shard.pp));
+  if (config.shard.pp > 1 && !config.shard.sharded())
+    throw Error(fmt::format("--pp {}: pipeline stages run under mpirun", config.shard.pp));
   if (config.threads == 0 && launched_ranks > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
     // Share the cores among the ranks of this machine rather than oversubscribe them. An
     // OMP_NUM_THREADS the user set wins, as it does outside mpirun: only they know when
@@ -244,6 +244,10 @@ void preview_schedule(const TrainArgs& args) {
     throw AgreedError("--world-size: previews a layout from one process; under mpirun the world is the launched "
                       "ranks");  // every rank refuses alike: said once
   const train::TrainConfig config = build_run_config(args, args.preview_world_size);
+  if (config.shard.pp > 1)
+    throw Error(fmt::format("--world-size: a pipeline (--pp {}) prints its schedule under mpirun, each stage as its "
+                            "ranks build it: mpirun -np N strata train ... --print-schedule",
+                            config.shard.pp));
   if (config.shard.topology == "host")
     throw Error("--world-size: give --topology (a preset or a TOML file): 'host' is measured under mpirun, from the "
                 "ranks it launched");
@@ -280,10 +284,19 @@ void check_ranks_launched(const train::TrainConfig& config) {
   }
 }
 
-// A --pp run (shard/pipeline_engine.hpp); returns whether SIGINT stopped it.
-bool run_pipelined(const train::TrainConfig& config) {
+// A --pp run (shard/pipeline_engine.hpp), or its schedule printed; returns whether SIGINT
+// stopped it.
+bool run_pipelined(const train::TrainConfig& config, const TrainArgs& args) {
   shard::PipelineEngine engine(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                config.seed, config.recomputes());
+  if (args.print_schedule) {
+    const nlohmann::json doc = shard::pipeline_schedule_json(engine);  // collective
+    if (engine.rank() == 0) {
+      if (args.schedule_json) fmt::print("{}\n", doc.dump(2));
+      else fmt::print("{}", shard::pipeline_schedule_table(doc));
+    }
+    return false;
+  }
   train::PreemptionHandler preemption;
   train::Trainer trainer(config, engine);
   const bool leader = engine.rank() == 0;
@@ -354,7 +367,7 @@ bool run_train(const TrainArgs& args) {
   const std::filesystem::path flight_dir = config.out_dir.empty() ? "" : std::filesystem::path(config.out_dir) / "flight";
   comm::flight_recorder().configure(config.flight_ops, flight_dir);
   device::Device& device = check_device(config);
-  if (config.shard.pp > 1) return run_pipelined(config);
+  if (config.shard.pp > 1) return run_pipelined(config, args);
   shard::ShardedRuntime runtime(config.shard, config.model, config.batch, config.seq_len(), config.grad_accum,
                                 config.seed, device, config.recomputes(),
                                 precision_named(config.precision, "train.precision"),

@@ -557,6 +557,17 @@ std::string Estimate::memory_verdict() const {
                      static_cast<double>(total_memory_bytes - device_memory_bytes) / 1e9);
 }
 
+namespace {
+
+nlohmann::json memory_json(const shard::StateMemory& memory, std::uint64_t activation_bytes, std::uint64_t total) {
+  return {{"weights", memory.weights},     {"secondary", memory.secondary},
+          {"grads", memory.grads},         {"optimizer", memory.optimizer},
+          {"gathered", memory.gathered},   {"communication", memory.communication},
+          {"activations", activation_bytes}, {"total", total}};
+}
+
+}  // namespace
+
 nlohmann::json Estimate::to_json() const {
   nlohmann::json bytes = nlohmann::json::object(), time = nlohmann::json::object();
   for (const TierCost& t : tiers) {
@@ -590,15 +601,7 @@ nlohmann::json Estimate::to_json() const {
           {"world_size", world_size},
           {"bytes_per_step", bytes},
           {"comm_time_per_step", time},
-          {"memory_bytes",
-           {{"weights", memory.weights},
-            {"secondary", memory.secondary},
-            {"grads", memory.grads},
-            {"optimizer", memory.optimizer},
-            {"gathered", memory.gathered},
-            {"communication", memory.communication},
-            {"activations", activation_bytes},
-            {"total", total_memory_bytes}}},
+          {"memory_bytes", memory_json(memory, activation_bytes, total_memory_bytes)},
           {"device_memory_bytes", device_memory_bytes},
           {"fits", fits},
           {"memory_verdict", memory_verdict()},
@@ -628,6 +631,15 @@ nlohmann::json Estimate::to_json() const {
             {"joules_per_token", joules_per_token},
             {"tokens_per_kwh", tokens_per_kwh}}}};
   if (compute_shape) out["compute_shape"] = compute_shape->to_json();
+  if (!stages.empty()) {
+    nlohmann::json per_stage = nlohmann::json::array();
+    for (const PipelineStage& s : stages)
+      per_stage.push_back({{"blocks", s.blocks},
+                           {"params", s.params},
+                           {"memory_bytes", memory_json(s.memory, s.activation_bytes, s.total_memory_bytes)},
+                           {"micro_batch_s", s.micro_batch_s}});
+    out["pipeline"] = per_stage;
+  }
   if (peer) {
     nlohmann::json calls = nlohmann::json::object();
     for (const auto& [purpose, n] : peer->calls_a_step) calls[purpose] = n;

@@ -235,7 +235,18 @@ struct Estimate {
   double tp_allreduce_s = 0;         // per step: the schedule's tensor-parallel ops, on the critical path
   double pp_p2p_s = 0;               // per step: activation sends between stages, on the critical path
   double pp_bubble_s = 0;            // per step: 1F1B fill and drain
-  double pp_bubble_fraction = 0;     // (p-1)/(m+p-1)
+  double pp_bubble_fraction = 0;     // the slowest stage's idle share: (p-1)/(m+p-1) for equal stages
+  // Each pipeline stage, in stage order (empty without a pipeline): its blocks, the parameters
+  // it holds (its units; the last stage of a tied head also its copy of the embeddings), its
+  // memory and its micro-batch's compute (TP included, messages not).
+  struct PipelineStage {
+    int blocks = 0;
+    std::uint64_t params = 0;
+    shard::StateMemory memory;
+    std::uint64_t activation_bytes = 0, total_memory_bytes = 0;
+    double micro_batch_s = 0;
+  };
+  std::vector<PipelineStage> stages;
   // Energy (plan/model_parallel.hpp); zeros when the device's TDP is not known.
   double utilization = 0, power_watts = 0, joules_per_token = 0, tokens_per_kwh = 0;
 

@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "comm/api/dtype.hpp"
 #include "parallel/pipeline.hpp"
+#include "shard/pipeline_engine.hpp"
 
 namespace strata::plan {
 
@@ -100,12 +101,6 @@ std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const paral
   return out;
 }
 
-double pipeline_bubble_fraction(int stages, int micro_batches) {
-  if (stages <= 0 || micro_batches <= 0)
-    throw Error(fmt::format("pipeline bubble: {} stages and {} micro-batches must be positive", stages, micro_batches));
-  return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
-}
-
 void add_energy(Estimate& e, const DeviceFacts& device) {
   if (device.tdp_watts <= 0 || e.step_time_s <= 0) return;
   e.utilization = std::min(1.0, e.compute_s / e.step_time_s);
@@ -129,16 +124,20 @@ nlohmann::json model_parallel_assumptions() {
        "and FLOPs of split matrices / tp; activations: the norms' inputs and outputs (4 x hidden) whole, the "
        "rest / tp"},
       {"pipeline",
-       "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage, the embedding "
-       "on the first and final norm + head on the last (a tied head: the last stage holds a copy of the "
+       "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage (or "
+       "--pp-layers' counts), the embedding on the first and final norm + head on the last (a tied head: the "
+       "last stage holds a copy of the "
        "embeddings and sums their gradient with the first stage's once a step, each rank its optimizer-state "
        "shard, fp32); m = --accum micro-batches; stage s holds min(p - s, m) micro-batches of activations; the "
        "messages are the runtime's, from each stage's 1F1B program (parallel::stage_messages): per micro-batch "
        "micro_batch x seq x hidden activations forward and their gradient back at --precision's width, each a "
        "transfer both ends wait for (on the critical path, a full copy from every TP rank); stages run in "
-       "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + (p - 1) x its "
-       "micro-batch without them (the bubble, fraction (p-1)/(m+p-1)); gradients reduced once a step per stage over its "
-       "data-parallel group (the stage's own schedule)"},
+       "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + every other "
+       "stage's micro-batch without them (the bubble: fill and drain; equal stages (p-1)/(m+p-1) of the step); "
+       "memory per stage (pipeline); gradients reduced once a step per stage over its "
+       "data-parallel group: where strata's pipeline runtime runs the plan (a strata model, no TP, ddp or zero1) "
+       "by that runtime's own ops (shard::PipelineSchedule: flat rings, each transfer on the tier it crosses, "
+       "priced at the outermost, after the stage's program), else by the stage's own schedule"},
       {"data_parallel",
        "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
        "tier of s/t; ports keep the share a physical rank gets"},
@@ -151,12 +150,13 @@ namespace {
 
 std::vector<PlanContext> stage_contexts(const ModelShape& model, const topo::Topology& dp_topology,
                                         const DeviceFacts& device, const Workload& workload,
-                                        const parallel::ParallelDims& dims, const std::vector<LeaveOut>& leave_out,
+                                        const parallel::ParallelDims& dims, const std::vector<int>& stage_layers,
+                                        const std::vector<LeaveOut>& leave_out,
                                         const std::optional<Calibration>& calibration) {
   std::vector<PlanContext> out;
   for (int s = 0; s < dims.pipeline; ++s)
-    out.emplace_back(model.slice(dims.tensor, s, dims.pipeline), dp_topology, device, workload, leave_out,
-                     calibration, dims.tensor_level);
+    out.emplace_back(model.slice(dims.tensor, s, dims.pipeline, stage_layers), dp_topology, device, workload,
+                     leave_out, calibration, dims.tensor_level);
   return out;
 }
 
@@ -185,7 +185,7 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
       mp_(std::move(mp)),
       dims_(model_parallel_dims(topology_, mp_)),
       stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, dims_,
-                             leave_out, calibration)) {
+                             mp_.pp_layers, leave_out, calibration)) {
   for (int s = 0; s < mp_.pp; ++s) {
     messages_.push_back(stage_messages(stages_[s].model(), dims_, workload_));
     double seconds = 0;
@@ -213,6 +213,75 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
   return t;
 }
 
+bool ModelParallelPlan::runs_pipeline(const shard::ShardSpec& spec) const {
+  return mp_.pp > 1 && mp_.tp == 1 && model_.gpt && (spec.preset == "ddp" || spec.preset == "zero1");
+}
+
+namespace {
+
+// The schedule and groups world rank `rank` runs in the runtime's pipeline.
+struct RankPipeline {
+  shard::PipelineSchedule schedule;
+  shard::PipelineGroups groups;
+};
+RankPipeline rank_pipeline(const model::ModelConfig& config, const Workload& w, const parallel::ParallelDims& dims,
+                           const topo::Topology& physical, int rank, bool zero1, const std::vector<int>& stage_layers) {
+  shard::PipelineSchedule schedule = shard::pipeline_schedule_of(config, w.micro_batch, w.seq, w.accumulation_steps,
+                                                                 dims, physical, rank, zero1, stage_layers);
+  shard::PipelineGroups groups = shard::pipeline_groups(dims, physical, rank, schedule.tied());
+  return {std::move(schedule), std::move(groups)};
+}
+
+Collective collective_of(shard::PipelineOp::Kind kind) {
+  switch (kind) {
+    case shard::PipelineOp::ReduceScatter: return Collective::ReduceScatter;
+    case shard::PipelineOp::AllGather: return Collective::AllGather;
+    default: return Collective::AllReduce;
+  }
+}
+
+}  // namespace
+
+void ModelParallelPlan::price_pipeline_reductions(Estimate& e, int s, const shard::ShardSpec& spec) const {
+  int rank = 0;  // the stage's first replica
+  while (parallel::pipeline_stage(dims_, topology_, rank) != s) ++rank;
+  const RankPipeline p =
+      rank_pipeline(*model_.gpt, workload_, dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers);
+  for (TierCost& t : e.tiers) t = TierCost{{t.traffic.tier}};
+  e.exposed_micro_s = e.overlap_slowdown_s = e.step_comm_s = 0;
+  for (const shard::PipelineOp& op : p.schedule.ops()) {
+    if (op.group != shard::PipelineOp::Stage) continue;  // the messages and tied sum: priced beside the stages
+    const std::vector<int>& members = p.groups.stage;
+    if (members.size() < 2) continue;
+    const comm::CommStats traffic = shard::op_traffic(op, p.groups, topology_, rank);
+    shard::ScheduledOp priced{};
+    priced.when = shard::When::Step;
+    priced.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
+    priced.kind = collective_of(op.kind);
+    priced.wire = comm::DType::F32;
+    priced.group_size = static_cast<int>(members.size());
+    priced.elements_in = priced.elements_out = op.bytes / sizeof(float);
+    for (std::size_t t = 0; t < traffic.tiers.size(); ++t) {
+      const comm::TierTraffic& c = traffic.tiers[t];
+      e.tiers[t].traffic.bytes_sent += c.bytes_sent;
+      e.tiers[t].traffic.bytes_received += c.bytes_received;
+      e.tiers[t].traffic.messages += c.messages;
+      priced.bytes_sent += c.bytes_sent;
+      priced.bytes_received += c.bytes_received;
+      priced.messages += static_cast<int>(c.messages);
+      if (c.bytes_sent + c.bytes_received > 0) priced.level = static_cast<int>(t);
+    }
+    // Every step of the ring moves a chunk over each of its links at once: it waits for the
+    // slowest, its outermost tier's.
+    const OpPrice price = price_op(priced, topology_, calibrated_());
+    e.tiers[priced.level].busy_s += price.seconds();
+    e.tiers[priced.level].latency_s += price.latency_s;
+    e.tiers[priced.level].step_phase_s += price.seconds();
+    e.step_comm_s += price.seconds();
+  }
+  e.step_time_s = e.compute_s + e.step_comm_s + e.optimizer_s;
+}
+
 using RunTraffic = ModelParallelPlan::RunTraffic;
 
 std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const shard::ShardSpec& spec,
@@ -222,6 +291,22 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
     for (const TierCost& t : e.tiers)
       out.push_back({t.traffic.tier, double(t.traffic.bytes_sent), double(t.traffic.bytes_received),
                      double(t.traffic.messages)});
+    return out;
+  }
+  if (runs_pipeline(spec)) {
+    for (const topo::Tier& t : topology_.tiers()) out.push_back({t.name});
+    const int world = dims_.world_size();
+    for (int rank = 0; rank < world; ++rank) {
+      const RankPipeline p =
+          rank_pipeline(*model_.gpt, workload_, dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers);
+      const comm::CommStats traffic = shard::scheduled_traffic(p.schedule, p.groups, topology_, rank);
+      for (std::size_t t = 0; t < out.size(); ++t) {
+        out[t].bytes_sent += double(traffic.tiers[t].bytes_sent);
+        out[t].bytes_received += double(traffic.tiers[t].bytes_received);
+        out[t].messages += double(traffic.tiers[t].messages);
+      }
+    }
+    for (RunTraffic& t : out) t.bytes_sent /= world, t.bytes_received /= world, t.messages /= world;
     return out;
   }
   RunTraffic mean{topology_.tier(dims_.pipeline_level).name};
@@ -237,27 +322,41 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
   return out;
 }
 
+namespace {
+
+// A stage's share of the estimate: its blocks, parameters, memory with min(p - s, m)
+// micro-batches of activations in flight (1F1B), and its micro-batch's compute and TP.
+Estimate::PipelineStage pipeline_stage(Estimate& e, const ModelShape& slice, int micro_batches) {
+  const int in_flight = parallel::micro_batches_in_flight(slice.stages, slice.stage, micro_batches);
+  e.activation_bytes *= static_cast<std::uint64_t>(in_flight);
+  e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
+                         e.memory.gathered + e.activation_bytes;
+  e.fits = e.total_memory_bytes <= e.device_memory_bytes;
+  std::uint64_t params = 0;
+  for (std::size_t n : slice.unit_plan().numel) params += n;
+  return {slice.stage_split().layers, params, e.memory, e.activation_bytes, e.total_memory_bytes,
+          (e.step_time_s - e.step_comm_s - e.optimizer_s) / micro_batches};
+}
+
+}  // namespace
+
 Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpec& spec) const {
   const int p = mp_.pp, m = workload_.accumulation_steps;
-  std::vector<Estimate> stages;
+  std::vector<Estimate> per_stage;
+  std::vector<Estimate::PipelineStage> stages;
   int slowest = 0, largest = 0;
-  // A stage's micro-batch: its schedule's time (TP included), and that plus its share of the
-  // stage's messages, which sets the pace.
-  std::vector<double> micro_s, paced_s;
+  // The stage that sets the pace: its micro-batch with its share of its messages.
+  std::vector<double> paced_s;
   for (int s = 0; s < p; ++s) {
     Estimate e = stages_[s].estimate(strategy, spec);
-    // 1F1B: stage s holds the activations of up to p - s micro-batches at once.
-    e.activation_bytes *= static_cast<std::uint64_t>(std::min(p - s, m));
-    e.total_memory_bytes = e.memory.weights + e.memory.secondary + e.memory.grads + e.memory.optimizer +
-                           e.memory.gathered + e.activation_bytes;
-    e.fits = e.total_memory_bytes <= e.device_memory_bytes;
-    micro_s.push_back((e.step_time_s - e.step_comm_s - e.optimizer_s) / m);
-    paced_s.push_back(micro_s[s] + message_seconds_[s] / m);
-    stages.push_back(std::move(e));
+    if (runs_pipeline(spec)) price_pipeline_reductions(e, s, spec);
+    stages.push_back(pipeline_stage(e, stages_[s].model(), m));
+    paced_s.push_back(stages[s].micro_batch_s + message_seconds_[s] / m);
+    per_stage.push_back(std::move(e));
     if (paced_s[s] > paced_s[slowest]) slowest = s;
     if (stages[s].total_memory_bytes > stages[largest].total_memory_bytes) largest = s;
   }
-  Estimate r = stages[slowest];
+  Estimate r = per_stage[slowest];
   r.strategy = variant_name(strategy, mp_);
   r.world_size = dims_.world_size();
   r.tensor_parallel = mp_.tp;
@@ -281,11 +380,17 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
     tier.exposed_micro_s += price.seconds();
     r.pp_p2p_s += price.seconds();
   }
-  r.pp_bubble_fraction = pipeline_bubble_fraction(p, m);
-  // The fill and drain wait for the other stages' micro-batches; their messages are already on
-  // this stage's own timeline (a message holds both ends), so the bubble is compute and TP.
-  r.pp_bubble_s = (p - 1) * micro_s[slowest];
-  r.step_time_s = stages[slowest].step_time_s + r.pp_p2p_s + r.pp_bubble_s;
+  // 1F1B at the slowest stage's pace: its m micro-batches, plus the fill and drain through
+  // every other stage, one micro-batch each ((m - 1) x t_max + the sum of all t_s; equal
+  // stages: (m + p - 1) x t). Their messages are already on the slowest stage's own timeline
+  // (a message holds both ends), so the bubble is compute and TP.
+  r.pp_bubble_s = 0;
+  for (int s = 0; s < p; ++s)
+    if (s != slowest) r.pp_bubble_s += stages[s].micro_batch_s;
+  const double busy_s = m * stages[slowest].micro_batch_s;
+  r.pp_bubble_fraction = busy_s + r.pp_bubble_s > 0 ? r.pp_bubble_s / (busy_s + r.pp_bubble_s) : 0;
+  r.step_time_s = per_stage[slowest].step_time_s + r.pp_p2p_s + r.pp_bubble_s;
+  if (p > 1) r.stages = std::move(stages);
 
   const double tokens = static_cast<double>(workload_.micro_batch) * workload_.seq;
   r.tokens_per_step = tokens * m * dims_.data_parallel_size();

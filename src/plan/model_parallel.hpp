@@ -56,9 +56,6 @@ struct PipelineMessage {
 std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const parallel::ParallelDims& dims,
                                             const Workload& workload);
 
-// 1F1B's idle share: (p-1)/(m+p-1) for p stages and m micro-batches.
-double pipeline_bubble_fraction(int stages, int micro_batches);
-
 // Device power = idle + (TDP - idle) x utilization, utilization = the share of the step the
 // device computes; J/token = power x devices / tokens a second. Leaves zeros when the TDP is
 // not known.
@@ -82,10 +79,11 @@ class ModelParallelPlan {
   // replicas never cross that tier (a stage is one domain of it), so this is all it carries.
   shard::TierTraffic pipeline_tier_traffic(int s, const shard::ShardSpec& spec) const;
   // Per tier, what a run's summary.json reports a step (comm.scheduled_per_step: the mean over
-  // its ranks, every stage holding as many): without a pipeline every tier of the estimate;
-  // with one the pipeline's tier, averaged over the stages, and the tiers its stages' own
-  // reductions cross in `not_compared` (PipelineEngine reduces a stage's gradients its own
-  // way, not by the stage's shard::Schedule that prices them here).
+  // its ranks): without a pipeline every tier of the estimate; with one the runtime runs
+  // (runs_pipeline) every tier, the mean of every world rank's shard::PipelineSchedule; with
+  // another the pipeline's tier, averaged over the stages, and the tiers the stages' own
+  // reductions cross in `not_compared` (priced by the stage's shard::Schedule, which no
+  // runtime pipeline runs).
   struct RunTraffic {
     std::string tier;
     double bytes_sent = 0, bytes_received = 0, messages = 0;
@@ -95,12 +93,20 @@ class ModelParallelPlan {
 
   // Nothing split (tp 1, pp 1): exactly PlanContext's estimate of the whole model (its strata
   // layout kept), with the energy added.
-  // `spec` (resolved against the data-parallel topology) over every stage. Stages run in
+  // `spec` (resolved against the data-parallel topology) over every stage. Where the runtime
+  // runs the plan (runs_pipeline), a stage's once-a-step reductions are its
+  // shard::PipelineSchedule's ops (kind, group, bytes; each transfer on the tier it crosses, a
+  // ring priced at its outermost tier), run after the stage's program, never hidden; otherwise
+  // the stage's own shard::Schedule prices them. Stages run in
   // lockstep at the slowest stage's pace: step = its step (TP ops included) + its messages'
-  // time + (p-1) x its micro-batch time (the bubble: a message holds both ends, so the fill
-  // and drain wait for the other stages' compute only). Memory is the largest
-  // stage's, with min(p - s, m) micro-batches of activations in flight on stage s.
+  // time + every other stage's micro-batch time (the bubble: the fill and drain through them;
+  // (p-1) x t for equal stages; a message holds both ends, so they wait for the other stages'
+  // compute only). Memory is the largest stage's, with min(p - s, m) micro-batches of
+  // activations in flight on stage s; Estimate::stages has each stage's.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
+  // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
+  // strata model (its ModelConfig), no TP, a stage's replicas ddp or zero1.
+  bool runs_pipeline(const shard::ShardSpec& spec) const;
 
  private:
   const Calibration* calibrated_() const {
@@ -116,6 +122,9 @@ class ModelParallelPlan {
   std::vector<PlanContext> stages_;
   // The tied embeddings' sum of stage s under `spec` (none: a stage between, or untied).
   std::optional<PipelineMessage> tied_message(int s, const shard::ShardSpec& spec) const;
+  // Stage s's reductions and gathers as the runtime's pipeline runs them (runs_pipeline), in
+  // place of what its shard::Schedule priced in `e`.
+  void price_pipeline_reductions(Estimate& e, int s, const shard::ShardSpec& spec) const;
 
   std::vector<std::vector<PipelineMessage>> messages_;
   std::vector<double> message_seconds_;  // per stage: its messages' time a step

@@ -114,13 +114,14 @@ std::int64_t block_params_on_rank(const ModelShape& m) {
 // last stage holds a copy of the embeddings (the runtime's shard::PipelineSchedule), whose
 // gradient it sums with the first stage's.
 std::vector<int> stage_units(const ModelShape& m) {
-  const int per_stage = m.layers / m.stages;
+  const parallel::StageSplit split = m.stage_split();
   const int units = m.layers + (m.tied_head ? 2 : 3);
   const bool last = m.stage == m.stages - 1;
   std::vector<int> out;
   for (int u = 0; u < units; ++u) {
     const bool block = u >= 1 && u <= m.layers;
-    const bool mine = block ? (u - 1) / per_stage == m.stage : (u == 0 ? m.stage == 0 || (last && m.tied_head) : last);
+    const bool mine = block ? u - 1 >= split.first_layer && u - 1 < split.end_layer()
+                            : (u == 0 ? m.stage == 0 || (last && m.tied_head) : last);
     if (mine) out.push_back(u);
   }
   return out;
@@ -146,33 +147,35 @@ std::string_view recompute_name(Recompute r) {
   return "?";
 }
 
-ModelShape ModelShape::slice(int tp, int stage_index, int num_stages) const {
+ModelShape ModelShape::slice(int tp, int stage_index, int num_stages, const std::vector<int>& stage_layers) const {
   auto divides = [&](const char* flag, int degree, const char* field, int value) {
     if (value % degree != 0)
       throw Error(fmt::format("{} {}: does not divide model.{} = {} of '{}'", flag, degree, field, value, name));
   };
   if (tp <= 0) throw Error(fmt::format("--tp {}: must be positive", tp));
-  if (num_stages <= 0) throw Error(fmt::format("--pp {}: must be positive", num_stages));
   divides("--tp", tp, "heads", heads);
   divides("--tp", tp, "kv_heads", kv_heads);
   divides("--tp", tp, "ffn", ffn);
   divides("--tp", tp, "vocab", vocab);
-  divides("--pp", num_stages, "layers", layers);
-  if (stage_index < 0 || stage_index >= num_stages)
-    throw Error(fmt::format("pipeline stage {} of {}: out of range", stage_index, num_stages));
+  parallel::stage_split(layers, num_stages, stage_index, stage_layers);  // refused here, naming the flag
   ModelShape m = whole();
   m.tensor_parallel = tp;
   m.stage = stage_index;
   m.stages = num_stages;
+  if (num_stages > 1) m.pp_layers = stage_layers;
   // The runtime splits both families by TP (model::ParamLayout of the split); its pipeline
   // keeps the whole model's arenas on every rank: pipeline slices are priced as shapes.
   if (m.gpt && m.stages > 1) m.gpt.reset();
   return m;
 }
 
+parallel::StageSplit ModelShape::stage_split() const {
+  return parallel::stage_split(layers, stages, stage, pp_layers);
+}
+
 model::TensorParallelWalk ModelShape::tensor_parallel_walk(int micro_batch, int seq_tokens, bool recompute,
                                                            int activation_bytes, bool sequence_parallel) const {
-  model::TensorParallelWalk walk{layers / stages, hidden, micro_batch, seq_tokens, recompute, stage == 0,
+  model::TensorParallelWalk walk{stage_split().layers, hidden, micro_batch, seq_tokens, recompute, stage == 0,
                                  stage == stages - 1, activation_bytes};
   walk.sequence_parallel = sequence_parallel && tensor_parallel > 1;
   walk.degree = tensor_parallel;
@@ -185,6 +188,7 @@ ModelShape ModelShape::whole() const {
   m.tensor_parallel = 1;
   m.stage = 0;
   m.stages = 1;
+  m.pp_layers.clear();
   return m;
 }
 
@@ -545,7 +549,7 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
   // written over them; vocab-parallel: a rank's share). Only the last pipeline stage.
   const std::uint64_t head =
       stage == stages - 1 ? whole_part / 2 * act_bytes + 4 * static_cast<std::uint64_t>(vocab) / tp : 0;
-  const std::uint64_t stage_layers = static_cast<std::uint64_t>(layers / stages);
+  const std::uint64_t stage_layers = static_cast<std::uint64_t>(stage_split().layers);
   switch (recompute.mode()) {
     case Recompute::None: return tokens * (stage_layers * block * act_bytes + head);
     case Recompute::Full:

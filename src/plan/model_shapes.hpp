@@ -14,6 +14,7 @@
 #include "model/config.hpp"
 #include "model/hf_config.hpp"
 #include "model/tensor_parallel.hpp"
+#include "parallel/pipeline.hpp"
 #include "shard/schedule.hpp"
 
 namespace strata::plan {
@@ -82,11 +83,13 @@ struct ModelShape {
   // The part one rank holds under model parallelism (docs/planner.md "Tensor and pipeline
   // parallelism"): Megatron splits of every block matrix and vocab-parallel embeddings and
   // LM head over `tensor_parallel` ranks (norms and row-parallel biases replicated), and the
-  // units of pipeline stage `stage` of `stages` (layers/stages blocks; the embedding on the
+  // units of pipeline stage `stage` of `stages` (its blocks parallel::stage_split's, as the
+  // runtime splits them: layers/stages each, or `pp_layers`'s count; the embedding on the
   // first, the final norm and head on the last). Units, FLOPs and activations are the
   // slice's; parameter and model-FLOP counts stay the whole model's.
   int tensor_parallel = 1;
   int stage = 0, stages = 1;
+  std::vector<int> pp_layers;  // --pp-layers: blocks of each stage; empty: equal stages
 
   // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, gpt2-124m, and
   // strata's tiny, mini, small, llama-tiny and llama-small (priced from the runtime's layout). Throws Error listing them.
@@ -106,10 +109,11 @@ struct ModelShape {
 
   void validate() const;  // throws Error naming the field
 
-  // The slice one rank of (tp, stage of stages) holds; throws Error naming --tp or --pp when
-  // the shape does not split so (heads, kv_heads, ffn, vocab by tp; layers by stages; a tied
-  // head across stages).
-  ModelShape slice(int tp, int stage_index, int num_stages) const;
+  // The slice one rank of (tp, stage of stages) holds; throws Error naming --tp, --pp or
+  // --pp-layers when the shape does not split so (heads, kv_heads, ffn, vocab by tp; the
+  // layers by parallel::stage_split).
+  ModelShape slice(int tp, int stage_index, int num_stages, const std::vector<int>& stage_layers = {}) const;
+  parallel::StageSplit stage_split() const;  // the blocks of this slice's stage
   bool sliced() const { return tensor_parallel > 1 || stages > 1; }
   // What decides the slice's TP collectives of one micro-batch (model::tensor_parallel_calls,
   // the runtime's own list): its blocks, hidden size, whether it holds the embedding (first

@@ -30,6 +30,7 @@ struct ModelParallel {
   int tp = 1, pp = 1;
   std::string tp_tier;  // empty: the innermost tier
   std::string pp_tier;  // empty: the outermost tier
+  std::vector<int> pp_layers = {};  // blocks of each stage (--pp-layers); empty: equal stages
   bool operator==(const ModelParallel&) const = default;
 };
 struct NamedSpec {

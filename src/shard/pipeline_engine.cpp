@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/collective.hpp"
 #include "base/error.hpp"
 #include "comm/api/dtype.hpp"
 #include "comm/instrument/traffic.hpp"
@@ -119,27 +120,56 @@ comm::Algorithm algorithm_of(PipelineOp::Kind kind) {
 
 }  // namespace
 
-comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
-                                  const topo::Topology& physical, int world_rank) {
+std::string_view kind_name(PipelineOp::Kind kind) {
+  switch (kind) {
+    case PipelineOp::Send: return "send";
+    case PipelineOp::AllReduce: return collective_name(Collective::AllReduce);
+    case PipelineOp::ReduceScatter: return collective_name(Collective::ReduceScatter);
+    case PipelineOp::AllGather: return collective_name(Collective::AllGather);
+  }
+  return "?";
+}
+
+namespace {
+
+// What `world_rank`'s part of `op` sends and receives, charged per tier to `counted`.
+void charge_op(comm::Accounting& counted, const PipelineOp& op, const PipelineGroups& groups,
+               const topo::Topology& physical, int world_rank) {
+  const std::vector<int>& members = groups.of(op.group);
+  const int d = static_cast<int>(members.size());
+  const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
+  std::vector<int> tiers;
+  for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
+  // A broadcast's message is the whole buffer; a ring's, one chunk of it.
+  const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
+                                    ? (op.kind == PipelineOp::Send
+                                           ? op.bytes
+                                           : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
+                                    : op.bytes;
+  const std::vector<comm::Transfer> transfers =
+      comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
+  comm::charge_transfers(counted, transfers, tiers);
+}
+
+comm::Accounting accounting_of(const topo::Topology& physical) {
   std::vector<std::string> names;
   for (const topo::Tier& t : physical.tiers()) names.push_back(t.name);
-  comm::Accounting counted(names);
-  for (const PipelineOp& op : schedule.ops()) {
-    const std::vector<int>& members = groups.of(op.group);
-    const int d = static_cast<int>(members.size());
-    const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
-    std::vector<int> tiers;
-    for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
-    // A broadcast's message is the whole buffer; a ring's, one chunk of it.
-    const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
-                                      ? (op.kind == PipelineOp::Send
-                                             ? op.bytes
-                                             : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
-                                      : op.bytes;
-    const std::vector<comm::Transfer> transfers =
-        comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
-    comm::charge_transfers(counted, transfers, tiers);
-  }
+  return comm::Accounting(names);
+}
+
+}  // namespace
+
+comm::CommStats op_traffic(const PipelineOp& op, const PipelineGroups& groups, const topo::Topology& physical,
+                           int world_rank) {
+  comm::Accounting counted = accounting_of(physical);
+  charge_op(counted, op, groups, physical, world_rank);
+  return counted.snapshot();
+}
+
+comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
+                                  const topo::Topology& physical, int world_rank) {
+  comm::Accounting counted = accounting_of(physical);
+  for (const PipelineOp& op : schedule.ops()) charge_op(counted, op, groups, physical, world_rank);
   return counted.snapshot();
 }
 
@@ -164,10 +194,8 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     }
     dims_ = parallel::ParallelDims::model_parallel(topology_, 1, 0, options.pp, level);
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
-    schedule_ = std::make_unique<PipelineSchedule>(
-        config, batch, seq, micro_batches, options.pp, stage_,
-        StageReplicas{dims_.data_parallel_size(), dims_.data_parallel_rank(rank_), options.strategy == "zero1"},
-        options.pp_layers);
+    schedule_ = std::make_unique<PipelineSchedule>(pipeline_schedule_of(
+        config, batch, seq, micro_batches, dims_, topology_, rank_, options.strategy == "zero1", options.pp_layers));
     strategy_ = options.strategy;
   });
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
@@ -189,11 +217,32 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   losses_.resize(micro_batches);
 }
 
+PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
+                                      const parallel::ParallelDims& dims, const topo::Topology& physical,
+                                      int world_rank, bool zero1, const std::vector<int>& stage_layers) {
+  return PipelineSchedule(config, batch, seq, micro_batches, dims.pipeline,
+                          parallel::pipeline_stage(dims, physical, world_rank),
+                          StageReplicas{dims.data_parallel_size(), dims.data_parallel_rank(world_rank), zero1},
+                          stage_layers);
+}
+
+PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
+                               bool tied) {
+  const int P = dims.pipeline, stage = parallel::pipeline_stage(dims, physical, world_rank);
+  auto peer = [&](int s) { return parallel::pipeline_peer(dims, physical, world_rank, s); };
+  PipelineGroups g;
+  for (int r = 0; r < dims.world_size(); ++r)
+    if (parallel::pipeline_stage(dims, physical, r) == stage) g.stage.push_back(r);
+  if (stage > 0) g.previous = {peer(stage - 1), world_rank};
+  if (stage + 1 < P) g.next = {world_rank, peer(stage + 1)};
+  if ((stage == 0 || stage == P - 1) && tied) g.tied = {peer(0), peer(P - 1)};
+  return g;
+}
+
 void PipelineEngine::build_groups() {
   const int P = dims_.pipeline;
   auto peer = [&](int s) { return parallel::pipeline_peer(dims_, topology_, rank_, s); };
-  for (int r = 0; r < dims_.world_size(); ++r)
-    if (parallel::pipeline_stage(dims_, topology_, r) == stage_) members_.stage.push_back(r);
+  members_ = pipeline_groups(dims_, topology_, rank_, schedule_->tied());
   MPI_Comm stage_comm = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, stage_, rank_, &stage_comm);
   mpi_comms_.push_back(stage_comm);
@@ -213,9 +262,9 @@ void PipelineEngine::build_groups() {
   };
   const std::string where = fmt::format("pp{}", stage_);
   MPI_Comm prev = MPI_COMM_NULL, next = MPI_COMM_NULL, tied = MPI_COMM_NULL;
-  if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1), members_.previous = {peer(stage_ - 1), rank_};
-  if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1), members_.next = {rank_, peer(stage_ + 1)};
-  if ((stage_ == 0 || stage_ == P - 1) && schedule_->tied()) tied = pair(peer(0), peer(P - 1), 2), members_.tied = {peer(0), peer(P - 1)};
+  if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1);
+  if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1);
+  if (!members_.tied.empty()) tied = pair(peer(0), peer(P - 1), 2);
   MPI_Group_free(&world_group);
   if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
   if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");

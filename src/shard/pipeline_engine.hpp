@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <mpi.h>
@@ -104,8 +105,18 @@ struct PipelineGroups {
   std::vector<int> previous, next, stage, tied;  // members in member order
   const std::vector<int>& of(PipelineOp::Group g) const;
 };
+// The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
+// stage's replicas ddp, or `zero1`), as the engine builds them: what the planner prices.
+PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
+                                      const parallel::ParallelDims& dims, const topo::Topology& physical,
+                                      int world_rank, bool zero1, const std::vector<int>& stage_layers = {});
+PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
+                               bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
                                   const topo::Topology& physical, int world_rank);
+comm::CommStats op_traffic(const PipelineOp& op, const PipelineGroups& groups, const topo::Topology& physical,
+                           int world_rank);  // one op's part of scheduled_traffic
+std::string_view kind_name(PipelineOp::Kind kind);  // "send", "all-reduce", ...: the schedule's names
 
 class PipelineEngine final : public train::Engine {
  public:
@@ -138,6 +149,8 @@ class PipelineEngine final : public train::Engine {
   nlohmann::json summary_report() override;
 
   const PipelineSchedule& schedule() const { return *schedule_; }
+  const PipelineGroups& groups() const { return members_; }
+  const topo::Topology& topology() const { return topology_; }
   comm::Context& context() { return *context_; }
   // The bytes a step sends and receives per tier, by the schedule.
   comm::CommStats traffic_per_step() const;

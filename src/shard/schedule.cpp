@@ -773,6 +773,24 @@ nlohmann::json Schedule::to_json() const {
   return j;
 }
 
+std::string op_section(std::string_view title, const std::vector<OpRow>& rows) {
+  std::string s = fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", title, "when",
+                              "purpose", "unit", "collective", "tier", "group", "wire", "bytes sent", "msgs");
+  for (const OpRow& r : rows)
+    s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", r.when, r.purpose, r.unit,
+                     r.collective, r.tier, r.group_size, r.wire, r.bytes_sent, r.messages);
+  if (rows.empty()) s += "  (none)\n";
+  return s;
+}
+
+std::string tier_section(std::string_view title, const std::vector<TierRow>& rows) {
+  std::string s =
+      fmt::format("{}\n  {:<11} {:>14} {:>14} {:>9}\n", title, "tier", "bytes sent", "bytes recv", "messages");
+  for (const TierRow& t : rows)
+    s += fmt::format("  {:<11} {:>14} {:>14} {:>9}\n", t.tier, t.bytes_sent, t.bytes_received, t.messages);
+  return s;
+}
+
 std::string Schedule::table() const {
   // Under TP the sharding's ranks are one TP index's: the run has tp x as many.
   const std::string ranks =
@@ -793,13 +811,12 @@ std::string Schedule::table() const {
     return fmt::format("{}..{}", topology_.tier(op.level - op.levels_spanned + 1).name, outer);
   };
   auto section = [&](const char* title, const std::vector<ScheduledOp>& ops) {
-    s += fmt::format("{}\n  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", title, "when", "purpose",
-                     "unit", "collective", "tier", "group", "wire", "bytes sent", "msgs");
+    std::vector<OpRow> rows;
     for (auto& op : ops)
-      s += fmt::format("  {:<10} {:<22} {:<12} {:<14} {:<13} {:>5} {:<5} {:>12} {:>5}\n", to_string(op.when),
-                       to_string(op.purpose), unit_name(op), kind_name(op), tier_name(op),
-                       op.group_size, comm::dtype_name(op.wire), op.bytes_sent, op.messages);
-    if (ops.empty()) s += "  (none)\n";
+      rows.push_back({std::string(to_string(op.when)), std::string(to_string(op.purpose)), unit_name(op),
+                      std::string(kind_name(op)), tier_name(op), op.group_size, std::string(comm::dtype_name(op.wire)),
+                      op.bytes_sent, static_cast<std::uint64_t>(op.messages)});
+    s += op_section(title, rows);
   };
   section("per micro-batch:", micro_);
   if (!buckets_.empty() && levels_.grads > 0) {
@@ -819,10 +836,10 @@ std::string Schedule::table() const {
   if (!tensor_parallel_.empty())
     section("per micro-batch, tensor parallel (in the model's order, on the critical path):", tensor_parallel_);
   section("per optimizer step:", step_);
-  s += fmt::format("per step, per rank, by tier:\n  {:<11} {:>14} {:>14} {:>9}\n", "tier", "bytes sent", "bytes recv",
-                   "messages");
+  std::vector<TierRow> tiers;
   for (auto& t : traffic_per_step())
-    s += fmt::format("  {:<11} {:>14} {:>14} {:>9}\n", t.tier, t.bytes_sent, t.bytes_received, t.messages);
+    tiers.push_back({t.tier, double(t.bytes_sent), double(t.bytes_received), double(t.messages)});
+  s += tier_section("per step, per rank, by tier:", tiers);
   StateMemory m = memory_per_rank();
   s += fmt::format(
       "memory per rank: weights {} B, secondary {} B, grads {} B, optimizer {} B, gathered {} B, communication {} B\n",

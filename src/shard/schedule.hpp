@@ -105,6 +105,21 @@ struct TierTraffic {
   std::uint64_t bytes_sent = 0, bytes_received = 0, messages = 0;
 };
 
+// --print-schedule's text, one format for every schedule (Schedule::table, and a pipeline's,
+// shard/pipeline_report.hpp): a section of ops, one row each, and the bytes per tier a step.
+struct OpRow {
+  std::string when, purpose, unit, collective, tier;
+  int group_size = 0;
+  std::string wire;
+  std::uint64_t bytes_sent = 0, messages = 0;
+};
+std::string op_section(std::string_view title, const std::vector<OpRow>& rows);
+struct TierRow {  // a mean over ranks may be fractional
+  std::string tier;
+  double bytes_sent = 0, bytes_received = 0, messages = 0;
+};
+std::string tier_section(std::string_view title, const std::vector<TierRow>& rows);
+
 // Per-rank bytes held by each state, from the spec's formula (padded unit sizes).
 struct StateMemory {
   std::uint64_t weights = 0;    // W shard in its wire format

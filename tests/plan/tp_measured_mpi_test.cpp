@@ -76,7 +76,7 @@ Measured measure(const std::string& model, const std::string& strategy, bool rec
 }
 
 // The plan of a run below: 8 ranks of the test topology, their micro-batches in fp32.
-plan::ModelParallelPlan plan_of(const std::string& model, const plan::ModelParallel& mp, bool recompute = false,
+plan::ModelParallelPlan plan_of(const plan::ModelShape& model, const plan::ModelParallel& mp, bool recompute = false,
                                 bool sequence_parallel = false) {
   topo::Topology physical = topo::Topology::load(topology_path());
   physical.resolve(8);
@@ -87,12 +87,13 @@ plan::ModelParallelPlan plan_of(const std::string& model, const plan::ModelParal
   w.recompute = recompute ? plan::Recompute::Full : plan::Recompute::None;
   w.precision = Precision::F32;
   w.sequence_parallel = sequence_parallel;
-  return plan::ModelParallelPlan(plan::ModelShape::preset(model), physical,
+  return plan::ModelParallelPlan(model, physical,
                                  plan::DeviceFacts{"test", 1, 1, 10, 1, 0, 0, "test", nullptr, std::nullopt}, w, mp);
 }
 
 plan::Estimate planned(const std::string& model, const std::string& strategy, bool recompute, bool sequence_parallel) {
-  const plan::ModelParallelPlan p = plan_of(model, {kTp, 1, "", ""}, recompute, sequence_parallel);
+  const plan::ModelParallelPlan p =
+      plan_of(plan::ModelShape::preset(model), {kTp, 1, "", ""}, recompute, sequence_parallel);
   return p.estimate(strategy, plan::strategy_spec(strategy, p.data_parallel_topology()));
 }
 
@@ -139,10 +140,41 @@ TEST(PlanVsRun, SequenceParallelBytesAndActivationsEqualTheRuns) {
   }
 }
 
+namespace {
+
+// Every tier of a pipelined run, as its summary.json reports a step (the mean over the world's
+// ranks), equals what the plan prices for it: the stages' own reductions (4 replicas a stage
+// over the gpu and node tiers, one flat ring) as much as the messages and the tied sum.
+void expect_every_tier_as_run(const plan::ModelParallelPlan& plan, const plan::Estimate& e,
+                              const shard::ShardSpec& spec, const std::vector<comm::CommStats>& steps,
+                              const std::string& what) {
+  std::vector<std::string> not_compared;
+  const std::vector<plan::ModelParallelPlan::RunTraffic> planned = plan.run_traffic(e, spec, not_compared);
+  EXPECT_TRUE(not_compared.empty()) << what;
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  for (const comm::CommStats& step : steps) {
+    ASSERT_EQ(planned.size(), step.tiers.size()) << what;
+    for (std::size_t t = 0; t < planned.size(); ++t) {
+      double measured[3] = {double(step.tiers[t].bytes_sent), double(step.tiers[t].bytes_received),
+                            double(step.tiers[t].messages)};
+      MPI_Allreduce(MPI_IN_PLACE, measured, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_EQ(planned[t].tier, step.tier_names[t]) << what;
+      EXPECT_EQ(planned[t].bytes_sent, measured[0] / world) << what << " " << planned[t].tier;
+      EXPECT_EQ(planned[t].bytes_received, measured[1] / world) << what << " " << planned[t].tier;
+      EXPECT_EQ(planned[t].messages, measured[2] / world) << what << " " << planned[t].tier;
+      EXPECT_GT(planned[t].bytes_sent, 0) << what << " " << planned[t].tier;
+    }
+  }
+}
+
+}  // namespace
+
 // --pp 2 on 8 ranks: the stages across the cluster tier, 4 replicas a stage inside the nodes,
-// so only the stages' messages and the tied embeddings' sum cross the cluster tier.
+// so only the stages' messages and the tied embeddings' sum cross the cluster tier; and every
+// tier's bytes, the stages' reductions included, equal the run's.
 TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) {
-  const plan::ModelParallelPlan plan = plan_of("tiny", {1, 2, "", ""});
+  const plan::ModelParallelPlan plan = plan_of(plan::ModelShape::preset("tiny"), {1, 2, "", ""});
   const int cluster = plan.topology().outermost();
   for (const char* strategy : {"ddp", "zero1"}) {
     parallel::ShardOptions options;
@@ -153,7 +185,9 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
     const shard::ShardSpec spec = plan::strategy_spec(strategy, plan.data_parallel_topology());
     const shard::TierTraffic planned = plan.pipeline_tier_traffic(engine.stage(), spec);
     const plan::Estimate e = plan.estimate(strategy, spec);
-    for (const comm::CommStats& step : step_traffic(engine)) {
+    const std::vector<comm::CommStats> steps = step_traffic(engine);
+    expect_every_tier_as_run(plan, e, spec, steps, std::string(strategy) + "+pp2");
+    for (const comm::CommStats& step : steps) {
       const comm::TierTraffic measured = step.tiers.at(cluster);
       const std::string what = std::string(strategy) + "+pp2 stage " + std::to_string(engine.stage());
       EXPECT_EQ(measured.bytes_sent, planned.bytes_sent) << what;
@@ -165,4 +199,28 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
     }
     EXPECT_GT(planned.bytes_sent, 0u);
   }
+}
+
+// --pp 2 --pp-layers 1,3 of tiny grown to 4 blocks, ddp replicas a stage: each stage holds
+// the parameters the plan prices for it, and the plan's weights and gradients (fp32) are the
+// run's two arrays of them (its Adam moments the other two; the plan's optimizer state is the
+// sharded engine's, with a master copy and the gradient the optimizer reads).
+TEST(PlanVsRun, UnevenStagesHoldTheParametersAndWeightsThePlanPricesForEachStage) {
+  model::ModelConfig config = model::ModelConfig::preset("tiny");
+  config.n_layer = 4;
+  const plan::ModelParallelPlan plan =
+      plan_of(plan::ModelShape::from_name_and_fields("tiny", {"layers=4"}), {1, 2, "", "", {1, 3}});
+  parallel::ShardOptions options;
+  options.strategy = "ddp";
+  options.topology = topology_path();
+  options.pp = 2;
+  options.pp_layers = {1, 3};
+  const shard::PipelineEngine engine(options, config, kBatch, kSeq, kAccum, 7);
+  const plan::Estimate e = plan.estimate("ddp", plan::strategy_spec("ddp", plan.data_parallel_topology()));
+  ASSERT_EQ(e.stages.size(), 2u);
+  const plan::Estimate::PipelineStage& stage = e.stages.at(engine.stage());
+  const std::string what = "ddp+pp2 --pp-layers 1,3 stage " + std::to_string(engine.stage());
+  EXPECT_EQ(stage.blocks, engine.stage() == 0 ? 1 : 3) << what;
+  EXPECT_EQ(engine.state_bytes(), 4 * sizeof(float) * stage.params) << what;
+  EXPECT_EQ(engine.state_bytes() / 2, stage.memory.weights + stage.memory.grads) << what;
 }

@@ -2,7 +2,7 @@
 # `strata train --pp` end to end on 4 ranks (2 nodes of 2 on the test topology, the stages
 # across "node"): the losses and validation losses of --pp 2 with two ddp (or zero1) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
-# tier equal the schedule's (also on 8 ranks, zero1 over two tiers), the checkpoint resumes in one process and under zero1 stages at
+# tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 stages at
 # the uninterrupted losses, and bad layouts are refused naming --pp (or --pp-layers).
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
@@ -25,6 +25,11 @@ common=(--model tiny --train-data "$work/data/train.bin" --val-data "$work/data/
 # 8 ranks: the stages across "cluster", zero1 over the 4 replicas of each stage (two tiers).
 "${mpi[@]}" -np 8 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --batch 2 --grad-accum 2 \
   --stop-after 2 --out "$work/pp8" > /dev/null
+# --print-schedule of that run: each stage's program and ops, and the bytes per tier a step.
+for format in text json; do
+  "${mpi[@]}" -np 8 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --batch 2 --grad-accum 2 \
+    --print-schedule $([[ $format == json ]] && echo --json) > "$work/pp8_schedule.$format"
+done
 "${mpi[@]}" -np 2 "$strata" train "${common[@]}" --strategy ddp --batch 2 --grad-accum 4 --stop-after 4 --out "$work/ddp" \
   > /dev/null
 "$strata" train "${common[@]}" --batch 4 --grad-accum 4 --out "$work/one" > /dev/null
@@ -56,6 +61,24 @@ for run in ("pp", "pp_zero1", "resumed_zero1", "pp8"):
     assert measured == scheduled, (run, measured, scheduled)
     assert scheduled["node"]["bytes_sent"] > 0 and scheduled["gpu"]["bytes_sent"] > 0, scheduled
     assert (scheduled["cluster"]["bytes_sent"] > 0) == (run == "pp8"), scheduled
+# The printed schedule's bytes per tier are what the run measured a step (and its summary's
+# schedule), in the JSON and in the text; every stage's program and ops are there.
+summary = json.load(open(f"{work}/pp8/summary.json"))["comm"]
+printed = json.load(open(f"{work}/pp8_schedule.json"))
+assert printed["per_step"] == summary["per_step"] == summary["scheduled_per_step"], (printed["per_step"], summary)
+assert [s["stage"] for s in printed["stages"]] == [0, 1], printed["stages"]
+for stage in printed["stages"]:
+    purposes = [op["purpose"] for op in stage["ops"]]
+    assert purposes.count("activation-send" if stage["stage"] == 0 else "activation-grad-send") == 2, purposes
+    assert {"stage gradients", "tied embeddings", "stage weights"} <= set(purposes), purposes
+    assert len(stage["program"]) == 8, stage["program"]
+text = open(f"{work}/pp8_schedule.text").read()
+rows = text.split("by tier:\n", 1)[1].splitlines()[1:]
+table = {r.split()[0]: [float(x) for x in r.split()[1:]] for r in rows}
+fields = ("bytes_sent", "bytes_received", "messages")
+assert table == {t: [summary["per_step"][t][f] for f in fields] for t in summary["per_step"]}, (table, summary)
+assert "stage 1 (blocks 1..1)" in text and "send to 1" in text and "tied embeddings" in text, text
+print("--print-schedule --pp 2: bytes per tier equal the run's measured ones")
 PY
 
 refused() {  # refused FLAG_TEXT COMMAND...: fails unless COMMAND fails naming FLAG_TEXT
@@ -73,6 +96,6 @@ refused "--strategy zero3" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --to
 refused "--pp 2" "$strata" train "${common[@]}" --pp 2 --batch 2 --out "$work/bad"
 refused "--pp-layers 1: 1 block count for --pp 2" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" \
   --strategy ddp --pp 2 --pp-tier node --pp-layers 1 --batch 2 --out "$work/bad"
-refused "--pp-layers: strata plan prices equal pipeline stages" "$strata" plan --model tiny --topology "$topo" \
-  --strategy zero1 --pp 2 --pp-layers 1,1
+refused "--pp-layers 1,2: 3 blocks in all, but the model has 2" "$strata" plan --model tiny --topology "$topo" \
+  --nodes 2 --peak-tflops 1 --device-memory-gb 1 --hbm-gbps 1 --strategy zero1 --pp 2 --pp-layers 1,2
 echo "pp_cli_test: ok"
