@@ -113,9 +113,9 @@ void run_bench_quant(const BenchQuantOptions& opt) {
       rows.push_back({std::move(op), std::move(bits), std::move(dtype), bytes, kernel_s});
     };
 
-    for (quant::QuantBits bits : {quant::QuantBits::Int8, quant::QuantBits::Int4}) {
+    for (DType bits : {DType::I8, DType::I4}) {
       const quant::QuantSpec spec{bits, opt.block_size};
-      const std::string bits_name = bits == quant::QuantBits::Int8 ? "int8" : "int4";
+      const std::string bits_name(dtype_name(bits));
       AlignedBuffer<std::uint8_t> data(quant::quantized_bytes(n, spec));
       AlignedBuffer<float> scales(quant::num_blocks(n, spec));
       measure("quantize", bits_name, "f32", n * 4,

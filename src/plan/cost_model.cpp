@@ -12,7 +12,6 @@ namespace strata::plan {
 
 using shard::Purpose;
 using shard::ScheduledOp;
-using comm::DType;
 
 int compute_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
 
@@ -321,7 +320,7 @@ OpPrice priced(const ScheduledOp& op, const topo::Topology& topology, const Cali
 }  // namespace
 
 double codec_elements(const ScheduledOp& op) {
-  if (!comm::is_quantized(op.wire)) return 0;
+  if (!is_quantized(op.wire)) return 0;
   // A gather chain moves weights already in their wire format (encoded once, after the step)
   // and decodes the unit when it is whole: each gather of the chain is charged what it brought
   // in, so the chain pays the unit less the rank's own shard.

@@ -11,7 +11,6 @@
 
 namespace strata::plan {
 
-using comm::DType;
 
 namespace {
 
@@ -129,7 +128,7 @@ void fsdp_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::Topolo
   if (quantized(s.weight_wire) || quantized(s.grad_wire) || quantized(s.step_grad_wire)) {
     s.weight_wire = s.grad_wire = s.step_grad_wire = base;
     p.gaps.push_back(fmt::format("{} has no quantized gathers or reductions (ZeRO++'s qwZ/qgZ); nearest: {}", who,
-                                 comm::dtype_name(base)));
+                                 dtype_name(base)));
   }
 }
 
@@ -198,7 +197,7 @@ void megatron_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::To
     s.secondary = "none";
     s.weight_wire = s.grad_wire = s.step_grad_wire = base;
     p.gaps.push_back(fmt::format("Megatron-LM has no secondary weight copy or quantized collectives; nearest: {}",
-                                 comm::dtype_name(base)));
+                                 dtype_name(base)));
   }
   if (s.step_grad_allreduce || !s.free_after_forward) {
     s.step_grad_allreduce = false;

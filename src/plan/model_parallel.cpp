@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 #include "parallel/pipeline.hpp"
 
 namespace strata::plan {
@@ -66,7 +66,7 @@ shard::ScheduledOp PipelineMessage::op() const {
   op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
   op.kind = all_reduce ? Collective::AllReduce : Collective::AllGather;
   op.level = level;
-  op.wire = element_bytes == 4 ? comm::DType::F32 : comm::DType::BF16;
+  op.wire = element_bytes == 4 ? DType::F32 : DType::BF16;
   op.group_size = 2;
   op.elements_in = op.elements_out = elements;
   // A ring of two sends and receives its half twice (comm's padding); a message is one

@@ -22,11 +22,13 @@
 // global batch's.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <mpi.h>
 
+#include "base/collective.hpp"
 #include "comm/host/communicator.hpp"
 #include "comm/instrument/accounting.hpp"
 #include "comm/runtime/context.hpp"
@@ -43,7 +45,7 @@ namespace strata::shard {
 struct PipelineOp {
   std::string purpose;  // "activation-send", "activation-grad-send", "stage gradients", "tied embeddings",
                         // "stage weights"
-  enum Kind { Send, AllReduce, ReduceScatter, AllGather } kind;
+  std::optional<Collective> kind;  // none: a send (a broadcast from one end of a link)
   enum Group { Previous, Next, Stage, Tied } group;  // over which of the engine's groups
   int micro_batch = -1;                              // sends only
   // The gradient (weight, for the all-gather) arena run [begin, end) it reduces or gathers

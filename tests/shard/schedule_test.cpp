@@ -123,7 +123,7 @@ TEST(Schedule, MemoryFollowsTheSpecFormula) {
   Schedule s(tiny_layout(), topo, ShardSpec::preset_for("topo", topo), 1);
   StateMemory m = s.memory_per_rank();
   std::uint64_t n = s.total_padded();
-  EXPECT_EQ(m.weights, comm::wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
+  EXPECT_EQ(m.weights, wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
   EXPECT_EQ(m.grads, 4 * n / 4);                           // G over node: degree 4
   EXPECT_EQ(m.optimizer, 16 * n / 8);                      // OS over all 8: master, m, v, gradient
   EXPECT_EQ(m.secondary, 0u);
@@ -409,10 +409,10 @@ TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
   const std::size_t activation = static_cast<std::size_t>(B) * T * config.n_embd;
   for (const auto& op : s.tensor_parallel_ops()) {
     if (op.kind == strata::Collective::AllReduce) {
-      EXPECT_EQ(op.wire, strata::comm::DType::BF16);
+      EXPECT_EQ(op.wire, strata::DType::BF16);
       EXPECT_EQ(op.bytes_sent, 2 * (activation / 2) * 2);
     } else {
-      EXPECT_EQ(op.wire, strata::comm::DType::F32);
+      EXPECT_EQ(op.wire, strata::DType::F32);
       EXPECT_EQ(op.bytes_sent, 3u * B * T * 4);
     }
   }
