@@ -81,7 +81,7 @@ void quant_table(std::size_t mib) {
   constexpr int kSummed = 4;
   for (const DType dtype : {DType::I8, DType::I4}) {
     const quant::QuantSpec format{dtype, 256};
-    const std::size_t bytes = quant_data_bytes(n, format), blocks = quant_blocks(n, format);
+    const std::size_t bytes = quant::quantized_bytes(n, format), blocks = quant::num_blocks(n, format);
     auto* data = static_cast<std::uint8_t*>(device_alloc(bytes * kSummed));
     auto* scales = static_cast<float*>(device_alloc(blocks * kSummed * sizeof(float)));
     for (int j = 0; j < kSummed; ++j)

@@ -26,7 +26,6 @@
 #include "comm/runtime/wait.hpp"
 #include "device/device.hpp"
 #include "model/layout.hpp"
-#include "shard/executor.hpp"
 #include "shard/pipeline_engine.hpp"
 #include "shard/runtime.hpp"
 #include "shard/schedule.hpp"

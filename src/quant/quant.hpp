@@ -24,13 +24,10 @@
 
 namespace strata::quant {
 
-struct QuantSpec {
+struct QuantSpec {  // the functions below throw Error for any other dtype or block_size
   DType dtype = DType::I8;  // I8 or I4
-  int block_size = 256;  // values per block, any positive number
+  int block_size = 256;     // values per block, any positive number
 };
-
-// Throws Error if block_size is not positive or dtype is not I8 or I4.
-void check_spec(const QuantSpec& spec);
 
 int qmax(DType dtype);                                          // 127 (I8) or 7 (I4)
 std::size_t block_bytes(const QuantSpec& spec);                     // data bytes of one block

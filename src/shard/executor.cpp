@@ -12,15 +12,10 @@ namespace strata::shard {
 
 namespace {
 
-quant::QuantSpec qspec(comm::CBuf wire) { return {wire.dtype, static_cast<int>(wire.block)}; }
-
 [[noreturn]] void refuse_wire(DType w) {
   throw Error(fmt::format("shard: {} is not a wire format (the step's scalars travel in it, uncoded)",
                           dtype_name(w)));
 }
-
-// Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
-std::size_t byte_offset(DType w, std::size_t offset) { return data_bytes(w, offset); }
 
 }  // namespace
 
@@ -31,7 +26,7 @@ void encode(device::Device& device, const float* src, comm::Buf dst) {
     case DType::BF16:
     case DType::F16: device.to_half(dst.dtype, src, dst.count, reinterpret_cast<std::uint16_t*>(d)); break;
     case DType::I8:
-    case DType::I4: device.quantize(src, dst.count, qspec(dst), d, dst.scales); break;
+    case DType::I4: device.quantize(src, dst.count, {dst.dtype, static_cast<int>(dst.block)}, d, dst.scales); break;
     case DType::F64: refuse_wire(dst.dtype);
   }
 }
@@ -41,11 +36,9 @@ void decode(device::Device& device, comm::CBuf src, float* dst) {
   switch (src.dtype) {
     case DType::F32: device.copy(dst, s, 4 * src.count); break;
     case DType::BF16:
-    case DType::F16:
-      device.from_half(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst);
-      break;
+    case DType::F16: device.from_half(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst); break;
     case DType::I8:
-    case DType::I4: device.dequantize(s, src.scales, src.count, qspec(src), dst); break;
+    case DType::I4: device.dequantize(s, src.scales, src.count, {src.dtype, static_cast<int>(src.block)}, dst); break;
     case DType::F64: refuse_wire(src.dtype);
   }
 }
@@ -55,11 +48,11 @@ void decode_add(device::Device& device, comm::CBuf src, float* dst) {
   switch (src.dtype) {
     case DType::F32: device.add(dst, reinterpret_cast<const float*>(s), src.count); break;
     case DType::BF16:
-    case DType::F16:
-      device.from_half_add(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst);
-      break;
+    case DType::F16: device.from_half_add(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst); break;
     case DType::I8:
-    case DType::I4: device.dequantize_add(s, src.scales, src.count, qspec(src), dst); break;
+    case DType::I4:
+      device.dequantize_add(s, src.scales, src.count, {src.dtype, static_cast<int>(src.block)}, dst);
+      break;
     case DType::F64: refuse_wire(src.dtype);
   }
 }
@@ -92,7 +85,8 @@ void WireBuffer::reserve_any(int block_size, std::size_t n) {
 }
 
 comm::Buf WireBuffer::view(std::size_t offset, std::size_t n) {
-  comm::Buf b(wire, data.data() + byte_offset(wire, offset), n);
+  // Offsets are whole blocks, so a whole byte even for int4.
+  comm::Buf b(wire, data.data() + data_bytes(wire, offset), n);
   if (is_quantized(wire)) {
     b.scales = scales.data() + offset / block;
     b.block = static_cast<std::size_t>(block);

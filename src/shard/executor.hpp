@@ -17,7 +17,6 @@
 // chain, which is safe because tasks run one at a time there.
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "comm/api/collectives.hpp"

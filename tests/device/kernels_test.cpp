@@ -615,9 +615,7 @@ TEST_P(Quant, BytesScalesAndDequantizedValuesAreTheCpus) {
   x[2 * spec.block_size] = 3e38f;                                             // absmax near FLT_MAX
   std::vector<std::uint16_t> x_bf16(n);
   for (std::size_t i = 0; i < n; ++i) x_bf16[i] = float_to_bf16(x[i]);
-  const std::size_t blocks = quant_blocks(n, spec), bytes = quant_data_bytes(n, spec);
-  ASSERT_EQ(blocks, quant::num_blocks(n, spec));
-  ASSERT_EQ(bytes, quant::quantized_bytes(n, spec));
+  const std::size_t blocks = quant::num_blocks(n, spec), bytes = quant::quantized_bytes(n, spec);
 
   DeviceArray<float> d_x(x);
   DeviceArray<std::uint16_t> d_x_bf16(x_bf16);
@@ -681,7 +679,7 @@ TEST_F(Gpu, QuantizeFlagsTheFirstNonFiniteBlock) {
   x[64 * 5 + 3] = std::numeric_limits<float>::infinity();
   x[64 * 2 + 10] = std::numeric_limits<float>::quiet_NaN();
   DeviceArray<float> d_x(x), d_scales(8);
-  DeviceArray<std::uint8_t> d_data(quant_data_bytes(x.size(), format));
+  DeviceArray<std::uint8_t> d_data(quant::quantized_bytes(x.size(), format));
   DeviceArray<std::uint64_t> d_bad(std::vector<std::uint64_t>{std::numeric_limits<std::uint64_t>::max()});
   quantize(d_data.get(), d_scales.get(), d_x.get(), x.size(), format, d_bad.get(), nullptr);
   EXPECT_EQ(d_bad.download()[0], 2u);
@@ -693,7 +691,7 @@ TEST_F(Gpu, QuantizeFlagsTheFirstNonFiniteBlock) {
 TEST_F(Gpu, LaunchersRefuseBadArguments) {
   const quant::QuantSpec bad_dtype{DType::F32, 256};
   try {
-    quant_blocks(100, bad_dtype);
+    quantize(nullptr, nullptr, nullptr, 100, bad_dtype, nullptr, nullptr);
     ADD_FAILURE() << "fp32 was accepted as a quantized format";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("dtype is not int8 or int4"), std::string::npos) << e.what();

@@ -142,10 +142,8 @@ void scale(float* x, std::size_t n, float factor, Stream stream);               
 // ---------------------------------------------------------------------------------------
 // Block quantization, byte for byte the CPU format of quant/quant.hpp (its QuantSpec: int8 or
 // int4, any positive block_size, one fp32 scale per block, INT4 low nibble first, padding zeroed).
-std::size_t quant_blocks(std::size_t n, const quant::QuantSpec& format);       // = number of scales
-std::size_t quant_data_bytes(std::size_t n, const quant::QuantSpec& format);  // data bytes
 
-// data gets quant_data_bytes(n) bytes, scales quant_blocks(n) floats. A block holding NaN or
+// data gets quant::quantized_bytes(n) bytes, scales quant::num_blocks(n) floats. A block holding NaN or
 // infinity is left unwritten, and the smallest such block index is stored to
 // *first_nonfinite_block (device memory, which the caller sets to UINT64_MAX first; may be null).
 void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n, const quant::QuantSpec& format,

@@ -176,15 +176,6 @@ void run_dequantize(const char* name, void* dst, const std::uint8_t* data, std::
 
 }  // namespace
 
-std::size_t quant_blocks(std::size_t n, const quant::QuantSpec& format) {
-  return make_format("quant_blocks", n, format).blocks;
-}
-
-std::size_t quant_data_bytes(std::size_t n, const quant::QuantSpec& format) {
-  const Format f = make_format("quant_data_bytes", n, format);
-  return f.blocks * f.block_bytes;
-}
-
 void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n, const quant::QuantSpec& format,
               std::uint64_t* first_nonfinite_block, Stream stream) {
   run_quantize<false>("quantize", data, scales, src, n, format, first_nonfinite_block, stream);
