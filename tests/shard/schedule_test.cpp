@@ -62,6 +62,21 @@ TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
   }
 }
 
+TEST(Schedule, TheStepsScalarsAreScheduledAsTheFp64TheyTravelIn) {
+  const Schedule s = make("zero3");
+  int scalar_ops = 0;
+  for (const ScheduledOp& op : s.step_ops()) {
+    if (op.purpose != Purpose::GradNormAllReduce && op.purpose != Purpose::LossAllReduce) continue;
+    ++scalar_ops;
+    EXPECT_EQ(op.wire, DType::F64) << to_string(op.purpose);
+    // 1 (grad norm) or 2 (loss, stop flag) doubles to each of the level's other members.
+    const std::size_t values = op.purpose == Purpose::GradNormAllReduce ? 1 : 2;
+    EXPECT_EQ(op.elements_in, values);
+    EXPECT_EQ(op.bytes_sent, 8 * values * static_cast<std::size_t>(op.group_size - 1));
+  }
+  EXPECT_EQ(scalar_ops, 6);  // each over the 3 tiers of the two-node topology
+}
+
 TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
   auto topo = two_node_topology(16);  // 4 nodes of 4 ranks
   ShardSpec spec = ShardSpec::preset_for("hsdp", topo);
