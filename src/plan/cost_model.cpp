@@ -13,12 +13,11 @@ namespace strata::plan {
 using shard::Purpose;
 using shard::ScheduledOp;
 
-int compute_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
+int compute_bytes(Precision p) { return static_cast<int>(data_bytes(compute_dtype(p), 1)); }
 
 shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision) {
-  if (precision == Precision::BF16)
-    for (DType* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
-      if (*w == DType::F32) *w = DType::BF16;
+  for (DType* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
+    if (*w == DType::F32) *w = compute_dtype(precision);
   return spec;
 }
 

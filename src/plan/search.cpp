@@ -46,7 +46,7 @@ std::string spec_label(const ShardSpec& spec) {
 
 std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision precision, const SearchSpace& space) {
   const int n = topology.num_tiers();
-  const DType base = precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  const DType base = compute_dtype(precision);
   std::vector<NamedSpec> presets;
   for (const std::string& name : strategy_names()) {
     try {
