@@ -79,14 +79,14 @@ void quant_table(std::size_t mib) {
   std::printf("%-26s %10.3f %12.1f %14s\n", "cudaMemcpy D2D (baseline)", memcpy_ms, fp32_bytes / (memcpy_ms * 1e6),
               "1.00");
   constexpr int kSummed = 4;
-  for (const int bits : {8, 4}) {
-    const QuantFormat format{bits, 256};
-    const std::size_t bytes = quant_data_bytes(n, format), blocks = quant_blocks(n, format);
+  for (const DType dtype : {DType::I8, DType::I4}) {
+    const quant::QuantSpec format{dtype, 256};
+    const std::size_t bytes = quant::quantized_bytes(n, format), blocks = quant::num_blocks(n, format);
     auto* data = static_cast<std::uint8_t*>(device_alloc(bytes * kSummed));
     auto* scales = static_cast<float*>(device_alloc(blocks * kSummed * sizeof(float)));
     for (int j = 0; j < kSummed; ++j)
       quantize(data + j * bytes, scales + j * blocks, src, n, format, nullptr, nullptr);
-    const std::string tag = "int" + std::to_string(bits) + " ";
+    const std::string tag = std::string(dtype_name(dtype)) + " ";
     const std::vector<std::pair<std::string, std::function<void()>>> kernels{
         {tag + "quantize fp32", [&] { quantize(data, scales, src, n, format, nullptr, nullptr); }},
         {tag + "quantize bf16", [&] { quantize_bf16(data, scales, src_bf16, n, format, nullptr, nullptr); }},

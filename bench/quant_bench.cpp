@@ -34,7 +34,7 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
 }
 
-template <QuantBits Bits>
+template <DType Bits>
 void BM_Quantize(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const QuantSpec spec{Bits, 256};
@@ -48,7 +48,7 @@ void BM_Quantize(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
 }
 
-template <QuantBits Bits, bool Add>
+template <DType Bits, bool Add>
 void BM_Dequantize(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const QuantSpec spec{Bits, 256};
@@ -72,8 +72,8 @@ constexpr std::int64_t kSmall = 1 << 14, kLarge = 1 << 24;
 }  // namespace
 
 BENCHMARK(BM_Memcpy)->Arg(kSmall)->Arg(kLarge);
-BENCHMARK(BM_Quantize<QuantBits::Int8>)->Arg(kSmall)->Arg(kLarge);
-BENCHMARK(BM_Quantize<QuantBits::Int4>)->Arg(kSmall)->Arg(kLarge);
-BENCHMARK(BM_Dequantize<QuantBits::Int8, false>)->Arg(kSmall)->Arg(kLarge);
-BENCHMARK(BM_Dequantize<QuantBits::Int4, false>)->Arg(kSmall)->Arg(kLarge);
-BENCHMARK(BM_Dequantize<QuantBits::Int8, true>)->Arg(kSmall)->Arg(kLarge);
+BENCHMARK(BM_Quantize<DType::I8>)->Arg(kSmall)->Arg(kLarge);
+BENCHMARK(BM_Quantize<DType::I4>)->Arg(kSmall)->Arg(kLarge);
+BENCHMARK(BM_Dequantize<DType::I8, false>)->Arg(kSmall)->Arg(kLarge);
+BENCHMARK(BM_Dequantize<DType::I4, false>)->Arg(kSmall)->Arg(kLarge);
+BENCHMARK(BM_Dequantize<DType::I8, true>)->Arg(kSmall)->Arg(kLarge);

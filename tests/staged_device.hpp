@@ -69,15 +69,15 @@ class StagedDevice final : public device::Device {
     ++scales;
     Device::scale(x, n, factor);
   }
-  void to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst) override {
+  void to_half(DType format, const float* src, std::size_t n, std::uint16_t* dst) override {
     ++half_encodes;
     Device::to_half(format, src, n, dst);
   }
-  void from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
+  void from_half(DType format, const std::uint16_t* src, std::size_t n, float* dst) override {
     ++half_decodes;
     Device::from_half(format, src, n, dst);
   }
-  void from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
+  void from_half_add(DType format, const std::uint16_t* src, std::size_t n, float* dst) override {
     ++half_decodes;
     Device::from_half_add(format, src, n, dst);
   }

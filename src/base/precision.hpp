@@ -5,9 +5,12 @@
 // as FSDP and DeepSpeed run it).
 #include <string_view>
 
+#include "base/dtype.hpp"
+
 namespace strata {
 
 enum class Precision { F32, BF16 };
+inline DType compute_dtype(Precision p) { return p == Precision::BF16 ? DType::BF16 : DType::F32; }  // in compute
 
 std::string_view precision_name(Precision precision);  // "fp32" or "bf16"
 // "fp32" or "bf16"; throws Error naming `field` for anything else.

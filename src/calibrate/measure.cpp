@@ -257,7 +257,7 @@ void calibrate_under_compute(comm::Context& ctx, comm::TierComms& comms, plan::C
 
 // Block quantization as the CPU runtime codes a quantized wire (encode, then decode-and-add),
 // on the sweep's largest buffer, every rank at once: one pass of its timings.
-void time_codec_pass(quant::QuantBits bits, const MeasureOptions& o, plan::PassTimings& out) {
+void time_codec_pass(DType bits, const MeasureOptions& o, plan::PassTimings& out) {
   const quant::QuantSpec spec{bits, shard::ShardSpec{}.block_size};
   const std::size_t n = sweep_bytes(o).back() / 4;
   std::vector<float> src(n), dst(n, 0.0f);
@@ -296,8 +296,8 @@ class ComputeTimer {
     time_pass_repeated(timings, step_, [&] { engine.micro_step(ids.data(), ids.data(), 1.0f); });
     int step = 0;
     time_pass_repeated(timings, adam_, [&] { engine.optimizer_step({}, train::StepArgs{1e-4f, ++step}); });
-    time_codec_pass(quant::QuantBits::Int8, o_, int8_);
-    time_codec_pass(quant::QuantBits::Int4, o_, int4_);
+    time_codec_pass(DType::I8, o_, int8_);
+    time_codec_pass(DType::I4, o_, int4_);
   }
 
   // The passes' pooled medians, fitted.

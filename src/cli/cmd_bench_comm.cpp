@@ -49,20 +49,20 @@ struct Options {
 
 // One collective of `kind` on `g` over the benchmark's buffers (the full buffer has n elements).
 struct Buffers {
-  comm::DType dtype;
+  DType dtype;
   std::size_t n = 0, c = 0;
   int d = 1;
   AlignedBuffer<std::byte> full, shard, recv;
-  Buffers(comm::DType t, std::size_t n_, int d_) : dtype(t), n(n_), c(comm::chunk_count(n_, d_, 1)), d(d_) {
-    full.resize(comm::data_bytes(t, n));
-    shard.resize(comm::data_bytes(t, c));
-    recv.resize(comm::data_bytes(t, c * std::size_t(d)));
+  Buffers(DType t, std::size_t n_, int d_) : dtype(t), n(n_), c(comm::chunk_count(n_, d_, 1)), d(d_) {
+    full.resize(data_bytes(t, n));
+    shard.resize(data_bytes(t, c));
+    recv.resize(data_bytes(t, c * std::size_t(d)));
     // Small integers: sums stay finite in every precision, whatever the iteration count.
     for (std::size_t i = 0; i < n; ++i) {
       float v = float(int(i % 7) - 3);
-      if (t == comm::DType::F32) std::memcpy(full.data() + 4 * i, &v, 4);
+      if (t == DType::F32) std::memcpy(full.data() + 4 * i, &v, 4);
       else {
-        std::uint16_t h = t == comm::DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
+        std::uint16_t h = t == DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
         std::memcpy(full.data() + 2 * i, &h, 2);
       }
     }
@@ -128,7 +128,7 @@ void run_bench(const Options& o) {
   const comm::MpiSession& mpi = comm::mpi_session();
   // Every rank checks the same flags and reads the same topology: a refusal prints once.
   std::optional<topo::Topology> loaded;
-  comm::DType dtype{};
+  DType dtype{};
   comm::agree(MPI_COMM_WORLD, "world", [&] {
     if (o.iterations < 1) throw Error(fmt::format("bench collectives: --iterations {} must be at least 1", o.iterations));
     if (o.warmup < 0) throw Error(fmt::format("bench collectives: --warmup {} must not be negative", o.warmup));
@@ -136,8 +136,8 @@ void run_bench(const Options& o) {
       throw Error(fmt::format("bench collectives: --emulate-scale {} must be positive", o.emulate_scale));
     for (double s : o.sizes_mib)
       if (!(s > 0)) throw Error(fmt::format("bench collectives: --sizes-mib {} must be positive", s));
-    dtype = comm::parse_dtype(o.dtype, "--dtype");
-    if (!comm::is_reducible(dtype))
+    dtype = parse_dtype(o.dtype, "--dtype");
+    if (!is_reducible(dtype))
       throw Error(fmt::format("bench collectives: --dtype {} cannot be reduced; use fp32, bf16 or fp16", o.dtype));
 
     comm::set_piece_bytes(train::build_piece_bytes(o.settings.given()));
@@ -184,15 +184,15 @@ void run_bench(const Options& o) {
   nlohmann::json results = nlohmann::json::array();
   for (double mib : o.sizes_mib) {
     const std::size_t bytes = std::size_t(mib * 1024 * 1024);
-    Buffers b(dtype, bytes / comm::data_bytes(dtype, 1), topology.world_size());
-    const std::size_t wire = comm::data_bytes(dtype, b.c * std::size_t(b.d));  // padded bytes on the wire
+    Buffers b(dtype, bytes / data_bytes(dtype, 1), topology.world_size());
+    const std::size_t wire = data_bytes(dtype, b.c * std::size_t(b.d));  // padded bytes on the wire
     for (Collective kind : kCollectives) {
       Timing tr = time_collective(ring, ctx.accounting(), b, kind, o);
       Timing th = time_collective(hier, ctx.accounting(), b, kind, o);
       Timing tm = time_collective(flat, ctx.accounting(), b, kind, o);
       if (o.emulate) {
-        tr.predicted = comm::predict_seconds(topology, ring, kind, wire, o.emulate_scale);
-        th.predicted = comm::predict_seconds(topology, hier, kind, wire, o.emulate_scale);
+        tr.predicted = plan::predict_seconds(topology, ring, kind, wire, o.emulate_scale);
+        th.predicted = plan::predict_seconds(topology, hier, kind, wire, o.emulate_scale);
       }
       const std::string name(collective_key(kind));
       results.push_back({{"bytes", bytes},

@@ -98,7 +98,7 @@ void run_bench_quant(const BenchQuantOptions& opt) {
     std::map<std::size_t, double> best_memcpy_s;
     // Runs the kernel and a memcpy of `bytes` alternately, once untimed to warm up, and keeps
     // the best time of each: on a shared machine the best run is the one least disturbed.
-    auto measure = [&](std::string op, std::string bits, std::string dtype, std::size_t bytes,
+    auto measure = [&](std::string op, DType bits, std::string dtype, std::size_t bytes,
                        const std::function<void()>& kernel) {
       double kernel_s = 1e30;
       double& memcpy_s = best_memcpy_s.try_emplace(bytes, 1e30).first->second;
@@ -110,25 +110,24 @@ void run_bench_quant(const BenchQuantOptions& opt) {
         memcpy_s = std::min(memcpy_s, m);
         kernel_s = std::min(kernel_s, k);
       }
-      rows.push_back({std::move(op), std::move(bits), std::move(dtype), bytes, kernel_s});
+      rows.push_back({std::move(op), std::string(dtype_name(bits)), std::move(dtype), bytes, kernel_s});
     };
 
-    for (quant::QuantBits bits : {quant::QuantBits::Int8, quant::QuantBits::Int4}) {
+    for (DType bits : {DType::I8, DType::I4}) {
       const quant::QuantSpec spec{bits, opt.block_size};
-      const std::string bits_name = bits == quant::QuantBits::Int8 ? "int8" : "int4";
       AlignedBuffer<std::uint8_t> data(quant::quantized_bytes(n, spec));
       AlignedBuffer<float> scales(quant::num_blocks(n, spec));
-      measure("quantize", bits_name, "f32", n * 4,
+      measure("quantize", bits, "f32", n * 4,
               [&] { quant::quantize(src.data(), n, spec, data.data(), scales.data(), isa); });
-      measure("quantize", bits_name, "bf16", n * 2,
+      measure("quantize", bits, "bf16", n * 2,
               [&] { quant::quantize_bf16(src_bf16.data(), n, spec, data.data(), scales.data(), isa); });
-      measure("quantize", bits_name, "f16", n * 2,
+      measure("quantize", bits, "f16", n * 2,
               [&] { quant::quantize_fp16(src_fp16.data(), n, spec, data.data(), scales.data(), isa); });
-      measure("dequantize", bits_name, "f32", n * 4,
+      measure("dequantize", bits, "f32", n * 4,
               [&] { quant::dequantize(data.data(), scales.data(), n, spec, dst.data(), isa); });
-      measure("dequantize", bits_name, "bf16", n * 2,
+      measure("dequantize", bits, "bf16", n * 2,
               [&] { quant::dequantize_bf16(data.data(), scales.data(), n, spec, dst_bf16.data(), isa); });
-      measure("dequant_add", bits_name, "f32", n * 4,
+      measure("dequant_add", bits, "f32", n * 4,
               [&] { quant::dequantize_add(data.data(), scales.data(), n, spec, dst.data(), isa); });
     }
 

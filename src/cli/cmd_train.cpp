@@ -27,7 +27,6 @@
 #include "comm/runtime/wait.hpp"
 #include "device/device.hpp"
 #include "model/layout.hpp"
-#include "shard/executor.hpp"
 #include "shard/pipeline_engine.hpp"
 #include "shard/pipeline_report.hpp"
 #include "shard/runtime.hpp"
@@ -102,7 +101,7 @@ void check_wires(const train::TrainConfig& config) {
                                                                    {"shard.step_grad_wire", config.shard.step_grad_wire}};
   for (const auto& [key, value] : wires) {
     if (value.empty()) continue;  // the preset's: fp32, int8 or int4, which every device encodes
-    if (shard::device_encodes(config.device, comm::parse_dtype(value, key))) continue;
+    if (device::has_codec(config.device, parse_dtype(value, key))) continue;
     const auto& infos = train::setting_infos();
     const auto info = std::find_if(infos.begin(), infos.end(), [&](const auto& i) { return key == i.key; });
     throw Error(fmt::format("{} = '{}' ({}): the {} device has no codec for this wire (docs/gpu.md); bf16 takes "

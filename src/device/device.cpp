@@ -50,23 +50,33 @@ void Device::scale(float* x, std::size_t n, float factor) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-void Device::to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst) {
-  if (format == Half::BF16)
+namespace {
+
+// Whether a 16-bit `format` is bf16 (else fp16); any other format is an Error.
+bool is_bf16(DType format) {
+  if (!is_half(format)) throw Error(fmt::format("device: {} is not a 16-bit float format", dtype_name(format)));
+  return format == DType::BF16;
+}
+
+}  // namespace
+
+void Device::to_half(DType format, const float* src, std::size_t n, std::uint16_t* dst) {
+  if (is_bf16(format))
     for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
   else
     for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
 }
 
-void Device::from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst) {
-  if (format == Half::BF16)
+void Device::from_half(DType format, const std::uint16_t* src, std::size_t n, float* dst) {
+  if (is_bf16(format))
     for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
   else
     for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
 }
 
 // Widening is exact, so this is decode-then-add's bits without the temporary.
-void Device::from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst) {
-  if (format == Half::BF16)
+void Device::from_half_add(DType format, const std::uint16_t* src, std::size_t n, float* dst) {
+  if (is_bf16(format))
     for (std::size_t i = 0; i < n; ++i) dst[i] += bf16_to_float(src[i]);
   else
     for (std::size_t i = 0; i < n; ++i) dst[i] += fp16_to_float(src[i]);
@@ -114,8 +124,8 @@ bool cuda_available(std::string* why_not) {
 #endif
 }
 
-bool has_half_codec(std::string_view device_name, Device::Half format) {
-  return !(device_name == "cuda" && format == Device::Half::F16);
+bool has_codec(std::string_view device_name, DType format) {
+  return !(device_name == "cuda" && format == DType::F16);
 }
 
 void choose_gpu(int local_rank) {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "base/dtype.hpp"
 #include "base/precision.hpp"
 #include "model/config.hpp"
 #include "model/kernels.hpp"
@@ -67,13 +68,13 @@ class Device {
   virtual void add(float* x, const float* y, std::size_t n);       // x[i] += y[i]
   virtual void scale(float* x, std::size_t n, float factor);       // x[i] *= factor
 
-  // The wire codec: fp32 to and from the formats weights and gradients cross ranks in, over
-  // this device's memory. The host's are the CPU kernels (base/half.hpp, quant/quant.hpp); a
-  // device's own must give their bits, so ranks exchange the same bytes whatever computes.
-  enum class Half { BF16, F16 };  // 16-bit floats, rounded to nearest even
-  virtual void to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst);
-  virtual void from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst);
-  virtual void from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst);  // dst +=
+  // The wire codec: fp32 to and from the wire formats (base/dtype.hpp) weights and gradients
+  // cross ranks in, over this device's memory. The host's are the CPU kernels (base/half.hpp,
+  // quant/quant.hpp); a device's own must give their bits, so ranks exchange the same bytes
+  // whatever computes. `format` is BF16 or F16 (rounded to nearest even); others are an Error.
+  virtual void to_half(DType format, const float* src, std::size_t n, std::uint16_t* dst);
+  virtual void from_half(DType format, const std::uint16_t* src, std::size_t n, float* dst);
+  virtual void from_half_add(DType format, const std::uint16_t* src, std::size_t n, float* dst);  // dst +=
   // quant::quantize / dequantize / dequantize_add (a block with NaN or infinity is an Error).
   virtual void quantize(const float* src, std::size_t n, const quant::QuantSpec& spec, std::uint8_t* data,
                         float* scales);
@@ -95,11 +96,11 @@ Device& host();  // the CPU, with the kernels of the widest instruction set it h
 Device& device_named(std::string_view name, std::string_view field);
 // Whether device_named("cuda") would succeed; otherwise *why_not says why.
 bool cuda_available(std::string* why_not = nullptr);
-// Whether the device named `device_name` (device_named's names) has a wire codec for 16-bit
-// `format` (to_half, from_half, from_half_add): the cpu both, the cuda device bf16 only (its
-// GPU casts are bf16's). By name, so that a run's wires are checked before any device is made
-// (strata train's checks); CudaDevice refuses by it too, so the two cannot disagree.
-bool has_half_codec(std::string_view device_name, Device::Half format);
+// Whether the device named `device_name` (device_named's names) has a codec for wire `format`:
+// the cpu every one, the cuda device all but fp16 (its GPU casts are bf16's). By name, so that
+// a run's wires are checked before any device is made (strata train's checks); CudaDevice
+// refuses by it too, so the two cannot disagree.
+bool has_codec(std::string_view device_name, DType format);
 // Which GPU is "cuda" in this process: GPU local_rank % (the GPUs this machine has), so the
 // ranks mpirun starts on one machine spread over its GPUs (NCCL refuses two ranks on one
 // GPU). Makes no CUDA call: it takes effect when the cuda device is first made, and is an

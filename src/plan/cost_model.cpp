@@ -12,14 +12,12 @@ namespace strata::plan {
 
 using shard::Purpose;
 using shard::ScheduledOp;
-using comm::DType;
 
-int compute_bytes(Precision p) { return p == Precision::BF16 ? 2 : 4; }
+int compute_bytes(Precision p) { return static_cast<int>(data_bytes(compute_dtype(p), 1)); }
 
 shard::ShardSpec apply_precision(shard::ShardSpec spec, Precision precision) {
-  if (precision == Precision::BF16)
-    for (DType* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
-      if (*w == DType::F32) *w = DType::BF16;
+  for (DType* w : {&spec.weight_wire, &spec.grad_wire, &spec.step_grad_wire})
+    if (*w == DType::F32) *w = compute_dtype(precision);
   return spec;
 }
 
@@ -321,7 +319,7 @@ OpPrice priced(const ScheduledOp& op, const topo::Topology& topology, const Cali
 }  // namespace
 
 double codec_elements(const ScheduledOp& op) {
-  if (!comm::is_quantized(op.wire)) return 0;
+  if (!is_quantized(op.wire)) return 0;
   // A gather chain moves weights already in their wire format (encoded once, after the step)
   // and decodes the unit when it is whole: each gather of the chain is charged what it brought
   // in, so the chain pays the unit less the rank's own shard.

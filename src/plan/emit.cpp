@@ -11,7 +11,6 @@
 
 namespace strata::plan {
 
-using comm::DType;
 
 namespace {
 
@@ -36,8 +35,6 @@ constexpr const char* kMegatronSource =
     "--num-distributed-optimizer-instances, --use-torch-fsdp2, --recompute-granularity, --recompute-method, "
     "--recompute-num-layers, --use-flash-attn, --ddp-bucket-size, --overlap-grad-reduce, --overlap-param-gather)";
 
-DType precision_wire(Precision p) { return p == Precision::BF16 ? DType::BF16 : DType::F32; }
-bool quantized(DType d) { return d == DType::I8 || d == DType::I4; }
 std::string tier_of(const topo::Topology& t, int levels) { return levels == 0 ? "none" : t.tier(levels - 1).name; }
 
 // Every state sharded over the same `levels` tiers (0: replicated), as FSDP, MiCS and HSDP do.
@@ -73,16 +70,16 @@ void deepspeed_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::T
                                    tier_of(t, l.grads), tier_of(t, l.optimizer), l.grads > 0 ? 2 : 1));
     }
   }
-  if (mics && (l.secondary > 0 || quantized(s.weight_wire) || quantized(s.grad_wire))) {
+  if (mics && (l.secondary > 0 || is_quantized(s.weight_wire) || is_quantized(s.grad_wire))) {
     s.secondary = "none";
-    s.weight_wire = s.grad_wire = precision_wire(p.workload.precision);
+    s.weight_wire = s.grad_wire = compute_dtype(p.workload.precision);
     p.gaps.push_back("hpZ and quantized wires are ZeRO-3 features that DeepSpeed's MiCS (sharding inside a group) "
                      "does not combine with; nearest: MiCS with the precision's wires");
   }
   const shard::LevelSpec n = shard::resolve(s, t);
-  if (n.weights == 0 && (l.secondary > 0 || quantized(s.weight_wire) || quantized(s.grad_wire))) {
+  if (n.weights == 0 && (l.secondary > 0 || is_quantized(s.weight_wire) || is_quantized(s.grad_wire))) {
     s.secondary = "none";
-    s.weight_wire = s.grad_wire = precision_wire(p.workload.precision);
+    s.weight_wire = s.grad_wire = compute_dtype(p.workload.precision);
     p.gaps.push_back("ZeRO++'s hpZ, qwZ and qgZ are ZeRO-3 features; nearest: the precision's wires");
   }
   if (s.grad_wire == DType::I8 && n.weights > 0) {
@@ -93,7 +90,7 @@ void deepspeed_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::T
     shard_all_over(s, t, 0);
     s.optimizer = tier_of(t, L);
     s.secondary = "none";
-    s.weight_wire = s.grad_wire = precision_wire(p.workload.precision);
+    s.weight_wire = s.grad_wire = compute_dtype(p.workload.precision);
     p.gaps.push_back("DeepSpeed's pipeline engine runs with ZeRO-1 at most; nearest: ZeRO-1 over all ranks");
   }
   if (mp.tp > 1)
@@ -125,11 +122,11 @@ void fsdp_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::Topolo
                                  tier_of(t, l.optimizer)));
   }
   shard::ShardSpec& s = p.spec;
-  const DType base = precision_wire(p.workload.precision);
-  if (quantized(s.weight_wire) || quantized(s.grad_wire) || quantized(s.step_grad_wire)) {
+  const DType base = compute_dtype(p.workload.precision);
+  if (is_quantized(s.weight_wire) || is_quantized(s.grad_wire) || is_quantized(s.step_grad_wire)) {
     s.weight_wire = s.grad_wire = s.step_grad_wire = base;
     p.gaps.push_back(fmt::format("{} has no quantized gathers or reductions (ZeRO++'s qwZ/qgZ); nearest: {}", who,
-                                 comm::dtype_name(base)));
+                                 dtype_name(base)));
   }
 }
 
@@ -193,12 +190,12 @@ void megatron_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::To
                                    mp.pp > 1 ? " (its FSDP2 does not run with pipelines)" : "", s.optimizer));
     }
   }
-  const DType base = precision_wire(p.workload.precision);
-  if (s.secondary != "none" || quantized(s.weight_wire) || quantized(s.grad_wire) || quantized(s.step_grad_wire)) {
+  const DType base = compute_dtype(p.workload.precision);
+  if (s.secondary != "none" || is_quantized(s.weight_wire) || is_quantized(s.grad_wire) || is_quantized(s.step_grad_wire)) {
     s.secondary = "none";
     s.weight_wire = s.grad_wire = s.step_grad_wire = base;
     p.gaps.push_back(fmt::format("Megatron-LM has no secondary weight copy or quantized collectives; nearest: {}",
-                                 comm::dtype_name(base)));
+                                 dtype_name(base)));
   }
   if (s.step_grad_allreduce || !s.free_after_forward) {
     s.step_grad_allreduce = false;
@@ -282,14 +279,14 @@ std::string deepspeed_json(const Facts& f) {
     if (l.weights < l.num_levels) zero["mics_shard_size"] = l.degree(l.weights);
     zero["zero_hpz_partition_size"] = l.degree(l.secondary);
     zero["zero_quantized_weights"] = s.weight_wire == DType::I8;
-    zero["zero_quantized_gradients"] = quantized(s.grad_wire);
+    zero["zero_quantized_gradients"] = is_quantized(s.grad_wire);
   }
   nlohmann::ordered_json j = {{"_strata", comment_lines(f, kDeepSpeedSource)},
                               {"train_batch_size", f.global_batch()},
                               {"train_micro_batch_size_per_gpu", f.micro_batch},
                               {"gradient_accumulation_steps", f.micro_batches},
                               {"bf16", {{"enabled", bf16}}}};
-  if (!quantized(s.grad_wire)) j["communication_data_type"] = s.grad_wire == DType::BF16 ? "bf16" : "fp32";
+  if (!is_quantized(s.grad_wire)) j["communication_data_type"] = s.grad_wire == DType::BF16 ? "bf16" : "fp32";
   j["zero_optimization"] = zero;
   if (f.plan.workload.recompute == Recompute::Full)
     j["activation_checkpointing"] = {{"partition_activations", false},
@@ -354,7 +351,7 @@ std::string fsdp2_python(const Facts& f) {
   out += fmt::format("mesh = init_device_mesh(\"cuda\", ({}, {}{}), mesh_dim_names=(\"dp_replicate\", \"dp_shard\"{}))\n",
                      f.dp / shard, shard, tp_dim, tp_name);
   out += fmt::format("mp_policy = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n",
-                     torch_dtype(f.plan.workload.precision == Precision::BF16 ? DType::BF16 : DType::F32),
+                     torch_dtype(compute_dtype(f.plan.workload.precision)),
                      torch_dtype(s.grad_wire));
   if (tp > 1) out += "# tensor parallelism: parallelize_module(block, mesh[\"tp\"], ...) on each block first\n";
   if (f.plan.workload.recompute != Recompute::None)

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 #include "parallel/pipeline.hpp"
 #include "shard/pipeline_engine.hpp"
 
@@ -67,7 +67,7 @@ shard::ScheduledOp PipelineMessage::op() const {
   op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
   op.kind = all_reduce ? Collective::AllReduce : Collective::AllGather;
   op.level = level;
-  op.wire = element_bytes == 4 ? comm::DType::F32 : comm::DType::BF16;
+  op.wire = element_bytes == 4 ? DType::F32 : DType::BF16;
   op.group_size = 2;
   op.elements_in = op.elements_out = elements;
   // A ring of two sends and receives its half twice (comm's padding); a message is one
@@ -232,14 +232,6 @@ RankPipeline rank_pipeline(const model::ModelConfig& config, const Workload& w, 
   return {std::move(schedule), std::move(groups)};
 }
 
-Collective collective_of(shard::PipelineOp::Kind kind) {
-  switch (kind) {
-    case shard::PipelineOp::ReduceScatter: return Collective::ReduceScatter;
-    case shard::PipelineOp::AllGather: return Collective::AllGather;
-    default: return Collective::AllReduce;
-  }
-}
-
 }  // namespace
 
 void ModelParallelPlan::price_pipeline_reductions(Estimate& e, int s, const shard::ShardSpec& spec) const {
@@ -257,8 +249,8 @@ void ModelParallelPlan::price_pipeline_reductions(Estimate& e, int s, const shar
     shard::ScheduledOp priced{};
     priced.when = shard::When::Step;
     priced.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
-    priced.kind = collective_of(op.kind);
-    priced.wire = comm::DType::F32;
+    priced.kind = *op.kind;  // a stage op is a collective: sends go to the Next/Previous groups
+    priced.wire = DType::F32;
     priced.group_size = static_cast<int>(members.size());
     priced.elements_in = priced.elements_out = op.bytes / sizeof(float);
     for (std::size_t t = 0; t < traffic.tiers.size(); ++t) {

@@ -5,7 +5,7 @@
 #include "comm/backends/hierarchy.hpp"
 #include "comm/instrument/emulation.hpp"
 
-namespace strata::comm {
+namespace strata::plan {
 
 namespace {
 // The slowest of the messages m -> m+shift (mod d).
@@ -15,7 +15,7 @@ double step_seconds(const topo::Topology& topo, const std::vector<int>& members,
   double worst = 0;
   for (int m = 0; m < d; ++m) {
     int t = topo.tier_between(members[m], members[(m + shift) % d]);
-    worst = std::max(worst, link_seconds(topo.tier(t), bytes, scale));
+    worst = std::max(worst, comm::link_seconds(topo.tier(t), bytes, scale));
   }
   return worst;
 }
@@ -34,7 +34,7 @@ double pairwise_exchange_seconds(const topo::Topology& topo, const std::vector<i
   return total;
 }
 
-double predict_seconds(const topo::Topology& topo, const Collectives& group, Collective kind,
+double predict_seconds(const topo::Topology& topo, const comm::Collectives& group, Collective kind,
                        std::size_t total_bytes, double scale) {
   std::vector<int> m;
   for (int i = 0; i < group.size(); ++i) m.push_back(group.world_rank_of(i));
@@ -48,7 +48,7 @@ double predict_seconds(const topo::Topology& topo, const Collectives& group, Col
   return 0;
 }
 
-double predict_seconds(const topo::Topology& topo, const Hierarchy& group, Collective kind,
+double predict_seconds(const topo::Topology& topo, const comm::Hierarchy& group, Collective kind,
                        std::size_t total_bytes, double scale) {
   if (kind == Collective::AllReduce)
     return predict_seconds(topo, group, Collective::ReduceScatter, total_bytes, scale) +
@@ -56,11 +56,11 @@ double predict_seconds(const topo::Topology& topo, const Hierarchy& group, Colle
   double total = 0;
   std::size_t carried = total_bytes;
   for (int l = 0; l < group.num_levels(); ++l) {
-    const Collectives& level = group.level(l);
+    const comm::Collectives& level = group.level(l);
     total += predict_seconds(topo, level, kind, carried, scale);
     if (kind != Collective::AllToAll) carried /= std::size_t(level.size());
   }
   return total;
 }
 
-}  // namespace strata::comm
+}  // namespace strata::plan

@@ -16,9 +16,11 @@
 #include "topo/topology.hpp"
 
 namespace strata::comm {
-
 class Collectives;
 class Hierarchy;
+}  // namespace strata::comm
+
+namespace strata::plan {
 
 // `members`: world ranks in ring (index) order; `chunk_bytes`: S/d on the wire.
 double ring_pass_seconds(const topo::Topology& topo, const std::vector<int>& members, std::size_t chunk_bytes,
@@ -28,9 +30,9 @@ double pairwise_exchange_seconds(const topo::Topology& topo, const std::vector<i
 
 // `total_bytes`: the padded buffer on the wire (d whole chunks; the send buffer of an
 // all-to-all, the full buffer otherwise).
-double predict_seconds(const topo::Topology& topo, const Collectives& group, Collective kind,
+double predict_seconds(const topo::Topology& topo, const comm::Collectives& group, Collective kind,
                        std::size_t total_bytes, double scale);
-double predict_seconds(const topo::Topology& topo, const Hierarchy& group, Collective kind,
+double predict_seconds(const topo::Topology& topo, const comm::Hierarchy& group, Collective kind,
                        std::size_t total_bytes, double scale);
 
-}  // namespace strata::comm
+}  // namespace strata::plan

@@ -80,8 +80,8 @@ bool micro_batch_one(Trial& t, std::string& flag, std::string& why) {
 
 // A strategy's weight shard held and gathered as int8 (a search tries it already).
 bool int8_weights(Trial& t, std::string& flag, std::string& why) {
-  if (!t.strategy || t.strategy->spec.weights == "none" || t.strategy->spec.weight_wire == comm::DType::I8) return false;
-  t.strategy->spec.weight_wire = comm::DType::I8;
+  if (!t.strategy || t.strategy->spec.weights == "none" || t.strategy->spec.weight_wire == DType::I8) return false;
+  t.strategy->spec.weight_wire = DType::I8;
   flag = "--weight-wire int8";
   why = "the weight shard held and gathered as int8 (ZeRO++'s qwZ)";
   return true;

@@ -14,7 +14,6 @@
 namespace strata::plan {
 
 using shard::ShardSpec;
-using comm::DType;
 
 namespace {
 
@@ -40,14 +39,14 @@ bool ranks_before(const Estimate& a, const Estimate& b) {
 std::string spec_label(const ShardSpec& spec) {
   auto tier = [](const std::string& t) { return t == "none" ? std::string("-") : t; };
   return fmt::format("W={} G={} OS={} S={} w:{} g:{} s:{}{}", tier(spec.weights), tier(spec.grads),
-                     tier(spec.optimizer), tier(spec.secondary), comm::dtype_name(spec.weight_wire),
-                     comm::dtype_name(spec.grad_wire), comm::dtype_name(spec.step_grad_wire),
+                     tier(spec.optimizer), tier(spec.secondary), dtype_name(spec.weight_wire),
+                     dtype_name(spec.grad_wire), dtype_name(spec.step_grad_wire),
                      spec.step_grad_allreduce ? " step-allreduce" : "");
 }
 
 std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision precision, const SearchSpace& space) {
   const int n = topology.num_tiers();
-  const DType base = precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  const DType base = compute_dtype(precision);
   std::vector<NamedSpec> presets;
   for (const std::string& name : strategy_names()) {
     try {

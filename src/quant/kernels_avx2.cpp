@@ -71,7 +71,7 @@ inline __m256i narrow32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
 }
 
 // Whole vectors of 8 values: 32 at a time, then 8 at a time.
-template <Source S, QuantBits B>
+template <Source S, DType B>
 std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, float inverse, std::uint8_t* out) {
   const __m256 inverse_v = _mm256_set1_ps(inverse);
   auto quantize_at = [&](std::size_t i) { return quantize8(load8<S>(src, begin + i), inverse_v); };
@@ -79,7 +79,7 @@ std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, f
   for (; i + 32 <= len; i += 32) {
     const __m256i bytes =
         narrow32(quantize_at(i), quantize_at(i + 8), quantize_at(i + 16), quantize_at(i + 24));
-    if constexpr (B == QuantBits::Int8) {
+    if constexpr (B == DType::I8) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), bytes);
     } else {
       // Each 16-bit lane holds an (even, odd) pair: odd nibble up next to the even one.
@@ -94,7 +94,7 @@ std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, f
     const __m256i q = quantize_at(i);
     const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     const __m128i bytes = _mm_packs_epi16(words, words);  // 8 int8 in the low 64 bits
-    if constexpr (B == QuantBits::Int8) {
+    if constexpr (B == DType::I8) {
       _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), bytes);
     } else {
       const __m128i pairs = _mm_or_si128(_mm_and_si128(bytes, _mm_set1_epi16(0x000f)),
@@ -107,9 +107,9 @@ std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, f
 }
 
 // 16 quantized values from value index i of a block, as int8 in order.
-template <QuantBits B>
+template <DType B>
 inline __m128i load_q16(const std::uint8_t* in, std::size_t i) {
-  if constexpr (B == QuantBits::Int8) {
+  if constexpr (B == DType::I8) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
   } else {
     // Low and high nibbles of 8 bytes, interleaved back into value order, then sign-extended
@@ -132,7 +132,7 @@ inline __m256i to_bf16(__m256 value) {
 }
 
 // Whole groups of 16 values.
-template <Sink K, QuantBits B>
+template <Sink K, DType B>
 std::size_t dequantize_head(const std::uint8_t* in, float scale, std::size_t len, void* dst, std::size_t begin) {
   const std::size_t full = len & ~std::size_t{15};
   const __m256 scale_v = _mm256_set1_ps(scale);

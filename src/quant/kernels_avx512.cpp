@@ -100,7 +100,7 @@ inline __m512i narrow64(__m512i q0, __m512i q1, __m512i q2, __m512i q3) {
 }
 
 // The whole block: 64 values at a time, then 16 at a time, the last vector masked.
-template <Source S, QuantBits B>
+template <Source S, DType B>
 std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, float inverse, std::uint8_t* out) {
   const __m512 inverse_v = _mm512_set1_ps(inverse);
   auto quantize_at = [&](std::size_t i) { return quantize16(load16<S>(src, begin + i), inverse_v); };
@@ -108,7 +108,7 @@ std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, f
   for (; i + 64 <= len; i += 64) {
     const __m512i bytes =
         narrow64(quantize_at(i), quantize_at(i + 16), quantize_at(i + 32), quantize_at(i + 48));
-    if constexpr (B == QuantBits::Int8) {
+    if constexpr (B == DType::I8) {
       _mm512_storeu_si512(out + i, bytes);
     } else {
       // Each 16-bit lane holds an (even, odd) pair. Bit select (0xd8: mask ? b : a) takes the
@@ -122,7 +122,7 @@ std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, f
   for (; i < len; i += 16) {
     const std::size_t rest = len - i;  // lanes past the end load 0 and quantize to 0
     const __m512i q = quantize16(load16<S>(src, begin + i, lanes(rest)), inverse_v);
-    if constexpr (B == QuantBits::Int8)
+    if constexpr (B == DType::I8)
       _mm512_mask_cvtepi32_storeu_epi8(out + i, lanes(rest), q);
     else
       _mm_mask_storeu_epi8(out + i / 2, lanes((rest + 1) / 2), pack_int4(q));
@@ -131,10 +131,10 @@ std::size_t quantize_head(const void* src, std::size_t begin, std::size_t len, f
 }
 
 // 16 quantized values from value index i of a block (count of them valid), as fp32 integers.
-template <QuantBits B>
+template <DType B>
 inline __m512 load_q16(const std::uint8_t* in, std::size_t i, std::size_t count) {
   __m512i q;
-  if constexpr (B == QuantBits::Int8) {
+  if constexpr (B == DType::I8) {
     const __m128i bytes = count >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))
                                       : _mm_maskz_loadu_epi8(lanes(count), in + i);
     q = _mm512_cvtepi8_epi32(bytes);
@@ -183,7 +183,7 @@ inline void store16(void* dst, std::size_t i, __m512 value, std::size_t count) {
 }
 
 // The whole block, the last vector masked.
-template <Sink K, QuantBits B>
+template <Sink K, DType B>
 std::size_t dequantize_head(const std::uint8_t* in, float scale, std::size_t len, void* dst, std::size_t begin) {
   const __m512 scale_v = _mm512_set1_ps(scale);
   for (std::size_t i = 0; i < len; i += 16) {

@@ -10,11 +10,11 @@ template <Source S>
 std::size_t absmax_head(const void*, std::size_t, std::size_t, std::uint32_t&) {
   return 0;
 }
-template <Source S, QuantBits B>
+template <Source S, DType B>
 std::size_t quantize_head(const void*, std::size_t, std::size_t, float, std::uint8_t*) {
   return 0;
 }
-template <Sink K, QuantBits B>
+template <Sink K, DType B>
 std::size_t dequantize_head(const std::uint8_t*, float, std::size_t, void*, std::size_t) {
   return 0;
 }

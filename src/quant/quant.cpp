@@ -39,6 +39,13 @@ std::size_t for_block_ranges(std::size_t n, const QuantSpec& spec, Work work) {
   return first_bad;
 }
 
+void check_spec(const QuantSpec& spec) {
+  if (spec.block_size <= 0)
+    throw Error(fmt::format("quant: block_size = {} must be a positive number of values", spec.block_size));
+  if (!is_quantized(spec.dtype))
+    throw Error(fmt::format("quant: {} is not a quantized format (int8 or int4)", dtype_name(spec.dtype)));
+}
+
 const BlockKernels& kernels_for(Isa isa) {
   return pick_for_isa("quant", isa, isa_scalar::table, isa_avx2::table, isa_avx512::table);
 }
@@ -80,19 +87,12 @@ void run_dequantize(Sink sink, const std::uint8_t* data, const float* scales, st
 
 }  // namespace
 
-void check_spec(const QuantSpec& spec) {
-  if (spec.block_size <= 0)
-    throw Error(fmt::format("quant: block_size = {} must be a positive number of values", spec.block_size));
-  if (spec.bits != QuantBits::Int8 && spec.bits != QuantBits::Int4)
-    throw Error(fmt::format("quant: bits = {} must be 8 or 4", static_cast<int>(spec.bits)));
-}
-
-int qmax(QuantBits bits) { return bits == QuantBits::Int8 ? 127 : 7; }
+int qmax(DType dtype) { return dtype == DType::I8 ? 127 : 7; }
 
 std::size_t block_bytes(const QuantSpec& spec) {
   check_spec(spec);
   const auto bs = static_cast<std::size_t>(spec.block_size);
-  return spec.bits == QuantBits::Int8 ? bs : (bs + 1) / 2;
+  return spec.dtype == DType::I8 ? bs : (bs + 1) / 2;
 }
 
 std::size_t num_blocks(std::size_t n, const QuantSpec& spec) {

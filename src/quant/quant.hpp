@@ -20,20 +20,16 @@
 #include <cstdint>
 
 #include "base/cpu.hpp"
+#include "base/dtype.hpp"
 
 namespace strata::quant {
 
-enum class QuantBits { Int4 = 4, Int8 = 8 };
-
-struct QuantSpec {
-  QuantBits bits = QuantBits::Int8;
-  int block_size = 256;  // values per block, any positive number
+struct QuantSpec {  // the functions below throw Error for any other dtype or block_size
+  DType dtype = DType::I8;  // I8 or I4
+  int block_size = 256;     // values per block, any positive number
 };
 
-// Throws Error if block_size is not positive.
-void check_spec(const QuantSpec& spec);
-
-int qmax(QuantBits bits);                                           // 127 or 7
+int qmax(DType dtype);                                          // 127 (I8) or 7 (I4)
 std::size_t block_bytes(const QuantSpec& spec);                     // data bytes of one block
 std::size_t num_blocks(std::size_t n, const QuantSpec& spec);       // = number of scales
 std::size_t quantized_bytes(std::size_t n, const QuantSpec& spec);  // data bytes, scales not included

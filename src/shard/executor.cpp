@@ -12,36 +12,21 @@ namespace strata::shard {
 
 namespace {
 
-quant::QuantSpec qspec(DType w, std::size_t block) {
-  return {w == DType::I4 ? quant::QuantBits::Int4 : quant::QuantBits::Int8, static_cast<int>(block)};
-}
-
-device::Device::Half half_of(DType w) {
-  return w == DType::BF16 ? device::Device::Half::BF16 : device::Device::Half::F16;
-}
-
 [[noreturn]] void refuse_wire(DType w) {
   throw Error(fmt::format("shard: {} is not a wire format (the step's scalars travel in it, uncoded)",
-                          comm::dtype_name(w)));
+                          dtype_name(w)));
 }
-
-// Bytes before element `offset` of a wire buffer (offsets are whole blocks, so even for int4).
-std::size_t byte_offset(DType w, std::size_t offset) { return comm::data_bytes(w, offset); }
 
 }  // namespace
-
-bool device_encodes(std::string_view device_name, DType w) {
-  return (w != DType::BF16 && w != DType::F16) || device::has_half_codec(device_name, half_of(w));
-}
 
 void encode(device::Device& device, const float* src, comm::Buf dst) {
   auto* d = static_cast<std::uint8_t*>(dst.data);
   switch (dst.dtype) {
     case DType::F32: device.copy(d, src, 4 * dst.count); break;
     case DType::BF16:
-    case DType::F16: device.to_half(half_of(dst.dtype), src, dst.count, reinterpret_cast<std::uint16_t*>(d)); break;
+    case DType::F16: device.to_half(dst.dtype, src, dst.count, reinterpret_cast<std::uint16_t*>(d)); break;
     case DType::I8:
-    case DType::I4: device.quantize(src, dst.count, qspec(dst.dtype, dst.block), d, dst.scales); break;
+    case DType::I4: device.quantize(src, dst.count, {dst.dtype, static_cast<int>(dst.block)}, d, dst.scales); break;
     case DType::F64: refuse_wire(dst.dtype);
   }
 }
@@ -51,11 +36,9 @@ void decode(device::Device& device, comm::CBuf src, float* dst) {
   switch (src.dtype) {
     case DType::F32: device.copy(dst, s, 4 * src.count); break;
     case DType::BF16:
-    case DType::F16:
-      device.from_half(half_of(src.dtype), reinterpret_cast<const std::uint16_t*>(s), src.count, dst);
-      break;
+    case DType::F16: device.from_half(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst); break;
     case DType::I8:
-    case DType::I4: device.dequantize(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+    case DType::I4: device.dequantize(s, src.scales, src.count, {src.dtype, static_cast<int>(src.block)}, dst); break;
     case DType::F64: refuse_wire(src.dtype);
   }
 }
@@ -65,11 +48,11 @@ void decode_add(device::Device& device, comm::CBuf src, float* dst) {
   switch (src.dtype) {
     case DType::F32: device.add(dst, reinterpret_cast<const float*>(s), src.count); break;
     case DType::BF16:
-    case DType::F16:
-      device.from_half_add(half_of(src.dtype), reinterpret_cast<const std::uint16_t*>(s), src.count, dst);
-      break;
+    case DType::F16: device.from_half_add(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst); break;
     case DType::I8:
-    case DType::I4: device.dequantize_add(s, src.scales, src.count, qspec(src.dtype, src.block), dst); break;
+    case DType::I4:
+      device.dequantize_add(s, src.scales, src.count, {src.dtype, static_cast<int>(src.block)}, dst);
+      break;
     case DType::F64: refuse_wire(src.dtype);
   }
 }
@@ -90,8 +73,8 @@ void WireBuffer::reset(DType w, int block_size, std::size_t n) {
   wire = w;
   block = block_size;
   count = n;
-  data.resize(comm::data_bytes(w, n));
-  scales.resize(comm::is_quantized(w) ? (n + block_size - 1) / block_size : 0);
+  data.resize(data_bytes(w, n));
+  scales.resize(is_quantized(w) ? (n + block_size - 1) / block_size : 0);
 }
 
 void WireBuffer::reserve_any(int block_size, std::size_t n) {
@@ -102,8 +85,9 @@ void WireBuffer::reserve_any(int block_size, std::size_t n) {
 }
 
 comm::Buf WireBuffer::view(std::size_t offset, std::size_t n) {
-  comm::Buf b(wire, data.data() + byte_offset(wire, offset), n);
-  if (comm::is_quantized(wire)) {
+  // Offsets are whole blocks, so a whole byte even for int4.
+  comm::Buf b(wire, data.data() + data_bytes(wire, offset), n);
+  if (is_quantized(wire)) {
     b.scales = scales.data() + offset / block;
     b.block = static_cast<std::size_t>(block);
   }
@@ -139,7 +123,7 @@ void DeviceChainWork::sum_slots(comm::CBuf slots, int k, comm::Buf dst, float di
   require_sum(divisor, "sum_slots");
   if (dst.dtype != DType::F32)
     throw Error(fmt::format("shard: sum_slots of {} elements: the executor carries fp32 between levels",
-                            comm::dtype_name(dst.dtype)));
+                            dtype_name(dst.dtype)));
   // The host's order: s = slot 0, then s += slot j for j = 1, 2, ... (comm/reduce.cpp).
   const auto* first = static_cast<const float*>(slots.data);
   auto* out = static_cast<float*>(dst.data);
@@ -160,11 +144,11 @@ void DeviceChainWork::zero(comm::Buf b, std::size_t first, std::size_t count) {
     byte &= 0x0f;
     device_.from_host(base + first / 2, &byte, 1);
   }
-  const std::size_t begin = comm::data_bytes(b.dtype, first), end = comm::data_bytes(b.dtype, first + count);
+  const std::size_t begin = data_bytes(b.dtype, first), end = data_bytes(b.dtype, first + count);
   if (end > begin) device_.zero(base + begin, end - begin);
-  if (comm::is_quantized(b.dtype)) {
-    const std::size_t s0 = comm::scale_count(b.dtype, first, b.block);  // the first block starting at or after it
-    const std::size_t s1 = comm::scale_count(b.dtype, first + count, b.block);
+  if (is_quantized(b.dtype)) {
+    const std::size_t s0 = scale_count(b.dtype, first, b.block);  // the first block starting at or after it
+    const std::size_t s1 = scale_count(b.dtype, first + count, b.block);
     if (s1 > s0) device_.zero(b.scales + s0, sizeof(float) * (s1 - s0));
   }
 }
@@ -226,7 +210,7 @@ comm::CBuf OpExecutor::gather(const Chain& chain, comm::CBuf src) {
   for (const ScheduledOp* op : chain)
     if (op->kind != Collective::AllGather || op->wire != src.dtype)
       throw Error(fmt::format("shard: a weight gather runs ring all-gathers in its source's wire, not {} by {} in {}",
-                              kind_name(*op), algorithm_name(*op), comm::dtype_name(op->wire)));
+                              kind_name(*op), algorithm_name(*op), dtype_name(op->wire)));
   const comm::CBuf got = comm::run_chain(levels_.device, steps_of(chain), src, nullptr, 1.0f, between_, nullptr,
                                          flight_observer());
   flight_.first = 0;

@@ -17,7 +17,6 @@
 // chain, which is safe because tasks run one at a time there.
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "comm/api/collectives.hpp"
@@ -34,10 +33,6 @@ namespace strata::shard {
 void encode(device::Device& device, const float* src, comm::Buf dst);
 void decode(device::Device& device, comm::CBuf src, float* dst);
 void decode_add(device::Device& device, comm::CBuf src, float* dst);
-// Whether the device named `device_name` has a codec for wire `w` (device::has_half_codec for
-// bf16 and fp16; fp32 and int8/int4 every device has): by name, so that a run's wires are
-// checked before its device is made.
-bool device_encodes(std::string_view device_name, DType w);
 
 // A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
 struct WireBuffer {

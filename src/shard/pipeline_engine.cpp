@@ -10,7 +10,7 @@
 
 #include "base/collective.hpp"
 #include "base/error.hpp"
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 #include "comm/instrument/traffic.hpp"
 #include "comm/runtime/agree.hpp"
 #include "model/init.hpp"
@@ -56,7 +56,7 @@ PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, 
 void PipelineSchedule::add_sends() {
   const std::uint64_t bytes = activation_floats_ * sizeof(float);
   for (const parallel::StageMessage& m : parallel::stage_messages(program_))
-    ops_.push_back({m.purpose(), PipelineOp::Send,
+    ops_.push_back({m.purpose(), std::nullopt,
                     m.neighbour == parallel::StageMessage::Next ? PipelineOp::Next : PipelineOp::Previous,
                     m.micro_batch, 0, 0, bytes});
 }
@@ -72,10 +72,10 @@ void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, const Stag
     if (replicas.zero1) {
       const std::size_t c = comm::chunk_count(e - b, replicas.count, 1);
       mine = {std::min(e, b + c * replicas.index), std::min(e, b + c * (replicas.index + 1))};
-      ops_.push_back({"stage gradients", PipelineOp::ReduceScatter, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
-      gathers.push_back({"stage weights", PipelineOp::AllGather, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
+      ops_.push_back({"stage gradients", Collective::ReduceScatter, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
+      gathers.push_back({"stage weights", Collective::AllGather, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
     } else {
-      ops_.push_back({"stage gradients", PipelineOp::AllReduce, PipelineOp::Stage, -1, b, e, (e - b) * sizeof(float)});
+      ops_.push_back({"stage gradients", Collective::AllReduce, PipelineOp::Stage, -1, b, e, (e - b) * sizeof(float)});
     }
     updated_.push_back(mine);
     if (!tied_copy && (replicas.zero1 || replicas.index == 0)) counted_.push_back(mine);
@@ -86,7 +86,7 @@ void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, const Stag
     const Run mine = split_.first ? updated_.front() : updated_.back();
     const Run part = {std::max(mine.first, embeddings.first), std::min(mine.second, embeddings.second)};
     if (part.second > part.first)
-      ops_.push_back({"tied embeddings", PipelineOp::AllReduce, PipelineOp::Tied, -1, part.first, part.second,
+      ops_.push_back({"tied embeddings", Collective::AllReduce, PipelineOp::Tied, -1, part.first, part.second,
                       (part.second - part.first) * sizeof(float)});
   }
   ops_.insert(ops_.end(), gathers.begin(), gathers.end());
@@ -106,28 +106,23 @@ namespace {
 
 // Activations travel from the lower stage (member 0 of a link) up; their gradients down.
 int sender_of(const PipelineOp& op) { return op.purpose == "activation-send" ? 0 : 1; }
-bool is_send(const PipelineOp& op) { return op.kind == PipelineOp::Send; }
+bool is_send(const PipelineOp& op) { return !op.kind; }
 
-comm::Algorithm algorithm_of(PipelineOp::Kind kind) {
-  switch (kind) {
-    case PipelineOp::Send: return comm::Algorithm::BinomialBroadcast;
-    case PipelineOp::AllReduce: return comm::Algorithm::RingAllReduce;
-    case PipelineOp::ReduceScatter: return comm::Algorithm::RingReduceScatter;
-    case PipelineOp::AllGather: return comm::Algorithm::RingAllGather;
+comm::Algorithm algorithm_of(const PipelineOp& op) {
+  if (is_send(op)) return comm::Algorithm::BinomialBroadcast;
+  switch (*op.kind) {
+    case Collective::AllReduce: return comm::Algorithm::RingAllReduce;
+    case Collective::ReduceScatter: return comm::Algorithm::RingReduceScatter;
+    case Collective::AllGather: return comm::Algorithm::RingAllGather;
+    case Collective::AllToAll: return comm::Algorithm::PairwiseAllToAll;
   }
   return comm::Algorithm::RingAllReduce;
 }
 
 }  // namespace
 
-std::string_view kind_name(PipelineOp::Kind kind) {
-  switch (kind) {
-    case PipelineOp::Send: return "send";
-    case PipelineOp::AllReduce: return collective_name(Collective::AllReduce);
-    case PipelineOp::ReduceScatter: return collective_name(Collective::ReduceScatter);
-    case PipelineOp::AllGather: return collective_name(Collective::AllGather);
-  }
-  return "?";
+std::string_view kind_name(const std::optional<Collective>& kind) {
+  return kind ? collective_name(*kind) : "send";
 }
 
 namespace {
@@ -141,13 +136,11 @@ void charge_op(comm::Accounting& counted, const PipelineOp& op, const PipelineGr
   std::vector<int> tiers;
   for (int m : members) tiers.push_back(m == world_rank ? 0 : physical.tier_between(world_rank, m));
   // A broadcast's message is the whole buffer; a ring's, one chunk of it.
-  const std::uint64_t message = op.kind == PipelineOp::Send || op.kind == PipelineOp::AllReduce
-                                    ? (op.kind == PipelineOp::Send
-                                           ? op.bytes
-                                           : comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float))
+  const std::uint64_t message = op.kind == Collective::AllReduce
+                                    ? comm::chunk_count(op.bytes / sizeof(float), d, 1) * sizeof(float)
                                     : op.bytes;
   const std::vector<comm::Transfer> transfers =
-      comm::algorithm_transfers(algorithm_of(op.kind), d, me, message, is_send(op) ? sender_of(op) : 0);
+      comm::algorithm_transfers(algorithm_of(op), d, me, message, is_send(op) ? sender_of(op) : 0);
   comm::charge_transfers(counted, transfers, tiers);
 }
 
@@ -315,24 +308,25 @@ void PipelineEngine::run_step_op(const PipelineOp& op) {
   const std::size_t n = op.end - op.begin, c = op.bytes / sizeof(float);
   // This member's chunk of the run: [lo, hi), at most c floats (the last may be short).
   const std::size_t lo = std::min(op.end, op.begin + c * group.index()), hi = std::min(op.end, lo + c);
-  switch (op.kind) {
-    case PipelineOp::AllReduce:
+  if (is_send(op)) throw Error("pipeline: a send among the step's reductions");
+  switch (*op.kind) {
+    case Collective::AllReduce:
       group.all_reduce_async(comm::f32(held(grads_, op.begin), n),
                              op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum)
           .wait();
       break;
-    case PipelineOp::ReduceScatter:
+    case Collective::ReduceScatter:
       chunk_.assign(c, 0.f);
       group.reduce_scatter_async(comm::f32(held(grads_, op.begin), n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
           .wait();
       if (hi > lo) std::copy_n(chunk_.begin(), hi - lo, held(grads_, lo));
       break;
-    case PipelineOp::AllGather:
+    case Collective::AllGather:
       chunk_.assign(c, 0.f);
       if (hi > lo) std::copy_n(held(params_, lo), hi - lo, chunk_.begin());
       group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(held(params_, op.begin), n)).wait();
       break;
-    case PipelineOp::Send: throw Error("pipeline: a send among the step's reductions");
+    case Collective::AllToAll: throw Error("pipeline: an all-to-all among the step's reductions");
   }
   exposed_s_ += seconds_since(t0);
 }
@@ -407,7 +401,7 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
   targets_[0].assign(targets, targets + n);
   const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);
   auto send = [&](PipelineOp::Group g, float* data) {
-    communicate({"activation-send", PipelineOp::Send, g, 0, 0, 0, bytes}, data);
+    communicate({"activation-send", std::nullopt, g, 0, 0, 0, bytes}, data);
   };
   if (!s.first) send(PipelineOp::Previous, m.residual(s.first_layer));
   forward(0);
@@ -420,7 +414,7 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
 train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const PipelineOp& op : schedule_->ops())
-    if (op.kind == PipelineOp::AllReduce || op.kind == PipelineOp::ReduceScatter) run_step_op(op);
+    if (op.kind == Collective::AllReduce || op.kind == Collective::ReduceScatter) run_step_op(op);
   // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
   double local = 0;
   for (const auto& [b, e] : schedule_->counted())
@@ -453,7 +447,7 @@ void PipelineEngine::state_loaded() {
 
 void PipelineEngine::gather_weights() {
   for (const PipelineOp& op : schedule_->ops())
-    if (op.kind == PipelineOp::AllGather) run_step_op(op);
+    if (op.kind == Collective::AllGather) run_step_op(op);
 }
 
 std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {

@@ -22,12 +22,14 @@
 // global batch's.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <mpi.h>
 
+#include "base/collective.hpp"
 #include "comm/host/communicator.hpp"
 #include "comm/instrument/accounting.hpp"
 #include "comm/runtime/context.hpp"
@@ -44,7 +46,7 @@ namespace strata::shard {
 struct PipelineOp {
   std::string purpose;  // "activation-send", "activation-grad-send", "stage gradients", "tied embeddings",
                         // "stage weights"
-  enum Kind { Send, AllReduce, ReduceScatter, AllGather } kind;
+  std::optional<Collective> kind;  // none: a send (a broadcast from one end of a link)
   enum Group { Previous, Next, Stage, Tied } group;  // over which of the engine's groups
   int micro_batch = -1;                              // sends only
   // The gradient (weight, for the all-gather) arena run [begin, end) it reduces or gathers
@@ -116,7 +118,7 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
                                   const topo::Topology& physical, int world_rank);
 comm::CommStats op_traffic(const PipelineOp& op, const PipelineGroups& groups, const topo::Topology& physical,
                            int world_rank);  // one op's part of scheduled_traffic
-std::string_view kind_name(PipelineOp::Kind kind);  // "send", "all-reduce", ...: the schedule's names
+std::string_view kind_name(const std::optional<Collective>& kind);  // "send", "all-reduce", ...: the schedule's names
 
 class PipelineEngine final : public train::Engine {
  public:

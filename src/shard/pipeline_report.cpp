@@ -57,7 +57,7 @@ nlohmann::json stage_json(const PipelineEngine& engine) {
                      {"bytes_sent", sent},
                      {"bytes_received", received},
                      {"messages", messages}};
-    if (op.kind == PipelineOp::Send) {
+    if (!op.kind) {
       j["micro_batch"] = op.micro_batch;
       j["peer_stage"] = op.group == PipelineOp::Next ? stage + 1 : stage - 1;
     } else {

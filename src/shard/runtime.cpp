@@ -35,10 +35,10 @@ int fewest_ranks(const parallel::ShardOptions& options) {
 ShardSpec apply_options(ShardSpec spec, const parallel::ShardOptions& options, const topo::Topology& topology) {
   if (!options.shard.empty()) spec.apply_shard_string(options.shard);
   if (!options.secondary.empty()) spec.secondary = options.secondary;
-  if (!options.weight_wire.empty()) spec.weight_wire = comm::parse_dtype(options.weight_wire, "shard.weight_wire");
-  if (!options.grad_wire.empty()) spec.grad_wire = comm::parse_dtype(options.grad_wire, "shard.grad_wire");
+  if (!options.weight_wire.empty()) spec.weight_wire = parse_dtype(options.weight_wire, "shard.weight_wire");
+  if (!options.grad_wire.empty()) spec.grad_wire = parse_dtype(options.grad_wire, "shard.grad_wire");
   if (!options.step_grad_wire.empty())
-    spec.step_grad_wire = comm::parse_dtype(options.step_grad_wire, "shard.step_grad_wire");
+    spec.step_grad_wire = parse_dtype(options.step_grad_wire, "shard.step_grad_wire");
   if (options.block_size != 0) spec.block_size = options.block_size;
   if (options.prefetch >= 0) spec.prefetch = options.prefetch;
   if (options.prefetch < -1) throw Error(fmt::format("shard.prefetch = {}: must be >= 0", options.prefetch));

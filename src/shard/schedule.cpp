@@ -91,12 +91,12 @@ namespace {
 ScheduledOp level_op(When when, Purpose purpose, int unit, const comm::LevelStep& step, int group_size, int block) {
   const bool gather = step.kind == Collective::AllGather;
   ScheduledOp op{step, when, purpose};
-  if (!comm::is_quantized(step.wire)) op.block = 0;  // scales only where the wire has them
+  if (!is_quantized(step.wire)) op.block = 0;  // scales only where the wire has them
   op.unit = unit;
   op.group_size = group_size;
   const std::size_t chunk = gather ? step.elements_in : step.elements_out;
   op.messages = group_size - 1;
-  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * comm::wire_bytes(step.wire, chunk, block);
+  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * wire_bytes(step.wire, chunk, block);
   return op;
 }
 
@@ -218,7 +218,8 @@ ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose 
   const int t = tp.degree;
   ScheduledOp op{{kind}, when, purpose};
   op.level = tp.level;
-  if (element_bytes == 2) op.wire = DType::BF16;  // a bf16 system's activations (the planner's)
+  // A bf16 system's activations (the planner's) or the step's fp64 scalars; fp32 otherwise.
+  op.wire = element_bytes == 2 ? DType::BF16 : element_bytes == 8 ? DType::F64 : DType::F32;
   op.group_size = t;
   const std::size_t chunk = kind == Collective::AllGather ? n : comm::chunk_count(n, t, 1);
   op.elements_in = n;
@@ -410,13 +411,12 @@ class ScheduleBuilder {
 
   void add_scalars(Purpose purpose, int levels, int values) {
     for (int t = 0; t < levels; ++t) {
-      ScheduledOp op{{Collective::AllGather}, When::Step, purpose};
-      op.level = t;
+      ScheduledOp op{{Collective::AllGather, t, DType::F64}, When::Step, purpose};
       op.group_size = levels_.level_size[t];
-      op.elements_in = static_cast<std::size_t>(values);  // fp64 values a rank
+      op.elements_in = static_cast<std::size_t>(values);
       op.elements_out = static_cast<std::size_t>(values) * levels_.level_size[t];
       op.messages = levels_.level_size[t] - 1;
-      op.bytes_sent = op.bytes_received = 8u * values * (levels_.level_size[t] - 1);
+      op.bytes_sent = op.bytes_received = data_bytes(DType::F64, values) * (levels_.level_size[t] - 1);
       parts_.step.push_back(op);
     }
   }
@@ -491,7 +491,7 @@ class ScheduleBuilder {
   void reduce(std::vector<ScheduledOp>& out, When when, Purpose purpose, int unit, std::size_t padded, int from,
               int to, DType wire) const {
     const Collective kind =
-        comm::is_quantized(wire) ? Collective::AllToAll : Collective::ReduceScatter;
+        is_quantized(wire) ? Collective::AllToAll : Collective::ReduceScatter;
     if (const auto [inner, outer] = spanned_levels(from, to); flat_ && outer > inner) {
       out.push_back(flat_op(when, purpose, kind, unit, inner, outer, wire, padded));
       return;
@@ -554,8 +554,8 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   if (accumulation_steps <= 0)
     throw Error(fmt::format("train.grad_accum = {}: must be positive", accumulation_steps));
   const int world = world_size();
-  const bool quantized = comm::is_quantized(spec.weight_wire) || comm::is_quantized(spec.grad_wire) ||
-                         comm::is_quantized(spec.step_grad_wire);
+  const bool quantized = is_quantized(spec.weight_wire) || is_quantized(spec.grad_wire) ||
+                         is_quantized(spec.step_grad_wire);
   // Every rank's chunk a whole number of 16-float (and quantization) blocks: comm's padding
   // rule with that granule.
   const std::size_t align = quantized ? std::lcm<std::size_t>(16, spec.block_size) : 16;
@@ -664,8 +664,8 @@ StateMemory Schedule::memory_per_rank(int compute_bytes, std::size_t align_bytes
   const auto held = [align_bytes](std::uint64_t bytes) { return aligned(bytes, align_bytes); };
   // A wire-format buffer is two: its data and, quantized, its scales.
   const auto wire = [&](std::size_t count) {
-    return held(comm::data_bytes(spec_.weight_wire, count)) +
-           held(sizeof(float) * comm::scale_count(spec_.weight_wire, count, spec_.block_size));
+    return held(data_bytes(spec_.weight_wire, count)) +
+           held(sizeof(float) * scale_count(spec_.weight_wire, count, spec_.block_size));
   };
   StateMemory m;
   std::size_t largest = 0;
@@ -707,7 +707,7 @@ static nlohmann::json op_json(const ScheduledOp& op, const topo::Topology& topol
                    {"tier", topology.tier(op.level).name},
                    {"levels_spanned", op.levels_spanned},
                    {"group_size", op.group_size},
-                   {"wire", comm::dtype_name(op.wire)},
+                   {"wire", dtype_name(op.wire)},
                    {"elements_in", op.elements_in},
                    {"elements_out", op.elements_out},
                    {"bytes_sent", op.bytes_sent},
@@ -814,7 +814,7 @@ std::string Schedule::table() const {
     std::vector<OpRow> rows;
     for (auto& op : ops)
       rows.push_back({std::string(to_string(op.when)), std::string(to_string(op.purpose)), unit_name(op),
-                      std::string(kind_name(op)), tier_name(op), op.group_size, std::string(comm::dtype_name(op.wire)),
+                      std::string(kind_name(op)), tier_name(op), op.group_size, std::string(dtype_name(op.wire)),
                       op.bytes_sent, static_cast<std::uint64_t>(op.messages)});
     s += op_section(title, rows);
   };

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "comm/api/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace strata::shard {
 
@@ -120,9 +120,9 @@ nlohmann::json ShardSpec::to_json() const {
           {"grads", grads},
           {"optimizer", optimizer},
           {"secondary", secondary},
-          {"weight_wire", comm::dtype_name(weight_wire)},
-          {"grad_wire", comm::dtype_name(grad_wire)},
-          {"step_grad_wire", comm::dtype_name(step_grad_wire)},
+          {"weight_wire", dtype_name(weight_wire)},
+          {"grad_wire", dtype_name(grad_wire)},
+          {"step_grad_wire", dtype_name(step_grad_wire)},
           {"block_size", block_size},
           {"prefetch", prefetch},
           {"reductions_in_flight", reductions_in_flight},
@@ -198,8 +198,8 @@ std::string ShardSpec::describe(const topo::Topology& topology) const {
   };
   auto wire = [](DType w) {
     if (w == DType::I8 || w == DType::I4)
-      return fmt::format("{} with an fp32 scale per block", comm::dtype_name(w));
-    return std::string(comm::dtype_name(w));
+      return fmt::format("{} with an fp32 scale per block", dtype_name(w));
+    return std::string(dtype_name(w));
   };
   std::vector<std::string> parts;
   parts.push_back(l.weights == 0 ? std::string("W=-: every rank holds all the weights")
@@ -219,17 +219,17 @@ std::string ShardSpec::describe(const topo::Topology& topology) const {
                                 "inside it (ZeRO++'s hpZ, zero_hpz_partition_size {})",
                                 secondary, over(secondary, l.secondary), l.degree(l.secondary)));
   if (l.weights > 0 || l.optimizer > l.weights)
-    parts.push_back(fmt::format("w:{}: weights travel as {}{}", comm::dtype_name(weight_wire), wire(weight_wire),
+    parts.push_back(fmt::format("w:{}: weights travel as {}{}", dtype_name(weight_wire), wire(weight_wire),
                                 weight_wire == DType::I8 ? " (ZeRO++'s qwZ)" : ""));
   if (l.grads > 0)
-    parts.push_back(fmt::format("g:{}: the per-micro-batch gradient reduction sends {}{}", comm::dtype_name(grad_wire),
+    parts.push_back(fmt::format("g:{}: the per-micro-batch gradient reduction sends {}{}", dtype_name(grad_wire),
                                 wire(grad_wire),
                                 grad_wire == DType::I8 || grad_wire == DType::I4
                                     ? " as an all-to-all (ZeRO++'s qgZ)"
                                     : ""));
   parts.push_back(fmt::format("s:{}: the once-a-step gradient reduction (to the optimizer's shard, or across "
                               "replicas) sends {}{}",
-                              comm::dtype_name(step_grad_wire), wire(step_grad_wire),
+                              dtype_name(step_grad_wire), wire(step_grad_wire),
                               step_grad_allreduce ? ", as an all-reduce" : ""));
   return fmt::format("{}", fmt::join(parts, "; "));
 }

@@ -18,14 +18,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "comm/api/dtype.hpp"
+#include "base/dtype.hpp"
 #include "topo/topology.hpp"
 
 namespace strata::shard {
 
-// How a state travels on the wire is a comm::DType (comm/dtype.hpp: names, sizes with
-// scales); quantized formats carry one fp32 scale per block.
-using comm::DType;
+// How a state travels on the wire is a DType (base/dtype.hpp: names, sizes with scales).
 
 struct ShardSpec {
   std::string preset = "custom";

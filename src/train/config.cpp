@@ -15,7 +15,7 @@
 #include "base/fileio.hpp"
 #include "base/suggest.hpp"
 #include "base/toml.hpp"
-#include "comm/api/dtype.hpp"
+#include "base/dtype.hpp"
 #include "model/hf_config.hpp"
 #include "optim/loss_scaler.hpp"
 #include "parallel/pipeline.hpp"
@@ -94,7 +94,7 @@ std::int64_t piece_kib(const std::string& key, const SettingValue& v) {
 // A wire format, refused here when unknown so that an error names what the user gave.
 std::string wire(const std::string& key, const SettingValue& v) {
   std::string s = as_string(key, v);
-  comm::parse_dtype(s, key);
+  parse_dtype(s, key);
   return s;
 }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 #include "comm/backends/tier_comms.hpp"
 #include "comm/runtime/context.hpp"
 #include "topo/groups.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 #include "comm/api/reduce.hpp"
 #include "comm/api/wire.hpp"
 #include "comm/backends/tier_comms.hpp"

@@ -14,7 +14,6 @@
 #include "support.hpp"
 
 using namespace strata;
-using Half = device::Device::Half;
 
 namespace {
 
@@ -73,24 +72,24 @@ TEST(CudaShardingOps, GiveTheHostsBitsAndRefuseWhatTheHostRefuses) {
     device::Buffer<float> gx = on_gpu(gpu, x, kN), gy = on_gpu(gpu, y, kN), out = on_gpu(gpu, empty, kN);
     device::Buffer<std::uint16_t> wire = on_gpu(gpu, std::vector<std::uint16_t>{}, kN);
     std::vector<std::uint16_t> want_wire(kN);
-    cpu.to_half(Half::BF16, x.data(), kN, want_wire.data());
-    gpu.to_half(Half::BF16, gx.data(), kN, wire.data());
+    cpu.to_half(DType::BF16, x.data(), kN, want_wire.data());
+    gpu.to_half(DType::BF16, gx.data(), kN, wire.data());
     expect_same_bits(want_wire, from_gpu(gpu, wire, kN), "bf16 encode");
     std::vector<float> want(kN);
-    cpu.from_half(Half::BF16, want_wire.data(), kN, want.data());
-    gpu.from_half(Half::BF16, wire.data(), kN, out.data());
+    cpu.from_half(DType::BF16, want_wire.data(), kN, want.data());
+    gpu.from_half(DType::BF16, wire.data(), kN, out.data());
     expect_same_bits(want, from_gpu(gpu, out, kN), "bf16 decode");
     want = y;
-    cpu.from_half_add(Half::BF16, want_wire.data(), kN, want.data());
-    gpu.from_half_add(Half::BF16, wire.data(), kN, gy.data());
+    cpu.from_half_add(DType::BF16, want_wire.data(), kN, want.data());
+    gpu.from_half_add(DType::BF16, wire.data(), kN, gy.data());
     expect_same_bits(want, from_gpu(gpu, gy, kN), "bf16 decode-add");
     // No fp16 kernel on the GPU: refused naming the wire flags, never a wrong answer.
-    const std::string what = test::error_of([&] { gpu.to_half(Half::F16, gx.data(), kN, wire.data()); });
+    const std::string what = test::error_of([&] { gpu.to_half(DType::F16, gx.data(), kN, wire.data()); });
     EXPECT_NE(what.find("an fp16 wire has no GPU kernel"), std::string::npos) << what;
   }
-  for (const quant::QuantSpec spec : {quant::QuantSpec{quant::QuantBits::Int8, 256},
-                                      quant::QuantSpec{quant::QuantBits::Int4, 64},
-                                      quant::QuantSpec{quant::QuantBits::Int8, 33}}) {
+  for (const quant::QuantSpec spec : {quant::QuantSpec{DType::I8, 256},
+                                      quant::QuantSpec{DType::I4, 64},
+                                      quant::QuantSpec{DType::I8, 33}}) {
     const std::size_t bytes = quant::quantized_bytes(kN, spec), blocks = quant::num_blocks(kN, spec);
     device::Buffer<float> gx = on_gpu(gpu, x, kN), gy = on_gpu(gpu, y, kN), out = on_gpu(gpu, empty, kN);
     device::Buffer<std::uint8_t> data = on_gpu(gpu, std::vector<std::uint8_t>{}, bytes);

@@ -600,34 +600,22 @@ TEST_F(Gpu, CastsRoundLikeTheCpu) {
 // ---------------------------------------------------------------------------------------
 // Quantization: the CPU's bytes
 
-struct QuantCase {
-  int bits, block_size;
-};
-std::string case_name(const QuantCase& c) {
-  std::string name = "int";
-  name += std::to_string(c.bits);
-  name += "_block";
-  name += std::to_string(c.block_size);
-  return name;
+std::string case_name(const quant::QuantSpec& c) {
+  return std::string(dtype_name(c.dtype)) + "_block" + std::to_string(c.block_size);
 }
-void PrintTo(const QuantCase& c, std::ostream* os) { *os << case_name(c); }
 
-class Quant : public Gpu, public ::testing::WithParamInterface<QuantCase> {};
+class Quant : public Gpu, public ::testing::WithParamInterface<quant::QuantSpec> {};
 
 TEST_P(Quant, BytesScalesAndDequantizedValuesAreTheCpus) {
-  const QuantCase qc = GetParam();
-  const QuantFormat format{qc.bits, qc.block_size};
-  const quant::QuantSpec spec{qc.bits == 8 ? quant::QuantBits::Int8 : quant::QuantBits::Int4, qc.block_size};
+  const quant::QuantSpec spec = GetParam();
   Rng rng(14);
-  const std::size_t n = 10 * qc.block_size + qc.block_size / 2 + 1;  // a short last block
+  const std::size_t n = 10 * spec.block_size + spec.block_size / 2 + 1;  // a short last block
   auto x = random_floats(n, rng, 5.0);
-  std::fill(x.begin() + qc.block_size, x.begin() + 2 * qc.block_size, 0.f);  // an all-zero block
-  x[2 * qc.block_size] = 3e38f;                                             // absmax near FLT_MAX
+  std::fill(x.begin() + spec.block_size, x.begin() + 2 * spec.block_size, 0.f);  // an all-zero block
+  x[2 * spec.block_size] = 3e38f;                                             // absmax near FLT_MAX
   std::vector<std::uint16_t> x_bf16(n);
   for (std::size_t i = 0; i < n; ++i) x_bf16[i] = float_to_bf16(x[i]);
-  const std::size_t blocks = quant_blocks(n, format), bytes = quant_data_bytes(n, format);
-  ASSERT_EQ(blocks, quant::num_blocks(n, spec));
-  ASSERT_EQ(bytes, quant::quantized_bytes(n, spec));
+  const std::size_t blocks = quant::num_blocks(n, spec), bytes = quant::quantized_bytes(n, spec);
 
   DeviceArray<float> d_x(x);
   DeviceArray<std::uint16_t> d_x_bf16(x_bf16);
@@ -640,10 +628,10 @@ TEST_P(Quant, BytesScalesAndDequantizedValuesAreTheCpus) {
     std::vector<std::uint8_t> data(bytes);
     std::vector<float> scales(blocks);
     if (from_bf16) {
-      quantize_bf16(d_data.get(), d_scales.get(), d_x_bf16.get(), n, format, d_bad.get(), nullptr);
+      quantize_bf16(d_data.get(), d_scales.get(), d_x_bf16.get(), n, spec, d_bad.get(), nullptr);
       quant::quantize_bf16(x_bf16.data(), n, spec, data.data(), scales.data());
     } else {
-      quantize(d_data.get(), d_scales.get(), d_x.get(), n, format, d_bad.get(), nullptr);
+      quantize(d_data.get(), d_scales.get(), d_x.get(), n, spec, d_bad.get(), nullptr);
       quant::quantize(x.data(), n, spec, data.data(), scales.data());
     }
     const std::string from = from_bf16 ? " (from bf16)" : " (from fp32)";
@@ -662,8 +650,8 @@ TEST_P(Quant, BytesScalesAndDequantizedValuesAreTheCpus) {
   DeviceArray<std::uint8_t> d_all(data);
   DeviceArray<float> d_all_scales(scales), d_f32(n);
   DeviceArray<std::uint16_t> d_b16(n);
-  dequantize(d_f32.get(), d_all.get(), d_all_scales.get(), n, format, nullptr);
-  dequantize_bf16(d_b16.get(), d_all.get(), d_all_scales.get(), n, format, nullptr);
+  dequantize(d_f32.get(), d_all.get(), d_all_scales.get(), n, spec, nullptr);
+  dequantize_bf16(d_b16.get(), d_all.get(), d_all_scales.get(), n, spec, nullptr);
   std::vector<float> f32(n);
   std::vector<std::uint16_t> b16(n);
   quant::dequantize(data.data(), scales.data(), n, spec, f32.data());
@@ -673,24 +661,25 @@ TEST_P(Quant, BytesScalesAndDequantizedValuesAreTheCpus) {
 
   auto sum = random_floats(n, rng);
   DeviceArray<float> d_sum(sum);
-  dequantize_sum(d_sum.get(), d_all.get(), bytes, d_all_scales.get(), blocks, 3, n, format, nullptr);
+  dequantize_sum(d_sum.get(), d_all.get(), bytes, d_all_scales.get(), blocks, 3, n, spec, nullptr);
   for (int j = 0; j < 3; ++j)
     quant::dequantize_add(data.data() + j * bytes, scales.data() + j * blocks, n, spec, sum.data());
   expect_bits(d_sum.download(), sum, "dequantize_sum of 3 buffers");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, Quant,
-                         ::testing::Values(QuantCase{8, 256}, QuantCase{4, 256}, QuantCase{8, 33}, QuantCase{4, 7},
-                                           QuantCase{4, 1}, QuantCase{8, 2048}),
-                         [](const ::testing::TestParamInfo<QuantCase>& info) { return case_name(info.param); });
+                         ::testing::Values(quant::QuantSpec{DType::I8, 256}, quant::QuantSpec{DType::I4, 256},
+                                           quant::QuantSpec{DType::I8, 33}, quant::QuantSpec{DType::I4, 7},
+                                           quant::QuantSpec{DType::I4, 1}, quant::QuantSpec{DType::I8, 2048}),
+                         [](const ::testing::TestParamInfo<quant::QuantSpec>& info) { return case_name(info.param); });
 
 TEST_F(Gpu, QuantizeFlagsTheFirstNonFiniteBlock) {
-  const QuantFormat format{8, 64};
+  const quant::QuantSpec format{DType::I8, 64};
   std::vector<float> x(64 * 8, 1.5f);
   x[64 * 5 + 3] = std::numeric_limits<float>::infinity();
   x[64 * 2 + 10] = std::numeric_limits<float>::quiet_NaN();
   DeviceArray<float> d_x(x), d_scales(8);
-  DeviceArray<std::uint8_t> d_data(quant_data_bytes(x.size(), format));
+  DeviceArray<std::uint8_t> d_data(quant::quantized_bytes(x.size(), format));
   DeviceArray<std::uint64_t> d_bad(std::vector<std::uint64_t>{std::numeric_limits<std::uint64_t>::max()});
   quantize(d_data.get(), d_scales.get(), d_x.get(), x.size(), format, d_bad.get(), nullptr);
   EXPECT_EQ(d_bad.download()[0], 2u);
@@ -700,12 +689,12 @@ TEST_F(Gpu, QuantizeFlagsTheFirstNonFiniteBlock) {
 }
 
 TEST_F(Gpu, LaunchersRefuseBadArguments) {
-  const QuantFormat bad_bits{5, 256};
+  const quant::QuantSpec bad_dtype{DType::F32, 256};
   try {
-    quant_blocks(100, bad_bits);
-    ADD_FAILURE() << "bits = 5 was accepted";
+    quantize(nullptr, nullptr, nullptr, 100, bad_dtype, nullptr, nullptr);
+    ADD_FAILURE() << "fp32 was accepted as a quantized format";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bits = 5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dtype is not int8 or int4"), std::string::npos) << e.what();
   }
   const AttentionShape s{1, 8, 3, 2, 64, 192, 128, 192};
   try {

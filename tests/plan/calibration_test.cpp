@@ -481,18 +481,18 @@ TEST(Calibration, WireCodingAndCommunicationBesideComputeArePricedFromTheirMeasu
   // encodes them and decodes 4 chunks of 1M.
   shard::ScheduledOp gather{{strata::Collective::AllGather}, shard::When::Forward, shard::Purpose::WeightGatherForward};
   gather.level = 1, gather.group_size = 4, gather.messages = 3;
-  gather.wire = comm::DType::I8;
+  gather.wire = DType::I8;
   gather.elements_in = 1'000'000, gather.elements_out = 4'000'000;
   gather.bytes_sent = gather.bytes_received = 3'000'000;
   EXPECT_DOUBLE_EQ(codec_elements(gather), 3e6);
   EXPECT_DOUBLE_EQ(price_op(gather, t, &cal).codec_s, 4 * 3e6 / 50e9);
   shard::ScheduledOp reduce = gather;
   reduce.kind = strata::Collective::AllToAll;
-  reduce.wire = comm::DType::I4;
+  reduce.wire = DType::I4;
   reduce.elements_in = 4'000'000, reduce.elements_out = 1'000'000;
   EXPECT_DOUBLE_EQ(codec_elements(reduce), 8e6);
   EXPECT_DOUBLE_EQ(price_op(reduce, t, &cal).codec_s, 4 * 8e6 / 40e9);
-  gather.wire = comm::DType::F32;  // nothing to code
+  gather.wire = DType::F32;  // nothing to code
   EXPECT_EQ(price_op(gather, t, &cal).codec_s, 0);
   EXPECT_EQ(price_op(gather, t, nullptr).codec_s, 0);
 

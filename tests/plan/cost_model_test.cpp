@@ -17,7 +17,6 @@
 using namespace strata;
 using namespace strata::plan;
 using shard::Purpose;
-using comm::DType;
 using strata::test::error_of;
 
 namespace {
@@ -101,8 +100,8 @@ TEST(CostModel, TopoPaperAllReducesTheNodeShardAndStrataReduceScattersIt) {
   shard::Schedule s(c.units(), c.topology(), paper.spec, 1);
   for (int u = 0; u < s.num_units(); ++u) {
     const std::size_t os_slice = s.padded_numel(u) / 384;
-    reduce += 47.0 * static_cast<double>(comm::wire_bytes(DType::BF16, os_slice, 256));
-    gather += 47.0 * static_cast<double>(comm::wire_bytes(DType::I8, os_slice, 256));
+    reduce += 47.0 * static_cast<double>(wire_bytes(DType::BF16, os_slice, 256));
+    gather += 47.0 * static_cast<double>(wire_bytes(DType::I8, os_slice, 256));
   }
   EXPECT_DOUBLE_EQ(static_cast<double>(paper.bytes_on("cluster")), 2 * reduce + gather);
   EXPECT_DOUBLE_EQ(static_cast<double>(strata_topo.bytes_on("cluster")), reduce + gather);
@@ -145,7 +144,7 @@ TEST(CostModel, MemoryByStateFollowsTheSpecFormula) {
   std::size_t largest = 0;
   for (int u = 0; u < s.num_units(); ++u) {
     const std::size_t n = s.padded_numel(u);
-    weights += comm::wire_bytes(DType::I8, n / 2, 256);  // W over the 2 GCDs, int8 with scales
+    weights += wire_bytes(DType::I8, n / 2, 256);  // W over the 2 GCDs, int8 with scales
     grads += 2 * (n / 8);                                // G over the node's 8, bf16
     optimizer += 16 * (n / 384);                         // OS over all: master, m, v, gradient in fp32
     largest = std::max(largest, n);

@@ -3,7 +3,7 @@
 
 #include "plan/predict.hpp"
 
-namespace strata::comm {
+namespace strata::plan {
 namespace {
 
 TEST(Predict, RingAndPairwiseStepsLastAsLongAsTheirSlowestHop) {
@@ -25,4 +25,4 @@ TEST(Predict, RingAndPairwiseStepsLastAsLongAsTheirSlowestHop) {
 }
 
 }  // namespace
-}  // namespace strata::comm
+}  // namespace strata::plan

@@ -159,14 +159,14 @@ TEST(Emit, EachFrameworksNearestPlanIsOneItRuns) {
   FrameworkPlan ds = nearest_plan(Framework::DeepSpeed, topo_spec, w, {}, frontier);
   EXPECT_EQ(ds.spec.weights, "cluster");
   EXPECT_EQ(ds.spec.secondary, "gpu");
-  EXPECT_EQ(ds.spec.grad_wire, comm::DType::I4);
+  EXPECT_EQ(ds.spec.grad_wire, DType::I4);
   EXPECT_FALSE(ds.gaps.empty());
   // torchtitan: everything over the optimizer's tier, float32 reductions, flash attention.
   FrameworkPlan tt = nearest_plan(Framework::Torchtitan, topo_spec, w, {}, frontier);
   EXPECT_EQ(tt.spec.weights, "cluster");
   EXPECT_EQ(tt.spec.grads, "cluster");
-  EXPECT_EQ(tt.spec.weight_wire, comm::DType::BF16);
-  EXPECT_EQ(tt.spec.grad_wire, comm::DType::F32);
+  EXPECT_EQ(tt.spec.weight_wire, DType::BF16);
+  EXPECT_EQ(tt.spec.grad_wire, DType::F32);
   EXPECT_TRUE(tt.workload.flash_attention);
   // Megatron-LM with a pipeline: the distributed optimizer, weights and gradients whole.
   FrameworkPlan mg = nearest_plan(Framework::Megatron, topo_spec, w, {1, 2, "", ""}, frontier);

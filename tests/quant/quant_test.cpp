@@ -23,15 +23,12 @@ using namespace strata::quant;
 
 namespace {
 
-enum class Dtype { F32, BF16, F16 };
-constexpr Dtype kDtypes[] = {Dtype::F32, Dtype::BF16, Dtype::F16};
-constexpr QuantBits kBits[] = {QuantBits::Int8, QuantBits::Int4};
-
-const char* dtype_name(Dtype d) { return d == Dtype::F32 ? "f32" : d == Dtype::BF16 ? "bf16" : "f16"; }
+constexpr DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
+constexpr DType kBits[] = {DType::I8, DType::I4};
 
 // An input buffer in one dtype and the exact value of each element.
 struct Input {
-  Dtype dtype;
+  DType dtype;
   std::vector<float> f32;
   std::vector<std::uint16_t> half;
   std::vector<double> exact;
@@ -39,13 +36,13 @@ struct Input {
 };
 
 // Rounds wanted values into the dtype; the exact values are taken from the stored bits.
-Input make_input(Dtype dtype, const std::vector<float>& wanted) {
+Input make_input(DType dtype, const std::vector<float>& wanted) {
   Input in{dtype, {}, {}, {}};
   for (float w : wanted) {
-    if (dtype == Dtype::F32) {
+    if (dtype == DType::F32) {
       in.f32.push_back(w);
       in.exact.push_back(w);
-    } else if (dtype == Dtype::BF16) {
+    } else if (dtype == DType::BF16) {
       in.half.push_back(float_to_bf16(w));
       in.exact.push_back(bf16_to_float(in.half.back()));
     } else {
@@ -65,10 +62,10 @@ Quantized run_quantize(const Input& in, const QuantSpec& spec, Isa isa) {
   // Poisoned so that bytes the kernels fail to write show up.
   Quantized q{std::vector<std::uint8_t>(quantized_bytes(in.size(), spec), 0xa5),
               std::vector<float>(num_blocks(in.size(), spec), -1.0f)};
-  if (in.dtype == Dtype::F32) quantize(in.f32.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
-  if (in.dtype == Dtype::BF16)
+  if (in.dtype == DType::F32) quantize(in.f32.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
+  if (in.dtype == DType::BF16)
     quantize_bf16(in.half.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
-  if (in.dtype == Dtype::F16)
+  if (in.dtype == DType::F16)
     quantize_fp16(in.half.data(), in.size(), spec, q.data.data(), q.scales.data(), isa);
   return q;
 }
@@ -83,7 +80,7 @@ std::vector<float> run_dequantize(const Quantized& q, std::size_t n, const Quant
 int stored_value(const Quantized& q, const QuantSpec& spec, std::size_t i) {
   const auto bs = static_cast<std::size_t>(spec.block_size);
   const std::size_t b = i / bs, j = i % bs;
-  if (spec.bits == QuantBits::Int8) return static_cast<std::int8_t>(q.data[b * bs + j]);
+  if (spec.dtype == DType::I8) return static_cast<std::int8_t>(q.data[b * bs + j]);
   const std::uint8_t byte = q.data[b * ((bs + 1) / 2) + j / 2];
   const int nibble = (j % 2) ? byte >> 4 : byte & 0x0f;
   return nibble >= 8 ? nibble - 16 : nibble;
@@ -98,11 +95,11 @@ std::vector<Isa> usable_isas() {
 
 // Normal values whose magnitude changes every 37 elements, over 2^-60..2^60 (2^-16..2^10 for
 // fp16, whose range is narrow), so blocks see very different scales and some straddle two.
-std::vector<float> random_values(std::size_t n, std::uint64_t seed, Dtype dtype = Dtype::F32) {
+std::vector<float> random_values(std::size_t n, std::uint64_t seed, DType dtype = DType::F32) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
-  std::uniform_real_distribution<double> exponent(dtype == Dtype::F16 ? -16.0 : -60.0,
-                                                  dtype == Dtype::F16 ? 10.0 : 60.0);
+  std::uniform_real_distribution<double> exponent(dtype == DType::F16 ? -16.0 : -60.0,
+                                                  dtype == DType::F16 ? 10.0 : 60.0);
   std::vector<float> v(n);
   double magnitude = 1.0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -131,7 +128,7 @@ double error_bound(double scale, double absmax) { return scale / 2 + absmax * st
 void expect_within_half_step(const Input& in, const QuantSpec& spec, const Quantized& q,
                              const std::vector<float>& dq, const std::string& what) {
   const auto bs = static_cast<std::size_t>(spec.block_size);
-  const int qm = qmax(spec.bits);
+  const int qm = qmax(spec.dtype);
   const double flt_min = std::numeric_limits<float>::min();
   for (std::size_t b = 0; b < q.scales.size(); ++b) {
     const double absmax = block_absmax(in, bs, b), scale = q.scales[b];
@@ -152,8 +149,8 @@ void expect_within_half_step(const Input& in, const QuantSpec& spec, const Quant
   }
 }
 
-std::string describe(Dtype d, const QuantSpec& spec, std::size_t n, Isa isa) {
-  return std::string(dtype_name(d)) + " int" + std::to_string(static_cast<int>(spec.bits)) +
+std::string describe(DType d, const QuantSpec& spec, std::size_t n, Isa isa) {
+  return std::string(dtype_name(d)) + " " + std::string(dtype_name(spec.dtype)) +
          " bs=" + std::to_string(spec.block_size) + " n=" + std::to_string(n) + " " +
          std::string(isa_name(isa));
 }
@@ -161,17 +158,17 @@ std::string describe(Dtype d, const QuantSpec& spec, std::size_t n, Isa isa) {
 }  // namespace
 
 TEST(Quant, SizesFollowTheBlockLayout) {
-  EXPECT_EQ(num_blocks(0, {QuantBits::Int8, 64}), 0u);
-  EXPECT_EQ(num_blocks(129, {QuantBits::Int8, 64}), 3u);
-  EXPECT_EQ(quantized_bytes(129, {QuantBits::Int8, 64}), 3u * 64);
-  EXPECT_EQ(quantized_bytes(129, {QuantBits::Int4, 64}), 3u * 32);
-  EXPECT_EQ(quantized_bytes(7, {QuantBits::Int4, 3}), 3u * 2);  // odd blocks end in a padding nibble
-  EXPECT_EQ(block_bytes({QuantBits::Int4, 1}), 1u);
+  EXPECT_EQ(num_blocks(0, {DType::I8, 64}), 0u);
+  EXPECT_EQ(num_blocks(129, {DType::I8, 64}), 3u);
+  EXPECT_EQ(quantized_bytes(129, {DType::I8, 64}), 3u * 64);
+  EXPECT_EQ(quantized_bytes(129, {DType::I4, 64}), 3u * 32);
+  EXPECT_EQ(quantized_bytes(7, {DType::I4, 3}), 3u * 2);  // odd blocks end in a padding nibble
+  EXPECT_EQ(block_bytes({DType::I4, 1}), 1u);
 }
 
 TEST(Quant, RefusesNonPositiveBlockSize) {
   for (int bs : {0, -4}) {
-    const QuantSpec spec{QuantBits::Int8, bs};
+    const QuantSpec spec{DType::I8, bs};
     float x = 1, scale;
     std::uint8_t q;
     EXPECT_THROW(num_blocks(10, spec), Error);
@@ -189,12 +186,12 @@ TEST(Quant, RefusesNonPositiveBlockSize) {
 TEST(Quant, LayoutAndRoundingByHand) {
   for (Isa isa : usable_isas()) {
     const std::vector<float> x8 = {127, 2.5f, 3.5f, -2.5f, -127, 0.49f, -0.5f, 1.5f};
-    Quantized q8 = run_quantize(make_input(Dtype::F32, x8), {QuantBits::Int8, 8}, isa);
+    Quantized q8 = run_quantize(make_input(DType::F32, x8), {DType::I8, 8}, isa);
     EXPECT_EQ(q8.scales, std::vector<float>{1.0f});
     EXPECT_EQ(q8.data, (std::vector<std::uint8_t>{127, 2, 4, 0xfe, 0x81, 0, 0, 2})) << isa_name(isa);
 
     const std::vector<float> x4 = {7, 2.5f, 3.5f, -0.5f, -7, 6.5f, 1};
-    Quantized q4 = run_quantize(make_input(Dtype::F32, x4), {QuantBits::Int4, 4}, isa);
+    Quantized q4 = run_quantize(make_input(DType::F32, x4), {DType::I4, 4}, isa);
     EXPECT_EQ(q4.scales, (std::vector<float>{1.0f, 1.0f}));
     // {7,2} {4,0} | {-7,6} {1,pad}: low nibble first, -7 = 0x9, the last block padded with zeros.
     EXPECT_EQ(q4.data, (std::vector<std::uint8_t>{0x27, 0x04, 0x69, 0x01})) << isa_name(isa);
@@ -202,8 +199,8 @@ TEST(Quant, LayoutAndRoundingByHand) {
 }
 
 TEST(Quant, EveryElementWithinHalfAStep) {
-  for (Dtype dtype : kDtypes) {
-    for (QuantBits bits : kBits) {
+  for (DType dtype : kDTypes) {
+    for (DType bits : kBits) {
       for (int bs : {1, 3, 16, 31, 64, 100, 256, 1000}) {
         const QuantSpec spec{bits, bs};
         const std::size_t n = 4099;  // divides none of the block sizes but 1
@@ -218,8 +215,8 @@ TEST(Quant, EveryElementWithinHalfAStep) {
 
 TEST(Quant, AllZeroBlocksHaveScaleZeroAndDequantizeToExactZeros) {
   for (Isa isa : usable_isas()) {
-    for (Dtype dtype : kDtypes) {
-      for (QuantBits bits : kBits) {
+    for (DType dtype : kDTypes) {
+      for (DType bits : kBits) {
         const QuantSpec spec{bits, 32};
         std::vector<float> x(100, 0.0f);
         for (std::size_t i = 0; i < x.size(); i += 3) x[i] = -0.0f;
@@ -242,8 +239,8 @@ TEST(Quant, AllZeroBlocksHaveScaleZeroAndDequantizeToExactZeros) {
 TEST(Quant, OneHugeValueInABlock) {
   const float huge[] = {std::numeric_limits<float>::max(), -3e38f, 1e30f, 60000.0f};
   for (Isa isa : usable_isas()) {
-    for (Dtype dtype : kDtypes) {
-      for (QuantBits bits : kBits) {
+    for (DType dtype : kDTypes) {
+      for (DType bits : kBits) {
         for (float h : huge) {
           std::vector<float> x = random_values(256, 5);
           for (float& v : x) v = std::fmod(v, 1.0f);  // small values
@@ -265,7 +262,7 @@ TEST(Quant, OneHugeValueInABlock) {
 TEST(Quant, SubnormalInputs) {
   const float tiny = std::numeric_limits<float>::denorm_min();
   for (Isa isa : usable_isas()) {
-    for (QuantBits bits : kBits) {
+    for (DType bits : kBits) {
       // Blocks whose absmax is a few subnormal ulps, or near FLT_MIN (2^23 ulps) and near
       // qmax * FLT_MIN, where the scale floor of FLT_MIN stops acting; and a mixed block.
       std::vector<float> x;
@@ -275,21 +272,21 @@ TEST(Quant, SubnormalInputs) {
           x.push_back(tiny * std::round(top * static_cast<float>(i) / 15.0f) * (i % 2 ? -1 : 1));
       for (int i = 0; i < 16; ++i) x.push_back(i == 3 ? 1e-30f : tiny * static_cast<float>(i));
       const QuantSpec spec{bits, 16};
-      const Input in = make_input(Dtype::F32, x);
+      const Input in = make_input(DType::F32, x);
       const Quantized q = run_quantize(in, spec, isa);
       for (float s : q.scales) EXPECT_GE(s, std::numeric_limits<float>::min()) << "subnormal or zero scale";
       expect_within_half_step(in, spec, q, run_dequantize(q, x.size(), spec, isa),
-                              describe(Dtype::F32, spec, x.size(), isa));
+                              describe(DType::F32, spec, x.size(), isa));
     }
     // fp16 subnormals (normal numbers once in fp32) and bf16 subnormals (fp32 subnormals).
-    for (Dtype dtype : {Dtype::F16, Dtype::BF16}) {
+    for (DType dtype : {DType::F16, DType::BF16}) {
       Input in{dtype, {}, {}, {}};
       for (std::uint16_t h = 1; h < 200; ++h) {
         in.half.push_back(h % 5 ? h : static_cast<std::uint16_t>(h | 0x8000));
-        in.exact.push_back(dtype == Dtype::F16 ? fp16_to_float(in.half.back())
+        in.exact.push_back(dtype == DType::F16 ? fp16_to_float(in.half.back())
                                                : bf16_to_float(in.half.back()));
       }
-      for (QuantBits bits : kBits) {
+      for (DType bits : kBits) {
         const QuantSpec spec{bits, 10};
         const Quantized q = run_quantize(in, spec, isa);
         expect_within_half_step(in, spec, q, run_dequantize(q, in.size(), spec, isa),
@@ -301,22 +298,22 @@ TEST(Quant, SubnormalInputs) {
 
 TEST(Quant, NanAndInfinityAreRefusedNamingTheBlock) {
   struct Case {
-    Dtype dtype;
+    DType dtype;
     float f32;
     std::uint16_t half;
     const char* kind;
   };
-  const Case cases[] = {{Dtype::F32, NAN, 0, "a NaN"},     {Dtype::F32, -INFINITY, 0, "an infinity"},
-                        {Dtype::BF16, 0, 0x7fc1, "a NaN"}, {Dtype::BF16, 0, 0x7f80, "an infinity"},
-                        {Dtype::F16, 0, 0xfe01, "a NaN"},  {Dtype::F16, 0, 0x7c00, "an infinity"}};
+  const Case cases[] = {{DType::F32, NAN, 0, "a NaN"},     {DType::F32, -INFINITY, 0, "an infinity"},
+                        {DType::BF16, 0, 0x7fc1, "a NaN"}, {DType::BF16, 0, 0x7f80, "an infinity"},
+                        {DType::F16, 0, 0xfe01, "a NaN"},  {DType::F16, 0, 0x7c00, "an infinity"}};
   for (Isa isa : usable_isas()) {
-    for (QuantBits bits : kBits) {
+    for (DType bits : kBits) {
       for (const Case& c : cases) {
         // Large enough for the threaded path; bad values in blocks 3 and 900: block 3 is named.
         const QuantSpec spec{bits, 64};
         Input in = make_input(c.dtype, random_values(std::size_t{1} << 19, 11, c.dtype));
         for (std::size_t i : {std::size_t{3 * 64 + 5}, std::size_t{900 * 64}}) {
-          if (c.dtype == Dtype::F32)
+          if (c.dtype == DType::F32)
             in.f32[i] = c.f32;
           else
             in.half[i] = c.half;
@@ -335,7 +332,7 @@ TEST(Quant, NanAndInfinityAreRefusedNamingTheBlock) {
 }
 
 TEST(Quant, DequantizeRefusesBadScalesWithoutWriting) {
-  const QuantSpec spec{QuantBits::Int8, 4};
+  const QuantSpec spec{DType::I8, 4};
   const std::vector<std::uint8_t> data(16, 3);
   for (float bad : {NAN, INFINITY, -1.0f, -0.0f}) {
     const std::vector<float> scales = {1.0f, 1.0f, bad, 1.0f};
@@ -355,8 +352,8 @@ TEST(Quant, DequantizeRefusesBadScalesWithoutWriting) {
 TEST(Quant, DequantizeSumMatchesFloat64Reference) {
   constexpr int kRanks = 8;
   const std::size_t n = 10007;
-  for (Dtype dtype : kDtypes) {
-    for (QuantBits bits : kBits) {
+  for (DType dtype : kDTypes) {
+    for (DType bits : kBits) {
       const QuantSpec spec{bits, 64};
       std::vector<float> sum(n, 0.0f), sum_by_hand(n, 0.0f);
       std::vector<double> exact_sum(n, 0.0), bound(n, 0.0), magnitude(n, 0.0);
@@ -388,10 +385,10 @@ TEST(Quant, DequantizeSumMatchesFloat64Reference) {
 
 TEST(Quant, Bf16OutputIsTheFp32ResultRoundedToNearestEven) {
   for (Isa isa : usable_isas()) {
-    for (QuantBits bits : kBits) {
+    for (DType bits : kBits) {
       const QuantSpec spec{bits, 48};
       const std::size_t n = 1001;
-      const Quantized q = run_quantize(make_input(Dtype::F32, random_values(n, 21)), spec, isa);
+      const Quantized q = run_quantize(make_input(DType::F32, random_values(n, 21)), spec, isa);
       const std::vector<float> dq = run_dequantize(q, n, spec, isa);
       std::vector<std::uint16_t> out(n);
       dequantize_bf16(q.data.data(), q.scales.data(), n, spec, out.data(), isa);
@@ -405,7 +402,7 @@ TEST(Quant, Bf16OutputIsTheFp32ResultRoundedToNearestEven) {
 TEST(Quant, RoundTripOfGridValuesAtOddLengths) {
   std::mt19937 rng(3);
   for (Isa isa : usable_isas()) {
-    for (QuantBits bits : kBits) {
+    for (DType bits : kBits) {
       const int qm = qmax(bits);
       for (int bs : {1, 3, 5, 7, 16, 33}) {
         for (std::size_t n : {1, 3, 5, 17, 33, 101}) {
@@ -416,16 +413,16 @@ TEST(Quant, RoundTripOfGridValuesAtOddLengths) {
                 (i % static_cast<std::size_t>(bs) == 0) ? qm : static_cast<int>(rng() % (2 * qm + 1)) - qm;
             x[i] = static_cast<float>(q) * 0.375f;  // each block holds qmax, so its scale is 0.375
           }
-          const Quantized q = run_quantize(make_input(Dtype::F32, x), spec, isa);
-          EXPECT_EQ(run_dequantize(q, n, spec, isa), x) << describe(Dtype::F32, spec, n, isa);
+          const Quantized q = run_quantize(make_input(DType::F32, x), spec, isa);
+          EXPECT_EQ(run_dequantize(q, n, spec, isa), x) << describe(DType::F32, spec, n, isa);
           // Padding after the last value of the last block is zero.
           for (std::size_t byte = 0; byte < q.data.size(); ++byte) {
             const std::size_t in_block = byte % block_bytes(spec), b = byte / block_bytes(spec);
             const std::size_t values_here = std::min<std::size_t>(bs, n - b * bs);
-            const std::size_t used = bits == QuantBits::Int8 ? values_here : (values_here + 1) / 2;
+            const std::size_t used = bits == DType::I8 ? values_here : (values_here + 1) / 2;
             if (in_block >= used) {
               EXPECT_EQ(q.data[byte], 0) << "padding byte " << byte;
-            } else if (bits == QuantBits::Int4 && in_block == used - 1 && values_here % 2) {
+            } else if (bits == DType::I4 && in_block == used - 1 && values_here % 2) {
               EXPECT_EQ(q.data[byte] >> 4, 0) << "padding nibble of byte " << byte;
             }
           }
@@ -448,24 +445,24 @@ TEST(Quant, KernelsAreBitIdenticalToScalar) {
 
   for (Isa isa : usable_isas()) {
     if (isa == Isa::Scalar) continue;
-    for (Dtype dtype : kDtypes) {
+    for (DType dtype : kDTypes) {
       // The largest finite value of each dtype, and values far beyond fp16's range scaled down.
-      special[4000] = dtype == Dtype::F32    ? std::numeric_limits<float>::max()
-                      : dtype == Dtype::BF16 ? bf16_to_float(0x7f7f)
+      special[4000] = dtype == DType::F32    ? std::numeric_limits<float>::max()
+                      : dtype == DType::BF16 ? bf16_to_float(0x7f7f)
                                              : 65504.0f;
       std::vector<float> values = special;
-      if (dtype == Dtype::F16)
+      if (dtype == DType::F16)
         for (std::size_t i = 0; i < values.size(); ++i)
           if (i != 4000 && std::fabs(values[i]) > 1024.0f) values[i] = std::ldexp(values[i], -60);
       const Input in = make_input(dtype, values);
-      for (QuantBits bits : kBits) {
+      for (DType bits : kBits) {
         for (int bs : {1, 5, 8, 16, 17, 32, 33, 64, 256, 4096}) {
           for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{15}, std::size_t{16},
                                 std::size_t{17}, std::size_t{33}, std::size_t{1000}, std::size_t{5000}}) {
             const QuantSpec spec{bits, bs};
             Input part = in;
             part.exact.resize(n);
-            if (dtype == Dtype::F32)
+            if (dtype == DType::F32)
               part.f32.resize(n);
             else
               part.half.resize(n);
@@ -496,8 +493,8 @@ TEST(Quant, KernelsAreBitIdenticalToScalar) {
 
 TEST(Quant, ThreadCountDoesNotChangeTheBits) {
   const std::size_t n = (std::size_t{1} << 20) + 77;
-  const Input in = make_input(Dtype::F32, random_values(n, 8));
-  for (QuantBits bits : kBits) {
+  const Input in = make_input(DType::F32, random_values(n, 8));
+  for (DType bits : kBits) {
     const QuantSpec spec{bits, 100};
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);

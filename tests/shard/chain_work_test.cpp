@@ -13,7 +13,6 @@
 #include "support.hpp"
 
 using namespace strata;
-using comm::DType;
 
 namespace {
 
@@ -36,9 +35,9 @@ std::uint32_t next(std::uint32_t& state) { return state = state * 1664525u + 101
 // pseudo-random bytes and scales.
 struct DeviceBuf {
   DeviceBuf(test::StagedDevice& device, DType t, std::size_t count, std::uint32_t seed)
-      : data(device, comm::data_bytes(t, count)), scales(device, comm::scale_count(t, count, 8)) {
-    view = comm::Buf(t, data.data(), count, comm::is_quantized(t) ? scales.data() : nullptr,
-                     comm::is_quantized(t) ? 8 : 0);
+      : data(device, data_bytes(t, count)), scales(device, scale_count(t, count, 8)) {
+    view = comm::Buf(t, data.data(), count, is_quantized(t) ? scales.data() : nullptr,
+                     is_quantized(t) ? 8 : 0);
     for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(next(seed) >> 24);
     for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<float>(next(seed) >> 8) / 65536.0f;
   }
@@ -112,7 +111,7 @@ TEST(DeviceChainWork, ZeroesAndCopiesDataAndBlockScalesAsTheHostDoes) {
   for (DType t : {DType::F32, DType::BF16, DType::I8, DType::I4})
     for (Range r : {Range{0, 64}, Range{16, 21}, Range{8, 48}, Range{37, 10}}) {
       if (r.first % 2 == 1 && t != DType::I4) continue;  // mid-byte: int4's case
-      SCOPED_TRACE(std::string(comm::dtype_name(t)) + " [" + std::to_string(r.first) + ", +" +
+      SCOPED_TRACE(std::string(dtype_name(t)) + " [" + std::to_string(r.first) + ", +" +
                    std::to_string(r.count) + ")");
       test::StagedDevice device;
       OnDevice work(device);
@@ -131,6 +130,6 @@ TEST(DeviceChainWork, ZeroesAndCopiesDataAndBlockScalesAsTheHostDoes) {
       const int copies = device.copies;
       work.copy(src.view, r.first, dst.view, 0, r.count);
       EXPECT_EQ(dst.bytes(), host_dst) << "copy";
-      EXPECT_EQ(device.copies.load(), copies + (comm::is_quantized(t) ? 2 : 1));
+      EXPECT_EQ(device.copies.load(), copies + (is_quantized(t) ? 2 : 1));
     }
 }

@@ -108,7 +108,7 @@ std::vector<std::pair<std::string, shard::ShardSpec>> specs(const topo::Topology
   for (const char* name : {"zero3", "zeropp", "topo", "zero1"})
     out.emplace_back(name, shard::ShardSpec::preset_for(name, topology));
   shard::ShardSpec bf16 = shard::ShardSpec::preset_for("zero3", topology);
-  bf16.weight_wire = bf16.grad_wire = shard::DType::BF16;
+  bf16.weight_wire = bf16.grad_wire = DType::BF16;
   out.emplace_back("zero3 in bf16 wires", bf16);
   return out;
 }
@@ -175,10 +175,10 @@ class CheckedLevel final : public comm::Collectives {
   comm::BufView<C> check(comm::BufView<C> b) {
     ++buffers_;
     const bool on_device = device_.holds(b.data, b.bytes()) &&
-                           (!comm::is_quantized(b.dtype) || device_.holds(b.scales, 4 * b.n_scales()));
+                           (!is_quantized(b.dtype) || device_.holds(b.scales, 4 * b.n_scales()));
     if (on_device != (memory_ == Memory::Device) && misplaced_++ == 0) {
       std::lock_guard lock(mutex_);
-      first_misplaced_ = std::to_string(b.count) + " elements of " + std::string(comm::dtype_name(b.dtype)) +
+      first_misplaced_ = std::to_string(b.count) + " elements of " + std::string(dtype_name(b.dtype)) +
                          (on_device ? " in the device's memory" : " outside the device's memory");
     }
     return b;
@@ -228,10 +228,10 @@ TEST(ShardedOnADevice, TrainsThroughTheDeviceToTheHostsLossesBitForBitWithinItsR
     if (L.grads > 0) {
       EXPECT_GT(staged.adds.load(), 0) << name << ": gradient slices accumulated";
     }
-    const bool quantized = comm::is_quantized(spec.weight_wire) || comm::is_quantized(spec.grad_wire);
+    const bool quantized = is_quantized(spec.weight_wire) || is_quantized(spec.grad_wire);
     EXPECT_EQ(staged.quantizes.load() > 0, quantized) << name;
     EXPECT_EQ(staged.dequantizes.load() > 0, quantized) << name;
-    const bool half = spec.weight_wire == shard::DType::BF16 || spec.grad_wire == shard::DType::BF16;
+    const bool half = spec.weight_wire == DType::BF16 || spec.grad_wire == DType::BF16;
     EXPECT_EQ(staged.half_encodes.load() > 0, half) << name;
     EXPECT_EQ(staged.half_decodes.load() > 0, half) << name;
   }

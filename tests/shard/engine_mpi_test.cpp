@@ -69,7 +69,7 @@ TrainRun train_run(const shard::ShardSpec& spec, int steps, int accum = 1, optim
 shard::ShardSpec preset(const char* name) { return shard::ShardSpec::preset_for(name, two_node_topology(8)); }
 
 shard::ShardSpec unquantized(shard::ShardSpec s) {
-  s.weight_wire = s.grad_wire = s.step_grad_wire = shard::DType::F32;
+  s.weight_wire = s.grad_wire = s.step_grad_wire = DType::F32;
   return s;
 }
 

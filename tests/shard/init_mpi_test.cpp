@@ -91,7 +91,7 @@ TEST(ShardedInit, EveryStrategyStartsFromTheSingleProcessWeights) {
     engine.gather_params(gathered.data());
     EXPECT_EQ(0, std::memcmp(gathered.data(), want.data(), 4 * want.size()));
     // The weights the model reads: full precision wires give the single-process loss exactly.
-    if (spec.weight_wire == comm::DType::F32) {
+    if (spec.weight_wire == DType::F32) {
       EXPECT_EQ(engine.eval_loss(tokens.data(), targets.data()), local_loss);
     }
   }

@@ -173,7 +173,7 @@ TEST(ShardedEngine, RuntimeOrderIsThePlannersReplayAndItsMemoryTheLifetimeReplay
       if (phase == "evaluation") {
         std::uint64_t largest = 0;
         for (int u = 0; u < s.num_units(); ++u) largest = std::max<std::uint64_t>(largest, s.padded_numel(u));
-        const bool decoded = s.levels().weights == 0 && spec.weight_wire != comm::DType::F32;
+        const bool decoded = s.levels().weights == 0 && spec.weight_wire != DType::F32;
         EXPECT_EQ(got.gathered, 4 * largest * walked + (decoded ? 4 * s.total_padded() : 0)) << what;
       }
       EXPECT_EQ(got.communication, replay.communication) << what;

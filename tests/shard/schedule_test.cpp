@@ -62,6 +62,21 @@ TEST(Schedule, Zero3MovesThreeModelsPerStepWhateverTheWorld) {
   }
 }
 
+TEST(Schedule, TheStepsScalarsAreScheduledAsTheFp64TheyTravelIn) {
+  const Schedule s = make("zero3");
+  int scalar_ops = 0;
+  for (const ScheduledOp& op : s.step_ops()) {
+    if (op.purpose != Purpose::GradNormAllReduce && op.purpose != Purpose::LossAllReduce) continue;
+    ++scalar_ops;
+    EXPECT_EQ(op.wire, DType::F64) << to_string(op.purpose);
+    // 1 (grad norm) or 2 (loss, stop flag) doubles to each of the level's other members.
+    const std::size_t values = op.purpose == Purpose::GradNormAllReduce ? 1 : 2;
+    EXPECT_EQ(op.elements_in, values);
+    EXPECT_EQ(op.bytes_sent, 8 * values * static_cast<std::size_t>(op.group_size - 1));
+  }
+  EXPECT_EQ(scalar_ops, 6);  // each over the 3 tiers of the two-node topology
+}
+
 TEST(Schedule, HsdpCrossNodeBytesAreARingAllReduceOfTheNodeShard) {
   auto topo = two_node_topology(16);  // 4 nodes of 4 ranks
   ShardSpec spec = ShardSpec::preset_for("hsdp", topo);
@@ -123,7 +138,7 @@ TEST(Schedule, MemoryFollowsTheSpecFormula) {
   Schedule s(tiny_layout(), topo, ShardSpec::preset_for("topo", topo), 1);
   StateMemory m = s.memory_per_rank();
   std::uint64_t n = s.total_padded();
-  EXPECT_EQ(m.weights, comm::wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
+  EXPECT_EQ(m.weights, wire_bytes(DType::I8, n / 2, 256));  // W over gpu: degree 2, int8 + scales
   EXPECT_EQ(m.grads, 4 * n / 4);                           // G over node: degree 4
   EXPECT_EQ(m.optimizer, 16 * n / 8);                      // OS over all 8: master, m, v, gradient
   EXPECT_EQ(m.secondary, 0u);
@@ -409,10 +424,10 @@ TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
   const std::size_t activation = static_cast<std::size_t>(B) * T * config.n_embd;
   for (const auto& op : s.tensor_parallel_ops()) {
     if (op.kind == strata::Collective::AllReduce) {
-      EXPECT_EQ(op.wire, strata::comm::DType::BF16);
+      EXPECT_EQ(op.wire, strata::DType::BF16);
       EXPECT_EQ(op.bytes_sent, 2 * (activation / 2) * 2);
     } else {
-      EXPECT_EQ(op.wire, strata::comm::DType::F32);
+      EXPECT_EQ(op.wire, strata::DType::F32);
       EXPECT_EQ(op.bytes_sent, 3u * B * T * 4);
     }
   }

@@ -72,14 +72,14 @@ TEST(ShardSpec, RefusesBadSpecsNamingTheField) {
   s.secondary = "cluster";
   EXPECT_NE(error_of([&] { resolve(s, topo); }).find("shard.secondary"), std::string::npos);
 
-  EXPECT_NE(error_of([] { comm::parse_dtype("int3", "--grad-wire"); }).find("--grad-wire = 'int3'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_dtype("int3", "--grad-wire"); }).find("--grad-wire = 'int3'"), std::string::npos);
   EXPECT_NE(error_of([&] { ShardSpec::preset_for("zero4", topo); }).find("strategy 'zero4'"), std::string::npos);
 }
 
 TEST(ShardSpec, WireBytesCountScales) {
-  EXPECT_EQ(comm::wire_bytes(DType::F32, 1000, 256), 4000u);
-  EXPECT_EQ(comm::wire_bytes(DType::BF16, 1000, 256), 2000u);
-  EXPECT_EQ(comm::wire_bytes(DType::I8, 1024, 256), 1024u + 16u);
-  EXPECT_EQ(comm::wire_bytes(DType::I4, 1024, 256), 512u + 16u);
-  EXPECT_EQ(comm::wire_bytes(DType::I8, 1000, 256), 1000u + 16u);  // a partial last block has a scale too
+  EXPECT_EQ(wire_bytes(DType::F32, 1000, 256), 4000u);
+  EXPECT_EQ(wire_bytes(DType::BF16, 1000, 256), 2000u);
+  EXPECT_EQ(wire_bytes(DType::I8, 1024, 256), 1024u + 16u);
+  EXPECT_EQ(wire_bytes(DType::I4, 1024, 256), 512u + 16u);
+  EXPECT_EQ(wire_bytes(DType::I8, 1000, 256), 1000u + 16u);  // a partial last block has a scale too
 }

@@ -32,7 +32,7 @@
 #include <string>
 #include <string_view>
 
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 #include "comm/api/work.hpp"
 
 namespace strata::comm {

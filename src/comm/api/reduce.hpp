@@ -4,7 +4,7 @@
 // order of additions is fixed by the caller, so results are bit-reproducible.
 #include <cstddef>
 
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 
 namespace strata::comm {
 

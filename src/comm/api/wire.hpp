@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/aligned.hpp"
-#include "comm/api/dtype.hpp"
+#include "comm/api/buffer.hpp"
 
 namespace strata::comm {
 

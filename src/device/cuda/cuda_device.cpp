@@ -143,15 +143,15 @@ class CudaDevice final : public Device {
   void add(float* x, const float* y, std::size_t n) override { cuda::add(x, y, n, stream_); }
   void scale(float* x, std::size_t n, float factor) override { cuda::scale(x, n, factor, stream_); }
 
-  void to_half(Half format, const float* src, std::size_t n, std::uint16_t* dst) override {
+  void to_half(DType format, const float* src, std::size_t n, std::uint16_t* dst) override {
     require_codec(format);
     cast_f32_to_bf16(dst, src, n, stream_);
   }
-  void from_half(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
+  void from_half(DType format, const std::uint16_t* src, std::size_t n, float* dst) override {
     require_codec(format);
     cast_bf16_to_f32(dst, src, n, stream_);
   }
-  void from_half_add(Half format, const std::uint16_t* src, std::size_t n, float* dst) override {
+  void from_half_add(DType format, const std::uint16_t* src, std::size_t n, float* dst) override {
     require_codec(format);
     add_bf16(dst, src, n, stream_);
   }
@@ -163,7 +163,7 @@ class CudaDevice final : public Device {
       check(cudaMalloc(reinterpret_cast<void**>(&nonfinite_block_), sizeof(std::uint64_t)),
             "cudaMalloc (quantize's non-finite flag)");
     check(cudaMemsetAsync(nonfinite_block_, 0xff, sizeof(std::uint64_t), stream_), "cudaMemsetAsync");
-    cuda::quantize(data, scales, src, n, format_of(spec), nonfinite_block_, stream_);
+    cuda::quantize(data, scales, src, n, spec, nonfinite_block_, stream_);
     std::uint64_t first = 0;
     to_host(&first, nonfinite_block_, sizeof(first));
     if (first != ~std::uint64_t{0})
@@ -171,11 +171,11 @@ class CudaDevice final : public Device {
   }
   void dequantize(const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& spec,
                   float* dst) override {
-    cuda::dequantize(dst, data, scales, n, format_of(spec), stream_);
+    cuda::dequantize(dst, data, scales, n, spec, stream_);
   }
   void dequantize_add(const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& spec,
                       float* dst) override {
-    cuda::dequantize_sum(dst, data, 0, scales, 0, 1, n, format_of(spec), stream_);
+    cuda::dequantize_sum(dst, data, 0, scales, 0, 1, n, spec, stream_);
   }
 
   Stream stream() const { return stream_; }
@@ -198,12 +198,10 @@ class CudaDevice final : public Device {
   std::size_t norm_scratch_bytes_ = 0;
   std::uint64_t* nonfinite_block_ = nullptr;  // 8 bytes outside the pool, as the norm's scratch
 
-  static QuantFormat format_of(const quant::QuantSpec& spec) {
-    return {spec.bits == quant::QuantBits::Int4 ? 4 : 8, spec.block_size};
-  }
   // strata train refuses such a wire before the device is made; this guards every other caller.
-  void require_codec(Half format) const {
-    if (!has_half_codec(name(), format))
+  void require_codec(DType format) const {
+    if (!is_half(format)) throw Error(fmt::format("cuda: {} is not a 16-bit float format", dtype_name(format)));
+    if (!has_codec(name(), format))
       throw Error("cuda: an fp16 wire has no GPU kernel; choose bf16, int8 or int4 (--weight-wire, --grad-wire, "
                   "--step-grad-wire)");
   }

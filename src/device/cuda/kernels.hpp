@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "base/adamw_coefficients.hpp"
+#include "quant/quant.hpp"
 
 struct CUstream_st;  // what cudaStream_t points at
 
@@ -139,35 +140,28 @@ void add_bf16(float* x, const std::uint16_t* y, std::size_t n, Stream stream);  
 void scale(float* x, std::size_t n, float factor, Stream stream);                // x *= factor
 
 // ---------------------------------------------------------------------------------------
-// Block quantization, byte for byte the CPU format of quant/quant.hpp (bits 8 or 4, any
-// positive block_size, one fp32 scale per block, INT4 low nibble first, padding zeroed).
+// Block quantization, byte for byte the CPU format of quant/quant.hpp (its QuantSpec: int8 or
+// int4, any positive block_size, one fp32 scale per block, INT4 low nibble first, padding zeroed).
 
-struct QuantFormat {
-  int bits = 8;  // 8 or 4
-  int block_size = 256;
-};
-std::size_t quant_blocks(std::size_t n, const QuantFormat& format);       // = number of scales
-std::size_t quant_data_bytes(std::size_t n, const QuantFormat& format);  // data bytes
-
-// data gets quant_data_bytes(n) bytes, scales quant_blocks(n) floats. A block holding NaN or
+// data gets quant::quantized_bytes(n) bytes, scales quant::num_blocks(n) floats. A block holding NaN or
 // infinity is left unwritten, and the smallest such block index is stored to
 // *first_nonfinite_block (device memory, which the caller sets to UINT64_MAX first; may be null).
-void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n, const QuantFormat& format,
+void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n, const quant::QuantSpec& format,
               std::uint64_t* first_nonfinite_block, Stream stream);
 void quantize_bf16(std::uint8_t* data, float* scales, const std::uint16_t* src, std::size_t n,
-                   const QuantFormat& format, std::uint64_t* first_nonfinite_block, Stream stream);
+                   const quant::QuantSpec& format, std::uint64_t* first_nonfinite_block, Stream stream);
 // dst[i] = q[i] * scale (fp32; then bf16 for dequantize_bf16). Unlike the CPU's, these do not
 // check the scales first (they are in device memory): a negative or non-finite scale is used
 // as it is, where the CPU would refuse the buffer.
-void dequantize(float* dst, const std::uint8_t* data, const float* scales, std::size_t n, const QuantFormat& format,
+void dequantize(float* dst, const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& format,
                 Stream stream);
 void dequantize_bf16(std::uint16_t* dst, const std::uint8_t* data, const float* scales, std::size_t n,
-                     const QuantFormat& format, Stream stream);
+                     const quant::QuantSpec& format, Stream stream);
 // qgZ's reduction: dst[i] += q_0[i]*s_0 then += q_1[i]*s_1 ... over `count` quantized buffers
 // of n values each, buffer j at data + j*data_stride bytes with scales at scales + j*scales_stride
 // floats; each product is rounded to fp32 before its add, in buffer order: the bits of `count`
 // calls of quant::dequantize_add.
 void dequantize_sum(float* dst, const std::uint8_t* data, std::size_t data_stride, const float* scales,
-                    std::size_t scales_stride, int count, std::size_t n, const QuantFormat& format, Stream stream);
+                    std::size_t scales_stride, int count, std::size_t n, const quant::QuantSpec& format, Stream stream);
 
 }  // namespace strata::device::cuda

@@ -25,12 +25,13 @@ struct Format {
   int block_size, qmax;
 };
 
-Format make_format(const char* name, std::size_t n, const QuantFormat& f) {
-  require(f.bits == 8 || f.bits == 4, name, "bits = " + std::to_string(f.bits) + " must be 8 or 4");
+Format make_format(const char* name, std::size_t n, const quant::QuantSpec& f) {
+  require(is_quantized(f.dtype), name, "dtype is not int8 or int4");
   require(f.block_size > 0, name,
           "block_size = " + std::to_string(f.block_size) + " must be a positive number of values");
   const auto bs = static_cast<std::size_t>(f.block_size);
-  return {n, (n + bs - 1) / bs, f.bits == 8 ? bs : (bs + 1) / 2, f.block_size, f.bits == 8 ? 127 : 7};
+  const bool int8 = f.dtype == DType::I8;
+  return {n, (n + bs - 1) / bs, int8 ? bs : (bs + 1) / 2, f.block_size, int8 ? 127 : 7};
 }
 
 // The blocks a warp handles: warp w of the grid takes blocks w, w + warps in the grid, ...
@@ -146,11 +147,11 @@ unsigned grid_for(const Format& f) {
 
 template <bool kBf16>
 void run_quantize(const char* name, std::uint8_t* data, float* scales, const void* src, std::size_t n,
-                  const QuantFormat& format, std::uint64_t* first_bad, Stream stream) {
+                  const quant::QuantSpec& format, std::uint64_t* first_bad, Stream stream) {
   const Format f = make_format(name, n, format);
   if (n == 0) return;
   auto* bad = reinterpret_cast<unsigned long long*>(first_bad);
-  if (format.bits == 8)
+  if (format.dtype == DType::I8)
     quantize_kernel<kBf16, 8><<<grid_for(f), kThreads, 0, stream>>>(data, scales, src, f, bad);
   else
     quantize_kernel<kBf16, 4><<<grid_for(f), kThreads, 0, stream>>>(data, scales, src, f, bad);
@@ -160,11 +161,11 @@ void run_quantize(const char* name, std::uint8_t* data, float* scales, const voi
 template <Sink kSink>
 void run_dequantize(const char* name, void* dst, const std::uint8_t* data, std::size_t data_stride,
                     const float* scales, std::size_t scales_stride, int count, std::size_t n,
-                    const QuantFormat& format, Stream stream) {
+                    const quant::QuantSpec& format, Stream stream) {
   const Format f = make_format(name, n, format);
   require(count >= 1, name, "count = " + std::to_string(count) + " buffers: must be at least 1");
   if (n == 0) return;
-  if (format.bits == 8)
+  if (format.dtype == DType::I8)
     dequantize_kernel<kSink, 8><<<grid_for(f), kThreads, 0, stream>>>(dst, data, data_stride, scales,
                                                                        scales_stride, count, f);
   else
@@ -175,37 +176,28 @@ void run_dequantize(const char* name, void* dst, const std::uint8_t* data, std::
 
 }  // namespace
 
-std::size_t quant_blocks(std::size_t n, const QuantFormat& format) {
-  return make_format("quant_blocks", n, format).blocks;
-}
-
-std::size_t quant_data_bytes(std::size_t n, const QuantFormat& format) {
-  const Format f = make_format("quant_data_bytes", n, format);
-  return f.blocks * f.block_bytes;
-}
-
-void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n, const QuantFormat& format,
+void quantize(std::uint8_t* data, float* scales, const float* src, std::size_t n, const quant::QuantSpec& format,
               std::uint64_t* first_nonfinite_block, Stream stream) {
   run_quantize<false>("quantize", data, scales, src, n, format, first_nonfinite_block, stream);
 }
 
 void quantize_bf16(std::uint8_t* data, float* scales, const std::uint16_t* src, std::size_t n,
-                   const QuantFormat& format, std::uint64_t* first_nonfinite_block, Stream stream) {
+                   const quant::QuantSpec& format, std::uint64_t* first_nonfinite_block, Stream stream) {
   run_quantize<true>("quantize_bf16", data, scales, src, n, format, first_nonfinite_block, stream);
 }
 
-void dequantize(float* dst, const std::uint8_t* data, const float* scales, std::size_t n, const QuantFormat& format,
+void dequantize(float* dst, const std::uint8_t* data, const float* scales, std::size_t n, const quant::QuantSpec& format,
                 Stream stream) {
   run_dequantize<Sink::F32>("dequantize", dst, data, 0, scales, 0, 1, n, format, stream);
 }
 
 void dequantize_bf16(std::uint16_t* dst, const std::uint8_t* data, const float* scales, std::size_t n,
-                     const QuantFormat& format, Stream stream) {
+                     const quant::QuantSpec& format, Stream stream) {
   run_dequantize<Sink::BF16>("dequantize_bf16", dst, data, 0, scales, 0, 1, n, format, stream);
 }
 
 void dequantize_sum(float* dst, const std::uint8_t* data, std::size_t data_stride, const float* scales,
-                    std::size_t scales_stride, int count, std::size_t n, const QuantFormat& format, Stream stream) {
+                    std::size_t scales_stride, int count, std::size_t n, const quant::QuantSpec& format, Stream stream) {
   run_dequantize<Sink::AddF32>("dequantize_sum", dst, data, data_stride, scales, scales_stride, count, n, format,
                                stream);
 }

@@ -1,4 +1,4 @@
-#include "comm/api/dtype.hpp"
+#include "base/dtype.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 
 #include "base/error.hpp"
 
-namespace strata::comm {
+namespace strata {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
@@ -58,19 +58,4 @@ void check_block(DType t, std::size_t block, std::string_view what) {
     throw Error(fmt::format("{}: int4 block size {} is odd; it must be even so every block starts on a byte", what, block));
 }
 
-std::size_t granule(DType t, std::size_t block) { return is_quantized(t) ? block : 1; }
-
-std::size_t chunk_count(std::size_t n, int d, std::size_t granule) {
-  if (d <= 0) throw Error(fmt::format("chunk_count: group size {} must be positive", d));
-  if (granule == 0) throw Error("chunk_count: granule must be positive");
-  std::size_t per_rank = (n + std::size_t(d) - 1) / std::size_t(d);
-  return (per_rank + granule - 1) / granule * granule;
-}
-
-std::size_t chunk_valid(std::size_t n, std::size_t c, int k) {
-  std::size_t begin = std::size_t(k) * c;
-  if (begin >= n) return 0;
-  return std::min(c, n - begin);
-}
-
-}  // namespace strata::comm
+}  // namespace strata
