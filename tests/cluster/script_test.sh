@@ -74,6 +74,14 @@ took=$(since "$t0")
 [ "$(cat "$work/received")" = $bytes ] || fail "received $(cat "$work/received") bytes of $bytes"
 over 0.6 "$took" && fail "$bytes bytes at 50 Mbit/s took $took s, under the 0.64 s the rate allows"
 echo "$bytes bytes at 50 Mbit/s: $took s (0.64 s of payload at the rate)"
+# The receiver's acknowledgements took the small-packet class (ahead of data), the data the other.
+class_sent() {  # NAMESPACE CLASSID FIELD(1: bytes, 3: packets)
+  ip netns exec "$1" tc -s class show dev eth0 classid "$2" | awk -v f="$3" '/^ Sent/ {print $(f + 1)}'
+}
+acks=$(class_sent "$cname-h1" 1:10 3)
+((acks > 100)) || fail "host 1 sent $acks packets in its small-packet class (1:10) while receiving $bytes bytes"
+data=$(class_sent "$cname-h0" 1:20 1)
+((data >= bytes)) || fail "host 0's data class (1:20) sent $data bytes, under the $bytes it sent"
 
 # ---- 4. shape, loss, link ----------------------------------------------------------------
 "${cluster[@]}" shape --name "$cname" --rate 200mbit > /dev/null
