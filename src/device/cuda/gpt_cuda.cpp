@@ -226,14 +226,14 @@ void CudaGPT::embed_backward(float* embed_grads) {
 
 float CudaGPT::forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                             float dlogits_scale) {
-  return model::gpt2_forward_walk(
+  return model::forward_walk(
       layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
       [&](int l, const float* p) { block_forward(l, p); },
       [&](const float* lnf, const float* embed) { return head_forward(lnf, embed, targets, dlogits_scale); });
 }
 
 void CudaGPT::backward_walk(model::UnitAccess& access) {
-  model::gpt2_backward_walk(
+  model::backward_walk(
       layout_, access,
       [&](const float* lnf, const float* embed, float* lnf_grads, float* embed_grads) {
         head_backward(lnf, embed, lnf_grads, embed_grads);
