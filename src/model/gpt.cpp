@@ -194,8 +194,6 @@ std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int se
 std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
 
 GPT::~GPT() = default;
-GPT::GPT(GPT&&) noexcept = default;
-GPT& GPT::operator=(GPT&&) noexcept = default;
 
 const float* GPT::logits() const { return impl_->logits; }
 
@@ -306,30 +304,10 @@ void GPT::block_forward(int layer, const float* p) {
 float GPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) {
   Impl& m = *impl_;
   const ModelConfig& cfg = config();
+  const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
   std::copy(targets, targets + BT, m.targets.begin());
-  if (layout_.split().size > 1) return head_forward_vocab_parallel(lnf_params, embed_params + m.embed.wte);
-  const float* x = m.block_input(cfg.n_layer);
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
-                           rows, nullptr, nullptr);
-    matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, C, cfg.padded_vocab_size, false, rows);
-    m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, cfg.padded_vocab_size,
-                              rows);
-  });
-  double total = 0;  // in row order: deterministic
-  for (int i = 0; i < BT; ++i) total += m.losses[i];
-  return static_cast<float>(total / BT);
-}
-
-// Cross-entropy over logits split by vocabulary rows (vocab_parallel.hpp).
-float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte) {
-  Impl& m = *impl_;
-  const ModelConfig& cfg = config();
-  const VocabSlice slice(cfg, layout_.split());
-  const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
   auto final_norm = [&](float* out, Range rows) {
     m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
@@ -339,13 +317,18 @@ float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte
     in_parallel([&](const Team& team) { final_norm(m.sp_rows, team.share(BT / layout_.split().size)); });
     shards_.gather(m.sp_rows, m.lnf);
   }
+  // The tied head is wte; under TP, this rank's vocabulary rows of it (vocab_parallel.hpp).
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     if (!sequence_parallel_) final_norm(m.lnf, rows);
-    matmul_forward(m.logits, m.lnf, wte, C, slice.rows, false, rows);
-    m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
+    matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, C, slice.rows, false, rows);
+    if (m.vocab_loss) m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
+    else m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, slice.rows, rows);
   });
-  return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
+  if (m.vocab_loss) return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
+  double total = 0;  // in row order: deterministic
+  for (int i = 0; i < BT; ++i) total += m.losses[i];
+  return static_cast<float>(total / BT);
 }
 
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,

@@ -57,12 +57,9 @@ class GPT final : public HostModel {
   float* residual(int layer) override;
   float* residual_grad() override;
 
- ~GPT() override;
-  GPT(GPT&&) noexcept;
-  GPT& operator=(GPT&&) noexcept;
+  ~GPT() override;
 
  private:
-  float head_forward_vocab_parallel(const float* lnf_params, const float* wte);
   void block_forward_sequence_parallel(int layer, const float* params);
   void block_backward_sequence_parallel(int layer, const float* params, float* grads);
   // A block's sizes on this rank: BT rows in all, R of them its own (sequence parallelism's
