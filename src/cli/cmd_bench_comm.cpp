@@ -27,6 +27,7 @@
 #include "comm/runtime/context.hpp"
 #include "comm/runtime/mpi_session.hpp"
 #include "comm/runtime/pieces.hpp"
+#include "plan/calibration.hpp"
 #include "plan/predict.hpp"
 #include "topo/groups.hpp"
 
@@ -84,11 +85,6 @@ struct Timing {
   comm::CommStats traffic;  // one call, mean over ranks
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 Timing time_collective(comm::Collectives& g, comm::Accounting& acc, Buffers& b, Collective kind,
                        const Options& o) {
   for (int i = 0; i < o.warmup; ++i) b.run(g, kind);
@@ -104,7 +100,7 @@ Timing time_collective(comm::Collectives& g, comm::Accounting& acc, Buffers& b, 
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     times.push_back(slowest);
   }
-  t.seconds = median(times);
+  t.seconds = plan::median(times);
   // Mean traffic per rank of one call, per tier.
   for (auto& tier : t.traffic.tiers) {
     std::uint64_t mine[3] = {tier.bytes_sent, tier.bytes_received, tier.messages}, sum[3];

@@ -10,7 +10,6 @@
 
 #include "base/aligned.hpp"
 #include "base/error.hpp"
-#include "model/gpt_walk.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
 #include "model/vocab_parallel.hpp"
@@ -171,15 +170,7 @@ void GPT::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, cons
 
 GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
          const TensorParallel& tp)
-    : layout_(config, tp.split),
-      tp_group_(tp.group),
-      sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
-      shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
-      B_(batch),
-      T_(seq),
-      recompute_(recompute),
-      impl_(std::make_unique<Impl>()) {
-  check_model_args(config, Family::Gpt2, "GPT", batch, seq, tp);
+    : HostModel(config, Family::Gpt2, "GPT", batch, seq, recompute, tp), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.k = &kernels;
   m.block = block_offsets(layout_);
@@ -203,14 +194,8 @@ std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int se
 std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
 
 GPT::~GPT() = default;
-GPT::GPT(GPT&&) noexcept = default;
-GPT& GPT::operator=(GPT&&) noexcept = default;
 
 const float* GPT::logits() const { return impl_->logits; }
-
-void GPT::tp_sum(float* data, std::size_t n) {
-  if (tp_group_) tp_group_->all_reduce_sum(data, n);
-}
 
 // Rows `rows` of y [R, C] += x.
 static void add_rows(float* y, const float* x, int C, Range rows) {
@@ -319,30 +304,10 @@ void GPT::block_forward(int layer, const float* p) {
 float GPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) {
   Impl& m = *impl_;
   const ModelConfig& cfg = config();
+  const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_, C = cfg.n_embd;
   check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
   std::copy(targets, targets + BT, m.targets.begin());
-  if (layout_.split().size > 1) return head_forward_vocab_parallel(lnf_params, embed_params + m.embed.wte);
-  const float* x = m.block_input(cfg.n_layer);
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    m.k->layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
-                           rows, nullptr, nullptr);
-    matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, C, cfg.padded_vocab_size, false, rows);
-    m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, cfg.padded_vocab_size,
-                              rows);
-  });
-  double total = 0;  // in row order: deterministic
-  for (int i = 0; i < BT; ++i) total += m.losses[i];
-  return static_cast<float>(total / BT);
-}
-
-// Cross-entropy over logits split by vocabulary rows (vocab_parallel.hpp).
-float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte) {
-  Impl& m = *impl_;
-  const ModelConfig& cfg = config();
-  const VocabSlice slice(cfg, layout_.split());
-  const int BT = B_ * T_, C = cfg.n_embd;
   const float* x = m.block_input(cfg.n_layer);
   auto final_norm = [&](float* out, Range rows) {
     m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
@@ -352,13 +317,18 @@ float GPT::head_forward_vocab_parallel(const float* lnf_params, const float* wte
     in_parallel([&](const Team& team) { final_norm(m.sp_rows, team.share(BT / layout_.split().size)); });
     shards_.gather(m.sp_rows, m.lnf);
   }
+  // The tied head is wte; under TP, this rank's vocabulary rows of it (vocab_parallel.hpp).
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     if (!sequence_parallel_) final_norm(m.lnf, rows);
-    matmul_forward(m.logits, m.lnf, wte, C, slice.rows, false, rows);
-    m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
+    matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, C, slice.rows, false, rows);
+    if (m.vocab_loss) m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
+    else m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, slice.rows, rows);
   });
-  return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
+  if (m.vocab_loss) return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
+  double total = 0;  // in row order: deterministic
+  for (int i = 0; i < BT; ++i) total += m.losses[i];
+  return static_cast<float>(total / BT);
 }
 
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
@@ -526,59 +496,5 @@ float* GPT::residual(int layer) {
 }
 
 float* GPT::residual_grad() { return impl_->dres; }
-
-float GPT::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  // Refuse bad ids before acquiring anything, so no unit is left acquired.
-  check_ids(tokens, BT, config().vocab_size, "token");
-  check_ids(targets, BT, config().vocab_size, "target");
-  return gpt2_forward_walk(
-      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
-      [&](int l, const float* p) { block_forward(l, p); },
-      [&](const float* lnf, const float* embed) { return head_forward(lnf, embed, targets); });
-}
-
-float GPT::forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                            float grad_scale) {
-  grad_scale_ = grad_scale;
-  return forward(access, tokens, targets);
-}
-
-void GPT::backward(UnitAccess& access) {
-  gpt2_backward_walk(
-      layout_, access,
-      [&](const float* lnf, const float* embed, float* lnf_grads, float* embed_grads) {
-        head_backward(lnf, embed, lnf_grads, embed_grads, grad_scale_);
-      },
-      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
-      [&](float* embed_grads) { embed_backward(embed_grads); });
-}
-
-std::vector<UnitEvent> GPT::event_order(const ModelConfig& config) {
-  using K = UnitEvent;
-  const int L = config.n_layer, E = 0, F = L + 1;
-  const Phase fwd = Phase::Forward, bwd = Phase::Backward;
-  std::vector<UnitEvent> ev;
-  ev.push_back({K::Acquire, E, fwd});
-  for (int l = 0; l < L; ++l) {
-    ev.push_back({K::Acquire, 1 + l, fwd});
-    ev.push_back({K::Release, 1 + l, fwd});
-  }
-  ev.push_back({K::Acquire, F, fwd});
-  ev.push_back({K::Release, F, fwd});
-  ev.push_back({K::Release, E, fwd});
-  ev.push_back({K::Acquire, F, bwd});
-  ev.push_back({K::Acquire, E, bwd});
-  ev.push_back({K::Release, E, bwd});
-  ev.push_back({K::Release, F, bwd});
-  ev.push_back({K::GradsReady, F, bwd});
-  for (int l = L - 1; l >= 0; --l) {
-    ev.push_back({K::Acquire, 1 + l, bwd});
-    ev.push_back({K::Release, 1 + l, bwd});
-    ev.push_back({K::GradsReady, 1 + l, bwd});
-  }
-  ev.push_back({K::GradsReady, E, bwd});
-  return ev;
-}
 
 }  // namespace strata::model

@@ -23,7 +23,7 @@ namespace strata::model {
 //   release(F,Bwd)  grads_ready(F)
 //   for l in L-1..0: acquire(1+l,Bwd)  block backward into grads(1+l)  release(1+l,Bwd)  grads_ready(1+l)
 //   embed backward into grads(E)  grads_ready(E)
-class GPT final : public Model, public StageModel {
+class GPT final : public HostModel {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
   // (seq <= config.seq_len); throws Error on other sizes or another family. With `recompute`
@@ -43,16 +43,6 @@ class GPT final : public Model, public StageModel {
   static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                         bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
-  bool recompute() const override { return recompute_; }
-
-  const ParamLayout& layout() const override { return layout_; }
-  int batch() const override { return B_; }
-  int seq() const override { return T_; }
-  static std::vector<UnitEvent> event_order(const ModelConfig& config);  // the walk above
-  float forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                         float grad_scale) override;
-  void backward(UnitAccess& access) override;
-  float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
 
   // StageModel: per-unit kernels, for callers that drive the walk themselves (the head's
@@ -67,14 +57,9 @@ class GPT final : public Model, public StageModel {
   float* residual(int layer) override;
   float* residual_grad() override;
 
- ~GPT() override;
-  GPT(GPT&&) noexcept;
-  GPT& operator=(GPT&&) noexcept;
+  ~GPT() override;
 
  private:
-  // Under TP: the group's element-wise sum of an activation (a no-op without TP).
-  void tp_sum(float* data, std::size_t n);
-  float head_forward_vocab_parallel(const float* lnf_params, const float* wte);
   void block_forward_sequence_parallel(int layer, const float* params);
   void block_backward_sequence_parallel(int layer, const float* params, float* grads);
   // A block's sizes on this rank: BT rows in all, R of them its own (sequence parallelism's
@@ -84,13 +69,6 @@ class GPT final : public Model, public StageModel {
   };
   BlockDims block_dims() const;
 
-  ParamLayout layout_;
-  TensorParallelGroup* tp_group_ = nullptr;
-  bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
-  SequenceShards shards_;           // its collectives
-  int B_, T_;
-  float grad_scale_ = 1.f;  // forward_training's, for backward
-  bool recompute_ = false;
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp
   std::unique_ptr<Impl> impl_;
 };

@@ -1,8 +1,8 @@
 #pragma once
 // The walks over the units (gpt.hpp and llama.hpp document them), written once for every
-// model that computes them: GPT-2's for model::GPT on the CPU and the GPU's CudaGPT, Llama's
-// for model::Llama and CudaLlama (device/cuda/). Each model passes its per-unit steps; the
-// order of acquires, releases and grads_ready is this file's.
+// model that computes them: model::GPT and model::Llama on the CPU, CudaGPT and CudaLlama
+// (device/cuda/). Each model passes its per-unit steps; the order of acquires, releases and
+// grads_ready is this file's.
 #include <cstdint>
 
 #include "model/layout.hpp"
@@ -35,69 +35,52 @@ void blocks_and_embed_backward_walk(const ParamLayout& layout, UnitAccess& acces
   access.grads_ready(E);
 }
 
-// GPT-2's forward: embed(embed_params), block(l, params), then head(lnf_params,
-// embed_params) returns the loss. The embeddings stay acquired: the tied LM head is wte.
+// The forward: embed(embed_params), block(l, params), then head(norm_params, head_params)
+// returns the loss. The families differ only in where the LM head lives (layout.hpp's
+// head_unit): GPT-2's is the tied wte, so the embeddings stay acquired until the head is
+// done; Llama's is a unit of its own, and the embeddings are released at once (only their
+// lookup reads them).
 template <class Embed, class Block, class Head>
-float gpt2_forward_walk(const ParamLayout& layout, UnitAccess& access, Embed&& embed, Block&& block, Head&& head) {
-  const int E = layout.embeddings_unit(), F = layout.final_norm_unit();
+float forward_walk(const ParamLayout& layout, UnitAccess& access, Embed&& embed, Block&& block, Head&& head) {
+  const int E = layout.embeddings_unit(), N = layout.final_norm_unit(), H = layout.head_unit();
+  const bool tied = H == E;
   const float* embed_params = access.acquire(E, Phase::Forward);
   embed(embed_params);
+  if (!tied) access.release(E, Phase::Forward);
   blocks_forward_walk(layout, access, block);
-  const float loss = head(access.acquire(F, Phase::Forward), embed_params);
-  access.release(F, Phase::Forward);
-  access.release(E, Phase::Forward);
-  return loss;
-}
-
-// GPT-2's backward, after the forward: head(lnf_params, embed_params, lnf_grads,
-// embed_grads), block(l, params, grads) from the last block down, embed(embed_grads).
-template <class Head, class Block, class Embed>
-void gpt2_backward_walk(const ParamLayout& layout, UnitAccess& access, Head&& head, Block&& block, Embed&& embed) {
-  const int E = layout.embeddings_unit(), F = layout.final_norm_unit();
-  const float* lnf = access.acquire(F, Phase::Backward);
-  const float* embed_params = access.acquire(E, Phase::Backward);
   // Named one by one: the walk is UnitAccess's documented order, whatever order a compiler
-  // evaluates arguments in (an engine lends gradient buffers at the acquire before them).
-  float* lnf_grads = access.grads(F);
-  float* embed_grads = access.grads(E);
-  head(lnf, embed_params, lnf_grads, embed_grads);
-  access.release(E, Phase::Backward);
-  access.release(F, Phase::Backward);
-  access.grads_ready(F);
-  blocks_and_embed_backward_walk(layout, access, block, embed);
-}
-
-// Llama's forward: embed(embed_params), block(l, params), then head(norm_params,
-// head_params) returns the loss. The embeddings are released at once: only their lookup
-// reads them.
-template <class Embed, class Block, class Head>
-float llama_forward_walk(const ParamLayout& layout, UnitAccess& access, Embed&& embed, Block&& block, Head&& head) {
-  const int E = layout.embeddings_unit(), N = layout.final_norm_unit(), H = layout.head_unit();
-  embed(access.acquire(E, Phase::Forward));
-  access.release(E, Phase::Forward);
-  blocks_forward_walk(layout, access, block);
-  const float* norm = access.acquire(N, Phase::Forward);  // named one by one, as below
-  const float* head_params = access.acquire(H, Phase::Forward);
+  // evaluates arguments in.
+  const float* norm = access.acquire(N, Phase::Forward);
+  const float* head_params = tied ? embed_params : access.acquire(H, Phase::Forward);
   const float loss = head(norm, head_params);
-  access.release(H, Phase::Forward);
+  if (!tied) access.release(H, Phase::Forward);
   access.release(N, Phase::Forward);
+  if (tied) access.release(E, Phase::Forward);
   return loss;
 }
 
-// Llama's backward, after the forward: head(norm_params, head_params, norm_grads,
-// head_grads), block(l, params, grads) from the last block down, embed(embed_grads).
+// The backward, after the forward: head(norm_params, head_params, norm_grads, head_grads),
+// block(l, params, grads) from the last block down, embed(embed_grads).
 template <class Head, class Block, class Embed>
-void llama_backward_walk(const ParamLayout& layout, UnitAccess& access, Head&& head, Block&& block, Embed&& embed) {
+void backward_walk(const ParamLayout& layout, UnitAccess& access, Head&& head, Block&& block, Embed&& embed) {
   const int N = layout.final_norm_unit(), H = layout.head_unit();
-  // Named one by one, as GPT-2's.
+  const bool tied = H == layout.embeddings_unit();
   const float* norm = access.acquire(N, Phase::Backward);
   const float* head_params = access.acquire(H, Phase::Backward);
-  float* head_grads = access.grads(H);
-  float* norm_grads = access.grads(N);
+  // Named one by one, as in the forward (an engine lends gradient buffers at the acquire
+  // before them); each family asks for them in its own order.
+  float *norm_grads, *head_grads;
+  if (tied) {
+    norm_grads = access.grads(N);
+    head_grads = access.grads(H);
+  } else {
+    head_grads = access.grads(H);
+    norm_grads = access.grads(N);
+  }
   head(norm, head_params, norm_grads, head_grads);
   access.release(H, Phase::Backward);
   access.release(N, Phase::Backward);
-  access.grads_ready(H);
+  if (!tied) access.grads_ready(H);
   access.grads_ready(N);
   blocks_and_embed_backward_walk(layout, access, block, embed);
 }

@@ -12,7 +12,6 @@
 #include "base/error.hpp"
 #include "model/kernels.hpp"
 #include "model/llama_kernels.hpp"
-#include "model/gpt_walk.hpp"
 #include "model/team.hpp"
 #include "model/vocab_parallel.hpp"
 
@@ -302,10 +301,7 @@ std::size_t Llama::Impl::place(const ModelConfig& config, int tp, bool sp, int B
 
 Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
              const TensorParallel& tp)
-    : layout_(config, tp.split), tp_group_(tp.group), sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
-      shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
-      B_(batch), T_(seq), recompute_(recompute), impl_(std::make_unique<Impl>()) {
-  check_model_args(config, Family::Llama, "Llama", batch, seq, tp);
+    : HostModel(config, Family::Llama, "Llama", batch, seq, recompute, tp), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.k = &kernels;
   m.off = llama_offsets(layout_);
@@ -334,10 +330,6 @@ std::uint64_t Llama::activation_bytes(const ModelConfig& config, int batch, int 
 }
 
 std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
-
-void Llama::tp_sum(float* data, std::size_t n) {
-  if (tp_group_) tp_group_->all_reduce_sum(data, n);
-}
 
 void Llama::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
@@ -647,63 +639,6 @@ void Llama::embed_backward(float* embed_grads) {
     vocab_parallel_scatter(embed_grads + m.off.embed, dres, m.tokens.data(), BT, slice, C,
                            team.share(C, kColumnAlign));
   });
-}
-
-float Llama::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  // Refuse bad ids before acquiring anything, so no unit is left acquired.
-  check_ids(tokens, BT, config().vocab_size, "token");
-  check_ids(targets, BT, config().vocab_size, "target");
-  return llama_forward_walk(
-      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
-      [&](int l, const float* p) { block_forward(l, p); },
-      [&](const float* norm, const float* head) { return head_forward(norm, head, targets); });
-}
-
-float Llama::forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                              float grad_scale) {
-  grad_scale_ = grad_scale;
-  return forward(access, tokens, targets);
-}
-
-void Llama::backward(UnitAccess& access) {
-  llama_backward_walk(
-      layout_, access,
-      [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
-        head_backward(norm, head, norm_grads, head_grads, grad_scale_);
-      },
-      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
-      [&](float* embed_grads) { embed_backward(embed_grads); });
-}
-
-std::vector<UnitEvent> Llama::event_order(const ModelConfig& config) {
-  using K = UnitEvent;
-  const int L = config.n_layer, E = 0, N = L + 1, H = L + 2;
-  const Phase fwd = Phase::Forward, bwd = Phase::Backward;
-  std::vector<UnitEvent> ev;
-  ev.push_back({K::Acquire, E, fwd});
-  ev.push_back({K::Release, E, fwd});
-  for (int l = 0; l < L; ++l) {
-    ev.push_back({K::Acquire, 1 + l, fwd});
-    ev.push_back({K::Release, 1 + l, fwd});
-  }
-  ev.push_back({K::Acquire, N, fwd});
-  ev.push_back({K::Acquire, H, fwd});
-  ev.push_back({K::Release, H, fwd});
-  ev.push_back({K::Release, N, fwd});
-  ev.push_back({K::Acquire, N, bwd});
-  ev.push_back({K::Acquire, H, bwd});
-  ev.push_back({K::Release, H, bwd});
-  ev.push_back({K::Release, N, bwd});
-  ev.push_back({K::GradsReady, H, bwd});
-  ev.push_back({K::GradsReady, N, bwd});
-  for (int l = L - 1; l >= 0; --l) {
-    ev.push_back({K::Acquire, 1 + l, bwd});
-    ev.push_back({K::Release, 1 + l, bwd});
-    ev.push_back({K::GradsReady, 1 + l, bwd});
-  }
-  ev.push_back({K::GradsReady, E, bwd});
-  return ev;
 }
 
 }  // namespace strata::model

@@ -28,7 +28,7 @@ namespace strata::model {
 
 inline constexpr float kRmsNormEps = 1e-5f;
 
-class Llama final : public Model, public StageModel {
+class Llama final : public HostModel {
  public:
   // Activations for micro-batches of exactly `batch` sequences of `seq` tokens
   // (seq <= config.seq_len); throws Error on other sizes or another family. `kernels`: the
@@ -44,22 +44,12 @@ class Llama final : public Model, public StageModel {
         const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
   ~Llama() override;
 
-  const ParamLayout& layout() const override { return layout_; }
-  int batch() const override { return B_; }
-  int seq() const override { return T_; }
-  static std::vector<UnitEvent> event_order(const ModelConfig& config);  // the walk above
-
-  float forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                         float grad_scale) override;
-  void backward(UnitAccess& access) override;
-  float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
   // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
   static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                         bool sequence_parallel = false);
   std::uint64_t activation_bytes() const override;
-  bool recompute() const override { return recompute_; }
 
   // StageModel: per-unit kernels, for callers that drive the walk themselves.
   void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
@@ -73,20 +63,11 @@ class Llama final : public Model, public StageModel {
   float* residual_grad() override;
 
  private:
-  // Under TP: the group's element-wise sum of an activation (a no-op without TP).
-  void tp_sum(float* data, std::size_t n);
   void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;
   void block_forward_sequence_parallel(int layer, const float* p);
   void block_backward_sequence_parallel(int layer, const float* p, float* g);
   void reserve_attention_scratch();
 
-  ParamLayout layout_;
-  TensorParallelGroup* tp_group_ = nullptr;
-  bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
-  SequenceShards shards_;           // its collectives
-  int B_, T_;
-  float grad_scale_ = 1.f;  // forward_training's, for backward
-  bool recompute_;
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp
   std::unique_ptr<Impl> impl_;
 };

@@ -5,15 +5,95 @@
 #include "base/error.hpp"
 
 #include "model/gpt.hpp"
+#include "model/gpt_walk.hpp"
 #include "model/init.hpp"
 #include "model/llama.hpp"
+#include "model/team.hpp"
 
 namespace strata::model {
 
 void Model::init_params(float* params, std::uint64_t seed) const { model::init_params(layout(), params, seed); }
 
+// The walks gpt.hpp and llama.hpp document (E = embeddings, N = final norm, H = LM head: E
+// itself for GPT-2's tied head), written out as data.
 std::vector<UnitEvent> unit_event_order(const ModelConfig& config) {
-  return config.family == Family::Llama ? Llama::event_order(config) : GPT::event_order(config);
+  using K = UnitEvent;
+  const bool tied = config.family != Family::Llama;
+  const int L = config.n_layer, E = 0, N = L + 1, H = tied ? E : L + 2;
+  const Phase fwd = Phase::Forward, bwd = Phase::Backward;
+  std::vector<UnitEvent> ev;
+  ev.push_back({K::Acquire, E, fwd});
+  if (!tied) ev.push_back({K::Release, E, fwd});
+  for (int l = 0; l < L; ++l) {
+    ev.push_back({K::Acquire, 1 + l, fwd});
+    ev.push_back({K::Release, 1 + l, fwd});
+  }
+  ev.push_back({K::Acquire, N, fwd});
+  if (!tied) ev.push_back({K::Acquire, H, fwd});
+  ev.push_back({K::Release, tied ? N : H, fwd});
+  ev.push_back({K::Release, tied ? E : N, fwd});
+  ev.push_back({K::Acquire, N, bwd});
+  ev.push_back({K::Acquire, H, bwd});
+  ev.push_back({K::Release, H, bwd});
+  ev.push_back({K::Release, N, bwd});
+  if (!tied) ev.push_back({K::GradsReady, H, bwd});
+  ev.push_back({K::GradsReady, N, bwd});
+  for (int l = L - 1; l >= 0; --l) {
+    ev.push_back({K::Acquire, 1 + l, bwd});
+    ev.push_back({K::Release, 1 + l, bwd});
+    ev.push_back({K::GradsReady, 1 + l, bwd});
+  }
+  ev.push_back({K::GradsReady, E, bwd});
+  return ev;
+}
+
+HostModel::HostModel(const ModelConfig& config, Family family, const char* name, int batch, int seq, bool recompute,
+                     const TensorParallel& tp)
+    : layout_(config, tp.split),
+      tp_group_(tp.group),
+      sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
+      shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
+      B_(batch),
+      T_(seq),
+      recompute_(recompute) {
+  if (tp.split.size > 1 && !tp.group)
+    throw Error(fmt::format("model: --tp {} needs a tensor-parallel group to reduce over", tp.split.size));
+  if (config.family != family)
+    throw Error(fmt::format("model: {} built for family {}", name, family_name(config.family)));
+  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
+  if (seq <= 0 || seq > config.seq_len)
+    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+}
+
+void HostModel::tp_sum(float* data, std::size_t n) {
+  if (tp_group_) tp_group_->all_reduce_sum(data, n);
+}
+
+float HostModel::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
+  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
+  // Refuse bad ids before acquiring anything, so no unit is left acquired.
+  check_ids(tokens, BT, config().vocab_size, "token");
+  check_ids(targets, BT, config().vocab_size, "target");
+  return forward_walk(
+      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
+      [&](int l, const float* p) { block_forward(l, p); },
+      [&](const float* norm, const float* head) { return head_forward(norm, head, targets); });
+}
+
+float HostModel::forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                                  float grad_scale) {
+  grad_scale_ = grad_scale;
+  return forward(access, tokens, targets);
+}
+
+void HostModel::backward(UnitAccess& access) {
+  backward_walk(
+      layout_, access,
+      [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
+        head_backward(norm, head, norm_grads, head_grads, grad_scale_);
+      },
+      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
+      [&](float* embed_grads) { embed_backward(embed_grads); });
 }
 
 // Sequence parallelism shards the micro-batch's token rows over the TP group.

@@ -112,6 +112,37 @@ class StageModel {
   virtual float* residual(int layer) = 0;
   virtual float* residual_grad() = 0;
 };
+// What the host's models, GPT and Llama, share: the walk (gpt_walk.hpp) over their
+// StageModel steps, the micro-batch's shape, and this rank's tensor-parallel slice
+// (tensor_parallel.hpp).
+class HostModel : public Model, public StageModel {
+ public:
+  const ParamLayout& layout() const override { return layout_; }
+  int batch() const override { return B_; }
+  int seq() const override { return T_; }
+  bool recompute() const override { return recompute_; }
+  float forward_training(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                         float grad_scale) override;
+  void backward(UnitAccess& access) override;
+  float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
+
+ protected:
+  // Refuses another family's config than `family` (the model named `name`), a micro-batch it
+  // cannot hold, a split with no group to reduce over.
+  HostModel(const ModelConfig& config, Family family, const char* name, int batch, int seq, bool recompute,
+            const TensorParallel& tp);
+  // Under TP: the group's element-wise sum of an activation (a no-op without TP).
+  void tp_sum(float* data, std::size_t n);
+
+  ParamLayout layout_;
+  TensorParallelGroup* tp_group_ = nullptr;
+  bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows
+  SequenceShards shards_;           // its collectives
+  int B_, T_;
+  float grad_scale_ = 1.f;  // forward_training's, for backward
+  bool recompute_ = false;
+};
+
 // The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`.
 std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute = false);
 

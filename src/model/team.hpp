@@ -11,7 +11,6 @@
 #include "base/error.hpp"
 #include "model/config.hpp"
 #include "model/kernels.hpp"
-#include "model/tensor_parallel.hpp"
 
 namespace strata::model {
 
@@ -20,19 +19,6 @@ inline void check_ids(const std::int32_t* ids, std::size_t n, int vocab, const c
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error(fmt::format("model: {} id {} at position {} is outside the vocabulary [0, {})", what, ids[i], i,
                               vocab));
-}
-
-// What every model's constructor refuses: another family's config, a micro-batch it cannot
-// hold, a split with no group to reduce over.
-inline void check_model_args(const ModelConfig& config, Family family, const char* model, int batch, int seq,
-                             const TensorParallel& tp) {
-  if (tp.split.size > 1 && !tp.group)
-    throw Error(fmt::format("model: --tp {} needs a tensor-parallel group to reduce over", tp.split.size));
-  if (config.family != family)
-    throw Error(fmt::format("model: {} built for family {}", model, family_name(config.family)));
-  if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
-  if (seq <= 0 || seq > config.seq_len)
-    throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
 }
 
 // One OpenMP parallel region per unit: f(team) runs on every thread, which works on its

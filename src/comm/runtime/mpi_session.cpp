@@ -33,11 +33,10 @@ std::vector<TransportSetting> apply_transport_defaults() {
 MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized) {
-    MPI_Query_thread(&thread_level_);
-  } else {
+  if (!initialized) {
     transport_ = apply_transport_defaults();
-    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_);
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     owns_ = true;
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);

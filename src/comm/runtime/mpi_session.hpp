@@ -30,8 +30,6 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 
-  int thread_level() const { return thread_level_; }  // MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE
-  bool thread_multiple() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
   // Each transport setting strata has a default for, as this process started MPI with it
@@ -40,7 +38,6 @@ class MpiSession {
 
  private:
   bool owns_ = false;
-  int thread_level_ = MPI_THREAD_SINGLE;
   int world_rank_ = 0;
   int world_size_ = 1;
   std::vector<TransportSetting> transport_;

@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "device/cuda/cuda_device.hpp"
+#include "model/gpt_walk.hpp"
 #include "model/team.hpp"
 
 namespace strata::device::cuda {
@@ -57,10 +58,15 @@ CudaModel::CudaModel(Device& device, const model::ModelConfig& config, model::Fa
 }
 
 float CudaModel::forward(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  model::check_ids(tokens, BT, config().vocab_size, "token");
-  model::check_ids(targets, BT, config().vocab_size, "target");
-  return forward_walk(access, tokens, targets, 0.0f);
+  return forward_training(access, tokens, targets, 0.0f);  // a logits' gradient of zero, unused
+}
+
+float CudaModel::forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                              float dlogits_scale) {
+  return model::forward_walk(
+      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
+      [&](int l, const float* p) { block_forward(l, p); },
+      [&](const float* norm, const float* head) { return head_forward(norm, head, targets, dlogits_scale); });
 }
 
 float CudaModel::forward_training(model::UnitAccess& access, const std::int32_t* tokens,
@@ -72,7 +78,13 @@ float CudaModel::forward_training(model::UnitAccess& access, const std::int32_t*
 }
 
 void CudaModel::backward(model::UnitAccess& access) {
-  backward_walk(access);
+  model::backward_walk(
+      layout_, access,
+      [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
+        head_backward(norm, head, norm_grads, head_grads);
+      },
+      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
+      [&](float* embed_grads) { embed_backward(embed_grads); });
   synchronize("forward/backward");
 }
 

@@ -74,17 +74,25 @@ class CudaModel : public model::Model {
   CudaModel(Device& device, const model::ModelConfig& config, model::Family family, int batch, int seq,
             bool recompute, Precision precision, Sizes sizes);
   ModelBuffers& buffers() { return *buffers_; }
-  // The family's walks (model/gpt_walk.hpp) over its per-unit steps. dlogits_scale: what the
-  // fused cross-entropy scales the logits' gradient by, in the forward (0 in forward-only use).
-  virtual float forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+  // The family's per-unit steps, which the walks (model/gpt_walk.hpp) run. dlogits_scale: what
+  // the fused cross-entropy scales the logits' gradient by, in the forward (0 in forward-only use).
+  virtual void embed_forward(const float* embed_params, const std::int32_t* tokens) = 0;
+  virtual void block_forward(int layer, const float* p) = 0;
+  virtual float head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
                              float dlogits_scale) = 0;
-  virtual void backward_walk(model::UnitAccess& access) = 0;
+  virtual void head_backward(const float* norm_params, const float* head_params, float* norm_grads,
+                             float* head_grads) = 0;
+  virtual void block_backward(int layer, const float* p, float* g) = 0;
+  virtual void embed_backward(float* embed_grads) = 0;
 
   model::ParamLayout layout_;
   int B_, T_;
   bool recompute_;
 
  private:
+  float forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
+                     float dlogits_scale);
+
   std::unique_ptr<ModelBuffers> buffers_;
 };
 

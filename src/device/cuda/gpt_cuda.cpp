@@ -224,22 +224,4 @@ void CudaGPT::embed_backward(float* embed_grads) {
                        config().n_embd, config().vocab_size, m.buffers.scratch.data(), gpu_stream());
 }
 
-float CudaGPT::forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                            float dlogits_scale) {
-  return model::gpt2_forward_walk(
-      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
-      [&](int l, const float* p) { block_forward(l, p); },
-      [&](const float* lnf, const float* embed) { return head_forward(lnf, embed, targets, dlogits_scale); });
-}
-
-void CudaGPT::backward_walk(model::UnitAccess& access) {
-  model::gpt2_backward_walk(
-      layout_, access,
-      [&](const float* lnf, const float* embed, float* lnf_grads, float* embed_grads) {
-        head_backward(lnf, embed, lnf_grads, embed_grads);
-      },
-      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
-      [&](float* embed_grads) { embed_backward(embed_grads); });
-}
-
 }  // namespace strata::device::cuda

@@ -248,22 +248,4 @@ void CudaLlama::embed_backward(float* embed_grads) {
                        config().n_embd, config().vocab_size, m.buffers.scratch.data(), gpu_stream());
 }
 
-float CudaLlama::forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
-                              float dlogits_scale) {
-  return model::llama_forward_walk(
-      layout_, access, [&](const float* embed) { embed_forward(embed, tokens); },
-      [&](int l, const float* p) { block_forward(l, p); },
-      [&](const float* norm, const float* head) { return head_forward(norm, head, targets, dlogits_scale); });
-}
-
-void CudaLlama::backward_walk(model::UnitAccess& access) {
-  model::llama_backward_walk(
-      layout_, access,
-      [&](const float* norm, const float* head, float* norm_grads, float* head_grads) {
-        head_backward(norm, head, norm_grads, head_grads);
-      },
-      [&](int l, const float* p, float* g) { block_backward(l, p, g); },
-      [&](float* embed_grads) { embed_backward(embed_grads); });
-}
-
 }  // namespace strata::device::cuda

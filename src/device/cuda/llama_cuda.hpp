@@ -26,18 +26,14 @@ class CudaLlama final : public CudaModel {
 
   const float* logits() const override;  // in device memory
 
- private:
-  void embed_forward(const float* embed_params, const std::int32_t* tokens);
-  void block_forward(int layer, const float* p);
-  // dlogits_scale: what the fused cross-entropy scales dlogits by (0 in forward-only use).
+ private:  // CudaModel's per-unit steps
+  void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
+  void block_forward(int layer, const float* p) override;
   float head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
-                     float dlogits_scale);
-  void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads);
-  void block_backward(int layer, const float* p, float* g);
-  void embed_backward(float* embed_grads);
-  float forward_walk(model::UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets,
                      float dlogits_scale) override;
-  void backward_walk(model::UnitAccess& access) override;
+  void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads) override;
+  void block_backward(int layer, const float* p, float* g) override;
+  void embed_backward(float* embed_grads) override;
 
   struct Impl;  // activations, rotary tables, offsets; llama_cuda.cpp
   std::unique_ptr<Impl> impl_;
