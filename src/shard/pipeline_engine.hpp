@@ -3,9 +3,10 @@
 // (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
 // the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
 // replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
-// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). A rank
-// holds its stage's runs only (PipelineSchedule::runs): weights, gradients and both Adam
-// moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
+// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas; zero2,
+// zero3, hsdp: the stage's units sharded by the sharding runtime, a ShardedEngine running the
+// stage's shard::Schedule). A rank holds its stage's runs only (PipelineSchedule::runs):
+// weights, gradients and both Adam moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
 // neighbouring stage's rank of the same replica as one message each. The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.

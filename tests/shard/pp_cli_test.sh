@@ -2,7 +2,7 @@
 # `strata train --pp` end to end on 4 ranks (2 nodes of 2 on the test topology, the stages
 # across "node"): the losses and validation losses of --pp 2 with two ddp (zero1, zero3) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
-# tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 stages at
+# tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 and zero3 stages (a zero3 one in one process) at
 # the uninterrupted losses, and bad layouts are refused naming --pp (or --pp-layers).
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
@@ -43,6 +43,7 @@ done
   --grad-accum 4 --resume "$work/pp" --out "$work/resumed_zero1" > /dev/null
 "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 --pp-tier node --batch 2 \
   --grad-accum 4 --resume "$work/pp" --out "$work/resumed_zero3" > /dev/null
+"$strata" train "${common[@]}" --batch 4 --grad-accum 4 --resume "$work/pp_zero3" --out "$work/zero3_resumed" > /dev/null
 
 /usr/bin/python3 - "$work" <<'PY' || fail "--pp 2 does not train as the same global batch without it"
 import json, sys
@@ -63,6 +64,7 @@ close(after("resumed"), metrics("one"), "--pp 2 ddp resumed in one process")
 close(after("resumed_zero1"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero1")
 close(metrics("pp_zero3"), ddp, "--pp 2 with zero3 vs ddp on 2 ranks")
 close(after("resumed_zero3"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero3")
+close(after("zero3_resumed"), metrics("one"), "--pp 2 zero3 resumed in one process")
 for run in ("pp", "pp_zero1", "resumed_zero1", "pp_zero3", "resumed_zero3", "pp8"):
     s = json.load(open(f"{work}/{run}/summary.json"))
     assert s["pipeline_stages"] == 2 and s["world_size"] == (8 if run == "pp8" else 4), s

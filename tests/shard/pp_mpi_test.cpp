@@ -5,7 +5,8 @@
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
 // sends included; a rank holds its stage's arrays only; recomputation changes no bit;
 // refusals name the flag. Under it, the sharding runtime's micro-batch cut into a forward and a
-// backward half, run in a stage's 1F1B order, gives micro_step's bits.
+// backward half, run in a stage's 1F1B order, gives micro_step's bits; and on those halves,
+// zero2, zero3 (4 ranks) and hsdp (8 ranks) inside the stages train to the one-process losses.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
