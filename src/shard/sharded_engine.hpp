@@ -11,6 +11,8 @@
 // through the device (device/device.hpp), so the engine runs unchanged on memory the host
 // cannot address. Its collectives are given per level, for that memory.
 //
+// In a pipeline stage (PipelineStage) it holds and walks the stage's units only.
+//
 // Under tensor parallelism (TensorParallelism) the model holds this rank's TP slice
 // (model/tensor_parallel.hpp) and all-reduces over the TP group; the schedule shards that
 // slice over the data-parallel ranks of the same TP index (the comms it is given span them).
@@ -114,7 +116,9 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   model::StageWalk& stage_walk(int slot);
   // `local` summed over this rank's levels by the schedule's scalar op of `purpose`
   // (GradNormAllReduce, LossAllReduce): a pipeline stage's part of a sum over the world.
-  std::vector<double> sum_over_levels(std::vector<double> local, Purpose purpose) { return scalar_sum(std::move(local), purpose); }
+  std::vector<double> sum_over_levels(std::vector<double> local, Purpose purpose) {
+    return scalar_sum(std::move(local), purpose);
+  }
   train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
   std::pair<double, bool> all_mean_and_any(double local, bool flag) override;
   std::vector<std::string> all_gather_strings(const std::string& local) override;
