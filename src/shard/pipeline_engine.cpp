@@ -15,6 +15,7 @@
 #include "comm/runtime/agree.hpp"
 #include "model/init.hpp"
 #include "optim/adamw.hpp"
+#include "device/device.hpp"
 #include "shard/runtime.hpp"
 
 namespace strata::shard {
@@ -50,7 +51,29 @@ PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, 
   runs_.push_back(unit_run(layout, first_unit, last_unit));
   if (split_.last && tied_) runs_.push_back(embeddings);
   add_sends();
-  add_step_ops(layout, replicas);
+  if (!replicas.sharding) {
+    add_step_ops(layout, replicas);
+    return;
+  }
+  stage_units_ = model::stage_units(layout, range(), stages);
+  sharding_ = std::make_shared<const Schedule>(stage_unit_plan(layout, stage_units_), replicas.topology,
+                                               *replicas.sharding, micro_batches);
+  add_sharded_tied_sum(layout, replicas.index);
+}
+
+bool stage_sharded(const std::string& strategy) {
+  return strategy == "zero2" || strategy == "zero3" || strategy == "hsdp";
+}
+
+// The first stage's embeddings and the last stage's copy are units of the same size in
+// schedules of the same levels: replica k of both holds the same OS slice, summed between them.
+void PipelineSchedule::add_sharded_tied_sum(const model::ParamLayout& layout, int replica) {
+  const int u = stage_units_.tied_unit;
+  if (u < 0) return;
+  const Slice o = sharding_->slice(u, replica, sharding_->levels().optimizer);
+  const std::size_t begin = layout.units()[layout.embeddings_unit()].offset + o.offset;
+  ops_.push_back({"tied embeddings", Collective::AllReduce, PipelineOp::Tied, -1, begin, begin + o.count,
+                  o.count * sizeof(float)});
 }
 
 void PipelineSchedule::add_sends() {
@@ -163,7 +186,16 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
                                   const topo::Topology& physical, int world_rank) {
   comm::Accounting counted = accounting_of(physical);
   for (const PipelineOp& op : schedule.ops()) charge_op(counted, op, groups, physical, world_rank);
-  return counted.snapshot();
+  comm::CommStats out = counted.snapshot();
+  // The stage's sharding: its levels are the physical tiers by index (ParallelDims::data_parallel_topology).
+  if (schedule.sharding())
+    for (const TierTraffic& t : schedule.sharding()->traffic_per_step()) {
+      comm::TierTraffic& mine = out.tiers.at(*physical.find_tier(t.tier));
+      mine.bytes_sent += t.bytes_sent;
+      mine.bytes_received += t.bytes_received;
+      mine.messages += t.messages;
+    }
+  return out;
 }
 
 PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const model::ModelConfig& config, int batch,
@@ -173,8 +205,9 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   comm::agree(MPI_COMM_WORLD, "world", [&] {
-    if (options.strategy != "ddp" && options.strategy != "zero1")
-      throw Error(fmt::format("--pp {}: a stage's replicas run ddp or zero1; --strategy {} is not run under --pp yet",
+    if (options.strategy != "ddp" && options.strategy != "zero1" && !stage_sharded(options.strategy))
+      throw Error(fmt::format("--pp {}: a stage's replicas run ddp, zero1, zero2, zero3 or hsdp; --strategy {} is not "
+                              "run under --pp yet",
                               options.pp, options.strategy));
     if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
     if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
@@ -187,12 +220,25 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     }
     dims_ = parallel::ParallelDims::model_parallel(topology_, 1, 0, options.pp, level);
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
-    schedule_ = std::make_unique<PipelineSchedule>(pipeline_schedule_of(
-        config, batch, seq, micro_batches, dims_, topology_, rank_, options.strategy == "zero1", options.pp_layers));
+    std::optional<ShardSpec> sharding;
+    if (stage_sharded(options.strategy)) sharding = build_spec(options, dims_.data_parallel_topology(topology_));
+    schedule_ = std::make_unique<PipelineSchedule>(pipeline_schedule_of(config, batch, seq, micro_batches, dims_,
+                                                                        topology_, rank_, options.strategy == "zero1",
+                                                                        options.pp_layers, sharding));
+    // 1F1B runs a stage's micro-batches in halves: refused here, naming the setting, if they cannot be.
+    if (schedule_->sharding()) static_cast<void>(schedule_->sharding()->halves_program(false));
     strategy_ = options.strategy;
   });
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
   build_groups();
+  tokens_.resize(micro_batches);
+  targets_.resize(micro_batches);
+  grad_scales_.resize(micro_batches);
+  losses_.resize(micro_batches);
+  if (schedule_->sharding()) {
+    build_sharded(config, batch, seq, seed, recompute);
+    return;
+  }
   const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
   for (int i = 0; i < slots; ++i) models_.push_back(model::make_stage_model(config, batch, seq, recompute));
   // The stage's runs only, one after another; each drawn as the whole model's initialization
@@ -204,19 +250,63 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   exp_avg_.assign(n, 0.f);
   exp_avg_sq_.assign(n, 0.f);
   for (const auto& [b, e] : schedule_->runs()) model::init_params_range(layout_, b, e, held(params_, b), seed);
-  tokens_.resize(micro_batches);
-  targets_.resize(micro_batches);
-  grad_scales_.resize(micro_batches);
-  losses_.resize(micro_batches);
+}
+
+// The stage's ShardedEngine over the stage's tier groups, running the stage's schedule.
+void PipelineEngine::build_sharded(const model::ModelConfig& config, int batch, int seq, std::uint64_t seed,
+                                   bool recompute) {
+  MPI_Comm_split(MPI_COMM_WORLD, dims_.data_parallel_rank(rank_), rank_, &across_stages_);
+  // The stage's ranks in world order are its replicas in order: the communicator's ranks.
+  stage_groups_ = std::make_unique<topo::ProcessGroups>(dims_.data_parallel_topology(topology_), mpi_comms_.front());
+  stage_comms_ = std::make_unique<comm::TierComms>(*context_, *stage_groups_);
+  PipelineStage stage{dims_, schedule_->range(), schedule_->sharding(), nullptr, nullptr};
+  stage.sum_tied = [this](float* grad, std::size_t n) {
+    const auto op = std::find_if(schedule_->ops().begin(), schedule_->ops().end(),
+                                 [](const PipelineOp& o) { return o.group == PipelineOp::Tied; });
+    if (op == schedule_->ops().end() || op->bytes != n * sizeof(float))
+      throw Error(fmt::format("pipeline: stage {}'s tied sum of {} floats is not its schedule's", stage_, n));
+    tied_->all_reduce_async(comm::f32(grad, n), comm::ReduceOp::Sum).wait();
+  };
+  stage.sum_over_stages = [this](double v) { return sum_over_stages(v); };
+  const ShardSpec& spec = schedule_->sharding()->spec();
+  sharded_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, mpi_levels(*stage_comms_), spec,
+                                             micro_batches_, seed, device::host(), recompute, std::nullopt,
+                                             Precision::F32,
+                                             parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches_),
+                                             &stage);
+}
+
+double PipelineEngine::sum_over_stages(double value) {
+  // Gathered and summed in stage order: every rank the same bits.
+  int n = 0;
+  MPI_Comm_size(across_stages_, &n);
+  std::vector<double> all(n);
+  MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, across_stages_);
+  double sum = 0;
+  for (double x : all) sum += x;
+  return sum;
+}
+
+model::StageModel& PipelineEngine::stage_model(int micro_batch) {
+  if (sharded_)
+    return sharded_->stage_walk(micro_batch % parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches_))
+        .stage();
+  return *models_[micro_batch % models_.size()];
+}
+
+std::uint64_t PipelineEngine::state_bytes() const {
+  if (sharded_) return sharded_->memory_bytes().total();
+  return 4 * sizeof(float) * params_.size();
 }
 
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
-                                      int world_rank, bool zero1, const std::vector<int>& stage_layers) {
+                                      int world_rank, bool zero1, const std::vector<int>& stage_layers,
+                                      const std::optional<ShardSpec>& sharding) {
+  StageReplicas replicas{dims.data_parallel_size(), dims.data_parallel_rank(world_rank), zero1, sharding, {}};
+  if (sharding) replicas.topology = dims.data_parallel_topology(physical);
   return PipelineSchedule(config, batch, seq, micro_batches, dims.pipeline,
-                          parallel::pipeline_stage(dims, physical, world_rank),
-                          StageReplicas{dims.data_parallel_size(), dims.data_parallel_rank(world_rank), zero1},
-                          stage_layers);
+                          parallel::pipeline_stage(dims, physical, world_rank), replicas, stage_layers);
 }
 
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
@@ -266,6 +356,10 @@ void PipelineEngine::build_groups() {
 }
 
 PipelineEngine::~PipelineEngine() {
+  // The stage's collectives finish before the groups and the comm thread go away.
+  sharded_.reset();
+  stage_comms_.reset();
+  stage_groups_.reset();
   previous_.reset();
   next_.reset();
   stage_group_.reset();
@@ -274,6 +368,7 @@ PipelineEngine::~PipelineEngine() {
   MPI_Finalized(&finalized);
   for (MPI_Comm& c : mpi_comms_)
     if (!finalized && c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  if (!finalized && across_stages_ != MPI_COMM_NULL) MPI_Comm_free(&across_stages_);
   context_.reset();
 }
 
@@ -359,12 +454,20 @@ void PipelineEngine::backward(int i) {
 
 void PipelineEngine::run_program() {
   const parallel::StageSplit& s = schedule_->split();
+  const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches_);
   auto op = schedule_->ops().begin();
   for (const PipelineAction& a : schedule_->program()) {
-    model::StageModel& m = *models_[a.micro_batch % models_.size()];
+    model::StageModel& m = stage_model(a.micro_batch);
+    const int i = a.micro_batch;
     switch (a.kind) {
-      case PipelineAction::Forward: forward(a.micro_batch); break;
-      case PipelineAction::Backward: backward(a.micro_batch); break;
+      case PipelineAction::Forward:
+        if (!sharded_) forward(i);
+        else losses_[i] = sharded_->forward_half(i % slots, tokens_[i].data(), targets_[i].data(), grad_scales_[i]);
+        break;
+      case PipelineAction::Backward:
+        if (!sharded_) backward(i);
+        else sharded_->backward_half(i % slots);
+        break;
       case PipelineAction::SendActivation: communicate(*op++, m.residual(s.end_layer())); break;
       case PipelineAction::ReceiveActivation: communicate(*op++, m.residual(s.first_layer)); break;
       case PipelineAction::SendGradient:
@@ -386,6 +489,7 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
   const auto t0 = std::chrono::steady_clock::now();
   run_program();
   wall_s_ += seconds_since(t0);
+  if (sharded_) exposed_s_ += sharded_->take_timing().exposed_comm_s;
   for (auto& t : tokens_) t.clear();
   double sum = 0;
   if (schedule_->split().last)
@@ -396,7 +500,7 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
 float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
   const std::size_t n = tokens_per_batch_;
   const parallel::StageSplit& s = schedule_->split();
-  model::StageModel& m = *models_[0];
+  model::StageModel& m = stage_model(0);
   tokens_[0].assign(tokens, tokens + n);
   targets_[0].assign(targets, targets + n);
   const std::uint64_t bytes = schedule_->activation_floats() * sizeof(float);
@@ -404,7 +508,8 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
     communicate({"activation-send", std::nullopt, g, 0, 0, 0, bytes}, data);
   };
   if (!s.first) send(PipelineOp::Previous, m.residual(s.first_layer));
-  forward(0);
+  if (!sharded_) forward(0);
+  else losses_[0] = sharded_->eval_loss(tokens_[0].data(), targets_[0].data());
   if (!s.last) send(PipelineOp::Next, m.residual(s.end_layer()));
   tokens_[0].clear();
   evaluated_since_report_ = true;
@@ -413,6 +518,13 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
 
 train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (sharded_) {
+    // The stage's reductions, the tied sum and the norm over the stages (PipelineStage).
+    const train::StepOutcome out = sharded_->optimizer_step(hp, args);
+    wall_s_ += seconds_since(t0);
+    exposed_s_ += sharded_->take_timing().exposed_comm_s;
+    return out;
+  }
   for (const PipelineOp& op : schedule_->ops())
     if (op.kind == Collective::AllReduce || op.kind == Collective::ReduceScatter) run_step_op(op);
   // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
@@ -441,7 +553,8 @@ train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, 
 }
 
 void PipelineEngine::state_loaded() {
-  gather_weights();
+  if (sharded_) sharded_->state_loaded();
+  else gather_weights();
   last_stats_ = context_->accounting().snapshot();
 }
 
@@ -452,6 +565,12 @@ void PipelineEngine::gather_weights() {
 
 std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {
   // The loss lives on the last stage: the mean is over its ranks.
+  if (sharded_) {
+    // The stage's sum by its schedule's op, then over the stages.
+    std::vector<double> v =
+        sharded_->sum_over_levels({schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
+    return {sum_over_stages(v[0]) / dims_.data_parallel_size(), sum_over_stages(v[1]) > 0};
+  }
   double v[2] = {schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0};
   MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return {v[0] / dims_.data_parallel_size(), v[1] > 0};
@@ -468,13 +587,23 @@ std::vector<train::StateShard> PipelineEngine::shards_of(const std::vector<Pipel
   return out;
 }
 
-std::vector<train::StateShard> PipelineEngine::state_shards() { return shards_of(schedule_->updated()); }
+std::vector<train::StateShard> PipelineEngine::state_shards() {
+  return sharded_ ? sharded_->state_shards() : shards_of(schedule_->updated());
+}
 
-std::vector<train::StateShard> PipelineEngine::saved_shards() { return shards_of(schedule_->counted()); }
+std::vector<train::StateShard> PipelineEngine::saved_shards() {
+  return sharded_ ? sharded_->saved_shards() : shards_of(schedule_->counted());
+}
 
 void PipelineEngine::gather_params(float* full) {
   const std::size_t n = layout_.total_floats();
   std::fill(full, full + n, 0.f);
+  if (sharded_) {
+    // Each stage's units whole on its ranks (the tied copy left out), then summed over the stages.
+    sharded_->gather_params(full);
+    MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, across_stages_);
+    return;
+  }
   for (const auto& [b, e] : schedule_->counted())
     if (e > b) std::copy_n(held(params_, b), e - b, full + b);
   MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

@@ -3,9 +3,10 @@
 // (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
 // the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
 // replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
-// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas). A rank
-// holds its stage's runs only (PipelineSchedule::runs): weights, gradients and both Adam
-// moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
+// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas; zero2,
+// zero3, hsdp: the stage's units sharded by the sharding runtime, a ShardedEngine running the
+// stage's shard::Schedule). A rank holds its stage's runs only (PipelineSchedule::runs):
+// weights, gradients and both Adam moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
 // neighbouring stage's rank of the same replica as one message each. The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
@@ -30,6 +31,7 @@
 #include <mpi.h>
 
 #include "base/collective.hpp"
+#include "comm/backends/tier_comms.hpp"
 #include "comm/host/communicator.hpp"
 #include "comm/instrument/accounting.hpp"
 #include "comm/runtime/context.hpp"
@@ -37,6 +39,10 @@
 #include "parallel/dims.hpp"
 #include "parallel/options.hpp"
 #include "parallel/pipeline.hpp"
+#include "shard/schedule.hpp"
+#include "shard/sharded_engine.hpp"
+#include "shard/spec.hpp"
+#include "topo/groups.hpp"
 #include "topo/topology.hpp"
 #include "train/engine.hpp"
 
@@ -59,9 +65,15 @@ struct PipelineOp {
 // How a stage's replicas hold the weights' optimizer state: ddp (every replica the whole
 // stage, the gradients all-reduced) or zero1 (each replica a 1/d chunk of every run, the
 // gradients reduce-scattered and the updated weights all-gathered).
+// Any other strategy (zero2, zero3, hsdp) shards the stage's units as the sharding runtime
+// does a whole model's: `sharding` is its spec resolved over `topology`, the stage's
+// data-parallel topology, and the stage's shard::Schedule (PipelineSchedule::sharding) holds
+// its gathers and reductions; the ShardedEngine of the stage runs it.
 struct StageReplicas {
   int count = 1, index = 0;
   bool zero1 = false;
+  std::optional<ShardSpec> sharding;
+  topo::Topology topology;
 };
 
 // This rank's step: its stage's program (with the sends and receives as ops) and the step's
@@ -75,7 +87,8 @@ class PipelineSchedule {
   const parallel::StageSplit& split() const { return split_; }
   const std::vector<parallel::PipelineAction>& program() const { return program_; }
   // The op of each program entry that communicates (sends and receives), in program order,
-  // then the step's reductions, then (zero1) its gathers.
+  // then the step's reductions, then (zero1) its gathers. Under a sharding: the sends, then
+  // the tied sum of this rank's OS slice of the embeddings; the rest is sharding()'s.
   const std::vector<PipelineOp>& ops() const { return ops_; }
   // The units this stage holds, as arena runs: its blocks, the embeddings on the first
   // stage, the final norm (and llama's lm_head) on the last, and on gpt2's last its copy of the embeddings (the tied
@@ -88,10 +101,16 @@ class PipelineSchedule {
   const std::vector<Run>& counted() const { return counted_; }
   std::size_t activation_floats() const { return activation_floats_; }
   bool tied() const { return tied_; }
+  // The stage's sharding schedule (zero2, zero3, hsdp: StageReplicas::sharding) over its units
+  // (stage_units()), nullptr under ddp and zero1.
+  const std::shared_ptr<const Schedule>& sharding() const { return sharding_; }
+  const model::StageUnits& stage_units() const { return stage_units_; }
+  model::StageRange range() const { return {split_.first_layer, split_.end_layer(), split_.first, split_.last}; }
 
  private:
   void add_sends();
   void add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas);
+  void add_sharded_tied_sum(const model::ParamLayout& layout, int replica);
 
   parallel::StageSplit split_;
   std::vector<parallel::PipelineAction> program_;
@@ -99,6 +118,8 @@ class PipelineSchedule {
   std::vector<Run> runs_, updated_, counted_;
   std::size_t activation_floats_ = 0;
   bool tied_ = false;  // the LM head is the embeddings (gpt2): the last stage holds a copy
+  model::StageUnits stage_units_;
+  std::shared_ptr<const Schedule> sharding_;
 };
 
 // The ranks a pipelined run's groups span (world ranks; a group of one rank where there is
@@ -108,10 +129,14 @@ struct PipelineGroups {
   const std::vector<int>& of(PipelineOp::Group g) const;
 };
 // The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
-// stage's replicas ddp, or `zero1`), as the engine builds them: what the planner prices.
+// stage's replicas ddp, or `zero1`, or sharded by `sharding`: a spec resolved over the
+// stage's data-parallel topology), as the engine builds them: what the planner prices.
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
-                                      int world_rank, bool zero1, const std::vector<int>& stage_layers = {});
+                                      int world_rank, bool zero1, const std::vector<int>& stage_layers = {},
+                                      const std::optional<ShardSpec>& sharding = std::nullopt);
+// Whether `strategy` runs in a stage through the sharding runtime (the rest: ddp, zero1).
+bool stage_sharded(const std::string& strategy);
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
                                bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
@@ -151,6 +176,8 @@ class PipelineEngine final : public train::Engine {
   nlohmann::json summary_report() override;
 
   const PipelineSchedule& schedule() const { return *schedule_; }
+  // The stage's sharding runtime (zero2, zero3, hsdp), nullptr under ddp and zero1.
+  ShardedEngine* sharded() { return sharded_.get(); }
   const PipelineGroups& groups() const { return members_; }
   const topo::Topology& topology() const { return topology_; }
   comm::Context& context() { return *context_; }
@@ -158,11 +185,14 @@ class PipelineEngine final : public train::Engine {
   comm::CommStats traffic_per_step() const;
   int stage() const { return stage_; }
   // Bytes of the weights, gradients and Adam moments this rank holds: its stage's runs, four
-  // fp32 arrays of them.
-  std::uint64_t state_bytes() const { return 4 * sizeof(float) * params_.size(); }
+  // fp32 arrays of them (sharded: what the stage's engine allocated, StateMemory).
+  std::uint64_t state_bytes() const;
 
  private:
   void build_groups();
+  void build_sharded(const model::ModelConfig& config, int batch, int seq, std::uint64_t seed, bool recompute);
+  model::StageModel& stage_model(int micro_batch);
+  double sum_over_stages(double value);  // the same value a stage's ranks hold, summed over the stages
   void run_program();
   void forward(int micro_batch);
   void backward(int micro_batch);
@@ -192,6 +222,12 @@ class PipelineEngine final : public train::Engine {
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
   std::vector<float> chunk_;  // zero1: one chunk of a run, for its reduce-scatter and all-gather
+  // Sharded stages: the stage's tier groups (over its communicator), the ranks of this
+  // replica index across the stages (the scalar sums, plain MPI), and the stage's engine.
+  std::unique_ptr<topo::ProcessGroups> stage_groups_;
+  std::unique_ptr<comm::TierComms> stage_comms_;
+  MPI_Comm across_stages_ = MPI_COMM_NULL;
+  std::unique_ptr<ShardedEngine> sharded_;
   std::vector<double> losses_;
   std::int64_t updates_ = 0;
   comm::CommStats last_stats_;

@@ -535,6 +535,15 @@ UnitPlan unit_plan(const model::ParamLayout& layout) {
   return p;
 }
 
+UnitPlan stage_unit_plan(const model::ParamLayout& layout, const model::StageUnits& stage) {
+  UnitPlan p;
+  p.names = stage.names;
+  for (int u : stage.layout_unit) p.numel.push_back(layout.units()[u].numel);
+  p.events = stage.events;
+  p.layout_unit = stage.layout_unit;
+  return p;
+}
+
 TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::ModelConfig& config, int batch,
                                         int seq, bool recompute, bool sequence_parallel) {
   const auto calls = model::tensor_parallel_calls(config, dims.tensor, batch, seq, recompute, sequence_parallel);
@@ -848,7 +857,7 @@ std::string Schedule::table() const {
 }
 
 std::vector<ArenaRun> optimizer_runs(const Schedule& schedule, const model::ParamLayout& layout, int rank) {
-  if (layout.units().size() != static_cast<std::size_t>(schedule.num_units()))
+  if (schedule.units().layout_unit.empty() && layout.units().size() != static_cast<std::size_t>(schedule.num_units()))
     throw Error(fmt::format("shard: the layout has {} units, the schedule {}", layout.units().size(),
                             schedule.num_units()));
   std::vector<ArenaRun> runs;
@@ -857,7 +866,7 @@ std::vector<ArenaRun> optimizer_runs(const Schedule& schedule, const model::Para
     const Slice o = schedule.slice(u, rank, levels);
     const std::size_t numel = schedule.units().numel[u];
     if (o.offset >= numel) continue;  // all padding
-    const std::size_t begin = layout.units()[u].offset + o.offset;
+    const std::size_t begin = layout.units()[schedule.units().layout_unit_of(u)].offset + o.offset;
     runs.push_back({u, begin, begin + std::min(o.count, numel - o.offset)});
   }
   return runs;

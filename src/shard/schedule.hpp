@@ -17,6 +17,7 @@
 
 #include "comm/composition/compose.hpp"
 #include "model/model.hpp"
+#include "model/stage_walk.hpp"
 #include "model/layout.hpp"
 #include "parallel/dims.hpp"
 #include "shard/spec.hpp"
@@ -172,8 +173,13 @@ struct UnitPlan {
   std::vector<std::string> names;
   std::vector<std::size_t> numel;             // fp32 elements of each unit
   std::vector<model::UnitEvent> events;       // one micro-batch, see model/model.hpp
+  // The ParamLayout unit each unit holds (a pipeline stage's: model::StageUnits); empty: unit u is layout unit u.
+  std::vector<int> layout_unit;
+  int layout_unit_of(int unit) const { return layout_unit.empty() ? unit : layout_unit[unit]; }
 };
 UnitPlan unit_plan(const model::ParamLayout& layout);
+// A pipeline stage's units (model/stage_walk.hpp): its walk's events, each unit's size its layout unit's.
+UnitPlan stage_unit_plan(const model::ParamLayout& layout, const model::StageUnits& stage);
 
 // Tensor parallelism: the TP group's size, the tier it lies in (its messages cross that tier)
 // and the model's collectives of one training micro-batch (model::tensor_parallel_calls).

@@ -45,18 +45,46 @@ model::TensorParallel model_split(const std::optional<TensorParallelism>& tp, in
 std::vector<std::unique_ptr<model::Model>> reserve_and_make_models(const Schedule& schedule, device::Device& device,
                                                                    const model::ModelConfig& config, int batch,
                                                                    int seq, bool recompute, Precision precision,
-                                                                   const model::TensorParallel& split, int in_flight) {
+                                                                   const model::TensorParallel& split, int in_flight,
+                                                                   const std::optional<PipelineStage>& stage) {
   if (split.split.size > 1 && (!device.host_visible() || precision != Precision::F32))
     throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device in {} "
                             "(train.device, train.precision)",
                             split.split.size, device.name(), precision_name(precision)));
+  // A stage's model is the host's StageModel (model/model.hpp).
+  if (stage && (!device.host_visible() || precision != Precision::F32))
+    throw Error(fmt::format("--pp {}: a pipeline stage computes on the cpu in fp32 only, not on the {} device in {} "
+                            "(train.device, train.precision)",
+                            stage->dims.pipeline, device.name(), precision_name(precision)));
   if (in_flight < 1) throw Error(fmt::format("shard: {} micro-batches in flight: needs at least 1", in_flight));
   device.reserve(ShardedEngine::device_bytes(schedule, device, config, batch, seq, recompute, precision, in_flight));
   std::vector<std::unique_ptr<model::Model>> models;
   for (int i = 0; i < in_flight; ++i)
-    models.push_back(split.split.size > 1 ? model::make_model(config, batch, seq, recompute, device.kernels(), split)
-                                          : device.make_model(config, batch, seq, recompute, precision));
+    if (stage)
+      models.push_back(
+          std::make_unique<model::StageWalk>(config, stage->range, stage->dims.pipeline, batch, seq, recompute));
+    else
+      models.push_back(split.split.size > 1 ? model::make_model(config, batch, seq, recompute, device.kernels(), split)
+                                            : device.make_model(config, batch, seq, recompute, precision));
   return models;
+}
+
+// What the sharding runs over: the data-parallel topology under TP or a pipeline, else the
+// physical one; a pipeline stage's units, else the whole model's.
+Schedule schedule_of(const model::ModelConfig& config, int batch, int seq, const comm::Context& ctx,
+                     const ShardSpec& spec, int accumulation_steps, bool recompute,
+                     const std::optional<TensorParallelism>& tp, const std::optional<PipelineStage>& stage,
+                     const model::StageUnits& stage_units) {
+  if (stage) {
+    if (!stage->schedule || stage->schedule->units().layout_unit != stage_units.layout_unit ||
+        stage->schedule->accumulation_steps() != accumulation_steps || stage->schedule->spec().preset != spec.preset)
+      throw Error("shard: a pipeline stage's engine needs the stage's schedule of its units, spec and micro-batches");
+    return *stage->schedule;
+  }
+  return Schedule(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
+                  tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec, accumulation_steps,
+                  tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute, tp->sequence_parallel)
+                     : TensorParallelPlan{});
 }
 
 }  // namespace
@@ -80,16 +108,17 @@ std::uint64_t ShardedEngine::device_bytes(const Schedule& schedule, const device
 ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx,
                              LevelCollectives levels, const ShardSpec& spec, int accumulation_steps,
                              std::uint64_t seed, device::Device& device, bool recompute,
-                             const std::optional<TensorParallelism>& tp, Precision precision, int in_flight)
+                             const std::optional<TensorParallelism>& tp, Precision precision, int in_flight,
+                             const PipelineStage* stage)
     : device_(device),
-      schedule_(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
-                tp ? tp->dims.data_parallel_topology(ctx.topology()) : ctx.topology(), spec, accumulation_steps,
-                tp ? tensor_parallel_plan(tp->dims, config, batch, seq, recompute, tp->sequence_parallel)
-                   : TensorParallelPlan{}),
+      stage_(stage ? std::optional<PipelineStage>(*stage) : std::nullopt),
+      stage_units_(stage ? model::stage_units(model::ParamLayout(config), stage->range, stage->dims.pipeline)
+                         : model::StageUnits{}),
+      schedule_(schedule_of(config, batch, seq, ctx, spec, accumulation_steps, recompute, tp, stage_, stage_units_)),
       models_(reserve_and_make_models(schedule_, device, config, batch, seq, recompute, precision,
-                                      model_split(tp, ctx.world_rank(), this), in_flight)),
+                                      model_split(tp, ctx.world_rank(), this), in_flight, stage_)),
       ctx_(ctx),
-      dims_(tp ? tp->dims : parallel::ParallelDims::data_parallel(ctx.topology())),
+      dims_(tp ? tp->dims : stage ? stage->dims : parallel::ParallelDims::data_parallel(ctx.topology())),
       rank_(ctx.world_rank()),
       dp_rank_(dims_.data_parallel_rank(rank_)),
       tp_group_(tp ? tp->group : nullptr),
@@ -104,6 +133,7 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
                               given == &executor_.levels().device ? "device" : "host", given->size(), L.num_levels));
   if (tp && (!tp_group_ || tp_group_->size() != dims_.tensor))
     throw Error(fmt::format("shard: --tp {} needs a TP group of that many ranks", dims_.tensor));
+  if (tp && stage) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", dims_.pipeline, dims_.tensor));
   if (spec.step_grad_allreduce)
     throw Error("shard.step_grad_allreduce: models ZeRO-topo's published cross-node all-reduce for the planner; "
                 "the runtime reduces gradient slices straight to the optimizer slice instead");
@@ -112,9 +142,10 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
   for (int u = 0; u < schedule_.num_units(); ++u) {
     auto U = std::make_unique<Unit>(device_);
     U->index = u;
-    U->numel = layout.units()[u].numel;
+    const int lu = schedule_.units().layout_unit_of(u);
+    U->numel = layout.units()[lu].numel;
     U->padded = schedule_.padded_numel(u);
-    U->arena_offset = layout.units()[u].offset;
+    U->arena_offset = layout.units()[lu].offset;
     U->padded_offset = padded_total;
     padded_total += U->padded;
     largest = std::max(largest, U->padded);
@@ -164,11 +195,11 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
   std::vector<float> initial;
   for (auto& U : units_) {
     initial.resize(U->o.count);
-    init_unit_slice(layout, U->index, U->o, initial.data(), seed);
+    init_unit_slice(layout, schedule_.units().layout_unit_of(U->index), U->o, initial.data(), seed);
     device_.from_host(U->master.data(), initial.data(), sizeof(float) * U->o.count);
     if (L.secondary > 0) {
       initial.resize(U->s.count);
-      init_unit_slice(layout, U->index, U->s, initial.data(), seed);
+      init_unit_slice(layout, schedule_.units().layout_unit_of(U->index), U->s, initial.data(), seed);
       float* staged = borrow_full();
       device_.from_host(staged, initial.data(), sizeof(float) * U->s.count);
       U->secondary.encode(staged, 0, U->s.count);
@@ -370,6 +401,15 @@ bool ShardedEngine::next_training_micro_batch() {
   return ++micro_batches_in_step_ >= schedule_.accumulation_steps();
 }
 
+model::StageWalk& ShardedEngine::stage_walk(int slot) {
+  if (!stage_) throw Error("shard: stage_walk: the engine runs the whole model, not a pipeline stage");
+  return static_cast<model::StageWalk&>(slot_model(slot));
+}
+
+bool ShardedEngine::is_tied_copy(int u) const {
+  return stage_ && stage_units_.tied_copy && u == stage_units_.tied_unit;
+}
+
 model::Model& ShardedEngine::slot_model(int slot) {
   if (slot < 0 || slot >= static_cast<int>(models_.size()))
     throw Error(fmt::format("shard: activation slot {} of {} micro-batches in flight", slot, models_.size()));
@@ -468,11 +508,16 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
   double local = 0;
   for (auto& U : units_) {
     device_.scale(U->os_grad.data(), U->o.count, inv_replicas);
+    // A pipeline's tied embeddings: the lookup's and the head's gradients summed, the first
+    // and last stage's replica k holding the same OS slice.
+    if (stage_ && U->index == stage_units_.tied_unit) stage_->sum_tied(U->os_grad.data(), U->o.count);
+    if (is_tied_copy(U->index)) continue;
     local += tp_group_ ? tensor_parallel_sum_squares(*U) : device_.sum_squares(U->os_grad.data(), U->o.count);
   }
   // Every rank sums the same values in the same order: the same norm, the same verdict.
   std::vector<double> squares = scalar_sum({local}, Purpose::GradNormAllReduce);
   tensor_parallel_sum(squares);
+  if (stage_) squares[0] = stage_->sum_over_stages(squares[0]);
   train::StepOutcome out;
   out.grad_norm = std::sqrt(squares[0]) / args.loss_scale;
   out.applied = !args.skip && std::isfinite(out.grad_norm);
@@ -548,9 +593,10 @@ std::vector<std::string> ShardedEngine::all_gather_strings(const std::string& lo
   return comm::all_gather_strings(MPI_COMM_WORLD, local, "shard:all_gather_strings", "world");
 }
 
-std::vector<train::StateShard> ShardedEngine::device_shards() {
+std::vector<train::StateShard> ShardedEngine::device_shards(bool saved) {
   std::vector<train::StateShard> out;
   for (const ArenaRun& run : optimizer_runs(schedule_, layout(), dp_rank_)) {
+    if (saved && is_tied_copy(run.unit)) continue;
     Unit& U = *units_[run.unit];  // its OS slice starts at run.begin
     out.push_back({run.begin, run.end, U.master.data(), U.exp_avg.data(), U.exp_avg_sq.data()});
   }
@@ -558,17 +604,18 @@ std::vector<train::StateShard> ShardedEngine::device_shards() {
 }
 
 std::vector<train::StateShard> ShardedEngine::state_shards() {
-  if (device_.host_visible()) return device_shards();
-  return staged_.host_shards(device_, device_shards(), updates_);
+  if (device_.host_visible()) return device_shards(false);
+  return staged_.host_shards(device_, device_shards(false), updates_);
 }
 
 std::vector<train::StateShard> ShardedEngine::saved_shards() {
   if (!saves_optimizer_state(schedule_, dp_rank_)) return {};
-  return state_shards();
+  if (device_.host_visible()) return device_shards(true);
+  return staged_.host_shards(device_, device_shards(true), updates_);
 }
 
 void ShardedEngine::state_loaded() {
-  if (!device_.host_visible()) staged_.put_back(device_, device_shards());
+  if (!device_.host_visible()) staged_.put_back(device_, device_shards(false));
   refresh_weights_from_master();
 }
 
@@ -596,6 +643,7 @@ void ShardedEngine::gather_slice_params(float* full) {
   const LevelSpec& L = schedule_.levels();
   for (auto& Up : units_) {
     Unit* U = Up.get();
+    if (is_tied_copy(U->index)) continue;  // the first stage writes the embeddings
     comm::Work w = ctx_.run("shard:gather_params", [this, U, full, &L] {
       // Master slices back to the whole unit: the OS levels' all-gather (outer first), in the
       // executor's scratch, then to the host.
@@ -674,7 +722,7 @@ double ShardedEngine::tensor_parallel_sum_squares(const Unit& U) const {
   const bool lead = dims_.tensor_rank(rank_) == 0;
   const std::size_t begin = U.arena_offset + U.o.offset, end = begin + U.o.count;
   double sum = 0;
-  for (int ti : L.units()[U.index].tensors) {
+  for (int ti : L.units()[schedule_.units().layout_unit_of(U.index)].tensors) {
     const model::TensorInfo& t = L.tensors()[ti];
     if (t.split == model::Split::None && !lead) continue;
     const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);

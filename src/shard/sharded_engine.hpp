@@ -11,6 +11,8 @@
 // through the device (device/device.hpp), so the engine runs unchanged on memory the host
 // cannot address. Its collectives are given per level, for that memory.
 //
+// In a pipeline stage (PipelineStage) it holds and walks the stage's units only.
+//
 // Under tensor parallelism (TensorParallelism) the model holds this rank's TP slice
 // (model/tensor_parallel.hpp) and all-reduces over the TP group; the schedule shards that
 // slice over the data-parallel ranks of the same TP index (the comms it is given span them).
@@ -20,6 +22,7 @@
 // thread only waits where the program says. Time spent waiting is the step's exposed
 // communication.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -29,6 +32,7 @@
 #include "comm/runtime/context.hpp"
 #include "device/device.hpp"
 #include "model/model.hpp"
+#include "model/stage_walk.hpp"
 #include "shard/executor.hpp"
 #include "shard/schedule.hpp"
 #include "train/engine.hpp"
@@ -41,6 +45,19 @@ struct TensorParallelism {
   parallel::ParallelDims dims;
   comm::Collectives* group = nullptr;
   bool sequence_parallel = false;  // --sequence-parallel (model/tensor_parallel.hpp)
+};
+
+// A pipeline stage (PipelineEngine): the engine holds the stage's units only (its schedule
+// indexes them 0..k-1, each mapped to its ParamLayout unit), walks model::StageWalk, and its
+// levels span the stage's data-parallel ranks. What crosses stages at the optimizer step is
+// the pipeline's: the tied embeddings' OS gradient summed with the other end's (an op of its
+// PipelineSchedule), and the gradient norm's squares summed over the stages.
+struct PipelineStage {
+  parallel::ParallelDims dims;  // the run's (pipeline > 1)
+  model::StageRange range;
+  std::shared_ptr<const Schedule> schedule;  // the stage's (PipelineSchedule::sharding): the engine runs it
+  std::function<void(float* os_grad, std::size_t n)> sum_tied;
+  std::function<double(double)> sum_over_stages;
 };
 
 // strata's MPI Communicators over `comms`' tiers, which read host memory: both the device
@@ -66,7 +83,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx, LevelCollectives levels,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
                 bool recompute = false, const std::optional<TensorParallelism>& tp = std::nullopt,
-                Precision precision = Precision::F32, int in_flight = 1);
+                Precision precision = Precision::F32, int in_flight = 1, const PipelineStage* stage = nullptr);
   // Over strata's MPI Communicators (host memory).
   ShardedEngine(const model::ModelConfig& config, int batch, int seq, comm::Context& ctx, comm::TierComms& comms,
                 const ShardSpec& spec, int accumulation_steps, std::uint64_t seed, device::Device& device,
@@ -82,7 +99,7 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
                                     const model::ModelConfig& config, int batch, int seq, bool recompute,
                                     Precision precision, int in_flight = 1);
 
-  const model::ParamLayout& layout() const override { return models_.front()->layout(); }
+  const model::ParamLayout& layout() const override { return models_.front()->layout(); }  // the whole model's
   int rank() const override { return rank_; }
   int world_size() const override { return ctx_.world_size(); }
   parallel::ParallelDims parallel_dims() const override { return dims_; }
@@ -94,6 +111,14 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // run in the order of their forwards; the step's last backward is its last micro-batch.
   float forward_half(int slot, const std::int32_t* tokens, const std::int32_t* targets, float grad_scale);
   void backward_half(int slot);
+  // A pipeline stage's walk on activation slot `slot` (its StageModel's residual stream is
+  // what the stage sends and receives). Error unless built with a PipelineStage.
+  model::StageWalk& stage_walk(int slot);
+  // `local` summed over this rank's levels by the schedule's scalar op of `purpose`
+  // (GradNormAllReduce, LossAllReduce): a pipeline stage's part of a sum over the world.
+  std::vector<double> sum_over_levels(std::vector<double> local, Purpose purpose) {
+    return scalar_sum(std::move(local), purpose);
+  }
   train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
   std::pair<double, bool> all_mean_and_any(double local, bool flag) override;
   std::vector<std::string> all_gather_strings(const std::string& local) override;
@@ -164,9 +189,16 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   std::vector<double> scalar_sum(std::vector<double> local, Purpose purpose);
   float* borrow_full();
   void give_back(float* buffer);
-  std::vector<train::StateShard> device_shards();  // the optimizer state in the device's memory
+
+  // Whether unit `u` is the tied embeddings' copy on a pipeline's last stage: counted once in
+  // the norm and in checkpoints, as the first stage's embeddings.
+  bool is_tied_copy(int u) const;
+  // The optimizer state in the device's memory (saved: without the tied copy).
+  std::vector<train::StateShard> device_shards(bool saved);
 
   device::Device& device_;  // where every buffer below lives, which makes the model
+  std::optional<PipelineStage> stage_;
+  model::StageUnits stage_units_;  // of stage_
   Schedule schedule_;       // built before the model: the device's pool is sized from it
   std::vector<std::unique_ptr<model::Model>> models_;  // one a micro-batch in flight
   comm::Context& ctx_;

@@ -233,7 +233,8 @@ shard::Schedule two_unit_schedule(int prefetch) {
                     {1024, 1024},
                     {{K::Acquire, 0, F}, {K::Release, 0, F}, {K::Acquire, 1, F}, {K::Release, 1, F},
                      {K::Acquire, 1, B}, {K::Release, 1, B}, {K::GradsReady, 1, B}, {K::Acquire, 0, B},
-                     {K::Release, 0, B}, {K::GradsReady, 0, B}}};
+                     {K::Release, 0, B}, {K::GradsReady, 0, B}},
+                    {}};
   shard::ShardSpec spec;
   spec.weights = spec.grads = spec.optimizer = "node";
   spec.prefetch = prefetch;
@@ -643,7 +644,8 @@ TEST(CostModel, PostStepGathersWaitOnlyWhereForwardOvertakesThem) {
   shard::UnitPlan p{{"A", "B", "C"},
                     {1, 1, 1},
                     {{K::Acquire, 0, F}, {K::Release, 0, F}, {K::Acquire, 1, F}, {K::Release, 1, F},
-                     {K::Acquire, 2, F}, {K::Release, 2, F}, {K::Acquire, 2, B}, {K::Acquire, 1, B}}};
+                     {K::Acquire, 2, F}, {K::Release, 2, F}, {K::Acquire, 2, B}, {K::Acquire, 1, B}},
+                    {}};
   EXPECT_DOUBLE_EQ(forward_wait_for_gathers(p, {1, 3, 1}, {2, 2, 2}), 2.0);
   // Gathers shorter than the forward before them hide but the first.
   EXPECT_DOUBLE_EQ(forward_wait_for_gathers(p, {0.5, 1, 1}, {2, 2, 2}), 0.5);

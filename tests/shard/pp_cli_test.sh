@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `strata train --pp` end to end on 4 ranks (2 nodes of 2 on the test topology, the stages
-# across "node"): the losses and validation losses of --pp 2 with two ddp (or zero1) replicas a stage
+# across "node"): the losses and validation losses of --pp 2 with two ddp (zero1, zero3) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
-# tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 stages at
+# tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 and zero3 stages (a zero3 one in one process) at
 # the uninterrupted losses, and bad layouts are refused naming --pp (or --pp-layers).
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
@@ -22,6 +22,11 @@ common=(--model tiny --train-data "$work/data/train.bin" --val-data "$work/data/
   --grad-accum 4 --stop-after 4 --out "$work/pp" > /dev/null
 "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --pp-tier node --batch 2 \
   --grad-accum 4 --stop-after 4 --out "$work/pp_zero1" > /dev/null
+# zero3 in each stage (the stage's sharding runtime), and its --print-schedule.
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --stop-after 4 --out "$work/pp_zero3" > /dev/null
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --print-schedule --json > "$work/pp_zero3_schedule.json"
 # 8 ranks: the stages across "cluster", zero1 over the 4 replicas of each stage (two tiers).
 "${mpi[@]}" -np 8 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --batch 2 --grad-accum 2 \
   --stop-after 2 --out "$work/pp8" > /dev/null
@@ -36,6 +41,9 @@ done
 "$strata" train "${common[@]}" --batch 4 --grad-accum 4 --resume "$work/pp" --out "$work/resumed" > /dev/null
 "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero1 --pp 2 --pp-tier node --batch 2 \
   --grad-accum 4 --resume "$work/pp" --out "$work/resumed_zero1" > /dev/null
+"${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 --pp-tier node --batch 2 \
+  --grad-accum 4 --resume "$work/pp" --out "$work/resumed_zero3" > /dev/null
+"$strata" train "${common[@]}" --batch 4 --grad-accum 4 --resume "$work/pp_zero3" --out "$work/zero3_resumed" > /dev/null
 
 /usr/bin/python3 - "$work" <<'PY' || fail "--pp 2 does not train as the same global batch without it"
 import json, sys
@@ -54,7 +62,10 @@ close(metrics("pp_zero1"), ddp, "--pp 2 with zero1 vs ddp on 2 ranks")
 after = lambda run: {k: v for k, v in metrics(run).items() if k[0] > 4}
 close(after("resumed"), metrics("one"), "--pp 2 ddp resumed in one process")
 close(after("resumed_zero1"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero1")
-for run in ("pp", "pp_zero1", "resumed_zero1", "pp8"):
+close(metrics("pp_zero3"), ddp, "--pp 2 with zero3 vs ddp on 2 ranks")
+close(after("resumed_zero3"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero3")
+close(after("zero3_resumed"), metrics("one"), "--pp 2 zero3 resumed in one process")
+for run in ("pp", "pp_zero1", "resumed_zero1", "pp_zero3", "resumed_zero3", "pp8"):
     s = json.load(open(f"{work}/{run}/summary.json"))
     assert s["pipeline_stages"] == 2 and s["world_size"] == (8 if run == "pp8" else 4), s
     measured, scheduled = s["comm"]["per_step"], s["comm"]["scheduled_per_step"]
@@ -79,6 +90,15 @@ fields = ("bytes_sent", "bytes_received", "messages")
 assert table == {t: [summary["per_step"][t][f] for f in fields] for t in summary["per_step"]}, (table, summary)
 assert "stage 1 (blocks 1..1)" in text and "send to 1" in text and "tied embeddings" in text, text
 print("--print-schedule --pp 2: bytes per tier equal the run's measured ones")
+# zero3 stages: each stage's own sharding schedule (gathers, reductions) beside its sends and tied sum.
+summary = json.load(open(f"{work}/pp_zero3/summary.json"))["comm"]
+printed = json.load(open(f"{work}/pp_zero3_schedule.json"))
+assert printed["per_step"] == summary["per_step"], (printed["per_step"], summary)
+for stage in printed["stages"]:
+    assert stage["sharding"]["spec"]["preset"] == "zero3", stage["sharding"]["spec"]
+    purposes = {op["purpose"] for op in stage["ops"]}
+    assert "tied embeddings" in purposes and "stage gradients" not in purposes, purposes
+print("--print-schedule --pp 2 --strategy zero3: the stages' sharding schedules, bytes per tier the run's")
 PY
 
 refused() {  # refused FLAG_TEXT COMMAND...: fails unless COMMAND fails naming FLAG_TEXT
@@ -91,7 +111,7 @@ refused "--pp 3" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$t
   --out "$work/bad"
 refused "--pp 2" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy ddp --pp 2 --batch 2 \
   --out "$work/bad"
-refused "--strategy zero3" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zero3 --pp 2 \
+refused "--strategy zeropp" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" --strategy zeropp --pp 2 \
   --pp-tier node --batch 2 --out "$work/bad"
 refused "--pp 2" "$strata" train "${common[@]}" --pp 2 --batch 2 --out "$work/bad"
 refused "--pp-layers 1: 1 block count for --pp 2" "${mpi[@]}" -np 4 "$strata" train "${common[@]}" --topology "$topo" \

@@ -5,7 +5,8 @@
 // fp32 rounding, not bit for bit); the bytes measured per tier are the schedule's, stage
 // sends included; a rank holds its stage's arrays only; recomputation changes no bit;
 // refusals name the flag. Under it, the sharding runtime's micro-batch cut into a forward and a
-// backward half, run in a stage's 1F1B order, gives micro_step's bits.
+// backward half, run in a stage's 1F1B order, gives micro_step's bits; and on those halves,
+// zero2, zero3 (4 ranks) and hsdp (8 ranks) inside the stages train to the one-process losses.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -43,6 +44,16 @@ int world_rank() {
   return r;
 }
 
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// The binary runs at 4 ranks and at 8; each test at the world it is written for.
+#define AT_WORLD(n)                                                          \
+  if (world_size() != (n)) GTEST_SKIP() << "runs on " << (n) << " ranks"
+
 // A topology file every rank names, written by rank 0.
 std::string topology_file(const std::string& name, const std::string& toml) {
   long long pid = ::getpid();
@@ -62,6 +73,17 @@ const std::string& two_tiers() {
   return path;
 }
 
+// 2 ranks a node, 2 nodes a rack, racks in the outer tier (8 ranks), --pp 2 over "node": a
+// rack's two nodes are the two stages, a stage's 4 replicas span "gpu" and "cluster" (hsdp:
+// sharded over "gpu", replicated over "cluster").
+const std::string& three_tiers() {
+  static const std::string path = topology_file(
+      "three_tiers", "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n"
+                     "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 50\nlatency_us = 3\n"
+                     "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
+  return path;
+}
+
 // One tier of 4: room for --pp 4.
 const std::string& one_tier() {
   static const std::string path =
@@ -78,7 +100,8 @@ model::ModelConfig config_of(int layers, const std::string& preset = "tiny") {
 parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", const std::vector<int>& layers = {}) {
   parallel::ShardOptions o;
   o.strategy = strategy;
-  o.topology = pp == 2 ? two_tiers() : one_tier();
+  o.topology = pp == 2 ? (world_size() == 8 ? three_tiers() : two_tiers()) : one_tier();
+  if (world_size() == 8) o.pp_tier = "node";
   o.pp = pp;
   o.pp_layers = layers;
   return o;
@@ -228,6 +251,7 @@ HalvesRun train_sharded(const std::string& strategy, const std::string& preset, 
 // the same ops (zero3 gathers the weights for both halves; hsdp also reduces over the
 // replicas in the step's last backward, ddp in buckets there), for both families.
 TEST(PipelineHalves, ForwardAndBackwardHalvesIn1F1BOrderGiveMicroStepsBits) {
+  AT_WORLD(4);
   for (const auto& [strategy, preset] : std::vector<std::pair<std::string, std::string>>{
            {"zero3", "tiny"}, {"hsdp", "tiny"}, {"ddp", "tiny"}, {"zero3", "llama-tiny"}}) {
     const HalvesRun whole = train_sharded(strategy, preset, false), halves = train_sharded(strategy, preset, true);
@@ -248,6 +272,7 @@ void expect_measured_bytes_equal_the_schedule(const std::vector<comm::CommStats>
 }
 
 TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  AT_WORLD(4);
   for (const std::string strategy : {"ddp", "zero1"}) {
     std::vector<comm::CommStats> traffic;
     comm::CommStats scheduled;
@@ -266,6 +291,7 @@ TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSche
 }
 
 TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  AT_WORLD(4);
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
@@ -287,6 +313,7 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
 
 // Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
 TEST(Pipeline, LlamaInTwoStagesOfTwoZero1ReplicasTrainsToTheOneProcessLossesAndMeasuresTheSchedulesBytes) {
+  AT_WORLD(4);
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(2, 2, "zero1", &traffic, &scheduled, false, "llama-tiny");
@@ -298,6 +325,7 @@ TEST(Pipeline, LlamaInTwoStagesOfTwoZero1ReplicasTrainsToTheOneProcessLossesAndM
 
 // --pp-layers 1,3: one block on the first stage, three on the last (with the head).
 TEST(Pipeline, AnUnevenExplicitSplitTrainsToTheOneProcessLossesAndMeasuresTheSchedulesBytes) {
+  AT_WORLD(4);
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(2, 4, "zero1", &traffic, &scheduled, false, "tiny", {1, 3});
@@ -306,12 +334,20 @@ TEST(Pipeline, AnUnevenExplicitSplitTrainsToTheOneProcessLossesAndMeasuresTheSch
 }
 
 TEST(Pipeline, RefusalsNameTheFlag) {
+  AT_WORLD(4);
   const std::string uneven =
       refusal([] { shard::PipelineEngine(options_at(4), config_of(6), kBatch, kSeq, kMicro, 1234); });
   EXPECT_NE(uneven.find("--pp 4"), std::string::npos) << uneven;
   const std::string strategy =
-      refusal([] { shard::PipelineEngine(options_at(2, "zero3"), config_of(2), kBatch, kSeq, kMicro, 1234); });
-  EXPECT_NE(strategy.find("--strategy zero3"), std::string::npos) << strategy;
+      refusal([] { shard::PipelineEngine(options_at(2, "zeropp"), config_of(2), kBatch, kSeq, kMicro, 1234); });
+  EXPECT_NE(strategy.find("--strategy zeropp"), std::string::npos) << strategy;
+  // 1F1B cuts a sharded stage's micro-batch in halves: weights kept from forward to backward cannot be.
+  const std::string kept = refusal([] {
+    parallel::ShardOptions o = options_at(2, "zero3");
+    o.keep_weights_after_forward = true;
+    shard::PipelineEngine(o, config_of(2), kBatch, kSeq, kMicro, 1234);
+  });
+  EXPECT_NE(kept.find("shard.free_after_forward"), std::string::npos) << kept;
   const std::string tier = refusal([] {
     parallel::ShardOptions o = options_at(3);
     shard::PipelineEngine(o, config_of(3), kBatch, kSeq, kMicro, 1234);
@@ -324,5 +360,46 @@ TEST(Pipeline, RefusalsNameTheFlag) {
       refusal([] { shard::PipelineEngine(options_at(2, "ddp", {1, 2}), config_of(4), kBatch, kSeq, kMicro, 1234); });
   EXPECT_NE(sum.find("--pp-layers 1,2"), std::string::npos) << sum;
   if (world_rank() == 0)
-    for (const std::string* r : {&uneven, &strategy, &tier, &count, &sum}) std::printf("refused: %s\n", r->c_str());
+    for (const std::string* r : {&uneven, &strategy, &kept, &tier, &count, &sum}) std::printf("refused: %s\n", r->c_str());
+}
+
+// zero2 and zero3 inside a stage (the stage's ShardedEngine over its units and replicas): two
+// stages of two replicas, llama-tiny so, and four stages of one replica of a 4-block model train
+// to the one-process losses; every byte measured per tier is the schedule's (the stage sends,
+// the tied sum and the stage's own gathers and reductions).
+TEST(PipelineSharded, StagesOfShardedReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  AT_WORLD(4);
+  struct Case {
+    int pp, layers;
+    std::string strategy, preset;
+  };
+  for (const Case& c : std::vector<Case>{
+           {2, 2, "zero3", "tiny"}, {2, 2, "zero2", "tiny"}, {2, 2, "zero3", "llama-tiny"}, {4, 4, "zero3", "tiny"}}) {
+    std::vector<comm::CommStats> traffic;
+    comm::CommStats scheduled;
+    const PipeRun pp = train_pipelined(c.pp, c.layers, c.strategy, &traffic, &scheduled, false, c.preset);
+    const int replicas = 4 / c.pp;
+    expect_same_training(pp, train_alone(c.layers, replicas, c.preset), config_of(c.layers, c.preset),
+                         fmt::format("{} --pp {}, {} {} replicas a stage", c.preset, c.pp, replicas, c.strategy));
+    EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);  // the stage sends
+    if (c.pp == 2) {
+      EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);  // the replicas' gathers and reductions
+    }
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  }
+}
+
+// 8 ranks: two stages of four replicas over two tiers, hsdp (sharded over "gpu", replicated
+// over "cluster") and zero3 (sharded over both).
+TEST(PipelineSharded, HsdpAndZero3StagesOfFourReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  AT_WORLD(8);
+  for (const std::string strategy : {"hsdp", "zero3"}) {
+    std::vector<comm::CommStats> traffic;
+    comm::CommStats scheduled;
+    const PipeRun pp = train_pipelined(2, 2, strategy, &traffic, &scheduled);
+    expect_same_training(pp, train_alone(2, 4), config_of(2), "--pp 2, 4 " + strategy + " replicas a stage");
+    EXPECT_GT(scheduled.tier("node").bytes_sent, 0u) << strategy;     // the stage sends
+    EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u) << strategy;  // the replicas' reductions
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  }
 }
