@@ -67,14 +67,14 @@ shard::ScheduledOp PipelineMessage::op() const {
   op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
   op.kind = all_reduce ? Collective::AllReduce : Collective::AllGather;
   op.level = level;
-  op.wire = element_bytes == 4 ? DType::F32 : DType::BF16;
+  op.wire = wire;
   op.group_size = 2;
   op.elements_in = op.elements_out = elements;
   // A ring of two sends and receives its half twice (comm's padding); a message is one
   // transfer of the whole buffer, which both ends wait for.
   op.messages = all_reduce ? 2 : 1;
   op.bytes_sent = op.bytes_received =
-      all_reduce ? 2 * comm::chunk_count(elements, 2, 1) * element_bytes : elements * element_bytes;
+      data_bytes(wire, all_reduce ? 2 * comm::chunk_count(elements, 2, 1) : elements);
   return op;
 }
 
@@ -93,11 +93,11 @@ std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const paral
   std::vector<PipelineMessage> out;
   if (dims.pipeline == 1) return out;
   const std::size_t activations = static_cast<std::size_t>(workload.micro_batch) * workload.seq * slice.hidden;
-  const int e = compute_bytes(workload.precision);
+  const DType wire = compute_dtype(workload.precision);
   for (const parallel::StageMessage& m : parallel::stage_messages(
            parallel::one_f_one_b(slice.stages, slice.stage, workload.accumulation_steps)))
     out.push_back({m.purpose(), m.gradient ? shard::When::Backward : shard::When::Forward, dims.pipeline_level,
-                   activations, e, m.sent, false});
+                   activations, wire, m.sent, false});
   return out;
 }
 
@@ -202,7 +202,7 @@ std::optional<PipelineMessage> ModelParallelPlan::tied_message(int s, const shar
   const shard::LevelSpec levels = shard::resolve(spec, data_parallel_topology());
   const std::size_t embeddings = slice.unit_plan().numel.front();
   const std::size_t mine = comm::chunk_count(embeddings, levels.degree(levels.optimizer), 1);
-  return PipelineMessage{"tied embeddings", shard::When::Step, dims_.pipeline_level, mine, 4, true, true};
+  return PipelineMessage{"tied embeddings", shard::When::Step, dims_.pipeline_level, mine, DType::F32, true, true};
 }
 
 shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::ShardSpec& spec) const {

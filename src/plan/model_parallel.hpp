@@ -44,7 +44,7 @@ struct PipelineMessage {
   shard::When when = shard::When::Forward;
   int level = 0;               // tier of the physical topology the two stages span
   std::size_t elements = 0;
-  int element_bytes = 4;
+  DType wire = DType::F32;
   bool sent = true;            // a send this rank makes (else one it receives)
   bool all_reduce = false;     // the tied embeddings' sum (both ends send)
 
