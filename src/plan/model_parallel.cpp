@@ -11,7 +11,9 @@
 #include "base/error.hpp"
 #include "comm/api/buffer.hpp"
 #include "parallel/pipeline.hpp"
+#include "plan/peer.hpp"
 #include "shard/pipeline_engine.hpp"
+#include "shard/runtime.hpp"
 
 namespace strata::plan {
 
@@ -45,6 +47,31 @@ std::string variant_name(std::string_view strategy, const ModelParallel& mp) {
   if (mp.tp > 1) name += fmt::format("+tp{}", mp.tp);
   if (mp.pp > 1) name += fmt::format("+pp{}", mp.pp);
   return name;
+}
+
+std::vector<NamedSpec> chosen_strategies(std::string_view strategies, const parallel::ShardOptions& options,
+                                         const topo::Topology& physical, const Workload& workload) {
+  std::vector<std::string> names;
+  if (strategies == "all") names = strategy_names();
+  else
+    for (std::size_t pos = 0; pos <= strategies.size();) {
+      const std::size_t comma = std::min(strategies.find(',', pos), strategies.size());
+      if (comma > pos) names.emplace_back(strategies.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
+  std::vector<NamedSpec> out;
+  for (const std::string& variant : names) {
+    const auto [given, mp] = parse_strategy_variant(
+        variant, {options.tp, options.pp, options.tp_tier, options.pp_tier, options.pp_layers});
+    const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
+    const topo::Topology topology = model_parallel_dims(physical, mp).data_parallel_topology(physical);
+    const shard::ShardSpec spec = shard::apply_options(
+        apply_peer(apply_precision(strategy_spec(name, topology), workload.precision), workload.peer, topology),
+        options, topology);
+    out.push_back({options.overrides_preset() ? name + "*" : name, spec, mp});
+  }
+  return out;
 }
 
 parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp) {
