@@ -8,7 +8,7 @@ std::vector<TensorParallelCall> sequence_parallel_calls(const TensorParallelWalk
   using K = Collective;
   const std::size_t rows = static_cast<std::size_t>(walk.batch) * walk.seq, whole = rows * walk.hidden;
   const std::size_t share = whole / walk.degree, norm = static_cast<std::size_t>(walk.norm_params);
-  const int a = walk.activation_bytes;
+  const DType a = walk.activations;
   const TensorParallelCall gather{K::AllGather, share, a, false}, scatter{K::ReduceScatter, whole, a, false};
   std::vector<TensorParallelCall> calls;
   auto block_forward = [&](bool backward) {
@@ -21,14 +21,14 @@ std::vector<TensorParallelCall> sequence_parallel_calls(const TensorParallelWalk
   for (int b = 0; b < walk.blocks; ++b) block_forward(false);
   if (walk.head) {
     calls.push_back(gather);
-    calls.push_back({K::AllGather, 3 * rows, 4, false});
+    calls.push_back({K::AllGather, 3 * rows, DType::F32, false});
     calls.push_back({K::ReduceScatter, whole, a, true});
-    calls.push_back({K::AllReduce, norm, 4, true});
+    calls.push_back({K::AllReduce, norm, DType::F32, true});
   }
   for (int b = 0; b < walk.blocks; ++b) {
     if (walk.recompute) block_forward(true);
     block_forward(true);
-    calls.push_back({K::AllReduce, 2 * norm, 4, true});
+    calls.push_back({K::AllReduce, 2 * norm, DType::F32, true});
   }
   if (walk.embedding) calls.push_back({K::AllGather, share, a, true});
   return calls;
@@ -40,13 +40,13 @@ std::vector<TensorParallelCall> tensor_parallel_calls(const TensorParallelWalk& 
   using K = Collective;
   if (walk.sequence_parallel) return sequence_parallel_calls(walk);
   const std::size_t rows = static_cast<std::size_t>(walk.batch) * walk.seq, activation = rows * walk.hidden;
-  const TensorParallelCall forward{K::AllReduce, activation, walk.activation_bytes, false};
-  const TensorParallelCall backward{K::AllReduce, activation, walk.activation_bytes, true};
+  const TensorParallelCall forward{K::AllReduce, activation, walk.activations, false};
+  const TensorParallelCall backward{K::AllReduce, activation, walk.activations, true};
   std::vector<TensorParallelCall> calls;
   if (walk.embedding) calls.push_back(forward);
   calls.insert(calls.end(), 2 * static_cast<std::size_t>(walk.blocks), forward);
   if (walk.head) {
-    calls.push_back({K::AllGather, 3 * rows, 4, false});
+    calls.push_back({K::AllGather, 3 * rows, DType::F32, false});
     calls.push_back(backward);
   }
   calls.insert(calls.end(), (walk.recompute ? 4 : 2) * static_cast<std::size_t>(walk.blocks), backward);

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "base/collective.hpp"
+#include "base/dtype.hpp"
 
 namespace strata::model {
 
@@ -66,7 +67,7 @@ class TensorParallelGroup {
 struct TensorParallelCall {
   Collective kind = Collective::AllReduce;
   std::size_t elements = 0;  // a rank's: the buffer reduced (all of it), or what each rank contributes
-  int element_bytes = 4;     // on the wire: the activations' precision; the loss's statistics are fp32
+  DType wire = DType::F32;   // the activations' precision; the loss's statistics are fp32
   bool backward = false;
   bool operator==(const TensorParallelCall&) const = default;
 };
@@ -83,7 +84,7 @@ struct TensorParallelWalk {
   bool recompute = false;    // backward runs each block's forward (and its all-reduces) again
   bool embedding = true;     // holds the vocab-parallel embedding (a pipeline's first stage)
   bool head = true;          // holds the vocab-parallel LM head and loss (a pipeline's last stage)
-  int activation_bytes = 4;  // 4: strata's fp32 runtime; 2: a bf16 system
+  DType activations = DType::F32;  // fp32: strata's runtime; bf16: a bf16 system
   bool sequence_parallel = false;
   int degree = 1;            // the TP degree (sequence parallelism's shares are 1/degree of the rows)
   int norm_params = 0;       // one norm's parameters (sequence parallelism all-reduces their gradients)

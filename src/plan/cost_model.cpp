@@ -695,7 +695,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
     tensor_parallel_ = {model_.tensor_parallel, tensor_parallel_level,
                         model::tensor_parallel_calls(model_.tensor_parallel_walk(
                             workload_.micro_batch, workload_.seq, static_cast<bool>(workload_.recompute),
-                            compute_bytes(workload_.precision), workload_.sequence_parallel))};
+                            compute_dtype(workload_.precision), workload_.sequence_parallel))};
   if (calibration_) calibration_->check_covers(topology_, "--calibration");
   if (workload_.collectives == shard::Composition::Nccl) nccl_ = nccl_system(device_.name, topology_);
   if (workload_.granularity == Granularity::DeepSpeedTensors || workload_.granularity == Granularity::DeepSpeedModules)

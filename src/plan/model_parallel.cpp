@@ -11,7 +11,9 @@
 #include "base/error.hpp"
 #include "comm/api/buffer.hpp"
 #include "parallel/pipeline.hpp"
+#include "plan/peer.hpp"
 #include "shard/pipeline_engine.hpp"
+#include "shard/runtime.hpp"
 
 namespace strata::plan {
 
@@ -47,6 +49,31 @@ std::string variant_name(std::string_view strategy, const ModelParallel& mp) {
   return name;
 }
 
+std::vector<NamedSpec> chosen_strategies(std::string_view strategies, const parallel::ShardOptions& options,
+                                         const topo::Topology& physical, const Workload& workload) {
+  std::vector<std::string> names;
+  if (strategies == "all") names = strategy_names();
+  else
+    for (std::size_t pos = 0; pos <= strategies.size();) {
+      const std::size_t comma = std::min(strategies.find(',', pos), strategies.size());
+      if (comma > pos) names.emplace_back(strategies.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
+  std::vector<NamedSpec> out;
+  for (const std::string& variant : names) {
+    const auto [given, mp] = parse_strategy_variant(
+        variant, {options.tp, options.pp, options.tp_tier, options.pp_tier, options.pp_layers});
+    const std::string name(shard::ShardSpec::canonical_preset(given));  // fsdp -> zero3, ...
+    const topo::Topology topology = model_parallel_dims(physical, mp).data_parallel_topology(physical);
+    const shard::ShardSpec spec = shard::apply_options(
+        apply_peer(apply_precision(strategy_spec(name, topology), workload.precision), workload.peer, topology),
+        options, topology);
+    out.push_back({options.overrides_preset() ? name + "*" : name, spec, mp});
+  }
+  return out;
+}
+
 parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const ModelParallel& mp) {
   auto level = [&](const char* flag, const std::string& tier, int otherwise) {
     if (tier.empty()) return otherwise;
@@ -67,14 +94,14 @@ shard::ScheduledOp PipelineMessage::op() const {
   op.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
   op.kind = all_reduce ? Collective::AllReduce : Collective::AllGather;
   op.level = level;
-  op.wire = element_bytes == 4 ? DType::F32 : DType::BF16;
+  op.wire = wire;
   op.group_size = 2;
   op.elements_in = op.elements_out = elements;
   // A ring of two sends and receives its half twice (comm's padding); a message is one
   // transfer of the whole buffer, which both ends wait for.
   op.messages = all_reduce ? 2 : 1;
   op.bytes_sent = op.bytes_received =
-      all_reduce ? 2 * comm::chunk_count(elements, 2, 1) * element_bytes : elements * element_bytes;
+      data_bytes(wire, all_reduce ? 2 * comm::chunk_count(elements, 2, 1) : elements);
   return op;
 }
 
@@ -93,11 +120,11 @@ std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const paral
   std::vector<PipelineMessage> out;
   if (dims.pipeline == 1) return out;
   const std::size_t activations = static_cast<std::size_t>(workload.micro_batch) * workload.seq * slice.hidden;
-  const int e = compute_bytes(workload.precision);
+  const DType wire = compute_dtype(workload.precision);
   for (const parallel::StageMessage& m : parallel::stage_messages(
            parallel::one_f_one_b(slice.stages, slice.stage, workload.accumulation_steps)))
     out.push_back({m.purpose(), m.gradient ? shard::When::Backward : shard::When::Forward, dims.pipeline_level,
-                   activations, e, m.sent, false});
+                   activations, wire, m.sent, false});
   return out;
 }
 
@@ -202,7 +229,7 @@ std::optional<PipelineMessage> ModelParallelPlan::tied_message(int s, const shar
   const shard::LevelSpec levels = shard::resolve(spec, data_parallel_topology());
   const std::size_t embeddings = slice.unit_plan().numel.front();
   const std::size_t mine = comm::chunk_count(embeddings, levels.degree(levels.optimizer), 1);
-  return PipelineMessage{"tied embeddings", shard::When::Step, dims_.pipeline_level, mine, 4, true, true};
+  return PipelineMessage{"tied embeddings", shard::When::Step, dims_.pipeline_level, mine, DType::F32, true, true};
 }
 
 shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::ShardSpec& spec) const {

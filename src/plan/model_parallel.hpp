@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "parallel/dims.hpp"
+#include "parallel/options.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/search.hpp"
 
@@ -27,6 +28,14 @@ namespace strata::plan {
 std::pair<std::string, ModelParallel> parse_strategy_variant(std::string_view text, const ModelParallel& defaults);
 // "zero3", "zero3+tp2", "hsdp+tp2+pp4": the strategy's name with its model-parallel degrees.
 std::string variant_name(std::string_view strategy, const ModelParallel& mp);
+
+// The strategies `strategies` names ("all": every preset and topo-paper; else a comma list),
+// each with its tensor and pipeline parallelism (`options`' tp and pp, or a +tpN+ppN
+// suffix), the workload's precision and peer applied, then `options`' overrides; a name gets a
+// '*' when an override changed its preset. Each spec is checked against the data-parallel
+// topology its split leaves of `physical`. Error names --strategy for an empty list.
+std::vector<NamedSpec> chosen_strategies(std::string_view strategies, const parallel::ShardOptions& options,
+                                         const topo::Topology& physical, const Workload& workload);
 
 // The dims of (tp, pp) on a resolved topology; Error names --tp/--pp (a degree that does not
 // divide its tier, an unknown tier).
@@ -44,7 +53,7 @@ struct PipelineMessage {
   shard::When when = shard::When::Forward;
   int level = 0;               // tier of the physical topology the two stages span
   std::size_t elements = 0;
-  int element_bytes = 4;
+  DType wire = DType::F32;
   bool sent = true;            // a send this rank makes (else one it receives)
   bool all_reduce = false;     // the tied embeddings' sum (both ends send)
 

@@ -174,9 +174,9 @@ parallel::StageSplit ModelShape::stage_split() const {
 }
 
 model::TensorParallelWalk ModelShape::tensor_parallel_walk(int micro_batch, int seq_tokens, bool recompute,
-                                                           int activation_bytes, bool sequence_parallel) const {
+                                                           DType activations, bool sequence_parallel) const {
   model::TensorParallelWalk walk{stage_split().layers, hidden, micro_batch, seq_tokens, recompute, stage == 0,
-                                 stage == stages - 1, activation_bytes};
+                                 stage == stages - 1, activations};
   walk.sequence_parallel = sequence_parallel && tensor_parallel > 1;
   walk.degree = tensor_parallel;
   walk.norm_params = static_cast<int>(norm_params(*this));

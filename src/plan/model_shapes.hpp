@@ -117,8 +117,8 @@ struct ModelShape {
   bool sliced() const { return tensor_parallel > 1 || stages > 1; }
   // What decides the slice's TP collectives of one micro-batch (model::tensor_parallel_calls,
   // the runtime's own list): its blocks, hidden size, whether it holds the embedding (first
-  // stage) and the head and loss (last stage), at `activation_bytes` an element.
-  model::TensorParallelWalk tensor_parallel_walk(int micro_batch, int seq, bool recompute, int activation_bytes,
+  // stage) and the head and loss (last stage), its activations in `activations`.
+  model::TensorParallelWalk tensor_parallel_walk(int micro_batch, int seq, bool recompute, DType activations,
                                                  bool sequence_parallel = false) const;
   ModelShape whole() const;  // the unsliced model (its strata layout is not kept)
 

@@ -264,21 +264,31 @@ comm::CBuf OpExecutor::run_steps(std::span<const comm::LevelStep> steps, comm::C
   return comm::run_chain(levels_.device, steps, src, nullptr, 1.0f, between_, &codec_);
 }
 
-void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
+void sum_scalars(const ScheduledOp& op, std::vector<double>& values,
+                 const std::function<void(comm::CBuf mine, comm::Buf all)>& gather) {
   const std::size_t k = values.size();
+  if (op.wire != DType::F64)
+    throw Error(fmt::format("shard: {} travels in {}; the runtime's scalars are fp64", to_string(op.purpose),
+                            dtype_name(op.wire)));
+  if (op.elements_in != k)
+    throw Error(fmt::format("shard: {} carries {} values, the runtime has {}", to_string(op.purpose), op.elements_in,
+                            k));
+  std::vector<double> all(k * static_cast<std::size_t>(op.group_size));
+  gather({op.wire, values.data(), k}, {op.wire, all.data(), all.size()});
+  std::fill(values.begin(), values.end(), 0.0);
+  for (std::size_t m = 0; m < all.size(); m += k)
+    for (std::size_t j = 0; j < k; ++j) values[j] += all[m + j];
+}
+
+void OpExecutor::scalar_sum(const Chain& chain, std::vector<double>& values) {
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const ScheduledOp* op = chain[i];
-    if (op->elements_in != k)
-      throw Error(fmt::format("shard: {} carries {} values, the runtime has {}", to_string(op->purpose),
-                              op->elements_in, k));
     record(op);
-    std::vector<double> all(k * static_cast<std::size_t>(op->group_size));
-    if (flight_.first) flight_.step_started(i);
-    levels_.host.at(op->level)->all_gather_inline(comm::f64(values.data(), k), comm::f64(all.data(), all.size()));
-    if (flight_.first) flight_.step_ended(i);
-    std::fill(values.begin(), values.end(), 0.0);
-    for (std::size_t m = 0; m < all.size(); m += k)
-      for (std::size_t j = 0; j < k; ++j) values[j] += all[m + j];
+    sum_scalars(*op, values, [&](comm::CBuf mine, comm::Buf all) {
+      if (flight_.first) flight_.step_started(i);
+      levels_.host.at(op->level)->all_gather_inline(mine, all);
+      if (flight_.first) flight_.step_ended(i);
+    });
   }
   flight_.first = 0;
 }

@@ -16,6 +16,7 @@
 // and the encoding between them overlap with compute; the scratch below is shared by every
 // chain, which is safe because tasks run one at a time there.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -33,6 +34,13 @@ namespace strata::shard {
 void encode(device::Device& device, const float* src, comm::Buf dst);
 void decode(device::Device& device, comm::CBuf src, float* dst);
 void decode_add(device::Device& device, comm::CBuf src, float* dst);
+
+// One op's sum of a few fp64 a rank (the step's scalars): `gather` all-gathers `values` into
+// the op's group_size times as many, in the views the op's wire gives (refused unless fp64,
+// the values' type, and unless the op carries values.size() of them); every rank then adds
+// the members' values in member order, so every rank gets the same bits.
+void sum_scalars(const ScheduledOp& op, std::vector<double>& values,
+                 const std::function<void(comm::CBuf mine, comm::Buf all)>& gather);
 
 // A buffer in a wire format: data bytes plus, for int8/int4, one fp32 scale per block.
 struct WireBuffer {

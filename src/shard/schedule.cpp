@@ -214,18 +214,15 @@ MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, con
 // all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks of n, a
 // reduce-scatter t-1 chunks of ceil(n/t).
 ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose purpose, Collective kind, std::size_t n,
-                               std::size_t element_bytes) {
+                               DType wire) {
   const int t = tp.degree;
-  ScheduledOp op{{kind}, when, purpose};
-  op.level = tp.level;
-  // A bf16 system's activations (the planner's) or the step's fp64 scalars; fp32 otherwise.
-  op.wire = element_bytes == 2 ? DType::BF16 : element_bytes == 8 ? DType::F64 : DType::F32;
+  ScheduledOp op{{kind, tp.level, wire}, when, purpose};
   op.group_size = t;
   const std::size_t chunk = kind == Collective::AllGather ? n : comm::chunk_count(n, t, 1);
   op.elements_in = n;
   op.elements_out = kind == Collective::AllReduce ? n : kind == Collective::AllGather ? n * t : chunk;
   op.messages = (kind == Collective::AllReduce ? 2 : 1) * (t - 1);
-  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * chunk * element_bytes;
+  op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * data_bytes(wire, chunk);
   return op;
 }
 
@@ -428,9 +425,9 @@ class ScheduleBuilder {
     for (const model::TensorParallelCall& c : tp.calls)
       parts_.tensor_parallel.push_back(
           tensor_parallel_op(tp, c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
-                             c.kind, c.elements, c.element_bytes));
-    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 1, 8));
-    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 2, 8));
+                             c.kind, c.elements, c.wire));
+    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 1, DType::F64));
+    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 2, DType::F64));
   }
 
   // The updated OS shard gathered back to the W shard after the optimizer step.

@@ -701,18 +701,14 @@ void ShardedEngine::gather_over_tensor_group(comm::CBuf mine, comm::Buf all) {
 void ShardedEngine::tensor_parallel_sum(std::vector<double>& values) {
   if (!tp_group_) return;
   const std::size_t k = values.size();
-  std::vector<double> all(k * static_cast<std::size_t>(tp_group_->size()));
   const auto& step = schedule_.step_ops();
   const auto op = std::find_if(step.begin(), step.end(), [k](const ScheduledOp& o) {
     return o.purpose == Purpose::TensorParallelScalars && o.elements_in == k;
   });
   if (op == step.end()) throw Error(fmt::format("shard: the schedule has no tensor-parallel sum of {} values", k));
   const std::uint64_t seq = record_tensor_parallel(*op);
-  gather_over_tensor_group(comm::f64(values.data(), k), comm::f64(all.data(), all.size()));
+  sum_scalars(*op, values, [this](comm::CBuf mine, comm::Buf all) { gather_over_tensor_group(mine, all); });
   comm::flight_recorder().end(seq);
-  std::fill(values.begin(), values.end(), 0.0);
-  for (std::size_t m = 0; m < all.size(); m += k)
-    for (std::size_t i = 0; i < k; ++i) values[i] += all[m + i];
 }
 
 // The squares of this rank's OS gradient slice that the TP group's norm counts: a whole

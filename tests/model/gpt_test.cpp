@@ -182,15 +182,15 @@ struct RecordingTensorParallelGroup final : TensorParallelGroup {
   std::vector<TensorParallelCall> calls;
   bool backward = false;
   void all_reduce_sum(float*, std::size_t n) override {
-    calls.push_back({strata::Collective::AllReduce, n, 4, backward});
+    calls.push_back({strata::Collective::AllReduce, n, strata::DType::F32, backward});
   }
   void all_gather(const float* mine, std::size_t n, float* all) override {
-    calls.push_back({strata::Collective::AllGather, n, 4, backward});
+    calls.push_back({strata::Collective::AllGather, n, strata::DType::F32, backward});
     std::copy(mine, mine + n, all);
     std::copy(mine, mine + n, all + n);
   }
   void reduce_scatter_sum(const float* all, std::size_t n, float* mine) override {
-    calls.push_back({strata::Collective::ReduceScatter, n, 4, backward});
+    calls.push_back({strata::Collective::ReduceScatter, n, strata::DType::F32, backward});
     std::copy(all, all + n / 2, mine);
   }
 };
@@ -242,12 +242,14 @@ TEST(Gpt, ATensorParallelWalkOfAPipelineStageHoldsOnlyItsEnds) {
   using K = TensorParallelCall;
   const std::size_t act = 2 * 8 * 32;
   using C = strata::Collective;
-  const K fwd{C::AllReduce, act, 2, false}, bwd{C::AllReduce, act, 2, true}, loss{C::AllGather, 3 * 2 * 8, 4, false};
+  using strata::DType;
+  const K fwd{C::AllReduce, act, DType::BF16, false}, bwd{C::AllReduce, act, DType::BF16, true},
+      loss{C::AllGather, 3 * 2 * 8, DType::F32, false};
   // First of two stages (3 blocks), bf16: the embedding's output, no head or loss.
-  const std::vector<K> first = tensor_parallel_calls(TensorParallelWalk{3, 32, 2, 8, false, true, false, 2});
+  const std::vector<K> first = tensor_parallel_calls(TensorParallelWalk{3, 32, 2, 8, false, true, false, DType::BF16});
   EXPECT_EQ(first, std::vector<K>({fwd, fwd, fwd, fwd, fwd, fwd, fwd, bwd, bwd, bwd, bwd, bwd, bwd}));
   // Last stage, recomputing: no embedding; the loss's fp32 gather and the head's gradient.
-  const std::vector<K> last = tensor_parallel_calls(TensorParallelWalk{1, 32, 2, 8, true, false, true, 2});
+  const std::vector<K> last = tensor_parallel_calls(TensorParallelWalk{1, 32, 2, 8, true, false, true, DType::BF16});
   EXPECT_EQ(last, std::vector<K>({fwd, fwd, loss, bwd, bwd, bwd, bwd, bwd}));
 }
 

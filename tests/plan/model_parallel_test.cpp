@@ -395,3 +395,27 @@ TEST(ModelParallel, TiedHeadsLastStageHoldsTheEmbeddingsAndSumsTheirGradientWith
     }
   }
 }
+
+TEST(ModelParallel, ChosenStrategiesTakeTheirSplitPrecisionAndOverrides) {
+  const topo::Topology t = small_cluster(2);  // 4 ranks a node, 2 nodes
+  Workload w;                                 // bf16
+  parallel::ShardOptions options;
+  const std::vector<NamedSpec> plain = chosen_strategies("fsdp+tp2,ddp,", options, t, w);
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_EQ(plain[0].name, "zero3");  // canonical, its split apart from the name
+  EXPECT_EQ(plain[0].mp.tp, 2);
+  EXPECT_EQ(plain[0].spec.grad_wire, DType::BF16);  // --precision bf16's element on an fp32 wire
+  EXPECT_EQ(plain[1].name, "ddp");
+  EXPECT_EQ(plain[1].mp.tp, 1);
+  // An override stars every name and changes the spec; --tp applies where no suffix says otherwise.
+  options.grad_wire = "int8";
+  options.tp = 2;
+  const std::vector<NamedSpec> changed = chosen_strategies("zero2,zero3+tp4", options, t, w);
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_EQ(changed[0].name, "zero2*");
+  EXPECT_EQ(changed[0].mp.tp, 2);
+  EXPECT_EQ(changed[0].spec.grad_wire, DType::I8);
+  EXPECT_EQ(changed[1].mp.tp, 4);
+  EXPECT_EQ(chosen_strategies("all", {}, t, w).size(), strategy_names().size());
+  EXPECT_NE(error_of([&] { chosen_strategies(",", {}, t, w); }).find("--strategy: empty"), std::string::npos);
+}

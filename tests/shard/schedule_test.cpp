@@ -408,7 +408,7 @@ TEST(Schedule, TensorParallelCollectivesAreOpsOnTheTpTierThatPrintScheduleShows)
   EXPECT_EQ(with.to_json()["world_size"], 4);
 }
 
-TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
+TEST(Schedule, TensorParallelOpsTakeTheirCallsWire) {
   // A bf16 system's activations (the planner's): half the bytes on a bf16 wire; the loss's
   // statistics stay fp32.
   const strata::topo::Topology physical = two_node_topology(8);
@@ -417,7 +417,7 @@ TEST(Schedule, TensorParallelOpsTakeTheirCallsElementBytes) {
   const strata::model::ModelConfig config = strata::model::ModelConfig::preset("tiny");
   const int B = 2, T = 16;
   strata::model::TensorParallelWalk walk{config.n_layer, config.n_embd, B, T, false};
-  walk.activation_bytes = 2;
+  walk.activations = strata::DType::BF16;
   const strata::shard::Schedule s(strata::model::ParamLayout(config, {2, 0}), topology,
                                   strata::shard::ShardSpec::preset_for("zero3", topology), 1,
                                   {2, 0, strata::model::tensor_parallel_calls(walk)});

@@ -52,8 +52,6 @@ using CBuf = BufView<true>;
 
 inline Buf f32(float* p, std::size_t n) { return {DType::F32, p, n}; }
 inline CBuf f32(const float* p, std::size_t n) { return {DType::F32, p, n}; }
-inline Buf f64(double* p, std::size_t n) { return {DType::F64, p, n}; }
-inline CBuf f64(const double* p, std::size_t n) { return {DType::F64, p, n}; }
 inline Buf bf16(std::uint16_t* p, std::size_t n) { return {DType::BF16, p, n}; }
 inline CBuf bf16(const std::uint16_t* p, std::size_t n) { return {DType::BF16, p, n}; }
 inline Buf f16(std::uint16_t* p, std::size_t n) { return {DType::F16, p, n}; }
