@@ -7,7 +7,7 @@
 # `strata train` measures it. Prints per row the prediction, the measured median, the error
 # and both rank orders, and a verdict against the goal (every prediction within 15%, and every
 # pair of strategies the measurement orders ordered the same). Exits non-zero when the goal is missed. Root; makes and removes its own
-# cluster (name "splan"). Run it on a quiet machine, nice'd: it takes 37 minutes with
+# cluster (name "splan", or $CLUSTER_NAME). Run it on a quiet machine, nice'd: it takes 37 minutes with
 # MODELS="mini small" and the default three repeats (run 29).
 # Two layouts (LAYOUT):
 # - switched (the default): 8 one-rank hosts, 4 to a switch, as 2 nodes of 4 GPUs each with
@@ -45,7 +45,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 strata=$(readlink -f "$build/strata")
-name=splan
+name=${CLUSTER_NAME:-splan}
 read -r -a rates <<< "${RATES:-1gbit 300mbit}"
 read -r -a models <<< "${MODELS:-tiny mini small}"
 steps=${STEPS:-}

@@ -17,43 +17,19 @@ namespace strata::comm {
 namespace {
 
 constexpr int kTag = 0x5717;
+constexpr int kScalesTag = 0x5718;  // a quantized message's scales, its second MPI message
 
-// One MPI message for data + scales: a two-block hindexed type over absolute addresses.
-class MessageType {
- public:
-  explicit MessageType(const WireChunk& w) {
-    if (w.total_bytes() > std::size_t(INT_MAX))
-      throw Error(fmt::format("comm: a message of {} bytes exceeds MPI's 2 GiB count limit; use smaller buckets",
-                              w.total_bytes()));
-    if (w.n_scales == 0) {
-      buf_ = w.data;
-      count_ = int(w.bytes);
-      return;
-    }
-    int lens[2] = {int(w.bytes), int(w.n_scales * sizeof(float))};
-    MPI_Aint disp[2];
-    MPI_Get_address(w.data, &disp[0]);
-    MPI_Get_address(w.scales, &disp[1]);
-    MPI_Type_create_hindexed(2, lens, disp, MPI_BYTE, &type_);
-    MPI_Type_commit(&type_);
-    buf_ = MPI_BOTTOM;
-    count_ = 1;
-  }
-  ~MessageType() {
-    if (type_ != MPI_BYTE) MPI_Type_free(&type_);
-  }
-  MessageType(const MessageType&) = delete;
-  MessageType& operator=(const MessageType&) = delete;
+int message_count(std::size_t bytes) {
+  if (bytes > std::size_t(INT_MAX))
+    throw Error(fmt::format("comm: a message of {} bytes exceeds MPI's 2 GiB count limit; use smaller buckets", bytes));
+  return int(bytes);
+}
 
-  void* buf() const { return buf_; }
-  int count() const { return count_; }
-  MPI_Datatype type() const { return type_; }
-
- private:
-  void* buf_ = nullptr;
-  int count_ = 0;
-  MPI_Datatype type_ = MPI_BYTE;
-};
+bool all_done(MessageRequests& m) {
+  int done = 0;
+  MPI_Testall(int(m.size()), m.data(), &done, MPI_STATUSES_IGNORE);
+  return done != 0;
+}
 
 // Each member's host (MPI_Get_processor_name), gathered over `comm`.
 std::vector<std::string> member_hosts(MPI_Comm comm) {
@@ -115,21 +91,26 @@ void Communicator::check_thread() const {
     throw Error(fmt::format("comm: group '{}': point-to-point used outside the communication thread", name_));
 }
 
-// A derived type may be freed while its messages are pending.
-void Communicator::post_receive(const WireChunk& in, int src, MPI_Request* request) {
-  MessageType rt(in);
-  MPI_Irecv(rt.buf(), rt.count(), rt.type(), src, kTag, comm_, request);
+void Communicator::post_receive(const WireChunk& in, int src, MessageRequests* requests) {
+  *requests = no_requests();
+  MPI_Irecv(in.data, message_count(in.bytes), MPI_BYTE, src, kTag, comm_, &(*requests)[0]);
+  if (in.n_scales > 0)
+    MPI_Irecv(in.scales, message_count(in.n_scales * sizeof(float)), MPI_BYTE, src, kScalesTag, comm_,
+              &(*requests)[1]);
 }
 
-void Communicator::post_send(const WireChunk& out, int dst, MPI_Request* request) {
-  MessageType st(out);
-  MPI_Isend(st.buf(), st.count(), st.type(), dst, kTag, comm_, request);
+void Communicator::post_send(const WireChunk& out, int dst, MessageRequests* requests) {
+  *requests = no_requests();
+  MPI_Isend(out.data, message_count(out.bytes), MPI_BYTE, dst, kTag, comm_, &(*requests)[0]);
+  if (out.n_scales > 0)
+    MPI_Isend(out.scales, message_count(out.n_scales * sizeof(float)), MPI_BYTE, dst, kScalesTag, comm_,
+              &(*requests)[1]);
 }
 
 void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src) {
   check_thread();
   before_send(out, dst);
-  MPI_Request req[2];
+  MessageRequests req[2];
   post_receive(in, src, &req[0]);
   post_send(out, dst, &req[1]);
   const Peer peers[2] = {{src, true}, {dst, false}};
@@ -141,7 +122,7 @@ void Communicator::sendrecv(const WireChunk& out, int dst, const WireChunk& in, 
 void Communicator::send(const WireChunk& out, int dst) {
   check_thread();
   before_send(out, dst);
-  MPI_Request req;
+  MessageRequests req;
   post_send(out, dst, &req);
   const Peer peer{dst, false};
   wait_all(&req, 1, &peer);
@@ -150,23 +131,26 @@ void Communicator::send(const WireChunk& out, int dst) {
 
 void Communicator::recv(const WireChunk& in, int src) {
   check_thread();
-  MPI_Request req;
+  MessageRequests req;
   post_receive(in, src, &req);
   const Peer peer{src, true};
   wait_all(&req, 1, &peer);
   after_recv(in, src);
 }
 
-void Communicator::wait_all(MPI_Request* requests, int n, const Peer* peers) {
+void Communicator::wait_all(MessageRequests* messages, int n, const Peer* peers) {
   double waited = 0;
   const double timeout = collective_timeout();
-  if (poll_requests(requests, n, timeout, &waited)) return;
-  // The peers of the requests still pending, in request order, one entry per member.
+  auto done = [&] {
+    for (int i = 0; i < n; ++i)
+      if (!all_done(messages[i])) return false;
+    return true;
+  };
+  if (poll_until(done, timeout, &waited)) return;
+  // The peers of the messages still pending, in message order, one entry per member.
   std::vector<std::pair<int, std::string>> pending;
   for (int i = 0; i < n; ++i) {
-    int done = 0;
-    MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
-    if (done) continue;
+    if (all_done(messages[i])) continue;
     const char* role = peers[i].receive ? "receive" : "send";
     auto same =
         std::find_if(pending.begin(), pending.end(), [&](auto& p) { return p.first == peers[i].member; });

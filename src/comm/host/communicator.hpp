@@ -17,6 +17,7 @@
 //   barrier (dissemination): ceil(log2 d) messages of 0 bytes
 #include <mpi.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,13 @@ class PipelinedSteps {
   virtual WireChunk recv(int step, std::size_t first, std::size_t n) = 0;
   virtual void received(int /*step*/, std::size_t /*first*/, std::size_t /*n*/) {}
 };
+
+// One message's MPI requests: its data bytes, then, for int8/int4, its scales as a second
+// contiguous MPI message (MPI_REQUEST_NULL otherwise). Never one message of a derived datatype
+// over both arrays: Open MPI 4.1's TCP transport hangs on non-contiguous messages when a peer
+// has several connections (btl_tcp_links 2, strata's default; docs/cluster.md).
+using MessageRequests = std::array<MPI_Request, 2>;
+inline MessageRequests no_requests() { return {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; }
 
 class Communicator final : public Collectives {
  public:
@@ -86,7 +94,8 @@ class Communicator final : public Collectives {
   void run_broadcast(Buf data, int root);
   void run_barrier();
 
-  // Point-to-point between members, accounted and emulated. One message each way.
+  // Point-to-point between members, accounted and emulated. One message each way (on the
+  // wire, a quantized one is two: see MessageRequests).
   void sendrecv(const WireChunk& out, int dst, const WireChunk& in, int src);
   // The exchanges of a ring algorithm or of the pairwise all-to-all (pipeline.cpp): each
   // step sends and receives, accounted and emulated as one message a step each way as
@@ -112,16 +121,16 @@ class Communicator final : public Collectives {
   void after_send(const WireChunk& out, int dst);
   void after_recv(const WireChunk& in, int src);
   // Post a receive of `in` from src / a send of `out` to dst (no accounting).
-  void post_receive(const WireChunk& in, int src, MPI_Request* request);
-  void post_send(const WireChunk& out, int dst, MPI_Request* request);
-  // Who a request exchanges with: member index, and whether it receives (else sends).
+  void post_receive(const WireChunk& in, int src, MessageRequests* requests);
+  void post_send(const WireChunk& out, int dst, MessageRequests* requests);
+  // Who a message exchanges with: member index, and whether it receives (else sends).
   struct Peer {
     int member;
     bool receive;
   };
-  // Polls until all complete, under the collective timeout (wait.hpp); past it, aborts the
-  // job naming the peers of the requests still pending.
-  void wait_all(MPI_Request* requests, int n, const Peer* peers);
+  // Polls until the n messages complete, under the collective timeout (wait.hpp); past it,
+  // aborts the job naming the peers of the messages still pending.
+  void wait_all(MessageRequests* messages, int n, const Peer* peers);
   void check_thread() const;  // Error unless on the communication thread
 
   Context& ctx_;

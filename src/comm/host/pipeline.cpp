@@ -57,7 +57,7 @@ void Communicator::run_pipelined(PipelinedSteps& r) {
   const Pieces pieces = cut_into_pieces(count, r.granule(), r.send(0, 0, count).total_bytes(),
                                         ctx_.emulation().enabled ? 0 : piece_bytes_);
   // The requests in flight for each piece: at most one step's receive and send at a time.
-  std::vector<MPI_Request> receives(pieces.number, MPI_REQUEST_NULL), sends(pieces.number, MPI_REQUEST_NULL);
+  std::vector<MessageRequests> receives(pieces.number, no_requests()), sends(pieces.number, no_requests());
   auto post = [&](int s, std::size_t k) {
     const std::size_t first = pieces.first(k), n = pieces.size(k, count);
     if (k == 0) before_send(r.send(s, 0, count), right(s));
@@ -68,7 +68,7 @@ void Communicator::run_pipelined(PipelinedSteps& r) {
   for (int s = 0; s < steps; ++s) {
     const Peer peers[2] = {{left(s), true}, {right(s), false}};
     for (std::size_t k = 0; k < pieces.number; ++k) {
-      MPI_Request pair[2] = {receives[k], sends[k]};
+      MessageRequests pair[2] = {receives[k], sends[k]};
       wait_all(pair, 2, peers);
       r.received(s, pieces.first(k), pieces.size(k, count));
       if (k + 1 == pieces.number) {
@@ -86,7 +86,7 @@ void Communicator::relay(Buf data, int from, const std::vector<int>& to) {
   const WireChunk whole = wire_chunk(data, 0, count);
   const Pieces pieces =
       cut_into_pieces(count, data.granule(), whole.total_bytes(), ctx_.emulation().enabled ? 0 : piece_bytes_);
-  std::vector<MPI_Request> receives(pieces.number, MPI_REQUEST_NULL), sends(pieces.number, MPI_REQUEST_NULL);
+  std::vector<MessageRequests> receives(pieces.number, no_requests()), sends(pieces.number, no_requests());
   auto piece = [&](std::size_t k) { return wire_chunk(data, pieces.first(k), pieces.size(k, count)); };
   std::size_t in = pieces.number;  // pieces of `data` this member holds, in order
   if (from >= 0) {
