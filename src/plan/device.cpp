@@ -39,18 +39,8 @@ struct ComputeUnits {
 GpuDatasheet gpu(std::string_view key, DeviceFacts device, ComputeUnits units, double link_GBps,
                  std::string_view link_source, int dies = 1, double die_link_GBps = 0,
                  std::string_view die_link_source = {}) {
-  GpuDatasheet d;
-  d.compute_units = units.count;
-  d.compute_units_source = units.source;
-  d.hopper = units.hopper;
-  d.key = key;
-  d.device = std::move(device);
-  d.link_GBps = link_GBps;
-  d.link_source = link_source;
-  d.dies = dies;
-  d.die_link_GBps = die_link_GBps;
-  d.die_link_source = die_link_source;
-  return d;
+  return {key, std::move(device), link_GBps, link_source, dies, die_link_GBps, die_link_source,
+          units.count, units.source, units.hopper};
 }
 
 // Vendor datasheets (dense bf16 without sparsity; memory; HBM rate; board power; GPU links).

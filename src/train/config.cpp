@@ -24,10 +24,23 @@ namespace strata::train {
 
 namespace {
 
-using Apply = std::function<void(TrainConfig&, const std::string& key, const SettingValue&)>;
+// A float as the shortest decimal that reads back as it (0.0006, not 0.0006000000284984708).
+nlohmann::json recorded(float f) { return std::stod(fmt::format("{}", f)); }
+template <class T>
+nlohmann::json recorded(const T& value) { return value; }
+
+// A setting's field of TrainConfig and the rule that reads it; model.* keys have none, as
+// build_config applies them as one model.
 struct Entry {
   SettingInfo info;
-  Apply apply;  // empty for model.* keys, which build_config applies as one model
+  std::function<void(TrainConfig&, const std::string& key, const SettingValue&)> apply;
+  std::function<nlohmann::json(const TrainConfig&)> record;
+  Entry(SettingInfo i) : info(std::move(i)) {}
+  template <class Field, class Rule>
+  Entry(SettingInfo i, Field field, Rule rule)
+      : info(std::move(i)),
+        apply([=](TrainConfig& c, const std::string& k, const SettingValue& v) { field(c) = rule(k, v); }),
+        record([=](const TrainConfig& c) { return recorded(field(c)); }) {}
 };
 
 std::int64_t as_int(const std::string& key, const SettingValue& v) {
@@ -98,164 +111,166 @@ std::string wire(const std::string& key, const SettingValue& v) {
   return s;
 }
 
+// shard.pp_layers: empty means --pp equal stages.
+std::vector<int> stage_layers(const std::string& key, const SettingValue& v) {
+  const std::string text = as_string(key, v);
+  return text.empty() ? std::vector<int>{} : parallel::parse_stage_layers(key, text);
+}
+
 const std::vector<Entry>& entries() {
   using K = SettingKind;
   static const std::vector<Entry> table = {
       {{"model.preset", "--model", K::String,
         "model preset: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b; or a Hugging "
-        "Face config.json (or its folder) of a GPT-2 or Llama model"}, {}},
-      {{"model.family", "--model-family", K::String, "gpt2 or llama (a preset's own unless given)"}, {}},
-      {{"model.n_layer", "--n-layer", K::Int, "transformer blocks"}, {}},
-      {{"model.n_head", "--n-head", K::Int, "attention heads (must divide n_embd)"}, {}},
-      {{"model.n_kv_head", "--n-kv-head", K::Int, "llama: K/V heads (must divide n_head; 0 in a preset: n_head)"},
-       {}},
-      {{"model.n_embd", "--n-embd", K::Int, "hidden size"}, {}},
+        "Face config.json (or its folder) of a GPT-2 or Llama model"}},
+      {{"model.family", "--model-family", K::String, "gpt2 or llama (a preset's own unless given)"}},
+      {{"model.n_layer", "--n-layer", K::Int, "transformer blocks"}},
+      {{"model.n_head", "--n-head", K::Int, "attention heads (must divide n_embd)"}},
+      {{"model.n_kv_head", "--n-kv-head", K::Int, "llama: K/V heads (must divide n_head; 0 in a preset: n_head)"}},
+      {{"model.n_embd", "--n-embd", K::Int, "hidden size"}},
       {{"model.ffn_hidden", "--ffn-hidden", K::Int,
-        "llama: SwiGLU width (0 in a preset: 8/3 n_embd rounded up to a multiple of 256)"}, {}},
-      {{"model.rope_theta", "--rope-theta", K::Float, "llama: rotary embedding base"}, {}},
-      {{"model.seq_len", "--seq-len", K::Int, "longest sequence the model takes (rows of wpe)"}, {}},
-      {{"model.vocab_size", "--vocab-size", K::Int, "vocabulary size (the padded size follows unless given)"}, {}},
-      {{"model.padded_vocab_size", "--padded-vocab-size", K::Int, "rows of wte, >= vocab_size"}, {}},
+        "llama: SwiGLU width (0 in a preset: 8/3 n_embd rounded up to a multiple of 256)"}},
+      {{"model.rope_theta", "--rope-theta", K::Float, "llama: rotary embedding base"}},
+      {{"model.seq_len", "--seq-len", K::Int, "longest sequence the model takes (rows of wpe)"}},
+      {{"model.vocab_size", "--vocab-size", K::Int, "vocabulary size (the padded size follows unless given)"}},
+      {{"model.padded_vocab_size", "--padded-vocab-size", K::Int, "rows of wte, >= vocab_size"}},
 
       {{"data.train", "--train-data", K::String, "training tokens (.bin, llm.c format)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.train_data = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.train_data; }, as_string},
       {{"data.val", "--val-data", K::String, "validation tokens (.bin); none: no validation"},
-       [](TrainConfig& c, auto& k, auto& v) { c.val_data = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.val_data; }, as_string},
 
       {{"optim.lr", "--lr", K::Float, "peak learning rate"},
-       [](TrainConfig& c, auto& k, auto& v) { c.lr = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.lr; }, as_float},
       {{"optim.min_lr", "--min-lr", K::Float, "learning rate at the end of the cosine decay"},
-       [](TrainConfig& c, auto& k, auto& v) { c.min_lr = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.min_lr; }, as_float},
       {{"optim.warmup", "--warmup", K::Int, "linear warm-up steps"},
-       [](TrainConfig& c, auto& k, auto& v) { c.warmup = non_negative_int64(k, v); }},
+       [](auto& c) -> auto& { return c.warmup; }, non_negative_int64},
       {{"optim.weight_decay", "--weight-decay", K::Float, "decoupled weight decay (matrices and embeddings)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.adamw.weight_decay = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.adamw.weight_decay; }, as_float},
       {{"optim.beta1", "--beta1", K::Float, "Adam beta1"},
-       [](TrainConfig& c, auto& k, auto& v) { c.adamw.beta1 = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.adamw.beta1; }, as_float},
       {{"optim.beta2", "--beta2", K::Float, "Adam beta2"},
-       [](TrainConfig& c, auto& k, auto& v) { c.adamw.beta2 = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.adamw.beta2; }, as_float},
       {{"optim.eps", "--eps", K::Float, "Adam epsilon"},
-       [](TrainConfig& c, auto& k, auto& v) { c.adamw.eps = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.adamw.eps; }, as_float},
       {{"optim.grad_clip", "--grad-clip", K::Float, "clip the global gradient norm to this (0: off)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.adamw.grad_clip = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.adamw.grad_clip; }, as_float},
 
       {{"train.batch", "--batch", K::Int, "sequences per micro-batch (per rank)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.batch = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.batch; }, positive_int},
       {{"train.seq", "--seq", K::Int, "tokens per training sequence"},
-       [](TrainConfig& c, auto& k, auto& v) { c.seq = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.seq; }, positive_int},
       {{"train.grad_accum", "--grad-accum", K::Int, "micro-batches per optimizer step"},
-       [](TrainConfig& c, auto& k, auto& v) { c.grad_accum = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.grad_accum; }, positive_int},
       {{"train.steps", "--steps", K::Int, "optimizer steps in the whole run"},
-       [](TrainConfig& c, auto& k, auto& v) { c.steps = positive_int64(k, v); }},
+       [](auto& c) -> auto& { return c.steps; }, positive_int64},
       {{"train.seed", "--seed", K::Int, "initialisation and data-order seed"},
-       [](TrainConfig& c, auto& k, auto& v) { c.seed = static_cast<std::uint64_t>(non_negative_int64(k, v)); }},
+       [](auto& c) -> auto& { return c.seed; }, non_negative_int64},
       {{"train.threads", "--threads", K::Int, "OpenMP threads"},
-       [](TrainConfig& c, auto& k, auto& v) { c.threads = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.threads; }, positive_int},
       {{"train.device", "--device", K::String,
         "compute device: cpu, or cuda (a GPU a process; sharded under mpirun over NCCL; docs/gpu.md)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.device = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.device; }, as_string},
       {{"train.precision", "--precision", K::String,
         "matmul inputs: fp32, or bf16 with fp32 accumulation and fp32 master weights (cuda only)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.precision = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.precision; }, as_string},
       {{"train.val_every", "--val-every", K::Int, "validate every N steps (0: only at the end)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.val_every = non_negative_int64(k, v); }},
+       [](auto& c) -> auto& { return c.val_every; }, non_negative_int64},
       {{"train.val_batches", "--val-batches", K::Int, "micro-batches per validation (per rank)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.val_batches = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.val_batches; }, positive_int},
       {{"train.save_every", "--save-every", K::Int, "checkpoint every N steps (0: only at the end)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.save_every = non_negative_int64(k, v); }},
+       [](auto& c) -> auto& { return c.save_every; }, non_negative_int64},
       {{"train.keep_last", "--keep-last", K::Int,
         "checkpoints to keep (0: all); older ones go only once a newer one is complete"},
-       [](TrainConfig& c, auto& k, auto& v) { c.keep_last = non_negative_int(k, v); }},
+       [](auto& c) -> auto& { return c.keep_last; }, non_negative_int},
       {{"train.max_skipped_steps", "--max-skipped-steps", K::Int,
         "steps in a row with a non-finite loss or gradient norm (skipped) that stop the run"},
-       [](TrainConfig& c, auto& k, auto& v) { c.max_skipped_steps = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.max_skipped_steps; }, positive_int},
       {{"train.recompute", "--recompute", K::String,
         "none (keep activations for backward) or full (also a bare --recompute: keep each block's input, "
         "recompute the block in backward: the same numbers for about one more forward)",
         "full"},
-       [](TrainConfig& c, auto& k, auto& v) { c.recompute = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.recompute; }, as_string},
       {{"train.loss_scale", "--loss-scale", K::String,
         "auto (dynamic when gradients cross an fp16 wire), dynamic, or off"},
-       [](TrainConfig& c, auto& k, auto& v) { c.loss_scale = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.loss_scale; }, as_string},
       {{"train.initial_loss_scale", "--initial-loss-scale", K::Float, "first dynamic loss scale (a power of two)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.initial_loss_scale = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.initial_loss_scale; }, as_float},
       {{"train.loss_scale_window", "--loss-scale-window", K::Int,
         "good steps in a row after which the dynamic loss scale doubles"},
-       [](TrainConfig& c, auto& k, auto& v) { c.loss_scale_window = positive_int64(k, v); }},
+       [](auto& c) -> auto& { return c.loss_scale_window; }, positive_int64},
       {{"train.log_every", "--log-every", K::Int, "steps between progress lines when not on a terminal"},
-       [](TrainConfig& c, auto& k, auto& v) { c.log_every = positive_int64(k, v); }},
+       [](auto& c) -> auto& { return c.log_every; }, positive_int64},
       {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
-       [](TrainConfig& c, auto& k, auto& v) { c.out_dir = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.out_dir; }, as_string},
       {{"train.collective_timeout", "--collective-timeout", K::Float,
         "seconds a sharded run waits for a peer before aborting every rank (a rank died or stalls)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.collective_timeout = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.collective_timeout; }, as_float},
       {{"train.flight_ops", "--flight-ops", K::Int,
         "ops each rank of a sharded run keeps in its flight recorder, dumped to OUT/flight/ on a timeout, a fatal "
         "error or SIGUSR2 (0: off)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.flight_ops = non_negative_int(k, v); }},
+       [](auto& c) -> auto& { return c.flight_ops; }, non_negative_int},
       {{"train.flight_dump", "--flight-dump", K::String,
         "when the flight recorder dumps: on-fault (a timeout, a fatal error, SIGUSR2) or always (also at exit)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.flight_dump = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.flight_dump; }, as_string},
 
       {{"comm.piece_kib", "--piece-kib", K::Int,
         "strata's host collectives (over MPI) put each message on the wire in pieces of about this many KiB, kept "
         "in flight while earlier ones are reduced and forwarded (as NCCL's chunks; 0: whole messages); the bytes, "
         "messages and results are the same at any size"},
-       [](TrainConfig& c, auto& k, auto& v) { c.piece_kib = piece_kib(k, v); }},
+       [](auto& c) -> auto& { return c.piece_kib; }, piece_kib},
 
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo, or a framework's name for one "
         "(fsdp/full_shard, hybrid_shard, shard_grad_op, no_shard, zero-1/2/3, zero++)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.strategy = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.shard.strategy; }, as_string},
       {{"shard.topology", "--topology", K::String, "tiers of the cluster: host, frontier, dgx-a100, dgx-h100, or a "
                                                    "TOML file"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.topology = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.shard.topology; }, as_string},
       {{"shard.shard", "--shard", K::String, "tier of each state on top of the strategy, e.g. W=gpu,G=node,OS=cluster"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.shard = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.shard.shard; }, as_string},
       {{"shard.secondary", "--secondary", K::String, "tier of the secondary weight copy for backward (hpZ), or none"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.secondary = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.shard.secondary; }, as_string},
       {{"shard.weight_wire", "--weight-wire", K::String, "weight gathers: fp32, bf16, fp16, int8"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.weight_wire = wire(k, v); }},
+       [](auto& c) -> auto& { return c.shard.weight_wire; }, wire},
       {{"shard.grad_wire", "--grad-wire", K::String, "per-micro-batch gradient reduction: fp32, bf16, fp16 (the loss is then scaled), int8, int4"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.grad_wire = wire(k, v); }},
+       [](auto& c) -> auto& { return c.shard.grad_wire; }, wire},
       {{"shard.step_grad_wire", "--step-grad-wire", K::String,
         "once-per-step gradient reduction across the wider tiers: fp32, bf16, fp16, int8, int4"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.step_grad_wire = wire(k, v); }},
+       [](auto& c) -> auto& { return c.shard.step_grad_wire; }, wire},
       {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.block_size = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.shard.block_size; }, positive_int},
       {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.prefetch = non_negative_int(k, v); }},
+       [](auto& c) -> auto& { return c.shard.prefetch; }, non_negative_int},
       {{"shard.bucket_bytes", "--bucket-bytes", K::Int,
         "replicated gradients (ddp, zero1): reduce them in buckets of at most this many bytes while the step's "
         "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.bucket_bytes = non_negative_int64(k, v); }},
+       [](auto& c) -> auto& { return c.shard.bucket_bytes; }, non_negative_int64},
       {{"shard.first_bucket_bytes", "--first-bucket-bytes", K::Int,
         "the first of those buckets, which backward fills first, holds at most this many bytes, so its reduction "
         "overlaps the rest of backward (1 MiB as PyTorch DDP's first bucket; at most --bucket-bytes)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.first_bucket_bytes = non_negative_int64(k, v); }},
+       [](auto& c) -> auto& { return c.shard.first_bucket_bytes; }, non_negative_int64},
       {{"shard.tp", "--tp", K::Int,
         "tensor-parallel degree (Megatron splits of GPT-2 and Llama): that many consecutive ranks of --tp-tier hold one "
         "replica; sharding runs over the ranks of each TP index"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.tp = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.shard.tp; }, positive_int},
       {{"shard.tp_tier", "--tp-tier", K::String, "the tier the tensor-parallel groups lie in"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.tp_tier = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.shard.tp_tier; }, as_string},
       {{"shard.pp", "--pp", K::Int,
         "pipeline stages (1F1B over the step's micro-batches, --grad-accum; strata plan: --accum, or a +ppN "
         "suffix on a --strategy name): that many consecutive domains of --pp-tier hold one stage each, the blocks "
         "split equally unless --pp-layers"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.pp = positive_int(k, v); }},
+       [](auto& c) -> auto& { return c.shard.pp; }, positive_int},
       {{"shard.pp_tier", "--pp-tier", K::String, "the tier the pipeline stages cross; empty: the outermost"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.pp_tier = as_string(k, v); }},
+       [](auto& c) -> auto& { return c.shard.pp_tier; }, as_string},
       {{"shard.pp_layers", "--pp-layers", K::String,
         "the blocks of each pipeline stage, comma-separated (1,3: one block on the first of two stages, three on "
         "the second), summing to the model's; empty: --pp equal stages"},
-       [](TrainConfig& c, auto& k, auto& v) {
-         const std::string text = as_string(k, v);
-         c.shard.pp_layers = text.empty() ? std::vector<int>{} : parallel::parse_stage_layers(k, text);
-       }},
+       [](auto& c) -> auto& { return c.shard.pp_layers; }, stage_layers},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
-       [](TrainConfig& c, auto& k, auto& v) { c.shard.emulate_scale = as_float(k, v); }},
+       [](auto& c) -> auto& { return c.shard.emulate_scale; }, as_float},
   };
   return table;
 }
@@ -440,65 +455,19 @@ void TrainConfig::validate() const {
     throw Error(fmt::format("--stop-after {}: must lie in [1, train.steps = {}]", stop_after, steps));
 }
 
-// A float as the shortest decimal that reads back as it (0.0006, not 0.0006000000284984708).
-static double shortest(float f) { return std::stod(fmt::format("{}", f)); }
-
+// Every setting under its key, recorded by the table (summary.json, checkpoints, --help's defaults).
 nlohmann::json TrainConfig::to_json() const {
-  return {{"model", {{"preset", model_name}, {"config", model.to_json()}}},
-          {"data", {{"train", train_data}, {"val", val_data}}},
-          {"optim",
-           {{"lr", shortest(lr)},
-            {"min_lr", shortest(min_lr)},
-            {"warmup", warmup},
-            {"weight_decay", shortest(adamw.weight_decay)},
-            {"beta1", shortest(adamw.beta1)},
-            {"beta2", shortest(adamw.beta2)},
-            {"eps", shortest(adamw.eps)},
-            {"grad_clip", shortest(adamw.grad_clip)}}},
-          {"train",
-           {{"batch", batch},
-            {"seq", seq_len()},
-            {"grad_accum", grad_accum},
-            {"steps", steps},
-            {"seed", seed},
-            {"threads", threads},
-            {"device", device},
-            {"precision", precision},
-            {"val_every", val_every},
-            {"val_batches", val_batches},
-            {"save_every", save_every},
-            {"keep_last", keep_last},
-            {"max_skipped_steps", max_skipped_steps},
-            {"recompute", recompute},
-            {"loss_scale", loss_scale},
-            {"initial_loss_scale", shortest(initial_loss_scale)},
-            {"loss_scale_window", loss_scale_window},
-            {"log_every", log_every},
-            {"out", out_dir},
-            {"collective_timeout", collective_timeout},
-            {"flight_ops", flight_ops},
-            {"flight_dump", flight_dump}}},
-          {"comm", {{"piece_kib", piece_kib}}},
-          {"shard",
-           {{"strategy", shard.strategy},
-            {"topology", shard.topology},
-            {"shard", shard.shard},
-            {"secondary", shard.secondary},
-            {"weight_wire", shard.weight_wire},
-            {"grad_wire", shard.grad_wire},
-            {"step_grad_wire", shard.step_grad_wire},
-            {"block_size", shard.block_size},
-            {"prefetch", shard.prefetch},
-            {"bucket_bytes", shard.bucket_bytes},
-            {"first_bucket_bytes", shard.first_bucket_bytes},
-            {"tp", shard.tp},
-            {"tp_tier", shard.tp_tier},
-            {"sequence_parallel", shard.sequence_parallel},
-            {"pp", shard.pp},
-            {"pp_tier", shard.pp_tier},
-            {"pp_layers", shard.pp_layers},
-            {"emulate_links", shard.emulate_links},
-            {"emulate_scale", shard.emulate_scale}}}};
+  nlohmann::json j = {{"model", {{"preset", model_name}, {"config", model.to_json()}}}};
+  for (const Entry& e : entries()) {
+    if (!e.record) continue;
+    const std::string_view key = e.info.key;
+    const std::size_t dot = key.find('.');
+    j[key.substr(0, dot)][key.substr(dot + 1)] = e.record(*this);
+  }
+  j["train"]["seq"] = seq_len();
+  j["shard"]["sequence_parallel"] = shard.sequence_parallel;
+  j["shard"]["emulate_links"] = shard.emulate_links;
+  return j;
 }
 
 }  // namespace strata::train

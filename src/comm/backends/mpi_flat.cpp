@@ -8,7 +8,6 @@
 #include "base/error.hpp"
 #include "base/half.hpp"
 #include "comm/api/reduce.hpp"
-#include "comm/runtime/mpi_session.hpp"
 
 namespace strata::comm {
 
@@ -28,10 +27,8 @@ int as_count(std::size_t n, std::string_view op) {
 
 }  // namespace
 
-MpiFlat::MpiFlat(Context& ctx, MPI_Comm comm, std::string name) : ctx_(ctx), name_(std::move(name)) {
+MpiFlat::MpiFlat(Context& ctx, MPI_Comm comm, std::string name) : MpiGroup(comm, std::move(name)), ctx_(ctx) {
   MPI_Comm_dup(comm, &comm_);
-  MPI_Comm_rank(comm_, &position_);
-  world_ranks_ = world_ranks_of(comm_);
   MPI_Op_create(&sum16<bf16_to_float, float_to_bf16>, 1, &bf16_sum_);
   MPI_Op_create(&sum16<fp16_to_float, float_to_fp16>, 1, &f16_sum_);
 }

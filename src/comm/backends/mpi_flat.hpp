@@ -12,23 +12,18 @@
 #include <string>
 #include <vector>
 
-#include "comm/api/collectives.hpp"
 #include "comm/api/wire.hpp"
 #include "comm/runtime/context.hpp"
+#include "comm/runtime/mpi_group.hpp"
 
 namespace strata::comm {
 
-class MpiFlat final : public Collectives {
+class MpiFlat final : public MpiGroup {
  public:
   MpiFlat(Context& ctx, MPI_Comm comm, std::string name);
   ~MpiFlat() override;
   MpiFlat(const MpiFlat&) = delete;
   MpiFlat& operator=(const MpiFlat&) = delete;
-
-  const std::string& name() const override { return name_; }
-  int size() const override { return int(world_ranks_.size()); }
-  int index() const override { return position_; }
-  int world_rank_of(int index) const override { return world_ranks_.at(index); }
 
   Work all_gather_async(CBuf shard, Buf full) override;
   Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;
@@ -45,10 +40,7 @@ class MpiFlat final : public Collectives {
   MPI_Op mpi_sum(DType t) const;
 
   Context& ctx_;
-  std::string name_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int position_ = 0;
-  std::vector<int> world_ranks_;
   MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
   Scratch scratch_;
 };

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/runtime/mpi_session.hpp"
 #include "comm/runtime/wait.hpp"
 
 namespace strata::comm {
@@ -51,13 +50,9 @@ std::vector<std::string> member_hosts(MPI_Comm comm) {
 }  // namespace
 
 Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name)
-    : ctx_(ctx), name_(std::move(name)), piece_bytes_(comm::piece_bytes()) {
+    : MpiGroup(comm, std::move(name)), ctx_(ctx), piece_bytes_(comm::piece_bytes()) {
   MPI_Comm_dup(comm, &comm_);
-  MPI_Comm_rank(comm_, &position_);
-  world_ranks_ = world_ranks_of(comm_);
-  const int d = size();
-  tiers_.resize(d);
-  for (int m = 0; m < d; ++m) tiers_[m] = ctx_.topology().tier_between(ctx_.world_rank(), world_ranks_[m]);
+  for (int w : world_ranks_) tiers_.push_back(ctx.topology().tier_between(ctx.world_rank(), w));
   busy_tier_ = *std::max_element(tiers_.begin(), tiers_.end());
   hosts_ = member_hosts(comm_);
 }

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/api/collectives.hpp"
 #include "comm/api/wire.hpp"
 #include "comm/runtime/context.hpp"
+#include "comm/runtime/mpi_group.hpp"
 #include "comm/runtime/pieces.hpp"
 
 namespace strata::comm {
@@ -54,7 +54,7 @@ class PipelinedSteps {
 using MessageRequests = std::array<MPI_Request, 2>;
 inline MessageRequests no_requests() { return {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; }
 
-class Communicator final : public Collectives {
+class Communicator final : public MpiGroup {
  public:
   // Duplicates `comm` (collective over its members), so strata's messages never mix with
   // other traffic on it. `comm` itself stays owned by the caller.
@@ -63,11 +63,6 @@ class Communicator final : public Collectives {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  const std::string& name() const override { return name_; }
-  int size() const override { return int(world_ranks_.size()); }
-  int index() const override { return position_; }
-  int world_rank_of(int index) const override { return world_ranks_.at(index); }
-  const std::vector<int>& world_ranks() const { return world_ranks_; }
   Context& context() { return ctx_; }
   // The outermost tier a message from this rank to `member` crosses.
   int tier_to(int member) const { return tiers_.at(member); }
@@ -134,10 +129,7 @@ class Communicator final : public Collectives {
   void check_thread() const;  // Error unless on the communication thread
 
   Context& ctx_;
-  std::string name_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int position_ = 0;
-  std::vector<int> world_ranks_;
   std::vector<int> tiers_;
   int busy_tier_ = 0;  // the outermost tier any member is across: where this group's time is charged
   std::vector<std::string> hosts_;  // each member's host, named when a wait for it times out

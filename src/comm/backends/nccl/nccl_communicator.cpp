@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "comm/runtime/mpi_session.hpp"
 #include "comm/runtime/wait.hpp"
 
 namespace strata::comm {
@@ -106,9 +105,7 @@ void grouped(const char* what, F&& enqueue) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(Context& ctx, MPI_Comm comm, std::string name)
-    : name_(std::move(name)), accounting_(&ctx.accounting()) {
-  MPI_Comm_rank(comm, &position_);
-  world_ranks_ = world_ranks_of(comm);
+    : MpiGroup(comm, std::move(name)), accounting_(&ctx.accounting()) {
   for (int w : world_ranks_) tiers_.push_back(ctx.topology().tier_between(ctx.world_rank(), w));
   busy_tier_ = *std::max_element(tiers_.begin(), tiers_.end());
   // The bootstrap waits for every member; NCCL's init cannot be polled.

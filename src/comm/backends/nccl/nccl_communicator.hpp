@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/api/collectives.hpp"
 #include "comm/instrument/traffic.hpp"
 #include "comm/runtime/context.hpp"
+#include "comm/runtime/mpi_group.hpp"
 
 namespace strata::comm {
 
-class NcclCommunicator final : public Collectives {
+class NcclCommunicator final : public MpiGroup {
  public:
   // Collective over `comm` (bootstrapped over it; every member creates its communicators in
   // the same order). Traffic and GPU time go to ctx's Accounting; ctx's topology says which
@@ -39,10 +39,6 @@ class NcclCommunicator final : public Collectives {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  const std::string& name() const override { return name_; }
-  int size() const override { return int(world_ranks_.size()); }
-  int index() const override { return position_; }
-  int world_rank_of(int index) const override { return world_ranks_.at(index); }
   cudaStream_t stream() const { return stream_; }
   // Ordering against a compute stream without blocking the host, through events:
   // after_compute: every later operation starts after what `compute` holds so far (the
@@ -79,9 +75,6 @@ class NcclCommunicator final : public Collectives {
   Work enqueue_reduce_scatter(CBuf full, Buf shard, ncclRedOp_t op);
   cudaEvent_t start_event();
 
-  std::string name_;
-  int position_ = 0;
-  std::vector<int> world_ranks_;
   std::vector<int> tiers_;  // the tier a message to each member crosses
   int busy_tier_ = 0;       // the outermost of them: where this group's GPU time is charged
   ncclComm_t comm_ = nullptr;
