@@ -1018,13 +1018,13 @@ Estimate PlanContext::estimate(std::string strategy, const shard::Schedule& sche
   c.forward_s_.clear();
   c.backward_s_.clear();
   c.gathered_.clear();
-  for (std::size_t i = 0; i < given.numel.size(); ++i) {
-    std::size_t j = 0;
-    while (j < units_.numel.size() && units_.layout_unit_of(static_cast<int>(j)) != given.layout_unit_of(static_cast<int>(i)))
-      ++j;
-    if (j == units_.numel.size() || units_.numel[j] != given.numel[i])
-      throw Error(fmt::format("plan: unit '{}' of the schedule ({} elements) is not a unit of '{}' as planned", given.names[i],
-                              given.numel[i], model_.name));
+  for (int i = 0; i < static_cast<int>(given.numel.size()); ++i) {
+    int j = 0;
+    const int n = static_cast<int>(units_.numel.size());
+    while (j < n && units_.layout_unit_of(j) != given.layout_unit_of(i)) ++j;
+    if (j == n || units_.numel[j] != given.numel[i])
+      throw Error(fmt::format("plan: unit '{}' of the schedule ({} elements) is not a unit of '{}' as planned",
+                              given.names[i], given.numel[i], model_.name));
     c.forward_s_.push_back(forward_s_[j]);
     c.backward_s_.push_back(backward_s_[j]);
     if (!gathered_.empty()) c.gathered_.push_back(gathered_[j]);

@@ -204,9 +204,10 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
       if (engine.stage() != e.pace_stage || engine.groups().stage.front() != engine.rank()) continue;
       ASSERT_EQ(step.tiers.size(), e.tiers.size()) << what;
       for (std::size_t t = 0; t < e.tiers.size(); ++t) {
-        EXPECT_EQ(step.tiers[t].bytes_sent, e.tiers[t].traffic.bytes_sent) << what << " " << e.tiers[t].traffic.tier;
-        EXPECT_EQ(step.tiers[t].bytes_received, e.tiers[t].traffic.bytes_received) << what << " " << e.tiers[t].traffic.tier;
-        EXPECT_EQ(step.tiers[t].messages, e.tiers[t].traffic.messages) << what << " " << e.tiers[t].traffic.tier;
+        const shard::TierTraffic& priced = e.tiers[t].traffic;
+        EXPECT_EQ(step.tiers[t].bytes_sent, priced.bytes_sent) << what << " " << priced.tier;
+        EXPECT_EQ(step.tiers[t].bytes_received, priced.bytes_received) << what << " " << priced.tier;
+        EXPECT_EQ(step.tiers[t].messages, priced.messages) << what << " " << priced.tier;
       }
     }
     EXPECT_GT(planned.bytes_sent, 0u);
