@@ -1007,10 +1007,35 @@ class PlanContext::EstimateSteps {
 };
 
 Estimate PlanContext::estimate(std::string strategy, const shard::ShardSpec& spec) const {
-  const shard::Schedule schedule = this->schedule(spec);
+  return priced(std::move(strategy), schedule(spec));
+}
+
+Estimate PlanContext::estimate(std::string strategy, const shard::Schedule& schedule) const {
+  // This context with its per-unit terms in the schedule's unit order.
+  const shard::UnitPlan& given = schedule.units();
+  PlanContext c = *this;
+  c.units_ = given;
+  c.forward_s_.clear();
+  c.backward_s_.clear();
+  c.gathered_.clear();
+  for (int i = 0; i < static_cast<int>(given.numel.size()); ++i) {
+    int j = 0;
+    const int n = static_cast<int>(units_.numel.size());
+    while (j < n && units_.layout_unit_of(j) != given.layout_unit_of(i)) ++j;
+    if (j == n || units_.numel[j] != given.numel[i])
+      throw Error(fmt::format("plan: unit '{}' of the schedule ({} elements) is not a unit of '{}' as planned",
+                              given.names[i], given.numel[i], model_.name));
+    c.forward_s_.push_back(forward_s_[j]);
+    c.backward_s_.push_back(backward_s_[j]);
+    if (!gathered_.empty()) c.gathered_.push_back(gathered_[j]);
+  }
+  return c.priced(std::move(strategy), schedule);
+}
+
+Estimate PlanContext::priced(std::string strategy, const shard::Schedule& schedule) const {
   Estimate e;
   e.strategy = std::move(strategy);
-  e.spec = spec;
+  e.spec = schedule.spec();
   e.world_size = schedule.world_size();
   e.compute_shape = shape_;
   EstimateSteps steps(*this, schedule, e);

@@ -247,6 +247,7 @@ struct Estimate {
     double micro_batch_s = 0;
   };
   std::vector<PipelineStage> stages;
+  int pace_stage = 0;  // the stage that sets the pace: the step is its, the tiers its first replica's
   // Energy (plan/model_parallel.hpp); zeros when the device's TDP is not known.
   double utilization = 0, power_watts = 0, joules_per_token = 0, tokens_per_kwh = 0;
 
@@ -288,12 +289,17 @@ class PlanContext {
   // in their tier's exposed time). `spec` is taken as given (apply precision and overrides
   // before).
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
+  // A schedule built elsewhere priced the same way: a pipeline stage's as the runtime builds
+  // it (shard::PipelineSchedule::sharding), whose units are this slice's in the runtime's order,
+  // each naming its whole-model unit (UnitPlan::layout_unit). Error if a unit is not the slice's.
+  Estimate estimate(std::string strategy, const shard::Schedule& schedule) const;
   nlohmann::json assumptions() const;
   // What --recompute reruns and keeps, with its per-block figures (the explanation's line).
   std::string recompute_means() const;
 
  private:
   class EstimateSteps;
+  Estimate priced(std::string strategy, const shard::Schedule& schedule) const;
   bool left_out(const shard::ScheduledOp& op) const;
 
   ModelShape model_;

@@ -162,9 +162,10 @@ nlohmann::json model_parallel_assumptions() {
        "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + every other "
        "stage's micro-batch without them (the bubble: fill and drain; equal stages (p-1)/(m+p-1) of the step); "
        "memory per stage (pipeline); gradients reduced once a step per stage over its "
-       "data-parallel group: where strata's pipeline runtime runs the plan (a strata model, no TP, ddp or zero1) "
-       "by that runtime's own ops (shard::PipelineSchedule: flat rings, each transfer on the tier it crosses, "
-       "priced at the outermost, after the stage's program), else by the stage's own schedule"},
+       "data-parallel group: where strata's pipeline runtime runs the plan (a strata model, no TP) "
+       "by that runtime's own ops (shard::PipelineSchedule; ddp, zero1: flat rings, each transfer on the tier it "
+       "crosses, priced at the outermost, after the stage's program; zero2, zero3, hsdp: the stage's own "
+       "shard::Schedule the runtime runs, replayed per micro-batch), else by the stage's own schedule"},
       {"data_parallel",
        "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
        "tier of s/t; ports keep the share a physical rank gets"},
@@ -221,9 +222,23 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
   }
 }
 
+struct ModelParallelPlan::RankPipeline {
+  shard::PipelineSchedule schedule;
+  shard::PipelineGroups groups;
+};
+
 std::optional<PipelineMessage> ModelParallelPlan::tied_message(int s, const shard::ShardSpec& spec) const {
   const ModelShape& slice = stages_.at(s).model();
   if (!slice.tied_head || mp_.pp == 1 || (s != 0 && s != mp_.pp - 1)) return std::nullopt;
+  if (runs_pipeline(spec)) {
+    // The runtime's own sum: its op on the stage's first replica (every replica's is alike).
+    const RankPipeline p = rank_pipeline(first_rank(s), spec);
+    for (const shard::PipelineOp& op : p.schedule.ops())
+      if (op.group == shard::PipelineOp::Tied)
+        return PipelineMessage{op.purpose, shard::When::Step, dims_.pipeline_level, op.bytes / sizeof(float),
+                               DType::F32, true, true};
+    return std::nullopt;
+  }
   // Both stages hold the embeddings (the last its copy for the head) and sum their gradients,
   // each rank its optimizer-state shard of them, in fp32 (the runtime's master gradient).
   const shard::LevelSpec levels = shard::resolve(spec, data_parallel_topology());
@@ -241,31 +256,39 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
 }
 
 bool ModelParallelPlan::runs_pipeline(const shard::ShardSpec& spec) const {
-  return mp_.pp > 1 && mp_.tp == 1 && model_.gpt && (spec.preset == "ddp" || spec.preset == "zero1");
+  if (mp_.pp == 1 || mp_.tp > 1 || !model_.gpt) return false;
+  if (spec.preset == "ddp" || spec.preset == "zero1") return true;
+  // A sharded stage runs its shard::Schedule composed as the runtime composes it.
+  return shard::stage_sharded(spec.preset) && workload_.collectives == shard::Composition::Hierarchical;
 }
 
-namespace {
-
-// The schedule and groups world rank `rank` runs in the runtime's pipeline.
-struct RankPipeline {
-  shard::PipelineSchedule schedule;
-  shard::PipelineGroups groups;
-};
-RankPipeline rank_pipeline(const model::ModelConfig& config, const Workload& w, const parallel::ParallelDims& dims,
-                           const topo::Topology& physical, int rank, bool zero1, const std::vector<int>& stage_layers) {
-  shard::PipelineSchedule schedule = shard::pipeline_schedule_of(config, w.micro_batch, w.seq, w.accumulation_steps,
-                                                                 dims, physical, rank, zero1, stage_layers);
-  shard::PipelineGroups groups = shard::pipeline_groups(dims, physical, rank, schedule.tied());
+ModelParallelPlan::RankPipeline ModelParallelPlan::rank_pipeline(int rank, const shard::ShardSpec& spec) const {
+  std::optional<shard::ShardSpec> sharding;
+  if (shard::stage_sharded(spec.preset)) sharding = spec;
+  shard::PipelineSchedule schedule =
+      shard::pipeline_schedule_of(*model_.gpt, workload_.micro_batch, workload_.seq, workload_.accumulation_steps,
+                                  dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers, sharding);
+  shard::PipelineGroups groups = shard::pipeline_groups(dims_, topology_, rank, schedule.tied());
   return {std::move(schedule), std::move(groups)};
 }
 
-}  // namespace
-
-void ModelParallelPlan::price_pipeline_reductions(Estimate& e, int s, const shard::ShardSpec& spec) const {
-  int rank = 0;  // the stage's first replica
+int ModelParallelPlan::first_rank(int s) const {
+  int rank = 0;
   while (parallel::pipeline_stage(dims_, topology_, rank) != s) ++rank;
-  const RankPipeline p =
-      rank_pipeline(*model_.gpt, workload_, dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers);
+  return rank;
+}
+
+Estimate ModelParallelPlan::stage_estimate(const std::string& strategy, const shard::ShardSpec& spec, int s) const {
+  if (!runs_pipeline(spec)) return stages_[s].estimate(strategy, spec);
+  const int rank = first_rank(s);
+  const RankPipeline p = rank_pipeline(rank, spec);
+  if (p.schedule.sharding()) return stages_[s].estimate(strategy, *p.schedule.sharding());
+  Estimate e = stages_[s].estimate(strategy, spec);
+  price_pipeline_reductions(e, p, rank);
+  return e;
+}
+
+void ModelParallelPlan::price_pipeline_reductions(Estimate& e, const RankPipeline& p, int rank) const {
   for (TierCost& t : e.tiers) t = TierCost{{t.traffic.tier}};
   e.exposed_micro_s = e.overlap_slowdown_s = e.step_comm_s = 0;
   for (const shard::PipelineOp& op : p.schedule.ops()) {
@@ -316,8 +339,7 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
     for (const topo::Tier& t : topology_.tiers()) out.push_back({t.name});
     const int world = dims_.world_size();
     for (int rank = 0; rank < world; ++rank) {
-      const RankPipeline p =
-          rank_pipeline(*model_.gpt, workload_, dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers);
+      const RankPipeline p = rank_pipeline(rank, spec);
       const comm::CommStats traffic = shard::scheduled_traffic(p.schedule, p.groups, topology_, rank);
       for (std::size_t t = 0; t < out.size(); ++t) {
         out[t].bytes_sent += double(traffic.tiers[t].bytes_sent);
@@ -367,8 +389,7 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
   // The stage that sets the pace: its micro-batch with its share of its messages.
   std::vector<double> paced_s;
   for (int s = 0; s < p; ++s) {
-    Estimate e = stages_[s].estimate(strategy, spec);
-    if (runs_pipeline(spec)) price_pipeline_reductions(e, s, spec);
+    Estimate e = stage_estimate(strategy, spec, s);
     stages.push_back(pipeline_stage(e, stages_[s].model(), m));
     paced_s.push_back(stages[s].micro_batch_s + message_seconds_[s] / m);
     per_stage.push_back(std::move(e));
@@ -376,6 +397,7 @@ Estimate ModelParallelPlan::estimate(std::string strategy, const shard::ShardSpe
     if (stages[s].total_memory_bytes > stages[largest].total_memory_bytes) largest = s;
   }
   Estimate r = per_stage[slowest];
+  r.pace_stage = slowest;
   r.strategy = variant_name(strategy, mp_);
   r.world_size = dims_.world_size();
   r.tensor_parallel = mp_.tp;

@@ -373,6 +373,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
       else if (u <= layers) n = static_cast<std::size_t>(block_params_on_rank(*this));
       else if (u == layers + 2) n = V * h / tensor_parallel;
       p.numel.push_back(n);
+      p.layout_unit.push_back(u);
     }
     for (model::UnitEvent e : all.events)
       if (index[e.unit] >= 0) p.events.push_back({e.kind, index[e.unit], e.phase});

@@ -3,9 +3,10 @@
 // `--strategy S --tp 2` measure a step (2x2x2 test topology, TP in the GPU tier), with and
 // without recomputation, for GPT-2 (tiny) and Llama (llama-tiny), and for tiny under
 // --sequence-parallel, whose activation memory the plan prices as the run's model holds it;
-// and under --pp 2 (stages across the cluster tier, ddp or zero1 replicas a stage), the
-// pipeline tier's bytes and messages a step on every rank: the stage messages and the tied
-// embeddings' sum the planner prices from the runtime's own program.
+// and under --pp 2 (stages across the cluster tier, ddp, zero1, zero3 or hsdp replicas a
+// stage), the pipeline tier's bytes and messages a step on every rank: the stage messages and
+// the tied embeddings' sum the planner prices from the runtime's own program; and every tier
+// of the estimate, the stage's own reductions and gathers included, the pace-setting stage's.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -172,11 +173,13 @@ void expect_every_tier_as_run(const plan::ModelParallelPlan& plan, const plan::E
 
 // --pp 2 on 8 ranks: the stages across the cluster tier, 4 replicas a stage inside the nodes,
 // so only the stages' messages and the tied embeddings' sum cross the cluster tier; and every
-// tier's bytes, the stages' reductions included, equal the run's.
+// tier's bytes, the stages' reductions (ddp, zero1) or their sharding schedule's gathers and
+// reduce-scatters (zero3, hsdp) included, equal the run's: the world's mean (summary.json's)
+// and the estimate's, that of the first rank of the stage that sets its pace.
 TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) {
   const plan::ModelParallelPlan plan = plan_of(plan::ModelShape::preset("tiny"), {1, 2, "", ""});
   const int cluster = plan.topology().outermost();
-  for (const char* strategy : {"ddp", "zero1"}) {
+  for (const char* strategy : {"ddp", "zero1", "zero3", "hsdp"}) {
     parallel::ShardOptions options;
     options.strategy = strategy;
     options.topology = topology_path();
@@ -196,6 +199,16 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
       // Two stages send and receive alike: the estimate's cluster tier is every rank's.
       EXPECT_EQ(e.tiers.at(cluster).traffic.bytes_sent, planned.bytes_sent) << what;
       EXPECT_EQ(e.tiers.at(cluster).traffic.messages, planned.messages) << what;
+      // The estimate prices the pace-setting stage's first replica (a flat ring's ranks cross
+      // different tiers).
+      if (engine.stage() != e.pace_stage || engine.groups().stage.front() != engine.rank()) continue;
+      ASSERT_EQ(step.tiers.size(), e.tiers.size()) << what;
+      for (std::size_t t = 0; t < e.tiers.size(); ++t) {
+        const shard::TierTraffic& priced = e.tiers[t].traffic;
+        EXPECT_EQ(step.tiers[t].bytes_sent, priced.bytes_sent) << what << " " << priced.tier;
+        EXPECT_EQ(step.tiers[t].bytes_received, priced.bytes_received) << what << " " << priced.tier;
+        EXPECT_EQ(step.tiers[t].messages, priced.messages) << what << " " << priced.tier;
+      }
     }
     EXPECT_GT(planned.bytes_sent, 0u);
   }

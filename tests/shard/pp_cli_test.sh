@@ -3,7 +3,8 @@
 # across "node"): the losses and validation losses of --pp 2 with two ddp (zero1, zero3) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
 # tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 and zero3 stages (a zero3 one in one process) at
-# the uninterrupted losses, and bad layouts are refused naming --pp (or --pp-layers).
+# the uninterrupted losses, `strata plan --compare-summary` prices every tier of the zero3 run
+# as it measured it, and bad layouts are refused naming --pp (or --pp-layers).
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 strata=$1 src=$2
@@ -100,6 +101,14 @@ for stage in printed["stages"]:
     assert "tied embeddings" in purposes and "stage gradients" not in purposes, purposes
 print("--print-schedule --pp 2 --strategy zero3: the stages' sharding schedules, bytes per tier the run's")
 PY
+
+# The planner prices the zero3 stages from the runtime's own stage schedules: every tier's
+# bytes and messages a step equal what the run measured and scheduled (summary.json's comm).
+"$strata" plan --model tiny --topology "$topo" --nodes 1 --pp-tier node --seq 32 --micro-batch 2 --accum 4 \
+  --precision fp32 --peak-tflops 1 --device-memory-gb 8 --hbm-gbps 50 --strategy zero3+pp2 \
+  --compare-summary "$work/pp_zero3/summary.json" > "$work/compared.txt" || fail "plan: $(cat "$work/compared.txt")"
+[[ $(grep -c "^all equal" "$work/compared.txt") == 1 && $(grep -c " equal$" "$work/compared.txt") -ge 18 ]] &&
+  ! grep -q "not compared" "$work/compared.txt" || fail "compare-summary of --pp 2 zero3: $(cat "$work/compared.txt")"
 
 refused() {  # refused FLAG_TEXT COMMAND...: fails unless COMMAND fails naming FLAG_TEXT
   local want=$1
