@@ -111,7 +111,7 @@ struct PipeRun {
   std::vector<double> losses;
   std::vector<float> params;
   int stage = 0;
-  std::uint64_t state_bytes = 0;  // what the rank holds
+  shard::StateMemory memory;  // what the rank holds
 };
 
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
@@ -125,7 +125,7 @@ PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::ve
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
   run.stage = engine.stage();
-  run.state_bytes = engine.state_bytes();
+  run.memory = engine.state_memory();
   for (int step = 1; step <= kSteps; ++step) {
     const comm::CommStats before = engine.context().accounting().snapshot();
     double sum = 0;
@@ -297,9 +297,9 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
   expect_same_training(pp, train_alone(4, 1), config_of(4), "--pp 4, one replica");
   expect_measured_bytes_equal_the_schedule(traffic, scheduled);
-  // A rank holds its stage's units only (weights, gradients, two Adam moments: four fp32
-  // arrays): its block, the first stage the embeddings too, the last the final norm and the
-  // tied head's copy of the embeddings.
+  // A rank holds its stage's units only: its optimizer state (master, two Adam moments and the
+  // gradient it reads: four fp32 arrays) is its block's, the first stage's the embeddings' too,
+  // the last's the final norm's and the tied head's copy of the embeddings.
   const model::ParamLayout layout(config_of(4));
   const auto& u = layout.units();
   const int block = layout.block_unit(pp.stage), embeddings = layout.embeddings_unit();
@@ -307,8 +307,7 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   if (pp.stage == 0) floats += u[embeddings].numel;
   if (pp.stage == 3) floats = u[layout.final_norm_unit()].offset + u[layout.final_norm_unit()].numel - u[block].offset +
                               u[embeddings].numel;
-  EXPECT_EQ(pp.state_bytes, 4 * sizeof(float) * floats) << "stage " << pp.stage;
-  EXPECT_LT(pp.state_bytes, 4 * sizeof(float) * layout.total_floats() / 2) << "stage " << pp.stage;
+  EXPECT_EQ(pp.memory.optimizer, 4 * sizeof(float) * floats) << "stage " << pp.stage;
 }
 
 // Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
