@@ -229,7 +229,7 @@ struct ModelParallelPlan::RankPipeline {
 std::optional<PipelineMessage> ModelParallelPlan::tied_message(int s, const shard::ShardSpec& spec) const {
   const ModelShape& slice = stages_.at(s).model();
   if (!slice.tied_head || mp_.pp == 1 || (s != 0 && s != mp_.pp - 1)) return std::nullopt;
-  if (runs_pipeline(spec)) {
+  if (runs_pipeline()) {
     // The runtime's own sum: its op on the stage's first replica (every replica's is alike).
     const RankPipeline p = rank_pipeline(first_rank(s), spec);
     for (const shard::PipelineOp& op : p.schedule.ops())
@@ -254,10 +254,10 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
   return t;
 }
 
-bool ModelParallelPlan::runs_pipeline(const shard::ShardSpec& spec) const {
+bool ModelParallelPlan::runs_pipeline() const {
   if (mp_.pp == 1 || mp_.tp > 1 || !model_.gpt) return false;
   // A stage runs its shard::Schedule composed as the runtime composes it.
-  return shard::stage_sharded(spec.preset) && workload_.collectives == shard::Composition::Hierarchical;
+  return workload_.collectives == shard::Composition::Hierarchical;
 }
 
 ModelParallelPlan::RankPipeline ModelParallelPlan::rank_pipeline(int rank, const shard::ShardSpec& spec) const {
@@ -275,7 +275,7 @@ int ModelParallelPlan::first_rank(int s) const {
 }
 
 Estimate ModelParallelPlan::stage_estimate(const std::string& strategy, const shard::ShardSpec& spec, int s) const {
-  if (!runs_pipeline(spec)) return stages_[s].estimate(strategy, spec);
+  if (!runs_pipeline()) return stages_[s].estimate(strategy, spec);
   return stages_[s].estimate(strategy, *rank_pipeline(first_rank(s), spec).schedule.sharding());
 }
 
@@ -290,7 +290,7 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
                      double(t.traffic.messages)});
     return out;
   }
-  if (runs_pipeline(spec)) {
+  if (runs_pipeline()) {
     for (const topo::Tier& t : topology_.tiers()) out.push_back({t.name});
     const int world = dims_.world_size();
     for (int rank = 0; rank < world; ++rank) {

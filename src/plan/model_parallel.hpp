@@ -114,9 +114,9 @@ class ModelParallelPlan {
   // activations in flight on stage s; Estimate::stages has each stage's.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
-  // strata model (its ModelConfig), no TP, a stage's replicas a preset it runs
-  // (shard::stage_sharded) composed as the runtime composes them (not --collectives nccl).
-  bool runs_pipeline(const shard::ShardSpec& spec) const;
+  // strata model (its ModelConfig), no TP, a stage's replicas composed as the runtime composes
+  // them (not --collectives nccl); every sharding spec runs in a stage.
+  bool runs_pipeline() const;
 
  private:
   const Calibration* calibrated_() const {

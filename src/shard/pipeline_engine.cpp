@@ -41,10 +41,6 @@ PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, 
   add_tied_sum(layout, replicas.index);
 }
 
-bool stage_sharded(const std::string& strategy) {
-  return strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "hsdp";
-}
-
 // The first stage's embeddings and the last stage's copy are units of the same size in
 // schedules of the same levels: replica k of both holds the same OS slice, summed between them.
 void PipelineSchedule::add_tied_sum(const model::ParamLayout& layout, int replica) {
@@ -147,10 +143,6 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   comm::agree(MPI_COMM_WORLD, "world", [&] {
-    if (!stage_sharded(options.strategy))
-      throw Error(fmt::format("--pp {}: a stage's replicas run ddp, zero1, zero2, zero3 or hsdp; --strategy {} is not "
-                              "run under --pp yet",
-                              options.pp, options.strategy));
     if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
     if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
     topology_ = resolve_topology(options, world);

@@ -3,7 +3,8 @@
 // (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
 // the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
 // replicas whose units any sharding spec shards as the sharding runtime does a whole model's
-// (ddp, zero1, zero2, zero3, hsdp, ...): a ShardedEngine running the stage's shard::Schedule.
+// (every preset, quantized wires and hpZ's secondary copy included): a ShardedEngine running
+// the stage's shard::Schedule.
 // A rank holds its stage's units only (PipelineSchedule::stage_units): nothing of the other
 // stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
@@ -115,8 +116,6 @@ PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batc
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
                                       int world_rank, const ShardSpec& sharding,
                                       const std::vector<int>& stage_layers = {});
-// Whether `strategy` runs in a stage (the sharding runtime's presets that do).
-bool stage_sharded(const std::string& strategy);
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
                                bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,

@@ -173,13 +173,13 @@ void expect_every_tier_as_run(const plan::ModelParallelPlan& plan, const plan::E
 
 // --pp 2 on 8 ranks: the stages across the cluster tier, 4 replicas a stage inside the nodes,
 // so only the stages' messages and the tied embeddings' sum cross the cluster tier; and every
-// tier's bytes, the stages' reductions (ddp, zero1) or their sharding schedule's gathers and
-// reduce-scatters (zero3, hsdp) included, equal the run's: the world's mean (summary.json's)
-// and the estimate's, that of the first rank of the stage that sets its pace.
+// tier's bytes, the stages' sharding schedules (ddp, zero1, zero3, hsdp; zeropp and topo with
+// their quantized wires and hpZ copy) included, equal the run's: the world's mean
+// (summary.json's) and the estimate's, that of the first rank of the stage that sets its pace.
 TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) {
   const plan::ModelParallelPlan plan = plan_of(plan::ModelShape::preset("tiny"), {1, 2, "", ""});
   const int cluster = plan.topology().outermost();
-  for (const char* strategy : {"ddp", "zero1", "zero3", "hsdp"}) {
+  for (const char* strategy : {"ddp", "zero1", "zero3", "hsdp", "zeropp", "topo"}) {
     parallel::ShardOptions options;
     options.strategy = strategy;
     options.topology = topology_path();
