@@ -126,13 +126,12 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
   for (const PipelineOp& op : schedule.ops()) charge_op(counted, op, groups, physical, world_rank);
   comm::CommStats out = counted.snapshot();
   // The stage's sharding: its levels are the physical tiers by index (ParallelDims::data_parallel_topology).
-  if (schedule.sharding())
-    for (const TierTraffic& t : schedule.sharding()->traffic_per_step()) {
-      comm::TierTraffic& mine = out.tiers.at(*physical.find_tier(t.tier));
-      mine.bytes_sent += t.bytes_sent;
-      mine.bytes_received += t.bytes_received;
-      mine.messages += t.messages;
-    }
+  for (const TierTraffic& t : schedule.sharding()->traffic_per_step()) {
+    comm::TierTraffic& mine = out.tiers.at(*physical.find_tier(t.tier));
+    mine.bytes_sent += t.bytes_sent;
+    mine.bytes_received += t.bytes_received;
+    mine.messages += t.messages;
+  }
   return out;
 }
 

@@ -104,7 +104,7 @@ assert printed["per_step"] == summary["per_step"], (printed["per_step"], summary
 for stage in printed["stages"]:
     assert stage["sharding"]["spec"]["preset"] == "zero3", stage["sharding"]["spec"]
     purposes = {op["purpose"] for op in stage["ops"]}
-    assert "tied embeddings" in purposes and "stage gradients" not in purposes, purposes
+    assert "tied embeddings" in purposes, purposes
 print("--print-schedule --pp 2 --strategy zero3: the stages' sharding schedules, bytes per tier the run's")
 PY
 
