@@ -9,6 +9,7 @@
 #include "model/init.hpp"
 #include "model/llama.hpp"
 #include "model/team.hpp"
+#include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
@@ -67,6 +68,30 @@ HostModel::HostModel(const ModelConfig& config, Family family, const char* name,
 
 void HostModel::tp_sum(float* data, std::size_t n) {
   if (tp_group_) tp_group_->all_reduce_sum(data, n);
+}
+
+float HostModel::head_loss(const HeadBuffers& h, const float* head_w, const std::int32_t* targets,
+                           const std::function<void(float* out, Range rows)>& norm) {
+  const ModelConfig& cfg = config();
+  const VocabSlice slice(cfg, layout_.split());
+  const int BT = B_ * T_;
+  check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
+  std::copy(targets, targets + BT, h.targets);
+  if (sequence_parallel_) {
+    in_parallel([&](const Team& team) { norm(h.sp_rows, team.share(BT / layout_.split().size)); });
+    shards_.gather(h.sp_rows, h.normed);
+  }
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    if (!sequence_parallel_) norm(h.normed, rows);
+    matmul_forward(h.logits, h.normed, head_w, cfg.n_embd, slice.rows, false, rows);
+    if (h.vocab_loss) h.vocab_loss->reduce_rows(h.logits, h.targets, slice, rows);
+    else h.k.crossentropy_forward(h.lse, h.losses, h.logits, h.targets, cfg.vocab_size, slice.rows, rows);
+  });
+  if (h.vocab_loss) return h.vocab_loss->combine(*tp_group_, h.lse, h.losses);
+  double total = 0;  // in row order: deterministic
+  for (int i = 0; i < BT; ++i) total += h.losses[i];
+  return static_cast<float>(total / BT);
 }
 
 float HostModel::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
