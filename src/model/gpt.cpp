@@ -122,6 +122,11 @@ struct GPT::Block {
   BlockDims d;
 };
 
+HostModel::HeadBuffers GPT::head_buffers() {
+  Impl& m = *impl_;
+  return {*m.k, m.sp_rows, m.lnf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
+}
+
 GPT::Block GPT::block(int layer) {
   Impl& m = *impl_;
   return {m, *m.k, m.block, m.layers[layer], block_dims()};
@@ -310,8 +315,7 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
   Impl& m = *impl_;
   const float* x = m.block_input(config().n_layer);
   // The tied head is wte.
-  return head_loss({*m.k, m.sp_rows, m.lnf, m.logits, m.lse, m.losses, m.targets.data(), m.vocab_loss.get()},
-                   embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
+  return head_loss(head_buffers(), embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
                      m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w,
                                             lnf_params + m.lnf_off.b, config().n_embd, rows, nullptr, nullptr);
                    });
@@ -321,42 +325,21 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
                         float grad_scale) {
   Impl& m = *impl_;
   const Kernels& k = *m.k;
-  const ModelConfig& cfg = config();
-  const TensorSplit& tp = layout_.split();
-  const VocabSlice slice(cfg, tp);
-  const int BT = B_ * T_, C = cfg.n_embd, Vl = slice.rows;
-  // Logits past the vocabulary carry no gradient: only the slice's real rows of wte take part.
-  const int real = slice.real;
-  const float* x = m.block_input(cfg.n_layer);
-  const float* wte = embed_params + m.embed.wte;
-  float* dlnf = m.dln1;
-  const float scale = grad_scale / BT;
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    if (tp.size == 1) {
-      k.crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), real, Vl, scale, rows);
-    } else {
-      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
-    }
-    matmul_backward_input(dlnf, m.dlogits, Vl, wte, C, real, rows);
-  });
-  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
-  // rows, whose norm gradients are then completed over the group.
+  const VocabSlice slice(config(), layout_.split());
+  const int BT = B_ * T_, C = config().n_embd;
+  const float* x = m.block_input(config().n_layer);
+  // The final norm's gradients: under sequence parallelism over the rank's rows, then completed
+  // over the group.
   const bool sp = sequence_parallel_;
-  const int R = sp ? BT / tp.size : BT;
-  float* dlnf_rows = sp ? m.sp_rows : dlnf;
+  const int R = sp ? BT / layout_.split().size : BT;
+  float* dlnf_rows = head_backward_to_norm(head_buffers(), embed_params + m.embed.wte, m.dln1, grad_scale);
   float* norm_grads = sp ? m.sp_norm_grads : nullptr;
-  if (sp) {
-    shards_.scatter(dlnf, dlnf_rows);
-    std::fill_n(norm_grads, 2 * C, 0.f);
-  } else {
-    tp_sum(dlnf, static_cast<std::size_t>(BT) * C);
-  }
+  if (sp) std::fill_n(norm_grads, 2 * C, 0.f);
   in_parallel([&](const Team& team) {
     k.layernorm_backward_input(m.dres, nullptr, dlnf_rows, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C,
                                team.share(R));
     barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, Vl, m.lnf, BT, C, team.share(real));
+    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, slice.rows, m.lnf, BT, C, team.share(slice.real));
     k.layernorm_backward_params(sp ? norm_grads : lnf_grads + m.lnf_off.w, sp ? norm_grads + C : lnf_grads + m.lnf_off.b,
                                 dlnf_rows, x, m.lnf_mean, m.lnf_rstd, R, C, team.share(C, kColumnAlign));
   });

@@ -72,6 +72,7 @@ class GPT final : public HostModel {
   // offsets, layer `layer`'s buffers, block_dims().
   struct Block;
   Block block(int layer);
+  HeadBuffers head_buffers();
 
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp
   std::unique_ptr<Impl> impl_;

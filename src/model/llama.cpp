@@ -419,6 +419,11 @@ void Llama::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, co
   matmul_backward_weight(g + o.v, dv, KV, la.xn1, BT, C, team.share(KV));
 }
 
+HostModel::HeadBuffers Llama::head_buffers() {
+  Impl& m = *impl_;
+  return {*m.k, m.sp_rows, m.xf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
+}
+
 void Llama::reserve_attention_scratch() {
   Impl& m = *impl_;
   const std::size_t n = static_cast<std::size_t>(T_) * T_ * omp_get_max_threads();
@@ -477,40 +482,22 @@ float Llama::head_forward(const float* norm_params, const float* head_params, co
   Impl& m = *impl_;
   const float* x = m.block_input(config().n_layer);
   const float* w = norm_params + m.off.final_norm;
-  return head_loss({*m.k, m.sp_rows, m.xf, m.logits, m.lse, m.losses, m.targets.data(), m.vocab_loss.get()},
-                   head_params + m.off.head, targets,
+  return head_loss(head_buffers(), head_params + m.off.head, targets,
                    [&](float* out, Range rows) { rmsnorm_forward(out, m.rstdf, x, w, config().n_embd, rows, nullptr); });
 }
 
 void Llama::head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
                           float grad_scale) {
   Impl& m = *impl_;
-  const ModelConfig& cfg = config();
-  const VocabSlice slice(cfg, layout_.split());
-  const int BT = B_ * T_, C = cfg.n_embd;
-  const float scale = grad_scale / BT;
-  const float* x = m.block_input(cfg.n_layer);
-  float* dxf = m.dxn1;
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    if (m.vocab_loss)
-      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
-    else
-      m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice.real, slice.rows, scale, rows);
-    // Logits past the vocabulary carry no gradient: only the slice's real rows of lm_head take part.
-    matmul_backward_input(dxf, m.dlogits, slice.rows, head_params + m.off.head, C, slice.real, rows);
-  });
-  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
-  // rows, whose norm gradient is then completed over the group.
+  const VocabSlice slice(config(), layout_.split());
+  const int BT = B_ * T_, C = config().n_embd;
+  const float* x = m.block_input(config().n_layer);
+  // The final norm's gradient: under sequence parallelism over the rank's rows, then completed
+  // over the group.
   const bool sp = sequence_parallel_;
   const int R = sp ? BT / layout_.split().size : BT;
-  float* dxf_rows = sp ? m.sp_rows : dxf;
-  if (sp) {
-    shards_.scatter(dxf, dxf_rows);
-    std::fill_n(m.sp_norm_grads, C, 0.f);
-  } else {
-    tp_sum(dxf, static_cast<std::size_t>(BT) * C);
-  }
+  float* dxf_rows = head_backward_to_norm(head_buffers(), head_params + m.off.head, m.dxn1, grad_scale);
+  if (sp) std::fill_n(m.sp_norm_grads, C, 0.f);
   in_parallel([&](const Team& team) {
     rmsnorm_backward_input(m.dres, nullptr, dxf_rows, x, norm_params + m.off.final_norm, m.rstdf, C, team.share(R));
     barrier();  // parameter gradients sum over every row

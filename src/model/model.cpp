@@ -94,6 +94,28 @@ float HostModel::head_loss(const HeadBuffers& h, const float* head_w, const std:
   return static_cast<float>(total / BT);
 }
 
+float* HostModel::head_backward_to_norm(const HeadBuffers& h, const float* head_w, float* dnormed, float grad_scale) {
+  const VocabSlice slice(config(), layout_.split());
+  const int BT = B_ * T_, C = config().n_embd;
+  const float scale = grad_scale / BT;
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    if (h.vocab_loss)
+      vocab_parallel_crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets, slice, scale, rows);
+    else
+      h.k.crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets, slice.real, slice.rows, scale, rows);
+    // Logits past the vocabulary carry no gradient: only the slice's real rows of the head take part.
+    matmul_backward_input(dnormed, h.dlogits, slice.rows, head_w, C, slice.real, rows);
+  });
+  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's rows.
+  if (!sequence_parallel_) {
+    tp_sum(dnormed, static_cast<std::size_t>(BT) * C);
+    return dnormed;
+  }
+  shards_.scatter(dnormed, h.sp_rows);
+  return h.sp_rows;
+}
+
 float HostModel::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   // Refuse bad ids before acquiring anything, so no unit is left acquired.

@@ -139,7 +139,7 @@ class HostModel : public Model, public StageModel {
   // The head's activations, held by the model's own storage.
   struct HeadBuffers {
     const Kernels& k;
-    float *sp_rows, *normed, *logits, *lse, *losses;
+    float *sp_rows, *normed, *logits, *lse, *losses, *dlogits;
     std::int32_t* targets;          // the micro-batch's, kept for head_backward
     VocabParallelLoss* vocab_loss;  // under TP
   };
@@ -149,6 +149,10 @@ class HostModel : public Model, public StageModel {
   // against `targets`.
   float head_loss(const HeadBuffers& h, const float* head_w, const std::int32_t* targets,
                   const std::function<void(float* out, Range rows)>& norm);
+  // head_loss's backward down to the norm's output: the logits' gradient (the loss scaled by
+  // grad_scale) into h.dlogits and the norm output's into `dnormed`, summed over the TP group;
+  // returns its rows of this rank (under sequence parallelism scattered into h.sp_rows).
+  float* head_backward_to_norm(const HeadBuffers& h, const float* head_w, float* dnormed, float grad_scale);
 
   ParamLayout layout_;
   TensorParallelGroup* tp_group_ = nullptr;
