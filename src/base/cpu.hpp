@@ -27,6 +27,14 @@ void require_isa(std::string_view family, Isa isa);
 // The table of a family that `isa` selects, after require_isa(). Takes the three tables'
 // getters, not the tables: only the chosen one may run, as the others' code may use
 // instructions this CPU lacks.
+// Declares `const Table& table();` in the namespaces isa_scalar, isa_avx2 and isa_avx512 of
+// the namespace it stands in: the getters pick_for_isa() takes, each family's
+// kernels_<isa>.cpp defining its own.
+#define STRATA_ISA_TABLES(Table)                 \
+  namespace isa_scalar { const Table& table(); } \
+  namespace isa_avx2 { const Table& table(); }   \
+  namespace isa_avx512 { const Table& table(); }
+
 template <class Table>
 const Table& pick_for_isa(std::string_view family, Isa isa, const Table& (*scalar)(), const Table& (*avx2)(),
                           const Table& (*avx512)()) {

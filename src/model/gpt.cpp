@@ -114,6 +114,24 @@ GPT::BlockDims GPT::block_dims() const {
   return {B_, T_, B_ * T_, sequence_parallel_ ? B_ * T_ / N : B_ * T_, C, config().n_head / N, C / N, 4 * C / N};
 }
 
+struct GPT::Block {
+  Impl& m;
+  const Kernels& k;
+  const BlockOffsets& o;
+  Impl::Layer& la;
+  BlockDims d;
+};
+
+HostModel::HeadBuffers GPT::head_buffers() {
+  Impl& m = *impl_;
+  return {*m.k, m.sp_rows, m.lnf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
+}
+
+GPT::Block GPT::block(int layer) {
+  Impl& m = *impl_;
+  return {m, *m.k, m.block, m.layers[layer], block_dims()};
+}
+
 void GPT::Impl::attention_forward(Layer& la, const float* p, float* out, bool accumulate, const Dims& d,
                                   const Team& team) {
   const BlockOffsets& o = block;
@@ -239,11 +257,7 @@ void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
 // rank's R rows, the column- and row-parallel layers on all BT rows between a gather and a
 // reduce-scatter.
 void GPT::block_forward_sequence_parallel(int layer, const float* p) {
-  Impl& m = *impl_;
-  const Kernels& k = *m.k;
-  const BlockOffsets& o = m.block;
-  Impl::Layer& la = m.layers[layer];
-  const BlockDims d = block_dims();
+  auto [m, k, o, la, d] = block(layer);
   const int BT = d.BT, R = d.R, C = d.C;
   const float* x = m.block_input(layer);
   // res2 = x + bias + attention; the norm's output gathered for c_attn.
@@ -269,11 +283,7 @@ void GPT::block_forward_sequence_parallel(int layer, const float* p) {
 
 void GPT::block_forward(int layer, const float* p) {
   if (sequence_parallel_) return block_forward_sequence_parallel(layer, p);
-  Impl& m = *impl_;
-  const Kernels& k = *m.k;
-  const BlockOffsets& o = m.block;
-  Impl::Layer& la = m.layers[layer];
-  const BlockDims d = block_dims();
+  auto [m, k, o, la, d] = block(layer);
   const int BT = d.BT, C = d.C;
   // Row-parallel outputs are partial sums: TP rank 0 starts them from the residual and the
   // whole bias, the other ranks from zero; tp_sum completes them.
@@ -303,74 +313,33 @@ void GPT::block_forward(int layer, const float* p) {
 
 float GPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets) {
   Impl& m = *impl_;
-  const ModelConfig& cfg = config();
-  const VocabSlice slice(cfg, layout_.split());
-  const int BT = B_ * T_, C = cfg.n_embd;
-  check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
-  std::copy(targets, targets + BT, m.targets.begin());
-  const float* x = m.block_input(cfg.n_layer);
-  auto final_norm = [&](float* out, Range rows) {
-    m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, C,
-                           rows, nullptr, nullptr);
-  };
-  if (sequence_parallel_) {  // the rank's rows normalized, then gathered for the head
-    in_parallel([&](const Team& team) { final_norm(m.sp_rows, team.share(BT / layout_.split().size)); });
-    shards_.gather(m.sp_rows, m.lnf);
-  }
-  // The tied head is wte; under TP, this rank's vocabulary rows of it (vocab_parallel.hpp).
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    if (!sequence_parallel_) final_norm(m.lnf, rows);
-    matmul_forward(m.logits, m.lnf, embed_params + m.embed.wte, C, slice.rows, false, rows);
-    if (m.vocab_loss) m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
-    else m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, slice.rows, rows);
-  });
-  if (m.vocab_loss) return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
-  double total = 0;  // in row order: deterministic
-  for (int i = 0; i < BT; ++i) total += m.losses[i];
-  return static_cast<float>(total / BT);
+  const float* x = m.block_input(config().n_layer);
+  // The tied head is wte.
+  return head_loss(head_buffers(), embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
+                     m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w,
+                                            lnf_params + m.lnf_off.b, config().n_embd, rows, nullptr, nullptr);
+                   });
 }
 
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
                         float grad_scale) {
   Impl& m = *impl_;
   const Kernels& k = *m.k;
-  const ModelConfig& cfg = config();
-  const TensorSplit& tp = layout_.split();
-  const VocabSlice slice(cfg, tp);
-  const int BT = B_ * T_, C = cfg.n_embd, Vl = slice.rows;
-  // Logits past the vocabulary carry no gradient: only the slice's real rows of wte take part.
-  const int real = slice.real;
-  const float* x = m.block_input(cfg.n_layer);
-  const float* wte = embed_params + m.embed.wte;
-  float* dlnf = m.dln1;
-  const float scale = grad_scale / BT;
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    if (tp.size == 1) {
-      k.crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), real, Vl, scale, rows);
-    } else {
-      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
-    }
-    matmul_backward_input(dlnf, m.dlogits, Vl, wte, C, real, rows);
-  });
-  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
-  // rows, whose norm gradients are then completed over the group.
+  const VocabSlice slice(config(), layout_.split());
+  const int BT = B_ * T_, C = config().n_embd;
+  const float* x = m.block_input(config().n_layer);
+  // The final norm's gradients: under sequence parallelism over the rank's rows, then completed
+  // over the group.
   const bool sp = sequence_parallel_;
-  const int R = sp ? BT / tp.size : BT;
-  float* dlnf_rows = sp ? m.sp_rows : dlnf;
+  const int R = sp ? BT / layout_.split().size : BT;
+  float* dlnf_rows = head_backward_to_norm(head_buffers(), embed_params + m.embed.wte, m.dln1, grad_scale);
   float* norm_grads = sp ? m.sp_norm_grads : nullptr;
-  if (sp) {
-    shards_.scatter(dlnf, dlnf_rows);
-    std::fill_n(norm_grads, 2 * C, 0.f);
-  } else {
-    tp_sum(dlnf, static_cast<std::size_t>(BT) * C);
-  }
+  if (sp) std::fill_n(norm_grads, 2 * C, 0.f);
   in_parallel([&](const Team& team) {
     k.layernorm_backward_input(m.dres, nullptr, dlnf_rows, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C,
                                team.share(R));
     barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, Vl, m.lnf, BT, C, team.share(real));
+    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, slice.rows, m.lnf, BT, C, team.share(slice.real));
     k.layernorm_backward_params(sp ? norm_grads : lnf_grads + m.lnf_off.w, sp ? norm_grads + C : lnf_grads + m.lnf_off.b,
                                 dlnf_rows, x, m.lnf_mean, m.lnf_rstd, R, C, team.share(C, kColumnAlign));
   });
@@ -382,12 +351,8 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
 // the norms' parameter gradients summed over them and completed over the group.
 void GPT::block_backward_sequence_parallel(int layer, const float* p, float* g) {
   if (recompute_) block_forward_sequence_parallel(layer, p);
-  const BlockDims d = block_dims();
+  auto [m, k, o, la, d] = block(layer);
   const int BT = d.BT, R = d.R, C = d.C;
-  Impl& m = *impl_;
-  const Kernels& k = *m.k;
-  const BlockOffsets& o = m.block;
-  Impl::Layer& la = m.layers[layer];
   const float* x = m.block_input(layer);
   const float* d_out = m.dres;  // the rank's rows; gathered whole into sp_whole
   float* d_mid = m.dres_mid;    // the rank's rows; gathered whole into sp_whole2
@@ -419,11 +384,7 @@ void GPT::block_backward_sequence_parallel(int layer, const float* p, float* g) 
 
 void GPT::block_backward(int layer, const float* p, float* g) {
   if (sequence_parallel_) return block_backward_sequence_parallel(layer, p, g);
-  Impl& m = *impl_;
-  const Kernels& k = *m.k;
-  const BlockOffsets& o = m.block;
-  Impl::Layer& la = m.layers[layer];
-  const BlockDims d = block_dims();
+  auto [m, k, o, la, d] = block(layer);
   const int BT = d.BT, C = d.C;
   // Recomputation: this block's activations were overwritten by later blocks; its forward from
   // the kept input restores them bit for bit (the same kernels on the same threads).

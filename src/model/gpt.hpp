@@ -68,6 +68,11 @@ class GPT final : public HostModel {
     int B, T, BT, R, C, NH, Ca, F;
   };
   BlockDims block_dims() const;
+  // What a block's forward and backward work on: the activations, the kernel table, the unit's
+  // offsets, layer `layer`'s buffers, block_dims().
+  struct Block;
+  Block block(int layer);
+  HeadBuffers head_buffers();
 
   struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp
   std::unique_ptr<Impl> impl_;

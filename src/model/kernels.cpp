@@ -6,15 +6,7 @@
 
 namespace strata::model {
 
-namespace isa_scalar {
-const Kernels& table();
-}
-namespace isa_avx2 {
-const Kernels& table();
-}
-namespace isa_avx512 {
-const Kernels& table();
-}
+STRATA_ISA_TABLES(Kernels)
 
 const Kernels& kernels_for(Isa isa) {
   return pick_for_isa("model", isa, isa_scalar::table, isa_avx2::table, isa_avx512::table);

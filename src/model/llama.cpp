@@ -65,8 +65,10 @@ void rmsnorm_backward_weight(float* dw, const float* dout, const float* x, const
 
 // Rotary embedding in place on `heads` heads of hd floats per row of x (row stride
 // heads*hd), position = row % T: element j of a head pairs with j + hd/2 (Hugging Face's
-// rotate_half), rotated by the angle whose cosine and sine are cos/sin[position, j] ([T, hd/2]).
-void rope_forward(float* x, int heads, int hd, int T, const float* cos, const float* sin, Range rows) {
+// rotate_half), rotated by the angle whose cosine and sine are cos/sin[position, j] ([T, hd/2]);
+// sign -1 rotates back (the transpose: gradients at the rotated values become gradients at
+// the inputs; negating the sine is exact, so both directions round alike).
+static void rotate(float* x, int heads, int hd, int T, const float* cos, const float* sin, float sign, Range rows) {
   const int half = hd / 2;
   for (int i = rows.begin; i < rows.end; ++i) {
     const float* ct = cos + static_cast<std::size_t>(i % T) * half;
@@ -74,29 +76,20 @@ void rope_forward(float* x, int heads, int hd, int T, const float* cos, const fl
     for (int h = 0; h < heads; ++h) {
       float* v = x + (static_cast<std::size_t>(i) * heads + h) * hd;
       for (int j = 0; j < half; ++j) {
-        const float a = v[j], b = v[j + half];
-        v[j] = a * ct[j] - b * st[j];
-        v[j + half] = b * ct[j] + a * st[j];
+        const float a = v[j], b = v[j + half], sn = sign * st[j];
+        v[j] = a * ct[j] - b * sn;
+        v[j + half] = b * ct[j] + a * sn;
       }
     }
   }
 }
 
-// The transpose of the rotation: gradients at the rotated values become gradients at the inputs.
+void rope_forward(float* x, int heads, int hd, int T, const float* cos, const float* sin, Range rows) {
+  rotate(x, heads, hd, T, cos, sin, 1.f, rows);
+}
+
 void rope_backward(float* dx, int heads, int hd, int T, const float* cos, const float* sin, Range rows) {
-  const int half = hd / 2;
-  for (int i = rows.begin; i < rows.end; ++i) {
-    const float* ct = cos + static_cast<std::size_t>(i % T) * half;
-    const float* st = sin + static_cast<std::size_t>(i % T) * half;
-    for (int h = 0; h < heads; ++h) {
-      float* v = dx + (static_cast<std::size_t>(i) * heads + h) * hd;
-      for (int j = 0; j < half; ++j) {
-        const float a = v[j], b = v[j + half];
-        v[j] = a * ct[j] + b * st[j];
-        v[j + half] = b * ct[j] - a * st[j];
-      }
-    }
-  }
+  rotate(dx, heads, hd, T, cos, sin, -1.f, rows);
 }
 
 struct AttentionShape {
@@ -426,6 +419,11 @@ void Llama::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, co
   matmul_backward_weight(g + o.v, dv, KV, la.xn1, BT, C, team.share(KV));
 }
 
+HostModel::HeadBuffers Llama::head_buffers() {
+  Impl& m = *impl_;
+  return {*m.k, m.sp_rows, m.xf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
+}
+
 void Llama::reserve_attention_scratch() {
   Impl& m = *impl_;
   const std::size_t n = static_cast<std::size_t>(T_) * T_ * omp_get_max_threads();
@@ -482,61 +480,24 @@ void Llama::block_forward_sequence_parallel(int layer, const float* p) {
 
 float Llama::head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets) {
   Impl& m = *impl_;
-  const ModelConfig& cfg = config();
-  const VocabSlice slice(cfg, layout_.split());
-  const int BT = B_ * T_, C = cfg.n_embd;
-  check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
-  std::copy(targets, targets + BT, m.targets.begin());  // head_backward reads them
-  const float* x = m.block_input(cfg.n_layer);
+  const float* x = m.block_input(config().n_layer);
   const float* w = norm_params + m.off.final_norm;
-  if (sequence_parallel_) {  // the rank's rows normalized, then gathered for the head
-    in_parallel([&](const Team& team) {
-      rmsnorm_forward(m.sp_rows, m.rstdf, x, w, C, team.share(BT / layout_.split().size), nullptr);
-    });
-    shards_.gather(m.sp_rows, m.xf);
-  }
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    if (!sequence_parallel_) rmsnorm_forward(m.xf, m.rstdf, x, w, C, rows, nullptr);
-    matmul_forward(m.logits, m.xf, head_params + m.off.head, C, slice.rows, false, rows);
-    if (m.vocab_loss) m.vocab_loss->reduce_rows(m.logits, m.targets.data(), slice, rows);
-    else m.k->crossentropy_forward(m.lse, m.losses, m.logits, m.targets.data(), cfg.vocab_size, slice.rows, rows);
-  });
-  if (m.vocab_loss) return m.vocab_loss->combine(*tp_group_, m.lse, m.losses);
-  double total = 0;  // in row order: deterministic
-  for (int i = 0; i < BT; ++i) total += m.losses[i];
-  return static_cast<float>(total / BT);
+  return head_loss(head_buffers(), head_params + m.off.head, targets,
+                   [&](float* out, Range rows) { rmsnorm_forward(out, m.rstdf, x, w, config().n_embd, rows, nullptr); });
 }
 
 void Llama::head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
                           float grad_scale) {
   Impl& m = *impl_;
-  const ModelConfig& cfg = config();
-  const VocabSlice slice(cfg, layout_.split());
-  const int BT = B_ * T_, C = cfg.n_embd;
-  const float scale = grad_scale / BT;
-  const float* x = m.block_input(cfg.n_layer);
-  float* dxf = m.dxn1;
-  in_parallel([&](const Team& team) {
-    const Range rows = team.share(BT);
-    if (m.vocab_loss)
-      vocab_parallel_crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice, scale, rows);
-    else
-      m.k->crossentropy_backward(m.dlogits, m.logits, m.lse, m.targets.data(), slice.real, slice.rows, scale, rows);
-    // Logits past the vocabulary carry no gradient: only the slice's real rows of lm_head take part.
-    matmul_backward_input(dxf, m.dlogits, slice.rows, head_params + m.off.head, C, slice.real, rows);
-  });
-  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
-  // rows, whose norm gradient is then completed over the group.
+  const VocabSlice slice(config(), layout_.split());
+  const int BT = B_ * T_, C = config().n_embd;
+  const float* x = m.block_input(config().n_layer);
+  // The final norm's gradient: under sequence parallelism over the rank's rows, then completed
+  // over the group.
   const bool sp = sequence_parallel_;
   const int R = sp ? BT / layout_.split().size : BT;
-  float* dxf_rows = sp ? m.sp_rows : dxf;
-  if (sp) {
-    shards_.scatter(dxf, dxf_rows);
-    std::fill_n(m.sp_norm_grads, C, 0.f);
-  } else {
-    tp_sum(dxf, static_cast<std::size_t>(BT) * C);
-  }
+  float* dxf_rows = head_backward_to_norm(head_buffers(), head_params + m.off.head, m.dxn1, grad_scale);
+  if (sp) std::fill_n(m.sp_norm_grads, C, 0.f);
   in_parallel([&](const Team& team) {
     rmsnorm_backward_input(m.dres, nullptr, dxf_rows, x, norm_params + m.off.final_norm, m.rstdf, C, team.share(R));
     barrier();  // parameter gradients sum over every row

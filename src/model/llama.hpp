@@ -67,6 +67,7 @@ class Llama final : public HostModel {
   void block_forward_sequence_parallel(int layer, const float* p);
   void block_backward_sequence_parallel(int layer, const float* p, float* g);
   void reserve_attention_scratch();
+  HeadBuffers head_buffers();
 
   struct Impl;  // activations, their gradients, rotary tables; see llama.cpp
   std::unique_ptr<Impl> impl_;

@@ -9,6 +9,7 @@
 #include "model/init.hpp"
 #include "model/llama.hpp"
 #include "model/team.hpp"
+#include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
@@ -67,6 +68,52 @@ HostModel::HostModel(const ModelConfig& config, Family family, const char* name,
 
 void HostModel::tp_sum(float* data, std::size_t n) {
   if (tp_group_) tp_group_->all_reduce_sum(data, n);
+}
+
+float HostModel::head_loss(const HeadBuffers& h, const float* head_w, const std::int32_t* targets,
+                           const std::function<void(float* out, Range rows)>& norm) {
+  const ModelConfig& cfg = config();
+  const VocabSlice slice(cfg, layout_.split());
+  const int BT = B_ * T_;
+  check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
+  std::copy(targets, targets + BT, h.targets);
+  if (sequence_parallel_) {
+    in_parallel([&](const Team& team) { norm(h.sp_rows, team.share(BT / layout_.split().size)); });
+    shards_.gather(h.sp_rows, h.normed);
+  }
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    if (!sequence_parallel_) norm(h.normed, rows);
+    matmul_forward(h.logits, h.normed, head_w, cfg.n_embd, slice.rows, false, rows);
+    if (h.vocab_loss) h.vocab_loss->reduce_rows(h.logits, h.targets, slice, rows);
+    else h.k.crossentropy_forward(h.lse, h.losses, h.logits, h.targets, cfg.vocab_size, slice.rows, rows);
+  });
+  if (h.vocab_loss) return h.vocab_loss->combine(*tp_group_, h.lse, h.losses);
+  double total = 0;  // in row order: deterministic
+  for (int i = 0; i < BT; ++i) total += h.losses[i];
+  return static_cast<float>(total / BT);
+}
+
+float* HostModel::head_backward_to_norm(const HeadBuffers& h, const float* head_w, float* dnormed, float grad_scale) {
+  const VocabSlice slice(config(), layout_.split());
+  const int BT = B_ * T_, C = config().n_embd;
+  const float scale = grad_scale / BT;
+  in_parallel([&](const Team& team) {
+    const Range rows = team.share(BT);
+    if (h.vocab_loss)
+      vocab_parallel_crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets, slice, scale, rows);
+    else
+      h.k.crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets, slice.real, slice.rows, scale, rows);
+    // Logits past the vocabulary carry no gradient: only the slice's real rows of the head take part.
+    matmul_backward_input(dnormed, h.dlogits, slice.rows, head_w, C, slice.real, rows);
+  });
+  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's rows.
+  if (!sequence_parallel_) {
+    tp_sum(dnormed, static_cast<std::size_t>(BT) * C);
+    return dnormed;
+  }
+  shards_.scatter(dnormed, h.sp_rows);
+  return h.sp_rows;
 }
 
 float HostModel::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {

@@ -8,6 +8,7 @@
 // arena, or a buffer a sharding engine has just gathered. Activations are owned by the
 // model, sized for a micro-batch of B sequences of T tokens (T <= config.seq_len).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "model/tensor_parallel.hpp"
 
 namespace strata::model {
+
+class VocabParallelLoss;
 
 enum class Phase { Forward, Backward };
 
@@ -133,6 +136,23 @@ class HostModel : public Model, public StageModel {
             const TensorParallel& tp);
   // Under TP: the group's element-wise sum of an activation (a no-op without TP).
   void tp_sum(float* data, std::size_t n);
+  // The head's activations, held by the model's own storage.
+  struct HeadBuffers {
+    const Kernels& k;
+    float *sp_rows, *normed, *logits, *lse, *losses, *dlogits;
+    std::int32_t* targets;          // the micro-batch's, kept for head_backward
+    VocabParallelLoss* vocab_loss;  // under TP
+  };
+  // The final norm and the LM head: `norm(out, rows)` normalizes rows of the final input into
+  // `out` (under sequence parallelism the rank's rows, then gathered into h.normed); the logits
+  // over this rank's vocabulary rows of `head_w` (vocab_parallel.hpp); returns the mean loss
+  // against `targets`.
+  float head_loss(const HeadBuffers& h, const float* head_w, const std::int32_t* targets,
+                  const std::function<void(float* out, Range rows)>& norm);
+  // head_loss's backward down to the norm's output: the logits' gradient (the loss scaled by
+  // grad_scale) into h.dlogits and the norm output's into `dnormed`, summed over the TP group;
+  // returns its rows of this rank (under sequence parallelism scattered into h.sp_rows).
+  float* head_backward_to_norm(const HeadBuffers& h, const float* head_w, float* dnormed, float grad_scale);
 
   ParamLayout layout_;
   TensorParallelGroup* tp_group_ = nullptr;

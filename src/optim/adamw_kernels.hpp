@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "base/adamw_coefficients.hpp"
+#include "base/cpu.hpp"
 
 namespace strata::optim::detail {
 
@@ -24,14 +25,6 @@ struct AdamWKernels {
   double (*block_sum_squares)(const float* x, std::size_t n);
 };
 
-namespace isa_scalar {
-const AdamWKernels& table();
-}
-namespace isa_avx2 {
-const AdamWKernels& table();
-}
-namespace isa_avx512 {
-const AdamWKernels& table();
-}
+STRATA_ISA_TABLES(AdamWKernels)
 
 }  // namespace strata::optim::detail

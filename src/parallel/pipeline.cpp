@@ -1,14 +1,13 @@
 #include "parallel/pipeline.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstddef>
-#include <system_error>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/plural.hpp"
 
 namespace strata::parallel {
@@ -41,17 +40,12 @@ StageSplit stage_split(int n_layer, int stages, int stage, const std::vector<int
 
 std::vector<int> parse_stage_layers(const std::string& flag, const std::string& text) {
   std::vector<int> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
+  for (std::string_view item : split_list(text)) {
     int value = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value <= 0)
+    if (!parse_whole(item, value) || value <= 0)
       throw Error(fmt::format("{} '{}': '{}' is not a positive block count (give one a stage, e.g. 1,3)", flag, text,
                               item));
     out.push_back(value);
-    at = comma + 1;
   }
   return out;
 }

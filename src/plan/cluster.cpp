@@ -1,6 +1,5 @@
 #include "plan/cluster.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -8,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/fileio.hpp"
 #include "base/toml.hpp"
 
@@ -19,16 +19,14 @@ constexpr std::string_view kKeys = "nodes, gpus, gpu, nvlink, nics";
 
 int positive_int(std::string_view key, std::string_view text, std::string_view where) {
   int v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v <= 0)
+  if (!parse_whole(text, v) || v <= 0)
     throw Error(fmt::format("{}: {}={}: must be a positive integer", where, key, text));
   return v;
 }
 
 double positive_number(std::string_view key, std::string_view text, std::string_view where) {
   double v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || !(v > 0) || !std::isfinite(v))
+  if (!parse_whole(text, v) || !(v > 0) || !std::isfinite(v))
     throw Error(fmt::format("{}: {}={}: must be a positive number", where, key, text));
   return v;
 }
@@ -69,12 +67,7 @@ ClusterSpec parse_line(std::string_view line) {
   c.origin = std::string(line);
   const std::string where = fmt::format("--cluster '{}'", line);
   std::set<std::string> given;
-  std::size_t pos = 0;
-  while (pos <= line.size()) {
-    std::size_t comma = line.find(',', pos);
-    if (comma == std::string_view::npos) comma = line.size();
-    const std::string_view item = line.substr(pos, comma - pos);
-    pos = comma + 1;
+  for (std::string_view item : split_list(line)) {
     if (item.empty()) continue;
     const std::size_t eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0)

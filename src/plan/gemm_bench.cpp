@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <optional>
 #include <sstream>
@@ -11,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/fileio.hpp"
 
 namespace strata::plan {
@@ -49,8 +49,7 @@ std::array<std::size_t, 5> column_positions(const std::vector<std::string>& head
 
 double positive_cell(const std::string& cell, std::string_view column, bool integer, const std::string& where) {
   double v = 0;
-  const auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
-  if (ec != std::errc() || end != cell.data() + cell.size() || !std::isfinite(v))
+  if (!parse_whole(cell, v) || !std::isfinite(v))
     throw Error(fmt::format("{}: {} '{}': not a number", where, column, cell));
   if (!(v > 0)) throw Error(fmt::format("{}: {} = {}: must be positive", where, column, cell));
   if (integer && v != std::floor(v)) throw Error(fmt::format("{}: {} = {}: must be a whole number", where, column, cell));

@@ -1,7 +1,6 @@
 #include "plan/model_parallel.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "comm/api/buffer.hpp"
 #include "parallel/pipeline.hpp"
 #include "plan/peer.hpp"
@@ -32,8 +32,7 @@ std::pair<std::string, ModelParallel> parse_strategy_variant(std::string_view te
     int* degree = part.starts_with("tp") ? &mp.tp : part.starts_with("pp") ? &mp.pp : nullptr;
     int v = 0;
     const std::string_view digits = part.size() > 2 ? part.substr(2) : std::string_view();
-    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-    if (!degree || digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || v <= 0)
+    if (!degree || !parse_whole(digits, v) || v <= 0)
       throw Error(fmt::format("--strategy '{}': '{}' is not a model-parallel degree (expected +tpN or +ppN, e.g. "
                               "zero3+tp2+pp4)",
                               text, part));
@@ -54,11 +53,8 @@ std::vector<NamedSpec> chosen_strategies(std::string_view strategies, const para
   std::vector<std::string> names;
   if (strategies == "all") names = strategy_names();
   else
-    for (std::size_t pos = 0; pos <= strategies.size();) {
-      const std::size_t comma = std::min(strategies.find(',', pos), strategies.size());
-      if (comma > pos) names.emplace_back(strategies.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
+    for (std::string_view item : split_list(strategies))
+      if (!item.empty()) names.emplace_back(item);
   if (names.empty()) throw Error("--strategy: empty (give a strategy, a comma list, or all)");
   std::vector<NamedSpec> out;
   for (const std::string& variant : names) {

@@ -1,7 +1,6 @@
 #include "plan/model_shapes.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <set>
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/suggest.hpp"
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
@@ -76,8 +76,7 @@ ModelShape from_config(std::string name, const model::ModelConfig& c) {
 
 int parse_int(std::string_view field, std::string_view value) {
   int v = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty())
+  if (!parse_whole(value, v))
     throw Error(fmt::format("--shape {}={}: not an integer", field, value));
   return v;
 }

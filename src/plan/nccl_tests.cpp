@@ -1,7 +1,6 @@
 #include "plan/nccl_tests.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/fileio.hpp"
 
 namespace strata::plan {
@@ -65,8 +65,7 @@ Collective test_of(const std::string& path, const std::string& named) {
 }
 
 bool number(std::string_view text, double& out) {
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(out);
+  return parse_whole(text, out) && std::isfinite(out);
 }
 
 // Column positions in the table, from its header line "# size count type redop root time algbw busbw #wrong ...".

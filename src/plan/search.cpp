@@ -1,13 +1,13 @@
 #include "plan/search.hpp"
 
 #include <algorithm>
-#include <charconv>
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "plan/model_parallel.hpp"
 #include "plan/svg.hpp"
 
@@ -183,14 +183,9 @@ nlohmann::json search_json(const SearchResult& result, int top) {
 
 std::vector<int> parse_node_list(std::string_view text) {
   std::vector<int> nodes;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t comma = text.find(',', pos);
-    std::string_view item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    pos = comma == std::string_view::npos ? text.size() + 1 : comma + 1;
+  for (std::string_view item : split_list(text)) {
     int v = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v <= 0)
+    if (!parse_whole(item, v) || v <= 0)
       throw Error(fmt::format("--sweep-nodes '{}': '{}' is not a positive node count", text, item));
     if (!nodes.empty() && v <= nodes.back())
       throw Error(fmt::format("--sweep-nodes '{}': node counts must increase ({} after {})", text, v, nodes.back()));

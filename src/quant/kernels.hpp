@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "base/cpu.hpp"
 #include "base/half.hpp"
 #include "quant/quant.hpp"
 
@@ -39,15 +40,7 @@ struct BlockKernels {
   QuantizeBlocks quantize;
   DequantizeBlocks dequantize;
 };
-namespace isa_scalar {
-const BlockKernels& table();
-}
-namespace isa_avx2 {
-const BlockKernels& table();
-}
-namespace isa_avx512 {
-const BlockKernels& table();
-}
+STRATA_ISA_TABLES(BlockKernels)
 
 // Values in block b: block_size, or fewer for the last block.
 inline std::size_t block_length(std::size_t n, std::size_t block_size, std::size_t b) {

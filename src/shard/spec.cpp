@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/dtype.hpp"
 
 namespace strata::shard {
@@ -93,11 +94,7 @@ ShardSpec ShardSpec::preset_for(std::string_view given, const topo::Topology& to
 }
 
 void ShardSpec::apply_shard_string(std::string_view text) {
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t comma = text.find(',', pos);
-    std::string_view item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    pos = comma == std::string_view::npos ? text.size() + 1 : comma + 1;
+  for (std::string_view item : split_list(text)) {
     if (item.empty()) continue;
     std::size_t eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())

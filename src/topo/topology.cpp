@@ -1,7 +1,6 @@
 #include "topo/topology.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "base/toml.hpp"
 #include "base/fileio.hpp"
 #include "topo/host.hpp"
@@ -98,13 +98,6 @@ std::vector<Tier> dgx_tiers(std::string_view gen) {
                      {8, 50, "NVIDIA DGX H100 datasheet: 8 ConnectX-7 NDR 400 Gb/s ports for the compute "
                              "fabric, one a GPU"}),
   };
-}
-
-template <class T>
-bool parse_number(std::string_view text, T& out) {
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, out);
-  return ec == std::errc() && ptr == end && !text.empty();
 }
 
 }  // namespace
@@ -284,12 +277,12 @@ void Topology::apply_override(const TierOverride& o) {
   Topology changed = *this;
   Tier& tier = changed.tiers_[*t];
   auto number = [&](double& field) {
-    if (!parse_number(o.value, field))
+    if (!parse_whole(o.value, field))
       throw Error(fmt::format("{}: {}: {} must be a number, not '{}'", origin_, spec, o.field, o.value));
   };
   if (o.field == "size") {
     int size = 0;
-    if (!parse_number(o.value, size) || size <= 0)
+    if (!parse_whole(o.value, size) || size <= 0)
       throw Error(fmt::format("{}: {}: size must be a positive integer, not '{}'", origin_, spec, o.value));
     tier.size = size;
     if (*t == outermost()) changed.outermost_size_given_ = size;
@@ -303,7 +296,7 @@ void Topology::apply_override(const TierOverride& o) {
   } else if (o.field == "efficiency") {
     number(tier.efficiency);
   } else if (o.field == "ports") {
-    if (!parse_number(o.value, tier.ports) || tier.ports < 0)
+    if (!parse_whole(o.value, tier.ports) || tier.ports < 0)
       throw Error(fmt::format("{}: {}: ports must be a whole number, not '{}'", origin_, spec, o.value));
   } else if (o.field == "port_GBps") {
     number(tier.port_GBps);

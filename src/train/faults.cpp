@@ -2,13 +2,13 @@
 
 #include <signal.h>
 
-#include <charconv>
 #include <cstdlib>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 
 namespace strata::train {
 
@@ -16,8 +16,7 @@ namespace {
 
 std::int64_t parse_int(std::string_view text, std::string_view entry, const char* what) {
   std::int64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v < 0)
+  if (!parse_whole(text, v) || v < 0)
     throw Error(fmt::format("STRATA_FAULT: '{}': {} '{}' is not a non-negative integer", entry, what, text));
   return v;
 }
