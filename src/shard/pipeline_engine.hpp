@@ -8,7 +8,10 @@
 // stage's shard::Schedule). A rank holds its stage's runs only (PipelineSchedule::runs):
 // weights, gradients and both Adam moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
-// neighbouring stage's rank of the same replica as one message each. The tied embeddings'
+// neighbouring stage's rank of the same replica as one message each. Under --tp (zero2, zero3,
+// hsdp stages) a stage's replica is its TP group: each TP rank runs the stage's TP slice with
+// the TP collectives as ops of the stage's schedule, and sends the whole activation to the
+// same TP rank of the next stage (Megatron without its scatter-gather). The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
 //
 // The program and its messages are one schedule (PipelineSchedule): the engine runs its ops
@@ -69,11 +72,17 @@ struct PipelineOp {
 // does a whole model's: `sharding` is its spec resolved over `topology`, the stage's
 // data-parallel topology, and the stage's shard::Schedule (PipelineSchedule::sharding) holds
 // its gathers and reductions; the ShardedEngine of the stage runs it.
+// Tensor parallelism inside the stage (sharded stages only): the stage's units are this TP
+// rank's slices (model/tensor_parallel.hpp), the stage's schedule holds its TP collectives over
+// the TP group's tier, and the sends carry whole activations (TP rank k to TP rank k).
 struct StageReplicas {
   int count = 1, index = 0;
   bool zero1 = false;
   std::optional<ShardSpec> sharding;
   topo::Topology topology;
+  model::TensorSplit tensor;
+  int tensor_level = 0;
+  bool recompute = false;  // the TP walk's backward runs each block's forward collectives again
 };
 
 // This rank's step: its stage's program (with the sends and receives as ops) and the step's
@@ -111,6 +120,8 @@ class PipelineSchedule {
   void add_sends();
   void add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas);
   void add_sharded_tied_sum(const model::ParamLayout& layout, int replica);
+  void build_sharding(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages,
+                      const StageReplicas& replicas);
 
   parallel::StageSplit split_;
   std::vector<parallel::PipelineAction> program_;
@@ -125,16 +136,20 @@ class PipelineSchedule {
 // The ranks a pipelined run's groups span (world ranks; a group of one rank where there is
 // no such neighbour), and with them the bytes a step's ops send per tier.
 struct PipelineGroups {
+  // stage: the stage's ranks of this rank's TP index (its replicas); the others link this
+  // rank to the ranks of its replica and TP index in the neighbouring (first, last) stages.
   std::vector<int> previous, next, stage, tied;  // members in member order
   const std::vector<int>& of(PipelineOp::Group g) const;
 };
 // The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
 // stage's replicas ddp, or `zero1`, or sharded by `sharding`: a spec resolved over the
-// stage's data-parallel topology), as the engine builds them: what the planner prices.
+// stage's data-parallel topology; under dims.tensor > 1 this rank's TP slice, with
+// `recompute` the TP walk's), as the engine builds them: what the planner prices.
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
                                       int world_rank, bool zero1, const std::vector<int>& stage_layers = {},
-                                      const std::optional<ShardSpec>& sharding = std::nullopt);
+                                      const std::optional<ShardSpec>& sharding = std::nullopt,
+                                      bool recompute = false);
 // Whether `strategy` runs in a stage through the sharding runtime (the rest: ddp, zero1).
 bool stage_sharded(const std::string& strategy);
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
@@ -153,7 +168,9 @@ class PipelineEngine final : public train::Engine {
                  int micro_batches, std::uint64_t seed, bool recompute = false);
   ~PipelineEngine() override;
 
-  const model::ParamLayout& layout() const override { return layout_; }
+  // The whole model's; under --tp this rank's TP slice's (the stage's engine's), in which
+  // its state shards lie.
+  const model::ParamLayout& layout() const override { return sharded_ ? sharded_->layout() : layout_; }
   int rank() const override { return rank_; }
   int world_size() const override { return dims_.world_size(); }
   parallel::ParallelDims parallel_dims() const override { return dims_; }
@@ -226,7 +243,8 @@ class PipelineEngine final : public train::Engine {
   // replica index across the stages (the scalar sums, plain MPI), and the stage's engine.
   std::unique_ptr<topo::ProcessGroups> stage_groups_;
   std::unique_ptr<comm::TierComms> stage_comms_;
-  MPI_Comm across_stages_ = MPI_COMM_NULL;
+  std::unique_ptr<comm::Communicator> tensor_group_;  // under --tp: the stage's ranks of this replica
+  MPI_Comm across_stages_ = MPI_COMM_NULL;  // one rank a stage: of this replica and TP index
   std::unique_ptr<ShardedEngine> sharded_;
   std::vector<double> losses_;
   std::int64_t updates_ = 0;
