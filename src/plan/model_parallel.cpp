@@ -256,7 +256,9 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
 }
 
 bool ModelParallelPlan::runs_pipeline(const shard::ShardSpec& spec) const {
-  if (mp_.pp == 1 || mp_.tp > 1 || !model_.gpt) return false;
+  if (mp_.pp == 1 || !model_.gpt) return false;
+  // TP inside a stage runs in sharded stages, without sequence parallelism.
+  if (mp_.tp > 1 && (!shard::stage_sharded(spec.preset) || workload_.sequence_parallel)) return false;
   if (spec.preset == "ddp" || spec.preset == "zero1") return true;
   // A sharded stage runs its shard::Schedule composed as the runtime composes it.
   return shard::stage_sharded(spec.preset) && workload_.collectives == shard::Composition::Hierarchical;
@@ -267,7 +269,8 @@ ModelParallelPlan::RankPipeline ModelParallelPlan::rank_pipeline(int rank, const
   if (shard::stage_sharded(spec.preset)) sharding = spec;
   shard::PipelineSchedule schedule =
       shard::pipeline_schedule_of(*model_.gpt, workload_.micro_batch, workload_.seq, workload_.accumulation_steps,
-                                  dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers, sharding);
+                                  dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers, sharding,
+                                  static_cast<bool>(workload_.recompute));
   shard::PipelineGroups groups = shard::pipeline_groups(dims_, topology_, rank, schedule.tied());
   return {std::move(schedule), std::move(groups)};
 }

@@ -117,8 +117,9 @@ class ModelParallelPlan {
   // activations in flight on stage s; Estimate::stages has each stage's.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
-  // strata model (its ModelConfig), no TP, a stage's replicas ddp, zero1, or zero2, zero3 or
-  // hsdp composed as the runtime composes them (not --collectives nccl).
+  // strata model (its ModelConfig), a stage's replicas ddp, zero1, or zero2, zero3 or hsdp
+  // composed as the runtime composes them (not --collectives nccl); under TP zero2, zero3 or
+  // hsdp stages without sequence parallelism, whose schedules hold the stage's TP collectives.
   bool runs_pipeline(const shard::ShardSpec& spec) const;
 
  private:
