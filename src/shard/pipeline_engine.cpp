@@ -653,7 +653,10 @@ void PipelineEngine::gather_params(float* full) {
 }
 
 nlohmann::json PipelineEngine::describe() const {
-  return {{"strategy", strategy_}, {"pp", dims_.pipeline}, {"tensor_parallel", dims_.tensor}, {"world_size", dims_.world_size()}};
+  return {{"strategy", strategy_},
+          {"pp", dims_.pipeline},
+          {"tensor_parallel", dims_.tensor},
+          {"world_size", dims_.world_size()}};
 }
 
 nlohmann::json PipelineEngine::step_report() {

@@ -112,8 +112,9 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
                              const PipelineStage* stage)
     : device_(device),
       stage_(stage ? std::optional<PipelineStage>(*stage) : std::nullopt),
-      stage_units_(stage ? model::stage_units(model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
-                                              stage->range, stage->dims.pipeline)
+      stage_units_(stage ? model::stage_units(
+                                   model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
+                                   stage->range, stage->dims.pipeline)
                          : model::StageUnits{}),
       schedule_(schedule_of(config, batch, seq, ctx, spec, accumulation_steps, recompute, tp, stage_, stage_units_)),
       models_(reserve_and_make_models(schedule_, device, config, batch, seq, recompute, precision,

@@ -19,7 +19,8 @@ pptp=(--strategy zero3 --tp 2 --tp-tier gpu --pp 2 --pp-tier node)
 "${mpi[@]}" -np 8 "$strata" train "${common[@]}" "${tiers[@]}" "${pptp[@]}" --batch 4 --stop-after 2 --out pptp \
   > /dev/null
 ckpt=pptp/ckpt/step_00000002
-"$strata" ckpt inspect $ckpt --verify > inspect.txt || fail "the PP 2 x TP 2 checkpoint does not verify: $(cat inspect.txt)"
+"$strata" ckpt inspect $ckpt --verify > inspect.txt ||
+  fail "the PP 2 x TP 2 checkpoint does not verify: $(cat inspect.txt)"
 grep -q "written by zero3 with tensor parallelism 2 and 2 pipeline stages on 8 ranks" inspect.txt ||
   fail "inspect: $(cat inspect.txt)"
 

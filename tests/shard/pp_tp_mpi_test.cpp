@@ -134,7 +134,8 @@ TrainedRun train_alone(const model::ModelConfig& config, int replicas) {
   return run;
 }
 
-void expect_same_training(const TrainedRun& pp, const TrainedRun& ref, const model::ModelConfig& config, const std::string& name) {
+void expect_same_training(const TrainedRun& pp, const TrainedRun& ref, const model::ModelConfig& config,
+                          const std::string& name) {
   ASSERT_EQ(pp.losses.size(), ref.losses.size());
   double loss_diff = 0, weight_diff = 0;
   for (std::size_t i = 0; i < ref.losses.size(); ++i) {
@@ -190,7 +191,8 @@ TEST(PipelineTensorParallel, TwoStagesOfTensorParallelTwoTrainToTheOneProcessLos
     // schedule, the same bits.
     std::vector<comm::CommStats> recomputed_traffic;
     comm::CommStats recomputed_scheduled;
-    const TrainedRun recomputed = train_pipelined(options_of("zero3"), config, &recomputed_traffic, &recomputed_scheduled, true);
+    const TrainedRun recomputed =
+        train_pipelined(options_of("zero3"), config, &recomputed_traffic, &recomputed_scheduled, true);
     EXPECT_EQ(recomputed.losses, pp.losses) << name;
     EXPECT_EQ(recomputed.params, pp.params) << name;
     EXPECT_GT(recomputed_scheduled.tier("gpu").bytes_sent, scheduled.tier("gpu").bytes_sent) << name;
