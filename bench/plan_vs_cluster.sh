@@ -29,7 +29,8 @@
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
-# CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default none, the hosts
+# STRATEGIES (default "ddp zero2 zero3 hsdp zeropp topo"), STRATEGY_FLAGS (sharding flags given to
+# both plan and train, e.g. "--weight-wire fp32"), CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default none, the hosts
 # share the cores), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row,
 # each tier's communication busy time, the exposed wait and compute, predicted against measured (the
 # summary's comm.per_step.<tier>.busy_s and busy_min_s, the step reports' exposed_comm_s, the
@@ -51,7 +52,8 @@ read -r -a models <<< "${MODELS:-tiny mini small}"
 steps=${STEPS:-}
 repeats=${REPEATS:-3}
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "plan_vs_cluster.sh: REPEATS '$repeats': want a whole number, 1 or more" >&2; exit 2; }
-strategies=(ddp zero2 zero3 hsdp zeropp topo)
+read -r -a strategies <<< "${STRATEGIES:-ddp zero2 zero3 hsdp zeropp topo}"
+read -r -a strategy_flags <<< "${STRATEGY_FLAGS:-}"
 batch=8 seq=64 accum=2
 slots=${SLOTS:-4}
 layout=${LAYOUT:-switched}
@@ -102,7 +104,7 @@ for rate in "${rates[@]}"; do
       --model "$model" --micro-batch $batch --seq $seq --max-mib "${MAX_MIB:-4}" > "$run/calibrate.txt"
     "$strata" plan --model "$model" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum \
       --precision fp32 --device-memory-gb 3 --calibration "$run/calibration.toml" \
-      --strategy "$(IFS=,; echo "${strategies[*]}")" --json > "$run/plan.json"
+      --strategy "$(IFS=,; echo "${strategies[*]}")" ${strategy_flags[@]+"${strategy_flags[@]}"} --json > "$run/plan.json"
     # Each repeat starts the strategies at another place in their order, so that a spell of
     # slow machine falls on different strategies in different repeats.
     for ((repeat = 1; repeat <= repeats; repeat++)); do
@@ -113,7 +115,7 @@ for rate in "${rates[@]}"; do
         ((repeats == 1)) || out=$run/$strategy/repeat-$repeat
         OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --batch $batch --seq $seq \
           --grad-accum $accum --steps "$model_steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
-          --strategy "$strategy" --out "$out" > /dev/null
+          --strategy "$strategy" ${strategy_flags[@]+"${strategy_flags[@]}"} --out "$out" > /dev/null
       done
     done
   done

@@ -135,7 +135,9 @@ def report(work, strata, full):
     for rate, model, run in groups_of(work):
         names = strategies_of(run)
         doc = replan(strata, work, model, run, names) if strata else json.load(open(os.path.join(run, "plan.json")))
-        plan, tiers = doc["strategies"], [t["name"] for t in doc["topology"]["tiers"]]
+        # A strategy given flags on top of its preset (STRATEGY_FLAGS) is named with a '*'.
+        plan = {n.rstrip("*"): v for n, v in doc["strategies"].items()}
+        tiers = [t["name"] for t in doc["topology"]["tiers"]]
         with open(os.path.join(run, "calibration.toml"), "rb") as f:
             cal = tomllib.load(f)
         overlap.append(f"{rate} {model}: " + ", ".join(

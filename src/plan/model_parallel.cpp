@@ -163,9 +163,8 @@ nlohmann::json model_parallel_assumptions() {
        "stage's micro-batch without them (the bubble: fill and drain; equal stages (p-1)/(m+p-1) of the step); "
        "memory per stage (pipeline); gradients reduced once a step per stage over its "
        "data-parallel group: where strata's pipeline runtime runs the plan (a strata model, no TP) "
-       "by that runtime's own ops (shard::PipelineSchedule; ddp, zero1: flat rings, each transfer on the tier it "
-       "crosses, priced at the outermost, after the stage's program; zero2, zero3, hsdp: the stage's own "
-       "shard::Schedule the runtime runs, replayed per micro-batch), else by the stage's own schedule"},
+       "by the stage's own shard::Schedule that runtime runs (shard::PipelineSchedule::sharding), replayed per "
+       "micro-batch, else by the stage's own schedule over the planner's slice"},
       {"data_parallel",
        "sharding runs over world / (tp x pp) ranks: a tier of size s holding a slice of t becomes a data-parallel "
        "tier of s/t; ports keep the share a physical rank gets"},
@@ -230,7 +229,7 @@ struct ModelParallelPlan::RankPipeline {
 std::optional<PipelineMessage> ModelParallelPlan::tied_message(int s, const shard::ShardSpec& spec) const {
   const ModelShape& slice = stages_.at(s).model();
   if (!slice.tied_head || mp_.pp == 1 || (s != 0 && s != mp_.pp - 1)) return std::nullopt;
-  if (runs_pipeline(spec)) {
+  if (runs_pipeline()) {
     // The runtime's own sum: its op on the stage's first replica (every replica's is alike).
     const RankPipeline p = rank_pipeline(first_rank(s), spec);
     for (const shard::PipelineOp& op : p.schedule.ops())
@@ -255,22 +254,17 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
   return t;
 }
 
-bool ModelParallelPlan::runs_pipeline(const shard::ShardSpec& spec) const {
-  if (mp_.pp == 1 || !model_.gpt) return false;
-  // TP inside a stage runs in sharded stages, without sequence parallelism.
-  if (mp_.tp > 1 && (!shard::stage_sharded(spec.preset) || workload_.sequence_parallel)) return false;
-  if (spec.preset == "ddp" || spec.preset == "zero1") return true;
-  // A sharded stage runs its shard::Schedule composed as the runtime composes it.
-  return shard::stage_sharded(spec.preset) && workload_.collectives == shard::Composition::Hierarchical;
+bool ModelParallelPlan::runs_pipeline() const {
+  // TP inside a stage runs without sequence parallelism.
+  if (mp_.pp == 1 || !model_.gpt || (mp_.tp > 1 && workload_.sequence_parallel)) return false;
+  // A stage runs its shard::Schedule composed as the runtime composes it.
+  return workload_.collectives == shard::Composition::Hierarchical;
 }
 
 ModelParallelPlan::RankPipeline ModelParallelPlan::rank_pipeline(int rank, const shard::ShardSpec& spec) const {
-  std::optional<shard::ShardSpec> sharding;
-  if (shard::stage_sharded(spec.preset)) sharding = spec;
   shard::PipelineSchedule schedule =
       shard::pipeline_schedule_of(*model_.gpt, workload_.micro_batch, workload_.seq, workload_.accumulation_steps,
-                                  dims_, topology_, rank, spec.preset == "zero1", mp_.pp_layers, sharding,
-                                  static_cast<bool>(workload_.recompute));
+                                  dims_, topology_, rank, spec, mp_.pp_layers, static_cast<bool>(workload_.recompute));
   shard::PipelineGroups groups = shard::pipeline_groups(dims_, topology_, rank, schedule.tied());
   return {std::move(schedule), std::move(groups)};
 }
@@ -282,49 +276,8 @@ int ModelParallelPlan::first_rank(int s) const {
 }
 
 Estimate ModelParallelPlan::stage_estimate(const std::string& strategy, const shard::ShardSpec& spec, int s) const {
-  if (!runs_pipeline(spec)) return stages_[s].estimate(strategy, spec);
-  const int rank = first_rank(s);
-  const RankPipeline p = rank_pipeline(rank, spec);
-  if (p.schedule.sharding()) return stages_[s].estimate(strategy, *p.schedule.sharding());
-  Estimate e = stages_[s].estimate(strategy, spec);
-  price_pipeline_reductions(e, p, rank);
-  return e;
-}
-
-void ModelParallelPlan::price_pipeline_reductions(Estimate& e, const RankPipeline& p, int rank) const {
-  for (TierCost& t : e.tiers) t = TierCost{{t.traffic.tier}};
-  e.exposed_micro_s = e.overlap_slowdown_s = e.step_comm_s = 0;
-  for (const shard::PipelineOp& op : p.schedule.ops()) {
-    if (op.group != shard::PipelineOp::Stage) continue;  // the messages and tied sum: priced beside the stages
-    const std::vector<int>& members = p.groups.stage;
-    if (members.size() < 2) continue;
-    const comm::CommStats traffic = shard::op_traffic(op, p.groups, topology_, rank);
-    shard::ScheduledOp priced{};
-    priced.when = shard::When::Step;
-    priced.purpose = shard::Purpose::GradReduce;  // not read by pricing: the kind is
-    priced.kind = *op.kind;  // a stage op is a collective: sends go to the Next/Previous groups
-    priced.wire = DType::F32;
-    priced.group_size = static_cast<int>(members.size());
-    priced.elements_in = priced.elements_out = op.bytes / sizeof(float);
-    for (std::size_t t = 0; t < traffic.tiers.size(); ++t) {
-      const comm::TierTraffic& c = traffic.tiers[t];
-      e.tiers[t].traffic.bytes_sent += c.bytes_sent;
-      e.tiers[t].traffic.bytes_received += c.bytes_received;
-      e.tiers[t].traffic.messages += c.messages;
-      priced.bytes_sent += c.bytes_sent;
-      priced.bytes_received += c.bytes_received;
-      priced.messages += static_cast<int>(c.messages);
-      if (c.bytes_sent + c.bytes_received > 0) priced.level = static_cast<int>(t);
-    }
-    // Every step of the ring moves a chunk over each of its links at once: it waits for the
-    // slowest, its outermost tier's.
-    const OpPrice price = price_op(priced, topology_, calibrated_());
-    e.tiers[priced.level].busy_s += price.seconds();
-    e.tiers[priced.level].latency_s += price.latency_s;
-    e.tiers[priced.level].step_phase_s += price.seconds();
-    e.step_comm_s += price.seconds();
-  }
-  e.step_time_s = e.compute_s + e.step_comm_s + e.optimizer_s;
+  if (!runs_pipeline()) return stages_[s].estimate(strategy, spec);
+  return stages_[s].estimate(strategy, *rank_pipeline(first_rank(s), spec).schedule.sharding());
 }
 
 using RunTraffic = ModelParallelPlan::RunTraffic;
@@ -338,7 +291,7 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
                      double(t.traffic.messages)});
     return out;
   }
-  if (runs_pipeline(spec)) {
+  if (runs_pipeline()) {
     for (const topo::Tier& t : topology_.tiers()) out.push_back({t.name});
     const int world = dims_.world_size();
     for (int rank = 0; rank < world; ++rank) {

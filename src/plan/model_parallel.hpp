@@ -89,8 +89,8 @@ class ModelParallelPlan {
   shard::TierTraffic pipeline_tier_traffic(int s, const shard::ShardSpec& spec) const;
   // Per tier, what a run's summary.json reports a step (comm.scheduled_per_step: the mean over
   // its ranks): without a pipeline every tier of the estimate; with one the runtime runs
-  // (runs_pipeline) every tier, the mean of every world rank's shard::PipelineSchedule (a
-  // sharded stage's with its sharding schedule's traffic); with
+  // (runs_pipeline) every tier, the mean of every world rank's shard::PipelineSchedule (its
+  // sends, tied sum and sharding schedule's traffic); with
   // another the pipeline's tier, averaged over the stages, and the tiers the stages' own
   // reductions cross in `not_compared` (priced by the stage's shard::Schedule, which no
   // runtime pipeline runs).
@@ -104,12 +104,9 @@ class ModelParallelPlan {
   // Nothing split (tp 1, pp 1): exactly PlanContext's estimate of the whole model (its strata
   // layout kept), with the energy added.
   // `spec` (resolved against the data-parallel topology) over every stage. Where the runtime
-  // runs the plan (runs_pipeline), a stage is priced from its shard::PipelineSchedule: a
-  // zero2, zero3 or hsdp stage by replaying that schedule's sharding() (the stage's
-  // shard::Schedule the runtime runs), a ddp or zero1 stage's once-a-step reductions as its ops
-  // (kind, group, bytes; each transfer on the tier it crosses, a ring priced at its outermost
-  // tier), run after the stage's program, never hidden; otherwise the stage's own
-  // shard::Schedule over the planner's slice prices them. Stages run in
+  // runs the plan (runs_pipeline), a stage is priced by replaying its shard::PipelineSchedule's
+  // sharding() (the stage's shard::Schedule the runtime runs); otherwise the stage's own
+  // shard::Schedule over the planner's slice prices it. Stages run in
   // lockstep at the slowest stage's pace: step = its step (TP ops included) + its messages'
   // time + every other stage's micro-batch time (the bubble: the fill and drain through them;
   // (p-1) x t for equal stages; a message holds both ends, so they wait for the other stages'
@@ -117,10 +114,10 @@ class ModelParallelPlan {
   // activations in flight on stage s; Estimate::stages has each stage's.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
-  // strata model (its ModelConfig), a stage's replicas ddp, zero1, or zero2, zero3 or hsdp
-  // composed as the runtime composes them (not --collectives nccl); under TP zero2, zero3 or
-  // hsdp stages without sequence parallelism, whose schedules hold the stage's TP collectives.
-  bool runs_pipeline(const shard::ShardSpec& spec) const;
+  // strata model (its ModelConfig), a stage's replicas composed as the runtime composes them
+  // (not --collectives nccl); every sharding spec runs in a stage, TP inside it too (without
+  // sequence parallelism: the stage's schedules then hold its TP collectives).
+  bool runs_pipeline() const;
 
  private:
   const Calibration* calibrated_() const {
@@ -141,13 +138,9 @@ class ModelParallelPlan {
   struct RankPipeline;  // shard::PipelineSchedule and shard::PipelineGroups (model_parallel.cpp)
   RankPipeline rank_pipeline(int rank, const shard::ShardSpec& spec) const;
   int first_rank(int s) const;  // stage s's first replica
-  // Stage s priced without its messages: where the runtime runs the plan, a sharded stage
-  // (zero2, zero3, hsdp) by the runtime's own stage shard::Schedule, a ddp or zero1 one with
-  // its reductions as the runtime's pipeline runs them (price_pipeline_reductions); else by
-  // the stage's own shard::Schedule.
+  // Stage s priced without its messages: where the runtime runs the plan, by the runtime's
+  // own stage shard::Schedule; else by the stage's own shard::Schedule.
   Estimate stage_estimate(const std::string& strategy, const shard::ShardSpec& spec, int s) const;
-  // `rank`'s reductions and gathers in `p`, in place of what its shard::Schedule priced in `e`.
-  void price_pipeline_reductions(Estimate& e, const RankPipeline& p, int rank) const;
 
   std::vector<std::vector<PipelineMessage>> messages_;
   std::vector<double> message_seconds_;  // per stage: its messages' time a step

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,8 +12,6 @@
 #include "comm/api/buffer.hpp"
 #include "comm/instrument/traffic.hpp"
 #include "comm/runtime/agree.hpp"
-#include "model/init.hpp"
-#include "optim/adamw.hpp"
 #include "device/device.hpp"
 #include "shard/runtime.hpp"
 
@@ -28,11 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::pair<std::size_t, std::size_t> unit_run(const model::ParamLayout& layout, int first_unit, int last_unit) {
-  const auto& units = layout.units();
-  return {units.at(first_unit).offset, units.at(last_unit).offset + units.at(last_unit).numel};
-}
-
 }  // namespace
 
 PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages,
@@ -40,50 +32,24 @@ PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, 
     : split_(parallel::stage_split(config.n_layer, stages, stage, stage_layers)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
       activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
-  const model::ParamLayout layout(config);
+  // The stage's units in this rank's TP slice (the whole model's without TP), and under TP
+  // the stage walk's TP collectives.
+  const model::ParamLayout layout(config, replicas.tensor);
   tied_ = stages > 1 && layout.head_unit() == layout.embeddings_unit();
-  const int first_unit = layout.block_unit(split_.first_layer);
-  // The last stage ends with the final norm and, untied (llama), the LM head after it.
-  const int last_unit = split_.last ? static_cast<int>(layout.units().size()) - 1 : layout.block_unit(split_.end_layer() - 1);
-  // The embeddings a run of their own: the first and last stage then cut them alike.
-  const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
-  if (split_.first) runs_.push_back(embeddings);
-  runs_.push_back(unit_run(layout, first_unit, last_unit));
-  if (split_.last && tied_) runs_.push_back(embeddings);
   add_sends();
-  if (replicas.tensor.size > 1 && !replicas.sharding)
-    throw Error(fmt::format("--pp {} with --tp {}: a stage's replicas under tensor parallelism run zero2, zero3 or "
-                            "hsdp (--strategy); ddp and zero1 stages are not run with --tp yet",
-                            stages, replicas.tensor.size));
-  if (!replicas.sharding) {
-    add_step_ops(layout, replicas);
-    return;
-  }
-  build_sharding(config, batch, seq, micro_batches, stages, replicas);
-}
-
-// The stage's units in this rank's TP slice (the whole model's without TP), sharded over the
-// stage's replicas of its TP index, and under TP the stage walk's TP collectives.
-void PipelineSchedule::build_sharding(const model::ModelConfig& config, int batch, int seq, int micro_batches,
-                                      int stages, const StageReplicas& replicas) {
-  const model::ParamLayout slice(config, replicas.tensor);
-  stage_units_ = model::stage_units(slice, range(), stages);
+  stage_units_ = model::stage_units(layout, range(), stages);
   TensorParallelPlan tp;
   if (replicas.tensor.size > 1)
     tp = {replicas.tensor.size, replicas.tensor_level,
           model::stage_tensor_parallel_calls(config, range(), replicas.tensor.size, batch, seq, replicas.recompute)};
-  sharding_ = std::make_shared<const Schedule>(stage_unit_plan(slice, stage_units_), replicas.topology,
-                                               *replicas.sharding, micro_batches, Composition::Hierarchical, tp);
-  add_sharded_tied_sum(slice, replicas.index);
-}
-
-bool stage_sharded(const std::string& strategy) {
-  return strategy == "zero2" || strategy == "zero3" || strategy == "hsdp";
+  sharding_ = std::make_shared<const Schedule>(stage_unit_plan(layout, stage_units_), replicas.topology,
+                                               replicas.sharding, micro_batches, Composition::Hierarchical, tp);
+  add_tied_sum(layout, replicas.index);
 }
 
 // The first stage's embeddings and the last stage's copy are units of the same size in
 // schedules of the same levels: replica k of both holds the same OS slice, summed between them.
-void PipelineSchedule::add_sharded_tied_sum(const model::ParamLayout& layout, int replica) {
+void PipelineSchedule::add_tied_sum(const model::ParamLayout& layout, int replica) {
   const int u = stage_units_.tied_unit;
   if (u < 0) return;
   const Slice o = sharding_->slice(u, replica, sharding_->levels().optimizer);
@@ -100,45 +66,13 @@ void PipelineSchedule::add_sends() {
                     m.micro_batch, 0, 0, bytes});
 }
 
-void PipelineSchedule::add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas) {
-  const bool tied_here = (split_.first || split_.last) && tied_;
-  const Run embeddings = unit_run(layout, layout.embeddings_unit(), layout.embeddings_unit());
-  std::vector<PipelineOp> gathers;
-  for (std::size_t r = 0; r < runs_.size(); ++r) {
-    const auto [b, e] = runs_[r];
-    const bool tied_copy = split_.last && tied_ && r + 1 == runs_.size();
-    Run mine = runs_[r];
-    if (replicas.zero1) {
-      const std::size_t c = comm::chunk_count(e - b, replicas.count, 1);
-      mine = {std::min(e, b + c * replicas.index), std::min(e, b + c * (replicas.index + 1))};
-      ops_.push_back({"stage gradients", Collective::ReduceScatter, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
-      gathers.push_back({"stage weights", Collective::AllGather, PipelineOp::Stage, -1, b, e, c * sizeof(float)});
-    } else {
-      ops_.push_back({"stage gradients", Collective::AllReduce, PipelineOp::Stage, -1, b, e, (e - b) * sizeof(float)});
-    }
-    updated_.push_back(mine);
-    if (!tied_copy && (replicas.zero1 || replicas.index == 0)) counted_.push_back(mine);
-  }
-  // The tied embeddings: the first stage's lookup gradient plus the last stage's head gradient
-  // (under zero1, chunk for chunk: both stages' replica k hold the same chunk).
-  if (tied_here) {
-    const Run mine = split_.first ? updated_.front() : updated_.back();
-    const Run part = {std::max(mine.first, embeddings.first), std::min(mine.second, embeddings.second)};
-    if (part.second > part.first)
-      ops_.push_back({"tied embeddings", Collective::AllReduce, PipelineOp::Tied, -1, part.first, part.second,
-                      (part.second - part.first) * sizeof(float)});
-  }
-  ops_.insert(ops_.end(), gathers.begin(), gathers.end());
-}
-
 const std::vector<int>& PipelineGroups::of(PipelineOp::Group g) const {
   switch (g) {
     case PipelineOp::Previous: return previous;
     case PipelineOp::Next: return next;
-    case PipelineOp::Stage: return stage;
     case PipelineOp::Tied: return tied;
   }
-  return stage;
+  return tied;
 }
 
 namespace {
@@ -147,15 +81,9 @@ namespace {
 int sender_of(const PipelineOp& op) { return op.purpose == "activation-send" ? 0 : 1; }
 bool is_send(const PipelineOp& op) { return !op.kind; }
 
+// A send is a broadcast from one end of its link; the tied sum a ring all-reduce.
 comm::Algorithm algorithm_of(const PipelineOp& op) {
-  if (is_send(op)) return comm::Algorithm::BinomialBroadcast;
-  switch (*op.kind) {
-    case Collective::AllReduce: return comm::Algorithm::RingAllReduce;
-    case Collective::ReduceScatter: return comm::Algorithm::RingReduceScatter;
-    case Collective::AllGather: return comm::Algorithm::RingAllGather;
-    case Collective::AllToAll: return comm::Algorithm::PairwiseAllToAll;
-  }
-  return comm::Algorithm::RingAllReduce;
+  return is_send(op) ? comm::Algorithm::BinomialBroadcast : comm::Algorithm::RingAllReduce;
 }
 
 }  // namespace
@@ -204,13 +132,12 @@ comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const Pipeli
   for (const PipelineOp& op : schedule.ops()) charge_op(counted, op, groups, physical, world_rank);
   comm::CommStats out = counted.snapshot();
   // The stage's sharding: its levels are the physical tiers by index (ParallelDims::data_parallel_topology).
-  if (schedule.sharding())
-    for (const TierTraffic& t : schedule.sharding()->traffic_per_step()) {
-      comm::TierTraffic& mine = out.tiers.at(*physical.find_tier(t.tier));
-      mine.bytes_sent += t.bytes_sent;
-      mine.bytes_received += t.bytes_received;
-      mine.messages += t.messages;
-    }
+  for (const TierTraffic& t : schedule.sharding()->traffic_per_step()) {
+    comm::TierTraffic& mine = out.tiers.at(*physical.find_tier(t.tier));
+    mine.bytes_sent += t.bytes_sent;
+    mine.bytes_received += t.bytes_received;
+    mine.messages += t.messages;
+  }
   return out;
 }
 
@@ -221,10 +148,6 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   comm::agree(MPI_COMM_WORLD, "world", [&] {
-    if (options.strategy != "ddp" && options.strategy != "zero1" && !stage_sharded(options.strategy))
-      throw Error(fmt::format("--pp {}: a stage's replicas run ddp, zero1, zero2, zero3 or hsdp; --strategy {} is not "
-                              "run under --pp yet",
-                              options.pp, options.strategy));
     if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
     if (options.sequence_parallel)
       throw Error(fmt::format("--sequence-parallel with --pp {}: a stage sends whole activations; not run together "
@@ -240,13 +163,12 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     dims_ = parallel::ParallelDims::model_parallel(topology_, options.tp, build_dims(options, topology_).tensor_level,
                                                    options.pp, level);
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
-    std::optional<ShardSpec> sharding;
-    if (stage_sharded(options.strategy)) sharding = build_spec(options, dims_.data_parallel_topology(topology_));
+    const ShardSpec sharding = build_spec(options, dims_.data_parallel_topology(topology_));
     schedule_ = std::make_unique<PipelineSchedule>(pipeline_schedule_of(config, batch, seq, micro_batches, dims_,
-                                                                        topology_, rank_, options.strategy == "zero1",
-                                                                        options.pp_layers, sharding, recompute));
+                                                                        topology_, rank_, sharding, options.pp_layers,
+                                                                        recompute));
     // 1F1B runs a stage's micro-batches in halves: refused here, naming the setting, if they cannot be.
-    if (schedule_->sharding()) static_cast<void>(schedule_->sharding()->halves_program(false));
+    static_cast<void>(schedule_->sharding()->halves_program(false));
     strategy_ = options.strategy;
   });
   context_ = std::make_unique<comm::Context>(topology_, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
@@ -255,21 +177,8 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   targets_.resize(micro_batches);
   grad_scales_.resize(micro_batches);
   losses_.resize(micro_batches);
-  if (schedule_->sharding()) {
-    build_sharded(config, batch, seq, seed, recompute);
-    return;
-  }
-  const int slots = parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches);
-  for (int i = 0; i < slots; ++i) models_.push_back(model::make_stage_model(config, batch, seq, recompute));
-  // The stage's runs only, one after another; each drawn as the whole model's initialization
-  // draws it (gpt2's tied copy as the embeddings).
-  std::size_t n = 0;
-  for (const auto& [b, e] : schedule_->runs()) held_at_.push_back(n), n += e - b;
-  params_.assign(n, 0.f);
-  grads_.assign(n, 0.f);
-  exp_avg_.assign(n, 0.f);
-  exp_avg_sq_.assign(n, 0.f);
-  for (const auto& [b, e] : schedule_->runs()) model::init_params_range(layout_, b, e, held(params_, b), seed);
+  build_sharded(config, batch, seq, seed, recompute);
+  last_stats_ = context_->accounting().snapshot();  // the initial weight distribution: no step's
 }
 
 // The stage's ShardedEngine over the stage's tier groups, running the stage's schedule.
@@ -321,30 +230,20 @@ double PipelineEngine::sum_over_stages(double value) {
 }
 
 model::StageModel& PipelineEngine::stage_model(int micro_batch) {
-  if (sharded_)
-    return sharded_->stage_walk(micro_batch % parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches_))
-        .stage();
-  return *models_[micro_batch % models_.size()];
-}
-
-std::uint64_t PipelineEngine::state_bytes() const {
-  if (sharded_) return sharded_->memory_bytes().total();
-  return 4 * sizeof(float) * params_.size();
+  return sharded_->stage_walk(micro_batch % parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches_))
+      .stage();
 }
 
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
-                                      int world_rank, bool zero1, const std::vector<int>& stage_layers,
-                                      const std::optional<ShardSpec>& sharding, bool recompute) {
-  StageReplicas replicas;
-  replicas.count = dims.data_parallel_size();
-  replicas.index = dims.data_parallel_rank(world_rank);
-  replicas.zero1 = zero1;
-  replicas.sharding = sharding;
-  if (sharding) replicas.topology = dims.data_parallel_topology(physical);
-  replicas.tensor = {dims.tensor, dims.tensor_rank(world_rank)};
-  replicas.tensor_level = dims.tensor_level;
-  replicas.recompute = recompute;
+                                      int world_rank, const ShardSpec& sharding,
+                                      const std::vector<int>& stage_layers, bool recompute) {
+  const StageReplicas replicas{dims.data_parallel_rank(world_rank),
+                               sharding,
+                               dims.data_parallel_topology(physical),
+                               {dims.tensor, dims.tensor_rank(world_rank)},
+                               dims.tensor_level,
+                               recompute};
   return PipelineSchedule(config, batch, seq, micro_batches, dims.pipeline,
                           parallel::pipeline_stage(dims, physical, world_rank), replicas, stage_layers);
 }
@@ -392,7 +291,6 @@ void PipelineEngine::build_groups() {
   MPI_Group_free(&world_group);
   if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
   if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");
-  stage_group_ = std::make_unique<comm::Communicator>(*context_, stage_comm, where + "-replicas");
   if (tied != MPI_COMM_NULL) tied_ = std::make_unique<comm::Communicator>(*context_, tied, "pp-tied");
 }
 
@@ -404,7 +302,6 @@ PipelineEngine::~PipelineEngine() {
   tensor_group_.reset();
   previous_.reset();
   next_.reset();
-  stage_group_.reset();
   tied_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -414,22 +311,13 @@ PipelineEngine::~PipelineEngine() {
   context_.reset();
 }
 
-float* PipelineEngine::held(std::vector<float>& array, std::size_t arena_offset) {
-  const std::vector<PipelineSchedule::Run>& runs = schedule_->runs();
-  for (std::size_t r = 0; r < runs.size(); ++r)
-    if (arena_offset >= runs[r].first && arena_offset < runs[r].second)
-      return array.data() + held_at_[r] + (arena_offset - runs[r].first);
-  throw Error(fmt::format("pipeline: stage {} holds no parameter at arena offset {}", stage_, arena_offset));
-}
-
 comm::Communicator& PipelineEngine::group_of(const PipelineOp& op) {
   switch (op.group) {
     case PipelineOp::Previous: return *previous_;
     case PipelineOp::Next: return *next_;
-    case PipelineOp::Stage: return *stage_group_;
     case PipelineOp::Tied: return *tied_;
   }
-  return *stage_group_;
+  return *tied_;
 }
 
 void PipelineEngine::communicate(const PipelineOp& op, float* data) {
@@ -437,61 +325,6 @@ void PipelineEngine::communicate(const PipelineOp& op, float* data) {
   const auto t0 = std::chrono::steady_clock::now();
   group.broadcast_async(comm::f32(data, op.bytes / sizeof(float)), sender_of(op)).wait();
   exposed_s_ += seconds_since(t0);
-}
-
-void PipelineEngine::run_step_op(const PipelineOp& op) {
-  comm::Communicator& group = group_of(op);
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::size_t n = op.end - op.begin, c = op.bytes / sizeof(float);
-  // This member's chunk of the run: [lo, hi), at most c floats (the last may be short).
-  const std::size_t lo = std::min(op.end, op.begin + c * group.index()), hi = std::min(op.end, lo + c);
-  if (is_send(op)) throw Error("pipeline: a send among the step's reductions");
-  switch (*op.kind) {
-    case Collective::AllReduce:
-      group.all_reduce_async(comm::f32(held(grads_, op.begin), n),
-                             op.group == PipelineOp::Stage ? comm::ReduceOp::Avg : comm::ReduceOp::Sum)
-          .wait();
-      break;
-    case Collective::ReduceScatter:
-      chunk_.assign(c, 0.f);
-      group.reduce_scatter_async(comm::f32(held(grads_, op.begin), n), comm::f32(chunk_.data(), c), comm::ReduceOp::Avg)
-          .wait();
-      if (hi > lo) std::copy_n(chunk_.begin(), hi - lo, held(grads_, lo));
-      break;
-    case Collective::AllGather:
-      chunk_.assign(c, 0.f);
-      if (hi > lo) std::copy_n(held(params_, lo), hi - lo, chunk_.begin());
-      group.all_gather_async(comm::f32(chunk_.data(), c), comm::f32(held(params_, op.begin), n)).wait();
-      break;
-    case Collective::AllToAll: throw Error("pipeline: an all-to-all among the step's reductions");
-  }
-  exposed_s_ += seconds_since(t0);
-}
-
-void PipelineEngine::forward(int i) {
-  model::StageModel& m = *models_[i % models_.size()];
-  const parallel::StageSplit& s = schedule_->split();
-  const auto& units = layout_.units();
-  if (s.first) m.embed_forward(held(params_, units[layout_.embeddings_unit()].offset), tokens_[i].data());
-  for (int l = s.first_layer; l < s.end_layer(); ++l)
-    m.block_forward(l, held(params_, units[layout_.block_unit(l)].offset));
-  if (s.last)
-    losses_[i] = m.head_forward(held(params_, units[layout_.final_norm_unit()].offset),
-                                held(params_, units[layout_.head_unit()].offset), targets_[i].data());
-}
-
-void PipelineEngine::backward(int i) {
-  model::StageModel& m = *models_[i % models_.size()];
-  const parallel::StageSplit& s = schedule_->split();
-  const auto& units = layout_.units();
-  const std::size_t e = units[layout_.embeddings_unit()].offset, f = units[layout_.final_norm_unit()].offset,
-                    h = units[layout_.head_unit()].offset;
-  if (s.last) m.head_backward(held(params_, f), held(params_, h), held(grads_, f), held(grads_, h), grad_scales_[i]);
-  for (int l = s.end_layer() - 1; l >= s.first_layer; --l) {
-    const std::size_t o = units[layout_.block_unit(l)].offset;
-    m.block_backward(l, held(params_, o), held(grads_, o));
-  }
-  if (s.first) m.embed_backward(held(grads_, e));
 }
 
 void PipelineEngine::run_program() {
@@ -503,13 +336,9 @@ void PipelineEngine::run_program() {
     const int i = a.micro_batch;
     switch (a.kind) {
       case PipelineAction::Forward:
-        if (!sharded_) forward(i);
-        else losses_[i] = sharded_->forward_half(i % slots, tokens_[i].data(), targets_[i].data(), grad_scales_[i]);
+        losses_[i] = sharded_->forward_half(i % slots, tokens_[i].data(), targets_[i].data(), grad_scales_[i]);
         break;
-      case PipelineAction::Backward:
-        if (!sharded_) backward(i);
-        else sharded_->backward_half(i % slots);
-        break;
+      case PipelineAction::Backward: sharded_->backward_half(i % slots); break;
       case PipelineAction::SendActivation: communicate(*op++, m.residual(s.end_layer())); break;
       case PipelineAction::ReceiveActivation: communicate(*op++, m.residual(s.first_layer)); break;
       case PipelineAction::SendGradient:
@@ -531,7 +360,7 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
   const auto t0 = std::chrono::steady_clock::now();
   run_program();
   wall_s_ += seconds_since(t0);
-  if (sharded_) exposed_s_ += sharded_->take_timing().exposed_comm_s;
+  exposed_s_ += sharded_->take_timing().exposed_comm_s;
   for (auto& t : tokens_) t.clear();
   double sum = 0;
   if (schedule_->split().last)
@@ -550,8 +379,7 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
     communicate({"activation-send", std::nullopt, g, 0, 0, 0, bytes}, data);
   };
   if (!s.first) send(PipelineOp::Previous, m.residual(s.first_layer));
-  if (!sharded_) forward(0);
-  else losses_[0] = sharded_->eval_loss(tokens_[0].data(), targets_[0].data());
+  losses_[0] = sharded_->eval_loss(tokens_[0].data(), targets_[0].data());
   if (!s.last) send(PipelineOp::Next, m.residual(s.end_layer()));
   tokens_[0].clear();
   evaluated_since_report_ = true;
@@ -560,96 +388,41 @@ float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* 
 
 train::StepOutcome PipelineEngine::optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (sharded_) {
-    // The stage's reductions, the tied sum and the norm over the stages (PipelineStage).
-    const train::StepOutcome out = sharded_->optimizer_step(hp, args);
-    wall_s_ += seconds_since(t0);
-    exposed_s_ += sharded_->take_timing().exposed_comm_s;
-    return out;
-  }
-  for (const PipelineOp& op : schedule_->ops())
-    if (op.kind == Collective::AllReduce || op.kind == Collective::ReduceScatter) run_step_op(op);
-  // Every rank sums its counted runs; summed in rank order, every rank gets the same bits.
-  double local = 0;
-  for (const auto& [b, e] : schedule_->counted())
-    if (e > b) local += optim::sum_squares(held(grads_, b), e - b);
-  std::vector<double> all(dims_.world_size());
-  MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
-  double sum = 0;
-  for (double x : all) sum += x;
-  train::StepOutcome out;
-  out.grad_norm = std::sqrt(sum) / args.loss_scale;
-  out.applied = !args.skip && std::isfinite(out.grad_norm);
-  if (out.applied) {
-    const float scale = optim::gradient_multiplier(hp, out.grad_norm, args.loss_scale);
-    for (const auto& [b, e] : schedule_->updated())
-      if (e > b)
-        optim::adamw_update_range(layout_, b, e, held(params_, b), held(grads_, b), held(exp_avg_, b),
-                                  held(exp_avg_sq_, b), hp, args.lr, args.update, scale);
-    ++updates_;
-  }
-  gather_weights();  // skipped or not: every replica's weights stay whole and equal
-  std::fill(grads_.begin(), grads_.end(), 0.f);
+  // The stage's reductions, the tied sum and the norm over the stages (PipelineStage).
+  const train::StepOutcome out = sharded_->optimizer_step(hp, args);
   wall_s_ += seconds_since(t0);
+  exposed_s_ += sharded_->take_timing().exposed_comm_s;
   return out;
 }
 
 void PipelineEngine::state_loaded() {
-  if (sharded_) sharded_->state_loaded();
-  else gather_weights();
+  sharded_->state_loaded();
   last_stats_ = context_->accounting().snapshot();
 }
 
-void PipelineEngine::gather_weights() {
-  for (const PipelineOp& op : schedule_->ops())
-    if (op.kind == Collective::AllGather) run_step_op(op);
-}
-
 std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {
-  // The loss lives on the last stage: the mean is over its ranks.
-  if (sharded_) {
-    // The stage's sum by its schedule's op, then over the stages.
-    // (Under --tp every TP rank's loss is counted: a mean over the replicas' TP ranks.)
-    std::vector<double> v =
-        sharded_->sum_over_levels({schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
-    return {sum_over_stages(v[0]) / (dims_.data_parallel_size() * dims_.tensor), sum_over_stages(v[1]) > 0};
-  }
-  double v[2] = {schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0};
-  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return {v[0] / dims_.data_parallel_size(), v[1] > 0};
+  // The loss lives on the last stage: the mean is over its ranks. The stage's sum by its
+  // schedule's op, then over the stages (under --tp every TP rank's loss counted: a mean over
+  // the replicas' TP ranks).
+  std::vector<double> v =
+      sharded_->sum_over_levels({schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
+  return {sum_over_stages(v[0]) / (dims_.data_parallel_size() * dims_.tensor), sum_over_stages(v[1]) > 0};
 }
 
 std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& local) {
   return comm::all_gather_strings(MPI_COMM_WORLD, local, "pp:all_gather_strings", "world");
 }
 
-std::vector<train::StateShard> PipelineEngine::shards_of(const std::vector<PipelineSchedule::Run>& runs) {
-  std::vector<train::StateShard> out;
-  for (const auto& [b, e] : runs)
-    if (e > b) out.push_back({b, e, held(params_, b), held(exp_avg_, b), held(exp_avg_sq_, b)});
-  return out;
-}
+std::vector<train::StateShard> PipelineEngine::state_shards() { return sharded_->state_shards(); }
 
-std::vector<train::StateShard> PipelineEngine::state_shards() {
-  return sharded_ ? sharded_->state_shards() : shards_of(schedule_->updated());
-}
-
-std::vector<train::StateShard> PipelineEngine::saved_shards() {
-  return sharded_ ? sharded_->saved_shards() : shards_of(schedule_->counted());
-}
+std::vector<train::StateShard> PipelineEngine::saved_shards() { return sharded_->saved_shards(); }
 
 void PipelineEngine::gather_params(float* full) {
+  // Each stage's units whole on its ranks (the tied copy left out), then summed over the stages.
   const std::size_t n = layout_.total_floats();
   std::fill(full, full + n, 0.f);
-  if (sharded_) {
-    // Each stage's units whole on its ranks (the tied copy left out), then summed over the stages.
-    sharded_->gather_params(full);
-    MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, across_stages_);
-    return;
-  }
-  for (const auto& [b, e] : schedule_->counted())
-    if (e > b) std::copy_n(held(params_, b), e - b, full + b);
-  MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  sharded_->gather_params(full);
+  MPI_Allreduce(MPI_IN_PLACE, full, static_cast<int>(n), MPI_FLOAT, MPI_SUM, across_stages_);
 }
 
 nlohmann::json PipelineEngine::describe() const {
@@ -661,7 +434,7 @@ nlohmann::json PipelineEngine::describe() const {
 
 nlohmann::json PipelineEngine::step_report() {
   const comm::CommStats now = context_->accounting().snapshot();
-  const comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
+  const comm::CommStats delta = now - last_stats_;
   last_stats_ = now;
   const double compute = std::max(0.0, wall_s_ - exposed_s_), exposed = exposed_s_;
   wall_s_ = exposed_s_ = 0;

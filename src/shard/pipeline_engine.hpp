@@ -2,16 +2,16 @@
 // Pipeline parallelism in the runtime (--pp P): the blocks split into P equal stages
 // (parallel::stage_split; the embeddings with the first, the final norm and the LM head with
 // the last: gpt2's tied head a copy of the embeddings, llama's lm_head its own unit), each stage a group of data-parallel
-// replicas (ddp: the gradients averaged over the stage's ranks once a step; zero1: each
-// replica also keeping the optimizer state of its 1/d of the stage, StageReplicas; zero2,
-// zero3, hsdp: the stage's units sharded by the sharding runtime, a ShardedEngine running the
-// stage's shard::Schedule). A rank holds its stage's runs only (PipelineSchedule::runs):
-// weights, gradients and both Adam moments of them, nothing of the other stages. One step runs parallel::one_f_one_b over the step's micro-batches:
+// replicas whose units any sharding spec shards as the sharding runtime does a whole model's
+// (every preset, quantized wires and hpZ's secondary copy included): a ShardedEngine running
+// the stage's shard::Schedule.
+// A rank holds its stage's units only (PipelineSchedule::stage_units): nothing of the other
+// stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
-// neighbouring stage's rank of the same replica as one message each. Under --tp (zero2, zero3,
-// hsdp stages) a stage's replica is its TP group: each TP rank runs the stage's TP slice with
-// the TP collectives as ops of the stage's schedule, and sends the whole activation to the
-// same TP rank of the next stage (Megatron without its scatter-gather). The tied embeddings'
+// neighbouring stage's rank of the same replica as one message each. Under --tp a stage's
+// replica is its TP group: each TP rank runs the stage's TP slice with the TP collectives as
+// ops of the stage's schedule, and sends the whole activation to the same TP rank of the next
+// stage (Megatron without its scatter-gather). The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
 //
 // The program and its messages are one schedule (PipelineSchedule): the engine runs its ops
@@ -53,80 +53,58 @@ namespace strata::shard {
 
 // One collective the step runs, as the accounting counts it.
 struct PipelineOp {
-  std::string purpose;  // "activation-send", "activation-grad-send", "stage gradients", "tied embeddings",
-                        // "stage weights"
+  std::string purpose;  // "activation-send", "activation-grad-send", "tied embeddings"
   std::optional<Collective> kind;  // none: a send (a broadcast from one end of a link)
-  enum Group { Previous, Next, Stage, Tied } group;  // over which of the engine's groups
-  int micro_batch = -1;                              // sends only
-  // The gradient (weight, for the all-gather) arena run [begin, end) it reduces or gathers
-  // (sends: none; a reduce-scatter or all-gather: the whole run, of which this rank holds
-  // its chunk) and the bytes of the buffer (a reduce-scatter's or all-gather's: one chunk).
+  enum Group { Previous, Next, Tied } group;  // over which of the engine's groups
+  int micro_batch = -1;                       // sends only
+  // The gradient arena run [begin, end) it sums (sends: none) and the bytes of the buffer.
   std::size_t begin = 0, end = 0;
   std::uint64_t bytes = 0;
 };
 
-// How a stage's replicas hold the weights' optimizer state: ddp (every replica the whole
-// stage, the gradients all-reduced) or zero1 (each replica a 1/d chunk of every run, the
-// gradients reduce-scattered and the updated weights all-gathered).
-// Any other strategy (zero2, zero3, hsdp) shards the stage's units as the sharding runtime
-// does a whole model's: `sharding` is its spec resolved over `topology`, the stage's
-// data-parallel topology, and the stage's shard::Schedule (PipelineSchedule::sharding) holds
-// its gathers and reductions; the ShardedEngine of the stage runs it.
-// Tensor parallelism inside the stage (sharded stages only): the stage's units are this TP
-// rank's slices (model/tensor_parallel.hpp), the stage's schedule holds its TP collectives over
-// the TP group's tier, and the sends carry whole activations (TP rank k to TP rank k).
+// How a stage's replicas hold its units: `sharding`, a spec resolved over `topology`, the
+// stage's data-parallel topology; this rank is replica `index` of its stage. The stage's
+// shard::Schedule (PipelineSchedule::sharding) holds its gathers and reductions; the
+// ShardedEngine of the stage runs it. Under tensor parallelism (`tensor`, over the tier
+// `tensor_level`) the stage's units are this TP rank's slices (model/tensor_parallel.hpp) and
+// the stage's schedule holds the stage walk's TP collectives too.
 struct StageReplicas {
-  int count = 1, index = 0;
-  bool zero1 = false;
-  std::optional<ShardSpec> sharding;
+  int index = 0;
+  ShardSpec sharding;
   topo::Topology topology;
   model::TensorSplit tensor;
   int tensor_level = 0;
   bool recompute = false;  // the TP walk's backward runs each block's forward collectives again
 };
 
-// This rank's step: its stage's program (with the sends and receives as ops) and the step's
-// gradient reductions and weight gathers.
+// This rank's step: its stage's program (with the sends and receives as ops), the tied sum,
+// and the stage's sharding schedule.
 class PipelineSchedule {
  public:
-  using Run = std::pair<std::size_t, std::size_t>;  // [begin, end) of the arena
   // `stage_layers`: --pp-layers (parallel::stage_split), empty for equal stages.
   PipelineSchedule(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages, int stage,
-                   const StageReplicas& replicas = {}, const std::vector<int>& stage_layers = {});
+                   const StageReplicas& replicas, const std::vector<int>& stage_layers = {});
   const parallel::StageSplit& split() const { return split_; }
   const std::vector<parallel::PipelineAction>& program() const { return program_; }
   // The op of each program entry that communicates (sends and receives), in program order,
-  // then the step's reductions, then (zero1) its gathers. Under a sharding: the sends, then
-  // the tied sum of this rank's OS slice of the embeddings; the rest is sharding()'s.
+  // then the tied sum of this rank's OS slice of the embeddings; the rest is sharding()'s.
   const std::vector<PipelineOp>& ops() const { return ops_; }
-  // The units this stage holds, as arena runs: its blocks, the embeddings on the first
-  // stage, the final norm (and llama's lm_head) on the last, and on gpt2's last its copy of the embeddings (the tied
-  // head) last of all.
-  const std::vector<Run>& runs() const { return runs_; }
-  // What this rank updates (its optimizer state: the runs, or its chunks of them), and the
-  // part of it that counts once in the gradient norm and is saved in checkpoints (the tied
-  // copy left out; under ddp only the stage's first replica's).
-  const std::vector<Run>& updated() const { return updated_; }
-  const std::vector<Run>& counted() const { return counted_; }
   std::size_t activation_floats() const { return activation_floats_; }
   bool tied() const { return tied_; }
-  // The stage's sharding schedule (zero2, zero3, hsdp: StageReplicas::sharding) over its units
-  // (stage_units()), nullptr under ddp and zero1.
+  // The stage's sharding schedule (StageReplicas::sharding) over its units (stage_units(): its
+  // blocks, the embeddings on the first stage, the final norm (and llama's lm_head) on the
+  // last, and on gpt2's last its copy of the embeddings, the tied head, last of all).
   const std::shared_ptr<const Schedule>& sharding() const { return sharding_; }
   const model::StageUnits& stage_units() const { return stage_units_; }
   model::StageRange range() const { return {split_.first_layer, split_.end_layer(), split_.first, split_.last}; }
 
  private:
   void add_sends();
-  void add_step_ops(const model::ParamLayout& layout, const StageReplicas& replicas);
-  void add_sharded_tied_sum(const model::ParamLayout& layout, int replica);
-  void build_sharding(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages,
-                      const StageReplicas& replicas);
+  void add_tied_sum(const model::ParamLayout& layout, int replica);
 
   parallel::StageSplit split_;
   std::vector<parallel::PipelineAction> program_;
   std::vector<PipelineOp> ops_;
-  std::vector<Run> runs_, updated_, counted_;
   std::size_t activation_floats_ = 0;
   bool tied_ = false;  // the LM head is the embeddings (gpt2): the last stage holds a copy
   model::StageUnits stage_units_;
@@ -138,20 +116,17 @@ class PipelineSchedule {
 struct PipelineGroups {
   // stage: the stage's ranks of this rank's TP index (its replicas); the others link this
   // rank to the ranks of its replica and TP index in the neighbouring (first, last) stages.
-  std::vector<int> previous, next, stage, tied;  // members in member order
+  std::vector<int> previous, next, stage, tied;  // members in member order (stage: its replicas)
   const std::vector<int>& of(PipelineOp::Group g) const;
 };
 // The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
-// stage's replicas ddp, or `zero1`, or sharded by `sharding`: a spec resolved over the
-// stage's data-parallel topology; under dims.tensor > 1 this rank's TP slice, with
-// `recompute` the TP walk's), as the engine builds them: what the planner prices.
+// stage's replicas sharded by `sharding`: a spec resolved over the stage's data-parallel
+// topology; under dims.tensor > 1 this rank's TP slice, with `recompute` the TP walk's), as the
+// engine builds them: what the planner prices.
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
-                                      int world_rank, bool zero1, const std::vector<int>& stage_layers = {},
-                                      const std::optional<ShardSpec>& sharding = std::nullopt,
-                                      bool recompute = false);
-// Whether `strategy` runs in a stage through the sharding runtime (the rest: ddp, zero1).
-bool stage_sharded(const std::string& strategy);
+                                      int world_rank, const ShardSpec& sharding,
+                                      const std::vector<int>& stage_layers = {}, bool recompute = false);
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
                                bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
@@ -168,8 +143,8 @@ class PipelineEngine final : public train::Engine {
                  int micro_batches, std::uint64_t seed, bool recompute = false);
   ~PipelineEngine() override;
 
-  // The whole model's; under --tp this rank's TP slice's (the stage's engine's), in which
-  // its state shards lie.
+  // The whole model's; under --tp this rank's TP slice's (the stage's engine's), in which its
+  // state shards lie.
   const model::ParamLayout& layout() const override { return sharded_ ? sharded_->layout() : layout_; }
   int rank() const override { return rank_; }
   int world_size() const override { return dims_.world_size(); }
@@ -182,8 +157,6 @@ class PipelineEngine final : public train::Engine {
   std::vector<std::string> all_gather_strings(const std::string& local) override;
   std::vector<train::StateShard> state_shards() override;
   std::vector<train::StateShard> saved_shards() override;
-  // The master weights are what the forward reads: under zero1 each replica's chunks are
-  // gathered into every replica's runs (traffic before the first step, not of it).
   void state_loaded() override;
   void gather_params(float* full) override;
   nlohmann::json describe() const override;
@@ -193,17 +166,14 @@ class PipelineEngine final : public train::Engine {
   nlohmann::json summary_report() override;
 
   const PipelineSchedule& schedule() const { return *schedule_; }
-  // The stage's sharding runtime (zero2, zero3, hsdp), nullptr under ddp and zero1.
-  ShardedEngine* sharded() { return sharded_.get(); }
   const PipelineGroups& groups() const { return members_; }
   const topo::Topology& topology() const { return topology_; }
   comm::Context& context() { return *context_; }
   // The bytes a step sends and receives per tier, by the schedule.
   comm::CommStats traffic_per_step() const;
   int stage() const { return stage_; }
-  // Bytes of the weights, gradients and Adam moments this rank holds: its stage's runs, four
-  // fp32 arrays of them (sharded: what the stage's engine allocated, StateMemory).
-  std::uint64_t state_bytes() const;
+  // The state this rank holds: what the stage's engine allocated.
+  StateMemory state_memory() const { return sharded_->memory_bytes(); }
 
  private:
   void build_groups();
@@ -211,16 +181,8 @@ class PipelineEngine final : public train::Engine {
   model::StageModel& stage_model(int micro_batch);
   double sum_over_stages(double value);  // the same value a stage's ranks hold, summed over the stages
   void run_program();
-  void forward(int micro_batch);
-  void backward(int micro_batch);
   comm::Communicator& group_of(const PipelineOp& op);
   void communicate(const PipelineOp& op, float* data);  // a send or receive of `data`
-  void run_step_op(const PipelineOp& op);               // a reduction or gather of its run
-  void gather_weights();                                // the step's all-gathers (zero1)
-  std::vector<train::StateShard> shards_of(const std::vector<PipelineSchedule::Run>& runs);
-  // Where arena offset `arena_offset` (of one of the stage's runs) sits in `array`, one of the
-  // four held arrays.
-  float* held(std::vector<float>& array, std::size_t arena_offset);
 
   topo::Topology topology_;
   parallel::ParallelDims dims_;
@@ -232,22 +194,17 @@ class PipelineEngine final : public train::Engine {
   std::unique_ptr<comm::Context> context_;
   PipelineGroups members_;
   std::vector<MPI_Comm> mpi_comms_;
-  std::unique_ptr<comm::Communicator> previous_, next_, stage_group_, tied_;
-  std::vector<std::unique_ptr<model::StageModel>> models_;  // one per micro-batch in flight
-  std::vector<float> params_, grads_, exp_avg_, exp_avg_sq_;  // the stage's runs, one after another
-  std::vector<std::size_t> held_at_;                          // where each run starts in them
+  std::unique_ptr<comm::Communicator> previous_, next_, tied_;
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
-  std::vector<float> chunk_;  // zero1: one chunk of a run, for its reduce-scatter and all-gather
-  // Sharded stages: the stage's tier groups (over its communicator), the ranks of this
-  // replica index across the stages (the scalar sums, plain MPI), and the stage's engine.
+  // The stage's tier groups (over its communicator), the ranks of this replica index across
+  // the stages (the scalar sums, plain MPI), and the stage's engine.
   std::unique_ptr<topo::ProcessGroups> stage_groups_;
   std::unique_ptr<comm::TierComms> stage_comms_;
   std::unique_ptr<comm::Communicator> tensor_group_;  // under --tp: the stage's ranks of this replica
   MPI_Comm across_stages_ = MPI_COMM_NULL;  // one rank a stage: of this replica and TP index
   std::unique_ptr<ShardedEngine> sharded_;
   std::vector<double> losses_;
-  std::int64_t updates_ = 0;
   comm::CommStats last_stats_;
   std::vector<comm::CommStats> step_traffic_;  // of the steps without evaluation
   bool evaluated_since_report_ = false;

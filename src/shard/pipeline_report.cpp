@@ -16,7 +16,6 @@ const char* group_name(PipelineOp::Group g) {
   switch (g) {
     case PipelineOp::Previous: return "previous";
     case PipelineOp::Next: return "next";
-    case PipelineOp::Stage: return "stage";
     case PipelineOp::Tied: return "tied";
   }
   return "?";
@@ -68,11 +67,9 @@ nlohmann::json stage_json(const PipelineEngine& engine) {
   const parallel::StageSplit& split = schedule.split();
   nlohmann::json out{{"stage", stage},     {"rank", rank},       {"first_layer", split.first_layer},
                      {"layers", split.layers}, {"program", program}, {"ops", ops}};
-  // zero2, zero3, hsdp: the stage's own schedule of gathers and reductions over its units.
-  if (schedule.sharding()) {
-    out["sharding"] = schedule.sharding()->to_json();
-    out["sharding_table"] = schedule.sharding()->table();
-  }
+  // The stage's own schedule of gathers and reductions over its units.
+  out["sharding"] = schedule.sharding()->to_json();
+  out["sharding_table"] = schedule.sharding()->table();
   return out;
 }
 
@@ -147,8 +144,7 @@ std::string stage_table(const nlohmann::json& stage) {
   }
   s += op_section("per step, its messages to and from the neighbouring stages (in program order):", messages);
   s += op_section("per optimizer step:", step_ops);
-  if (stage.contains("sharding_table"))
-    s += "  the stage's sharding over its units and replicas:\n" + stage["sharding_table"].get<std::string>();
+  s += "  the stage's sharding over its units and replicas:\n" + stage["sharding_table"].get<std::string>();
   return s;
 }
 

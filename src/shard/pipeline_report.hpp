@@ -1,7 +1,7 @@
 #pragma once
 // `strata train --pp P --print-schedule`: every stage's 1F1B program and the ops of its step
 // (shard::PipelineSchedule, what the engine runs: its sends and receives with their peer stage,
-// tier and bytes, its once-a-step reductions, gathers and the tied embeddings' sum), in
+// tier and bytes, the tied embeddings' sum, and the stage's sharding schedule), in
 // --print-schedule's format (shard::op_section, shard::tier_section), and the bytes per tier a
 // step averaged over the world ranks: what summary.json's comm.scheduled_per_step reports.
 #include <string>

@@ -6,7 +6,8 @@
 // sends included; a rank holds its stage's arrays only; recomputation changes no bit;
 // refusals name the flag. Under it, the sharding runtime's micro-batch cut into a forward and a
 // backward half, run in a stage's 1F1B order, gives micro_step's bits; and on those halves,
-// zero2, zero3 (4 ranks) and hsdp (8 ranks) inside the stages train to the one-process losses.
+// zero2, zero3 (4 ranks) and hsdp (8 ranks) inside the stages train to the one-process losses,
+// and zeropp and topo (8 ranks) stay close to their unquantized twins.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -111,21 +112,19 @@ struct PipeRun {
   std::vector<double> losses;
   std::vector<float> params;
   int stage = 0;
-  std::uint64_t state_bytes = 0;  // what the rank holds
+  shard::StateMemory memory;  // what the rank holds
 };
 
 // Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
 // reference reads every replica's, the same global batch.
-PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
-                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny",
-                        const std::vector<int>& stage_layers = {}) {
-  shard::PipelineEngine engine(options_at(pp, strategy, stage_layers), config_of(layers, preset), kBatch, kSeq, kMicro,
-                               1234, recompute);
+PipeRun train_pipelined(const parallel::ShardOptions& options, int layers, std::vector<comm::CommStats>* traffic,
+                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny") {
+  shard::PipelineEngine engine(options, config_of(layers, preset), kBatch, kSeq, kMicro, 1234, recompute);
   const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
   if (scheduled) *scheduled = engine.traffic_per_step();
   PipeRun run;
   run.stage = engine.stage();
-  run.state_bytes = engine.state_bytes();
+  run.memory = engine.state_memory();
   for (int step = 1; step <= kSteps; ++step) {
     const comm::CommStats before = engine.context().accounting().snapshot();
     double sum = 0;
@@ -141,6 +140,12 @@ PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::ve
   run.params.resize(engine.layout().total_floats());
   engine.gather_params(run.params.data());
   return run;
+}
+
+PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
+                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny",
+                        const std::vector<int>& stage_layers = {}) {
+  return train_pipelined(options_at(pp, strategy, stage_layers), layers, traffic, scheduled, recompute, preset);
 }
 
 PipeRun train_alone(int layers, int replicas, const std::string& preset = "tiny") {
@@ -297,9 +302,9 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
   expect_same_training(pp, train_alone(4, 1), config_of(4), "--pp 4, one replica");
   expect_measured_bytes_equal_the_schedule(traffic, scheduled);
-  // A rank holds its stage's units only (weights, gradients, two Adam moments: four fp32
-  // arrays): its block, the first stage the embeddings too, the last the final norm and the
-  // tied head's copy of the embeddings.
+  // A rank holds its stage's units only: its optimizer state (master, two Adam moments and the
+  // gradient it reads: four fp32 arrays) is its block's, the first stage's the embeddings' too,
+  // the last's the final norm's and the tied head's copy of the embeddings.
   const model::ParamLayout layout(config_of(4));
   const auto& u = layout.units();
   const int block = layout.block_unit(pp.stage), embeddings = layout.embeddings_unit();
@@ -307,8 +312,7 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   if (pp.stage == 0) floats += u[embeddings].numel;
   if (pp.stage == 3) floats = u[layout.final_norm_unit()].offset + u[layout.final_norm_unit()].numel - u[block].offset +
                               u[embeddings].numel;
-  EXPECT_EQ(pp.state_bytes, 4 * sizeof(float) * floats) << "stage " << pp.stage;
-  EXPECT_LT(pp.state_bytes, 4 * sizeof(float) * layout.total_floats() / 2) << "stage " << pp.stage;
+  EXPECT_EQ(pp.memory.optimizer, 4 * sizeof(float) * floats) << "stage " << pp.stage;
 }
 
 // Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
@@ -338,9 +342,6 @@ TEST(Pipeline, RefusalsNameTheFlag) {
   const std::string uneven =
       refusal([] { shard::PipelineEngine(options_at(4), config_of(6), kBatch, kSeq, kMicro, 1234); });
   EXPECT_NE(uneven.find("--pp 4"), std::string::npos) << uneven;
-  const std::string strategy =
-      refusal([] { shard::PipelineEngine(options_at(2, "zeropp"), config_of(2), kBatch, kSeq, kMicro, 1234); });
-  EXPECT_NE(strategy.find("--strategy zeropp"), std::string::npos) << strategy;
   // 1F1B cuts a sharded stage's micro-batch in halves: weights kept from forward to backward cannot be.
   const std::string kept = refusal([] {
     parallel::ShardOptions o = options_at(2, "zero3");
@@ -360,7 +361,7 @@ TEST(Pipeline, RefusalsNameTheFlag) {
       refusal([] { shard::PipelineEngine(options_at(2, "ddp", {1, 2}), config_of(4), kBatch, kSeq, kMicro, 1234); });
   EXPECT_NE(sum.find("--pp-layers 1,2"), std::string::npos) << sum;
   if (world_rank() == 0)
-    for (const std::string* r : {&uneven, &strategy, &kept, &tier, &count, &sum}) std::printf("refused: %s\n", r->c_str());
+    for (const std::string* r : {&uneven, &kept, &tier, &count, &sum}) std::printf("refused: %s\n", r->c_str());
 }
 
 // zero2 and zero3 inside a stage (the stage's ShardedEngine over its units and replicas): two
@@ -401,5 +402,37 @@ TEST(PipelineSharded, HsdpAndZero3StagesOfFourReplicasTrainToTheOneProcessLosses
     EXPECT_GT(scheduled.tier("node").bytes_sent, 0u) << strategy;     // the stage sends
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u) << strategy;  // the replicas' reductions
     expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  }
+}
+
+// 8 ranks: zeropp (int8 weight gathers, the backward's from its hpZ copy over "gpu", int4
+// gradients) and topo (weights over "gpu", int8 gathers, int4 gradients) inside two stages of
+// four replicas over two tiers. Their unquantized twins (the same spec, fp32 wires) train to
+// the one-process losses; the quantized runs stay within 5% of their twin's last loss, the
+// tolerance without a pipeline (ShardedEngine.QuantizedPresetsStayCloseToTheirUnquantizedTwins),
+// and differ from it; every byte measured per tier is the schedule's.
+TEST(PipelineSharded, ZeroppAndTopoStagesStayCloseToTheirUnquantizedTwinsAndMeasureTheSchedulesBytes) {
+  AT_WORLD(8);
+  for (const std::string strategy : {"zeropp", "topo"}) {
+    parallel::ShardOptions fp32 = options_at(2, strategy);
+    fp32.weight_wire = fp32.grad_wire = fp32.step_grad_wire = "fp32";
+    std::vector<comm::CommStats> traffic, twin_traffic;
+    comm::CommStats scheduled, twin_scheduled;
+    const PipeRun twin = train_pipelined(fp32, 2, &twin_traffic, &twin_scheduled);
+    expect_same_training(twin, train_alone(2, 4), config_of(2), "--pp 2, 4 fp32-wire " + strategy + " replicas a stage");
+    expect_measured_bytes_equal_the_schedule(twin_traffic, twin_scheduled);
+    const PipeRun q = train_pipelined(2, 2, strategy, &traffic, &scheduled);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    EXPECT_NEAR(q.losses.back(), twin.losses.back(), 0.05 * twin.losses.back()) << strategy;
+    EXPECT_NE(q.losses.back(), twin.losses.back()) << strategy << ": quantization changed nothing?";
+    // The quantized wires inside a stage carry fewer bytes than fp32 ones; the stage sends are alike.
+    EXPECT_LT(scheduled.tier("gpu").bytes_sent, twin_scheduled.tier("gpu").bytes_sent) << strategy;
+    EXPECT_EQ(scheduled.tier("node").bytes_sent, twin_scheduled.tier("node").bytes_sent) << strategy;
+    if (strategy == "zeropp") {
+      EXPECT_GT(q.memory.secondary, 0u) << "zeropp holds no hpZ copy";
+    }
+    if (world_rank() == 0)
+      std::printf("--pp 2, 4 %s replicas a stage vs its fp32-wire twin: last loss %.6f vs %.6f\n", strategy.c_str(),
+                  q.losses.back(), twin.losses.back());
   }
 }
