@@ -301,11 +301,12 @@ bool run_pipelined(const train::TrainConfig& config, const TrainArgs& args) {
   const bool leader = engine.rank() == 0;
   if (leader) {
     const parallel::ParallelDims dims = engine.parallel_dims();
-    fmt::print("strata train: model {} ({}), {} pipeline stages of {} {} {} on {} of topology '{}', "
+    fmt::print("strata train: model {} ({}), {} pipeline stages of {} {} {}{} on {} of topology '{}', "
                "batch {} x seq {} x accum {} per replica, steps {}, {} a rank\n",
                config.model_name, model_shape(config.model), dims.pipeline, dims.data_parallel_size(),
-               config.shard.strategy,
-               dims.data_parallel_size() == 1 ? "replica" : "replicas", count_of(engine.world_size(), "rank"),
+               config.shard.strategy, dims.data_parallel_size() == 1 ? "replica" : "replicas",
+               dims.tensor > 1 ? fmt::format(" with tensor parallelism {}", dims.tensor) : "",
+               count_of(engine.world_size(), "rank"),
                config.shard.topology, config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
                count_of(omp_get_max_threads(), "thread"));
     warn_at_start(config);

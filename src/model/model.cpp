@@ -176,9 +176,13 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq,
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
 }
 
-std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute) {
-  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute);
-  return std::make_unique<GPT>(config, batch, seq, recompute);
+std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute,
+                                             const TensorParallel& tp) {
+  if (tp.sequence_parallel)
+    throw Error("--sequence-parallel with --pp: a pipeline stage sends whole activations; not run together yet");
+  const Kernels& kernels = kernels_for(detected_isa());
+  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels, tp);
+  return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
 }
 
 }  // namespace strata::model

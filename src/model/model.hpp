@@ -95,7 +95,8 @@ class Model {
 // The per-unit calls of a walk, for callers that drive it themselves: a pipeline stage runs
 // the embeddings (first stage), a range of blocks and the final norm and LM head (last
 // stage), and hands the residual stream and its gradient to its neighbours. Both families
-// implement it (the host's kernels, no tensor parallelism inside a stage).
+// implement it (the host's kernels; under tensor parallelism each call runs its TP collectives
+// and the residual stream and its gradient are whole on every TP rank).
 class StageModel {
  public:
   virtual ~StageModel() = default;
@@ -163,8 +164,10 @@ class HostModel : public Model, public StageModel {
   bool recompute_ = false;
 };
 
-// The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`.
-std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute = false);
+// The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`,
+// holding `tp`'s slice (sequence parallelism refused: a stage sends whole activations).
+std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute = false,
+                                             const TensorParallel& tp = {});
 
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with

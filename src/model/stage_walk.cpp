@@ -65,15 +65,25 @@ StageUnits stage_units(const ParamLayout& layout, const StageRange& r, int stage
   return s;
 }
 
+std::vector<TensorParallelCall> stage_tensor_parallel_calls(const ModelConfig& config, const StageRange& range, int tp,
+                                                            int batch, int seq, bool recompute) {
+  if (tp == 1) return {};
+  static_cast<void>(ParamLayout(config, {tp, 0}));  // refuses a model that does not split so
+  TensorParallelWalk walk{range.end_layer - range.first_layer, config.n_embd, batch, seq, recompute, range.first,
+                          range.last};
+  walk.degree = tp;
+  return tensor_parallel_calls(walk);
+}
+
 StageWalk::StageWalk(const ModelConfig& config, const StageRange& range, int stages, int batch, int seq,
-                     bool recompute)
-    : layout_(config),
+                     bool recompute, const TensorParallel& tp)
+    : layout_(config, tp.split),
       range_(range),
       units_(stage_units(layout_, range, stages)),
       batch_(batch),
       seq_(seq),
       recompute_(recompute),
-      stage_(make_stage_model(config, batch, seq, recompute)) {}
+      stage_(make_stage_model(config, batch, seq, recompute, tp)) {}
 
 StageWalk::~StageWalk() = default;
 
@@ -134,7 +144,7 @@ const float* StageWalk::logits() const {
 }
 
 std::uint64_t StageWalk::activation_bytes() const {
-  return model::activation_bytes(layout_.config(), batch_, seq_, recompute_);
+  return model::activation_bytes(layout_.config(), batch_, seq_, recompute_, layout_.split().size);
 }
 
 }  // namespace strata::model

@@ -31,13 +31,20 @@ struct StageUnits {
 };
 // `stages` > 1: with one stage the head is the embeddings unit itself, no copy.
 StageUnits stage_units(const ParamLayout& layout, const StageRange& range, int stages);
+// The TP collectives of one training micro-batch of the stage under a split of `tp` (none for
+// tp 1), in the order its walk runs them: its blocks', the embedding's on the first stage, the
+// head's and the loss's on the last (tensor_parallel.hpp).
+std::vector<TensorParallelCall> stage_tensor_parallel_calls(const ModelConfig& config, const StageRange& range, int tp,
+                                                            int batch, int seq, bool recompute);
 
 class StageWalk final : public Model {
  public:
-  StageWalk(const ModelConfig& config, const StageRange& range, int stages, int batch, int seq, bool recompute);
+  // Under `tp` the stage holds its TP slice: layout() is that slice's.
+  StageWalk(const ModelConfig& config, const StageRange& range, int stages, int batch, int seq, bool recompute,
+            const TensorParallel& tp = {});
   ~StageWalk() override;
 
-  const ParamLayout& layout() const override { return layout_; }  // the whole model's
+  const ParamLayout& layout() const override { return layout_; }  // the whole model's (its TP slice's)
   int batch() const override { return batch_; }
   int seq() const override { return seq_; }
   // The loss on the last stage, 0 elsewhere (the stage below wrote residual(first_layer)).

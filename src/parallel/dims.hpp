@@ -8,8 +8,8 @@
 // ranks of that tier hold one replica between them, read the same batches and average
 // nothing among themselves. Pipeline parallelism takes a slice of another tier (usually the
 // outermost): `pipeline` domains of it hold one stage each. A tier of size s holding a
-// slice of t becomes a data-parallel level of s/t. The runtime runs all three, a pipeline
-// not yet beside TP (parallel/pipeline.hpp); the planner prices them from this object.
+// slice of t becomes a data-parallel level of s/t. The runtime runs all three (TP inside a
+// pipeline's sharded stages, parallel/pipeline.hpp); the planner prices them from this object.
 //
 // Rank order: a TP group is `tensor` consecutive domains of the tier inside tensor_level
 // (consecutive ranks for the innermost tier), its members D apart, D = the ranks of one such

@@ -251,7 +251,8 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
 }
 
 bool ModelParallelPlan::runs_pipeline() const {
-  if (mp_.pp == 1 || mp_.tp > 1 || !model_.gpt) return false;
+  // TP inside a stage runs without sequence parallelism.
+  if (mp_.pp == 1 || !model_.gpt || (mp_.tp > 1 && workload_.sequence_parallel)) return false;
   // A stage runs its shard::Schedule composed as the runtime composes it.
   return workload_.collectives == shard::Composition::Hierarchical;
 }
@@ -259,7 +260,7 @@ bool ModelParallelPlan::runs_pipeline() const {
 ModelParallelPlan::RankPipeline ModelParallelPlan::rank_pipeline(int rank, const shard::ShardSpec& spec) const {
   shard::PipelineSchedule schedule =
       shard::pipeline_schedule_of(*model_.gpt, workload_.micro_batch, workload_.seq, workload_.accumulation_steps,
-                                  dims_, topology_, rank, spec, mp_.pp_layers);
+                                  dims_, topology_, rank, spec, mp_.pp_layers, static_cast<bool>(workload_.recompute));
   shard::PipelineGroups groups = shard::pipeline_groups(dims_, topology_, rank, schedule.tied());
   return {std::move(schedule), std::move(groups)};
 }

@@ -114,8 +114,9 @@ class ModelParallelPlan {
   // activations in flight on stage s; Estimate::stages has each stage's.
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
-  // strata model (its ModelConfig), no TP, a stage's replicas composed as the runtime composes
-  // them (not --collectives nccl); every sharding spec runs in a stage.
+  // strata model (its ModelConfig), a stage's replicas composed as the runtime composes them
+  // (not --collectives nccl); every sharding spec runs in a stage, TP inside it too (without
+  // sequence parallelism: the stage's schedules then hold its TP collectives).
   bool runs_pipeline() const;
 
  private:

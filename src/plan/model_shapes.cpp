@@ -162,9 +162,8 @@ ModelShape ModelShape::slice(int tp, int stage_index, int num_stages, const std:
   m.stage = stage_index;
   m.stages = num_stages;
   if (num_stages > 1) m.pp_layers = stage_layers;
-  // The runtime splits both families by TP (model::ParamLayout of the split); its pipeline
-  // keeps the whole model's arenas on every rank: pipeline slices are priced as shapes.
-  if (m.gpt && m.stages > 1) m.gpt.reset();
+  // The runtime splits both families by TP (model::ParamLayout of the split); a pipeline
+  // stage of a strata model keeps `gpt`, whose layout sizes the stage's units (unit_plan).
   return m;
 }
 
@@ -355,20 +354,24 @@ std::int64_t ModelShape::matmul_params() const {
 }
 
 shard::UnitPlan ModelShape::unit_plan() const {
-  if (gpt) return shard::unit_plan(model::ParamLayout(*gpt, {tensor_parallel, 0}));
+  if (gpt && stages == 1) return shard::unit_plan(model::ParamLayout(*gpt, {tensor_parallel, 0}));
   if (sliced()) {
     // The whole model's plan, its split units resized, cut to the stage's units (events
     // renumbered, in the whole walk's order).
     const shard::UnitPlan all = whole().unit_plan();
     const std::size_t h = hidden, V = vocab;
     const std::vector<int> mine = stage_units(*this);
+    // A strata model's stage units as the runtime holds them (its layout's, alignment included).
+    std::optional<model::ParamLayout> runtime;
+    if (gpt) runtime.emplace(*gpt, model::TensorSplit{tensor_parallel, 0});
     std::vector<int> index(all.numel.size(), -1);
     shard::UnitPlan p;
     for (int u : mine) {
       index[u] = static_cast<int>(p.names.size());
       p.names.push_back(all.names[u]);
       std::size_t n = all.numel[u];
-      if (u == 0) n = V * h / tensor_parallel + static_cast<std::size_t>(learned_positions) * h;
+      if (runtime) n = runtime->units()[u].numel;
+      else if (u == 0) n = V * h / tensor_parallel + static_cast<std::size_t>(learned_positions) * h;
       else if (u <= layers) n = static_cast<std::size_t>(block_params_on_rank(*this));
       else if (u == layers + 2) n = V * h / tensor_parallel;
       p.numel.push_back(n);

@@ -74,7 +74,7 @@ struct ModelShape {
   bool qkv_biases = false;   // only the Q, K and V projections carry biases (Qwen2); with `biases` every one does
   bool tied_head = false;    // LM head reuses the token embedding
   // strata's own models: units come from model::ParamLayout of this config (of its TP split
-  // too, which the runtime splits).
+  // too, which the runtime splits; a pipeline stage's, its units of it).
   std::optional<model::ModelConfig> gpt;
   // Where the shape came from when it is not a preset (a Hugging Face config.json: its
   // architecture and path), and what was read there but not priced, each with why.

@@ -32,12 +32,18 @@ PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, 
     : split_(parallel::stage_split(config.n_layer, stages, stage, stage_layers)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
       activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
-  const model::ParamLayout layout(config);
+  // The stage's units in this rank's TP slice (the whole model's without TP), and under TP
+  // the stage walk's TP collectives.
+  const model::ParamLayout layout(config, replicas.tensor);
   tied_ = stages > 1 && layout.head_unit() == layout.embeddings_unit();
   add_sends();
   stage_units_ = model::stage_units(layout, range(), stages);
+  TensorParallelPlan tp;
+  if (replicas.tensor.size > 1)
+    tp = {replicas.tensor.size, replicas.tensor_level,
+          model::stage_tensor_parallel_calls(config, range(), replicas.tensor.size, batch, seq, replicas.recompute)};
   sharding_ = std::make_shared<const Schedule>(stage_unit_plan(layout, stage_units_), replicas.topology,
-                                               replicas.sharding, micro_batches);
+                                               replicas.sharding, micro_batches, Composition::Hierarchical, tp);
   add_tied_sum(layout, replicas.index);
 }
 
@@ -143,7 +149,10 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   comm::agree(MPI_COMM_WORLD, "world", [&] {
     if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
-    if (options.tp > 1) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", options.pp, options.tp));
+    if (options.sequence_parallel)
+      throw Error(fmt::format("--sequence-parallel with --pp {}: a stage sends whole activations; not run together "
+                              "yet",
+                              options.pp));
     topology_ = resolve_topology(options, world);
     int level = topology_.outermost();
     if (!options.pp_tier.empty()) {
@@ -151,11 +160,13 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
       if (!t) throw Error(fmt::format("--pp-tier '{}': no such tier in topology '{}'", options.pp_tier, topology_.name()));
       level = *t;
     }
-    dims_ = parallel::ParallelDims::model_parallel(topology_, 1, 0, options.pp, level);
+    dims_ = parallel::ParallelDims::model_parallel(topology_, options.tp, build_dims(options, topology_).tensor_level,
+                                                   options.pp, level);
     stage_ = parallel::pipeline_stage(dims_, topology_, rank_);
     const ShardSpec sharding = build_spec(options, dims_.data_parallel_topology(topology_));
-    schedule_ = std::make_unique<PipelineSchedule>(
-        pipeline_schedule_of(config, batch, seq, micro_batches, dims_, topology_, rank_, sharding, options.pp_layers));
+    schedule_ = std::make_unique<PipelineSchedule>(pipeline_schedule_of(config, batch, seq, micro_batches, dims_,
+                                                                        topology_, rank_, sharding, options.pp_layers,
+                                                                        recompute));
     // 1F1B runs a stage's micro-batches in halves: refused here, naming the setting, if they cannot be.
     static_cast<void>(schedule_->sharding()->halves_program(false));
     strategy_ = options.strategy;
@@ -173,9 +184,22 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
 // The stage's ShardedEngine over the stage's tier groups, running the stage's schedule.
 void PipelineEngine::build_sharded(const model::ModelConfig& config, int batch, int seq, std::uint64_t seed,
                                    bool recompute) {
-  MPI_Comm_split(MPI_COMM_WORLD, dims_.data_parallel_rank(rank_), rank_, &across_stages_);
-  // The stage's ranks in world order are its replicas in order: the communicator's ranks.
-  stage_groups_ = std::make_unique<topo::ProcessGroups>(dims_.data_parallel_topology(topology_), mpi_comms_.front());
+  const int tp_rank = dims_.tensor_rank(rank_), replica = dims_.data_parallel_rank(rank_);
+  MPI_Comm_split(MPI_COMM_WORLD, replica * dims_.tensor + tp_rank, rank_, &across_stages_);
+  // The stage's ranks of this TP index in world order are its replicas in order: the
+  // communicator's ranks (dims.hpp).
+  MPI_Comm replicas = mpi_comms_.front();
+  std::optional<TensorParallelism> tp;
+  if (dims_.tensor > 1) {
+    MPI_Comm tensor = MPI_COMM_NULL;
+    MPI_Comm_split(mpi_comms_.front(), tp_rank, rank_, &replicas);
+    MPI_Comm_split(mpi_comms_.front(), replica, rank_, &tensor);
+    mpi_comms_.push_back(replicas);
+    mpi_comms_.push_back(tensor);
+    tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor, fmt::format("pp{}-tp#{}", stage_, replica));
+    tp = TensorParallelism{dims_, tensor_group_.get(), false};
+  }
+  stage_groups_ = std::make_unique<topo::ProcessGroups>(dims_.data_parallel_topology(topology_), replicas);
   stage_comms_ = std::make_unique<comm::TierComms>(*context_, *stage_groups_);
   PipelineStage stage{dims_, schedule_->range(), schedule_->sharding(), nullptr, nullptr};
   stage.sum_tied = [this](float* grad, std::size_t n) {
@@ -188,7 +212,7 @@ void PipelineEngine::build_sharded(const model::ModelConfig& config, int batch, 
   stage.sum_over_stages = [this](double v) { return sum_over_stages(v); };
   const ShardSpec& spec = schedule_->sharding()->spec();
   sharded_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, mpi_levels(*stage_comms_), spec,
-                                             micro_batches_, seed, device::host(), recompute, std::nullopt,
+                                             micro_batches_, seed, device::host(), recompute, tp,
                                              Precision::F32,
                                              parallel::micro_batches_in_flight(dims_.pipeline, stage_, micro_batches_),
                                              &stage);
@@ -213,8 +237,13 @@ model::StageModel& PipelineEngine::stage_model(int micro_batch) {
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
                                       int world_rank, const ShardSpec& sharding,
-                                      const std::vector<int>& stage_layers) {
-  const StageReplicas replicas{dims.data_parallel_rank(world_rank), sharding, dims.data_parallel_topology(physical)};
+                                      const std::vector<int>& stage_layers, bool recompute) {
+  const StageReplicas replicas{dims.data_parallel_rank(world_rank),
+                               sharding,
+                               dims.data_parallel_topology(physical),
+                               {dims.tensor, dims.tensor_rank(world_rank)},
+                               dims.tensor_level,
+                               recompute};
   return PipelineSchedule(config, batch, seq, micro_batches, dims.pipeline,
                           parallel::pipeline_stage(dims, physical, world_rank), replicas, stage_layers);
 }
@@ -225,7 +254,8 @@ PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::T
   auto peer = [&](int s) { return parallel::pipeline_peer(dims, physical, world_rank, s); };
   PipelineGroups g;
   for (int r = 0; r < dims.world_size(); ++r)
-    if (parallel::pipeline_stage(dims, physical, r) == stage) g.stage.push_back(r);
+    if (parallel::pipeline_stage(dims, physical, r) == stage && dims.tensor_rank(r) == dims.tensor_rank(world_rank))
+      g.stage.push_back(r);
   if (stage > 0) g.previous = {peer(stage - 1), world_rank};
   if (stage + 1 < P) g.next = {world_rank, peer(stage + 1)};
   if ((stage == 0 || stage == P - 1) && tied) g.tied = {peer(0), peer(P - 1)};
@@ -269,6 +299,7 @@ PipelineEngine::~PipelineEngine() {
   sharded_.reset();
   stage_comms_.reset();
   stage_groups_.reset();
+  tensor_group_.reset();
   previous_.reset();
   next_.reset();
   tied_.reset();
@@ -371,10 +402,11 @@ void PipelineEngine::state_loaded() {
 
 std::pair<double, bool> PipelineEngine::all_mean_and_any(double local, bool flag) {
   // The loss lives on the last stage: the mean is over its ranks. The stage's sum by its
-  // schedule's op, then over the stages.
+  // schedule's op, then over the stages (under --tp every TP rank's loss counted: a mean over
+  // the replicas' TP ranks).
   std::vector<double> v =
       sharded_->sum_over_levels({schedule_->split().last ? local : 0.0, flag ? 1.0 : 0.0}, Purpose::LossAllReduce);
-  return {sum_over_stages(v[0]) / dims_.data_parallel_size(), sum_over_stages(v[1]) > 0};
+  return {sum_over_stages(v[0]) / (dims_.data_parallel_size() * dims_.tensor), sum_over_stages(v[1]) > 0};
 }
 
 std::vector<std::string> PipelineEngine::all_gather_strings(const std::string& local) {
@@ -394,7 +426,10 @@ void PipelineEngine::gather_params(float* full) {
 }
 
 nlohmann::json PipelineEngine::describe() const {
-  return {{"strategy", strategy_}, {"pp", dims_.pipeline}, {"world_size", dims_.world_size()}};
+  return {{"strategy", strategy_},
+          {"pp", dims_.pipeline},
+          {"tensor_parallel", dims_.tensor},
+          {"world_size", dims_.world_size()}};
 }
 
 nlohmann::json PipelineEngine::step_report() {
@@ -446,6 +481,7 @@ nlohmann::json PipelineEngine::summary_report() {
     }
   return {{"strategy", strategy_},
           {"pipeline_stages", dims_.pipeline},
+          {"tensor_parallel", dims_.tensor},
           {"world_size", world_size()},
           {"link_emulation", context_->emulation().enabled},
           {"compute_s", compute_total_s_ / steps},

@@ -8,7 +8,10 @@
 // A rank holds its stage's units only (PipelineSchedule::stage_units): nothing of the other
 // stages. One step runs parallel::one_f_one_b over the step's micro-batches:
 // each rank walks its stage's program, activations and their gradients crossing to the
-// neighbouring stage's rank of the same replica as one message each. The tied embeddings'
+// neighbouring stage's rank of the same replica as one message each. Under --tp a stage's
+// replica is its TP group: each TP rank runs the stage's TP slice with the TP collectives as
+// ops of the stage's schedule, and sends the whole activation to the same TP rank of the next
+// stage (Megatron without its scatter-gather). The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
 //
 // The program and its messages are one schedule (PipelineSchedule): the engine runs its ops
@@ -62,11 +65,16 @@ struct PipelineOp {
 // How a stage's replicas hold its units: `sharding`, a spec resolved over `topology`, the
 // stage's data-parallel topology; this rank is replica `index` of its stage. The stage's
 // shard::Schedule (PipelineSchedule::sharding) holds its gathers and reductions; the
-// ShardedEngine of the stage runs it.
+// ShardedEngine of the stage runs it. Under tensor parallelism (`tensor`, over the tier
+// `tensor_level`) the stage's units are this TP rank's slices (model/tensor_parallel.hpp) and
+// the stage's schedule holds the stage walk's TP collectives too.
 struct StageReplicas {
   int index = 0;
   ShardSpec sharding;
   topo::Topology topology;
+  model::TensorSplit tensor;
+  int tensor_level = 0;
+  bool recompute = false;  // the TP walk's backward runs each block's forward collectives again
 };
 
 // This rank's step: its stage's program (with the sends and receives as ops), the tied sum,
@@ -106,16 +114,19 @@ class PipelineSchedule {
 // The ranks a pipelined run's groups span (world ranks; a group of one rank where there is
 // no such neighbour), and with them the bytes a step's ops send per tier.
 struct PipelineGroups {
+  // stage: the stage's ranks of this rank's TP index (its replicas); the others link this
+  // rank to the ranks of its replica and TP index in the neighbouring (first, last) stages.
   std::vector<int> previous, next, stage, tied;  // members in member order (stage: its replicas)
   const std::vector<int>& of(PipelineOp::Group g) const;
 };
 // The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
 // stage's replicas sharded by `sharding`: a spec resolved over the stage's data-parallel
-// topology), as the engine builds them: what the planner prices.
+// topology; under dims.tensor > 1 this rank's TP slice, with `recompute` the TP walk's), as the
+// engine builds them: what the planner prices.
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
                                       int world_rank, const ShardSpec& sharding,
-                                      const std::vector<int>& stage_layers = {});
+                                      const std::vector<int>& stage_layers = {}, bool recompute = false);
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
                                bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,
@@ -132,7 +143,9 @@ class PipelineEngine final : public train::Engine {
                  int micro_batches, std::uint64_t seed, bool recompute = false);
   ~PipelineEngine() override;
 
-  const model::ParamLayout& layout() const override { return layout_; }
+  // The whole model's; under --tp this rank's TP slice's (the stage's engine's), in which its
+  // state shards lie.
+  const model::ParamLayout& layout() const override { return sharded_ ? sharded_->layout() : layout_; }
   int rank() const override { return rank_; }
   int world_size() const override { return dims_.world_size(); }
   parallel::ParallelDims parallel_dims() const override { return dims_; }
@@ -188,7 +201,8 @@ class PipelineEngine final : public train::Engine {
   // the stages (the scalar sums, plain MPI), and the stage's engine.
   std::unique_ptr<topo::ProcessGroups> stage_groups_;
   std::unique_ptr<comm::TierComms> stage_comms_;
-  MPI_Comm across_stages_ = MPI_COMM_NULL;
+  std::unique_ptr<comm::Communicator> tensor_group_;  // under --tp: the stage's ranks of this replica
+  MPI_Comm across_stages_ = MPI_COMM_NULL;  // one rank a stage: of this replica and TP index
   std::unique_ptr<ShardedEngine> sharded_;
   std::vector<double> losses_;
   comm::CommStats last_stats_;

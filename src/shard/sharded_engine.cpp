@@ -61,8 +61,8 @@ std::vector<std::unique_ptr<model::Model>> reserve_and_make_models(const Schedul
   std::vector<std::unique_ptr<model::Model>> models;
   for (int i = 0; i < in_flight; ++i)
     if (stage)
-      models.push_back(
-          std::make_unique<model::StageWalk>(config, stage->range, stage->dims.pipeline, batch, seq, recompute));
+      models.push_back(std::make_unique<model::StageWalk>(config, stage->range, stage->dims.pipeline, batch, seq,
+                                                          recompute, split));
     else
       models.push_back(split.split.size > 1 ? model::make_model(config, batch, seq, recompute, device.kernels(), split)
                                             : device.make_model(config, batch, seq, recompute, precision));
@@ -112,7 +112,9 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
                              const PipelineStage* stage)
     : device_(device),
       stage_(stage ? std::optional<PipelineStage>(*stage) : std::nullopt),
-      stage_units_(stage ? model::stage_units(model::ParamLayout(config), stage->range, stage->dims.pipeline)
+      stage_units_(stage ? model::stage_units(
+                                   model::ParamLayout(config, model_split(tp, ctx.world_rank(), nullptr).split),
+                                   stage->range, stage->dims.pipeline)
                          : model::StageUnits{}),
       schedule_(schedule_of(config, batch, seq, ctx, spec, accumulation_steps, recompute, tp, stage_, stage_units_)),
       models_(reserve_and_make_models(schedule_, device, config, batch, seq, recompute, precision,
@@ -133,7 +135,6 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
                               given == &executor_.levels().device ? "device" : "host", given->size(), L.num_levels));
   if (tp && (!tp_group_ || tp_group_->size() != dims_.tensor))
     throw Error(fmt::format("shard: --tp {} needs a TP group of that many ranks", dims_.tensor));
-  if (tp && stage) throw Error(fmt::format("--pp {} with --tp {}: not run together yet", dims_.pipeline, dims_.tensor));
   if (spec.step_grad_allreduce)
     throw Error("shard.step_grad_allreduce: models ZeRO-topo's published cross-node all-reduce for the planner; "
                 "the runtime reduces gradient slices straight to the optimizer slice instead");

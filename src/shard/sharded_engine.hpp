@@ -11,7 +11,8 @@
 // through the device (device/device.hpp), so the engine runs unchanged on memory the host
 // cannot address. Its collectives are given per level, for that memory.
 //
-// In a pipeline stage (PipelineStage) it holds and walks the stage's units only.
+// In a pipeline stage (PipelineStage) it holds and walks the stage's units only (under TP,
+// their TP slices).
 //
 // Under tensor parallelism (TensorParallelism) the model holds this rank's TP slice
 // (model/tensor_parallel.hpp) and all-reduces over the TP group; the schedule shards that
@@ -115,9 +116,12 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // what the stage sends and receives). Error unless built with a PipelineStage.
   model::StageWalk& stage_walk(int slot);
   // `local` summed over this rank's levels by the schedule's scalar op of `purpose`
-  // (GradNormAllReduce, LossAllReduce): a pipeline stage's part of a sum over the world.
+  // (GradNormAllReduce, LossAllReduce), and under TP over its TP group (every TP rank's value
+  // counted): a pipeline stage's part of a sum over the world.
   std::vector<double> sum_over_levels(std::vector<double> local, Purpose purpose) {
-    return scalar_sum(std::move(local), purpose);
+    std::vector<double> sum = scalar_sum(std::move(local), purpose);
+    tensor_parallel_sum(sum);
+    return sum;
   }
   train::StepOutcome optimizer_step(const optim::AdamWConfig& hp, const train::StepArgs& args) override;
   std::pair<double, bool> all_mean_and_any(double local, bool flag) override;

@@ -6,7 +6,8 @@
 // and under --pp 2 (stages across the cluster tier, ddp, zero1, zero3 or hsdp replicas a
 // stage), the pipeline tier's bytes and messages a step on every rank: the stage messages and
 // the tied embeddings' sum the planner prices from the runtime's own program; and every tier
-// of the estimate, the stage's own reductions and gathers included, the pace-setting stage's.
+// of the estimate, the stage's own reductions and gathers included, the pace-setting stage's;
+// and under --pp 2 --tp 2 (zero3, hsdp stages) every tier, the stages' TP collectives included.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -14,6 +15,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "device/device.hpp"
 #include "plan/model_parallel.hpp"
@@ -212,6 +215,43 @@ TEST(PlanVsRun, PipelineTierBytesEqualTheStageMessagesAndTiedSumTheRunMeasures) 
     }
     EXPECT_GT(planned.bytes_sent, 0u);
   }
+}
+
+// --pp 2 --tp 2 on 8 ranks: the TP groups in the gpu tier, 2 replicas a stage over the node
+// tier, the stages across the cluster tier. Every tier (the TP collectives of each stage's
+// walk, the sends, the tied sum, the replicas' gathers and reductions) equals the run's: the
+// world's mean and the estimate's (the pace-setting stage's first replica's), for both
+// families, with and without recomputation (which repeats each block's forward TP ops).
+TEST(PlanVsRun, PipelineWithTensorParallelBytesPerTierEqualTheRuns) {
+  for (const char* model : {"tiny", "llama-tiny"})
+    for (bool recompute : {false, true})
+      for (const char* strategy : {"zero3", "hsdp"}) {
+        const std::string what = fmt::format("{} {}+tp2+pp2{}", model, strategy, recompute ? " recompute" : "");
+        const plan::ModelParallelPlan plan = plan_of(plan::ModelShape::preset(model), {kTp, 2, "", ""}, recompute);
+        parallel::ShardOptions options;
+        options.strategy = strategy;
+        options.topology = topology_path();
+        options.tp = kTp;
+        options.pp = 2;
+        shard::PipelineEngine engine(options, model::ModelConfig::preset(model), kBatch, kSeq, kAccum, 7, recompute);
+        const shard::ShardSpec spec = plan::strategy_spec(strategy, plan.data_parallel_topology());
+        ASSERT_TRUE(plan.runs_pipeline()) << what;
+        const plan::Estimate e = plan.estimate(strategy, spec);
+        EXPECT_EQ(e.strategy, std::string(strategy) + "+tp2+pp2") << what;
+        EXPECT_GT(e.tp_allreduce_s, 0) << what;
+        const std::vector<comm::CommStats> steps = step_traffic(engine);
+        expect_every_tier_as_run(plan, e, spec, steps, what);
+        const int first = engine.groups().stage.front();
+        if (engine.stage() != e.pace_stage || first != engine.rank() || engine.parallel_dims().tensor_rank(first) != 0)
+          continue;
+        for (const comm::CommStats& step : steps)
+          for (std::size_t t = 0; t < e.tiers.size(); ++t) {
+            const shard::TierTraffic& priced = e.tiers[t].traffic;
+            EXPECT_EQ(step.tiers[t].bytes_sent, priced.bytes_sent) << what << " " << priced.tier;
+            EXPECT_EQ(step.tiers[t].bytes_received, priced.bytes_received) << what << " " << priced.tier;
+            EXPECT_EQ(step.tiers[t].messages, priced.messages) << what << " " << priced.tier;
+          }
+      }
 }
 
 // --pp 2 --pp-layers 1,3 of tiny grown to 4 blocks, ddp replicas a stage: each stage holds
