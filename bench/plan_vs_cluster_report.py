@@ -78,12 +78,16 @@ def replan(strata, work, model, run, names):
     """The plan of `run` from its kept calibration, for the configuration its runs trained with."""
     summary = json.load(open(os.path.join(repeats_of(run, names[0])[0], "summary.json")))
     train = summary["config"]["train"]
+    # One device's micro-batch and accumulation (--batch-per-device): a TP group of t ran t x
+    # the batch, a pipeline of p stages p x the micro-batches.
+    batch = train["batch"] // summary.get("tensor_parallel", 1)
+    accum = train["grad_accum"] // summary.get("pipeline_stages", 1)
     topology = os.path.join(work, "cluster.toml")
     with open(topology, "rb") as f:
         node_size = tomllib.load(f)["tiers"][0]["size"]
     command = [strata, "plan", "--model", model, "--topology", topology,
-               "--nodes", str(summary["world_size"] // node_size), "--micro-batch", str(train["batch"]),
-               "--seq", str(train["seq"]), "--accum", str(train["grad_accum"]), "--precision", train["precision"],
+               "--nodes", str(summary["world_size"] // node_size), "--micro-batch", str(batch),
+               "--batch-per-device", "--seq", str(train["seq"]), "--accum", str(accum), "--precision", train["precision"],
                "--device-memory-gb", "3", "--calibration", os.path.join(run, "calibration.toml"),
                "--strategy", ",".join(names), "--json"]
     done = subprocess.run(command, capture_output=True, text=True)
