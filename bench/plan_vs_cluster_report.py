@@ -119,6 +119,16 @@ def measured(run, strategy):
     return [x for xs in per_run for x in xs], medians, runs[middle]
 
 
+def measured_busy(summary, metrics, tier):
+    """A tier's measured busy time a step: the summary's rank mean (the least rank's in brackets);
+    where the summary has none (a pipeline run's, shard/pipeline_engine.cpp), rank 0's mean over
+    steps 2.. of its step reports, marked 'r0'."""
+    per_step = summary["comm"]["per_step"][tier]
+    if "busy_s" in per_step:
+        return f"{per_step['busy_s']:.4f} ({figure(per_step, 'busy_min_s')})"
+    return f"{statistics.mean(m['comm'][tier]['busy_s'] for m in metrics[1:]):.4f} r0"
+
+
 def figure(doc, key):
     return f"{doc[key]:.4f}" if key in doc else "-"
 
@@ -166,9 +176,8 @@ def report(work, strata, full):
             # optimizer and compute's slowdown beside communication.
             # (Runs before session 18 have no least rank's or slowest rank's figure.) With
             # repeats, these are the middle repeat's figures.
-            per_step = summary["comm"]["per_step"]
-            busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / "
-                              f"{per_step[t]['busy_s']:.4f} ({figure(per_step[t], 'busy_min_s')})" for t in tiers)
+            busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / {measured_busy(summary, metrics, t)}"
+                              for t in tiers)
             exposed_p = plan[n]["exposed_micro_batch_comm_s"] + plan[n]["step_phase_comm_s"]
             compute_p = plan[n]["compute_s"] + plan[n]["overlap_slowdown_s"] + plan[n]["optimizer_s"]
             exposed_m = statistics.median(m["exposed_comm_s"] for m in metrics[1:])
