@@ -46,3 +46,22 @@ for t in tomllib.load(open(sys.argv[1], "rb"))["tiers"]:
 PY
 )
 }
+
+# split_degrees NAME: sets tp and pp from a strategy named as the planner names a split,
+# SPEC[+tpN][+ppN] (1 where absent), and train_split to the `strata train` flags that run it at
+# the same tokens a step as SPEC alone: the N ranks of a TP group read the same batches, so a
+# group runs N x --batch; a replica's N stages do, so it runs N x --grad-accum micro-batches
+# (the pipeline fills and drains over them). Needs batch and accum set; the plan takes
+# --batch-per-device to price the same (docs/planner.md).
+split_degrees() {
+  local name=$1
+  if [[ ! $name =~ ^([^+]+)(\+tp([0-9]+))?(\+pp([0-9]+))?$ ]]; then
+    echo "bench: strategy '$name': want SPEC, SPEC+tpN, SPEC+ppN or SPEC+tpN+ppN" >&2
+    return 2
+  fi
+  tp=${BASH_REMATCH[3]:-1} pp=${BASH_REMATCH[5]:-1}
+  train_split=(--strategy "${BASH_REMATCH[1]}" --batch $((batch * tp)) --grad-accum $((accum * pp)))
+  [[ $tp -gt 1 ]] && train_split+=(--tp "$tp")
+  [[ $pp -gt 1 ]] && train_split+=(--pp "$pp")
+  return 0
+}

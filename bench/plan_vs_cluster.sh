@@ -29,7 +29,9 @@
 # default 4; it also caps the all-reduce calibrate times compute beside: before session 14 that
 # was this size, and beside 16 MiB the factor swung from 1.0 to 2.0 between calibrations;
 # `small`'s larger ops extrapolate a curve that is straight there: docs/plan-vs-measured.md, run 6),
-# STRATEGIES (default "ddp zero2 zero3 hsdp zeropp topo"), STRATEGY_FLAGS (sharding flags given to
+# STRATEGIES (default "ddp zero2 zero3 hsdp zeropp topo"; SPEC+ppN, SPEC+tpN and SPEC+tpN+ppN run
+# the split at the same tokens a step as SPEC alone, as bench/plan_vs_measured.sh runs them:
+# common.sh split_degrees), STRATEGY_FLAGS (sharding flags given to
 # both plan and train, e.g. "--weight-wire fp32"), CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default none, the hosts
 # share the cores), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row,
 # each tier's communication busy time, the exposed wait and compute, predicted against measured (the
@@ -44,6 +46,7 @@
 # verdict counts only these).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 build=${1:-build}
 strata=$(readlink -f "$build/strata")
 name=${CLUSTER_NAME:-splan}
@@ -55,6 +58,7 @@ repeats=${REPEATS:-3}
 read -r -a strategies <<< "${STRATEGIES:-ddp zero2 zero3 hsdp zeropp topo}"
 read -r -a strategy_flags <<< "${STRATEGY_FLAGS:-}"
 batch=8 seq=64 accum=2
+for strategy in "${strategies[@]}"; do split_degrees "$strategy" || exit 2; done
 slots=${SLOTS:-4}
 layout=${LAYOUT:-switched}
 host_rate=${HOST_RATE:-500mbit}
@@ -102,8 +106,10 @@ for rate in "${rates[@]}"; do
     mkdir -p "$run"
     OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" calibrate --topology "$topology" --out "$run/calibration.toml" \
       --model "$model" --micro-batch $batch --seq $seq --max-mib "${MAX_MIB:-4}" > "$run/calibrate.txt"
-    "$strata" plan --model "$model" --topology "$topology" --nodes 2 --micro-batch $batch --seq $seq --accum $accum \
-      --precision fp32 --device-memory-gb 3 --calibration "$run/calibration.toml" \
+    # --batch-per-device: a TP group of N runs N x the micro-batch, a pipeline of N stages N x the
+    # micro-batches, as the runs below do (no change for a strategy without TP or PP).
+    "$strata" plan --model "$model" --topology "$topology" --nodes 2 --micro-batch $batch --batch-per-device --seq $seq \
+      --accum $accum --precision fp32 --device-memory-gb 3 --calibration "$run/calibration.toml" \
       --strategy "$(IFS=,; echo "${strategies[*]}")" ${strategy_flags[@]+"${strategy_flags[@]}"} --json > "$run/plan.json"
     # Each repeat starts the strategies at another place in their order, so that a spell of
     # slow machine falls on different strategies in different repeats.
@@ -113,9 +119,10 @@ for rate in "${rates[@]}"; do
         strategy=${strategies[(first + i) % ${#strategies[@]}]}
         out=$run/$strategy
         ((repeats == 1)) || out=$run/$strategy/repeat-$repeat
-        OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --batch $batch --seq $seq \
-          --grad-accum $accum --steps "$model_steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
-          --strategy "$strategy" ${strategy_flags[@]+"${strategy_flags[@]}"} --out "$out" > /dev/null
+        split_degrees "$strategy"
+        OMP_NUM_THREADS=1 "${mpi[@]}" "$strata" train --topology "$topology" --model "$model" --seq $seq \
+          --steps "$model_steps" --lr 1e-3 --seed 7 --train-data "$work/data/train.bin" \
+          "${train_split[@]}" ${strategy_flags[@]+"${strategy_flags[@]}"} --out "$out" > /dev/null
       done
     done
   done

@@ -78,12 +78,16 @@ def replan(strata, work, model, run, names):
     """The plan of `run` from its kept calibration, for the configuration its runs trained with."""
     summary = json.load(open(os.path.join(repeats_of(run, names[0])[0], "summary.json")))
     train = summary["config"]["train"]
+    # One device's micro-batch and accumulation (--batch-per-device): a TP group of t ran t x
+    # the batch, a pipeline of p stages p x the micro-batches.
+    batch = train["batch"] // summary.get("tensor_parallel", 1)
+    accum = train["grad_accum"] // summary.get("pipeline_stages", 1)
     topology = os.path.join(work, "cluster.toml")
     with open(topology, "rb") as f:
         node_size = tomllib.load(f)["tiers"][0]["size"]
     command = [strata, "plan", "--model", model, "--topology", topology,
-               "--nodes", str(summary["world_size"] // node_size), "--micro-batch", str(train["batch"]),
-               "--seq", str(train["seq"]), "--accum", str(train["grad_accum"]), "--precision", train["precision"],
+               "--nodes", str(summary["world_size"] // node_size), "--micro-batch", str(batch),
+               "--batch-per-device", "--seq", str(train["seq"]), "--accum", str(accum), "--precision", train["precision"],
                "--device-memory-gb", "3", "--calibration", os.path.join(run, "calibration.toml"),
                "--strategy", ",".join(names), "--json"]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -113,6 +117,16 @@ def measured(run, strategy):
     medians = [statistics.median(xs) for xs in per_run]
     middle = sorted(range(len(runs)), key=lambda i: medians[i])[(len(runs) - 1) // 2]
     return [x for xs in per_run for x in xs], medians, runs[middle]
+
+
+def measured_busy(summary, metrics, tier):
+    """A tier's measured busy time a step: the summary's rank mean (the least rank's in brackets);
+    where the summary has none (a pipeline run's, shard/pipeline_engine.cpp), rank 0's mean over
+    steps 2.. of its step reports, marked 'r0'."""
+    per_step = summary["comm"]["per_step"][tier]
+    if "busy_s" in per_step:
+        return f"{per_step['busy_s']:.4f} ({figure(per_step, 'busy_min_s')})"
+    return f"{statistics.mean(m['comm'][tier]['busy_s'] for m in metrics[1:]):.4f} r0"
 
 
 def figure(doc, key):
@@ -162,9 +176,8 @@ def report(work, strata, full):
             # optimizer and compute's slowdown beside communication.
             # (Runs before session 18 have no least rank's or slowest rank's figure.) With
             # repeats, these are the middle repeat's figures.
-            per_step = summary["comm"]["per_step"]
-            busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / "
-                              f"{per_step[t]['busy_s']:.4f} ({figure(per_step[t], 'busy_min_s')})" for t in tiers)
+            busy = " | ".join(f"{plan[n]['comm_time_per_step'][t]['busy_s']:.4f} / {measured_busy(summary, metrics, t)}"
+                              for t in tiers)
             exposed_p = plan[n]["exposed_micro_batch_comm_s"] + plan[n]["step_phase_comm_s"]
             compute_p = plan[n]["compute_s"] + plan[n]["overlap_slowdown_s"] + plan[n]["optimizer_s"]
             exposed_m = statistics.median(m["exposed_comm_s"] for m in metrics[1:])

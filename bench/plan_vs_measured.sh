@@ -13,7 +13,8 @@
 # against predicted. Exits non-zero when any ratio is more than 25% off.
 # Usage: bench/plan_vs_measured.sh STRATA_BIN SOURCE_DIR [--markdown FILE] [-- MPIEXEC FLAGS...]
 # Environment: SCALE (emulation scale, default 10000), STEPS (optimizer steps a run, default 6),
-# KEEP_WORK=1 keeps the runs' folder.
+# STRATEGIES (the rows, default below; ddp among them, the ratios' base: e.g. "ddp zero3
+# ddp+pp2 zero3+pp2" for the pipeline rows and their flat twins), KEEP_WORK=1 keeps the runs' folder.
 set -euo pipefail
 if [[ ${1:-} == --cluster ]]; then
   shift
@@ -24,8 +25,9 @@ parse_bench_args "$@"
 scale=${SCALE:-10000}
 steps=${STEPS:-6}
 # STRATEGY+tpN: `strata train --strategy STRATEGY --tp N`, priced as STRATEGY+tpN; likewise
-# STRATEGY+ppN with --pp N (the stages across the cluster tier).
-strategies=(ddp zero1 zero3 hsdp zeropp topo zero3+tp2 hsdp+tp2 ddp+pp2 zero1+pp2)
+# STRATEGY+ppN with --pp N (the stages across the cluster tier), and STRATEGY+tpN+ppN both.
+read -r -a strategies <<< "${STRATEGIES:-ddp zero1 zero3 hsdp zeropp topo zero3+tp2 hsdp+tp2 ddp+pp2 zero1+pp2 zero3+pp2 hsdp+pp2}"
+[[ " ${strategies[*]} " == *" ddp "* ]] || { echo "plan_vs_measured.sh: STRATEGIES '${strategies[*]}': want ddp among them (the ratios' base)" >&2; exit 2; }
 ranks=8
 cores=$(nproc)
 topology=$src/configs/topology/2node-2gpu-2die.toml
@@ -52,12 +54,7 @@ train_cmd=(train --topology "$topology" "${model[@]}" --seq $seq --steps "$steps
 # under --pp N a replica's N stages do: it runs N x the micro-batches (and the pipeline fills
 # over them). So every run trains the same tokens a step (and each rank computes the same FLOPs).
 for strategy in "${strategies[@]}"; do
-  tp=1 pp=1
-  [[ $strategy == *+tp* ]] && tp=${strategy##*+tp}
-  [[ $strategy == *+pp* ]] && pp=${strategy##*+pp}
-  train_split=(--strategy "${strategy%%+*}" --batch $((batch * tp)) --grad-accum $((accum * pp)))
-  [[ $tp -gt 1 ]] && train_split+=(--tp "$tp")
-  [[ $pp -gt 1 ]] && train_split+=(--pp "$pp")
+  split_degrees "$strategy"
   OMP_NUM_THREADS=1 "${mpi[@]}" -np $ranks "$strata" "${train_cmd[@]}" "${train_split[@]}" > "$work/$strategy.log"
 done
 
