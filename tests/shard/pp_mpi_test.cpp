@@ -10,80 +10,27 @@
 // and zeropp and topo (8 ranks) stay close to their unquantized twins.
 #include <gtest/gtest.h>
 
-#include <mpi.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "base/error.hpp"
 #include "comm/backends/tier_comms.hpp"
-#include "shard/pipeline_engine.hpp"
 #include "shard/sharded_engine.hpp"
 #include "topo/groups.hpp"
-#include "key_bias.hpp"
-#include "test_batches.hpp"
-#include "train/local_engine.hpp"
+#include "pipeline_runs.hpp"
 
 using namespace strata;
+using namespace strata::test;
 
 namespace {
 
-constexpr int kBatch = 2, kSeq = 32, kSteps = 4, kMicro = 4;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-// The binary runs at 4 ranks and at 8; each test at the world it is written for.
-#define AT_WORLD(n)                                                          \
-  if (world_size() != (n)) GTEST_SKIP() << "runs on " << (n) << " ranks"
-
-// A topology file every rank names, written by rank 0.
-std::string topology_file(const std::string& name, const std::string& toml) {
-  long long pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  const std::string p =
-      (std::filesystem::temp_directory_path() / fmt::format("strata_pp_test_{}_{}.toml", pid, name)).string();
-  if (world_rank() == 0) std::ofstream(p) << toml;
-  MPI_Barrier(MPI_COMM_WORLD);
-  return p;
-}
-
-// 2 ranks a node, nodes in the outer tier: --pp 2's stages cross "cluster", the replicas "gpu".
-const std::string& two_tiers() {
-  static const std::string path =
-      topology_file("two_tiers", "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n"
-                                 "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
-  return path;
-}
-
-// 2 ranks a node, 2 nodes a rack, racks in the outer tier (8 ranks), --pp 2 over "node": a
-// rack's two nodes are the two stages, a stage's 4 replicas span "gpu" and "cluster" (hsdp:
-// sharded over "gpu", replicated over "cluster").
-const std::string& three_tiers() {
-  static const std::string path = topology_file(
-      "three_tiers", "[[tiers]]\nname = \"gpu\"\nsize = 2\nbandwidth_GBps = 200\nlatency_us = 2\n"
-                     "[[tiers]]\nname = \"node\"\nsize = 2\nbandwidth_GBps = 50\nlatency_us = 3\n"
-                     "[[tiers]]\nname = \"cluster\"\nbandwidth_GBps = 25\nlatency_us = 5\n");
-  return path;
-}
+// Without TP the reduction order is the only difference from one process: the weights stay
+// within 1e-4.
+constexpr double kWeightTolerance = 1e-4;
 
 // One tier of 4: room for --pp 4.
 const std::string& one_tier() {
@@ -98,6 +45,8 @@ model::ModelConfig config_of(int layers, const std::string& preset = "tiny") {
   return c;
 }
 
+// --pp 2 over "cluster" (4 ranks) or "node" (8 ranks, a stage's 4 replicas spanning "gpu" and
+// "cluster": hsdp sharded over "gpu", replicated over "cluster"); --pp 4 over one tier.
 parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", const std::vector<int>& layers = {}) {
   parallel::ShardOptions o;
   o.strategy = strategy;
@@ -108,92 +57,17 @@ parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", c
   return o;
 }
 
-struct PipeRun {
-  std::vector<double> losses;
-  std::vector<float> params;
-  int stage = 0;
-  shard::StateMemory memory;  // what the rank holds
-};
-
-// Replica d's micro-batch i of a step reads stream d of micro-batch i: the one-process
-// reference reads every replica's, the same global batch.
-PipeRun train_pipelined(const parallel::ShardOptions& options, int layers, std::vector<comm::CommStats>* traffic,
-                        comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny") {
-  shard::PipelineEngine engine(options, config_of(layers, preset), kBatch, kSeq, kMicro, 1234, recompute);
-  const int replica = engine.parallel_dims().data_parallel_rank(engine.rank());
-  if (scheduled) *scheduled = engine.traffic_per_step();
-  PipeRun run;
-  run.stage = engine.stage();
-  run.memory = engine.state_memory();
-  for (int step = 1; step <= kSteps; ++step) {
-    const comm::CommStats before = engine.context().accounting().snapshot();
-    double sum = 0;
-    for (int i = 0; i < kMicro; ++i) {
-      std::vector<std::int32_t> tok, tgt;
-      append_test_batch(step, i, replica, kBatch, kSeq, tok, tgt);
-      sum += engine.micro_step(tok.data(), tgt.data(), 1.0f / kMicro);
-    }
-    run.losses.push_back(engine.all_mean(sum / kMicro));
-    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
-    if (traffic) traffic->push_back(engine.context().accounting().snapshot() - before);
-  }
-  run.params.resize(engine.layout().total_floats());
-  engine.gather_params(run.params.data());
-  return run;
-}
-
 PipeRun train_pipelined(int pp, int layers, const std::string& strategy, std::vector<comm::CommStats>* traffic,
                         comm::CommStats* scheduled, bool recompute = false, const std::string& preset = "tiny",
                         const std::vector<int>& stage_layers = {}) {
-  return train_pipelined(options_at(pp, strategy, stage_layers), layers, traffic, scheduled, recompute, preset);
+  return strata::test::train_pipelined(options_at(pp, strategy, stage_layers), config_of(layers, preset), traffic,
+                                       scheduled, recompute);
 }
 
-PipeRun train_alone(int layers, int replicas, const std::string& preset = "tiny") {
-  train::LocalEngine engine(config_of(layers, preset), kBatch, kSeq, 1234);
-  PipeRun run;
-  const int n = replicas * kMicro;
-  for (int step = 1; step <= kSteps; ++step) {
-    double sum = 0;
-    for (int d = 0; d < replicas; ++d)
-      for (int i = 0; i < kMicro; ++i) {
-        std::vector<std::int32_t> tok, tgt;
-        append_test_batch(step, i, d, kBatch, kSeq, tok, tgt);
-        sum += engine.micro_step(tok.data(), tgt.data(), 1.0f / n);
-      }
-    run.losses.push_back(sum / n);
-    engine.optimizer_step({}, train::StepArgs{1e-3f, step});
-  }
-  run.params.assign(engine.params(), engine.params() + engine.layout().total_floats());
-  return run;
-}
-
-void expect_same_training(const PipeRun& pp, const PipeRun& ref, const model::ModelConfig& config,
-                          const std::string& name) {
-  ASSERT_EQ(pp.losses.size(), ref.losses.size());
-  double loss_diff = 0, weight_diff = 0;
-  for (std::size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(pp.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << name << " step " << i + 1;
-    loss_diff = std::max(loss_diff, std::abs(pp.losses[i] - ref.losses[i]));
-  }
-  const model::ParamLayout layout(config);
-  ASSERT_EQ(pp.params.size(), ref.params.size());
-  for (std::size_t i = 0; i < ref.params.size(); ++i)
-    if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(pp.params[i] - ref.params[i])));
-  EXPECT_LT(weight_diff, 1e-4) << name;
-  if (world_rank() == 0)
-    std::printf("%s vs one process, %d steps of %d micro-batches: largest loss difference %.3g, largest weight "
-                "difference %.3g\n",
-                name.c_str(), kSteps, kMicro, loss_diff, weight_diff);
-}
-
-template <class F>
-std::string refusal(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+// The losses and weights of the same global batch, `replicas` replicas' micro-batches, in one process.
+void expect_trains_as_one_process(const PipeRun& pp, const model::ModelConfig& config, int replicas,
+                                  const std::string& name) {
+  expect_same_training(pp, train_alone(config, replicas), config, name, kWeightTolerance);
 }
 
 // A ShardedEngine's losses, gradient norms and final weights over kSteps steps of kMicro
@@ -269,24 +143,18 @@ TEST(PipelineHalves, ForwardAndBackwardHalvesIn1F1BOrderGiveMicroStepsBits) {
   }
 }
 
-void expect_measured_bytes_equal_the_schedule(const std::vector<comm::CommStats>& traffic,
-                                               const comm::CommStats& scheduled) {
-  for (std::size_t s = 0; s < traffic.size(); ++s)
-    for (std::size_t t = 0; t < scheduled.tiers.size(); ++t)
-      EXPECT_EQ(traffic[s].tiers[t], scheduled.tiers[t]) << "step " << s + 1 << " tier " << scheduled.tier_names[t];
-}
-
 TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
   AT_WORLD(4);
   for (const std::string strategy : {"ddp", "zero1"}) {
     std::vector<comm::CommStats> traffic;
     comm::CommStats scheduled;
     const PipeRun pp = train_pipelined(2, 2, strategy, &traffic, &scheduled);
-    expect_same_training(pp, train_alone(2, 2), config_of(2), "--pp 2, 2 " + strategy + " replicas a stage");
+    const std::string name = "--pp 2, 2 " + strategy + " replicas a stage";
+    expect_trains_as_one_process(pp, config_of(2), 2, name);
     // The stage sends cross the outer tier; the replicas' gradient reductions the inner one.
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
     EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
-    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
     // Recomputation restores each stage's activations bit for bit, its first block's input
     // (the received activation) included.
     const PipeRun recomputed = train_pipelined(2, 2, strategy, nullptr, nullptr, true);
@@ -300,8 +168,8 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(4, 4, "ddp", &traffic, &scheduled);
-  expect_same_training(pp, train_alone(4, 1), config_of(4), "--pp 4, one replica");
-  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  expect_trains_as_one_process(pp, config_of(4), 1, "--pp 4, one replica");
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled, "--pp 4, one replica");
   // A rank holds its stage's units only: its optimizer state (master, two Adam moments and the
   // gradient it reads: four fp32 arrays) is its block's, the first stage's the embeddings' too,
   // the last's the final norm's and the tied head's copy of the embeddings.
@@ -321,10 +189,10 @@ TEST(Pipeline, LlamaInTwoStagesOfTwoZero1ReplicasTrainsToTheOneProcessLossesAndM
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(2, 2, "zero1", &traffic, &scheduled, false, "llama-tiny");
-  expect_same_training(pp, train_alone(2, 2, "llama-tiny"), config_of(2, "llama-tiny"),
-                       "llama-tiny --pp 2, 2 zero1 replicas a stage");
+  const std::string name = "llama-tiny --pp 2, 2 zero1 replicas a stage";
+  expect_trains_as_one_process(pp, config_of(2, "llama-tiny"), 2, name);
   EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
-  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
 }
 
 // --pp-layers 1,3: one block on the first stage, three on the last (with the head).
@@ -333,8 +201,9 @@ TEST(Pipeline, AnUnevenExplicitSplitTrainsToTheOneProcessLossesAndMeasuresTheSch
   std::vector<comm::CommStats> traffic;
   comm::CommStats scheduled;
   const PipeRun pp = train_pipelined(2, 4, "zero1", &traffic, &scheduled, false, "tiny", {1, 3});
-  expect_same_training(pp, train_alone(4, 2), config_of(4), "--pp 2 --pp-layers 1,3, 2 zero1 replicas a stage");
-  expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+  const std::string name = "--pp 2 --pp-layers 1,3, 2 zero1 replicas a stage";
+  expect_trains_as_one_process(pp, config_of(4), 2, name);
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
 }
 
 TEST(Pipeline, RefusalsNameTheFlag) {
@@ -380,13 +249,13 @@ TEST(PipelineSharded, StagesOfShardedReplicasTrainToTheOneProcessLossesAndMeasur
     comm::CommStats scheduled;
     const PipeRun pp = train_pipelined(c.pp, c.layers, c.strategy, &traffic, &scheduled, false, c.preset);
     const int replicas = 4 / c.pp;
-    expect_same_training(pp, train_alone(c.layers, replicas, c.preset), config_of(c.layers, c.preset),
-                         fmt::format("{} --pp {}, {} {} replicas a stage", c.preset, c.pp, replicas, c.strategy));
+    const std::string name = fmt::format("{} --pp {}, {} {} replicas a stage", c.preset, c.pp, replicas, c.strategy);
+    expect_trains_as_one_process(pp, config_of(c.layers, c.preset), replicas, name);
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);  // the stage sends
     if (c.pp == 2) {
       EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);  // the replicas' gathers and reductions
     }
-    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
   }
 }
 
@@ -398,10 +267,11 @@ TEST(PipelineSharded, HsdpAndZero3StagesOfFourReplicasTrainToTheOneProcessLosses
     std::vector<comm::CommStats> traffic;
     comm::CommStats scheduled;
     const PipeRun pp = train_pipelined(2, 2, strategy, &traffic, &scheduled);
-    expect_same_training(pp, train_alone(2, 4), config_of(2), "--pp 2, 4 " + strategy + " replicas a stage");
+    const std::string name = "--pp 2, 4 " + strategy + " replicas a stage";
+    expect_trains_as_one_process(pp, config_of(2), 4, name);
     EXPECT_GT(scheduled.tier("node").bytes_sent, 0u) << strategy;     // the stage sends
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u) << strategy;  // the replicas' reductions
-    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
   }
 }
 
@@ -418,11 +288,12 @@ TEST(PipelineSharded, ZeroppAndTopoStagesStayCloseToTheirUnquantizedTwinsAndMeas
     fp32.weight_wire = fp32.grad_wire = fp32.step_grad_wire = "fp32";
     std::vector<comm::CommStats> traffic, twin_traffic;
     comm::CommStats scheduled, twin_scheduled;
-    const PipeRun twin = train_pipelined(fp32, 2, &twin_traffic, &twin_scheduled);
-    expect_same_training(twin, train_alone(2, 4), config_of(2), "--pp 2, 4 fp32-wire " + strategy + " replicas a stage");
-    expect_measured_bytes_equal_the_schedule(twin_traffic, twin_scheduled);
+    const PipeRun twin = train_pipelined(fp32, config_of(2), &twin_traffic, &twin_scheduled);
+    const std::string twin_name = "--pp 2, 4 fp32-wire " + strategy + " replicas a stage";
+    expect_trains_as_one_process(twin, config_of(2), 4, twin_name);
+    expect_measured_bytes_equal_the_schedule(twin_traffic, twin_scheduled, twin_name);
     const PipeRun q = train_pipelined(2, 2, strategy, &traffic, &scheduled);
-    expect_measured_bytes_equal_the_schedule(traffic, scheduled);
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled, "--pp 2, 4 " + strategy + " replicas a stage");
     EXPECT_NEAR(q.losses.back(), twin.losses.back(), 0.05 * twin.losses.back()) << strategy;
     EXPECT_NE(q.losses.back(), twin.losses.back()) << strategy << ": quantization changed nothing?";
     // The quantized wires inside a stage carry fewer bytes than fp32 ones; the stage sends are alike.

@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/plural.hpp"
+#include "mpi_world.hpp"
 #include "support.hpp"
 #include "util.hpp"
 
@@ -17,18 +18,8 @@ namespace strata::topo {
 namespace {
 
 using test::plain_tier;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 Topology example() {
   return Topology::load(test::source_path("configs/topology/2node-2gpu-2die.toml").string());
