@@ -121,7 +121,7 @@ def measured(run, strategy):
 
 def measured_busy(summary, metrics, tier):
     """A tier's measured busy time a step: the summary's rank mean (the least rank's in brackets);
-    where the summary has none (a pipeline run's, shard/pipeline_engine.cpp), rank 0's mean over
+    where the summary has none (a pipeline run's recorded before its summary had it), rank 0's mean over
     steps 2.. of its step reports, marked 'r0'."""
     per_step = summary["comm"]["per_step"][tier]
     if "busy_s" in per_step:

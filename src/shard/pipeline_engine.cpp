@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "comm/instrument/traffic.hpp"
 #include "comm/runtime/agree.hpp"
 #include "device/device.hpp"
+#include "shard/run_summary.hpp"
 #include "shard/runtime.hpp"
 
 namespace strata::shard {
@@ -438,58 +440,50 @@ nlohmann::json PipelineEngine::step_report() {
   last_stats_ = now;
   const double compute = std::max(0.0, wall_s_ - exposed_s_), exposed = exposed_s_;
   wall_s_ = exposed_s_ = 0;
-  if (!evaluated_since_report_) {
-    step_traffic_.push_back(delta);
-    compute_total_s_ += compute;
-    exposed_total_s_ += exposed;
-  }
+  nlohmann::json j = {{"compute_s", compute},
+                      {"exposed_comm_s", exposed},
+                      {"comm", delta.to_json()["tiers"]},  // per tier: traffic and busy time
+                      {"includes_eval", evaluated_since_report_}};
   evaluated_since_report_ = false;
-  return {{"compute_s", compute}, {"exposed_comm_s", exposed}, {"comm", delta.to_json()["tiers"]}};
+  step_reports_.push_back(j);
+  return j;
 }
-
-namespace {
-
-// Per tier: bytes sent, bytes received, messages, averaged over the world.
-std::vector<double> world_mean(const std::vector<comm::TierTraffic>& tiers, int world) {
-  std::vector<double> v;
-  for (const comm::TierTraffic& t : tiers)
-    v.insert(v.end(), {double(t.bytes_sent), double(t.bytes_received), double(t.messages)});
-  MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  for (double& x : v) x /= world;
-  return v;
-}
-
-}  // namespace
 
 nlohmann::json PipelineEngine::summary_report() {
   const comm::CommStats scheduled = traffic_per_step();
-  std::vector<comm::TierTraffic> measured(scheduled.tiers.size());
-  for (const comm::CommStats& s : step_traffic_)
-    for (std::size_t t = 0; t < measured.size(); ++t) {
-      measured[t].bytes_sent += s.tiers[t].bytes_sent;
-      measured[t].bytes_received += s.tiers[t].bytes_received;
-      measured[t].messages += s.tiers[t].messages;
-    }
-  const double steps = std::max<std::size_t>(1, step_traffic_.size());
-  const std::vector<double> m = world_mean(measured, world_size()), p = world_mean(scheduled.tiers, world_size());
-  nlohmann::json per_step = nlohmann::json::object(), per_step_scheduled = nlohmann::json::object();
+  const nlohmann::json measured = measured_summary(step_reports_, scheduled.tier_names, world_size());
+  // The schedule's bytes per tier, summed over the world's ranks first, as the measured mean is.
+  std::vector<double> p;
+  for (const comm::TierTraffic& t : scheduled.tiers)
+    p.insert(p.end(), {double(t.bytes_sent), double(t.bytes_received), double(t.messages)});
+  MPI_Allreduce(MPI_IN_PLACE, p.data(), static_cast<int>(p.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  nlohmann::json per_step_scheduled = nlohmann::json::object();
   static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages"};
   for (std::size_t t = 0; t < scheduled.tier_names.size(); ++t)
-    for (std::size_t f = 0; f < 3; ++f) {
-      per_step[scheduled.tier_names[t]][kFields[f]] = m[3 * t + f] / steps;
-      per_step_scheduled[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f];
-    }
+    for (std::size_t f = 0; f < std::size(kFields); ++f)
+      per_step_scheduled[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f] / world_size();
+  // Every stage's memory as its first rank (replica 0, TP rank 0) holds it, in stage order.
+  const nlohmann::json memory = sharded_->memory_report();
+  const bool first_of_stage = dims_.data_parallel_rank(rank_) == 0 && dims_.tensor_rank(rank_) == 0;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const std::string& text :
+       all_gather_strings(first_of_stage ? nlohmann::json{{"stage", stage_}, {"memory_bytes", memory}}.dump() : ""))
+    if (!text.empty()) stages.push_back(nlohmann::json::parse(text));
+  std::sort(stages.begin(), stages.end(), [](const auto& a, const auto& b) { return a["stage"] < b["stage"]; });
   return {{"strategy", strategy_},
           {"pipeline_stages", dims_.pipeline},
           {"tensor_parallel", dims_.tensor},
           {"world_size", world_size()},
           {"link_emulation", context_->emulation().enabled},
-          {"compute_s", compute_total_s_ / steps},
-          {"exposed_comm_s", exposed_total_s_ / steps},
+          {"compute_s", measured["compute_s"]},
+          {"compute_max_s", measured["compute_max_s"]},
+          {"exposed_comm_s", measured["exposed_comm_s"]},
           {"comm",
-           {{"per_step", per_step},
+           {{"per_step", measured["per_step"]},
             {"scheduled_per_step", per_step_scheduled},
-            {"steps_measured", step_traffic_.size()}}}};
+            {"steps_measured", measured["steps_measured"]}}},
+          {"memory_bytes", memory},
+          {"stages", stages}};
 }
 
 comm::CommStats PipelineEngine::traffic_per_step() const {

@@ -160,8 +160,10 @@ class PipelineEngine final : public train::Engine {
   void state_loaded() override;
   void gather_params(float* full) override;
   nlohmann::json describe() const override;
-  // The step's traffic per tier; at the end, its mean over the steps without evaluation and
-  // over the world, beside the schedule's mean over the world (summary.json's "comm").
+  // The step's traffic and busy time per tier and its timing; at the end, what the flat
+  // engine's summary reports (measured_summary: the means over the counted steps and the
+  // world, beside the schedule's bytes; memory_bytes, this rank's stage's), and "stages":
+  // each stage's memory_bytes as its first rank holds it. Collective over the world.
   nlohmann::json step_report() override;
   nlohmann::json summary_report() override;
 
@@ -206,11 +208,11 @@ class PipelineEngine final : public train::Engine {
   std::unique_ptr<ShardedEngine> sharded_;
   std::vector<double> losses_;
   comm::CommStats last_stats_;
-  std::vector<comm::CommStats> step_traffic_;  // of the steps without evaluation
+  std::vector<nlohmann::json> step_reports_;  // what step_report returned, summed by summary_report
   bool evaluated_since_report_ = false;
   // Seconds of the step so far: in the engine, and waiting on its messages (all exposed:
   // every send and reduction blocks the compute thread).
-  double wall_s_ = 0, exposed_s_ = 0, compute_total_s_ = 0, exposed_total_s_ = 0;
+  double wall_s_ = 0, exposed_s_ = 0;
 };
 
 }  // namespace strata::shard

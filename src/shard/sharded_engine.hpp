@@ -137,6 +137,8 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
 
   const Schedule& schedule() const { return schedule_; }
   StateMemory memory_bytes() const;            // what this rank actually allocated, by state
+  // summary.json's "memory_bytes": memory_bytes() and the activations of every slot in flight.
+  nlohmann::json memory_report() const;
   std::uint64_t activation_bytes() const { return models_.front()->activation_bytes(); }  // one slot's
   StepTiming take_timing();                    // since the last call
   comm::Context& context() { return ctx_; }

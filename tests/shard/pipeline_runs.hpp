@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "key_bias.hpp"
 #include "mpi_world.hpp"
@@ -62,6 +63,7 @@ struct PipeRun {
   std::vector<float> params;  // the whole model's
   int stage = 0;
   shard::StateMemory memory;  // what the rank holds
+  nlohmann::json summary;     // the engine's summary_report after the steps, each step reported
 };
 
 // Replica d's micro-batch i of a step reads stream d of micro-batch i (every TP rank of a
@@ -86,7 +88,9 @@ inline PipeRun train_pipelined(const parallel::ShardOptions& options, const mode
     run.losses.push_back(engine.all_mean(sum / kMicro));
     engine.optimizer_step({}, train::StepArgs{1e-3f, step});
     if (traffic) traffic->push_back(engine.context().accounting().snapshot() - before);
+    engine.step_report();
   }
+  run.summary = engine.summary_report();
   run.params.resize(model::ParamLayout(config).total_floats());
   engine.gather_params(run.params.data());
   return run;
@@ -137,6 +141,35 @@ inline void expect_measured_bytes_equal_the_schedule(const std::vector<comm::Com
     for (std::size_t t = 0; t < scheduled.tiers.size(); ++t)
       EXPECT_EQ(traffic[s].tiers[t], scheduled.tiers[t])
           << name << " step " << s + 1 << " tier " << scheduled.tier_names[t];
+}
+
+// summary.json's fields as the flat engine's summary has them: per tier the bytes, the busy
+// time (the world's mean and the least rank's; the stage sends, over `send_tier`, busy on every
+// rank), each step's slowest compute, and memory_bytes the rank's own stage's state
+// (PipelineEngine::state_memory); every step counted but the first (no evaluation here).
+inline void expect_summary_as_the_flat_engines(const PipeRun& pp, int stages, const std::string& send_tier,
+                                               const std::string& name) {
+  const nlohmann::json& s = pp.summary;
+  EXPECT_EQ(s["comm"]["steps_measured"], kSteps - 1) << name;
+  for (const auto& tier : s["comm"]["per_step"].items()) {
+    const nlohmann::json& t = tier.value();
+    for (const char* field : {"bytes_sent", "bytes_received", "messages", "busy_s", "busy_min_s"})
+      EXPECT_TRUE(t.contains(field)) << name << " tier " << tier.key() << " has no " << field;
+    EXPECT_LE(t["busy_min_s"].get<double>(), t["busy_s"].get<double>() * (1 + 1e-12)) << name << " tier " << tier.key();
+  }
+  EXPECT_GT(s["comm"]["per_step"][send_tier]["busy_min_s"].get<double>(), 0.0) << name;
+  EXPECT_GT(s["compute_s"].get<double>(), 0.0) << name;
+  EXPECT_GE(s["compute_max_s"].get<double>(), s["compute_s"].get<double>()) << name;
+  const nlohmann::json& m = s["memory_bytes"];
+  EXPECT_EQ(m["weights"], pp.memory.weights) << name;
+  EXPECT_EQ(m["secondary"], pp.memory.secondary) << name;
+  EXPECT_EQ(m["grads"], pp.memory.grads) << name;
+  EXPECT_EQ(m["optimizer"], pp.memory.optimizer) << name;
+  EXPECT_EQ(m["gathered"], pp.memory.gathered) << name;
+  EXPECT_EQ(m["communication"], pp.memory.communication) << name;
+  EXPECT_GT(m["activations"].get<double>(), 0.0) << name;
+  ASSERT_EQ(s["stages"].size(), static_cast<std::size_t>(stages)) << name;
+  EXPECT_EQ(s["stages"][pp.stage]["stage"], pp.stage) << name;
 }
 
 // The message of what `f` throws; empty when it throws nothing.

@@ -3,9 +3,9 @@
 # across "node"): the losses and validation losses of --pp 2 with two ddp (zero1, zero3) replicas a stage
 # equal those of the same global batch under ddp on 2 ranks, the summary's measured bytes per
 # tier equal the schedule's (also on 8 ranks, zero1 over two tiers; and what --print-schedule prints), the checkpoint resumes in one process and under zero1 and zero3 stages (a zero3 one in one process) at
-# the uninterrupted losses, `strata plan --compare-summary` prices every tier of the ddp, zero1, zero3 and
-# 8-rank zeropp runs
-# as it measured it, and bad layouts are refused naming --pp (or --pp-layers).
+# the uninterrupted losses, the summary has the flat run's fields (busy time per tier, the
+# slowest compute, memory by state), `strata plan --compare-summary` prices every tier of the ddp, zero1, zero3 and
+# 8-rank zeropp runs as it measured it and the plan's memory a stage is the run's, and bad layouts are refused naming --pp (or --pp-layers).
 # Usage: pp_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 strata=$1 src=$2
@@ -71,18 +71,34 @@ close(after("resumed_zero1"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero
 close(metrics("pp_zero3"), ddp, "--pp 2 with zero3 vs ddp on 2 ranks")
 close(after("resumed_zero3"), metrics("one"), "--pp 2 ddp resumed at --pp 2 zero3")
 close(after("zero3_resumed"), metrics("one"), "--pp 2 zero3 resumed in one process")
+fields = ("bytes_sent", "bytes_received", "messages")
+traffic = lambda per_step: {t: {f: v[f] for f in fields} for t, v in per_step.items()}
+# The summary carries the flat run's fields with their meaning: per tier its bytes and the
+# communication's busy time (the mean and the least rank's), each step's slowest compute, and
+# the rank's memory by state (rank 0's: the first stage's, each stage's under "stages"), the
+# steps after the first without evaluation counted (steps 2 and 4 of 4, step 2 of 2).
+flat = json.load(open(f"{work}/ddp/summary.json"))
 for run in ("pp", "pp_zero1", "resumed_zero1", "pp_zero3", "resumed_zero3", "pp8", "pp8_zeropp"):
     s = json.load(open(f"{work}/{run}/summary.json"))
     assert s["pipeline_stages"] == 2 and s["world_size"] == (8 if run.startswith("pp8") else 4), s
     measured, scheduled = s["comm"]["per_step"], s["comm"]["scheduled_per_step"]
-    assert measured == scheduled, (run, measured, scheduled)
+    assert traffic(measured) == scheduled, (run, measured, scheduled)
+    if not run.startswith("resumed"):
+        assert s["comm"]["steps_measured"] == (1 if run.startswith("pp8") else 2), (run, s["comm"])
+    for tier, m in measured.items():
+        assert m.keys() == next(iter(flat["comm"]["per_step"].values())).keys(), (run, tier, m, flat["comm"])
+        assert 0 <= m["busy_min_s"] <= m["busy_s"] * (1 + 1e-12) and (m["busy_s"] > 0) == (m["messages"] > 0), (run, tier, m)
+    assert measured["node" if run != "pp8" else "cluster"]["busy_min_s"] > 0, (run, measured)  # the stage sends
+    assert 0 < s["compute_s"] <= s["compute_max_s"], (run, s["compute_s"], s["compute_max_s"])
+    assert s["memory_bytes"].keys() == flat["memory_bytes"].keys(), (run, s["memory_bytes"], flat["memory_bytes"])
+    assert [t["stage"] for t in s["stages"]] == [0, 1] and s["stages"][0]["memory_bytes"] == s["memory_bytes"], s
     assert scheduled["node"]["bytes_sent"] > 0 and scheduled["gpu"]["bytes_sent"] > 0, scheduled
     assert (scheduled["cluster"]["bytes_sent"] > 0) == run.startswith("pp8"), scheduled
 # The printed schedule's bytes per tier are what the run measured a step (and its summary's
 # schedule), in the JSON and in the text; every stage's program and ops are there.
 summary = json.load(open(f"{work}/pp8/summary.json"))["comm"]
 printed = json.load(open(f"{work}/pp8_schedule.json"))
-assert printed["per_step"] == summary["per_step"] == summary["scheduled_per_step"], (printed["per_step"], summary)
+assert printed["per_step"] == traffic(summary["per_step"]) == summary["scheduled_per_step"], (printed["per_step"], summary)
 assert [s["stage"] for s in printed["stages"]] == [0, 1], printed["stages"]
 for stage in printed["stages"]:
     purposes = [op["purpose"] for op in stage["ops"]]
@@ -93,14 +109,13 @@ for stage in printed["stages"]:
 text = open(f"{work}/pp8_schedule.text").read()
 rows = text.rsplit("by tier:\n", 1)[1].splitlines()[1:]  # the world's table, after the stages' own
 table = {r.split()[0]: [float(x) for x in r.split()[1:]] for r in rows}
-fields = ("bytes_sent", "bytes_received", "messages")
 assert table == {t: [summary["per_step"][t][f] for f in fields] for t in summary["per_step"]}, (table, summary)
 assert "stage 1 (blocks 1..1)" in text and "send to 1" in text and "tied embeddings" in text, text
 print("--print-schedule --pp 2: bytes per tier equal the run's measured ones")
 # zero3 stages: each stage's own sharding schedule (gathers, reductions) beside its sends and tied sum.
 summary = json.load(open(f"{work}/pp_zero3/summary.json"))["comm"]
 printed = json.load(open(f"{work}/pp_zero3_schedule.json"))
-assert printed["per_step"] == summary["per_step"], (printed["per_step"], summary)
+assert printed["per_step"] == traffic(summary["per_step"]), (printed["per_step"], summary)
 for stage in printed["stages"]:
     assert stage["sharding"]["spec"]["preset"] == "zero3", stage["sharding"]["spec"]
     purposes = {op["purpose"] for op in stage["ops"]}
@@ -118,6 +133,24 @@ for run in pp:ddp pp_zero1:zero1 pp_zero3:zero3 pp8_zeropp:zeropp; do
     --compare-summary "$work/${run%%:*}/summary.json" > "$work/compared.txt" || fail "plan: $(cat "$work/compared.txt")"
   [[ $(grep -c "^all equal" "$work/compared.txt") == 1 && $(grep -c " equal$" "$work/compared.txt") -ge 18 ]] &&
     ! grep -q "not compared" "$work/compared.txt" || fail "compare-summary of --pp 2 ${run#*:}: $(cat "$work/compared.txt")"
+  # Each stage's memory by state, as the plan prices it (--json's pipeline) and as the stage's
+  # first rank allocated it (summary.json's stages). Activations apart: a stage's walk
+  # (model::StageWalk) allocates the whole model's buffers a slot, the plan prices its layers'.
+  "$strata" plan --model tiny --topology "$topo" --nodes $nodes --pp-tier node --seq 32 --micro-batch 2 --accum $accum \
+    --precision fp32 --peak-tflops 1 --device-memory-gb 8 --hbm-gbps 50 --strategy "${run#*:}+pp2" --json \
+    > "$work/plan.json"
+  /usr/bin/python3 - "$work/plan.json" "$work/${run%%:*}/summary.json" "${run#*:}" <<'PY' ||
+import json, sys
+plan, summary, strategy = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+planned = [s["memory_bytes"] for s in plan["strategies"][strategy + "+pp2"]["pipeline"]]
+held = [s["memory_bytes"] for s in summary["stages"]]
+assert len(planned) == len(held) == 2, (planned, held)
+for stage, (p, h) in enumerate(zip(planned, held)):
+    for state in ("weights", "secondary", "grads", "optimizer", "gathered", "communication"):
+        assert p[state] == h[state], (strategy, stage, state, p[state], h[state])
+print(f"--pp 2 {strategy}: each stage's memory by state equals the plan's")
+PY
+    fail "the plan's memory a stage of --pp 2 ${run#*:} is not the run's"
 done
 
 refused() {  # refused FLAG_TEXT COMMAND...: fails unless COMMAND fails naming FLAG_TEXT

@@ -155,6 +155,11 @@ TEST(Pipeline, TwoStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSche
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u);
     EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u);
     expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
+    expect_summary_as_the_flat_engines(pp, 2, "cluster", name);
+    // Replicas of a ddp stage hold the same: the stage's first rank's memory is this rank's.
+    if (strategy == "ddp") {
+      EXPECT_EQ(pp.summary["stages"][pp.stage]["memory_bytes"], pp.summary["memory_bytes"]);
+    }
     // Recomputation restores each stage's activations bit for bit, its first block's input
     // (the received activation) included.
     const PipeRun recomputed = train_pipelined(2, 2, strategy, nullptr, nullptr, true);
@@ -181,6 +186,13 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   if (pp.stage == 3) floats = u[layout.final_norm_unit()].offset + u[layout.final_norm_unit()].numel - u[block].offset +
                               u[embeddings].numel;
   EXPECT_EQ(pp.memory.optimizer, 4 * sizeof(float) * floats) << "stage " << pp.stage;
+  // The summary's activations: the stage's slots in flight under 1F1B (4 - stage of 4 micro-batches).
+  const nlohmann::json& stages = pp.summary["stages"];
+  ASSERT_EQ(stages.size(), 4u);
+  for (int s = 0; s < 4; ++s)
+    EXPECT_EQ(stages[s]["memory_bytes"]["activations"].get<std::uint64_t>(),
+              (4 - s) * stages[3]["memory_bytes"]["activations"].get<std::uint64_t>())
+        << "stage " << s;
 }
 
 // Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
