@@ -59,7 +59,8 @@ struct GPT::Impl {
 
   std::vector<std::int32_t> tokens, targets;
 
-  std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
+  std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, const StageRange& stage,
+                    float* base);
 
   // A block's pieces over all BT rows, shared by the runs with and without sequence
   // parallelism.
@@ -82,15 +83,17 @@ struct GPT::Impl {
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice;
+// they take (recomputation and a stage's blocks: place_layers, layout.hpp): the embeddings'
+// output only on the first stage, the head's buffers only on the last. Under TP degree `tp` the heads' buffers, the MLP's and the logits hold this rank's slice;
 // under sequence parallelism (`sp`) the residual stream, the norms' statistics and the
 // residual gradients hold the rank's R = BT/tp rows (the norms' outputs are kept gathered).
-std::size_t GPT::Impl::place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
+std::size_t GPT::Impl::place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute,
+                             const StageRange& stage, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, R = sp ? BT / tp : BT;
   const std::size_t NH = config.n_head / tp, Vp = config.padded_vocab_size / tp, Ca = C / tp, F = 4 * C / tp;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
-  place_layers(layers, config.n_layer, recompute, placer, R * C, [&](Layer& la) {
+  place_layers(layers, config.n_layer, stage.first_layer, stage.end_layer, recompute, placer, R * C, [&](Layer& la) {
     take(la.ln1, BT * C); take(la.ln1_mean, R); take(la.ln1_rstd, R);
     take(la.qkv, BT * 3 * Ca);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
@@ -98,9 +101,13 @@ std::size_t GPT::Impl::place(const ModelConfig& config, int tp, bool sp, int B, 
     take(la.ln2, BT * C); take(la.ln2_mean, R); take(la.ln2_rstd, R);
     take(la.fch, BT * F); take(la.fch_gelu, BT * F); take(la.res3, R * C);
   });
-  take(encoded, R * C); take(lnf, BT * C); take(lnf_mean, R); take(lnf_rstd, R);
-  take(logits, BT * Vp); take(lse, BT); take(losses, BT);
-  take(dres, R * C); take(dres_mid, R * C); take(dres_in, R * C); take(dlogits, BT * Vp);
+  if (stage.first) take(encoded, R * C);
+  if (stage.last) {
+    take(lnf, BT * C); take(lnf_mean, R); take(lnf_rstd, R);
+    take(logits, BT * Vp); take(lse, BT); take(losses, BT);
+  }
+  take(dres, R * C); take(dres_mid, R * C); take(dres_in, R * C);
+  if (stage.last) take(dlogits, BT * Vp);
   if (sp) {
     take(sp_rows, R * C); take(sp_whole, BT * C); take(sp_whole2, BT * C); take(sp_norm_grads, 4 * C);
   }
@@ -187,16 +194,16 @@ void GPT::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, cons
 }
 
 GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
-         const TensorParallel& tp)
-    : HostModel(config, Family::Gpt2, "GPT", batch, seq, recompute, tp), impl_(std::make_unique<Impl>()) {
+         const TensorParallel& tp, const std::optional<StageRange>& stage)
+    : HostModel(config, Family::Gpt2, "GPT", batch, seq, recompute, tp, stage), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.k = &kernels;
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
   m.lnf_off = final_norm_offsets(layout_);
   const int N = tp.split.size;
-  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, nullptr));
-  m.place(config, N, sequence_parallel_, B_, T_, recompute_, m.storage.data());
+  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, nullptr));
+  m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, m.storage.data());
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
   m.tokens.resize(BT);
@@ -204,9 +211,10 @@ GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Ke
 }
 
 std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
-                                    bool sequence_parallel) {
+                                    bool sequence_parallel, const std::optional<StageRange>& stage) {
   Impl counter;
-  return 4 * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute, nullptr);
+  return 4 * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute,
+                           stage.value_or(whole_model(config)), nullptr);
 }
 
 std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
@@ -451,8 +459,7 @@ void GPT::embed_backward(float* embed_grads) {
 }
 
 float* GPT::residual(int layer) {
-  if (layer < 0 || layer > config().n_layer)
-    throw Error(fmt::format("model: no residual stream at layer {} of {}", layer, config().n_layer));
+  check_residual(layer);
   return const_cast<float*>(impl_->block_input(layer));
 }
 

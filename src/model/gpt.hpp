@@ -33,15 +33,19 @@ class GPT final : public HostModel {
   // `kernels`: the table it computes with (the compute device's; by default the host's).
   // `tp`: this rank's slice of a tensor-parallel split and the group it all-reduces over
   // (tensor_parallel.hpp); its layout() is then the slice's.
+  // `stage`: a pipeline stage's part of the walk, the only activations it holds (StageModel's
+  // calls of that part; HostModel::check_residual); nullopt: the whole model.
   GPT(const ModelConfig& config, int batch, int seq, bool recompute = false,
-      const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
+      const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {},
+      const std::optional<StageRange>& stage = std::nullopt);
 
   // Bytes of activations (and their gradient buffers) such a model allocates: one source for
   // the engines' memory reports and the planner. The attention backward's T x T scratch per
   // thread is not included.
-  // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
+  // Under a TP split of `tp` (and sequence parallelism): one TP rank's; of `stage` only.
   static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
-                                        bool sequence_parallel = false);
+                                        bool sequence_parallel = false,
+                                        const std::optional<StageRange>& stage = std::nullopt);
   std::uint64_t activation_bytes() const override;
   const float* logits() const override;
 

@@ -45,23 +45,31 @@ class BufferPlacer {
   std::size_t floats_ = 0;
 };
 
-// Places every block's activations, one Layer per block: take_all(layer) takes all of a
-// block's buffers, its output `res3` ([BT, C], output_floats) among them. Under activation
-// recomputation every block shares block 0's buffers but its output, the next block's input,
-// which forward keeps for backward to recompute the block from. One rule for every model that
-// recomputes (the CPU's GPT and Llama, the GPU's).
+// Places the activations of blocks [first, end) of n_layer, one Layer per block: take_all(layer)
+// takes all of a block's buffers, its output `res3` ([BT, C], output_floats) among them; of
+// the blocks before, only block first - 1's output, the stage's input (the others stay null).
+// Under activation recomputation every block shares block `first`'s buffers but its output,
+// the next block's input, which forward keeps for backward to recompute the block from. One
+// rule for every model that recomputes (the CPU's GPT and Llama, the GPU's).
 template <class Layer, class TakeAll>
-void place_layers(std::vector<Layer>& layers, int n_layer, bool recompute, BufferPlacer& placer,
+void place_layers(std::vector<Layer>& layers, int n_layer, int first, int end, bool recompute, BufferPlacer& placer,
                   std::size_t output_floats, TakeAll&& take_all) {
-  layers.resize(n_layer);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    if (recompute && l > 0) {
-      layers[l] = layers[0];
+  layers.assign(n_layer, Layer{});
+  for (int l = first; l < end; ++l) {
+    if (recompute && l > first) {
+      layers[l] = layers[first];
       placer.take(layers[l].res3, output_floats);
     } else {
       take_all(layers[l]);
     }
   }
+  if (first > 0) placer.take(layers[first - 1].res3, output_floats);
+}
+// Every block's (the whole model's).
+template <class Layer, class TakeAll>
+void place_layers(std::vector<Layer>& layers, int n_layer, bool recompute, BufferPlacer& placer,
+                  std::size_t output_floats, TakeAll&& take_all) {
+  place_layers(layers, n_layer, 0, n_layer, recompute, placer, output_floats, take_all);
 }
 
 // How initialization fills a tensor (model/init.hpp).

@@ -260,19 +260,21 @@ struct Llama::Impl {
 
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 
-  std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base);
+  std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, const StageRange& stage,
+                    float* base);
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
-// they take (recomputation: place_layers, layout.hpp). Under TP degree `tp` the heads'
+// they take (recomputation and a stage's blocks: place_layers, layout.hpp; as GPT's). Under TP degree `tp` the heads'
 // buffers, the MLP's and the logits hold this rank's slice.
-std::size_t Llama::Impl::place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, float* base) {
+std::size_t Llama::Impl::place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute,
+                               const StageRange& stage, float* base) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, C = config.n_embd, Cq = C / tp, R = sp ? BT / tp : BT;
   const std::size_t NH = config.n_head / tp, KV = static_cast<std::size_t>(config.kv_heads()) * config.head_dim() / tp;
   const std::size_t F = config.ffn_size() / tp, Vp = config.padded_vocab_size / tp;
   BufferPlacer placer(base);
   auto take = [&](float*& p, std::size_t n) { placer.take(p, n); };
-  place_layers(layers, config.n_layer, recompute, placer, R * C, [&](Layer& la) {
+  place_layers(layers, config.n_layer, stage.first_layer, stage.end_layer, recompute, placer, R * C, [&](Layer& la) {
     take(la.xn1, BT * C); take(la.rstd1, R);
     take(la.q, BT * Cq); take(la.k, BT * KV); take(la.v, BT * KV);
     take(la.att, static_cast<std::size_t>(B) * NH * T * T);
@@ -280,9 +282,13 @@ std::size_t Llama::Impl::place(const ModelConfig& config, int tp, bool sp, int B
     take(la.xn2, BT * C); take(la.rstd2, R);
     take(la.gate, BT * F); take(la.up, BT * F); take(la.act, BT * F); take(la.res3, R * C);
   });
-  take(encoded, R * C); take(xf, BT * C); take(rstdf, R);
-  take(logits, BT * Vp); take(lse, BT); take(losses, BT);
-  take(dres, R * C); take(dres_mid, R * C); take(dres_in, R * C); take(dlogits, BT * Vp);
+  if (stage.first) take(encoded, R * C);
+  if (stage.last) {
+    take(xf, BT * C); take(rstdf, R);
+    take(logits, BT * Vp); take(lse, BT); take(losses, BT);
+  }
+  take(dres, R * C); take(dres_mid, R * C); take(dres_in, R * C);
+  if (stage.last) take(dlogits, BT * Vp);
   if (sp) {
     take(sp_rows, R * C); take(sp_whole, BT * C); take(sp_whole2, BT * C); take(sp_norm_grads, 2 * C);
   }
@@ -293,8 +299,8 @@ std::size_t Llama::Impl::place(const ModelConfig& config, int tp, bool sp, int B
 }
 
 Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, const Kernels& kernels,
-             const TensorParallel& tp)
-    : HostModel(config, Family::Llama, "Llama", batch, seq, recompute, tp), impl_(std::make_unique<Impl>()) {
+             const TensorParallel& tp, const std::optional<StageRange>& stage)
+    : HostModel(config, Family::Llama, "Llama", batch, seq, recompute, tp, stage), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.k = &kernels;
   m.off = llama_offsets(layout_);
@@ -304,8 +310,8 @@ Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, cons
   rope_tables(config, T_, m.rope_cos, m.rope_sin);
 
   m.B = B_, m.T = T_, m.C = config.n_embd, m.F = config.ffn_size() / N;
-  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, nullptr));
-  m.place(config, N, sequence_parallel_, B_, T_, recompute_, m.storage.data());
+  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, nullptr));
+  m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, m.storage.data());
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
   m.tokens.resize(BT);
@@ -317,9 +323,10 @@ Llama::~Llama() = default;
 const float* Llama::logits() const { return impl_->logits; }
 
 std::uint64_t Llama::activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
-                                      bool sequence_parallel) {
+                                      bool sequence_parallel, const std::optional<StageRange>& stage) {
   Impl counter;
-  return sizeof(float) * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute, nullptr);
+  return sizeof(float) * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute,
+                                       stage.value_or(whole_model(config)), nullptr);
 }
 
 std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
@@ -580,8 +587,7 @@ void Llama::block_backward_sequence_parallel(int layer, const float* p, float* g
 }
 
 float* Llama::residual(int layer) {
-  if (layer < 0 || layer > config().n_layer)
-    throw Error(fmt::format("model: no residual stream at layer {} of {}", layer, config().n_layer));
+  check_residual(layer);
   return const_cast<float*>(impl_->block_input(layer));
 }
 

@@ -40,15 +40,18 @@ class Llama final : public HostModel {
   // (tensor_parallel.hpp: q, k, v, gate and up column-parallel over heads and SwiGLU columns,
   // o_proj and down_proj row-parallel, the embedding and LM head vocab-parallel); its
   // layout() is then the slice's. Rotary embeddings rotate the rank's own heads.
+  // `stage`: a pipeline stage's part of the walk (see GPT's); nullopt: the whole model.
   Llama(const ModelConfig& config, int batch, int seq, bool recompute = false,
-        const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {});
+        const Kernels& kernels = kernels_for(detected_isa()), const TensorParallel& tp = {},
+        const std::optional<StageRange>& stage = std::nullopt);
   ~Llama() override;
 
   const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
-  // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
+  // Under a TP split of `tp` (and sequence parallelism): one TP rank's; of `stage` only.
   static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
-                                        bool sequence_parallel = false);
+                                        bool sequence_parallel = false,
+                                        const std::optional<StageRange>& stage = std::nullopt);
   std::uint64_t activation_bytes() const override;
 
   // StageModel: per-unit kernels, for callers that drive the walk themselves.

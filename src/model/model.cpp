@@ -48,15 +48,22 @@ std::vector<UnitEvent> unit_event_order(const ModelConfig& config) {
   return ev;
 }
 
+StageRange whole_model(const ModelConfig& config) { return {0, config.n_layer, true, true}; }
+
 HostModel::HostModel(const ModelConfig& config, Family family, const char* name, int batch, int seq, bool recompute,
-                     const TensorParallel& tp)
+                     const TensorParallel& tp, const std::optional<StageRange>& stage)
     : layout_(config, tp.split),
       tp_group_(tp.group),
       sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
       shards_(tp.group, tp.split.size, static_cast<std::size_t>(batch) * seq, static_cast<std::size_t>(config.n_embd)),
       B_(batch),
       T_(seq),
-      recompute_(recompute) {
+      recompute_(recompute),
+      stage_(stage.value_or(whole_model(config))) {
+  if (stage_.first_layer < 0 || stage_.end_layer > config.n_layer || stage_.first_layer > stage_.end_layer ||
+      stage_.first != (stage_.first_layer == 0) || stage_.last != (stage_.end_layer == config.n_layer))
+    throw Error(fmt::format("model: stage of blocks [{}, {}) (first {}, last {}) is not a part of {} blocks",
+                            stage_.first_layer, stage_.end_layer, stage_.first, stage_.last, config.n_layer));
   if (tp.split.size > 1 && !tp.group)
     throw Error(fmt::format("model: --tp {} needs a tensor-parallel group to reduce over", tp.split.size));
   if (config.family != family)
@@ -64,6 +71,12 @@ HostModel::HostModel(const ModelConfig& config, Family family, const char* name,
   if (batch <= 0) throw Error(fmt::format("model: batch = {}: must be positive", batch));
   if (seq <= 0 || seq > config.seq_len)
     throw Error(fmt::format("model: seq = {}: must be in [1, model.seq_len = {}]", seq, config.seq_len));
+}
+
+void HostModel::check_residual(int layer) const {
+  if (layer < stage_.first_layer || layer > stage_.end_layer)
+    throw Error(fmt::format("model: no residual stream at layer {} (the stage holds {}..{} of {})", layer,
+                            stage_.first_layer, stage_.end_layer, config().n_layer));
 }
 
 void HostModel::tp_sum(float* data, std::size_t n) {
@@ -117,6 +130,8 @@ float* HostModel::head_backward_to_norm(const HeadBuffers& h, const float* head_
 }
 
 float HostModel::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
+  if (stage_.first_layer != 0 || stage_.end_layer != config().n_layer)
+    throw Error("model: a pipeline stage's model runs no whole walk (StageWalk drives its part)");
   const std::size_t BT = static_cast<std::size_t>(B_) * T_;
   // Refuse bad ids before acquiring anything, so no unit is left acquired.
   check_ids(tokens, BT, config().vocab_size, "token");
@@ -176,13 +191,19 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq,
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
 }
 
-std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute,
-                                             const TensorParallel& tp) {
+std::uint64_t stage_activation_bytes(const ModelConfig& config, const StageRange& range, int batch, int seq,
+                                     bool recompute, int tp) {
+  return config.family == Family::Llama ? Llama::activation_bytes(config, batch, seq, recompute, tp, false, range)
+                                        : GPT::activation_bytes(config, batch, seq, recompute, tp, false, range);
+}
+
+std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, const StageRange& range, int batch, int seq,
+                                             bool recompute, const TensorParallel& tp) {
   if (tp.sequence_parallel)
     throw Error("--sequence-parallel with --pp: a pipeline stage sends whole activations; not run together yet");
   const Kernels& kernels = kernels_for(detected_isa());
-  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels, tp);
-  return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp);
+  if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels, tp, range);
+  return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp, range);
 }
 
 }  // namespace strata::model

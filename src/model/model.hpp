@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/cpu.hpp"
@@ -92,6 +93,14 @@ class Model {
   virtual bool recompute() const = 0;
 };
 
+// Blocks [first_layer, end_layer); `first`: the embeddings too; `last`: the final norm and the head.
+struct StageRange {
+  int first_layer = 0, end_layer = 0;
+  bool first = false, last = false;
+};
+// The whole model as one stage.
+StageRange whole_model(const ModelConfig& config);
+
 // The per-unit calls of a walk, for callers that drive it themselves: a pipeline stage runs
 // the embeddings (first stage), a range of blocks and the final norm and LM head (last
 // stage), and hands the residual stream and its gradient to its neighbours. Both families
@@ -110,7 +119,8 @@ class StageModel {
   virtual void block_backward(int layer, const float* block_params, float* block_grads) = 0;
   virtual void embed_backward(float* embed_grads) = 0;
   // The residual stream entering block `layer` (layer == n_layer: the final norm's input; a
-  // stage writes its predecessor's output here and reads its own output at its end layer),
+  // stage writes its predecessor's output here and reads its own output at its end layer;
+  // a stage model holds it for its own range's layers only, first_layer..end_layer),
   // and its gradient where backward now stands (a stage writes its successor's gradient here
   // before its last block's backward and reads its first block's input gradient after).
   virtual float* residual(int layer) = 0;
@@ -133,8 +143,12 @@ class HostModel : public Model, public StageModel {
  protected:
   // Refuses another family's config than `family` (the model named `name`), a micro-batch it
   // cannot hold, a split with no group to reduce over.
+  // `stage`: the part of the walk it holds activations for (its blocks' and their input's, the
+  // embeddings' output on the first stage, the head's on the last); nullopt: the whole model.
   HostModel(const ModelConfig& config, Family family, const char* name, int batch, int seq, bool recompute,
-            const TensorParallel& tp);
+            const TensorParallel& tp, const std::optional<StageRange>& stage);
+  // The residual stream entering `layer`, refused outside the stage's first_layer..end_layer.
+  void check_residual(int layer) const;
   // Under TP: the group's element-wise sum of an activation (a no-op without TP).
   void tp_sum(float* data, std::size_t n);
   // The head's activations, held by the model's own storage.
@@ -162,12 +176,14 @@ class HostModel : public Model, public StageModel {
   int B_, T_;
   float grad_scale_ = 1.f;  // forward_training's, for backward
   bool recompute_ = false;
+  StageRange stage_;
 };
 
 // The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`,
-// holding `tp`'s slice (sequence parallelism refused: a stage sends whole activations).
-std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, int batch, int seq, bool recompute = false,
-                                             const TensorParallel& tp = {});
+// holding `tp`'s slice (sequence parallelism refused: a stage sends whole activations) and
+// activations for `range`'s part of the walk only.
+std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, const StageRange& range, int batch, int seq,
+                                             bool recompute = false, const TensorParallel& tp = {});
 
 // The model of config.family, with activations for micro-batches of exactly `batch`
 // sequences of `seq` tokens (seq <= config.seq_len), recomputing activations in backward with
@@ -183,6 +199,9 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq,
 // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
 std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                bool sequence_parallel = false);
+// Those of make_stage_model's model of `range` (no sequence parallelism), for one micro-batch.
+std::uint64_t stage_activation_bytes(const ModelConfig& config, const StageRange& range, int batch, int seq,
+                                     bool recompute, int tp = 1);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

@@ -83,7 +83,7 @@ StageWalk::StageWalk(const ModelConfig& config, const StageRange& range, int sta
       batch_(batch),
       seq_(seq),
       recompute_(recompute),
-      stage_(make_stage_model(config, batch, seq, recompute, tp)) {}
+      stage_(make_stage_model(config, range, batch, seq, recompute, tp)) {}
 
 StageWalk::~StageWalk() = default;
 
@@ -144,7 +144,7 @@ const float* StageWalk::logits() const {
 }
 
 std::uint64_t StageWalk::activation_bytes() const {
-  return model::activation_bytes(layout_.config(), batch_, seq_, recompute_, layout_.split().size);
+  return stage_activation_bytes(layout_.config(), range_, batch_, seq_, recompute_, layout_.split().size);
 }
 
 }  // namespace strata::model

@@ -14,12 +14,6 @@
 
 namespace strata::model {
 
-// Blocks [first_layer, end_layer); `first`: the embeddings too; `last`: the final norm and the head.
-struct StageRange {
-  int first_layer = 0, end_layer = 0;
-  bool first = false, last = false;
-};
-
 struct StageUnits {
   std::vector<int> layout_unit;      // per stage unit: the ParamLayout unit whose parameters it holds
   std::vector<std::string> names;

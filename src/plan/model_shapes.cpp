@@ -531,9 +531,16 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
                                            bool flash_attention, bool sequence_parallel) const {
   const bool sp = sequence_parallel && tensor_parallel > 1;
   // strata's own models in fp32 with dense attention, as the runtime runs them: the bytes
-  // the model allocates, so the plan and the engine's memory report cannot drift apart.
-  if (gpt && stages == 1 && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp)
-    return model::activation_bytes(*gpt, micro_batch, seq_tokens, recompute == Recompute::Full, tensor_parallel, sp);
+  // the model allocates (a pipeline stage's model its part of the walk's, a micro-batch), so
+  // the plan and the engine's memory report cannot drift apart.
+  if (gpt && act_bytes == 4 && !flash_attention && recompute != Recompute::SelectiveOp) {
+    const bool full = recompute == Recompute::Full;
+    if (stages == 1) return model::activation_bytes(*gpt, micro_batch, seq_tokens, full, tensor_parallel, sp);
+    const parallel::StageSplit s = stage_split();
+    if (!sp)  // the runtime's stages refuse sequence parallelism: priced by the shapes below
+      return model::stage_activation_bytes(*gpt, {s.first_layer, s.end_layer(), s.first, s.last}, micro_batch,
+                                           seq_tokens, full, tensor_parallel);
+  }
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the
   // attention output, norm-2 input and output (6·h + 2·kv), the MLP's ffn-wide tensors

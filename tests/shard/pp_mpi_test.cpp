@@ -186,13 +186,20 @@ TEST(Pipeline, FourStagesTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) 
   if (pp.stage == 3) floats = u[layout.final_norm_unit()].offset + u[layout.final_norm_unit()].numel - u[block].offset +
                               u[embeddings].numel;
   EXPECT_EQ(pp.memory.optimizer, 4 * sizeof(float) * floats) << "stage " << pp.stage;
-  // The summary's activations: the stage's slots in flight under 1F1B (4 - stage of 4 micro-batches).
+  // The summary's activations: the stage's slots in flight under 1F1B (4 - stage of 4
+  // micro-batches), each its own block's buffers (the embeddings' output on the first stage,
+  // the head's on the last), less than the whole model's.
   const nlohmann::json& stages = pp.summary["stages"];
   ASSERT_EQ(stages.size(), 4u);
-  for (int s = 0; s < 4; ++s)
-    EXPECT_EQ(stages[s]["memory_bytes"]["activations"].get<std::uint64_t>(),
-              (4 - s) * stages[3]["memory_bytes"]["activations"].get<std::uint64_t>())
-        << "stage " << s;
+  const std::uint64_t whole = model::activation_bytes(config_of(4), kBatch, kSeq, false);
+  for (int s = 0; s < 4; ++s) {
+    const std::uint64_t slot = model::stage_activation_bytes(config_of(4), {s, s + 1, s == 0, s == 3}, kBatch, kSeq, false);
+    EXPECT_LT(slot, whole) << "stage " << s;
+    EXPECT_EQ(stages[s]["memory_bytes"]["activations"].get<std::uint64_t>(), (4 - s) * slot) << "stage " << s;
+  }
+  EXPECT_EQ(stages[1]["memory_bytes"]["activations"].get<std::uint64_t>(),
+            3 * stages[2]["memory_bytes"]["activations"].get<std::uint64_t>() / 2)
+      << "the middle stages hold one block's buffers a slot";
 }
 
 // Llama: the untied lm_head lives on the last stage alone (no tied copy, no tied sum).
