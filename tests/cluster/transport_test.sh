@@ -5,7 +5,7 @@
 # network are sampled with `ss -ti`; at the end of each run, the connections seen and the
 # bytes each carried (sent + received, as host 0's kernel counts them). Checks: by default
 # two connections, each of which carried payload (so both are in use, one a direction as
-# the exchange's rendezvous needs); with `--mca btl_tcp_links 1`, one.
+# the exchange's rendezvous needs); with `--mca btl_tcp_links 1`, one that carries payload.
 # Usage: transport_test.sh STRATA_BIN SOURCE_DIR
 set -euo pipefail
 strata=$(readlink -f "$1") src=$2 cname=sctlnk
@@ -61,6 +61,8 @@ while read -r local peer carried; do
 done < "$work/default.conns"
 
 run_bench one --mca btl_tcp_links 1
-n=$(wc -l < "$work/one.conns")
-((n == 1)) || fail "btl_tcp_links 1: $n data connections between the two ranks, want 1"
+# Counted by the bytes they carried: when both ranks connect at once, Open MPI can keep the
+# loser's socket open with nothing sent on it (seen once under load: 0 bytes beside 16 MB).
+n=$(awk '$3 > 1000000' "$work/one.conns" | wc -l)
+((n == 1)) || fail "btl_tcp_links 1: $n connections between the two ranks carried data, want 1"
 echo "two TCP connections a peer by default, one when the user says so: all checks passed"
