@@ -115,8 +115,9 @@ class ModelParallelPlan {
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
   // strata model (its ModelConfig), a stage's replicas composed as the runtime composes them
-  // (not --collectives nccl); every sharding spec runs in a stage, TP inside it too (without
-  // sequence parallelism: the stage's schedules then hold its TP collectives).
+  // (not --collectives nccl); every sharding spec runs in a stage, TP inside it too, with or
+  // without sequence parallelism (the stage's schedules then hold its TP collectives; under
+  // sequence parallelism a stage message is the TP rank's 1/tp of the rows).
   bool runs_pipeline() const;
 
  private:
