@@ -8,6 +8,7 @@
 #include "model/gpt_walk.hpp"
 #include "model/init.hpp"
 #include "model/llama.hpp"
+#include "model/stage_walk.hpp"
 #include "model/team.hpp"
 #include "model/vocab_parallel.hpp"
 
@@ -168,10 +169,17 @@ static void check_sequence_parallel(int tp, int batch, int seq) {
 
 std::vector<TensorParallelCall> tensor_parallel_calls(const ModelConfig& config, int tp, int batch, int seq,
                                                       bool recompute, bool sequence_parallel) {
+  return stage_tensor_parallel_calls(config, whole_model(config), tp, batch, seq, recompute, sequence_parallel);
+}
+
+std::vector<TensorParallelCall> stage_tensor_parallel_calls(const ModelConfig& config, const StageRange& range, int tp,
+                                                            int batch, int seq, bool recompute,
+                                                            bool sequence_parallel) {
   if (sequence_parallel) check_sequence_parallel(tp, batch, seq);
   if (tp == 1) return {};
   static_cast<void>(ParamLayout(config, {tp, 0}));  // refuses a model that does not split so
-  TensorParallelWalk walk{config.n_layer, config.n_embd, batch, seq, recompute};
+  TensorParallelWalk walk{range.end_layer - range.first_layer, config.n_embd, batch, seq, recompute, range.first,
+                          range.last};
   walk.sequence_parallel = sequence_parallel;
   walk.degree = tp;
   walk.norm_params = config.family == Family::Llama ? config.n_embd : 2 * config.n_embd;  // RMSNorm: a gain
@@ -192,15 +200,15 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq,
 }
 
 std::uint64_t stage_activation_bytes(const ModelConfig& config, const StageRange& range, int batch, int seq,
-                                     bool recompute, int tp) {
-  return config.family == Family::Llama ? Llama::activation_bytes(config, batch, seq, recompute, tp, false, range)
-                                        : GPT::activation_bytes(config, batch, seq, recompute, tp, false, range);
+                                     bool recompute, int tp, bool sequence_parallel) {
+  return config.family == Family::Llama
+             ? Llama::activation_bytes(config, batch, seq, recompute, tp, sequence_parallel, range)
+             : GPT::activation_bytes(config, batch, seq, recompute, tp, sequence_parallel, range);
 }
 
 std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, const StageRange& range, int batch, int seq,
                                              bool recompute, const TensorParallel& tp) {
-  if (tp.sequence_parallel)
-    throw Error("--sequence-parallel with --pp: a pipeline stage sends whole activations; not run together yet");
+  if (tp.sequence_parallel) check_sequence_parallel(tp.split.size, batch, seq);
   const Kernels& kernels = kernels_for(detected_isa());
   if (config.family == Family::Llama) return std::make_unique<Llama>(config, batch, seq, recompute, kernels, tp, range);
   return std::make_unique<GPT>(config, batch, seq, recompute, kernels, tp, range);

@@ -105,7 +105,9 @@ StageRange whole_model(const ModelConfig& config);
 // the embeddings (first stage), a range of blocks and the final norm and LM head (last
 // stage), and hands the residual stream and its gradient to its neighbours. Both families
 // implement it (the host's kernels; under tensor parallelism each call runs its TP collectives
-// and the residual stream and its gradient are whole on every TP rank).
+// and the residual stream and its gradient are whole on every TP rank, under sequence
+// parallelism the rank's 1/TP of their token rows: the first stage's embeddings scatter, the
+// last stage's head gathers, as the whole model's walk does).
 class StageModel {
  public:
   virtual ~StageModel() = default;
@@ -180,8 +182,8 @@ class HostModel : public Model, public StageModel {
 };
 
 // The stage model of config.family (GPT or Llama) for micro-batches of `batch` x `seq`,
-// holding `tp`'s slice (sequence parallelism refused: a stage sends whole activations) and
-// activations for `range`'s part of the walk only.
+// holding `tp`'s slice (with its sequence parallelism, make_model's refusals) and activations
+// for `range`'s part of the walk only.
 std::unique_ptr<StageModel> make_stage_model(const ModelConfig& config, const StageRange& range, int batch, int seq,
                                              bool recompute = false, const TensorParallel& tp = {});
 
@@ -199,9 +201,9 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq,
 // Under a TP split of `tp` (and sequence parallelism): one TP rank's.
 std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                bool sequence_parallel = false);
-// Those of make_stage_model's model of `range` (no sequence parallelism), for one micro-batch.
+// Those of make_stage_model's model of `range`, for one micro-batch.
 std::uint64_t stage_activation_bytes(const ModelConfig& config, const StageRange& range, int batch, int seq,
-                                     bool recompute, int tp = 1);
+                                     bool recompute, int tp = 1, bool sequence_parallel = false);
 
 // The trivial UnitAccess over one full parameter arena and one full gradient arena.
 class ArenaAccess final : public UnitAccess {

@@ -65,16 +65,6 @@ StageUnits stage_units(const ParamLayout& layout, const StageRange& r, int stage
   return s;
 }
 
-std::vector<TensorParallelCall> stage_tensor_parallel_calls(const ModelConfig& config, const StageRange& range, int tp,
-                                                            int batch, int seq, bool recompute) {
-  if (tp == 1) return {};
-  static_cast<void>(ParamLayout(config, {tp, 0}));  // refuses a model that does not split so
-  TensorParallelWalk walk{range.end_layer - range.first_layer, config.n_embd, batch, seq, recompute, range.first,
-                          range.last};
-  walk.degree = tp;
-  return tensor_parallel_calls(walk);
-}
-
 StageWalk::StageWalk(const ModelConfig& config, const StageRange& range, int stages, int batch, int seq,
                      bool recompute, const TensorParallel& tp)
     : layout_(config, tp.split),
@@ -83,6 +73,7 @@ StageWalk::StageWalk(const ModelConfig& config, const StageRange& range, int sta
       batch_(batch),
       seq_(seq),
       recompute_(recompute),
+      sequence_parallel_(tp.sequence_parallel && tp.split.size > 1),
       stage_(make_stage_model(config, range, batch, seq, recompute, tp)) {}
 
 StageWalk::~StageWalk() = default;
@@ -144,7 +135,8 @@ const float* StageWalk::logits() const {
 }
 
 std::uint64_t StageWalk::activation_bytes() const {
-  return stage_activation_bytes(layout_.config(), range_, batch_, seq_, recompute_, layout_.split().size);
+  return stage_activation_bytes(layout_.config(), range_, batch_, seq_, recompute_, layout_.split().size,
+                                sequence_parallel_);
 }
 
 }  // namespace strata::model

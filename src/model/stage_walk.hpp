@@ -26,14 +26,18 @@ struct StageUnits {
 // `stages` > 1: with one stage the head is the embeddings unit itself, no copy.
 StageUnits stage_units(const ParamLayout& layout, const StageRange& range, int stages);
 // The TP collectives of one training micro-batch of the stage under a split of `tp` (none for
-// tp 1), in the order its walk runs them: its blocks', the embedding's on the first stage, the
-// head's and the loss's on the last (tensor_parallel.hpp).
+// tp 1), with or without sequence parallelism, in the order its walk runs them: its blocks',
+// the embedding's on the first stage, the head's and the loss's on the last
+// (tensor_parallel.hpp); the whole model's are model::tensor_parallel_calls. Throws Error for a
+// model that does not split so, and for sequence parallelism without a split of the rows.
 std::vector<TensorParallelCall> stage_tensor_parallel_calls(const ModelConfig& config, const StageRange& range, int tp,
-                                                            int batch, int seq, bool recompute);
+                                                            int batch, int seq, bool recompute,
+                                                            bool sequence_parallel = false);
 
 class StageWalk final : public Model {
  public:
-  // Under `tp` the stage holds its TP slice: layout() is that slice's.
+  // Under `tp` the stage holds its TP slice (and with sequence parallelism its rows of the
+  // residual stream): layout() is that slice's.
   StageWalk(const ModelConfig& config, const StageRange& range, int stages, int batch, int seq, bool recompute,
             const TensorParallel& tp = {});
   ~StageWalk() override;
@@ -59,6 +63,7 @@ class StageWalk final : public Model {
   StageUnits units_;
   int batch_, seq_;
   bool recompute_;
+  bool sequence_parallel_;
   std::unique_ptr<StageModel> stage_;
   float grad_scale_ = 1.0f;  // of the micro-batch whose forward ran last, for its backward
 };

@@ -95,6 +95,11 @@ std::vector<StageMessage> stage_messages(const std::vector<PipelineAction>& prog
   return out;
 }
 
+std::size_t stage_message_elements(int batch, int seq, int hidden, int tensor_parallel, bool sequence_parallel) {
+  const std::size_t whole = static_cast<std::size_t>(batch) * seq * hidden;
+  return sequence_parallel && tensor_parallel > 1 ? whole / tensor_parallel : whole;
+}
+
 int micro_batches_in_flight(int stages, int stage, int micro_batches) {
   return std::min(stages - stage, micro_batches);
 }

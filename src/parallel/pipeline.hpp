@@ -8,6 +8,7 @@
 // `dims.pipeline_level` (the outermost by default), so a rank's peer in the next stage is
 // the rank one such domain further on, and the ranks of one stage, in world order, are the
 // stage's data-parallel replicas.
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,10 @@ struct PipelineAction {
 const char* action_name(PipelineAction::Kind kind);
 
 // The messages of a stage's program, in program order: each send or receive one micro-batch's
-// activation (B·T·hidden values, up to the next stage) or its gradient (down to the previous
-// one), exchanged with one neighbour. The runtime's pipeline sends exactly these
-// (shard::PipelineSchedule) and the planner prices them (plan::ModelParallelPlan).
+// activation (B·T·hidden values, up to the next stage; stage_message_elements) or its
+// gradient (down to the previous one), exchanged with one neighbour. The runtime's pipeline
+// sends exactly these (shard::PipelineSchedule) and the planner prices them
+// (plan::ModelParallelPlan).
 struct StageMessage {
   enum Neighbour { Previous, Next } neighbour;
   bool sent = false;  // false: received
@@ -58,6 +60,11 @@ struct StageMessage {
   const char* purpose() const { return gradient ? "activation-grad-send" : "activation-send"; }
 };
 std::vector<StageMessage> stage_messages(const std::vector<PipelineAction>& program);
+// The values of one such message, for micro-batches of `batch` x `seq` tokens of `hidden`
+// values: the whole activation, or under sequence parallelism over a TP group of
+// `tensor_parallel` ranks (Megatron's) the rank's 1/tensor_parallel of the token rows, which
+// each TP rank sends to the same TP rank of the neighbouring stage.
+std::size_t stage_message_elements(int batch, int seq, int hidden, int tensor_parallel, bool sequence_parallel);
 
 // Stage `stage` of `stages` over `micro_batches`: min(stages - 1 - stage, m) forwards to warm
 // up, then one forward and one backward in turn, then the backwards left.

@@ -115,7 +115,8 @@ std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const paral
                                             const Workload& workload) {
   std::vector<PipelineMessage> out;
   if (dims.pipeline == 1) return out;
-  const std::size_t activations = static_cast<std::size_t>(workload.micro_batch) * workload.seq * slice.hidden;
+  const std::size_t activations = parallel::stage_message_elements(workload.micro_batch, workload.seq, slice.hidden,
+                                                                    dims.tensor, workload.sequence_parallel);
   const DType wire = compute_dtype(workload.precision);
   for (const parallel::StageMessage& m : parallel::stage_messages(
            parallel::one_f_one_b(slice.stages, slice.stage, workload.accumulation_steps)))
@@ -251,8 +252,7 @@ shard::TierTraffic ModelParallelPlan::pipeline_tier_traffic(int s, const shard::
 }
 
 bool ModelParallelPlan::runs_pipeline() const {
-  // TP inside a stage runs without sequence parallelism.
-  if (mp_.pp == 1 || !model_.gpt || (mp_.tp > 1 && workload_.sequence_parallel)) return false;
+  if (mp_.pp == 1 || !model_.gpt) return false;
   // A stage runs its shard::Schedule composed as the runtime composes it.
   return workload_.collectives == shard::Composition::Hierarchical;
 }
@@ -260,7 +260,8 @@ bool ModelParallelPlan::runs_pipeline() const {
 ModelParallelPlan::RankPipeline ModelParallelPlan::rank_pipeline(int rank, const shard::ShardSpec& spec) const {
   shard::PipelineSchedule schedule =
       shard::pipeline_schedule_of(*model_.gpt, workload_.micro_batch, workload_.seq, workload_.accumulation_steps,
-                                  dims_, topology_, rank, spec, mp_.pp_layers, static_cast<bool>(workload_.recompute));
+                                  dims_, topology_, rank, spec, mp_.pp_layers, static_cast<bool>(workload_.recompute),
+                                  workload_.sequence_parallel && mp_.tp > 1);  // as the shapes: none without TP
   shard::PipelineGroups groups = shard::pipeline_groups(dims_, topology_, rank, schedule.tied());
   return {std::move(schedule), std::move(groups)};
 }

@@ -43,7 +43,8 @@ parallel::ParallelDims model_parallel_dims(const topo::Topology& topology, const
 
 // One message between pipeline stages, as one rank of a stage sends or receives it: an
 // entry of parallel::stage_messages, the runtime's own list from the stage's 1F1B program
-// (micro_batch·seq·hidden activations up or their gradients down, at --precision's width:
+// (micro_batch·seq·hidden activations up or their gradients down, under --sequence-parallel
+// the TP rank's 1/tp of them: parallel::stage_message_elements, at --precision's width:
 // fp32, what the CPU runtime sends, under --precision fp32); and on the first and last stage
 // of a tied head, the embeddings' gradient summed between them once a step (the runtime's
 // "tied embeddings" all-reduce, over the stage's optimizer-state shard of them). Every one
@@ -115,8 +116,9 @@ class ModelParallelPlan {
   Estimate estimate(std::string strategy, const shard::ShardSpec& spec) const;
   // Whether strata's pipeline runtime runs this plan (shard::PipelineEngine): a pipeline of a
   // strata model (its ModelConfig), a stage's replicas composed as the runtime composes them
-  // (not --collectives nccl); every sharding spec runs in a stage, TP inside it too (without
-  // sequence parallelism: the stage's schedules then hold its TP collectives).
+  // (not --collectives nccl); every sharding spec runs in a stage, TP inside it too, with or
+  // without sequence parallelism (the stage's schedules then hold its TP collectives; under
+  // sequence parallelism a stage message is the TP rank's 1/tp of the rows).
   bool runs_pipeline() const;
 
  private:

@@ -537,9 +537,8 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
     const bool full = recompute == Recompute::Full;
     if (stages == 1) return model::activation_bytes(*gpt, micro_batch, seq_tokens, full, tensor_parallel, sp);
     const parallel::StageSplit s = stage_split();
-    if (!sp)  // the runtime's stages refuse sequence parallelism: priced by the shapes below
-      return model::stage_activation_bytes(*gpt, {s.first_layer, s.end_layer(), s.first, s.last}, micro_batch,
-                                           seq_tokens, full, tensor_parallel);
+    return model::stage_activation_bytes(*gpt, {s.first_layer, s.end_layer(), s.first, s.last}, micro_batch,
+                                         seq_tokens, full, tensor_parallel, sp);
   }
   const std::uint64_t h = hidden, tokens = static_cast<std::uint64_t>(micro_batch) * seq_tokens;
   // Elements a block keeps for its backward, a token: norm-1 input and output, Q, K, V, the

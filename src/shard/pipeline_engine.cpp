@@ -33,17 +33,19 @@ PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, 
                                    int stage, const StageReplicas& replicas, const std::vector<int>& stage_layers)
     : split_(parallel::stage_split(config.n_layer, stages, stage, stage_layers)),
       program_(parallel::one_f_one_b(stages, stage, micro_batches)),
-      activation_floats_(static_cast<std::size_t>(batch) * seq * config.n_embd) {
+      activation_floats_(parallel::stage_message_elements(batch, seq, config.n_embd, replicas.tensor.size,
+                                                          replicas.sequence_parallel)),
+      sequence_parallel_(replicas.sequence_parallel) {
   // The stage's units in this rank's TP slice (the whole model's without TP), and under TP
-  // the stage walk's TP collectives.
+  // the stage walk's TP collectives (sequence parallelism without TP refused here, by name).
   const model::ParamLayout layout(config, replicas.tensor);
   tied_ = stages > 1 && layout.head_unit() == layout.embeddings_unit();
   add_sends();
   stage_units_ = model::stage_units(layout, range(), stages);
   TensorParallelPlan tp;
-  if (replicas.tensor.size > 1)
-    tp = {replicas.tensor.size, replicas.tensor_level,
-          model::stage_tensor_parallel_calls(config, range(), replicas.tensor.size, batch, seq, replicas.recompute)};
+  auto calls = model::stage_tensor_parallel_calls(config, range(), replicas.tensor.size, batch, seq,
+                                                  replicas.recompute, replicas.sequence_parallel);
+  if (replicas.tensor.size > 1) tp = {replicas.tensor.size, replicas.tensor_level, std::move(calls)};
   sharding_ = std::make_shared<const Schedule>(stage_unit_plan(layout, stage_units_), replicas.topology,
                                                replicas.sharding, micro_batches, Composition::Hierarchical, tp);
   add_tied_sum(layout, replicas.index);
@@ -151,10 +153,6 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   comm::agree(MPI_COMM_WORLD, "world", [&] {
     if (options.pp < 2) throw Error(fmt::format("--pp {}: a pipeline takes at least 2 stages", options.pp));
-    if (options.sequence_parallel)
-      throw Error(fmt::format("--sequence-parallel with --pp {}: a stage sends whole activations; not run together "
-                              "yet",
-                              options.pp));
     topology_ = resolve_topology(options, world);
     int level = topology_.outermost();
     if (!options.pp_tier.empty()) {
@@ -168,7 +166,7 @@ PipelineEngine::PipelineEngine(const parallel::ShardOptions& options, const mode
     const ShardSpec sharding = build_spec(options, dims_.data_parallel_topology(topology_));
     schedule_ = std::make_unique<PipelineSchedule>(pipeline_schedule_of(config, batch, seq, micro_batches, dims_,
                                                                         topology_, rank_, sharding, options.pp_layers,
-                                                                        recompute));
+                                                                        recompute, options.sequence_parallel));
     // 1F1B runs a stage's micro-batches in halves: refused here, naming the setting, if they cannot be.
     static_cast<void>(schedule_->sharding()->halves_program(false));
     strategy_ = options.strategy;
@@ -199,7 +197,7 @@ void PipelineEngine::build_sharded(const model::ModelConfig& config, int batch, 
     mpi_comms_.push_back(replicas);
     mpi_comms_.push_back(tensor);
     tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor, fmt::format("pp{}-tp#{}", stage_, replica));
-    tp = TensorParallelism{dims_, tensor_group_.get(), false};
+    tp = TensorParallelism{dims_, tensor_group_.get(), schedule_->sequence_parallel()};
   }
   stage_groups_ = std::make_unique<topo::ProcessGroups>(dims_.data_parallel_topology(topology_), replicas);
   stage_comms_ = std::make_unique<comm::TierComms>(*context_, *stage_groups_);
@@ -239,13 +237,15 @@ model::StageModel& PipelineEngine::stage_model(int micro_batch) {
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
                                       int world_rank, const ShardSpec& sharding,
-                                      const std::vector<int>& stage_layers, bool recompute) {
+                                      const std::vector<int>& stage_layers, bool recompute,
+                                      bool sequence_parallel) {
   const StageReplicas replicas{dims.data_parallel_rank(world_rank),
                                sharding,
                                dims.data_parallel_topology(physical),
                                {dims.tensor, dims.tensor_rank(world_rank)},
                                dims.tensor_level,
-                               recompute};
+                               recompute,
+                               sequence_parallel};
   return PipelineSchedule(config, batch, seq, micro_batches, dims.pipeline,
                           parallel::pipeline_stage(dims, physical, world_rank), replicas, stage_layers);
 }

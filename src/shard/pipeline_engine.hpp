@@ -11,7 +11,9 @@
 // neighbouring stage's rank of the same replica as one message each. Under --tp a stage's
 // replica is its TP group: each TP rank runs the stage's TP slice with the TP collectives as
 // ops of the stage's schedule, and sends the whole activation to the same TP rank of the next
-// stage (Megatron without its scatter-gather). The tied embeddings'
+// stage; with --sequence-parallel (Megatron's) the stage's blocks run on the rank's 1/tp of the
+// token rows and a rank sends just those rows (parallel::stage_message_elements): the first
+// stage's embeddings scatter to them, the last stage's head gathers. The tied embeddings'
 // gradients of the first and last stage are summed between them, so both copies stay equal.
 //
 // The program and its messages are one schedule (PipelineSchedule): the engine runs its ops
@@ -75,6 +77,7 @@ struct StageReplicas {
   model::TensorSplit tensor;
   int tensor_level = 0;
   bool recompute = false;  // the TP walk's backward runs each block's forward collectives again
+  bool sequence_parallel = false;  // --sequence-parallel over the TP group (refused without one)
 };
 
 // This rank's step: its stage's program (with the sends and receives as ops), the tied sum,
@@ -89,7 +92,10 @@ class PipelineSchedule {
   // The op of each program entry that communicates (sends and receives), in program order,
   // then the tied sum of this rank's OS slice of the embeddings; the rest is sharding()'s.
   const std::vector<PipelineOp>& ops() const { return ops_; }
+  // A stage message's floats (parallel::stage_message_elements): this TP rank's rows under
+  // sequence parallelism.
   std::size_t activation_floats() const { return activation_floats_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
   bool tied() const { return tied_; }
   // The stage's sharding schedule (StageReplicas::sharding) over its units (stage_units(): its
   // blocks, the embeddings on the first stage, the final norm (and llama's lm_head) on the
@@ -106,6 +112,7 @@ class PipelineSchedule {
   std::vector<parallel::PipelineAction> program_;
   std::vector<PipelineOp> ops_;
   std::size_t activation_floats_ = 0;
+  bool sequence_parallel_ = false;
   bool tied_ = false;  // the LM head is the embeddings (gpt2): the last stage holds a copy
   model::StageUnits stage_units_;
   std::shared_ptr<const Schedule> sharding_;
@@ -121,12 +128,13 @@ struct PipelineGroups {
 };
 // The schedule and the groups of `world_rank` in a pipeline of `dims` over `physical` (a
 // stage's replicas sharded by `sharding`: a spec resolved over the stage's data-parallel
-// topology; under dims.tensor > 1 this rank's TP slice, with `recompute` the TP walk's), as the
-// engine builds them: what the planner prices.
+// topology; under dims.tensor > 1 this rank's TP slice, with `recompute` and
+// `sequence_parallel` the TP walk's), as the engine builds them: what the planner prices.
 PipelineSchedule pipeline_schedule_of(const model::ModelConfig& config, int batch, int seq, int micro_batches,
                                       const parallel::ParallelDims& dims, const topo::Topology& physical,
                                       int world_rank, const ShardSpec& sharding,
-                                      const std::vector<int>& stage_layers = {}, bool recompute = false);
+                                      const std::vector<int>& stage_layers = {}, bool recompute = false,
+                                      bool sequence_parallel = false);
 PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::Topology& physical, int world_rank,
                                bool tied);
 comm::CommStats scheduled_traffic(const PipelineSchedule& schedule, const PipelineGroups& groups,

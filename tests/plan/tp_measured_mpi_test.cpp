@@ -7,7 +7,8 @@
 // stage), the pipeline tier's bytes and messages a step on every rank: the stage messages and
 // the tied embeddings' sum the planner prices from the runtime's own program; and every tier
 // of the estimate, the stage's own reductions and gathers included, the pace-setting stage's;
-// and under --pp 2 --tp 2 (zero3, hsdp stages) every tier, the stages' TP collectives included.
+// and under --pp 2 --tp 2 (zero3, hsdp stages) every tier, the stages' TP collectives included,
+// with --sequence-parallel too (each stage's activation memory as its engine holds it).
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "device/device.hpp"
 #include "plan/model_parallel.hpp"
@@ -252,6 +254,43 @@ TEST(PlanVsRun, PipelineWithTensorParallelBytesPerTierEqualTheRuns) {
             EXPECT_EQ(step.tiers[t].messages, priced.messages) << what << " " << priced.tier;
           }
       }
+}
+
+// --pp 2 --tp 2 --sequence-parallel on 8 ranks, zero3 stages: every tier (the stage sends of the
+// TP rank's half of the rows, the stages' reduce-scatters and all-gathers) equals the run's as
+// above, and each stage's activations (its micro-batches in flight) are what its engine holds.
+TEST(PlanVsRun, PipelineWithSequenceParallelBytesPerTierAndActivationsEqualTheRuns) {
+  for (const char* model : {"tiny", "llama-tiny"})
+    for (bool recompute : {false, true}) {
+      const std::string what =
+          fmt::format("{} zero3+tp2+pp2 --sequence-parallel{}", model, recompute ? " recompute" : "");
+      const plan::ModelParallelPlan plan =
+          plan_of(plan::ModelShape::preset(model), {kTp, 2, "", ""}, recompute, true);
+      parallel::ShardOptions options;
+      options.strategy = "zero3";
+      options.topology = topology_path();
+      options.tp = kTp;
+      options.pp = 2;
+      options.sequence_parallel = true;
+      shard::PipelineEngine engine(options, model::ModelConfig::preset(model), kBatch, kSeq, kAccum, 7, recompute);
+      const shard::ShardSpec spec = plan::strategy_spec("zero3", plan.data_parallel_topology());
+      ASSERT_TRUE(plan.runs_pipeline()) << what;
+      const plan::Estimate e = plan.estimate("zero3", spec);
+      const std::vector<comm::CommStats> steps = step_traffic(engine);
+      expect_every_tier_as_run(plan, e, spec, steps, what);
+      // A stage send: the TP rank's half of the micro-batch's rows.
+      const std::uint64_t half = sizeof(float) * kBatch * kSeq * model::ModelConfig::preset(model).n_embd / kTp;
+      for (const shard::PipelineOp& op : engine.schedule().ops()) {
+        if (op.kind) continue;  // the tied sum
+        EXPECT_EQ(op.bytes, half) << what;
+      }
+      for (int step = 0; step < kSteps; ++step) engine.step_report();
+      const nlohmann::json summary = engine.summary_report();
+      ASSERT_EQ(e.stages.size(), 2u) << what;
+      for (int s = 0; s < 2; ++s)
+        EXPECT_EQ(e.stages[s].activation_bytes, summary["stages"][s]["memory_bytes"]["activations"].get<std::uint64_t>())
+            << what << " stage " << s;
+    }
 }
 
 // --pp 2 --pp-layers 1,3 of tiny grown to 4 blocks, ddp replicas a stage: each stage holds

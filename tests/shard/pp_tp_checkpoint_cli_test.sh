@@ -6,7 +6,9 @@
 # (the state digest) and training on to the uninterrupted single-process losses (its own
 # steps too); its
 # safetensors export equals its single-process conversion's; `strata plan --strategy
-# zero3+tp2+pp2 --compare-summary` prices every tier of the 8-rank run as it measured it.
+# zero3+tp2+pp2 --compare-summary` prices every tier of the 8-rank run as it measured it; with
+# --sequence-parallel too (2 of the 4 steps: the one-process losses, every tier priced as
+# measured, the stages' tier carrying half the sends' bytes).
 # Usage: pp_tp_checkpoint_cli_test.sh STRATA_BIN SOURCE_DIR MPIEXEC [MPI FLAGS...]
 set -euo pipefail
 source "$2/tests/shard/cli_lib.sh"
@@ -48,4 +50,24 @@ export_matches_conversion $ckpt
 [[ $(grep -c "^all equal" compared.txt) == 1 && $(grep -c "^  gpu .* equal$" compared.txt) == 6 &&
    $(grep -c "^  node .* equal$" compared.txt) == 6 && $(grep -c "^  cluster .* equal$" compared.txt) == 6 ]] ||
   fail "compare-summary: $(cat compared.txt)"
+
+# Sequence parallelism in the stages: each TP rank sends its half of the rows.
+"${mpi[@]}" -np 8 "$strata" train "${common[@]}" "${tiers[@]}" "${pptp[@]}" --batch 4 --stop-after 2 --sequence-parallel \
+  --out sp > /dev/null
+$py - <<'PY' || fail "the PP 2 x TP 2 --sequence-parallel run"
+import json
+def losses(run): return {j["step"]: j["loss"] for j in map(json.loads, open(f"{run}/metrics.jsonl"))}
+one, got = losses("one"), losses("sp")
+assert sorted(got) == [1, 2] and all(abs(got[s] - one[s]) <= 1e-5 * abs(one[s]) for s in got), (got, one)
+node = lambda run: json.load(open(f"{run}/summary.json"))["comm"]["per_step"]["node"]["bytes_sent"]
+# 2 sends a rank a step of 4 x 32 x 64 fp32 values, halved; the tied sum alike in both.
+assert node("pptp") - node("sp") == 2 * 4 * 32 * 64 * 4 / 2, (node("pptp"), node("sp"))
+print(f"sp: largest loss difference from the one-process run {max(abs(got[s] - one[s]) for s in got):.3g}")
+PY
+"$strata" plan --model tiny "${tiers[@]}" --seq 32 --accum 2 --precision fp32 --peak-tflops 1 --device-memory-gb 8 \
+  --hbm-gbps 50 --strategy zero3+tp2+pp2 --tp-tier gpu --pp-tier node --nodes 2 --micro-batch 4 --sequence-parallel \
+  --compare-summary sp/summary.json > compared_sp.txt || fail "the plan of the SP run: $(cat compared_sp.txt)"
+[[ $(grep -c "^all equal" compared_sp.txt) == 1 && $(grep -c "^  gpu .* equal$" compared_sp.txt) == 6 &&
+   $(grep -c "^  node .* equal$" compared_sp.txt) == 6 && $(grep -c "^  cluster .* equal$" compared_sp.txt) == 6 ]] ||
+  fail "compare-summary --sequence-parallel: $(cat compared_sp.txt)"
 echo "pp_tp_checkpoint_cli_test: ok"

@@ -4,7 +4,9 @@
 // llama-tiny train to the losses and weights of the same global batch in one process (within
 // fp32 reduction order), and every byte measured per tier is the schedule's: the stage sends,
 // the TP collectives (ops of the stage's schedule) and the replicas' gathers and reductions.
-// Refusals name the flags of what does not run together yet.
+// With --sequence-parallel (8 ranks, zero3) a stage runs Megatron's sequence parallelism and
+// sends its TP rank's half of the token rows: the same training as without it, half the stage
+// sends' bytes, every byte the schedule's. Refusals name the flags.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -25,9 +27,10 @@ constexpr double kWeightTolerance = 2.5e-4;
 
 // 4 ranks: 2 a node (the TP group), the two nodes the two stages over "cluster".
 // 8 ranks: 2 a node (TP), 2 nodes a rack (the stages, over "node"), 2 racks (the replicas, "cluster").
-parallel::ShardOptions options_of(const std::string& strategy) {
+parallel::ShardOptions options_of(const std::string& strategy, bool sequence_parallel = false) {
   parallel::ShardOptions o;
   o.strategy = strategy;
+  o.sequence_parallel = sequence_parallel;
   o.topology = world_size() == 8 ? three_tiers() : two_tiers();
   o.tp = 2;
   o.tp_tier = "gpu";
@@ -65,6 +68,37 @@ TEST(PipelineTensorParallel, TwoStagesOfTensorParallelTwoTrainToTheOneProcessLos
   }
 }
 
+// The 8-rank run of `config` under --sequence-parallel against `tp`, the same run without it:
+// the losses within fp32 reduction order (1e-5 relative) and the weights within
+// kWeightTolerance, every byte measured the schedule's, and each rank's stage sends (over
+// "node", the stages' tier) half the bytes: its TP rank's rows of each activation and gradient.
+void expect_sequence_parallel_trains_as(const PipeRun& tp, const std::vector<comm::CommStats>& tp_traffic,
+                                        const model::ModelConfig& config, const std::string& name) {
+  std::vector<comm::CommStats> traffic;
+  comm::CommStats scheduled;
+  const PipeRun sp = train_pipelined(options_of("zero3", true), config, &traffic, &scheduled);
+  const std::string sp_name = name + " --sequence-parallel";
+  double loss_diff = 0, weight_diff = 0;
+  for (std::size_t i = 0; i < tp.losses.size(); ++i) {
+    EXPECT_NEAR(sp.losses[i], tp.losses[i], 1e-5 * std::abs(tp.losses[i])) << sp_name << " step " << i + 1;
+    loss_diff = std::max(loss_diff, std::abs(sp.losses[i] - tp.losses[i]));
+  }
+  const model::ParamLayout layout(config);
+  for (std::size_t i = 0; i < tp.params.size(); ++i)
+    if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(sp.params[i] - tp.params[i])));
+  EXPECT_LT(weight_diff, kWeightTolerance) << sp_name;
+  if (world_rank() == 0)
+    std::printf("%s vs without it, %d steps of %d micro-batches: largest loss difference %.3g, largest weight "
+                "difference %.3g\n",
+                sp_name.c_str(), kSteps, kMicro, loss_diff, weight_diff);
+  expect_measured_bytes_equal_the_schedule(traffic, scheduled, sp_name);
+  // Every rank sends one message a micro-batch (an activation up or its gradient down).
+  const std::uint64_t half_the_sends = std::uint64_t{kMicro} * kBatch * kSeq * config.n_embd * sizeof(float) / 2;
+  for (std::size_t s = 0; s < traffic.size(); ++s)
+    EXPECT_EQ(tp_traffic[s].tier("node").bytes_sent - traffic[s].tier("node").bytes_sent, half_the_sends)
+        << sp_name << " step " << s + 1;
+}
+
 // 8 ranks: each stage two replicas (over "cluster") of a TP group of 2 (over "gpu"), zero3
 // sharding the TP slices over the replicas, or ddp replicating them.
 TEST(PipelineTensorParallel, TwoStagesOfTwoReplicasOfTensorParallelTwoTrainToTheOneProcessLosses) {
@@ -79,18 +113,22 @@ TEST(PipelineTensorParallel, TwoStagesOfTwoReplicasOfTensorParallelTwoTrainToThe
     expect_same_training(pp, train_alone(config, 2), config, name, kWeightTolerance);
     for (const char* tier : {"gpu", "node", "cluster"}) EXPECT_GT(scheduled.tier(tier).bytes_sent, 0u) << name << tier;
     expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
+    if (strategy == "zero3") expect_sequence_parallel_trains_as(pp, traffic, config, name);
   }
 }
 
 TEST(PipelineTensorParallel, RefusalsNameTheFlags) {
   AT_WORLD(4);
   const model::ModelConfig tiny = model::ModelConfig::preset("tiny");
+  // Sequence parallelism shards the rows over a TP group: none without --tp.
   const std::string sequence = refusal([&] {
-    parallel::ShardOptions o = options_of("zero3");
-    o.sequence_parallel = true;
+    parallel::ShardOptions o = options_of("zero3", true);
+    o.tp = 1;
+    o.tp_tier.clear();
     shard::PipelineEngine(o, tiny, kBatch, kSeq, kMicro, 1234);
   });
   EXPECT_NE(sequence.find("--sequence-parallel"), std::string::npos) << sequence;
+  EXPECT_NE(sequence.find("--tp"), std::string::npos) << sequence;
   if (world_rank() == 0)
     std::printf("refused: %s\n", sequence.c_str());
 }
