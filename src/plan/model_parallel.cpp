@@ -138,15 +138,16 @@ nlohmann::json model_parallel_assumptions() {
       {"tensor_parallel",
        "Megatron splits over --tp ranks of --tp-tier (innermost by default): qkv and MLP input column-parallel, "
        "attention and MLP output row-parallel, embeddings and LM head vocab-parallel; norms and row-parallel "
-       "biases replicated; no sequence parallelism. The TP collectives are ops of the stage's shard::Schedule, "
-       "the very list the runtime runs (model::tensor_parallel_calls): per block 2 all-reduces of micro_batch x "
+       "biases replicated; with --sequence-parallel (Megatron's) the residual stream and norms on 1/tp of the "
+       "token rows, each all-reduce a reduce-scatter and each norm's output all-gathered. The TP collectives are "
+       "ops of the stage's shard::Schedule, the very list the runtime runs (model::tensor_parallel_calls): per block 2 all-reduces of micro_batch x "
        "seq x hidden in forward and 2 in backward (2 more when recomputed), the embedding's output (first stage), "
        "and on the last stage the head input's gradient and one all-gather of the loss's (max, sum of "
        "exponentials, target logit) a row, 3 x micro_batch x seq fp32 from each rank; activations at --precision "
        "bytes. A ring all-reduce sends 2(tp-1) chunks of 1/tp, priced by price_op like every op (with a "
        "calibration: its all_reduce curve); all on the critical path. Weights, gradients, optimizer state "
        "and FLOPs of split matrices / tp; activations: the norms' inputs and outputs (4 x hidden) whole, the "
-       "rest / tp"},
+       "rest / tp (the norms' too under --sequence-parallel)"},
       {"pipeline",
        "1F1B over --pp stages across --pp-tier (outermost by default), layers / pp blocks a stage (or "
        "--pp-layers' counts), the embedding on the first and final norm + head on the last (a tied head: the "
@@ -155,11 +156,11 @@ nlohmann::json model_parallel_assumptions() {
        "shard, fp32); m = --accum micro-batches; stage s holds min(p - s, m) micro-batches of activations; the "
        "messages are the runtime's, from each stage's 1F1B program (parallel::stage_messages): per micro-batch "
        "micro_batch x seq x hidden activations forward and their gradient back at --precision's width, each a "
-       "transfer both ends wait for (on the critical path, a full copy from every TP rank); stages run in "
-       "lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + every other "
+       "transfer both ends wait for (on the critical path, a full copy from every TP rank, its 1/tp of the rows "
+       "under --sequence-parallel); stages run in lockstep at the slowest one's pace: step = its data-parallel step + TP + its messages + every other "
        "stage's micro-batch without them (the bubble: fill and drain; equal stages (p-1)/(m+p-1) of the step); "
        "memory per stage (pipeline); gradients reduced once a step per stage over its "
-       "data-parallel group: where strata's pipeline runtime runs the plan (a strata model, no TP) "
+       "data-parallel group: where strata's pipeline runtime runs the plan (a strata model) "
        "by the stage's own shard::Schedule that runtime runs (shard::PipelineSchedule::sharding), replayed per "
        "micro-batch, else by the stage's own schedule over the planner's slice"},
       {"data_parallel",
