@@ -102,11 +102,9 @@ void check_wires(const train::TrainConfig& config) {
   for (const auto& [key, value] : wires) {
     if (value.empty()) continue;  // the preset's: fp32, int8 or int4, which every device encodes
     if (device::has_codec(config.device, parse_dtype(value, key))) continue;
-    const auto& infos = train::setting_infos();
-    const auto info = std::find_if(infos.begin(), infos.end(), [&](const auto& i) { return key == i.key; });
     throw Error(fmt::format("{} = '{}' ({}): the {} device has no codec for this wire (docs/gpu.md); bf16 takes "
                             "the same 2 bytes a value",
-                            key, value, info->flag, config.device));
+                            key, value, train::setting_info(key).flag, config.device));
   }
 }
 
@@ -421,8 +419,7 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   cmd->add_flag("--overwrite", args->overwrite, "replace the results of an earlier run in --out");
   cmd->add_flag("--emulate-links", args->emulate_links,
                 "hold every message back to the time the topology's bandwidth and latency give its tier");
-  add_keep_weights_flag(cmd, args->settings);
-  add_sequence_parallel_flag(cmd, args->settings);
+  add_switch_flags(cmd, args->settings);
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
   cmd->add_flag("--json", args->schedule_json,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <ranges>
 #include <set>
 
 #include <fmt/format.h>
@@ -32,9 +33,7 @@ bool valid_tier_name(std::string_view name) {
 }
 
 std::string tier_names(const std::vector<Tier>& tiers) {
-  std::vector<std::string> names;
-  for (const auto& t : tiers) names.push_back(t.name);
-  return fmt::format("{}", fmt::join(names, ", "));
+  return fmt::format("{}", fmt::join(tiers | std::views::transform(&Tier::name), ", "));
 }
 
 // "gpu 2 x node 4": the sizes of tiers [0, end).
