@@ -256,16 +256,24 @@ void preview_schedule(const TrainArgs& args) {
   print_schedule(schedule, args.schedule_json);
 }
 
-// trainer.run() with the flight recorder dumped on a fatal error, and at the end when asked.
-train::TrainResult run_recorded(train::Trainer& trainer, const train::TrainConfig& config) {
+// After the leader's opening lines: the leader's warnings, trainer.run() with the flight
+// recorder dumped on a fatal error (and at the end when asked; a run that did not configure it
+// dumps nothing), and the leader's report. Returns whether SIGINT stopped the run.
+bool train_and_report(train::Trainer& trainer, const train::TrainConfig& config, bool leader) {
+  if (leader) {
+    warn_at_start(config);
+    std::fflush(stdout);
+  }
+  train::TrainResult result;
   try {
-    train::TrainResult result = trainer.run();
+    result = trainer.run();
     if (comm::parse_flight_dump(config.flight_dump) == comm::FlightDump::Always) comm::flight_recorder().dump("exit");
-    return result;
   } catch (const std::exception& e) {
     comm::flight_recorder().dump("error", e.what());
     throw;
   }
+  if (leader) report(config, result);
+  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
 }
 
 // A sharded run started without mpirun is one rank: when its topology takes more, the refusal
@@ -307,12 +315,8 @@ bool run_pipelined(const train::TrainConfig& config, const TrainArgs& args) {
                count_of(engine.world_size(), "rank"),
                config.shard.topology, config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
                count_of(omp_get_max_threads(), "thread"));
-    warn_at_start(config);
-    std::fflush(stdout);
   }
-  const train::TrainResult result = run_recorded(trainer, config);
-  if (leader) report(config, result);
-  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+  return train_and_report(trainer, config, leader);
 }
 
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
@@ -353,11 +357,7 @@ bool run_train(const TrainArgs& args) {
     fmt::print("strata train: model {} ({}), batch {} x seq {} x accum {}, steps {}, {}\n",
                config.model_name, model_shape(config.model), config.batch,
                config.seq_len(), config.grad_accum, steps_of(config, trainer), where);
-    warn_at_start(config);
-    std::fflush(stdout);
-    const train::TrainResult result = trainer.run();
-    report(config, result);
-    return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+    return train_and_report(trainer, config, true);
   }
 
   comm::mpi_session();
@@ -399,12 +399,8 @@ bool run_train(const TrainArgs& args) {
                    ? fmt::format("{} a rank, {}", count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()))
                    : fmt::format("{} in {} a rank", device.name(), config.precision));
     if (!placement.empty()) fmt::print("hosts: {}\n", placement);
-    warn_at_start(config);
-    std::fflush(stdout);
   }
-  const train::TrainResult result = run_recorded(trainer, config);
-  if (leader) report(config, result);
-  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+  return train_and_report(trainer, config, leader);
 }
 
 CommandRegistrar registrar(10, [](CLI::App& app) {
