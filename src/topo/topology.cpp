@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <ranges>
 #include <set>
 
 #include <fmt/format.h>
@@ -33,7 +32,9 @@ bool valid_tier_name(std::string_view name) {
 }
 
 std::string tier_names(const std::vector<Tier>& tiers) {
-  return fmt::format("{}", fmt::join(tiers | std::views::transform(&Tier::name), ", "));
+  std::vector<std::string> names;
+  for (const auto& t : tiers) names.push_back(t.name);
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 // "gpu 2 x node 4": the sizes of tiers [0, end).
