@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -42,11 +43,7 @@ struct StepArgs {
 // Step times of one engine, in the order they ran.
 struct StepTimes {
   std::vector<double> s;
-  double total() const {
-    double t = 0;
-    for (double x : s) t += x;
-    return t;
-  }
+  double total() const { return std::accumulate(s.begin(), s.end(), 0.0); }
   double mean() const { return total() / static_cast<double>(s.size()); }
   double median() const {
     std::vector<double> sorted = s;

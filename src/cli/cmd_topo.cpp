@@ -44,21 +44,9 @@ nlohmann::json gather_groups(const topo::ProcessGroups& groups) {
   int host_len = 0;
   MPI_Get_processor_name(host, &host_len);
   mine["host"] = std::string(host, host_len);
-  const std::string text = mine.dump();
-  const int len = static_cast<int>(text.size());
-  const int n = groups.size();
-  std::vector<int> lens(n), offsets(n);
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::string all;
-  if (groups.rank() == 0) {
-    for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + lens[r - 1];
-    all.resize(static_cast<std::size_t>(offsets[n - 1]) + lens[n - 1]);
-  }
-  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0,
-              MPI_COMM_WORLD);
   nlohmann::json ranks = nlohmann::json::array();
-  if (groups.rank() == 0)
-    for (int r = 0; r < n; ++r) ranks.push_back(nlohmann::json::parse(all.substr(offsets[r], lens[r])));
+  for (const std::string& text : comm::all_gather_strings(MPI_COMM_WORLD, mine.dump(), "gather_groups", "world"))
+    if (groups.rank() == 0) ranks.push_back(nlohmann::json::parse(text));
   return ranks;
 }
 

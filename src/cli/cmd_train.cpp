@@ -102,11 +102,9 @@ void check_wires(const train::TrainConfig& config) {
   for (const auto& [key, value] : wires) {
     if (value.empty()) continue;  // the preset's: fp32, int8 or int4, which every device encodes
     if (device::has_codec(config.device, parse_dtype(value, key))) continue;
-    const auto& infos = train::setting_infos();
-    const auto info = std::find_if(infos.begin(), infos.end(), [&](const auto& i) { return key == i.key; });
     throw Error(fmt::format("{} = '{}' ({}): the {} device has no codec for this wire (docs/gpu.md); bf16 takes "
                             "the same 2 bytes a value",
-                            key, value, info->flag, config.device));
+                            key, value, train::setting_info(key).flag, config.device));
   }
 }
 
@@ -258,16 +256,24 @@ void preview_schedule(const TrainArgs& args) {
   print_schedule(schedule, args.schedule_json);
 }
 
-// trainer.run() with the flight recorder dumped on a fatal error, and at the end when asked.
-train::TrainResult run_recorded(train::Trainer& trainer, const train::TrainConfig& config) {
+// After the leader's opening lines: the leader's warnings, trainer.run() with the flight
+// recorder dumped on a fatal error (and at the end when asked; a run that did not configure it
+// dumps nothing), and the leader's report. Returns whether SIGINT stopped the run.
+bool train_and_report(train::Trainer& trainer, const train::TrainConfig& config, bool leader) {
+  if (leader) {
+    warn_at_start(config);
+    std::fflush(stdout);
+  }
+  train::TrainResult result;
   try {
-    train::TrainResult result = trainer.run();
+    result = trainer.run();
     if (comm::parse_flight_dump(config.flight_dump) == comm::FlightDump::Always) comm::flight_recorder().dump("exit");
-    return result;
   } catch (const std::exception& e) {
     comm::flight_recorder().dump("error", e.what());
     throw;
   }
+  if (leader) report(config, result);
+  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
 }
 
 // A sharded run started without mpirun is one rank: when its topology takes more, the refusal
@@ -309,12 +315,8 @@ bool run_pipelined(const train::TrainConfig& config, const TrainArgs& args) {
                count_of(engine.world_size(), "rank"),
                config.shard.topology, config.batch, config.seq_len(), config.grad_accum, steps_of(config, trainer),
                count_of(omp_get_max_threads(), "thread"));
-    warn_at_start(config);
-    std::fflush(stdout);
   }
-  const train::TrainResult result = run_recorded(trainer, config);
-  if (leader) report(config, result);
-  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+  return train_and_report(trainer, config, leader);
 }
 
 // Returns whether an interrupt (SIGINT) stopped the run before its last step.
@@ -355,11 +357,7 @@ bool run_train(const TrainArgs& args) {
     fmt::print("strata train: model {} ({}), batch {} x seq {} x accum {}, steps {}, {}\n",
                config.model_name, model_shape(config.model), config.batch,
                config.seq_len(), config.grad_accum, steps_of(config, trainer), where);
-    warn_at_start(config);
-    std::fflush(stdout);
-    const train::TrainResult result = trainer.run();
-    report(config, result);
-    return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+    return train_and_report(trainer, config, true);
   }
 
   comm::mpi_session();
@@ -401,12 +399,8 @@ bool run_train(const TrainArgs& args) {
                    ? fmt::format("{} a rank, {}", count_of(omp_get_max_threads(), "thread"), isa_name(detected_isa()))
                    : fmt::format("{} in {} a rank", device.name(), config.precision));
     if (!placement.empty()) fmt::print("hosts: {}\n", placement);
-    warn_at_start(config);
-    std::fflush(stdout);
   }
-  const train::TrainResult result = run_recorded(trainer, config);
-  if (leader) report(config, result);
-  return result.preempted && train::PreemptionHandler::requested() == SIGINT;
+  return train_and_report(trainer, config, leader);
 }
 
 CommandRegistrar registrar(10, [](CLI::App& app) {
@@ -421,8 +415,7 @@ CommandRegistrar registrar(10, [](CLI::App& app) {
   cmd->add_flag("--overwrite", args->overwrite, "replace the results of an earlier run in --out");
   cmd->add_flag("--emulate-links", args->emulate_links,
                 "hold every message back to the time the topology's bandwidth and latency give its tier");
-  add_keep_weights_flag(cmd, args->settings);
-  add_sequence_parallel_flag(cmd, args->settings);
+  add_switch_flags(cmd, args->settings);
   cmd->add_flag("--print-schedule", args->print_schedule,
                 "print the step's schedule of collectives, per tier, and exit");
   cmd->add_flag("--json", args->schedule_json,

@@ -76,13 +76,9 @@ void add_setting_flag(CLI::App* cmd, const train::SettingInfo& info, SettingFlag
   flags.flags.push_back(std::move(f));
 }
 
-void add_keep_weights_flag(CLI::App* cmd, SettingFlags& flags) {
+void add_switch_flags(CLI::App* cmd, SettingFlags& flags) {
   cmd->add_flag("--keep-weights-after-forward", flags.keep_weights_after_forward,
                 "keep gathered weights from forward to backward instead of gathering them again");
-}
-
-
-void add_sequence_parallel_flag(CLI::App* cmd, SettingFlags& flags) {
   cmd->add_flag("--sequence-parallel", flags.sequence_parallel,
                 "with --tp: Megatron's sequence parallelism, the norms and residual sums on a 1/tp share of the "
                 "token rows, reduce-scatter and all-gather instead of all-reduce");
@@ -91,8 +87,7 @@ void add_sequence_parallel_flag(CLI::App* cmd, SettingFlags& flags) {
 void add_spec_flags(CLI::App* cmd, SettingFlags& flags) {
   for (const train::SettingInfo& info : train::setting_infos())
     if (train::shapes_spec(info)) add_setting_flag(cmd, info, flags);
-  add_keep_weights_flag(cmd, flags);
-  add_sequence_parallel_flag(cmd, flags);
+  add_switch_flags(cmd, flags);
 }
 
 }  // namespace strata::cli

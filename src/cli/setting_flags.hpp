@@ -32,11 +32,10 @@ struct SettingFlags {
 
 // Registers `info`'s flag on `cmd`: its help, the setting's key and the default a run uses.
 void add_setting_flag(CLI::App* cmd, const train::SettingInfo& info, SettingFlags& flags);
-void add_keep_weights_flag(CLI::App* cmd, SettingFlags& flags);
-void add_sequence_parallel_flag(CLI::App* cmd, SettingFlags& flags);
-// The flags that shape a spec (train::shapes_spec), --keep-weights-after-forward and
-// --sequence-parallel: what
-// `strata plan` takes of `strata train`'s.
+// --keep-weights-after-forward and --sequence-parallel: the spec's switches outside the table.
+void add_switch_flags(CLI::App* cmd, SettingFlags& flags);
+// The flags that shape a spec (train::shapes_spec) and the switches: what `strata plan` takes
+// of `strata train`'s.
 void add_spec_flags(CLI::App* cmd, SettingFlags& flags);
 
 }  // namespace strata::cli

@@ -113,6 +113,12 @@ BpeFiles find_files(const fs::path& dir) {
   return files;
 }
 
+std::string pcre2_message(int error_code) {
+  std::array<PCRE2_UCHAR, 256> message{};
+  pcre2_get_error_message(error_code, message.data(), message.size());
+  return reinterpret_cast<const char*>(message.data());
+}
+
 // GPT-2's pattern, compiled once per process: compiled PCRE2 code is read-only, so encode()
 // in several threads may share it, each call with match data of its own.
 const pcre2_code* gpt2_pattern() {
@@ -122,12 +128,8 @@ const pcre2_code* gpt2_pattern() {
     pcre2_code* compiled = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
                                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error_code, &error_offset,
                                          nullptr);
-    if (!compiled) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(error_code, message.data(), message.size());
-      throw Error(fmt::format("tokenizer: PCRE2 cannot compile GPT-2's pattern: {}",
-                              reinterpret_cast<const char*>(message.data())));
-    }
+    if (!compiled)
+      throw Error(fmt::format("tokenizer: PCRE2 cannot compile GPT-2's pattern: {}", pcre2_message(error_code)));
     // Where the JIT is unavailable, matching falls back to the interpreter: same matches, slower.
     pcre2_jit_compile(compiled, PCRE2_JIT_COMPLETE);
     return std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)>(compiled, &pcre2_code_free);
@@ -279,12 +281,8 @@ std::vector<std::int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const 
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   for (std::size_t pos = 0; pos < text.size();) {
     const int rc = pcre2_match(pattern, subject, text.size(), pos, 0, match.get(), nullptr);
-    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(rc, message.data(), message.size());
-      throw Error(fmt::format("tokenizer: pre-tokenizing at byte {}: {}", pos,
-                              reinterpret_cast<const char*>(message.data())));
-    }
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
+      throw Error(fmt::format("tokenizer: pre-tokenizing at byte {}: {}", pos, pcre2_message(rc)));
     const PCRE2_SIZE* span = pcre2_get_ovector_pointer(match.get());
     const std::size_t start = rc < 0 ? text.size() : span[0], end = rc < 0 ? text.size() : span[1];
     if (start > pos) add(text.substr(pos, start - pos));  // bytes no item matches: not UTF-8

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/rng.hpp"
 
 namespace strata::data {
 
@@ -17,12 +18,7 @@ namespace {
 class SplitMix64 {
  public:
   explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() { return splitmix64(state_); }
   // Uniform in [0, range), unbiased (multiply-shift with rejection).
   std::uint64_t below(std::uint64_t range) {
     unsigned __int128 m = static_cast<unsigned __int128>(next()) * range;

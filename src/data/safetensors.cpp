@@ -186,14 +186,9 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path), bytes_(rea
     throw Error(fmt::format("{}: {} bytes after the last tensor's data", name, data_size - cursor));
 }
 
-const SafetensorsEntry* SafetensorsFile::try_find(std::string_view name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
-}
-
 const SafetensorsEntry& SafetensorsFile::find(std::string_view name) const {
-  if (const auto* e = try_find(name)) return *e;
+  for (const auto& e : entries_)
+    if (e.name == name) return e;
   throw Error(fmt::format("{}: no tensor named '{}'", path_.string(), name));
 }
 

@@ -56,7 +56,6 @@ class SafetensorsFile {
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in data order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::filesystem::path& path() const { return path_; }
-  const SafetensorsEntry* try_find(std::string_view name) const;
   const SafetensorsEntry& find(std::string_view name) const;  // throws Error
   std::vector<float> read_f32(std::string_view name) const;   // throws Error unless dtype F32
 

@@ -90,12 +90,7 @@ TokenFile::TokenFile(const std::filesystem::path& path, int vocab_size) : path_(
   }
 }
 
-TokenFile::TokenFile(TokenFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_bytes_(std::exchange(other.map_bytes_, 0)),
-      tokens_(std::exchange(other.tokens_, nullptr)),
-      count_(std::exchange(other.count_, 0)) {}
+TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
 
 TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   if (this != &other) {

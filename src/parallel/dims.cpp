@@ -1,5 +1,8 @@
 #include "parallel/dims.hpp"
 
+#include <functional>
+#include <numeric>
+
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -38,17 +41,15 @@ ParallelDims ParallelDims::model_parallel(const topo::Topology& topology, int te
 }
 
 int ParallelDims::tensor_stride() const {
-  int stride = 1;
-  for (int t = 0; t < tensor_level; ++t) stride *= data_levels[t];
-  return stride;
+  return std::accumulate(data_levels.begin(), data_levels.begin() + tensor_level, 1, std::multiplies<>());
 }
 
 int ParallelDims::data_parallel_rank(int world_rank) const {
   const int stride = tensor_stride();
   const int r = world_rank / (stride * tensor) * stride + world_rank % stride;
   // The stages likewise (above the TP slice's tier): ranks of one stage are the replicas.
-  int pipeline_stride = 1;
-  for (int t = 0; t < pipeline_level; ++t) pipeline_stride *= data_levels[t];
+  const int pipeline_stride =
+      std::accumulate(data_levels.begin(), data_levels.begin() + pipeline_level, 1, std::multiplies<>());
   return r / (pipeline_stride * pipeline) * pipeline_stride + r % pipeline_stride;
 }
 
@@ -67,9 +68,7 @@ topo::Topology ParallelDims::data_parallel_topology(const topo::Topology& physic
 }
 
 int ParallelDims::data_parallel_size() const {
-  int n = 1;
-  for (int s : data_levels) n *= s;
-  return n;
+  return std::accumulate(data_levels.begin(), data_levels.end(), 1, std::multiplies<>());
 }
 
 }  // namespace strata::parallel

@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -54,7 +55,6 @@ struct Hasher {
   }
   void update(const void* p, std::size_t n) { XXH3_64bits_update(state.get(), p, n); }
   std::uint64_t digest() { return XXH3_64bits_digest(state.get()); }
-  std::string hex() { return fmt::format("{:016x}", digest()); }
   void reset() { XXH3_64bits_reset(state.get()); }
 };
 
@@ -78,7 +78,7 @@ class ShardHasher {
   // The whole checksum ("" when not wanted), after the last (partial) block.
   std::string finish() {
     if (in_block_ > 0) end_block();
-    return whole_wanted_ ? whole_.hex() : "";
+    return whole_wanted_ ? digest_hex(whole_.digest()) : "";
   }
   const std::vector<std::uint64_t>& blocks() const { return blocks_; }
 
@@ -249,9 +249,8 @@ std::string checkpoint_name(std::int64_t step) { return fmt::format("step_{:08d}
 std::string rank_file_name(int rank) { return fmt::format("rank{:05d}.bin", rank); }
 
 std::size_t ShardRecord::floats() const {
-  std::size_t n = 0;
-  for (const ArenaRange& r : runs) n += r.end - r.begin;
-  return n;
+  return std::accumulate(runs.begin(), runs.end(), std::size_t{0},
+                         [](std::size_t n, const ArenaRange& r) { return n + (r.end - r.begin); });
 }
 
 std::uint64_t state_digest(const SavedShard& s) {

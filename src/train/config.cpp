@@ -49,28 +49,19 @@ std::int64_t as_int(const std::string& key, const SettingValue& v) {
 }
 
 // Sizes and counts: a value given explicitly must be positive (0 never means "default" there).
-int positive_int(const std::string& key, const SettingValue& v) {
-  std::int64_t i = as_int(key, v);
-  if (i <= 0) throw Error(fmt::format("{} = {}: must be positive", key, i));
-  if (i > std::numeric_limits<int>::max()) throw Error(fmt::format("{} = {}: too large", key, i));
-  return static_cast<int>(i);
+template <class T, std::int64_t kLeast>
+T at_least(const std::string& key, const SettingValue& v) {
+  const std::int64_t i = as_int(key, v);
+  if (i < kLeast)
+    throw Error(fmt::format("{} = {}: must {}", key, i, kLeast > 0 ? "be positive" : "not be negative"));
+  if constexpr (sizeof(T) < sizeof(std::int64_t))
+    if (i > std::numeric_limits<T>::max()) throw Error(fmt::format("{} = {}: too large", key, i));
+  return static_cast<T>(i);
 }
-std::int64_t positive_int64(const std::string& key, const SettingValue& v) {
-  std::int64_t i = as_int(key, v);
-  if (i <= 0) throw Error(fmt::format("{} = {}: must be positive", key, i));
-  return i;
-}
-int non_negative_int(const std::string& key, const SettingValue& v) {
-  std::int64_t i = as_int(key, v);
-  if (i < 0) throw Error(fmt::format("{} = {}: must not be negative", key, i));
-  if (i > std::numeric_limits<int>::max()) throw Error(fmt::format("{} = {}: too large", key, i));
-  return static_cast<int>(i);
-}
-std::int64_t non_negative_int64(const std::string& key, const SettingValue& v) {
-  std::int64_t i = as_int(key, v);
-  if (i < 0) throw Error(fmt::format("{} = {}: must not be negative", key, i));
-  return i;
-}
+constexpr auto positive_int = at_least<int, 1>;
+constexpr auto positive_int64 = at_least<std::int64_t, 1>;
+constexpr auto non_negative_int = at_least<int, 0>;
+constexpr auto non_negative_int64 = at_least<std::int64_t, 0>;
 float as_float(const std::string& key, const SettingValue& v) {
   double d;
   if (auto* f = std::get_if<double>(&v))

@@ -20,9 +20,6 @@ static_assert(std::atomic<int>::is_always_lock_free);
 // the user should know at once that the key press was heard and what a second one does.
 // On a terminal it first clears the progress line.
 const char* g_interrupt_note = "";
-constexpr char kNote[] =
-    "strata: interrupt: stopping after this step (with a checkpoint if --out is set); "
-    "Ctrl-C again aborts at once\n";
 constexpr char kTerminalNote[] =
     "\r\033[Kstrata: interrupt: stopping after this step (with a checkpoint if --out is set); "
     "Ctrl-C again aborts at once\n";
@@ -39,7 +36,7 @@ extern "C" void on_preempt(int sig) {
 
 PreemptionHandler::PreemptionHandler() {
   g_signal.store(0);
-  g_interrupt_note = ::isatty(STDERR_FILENO) == 1 ? kTerminalNote : kNote;
+  g_interrupt_note = ::isatty(STDERR_FILENO) == 1 ? kTerminalNote : kTerminalNote + std::strlen("\r\033[K");
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_preempt;

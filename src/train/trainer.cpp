@@ -68,6 +68,8 @@ Trainer::Trainer(const TrainConfig& config, Engine& engine)
       leader_(engine.rank() == 0),
       out_(config.out_dir),
       dims_(engine.parallel_dims()),
+      tokens_per_step_(static_cast<double>(std::int64_t{config.batch} * config.seq_len() * config.grad_accum *
+                                           dims_.data_parallel_size())),
       train_loader_(config.train_data, config.batch, config.seq_len(), dims_.data_parallel_rank(engine.rank()),
                     dims_.data_parallel_size(), config.seed, config.model.vocab_size) {
   if (!(engine.layout().config() == config_.model))
@@ -261,111 +263,120 @@ fs::path Trainer::save(std::int64_t step) {
   return dir;
 }
 
+void Trainer::note(Progress& progress, const std::string& text) const {
+  if (leader_) progress.note(text);
+}
+
+Trainer::StepDone Trainer::train_step(std::int64_t step, const StepHook& hook, Progress& progress) {
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(config_.batch) * config_.seq_len()), targets(tokens.size());
+  hook.before_step(step, engine_.rank());
+  const auto t0 = Clock::now();
+  const double loss_scale = scaler_.scale();
+  const float grad_scale = 1.0f / static_cast<float>(config_.grad_accum);
+  const float scale = hook.gradient_scale(step, engine_.rank(), grad_scale * static_cast<float>(loss_scale));
+  double loss_sum = 0;
+  for (int micro = 0; micro < config_.grad_accum; ++micro) {
+    train_loader_.next(tokens.data(), targets.data());
+    loss_sum += engine_.micro_step(tokens.data(), targets.data(), scale);
+  }
+  // One collective gives every rank the global loss and whether any rank must stop.
+  const auto [loss, stop] = engine_.all_mean_and_any(loss_sum / config_.grad_accum, stop_request_());
+  const float lr = optim::LrSchedule{config_.lr, config_.min_lr, config_.warmup, config_.steps}.at(step);
+  StepArgs args{lr, step - skipped_steps_, loss_scale, !std::isfinite(loss)};
+  const StepOutcome outcome = engine_.optimizer_step(config_.adamw, args);
+  const double dt = seconds_since(t0);
+  const nlohmann::json report = engine_.step_report();  // traffic and timing of this step
+  // An overflow the scaler can still answer by lowering the scale is its normal work; only
+  // steps it cannot help (no scaling, or the scale already at its floor) make a streak.
+  const bool scaler_absorbs = scaler_.dynamic() && loss_scale > optim::LossScaler::kMinScale;
+  scaler_.update(outcome.applied);
+  if (outcome.applied)
+    skipped_in_a_row_ = 0;
+  else
+    count_skipped(step, loss, outcome.grad_norm, scaler_absorbs, progress);
+  // The first step of an invocation pays for page faults and thread start-up: not timed.
+  if (step > start_step_ + 1 || config_.last_step() == start_step_ + 1) {
+    train_seconds_ += dt;
+    timed_tokens_ += tokens_per_step_;
+  }
+  return {{step, loss, lr, outcome.grad_norm, tokens_per_step_ / dt, std::nullopt, !outcome.applied, loss_scale},
+          report,
+          stop};
+}
+
+void Trainer::count_skipped(std::int64_t step, double loss, double grad_norm, bool scaler_absorbs,
+                            Progress& progress) {
+  ++skipped_steps_;
+  if (!scaler_absorbs) ++skipped_in_a_row_;
+  const fs::path& last_good = last_checkpoint_.empty() ? resumed_from_ : last_checkpoint_;
+  note(progress, fmt::format("step {}: skipped: loss = {}, gradient norm = {}{} ({} in a row)", step, loss,
+                             grad_norm, scaler_.dynamic() ? fmt::format("; loss scale now {}", scaler_.scale()) : "",
+                             skipped_in_a_row_));
+  if (skipped_in_a_row_ >= config_.max_skipped_steps)
+    throw AgreedError(fmt::format("steps {}-{}: loss or gradient norm not finite {} steps in a row "
+                                  "(train.max_skipped_steps = {}); training diverged (try a lower optim.lr); the last "
+                                  "checkpoint is {}",
+                                  step - skipped_in_a_row_ + 1, step, skipped_in_a_row_, config_.max_skipped_steps,
+                                  last_good.empty() ? std::string("none") : last_good.string()));
+}
+
+void Trainer::log_step(const StepMetrics& m, const nlohmann::json& report, double eta_s, Progress& progress) {
+  if (!leader_) return;
+  if (metrics_.is_open()) {
+    nlohmann::json line = m.to_json();
+    line.update(report);
+    metrics_ << line.dump() << "\n";
+    metrics_.flush();
+    if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
+  }
+  progress.update({m.step, config_.steps, config_.last_step(), m.loss, m.lr, m.grad_norm, m.tokens_per_s, eta_s});
+  if (m.val_loss) note(progress, fmt::format("step {}: val loss {:.4f}", m.step, *m.val_loss));
+}
+
+bool Trainer::save_or_stop(std::int64_t step, bool stop, Progress& progress) {
+  if (stop && step < config_.last_step()) {
+    if (!out_.empty()) {
+      last_checkpoint_ = save(step);
+      note(progress,
+           fmt::format("step {}: stop requested (preemption): checkpoint {}", step, last_checkpoint_.string()));
+    } else {
+      note(progress, fmt::format("step {}: stop requested (preemption); no --out, so no checkpoint", step));
+    }
+    return true;
+  }
+  if (!out_.empty() && ((config_.save_every > 0 && step % config_.save_every == 0) || step == config_.last_step())) {
+    last_checkpoint_ = save(step);
+    note(progress, fmt::format("step {}: checkpoint {}", step, last_checkpoint_.string()));
+  }
+  return false;
+}
+
 TrainResult Trainer::run() {
   const auto t_start = Clock::now();
   prepare_output_folder();
-
-  const std::int64_t B = config_.batch, T = config_.seq_len();
-  const std::int64_t last = config_.last_step();
-  const double tokens_per_step = static_cast<double>(B * T * config_.grad_accum * dims_.data_parallel_size());
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T)), targets(tokens.size());
-  const optim::LrSchedule schedule{config_.lr, config_.min_lr, config_.warmup, config_.steps};
-  const float grad_scale = 1.0f / static_cast<float>(config_.grad_accum);
-
   Progress progress(leader_ && Progress::stderr_is_terminal(), config_.log_every);
-  auto note = [&](const std::string& text) {
-    if (leader_) progress.note(text);
-  };
-  if (!resumed_from_.empty()) note(fmt::format("resumed from {} at step {}", resumed_from_.string(), start_step_));
-
-  TrainResult result;
-  double train_seconds = 0, timed_tokens = 0;
-  std::optional<double> last_val;
-  fs::path last_checkpoint;
-  std::int64_t skipped_in_a_row = 0;
+  if (!resumed_from_.empty()) note(progress, fmt::format("resumed from {} at step {}", resumed_from_.string(), start_step_));
   const StepHook& hook = step_hook_ ? *step_hook_ : FaultPlan::from_environment();
+  const std::int64_t last = config_.last_step();
+  TrainResult result;
   const auto t_loop = Clock::now();
   for (std::int64_t step = start_step_ + 1; step <= last; ++step) {
-    hook.before_step(step, engine_.rank());
-    const auto t0 = Clock::now();
-    const double loss_scale = scaler_.scale();
-    const float scale = hook.gradient_scale(step, engine_.rank(), grad_scale * static_cast<float>(loss_scale));
-    double loss_sum = 0;
-    for (int micro = 0; micro < config_.grad_accum; ++micro) {
-      train_loader_.next(tokens.data(), targets.data());
-      loss_sum += engine_.micro_step(tokens.data(), targets.data(), scale);
-    }
-    // One collective gives every rank the global loss and whether any rank must stop.
-    const auto [loss, stop] = engine_.all_mean_and_any(loss_sum / config_.grad_accum, stop_request_());
-    const float lr = schedule.at(step);
-    StepArgs args{lr, step - skipped_steps_, loss_scale, !std::isfinite(loss)};
-    const StepOutcome outcome = engine_.optimizer_step(config_.adamw, args);
-    const double dt = seconds_since(t0);
-    const nlohmann::json report = engine_.step_report();  // traffic and timing of this step
-    // An overflow the scaler can still answer by lowering the scale is its normal work; only
-    // steps it cannot help (no scaling, or the scale already at its floor) make a streak.
-    const bool scaler_absorbs = scaler_.dynamic() && loss_scale > optim::LossScaler::kMinScale;
-    scaler_.update(outcome.applied);
-    if (outcome.applied) {
-      skipped_in_a_row = 0;
-    } else {
-      ++skipped_steps_;
-      if (!scaler_absorbs) ++skipped_in_a_row;
-      const fs::path& last_good = last_checkpoint.empty() ? resumed_from_ : last_checkpoint;
-      if (leader_)
-        progress.note(fmt::format("step {}: skipped: loss = {}, gradient norm = {}{} ({} in a row)", step, loss,
-                                  outcome.grad_norm,
-                                  scaler_.dynamic() ? fmt::format("; loss scale now {}", scaler_.scale()) : "",
-                                  skipped_in_a_row));
-      if (skipped_in_a_row >= config_.max_skipped_steps)
-        throw AgreedError(fmt::format("steps {}-{}: loss or gradient norm not finite {} steps in a row "
-                                "(train.max_skipped_steps = {}); training diverged (try a lower optim.lr); the last "
-                                "checkpoint is {}",
-                                step - skipped_in_a_row + 1, step, skipped_in_a_row, config_.max_skipped_steps,
-                                last_good.empty() ? std::string("none") : last_good.string()));
-    }
-    // The first step of an invocation pays for page faults and thread start-up: not timed.
-    if (step > start_step_ + 1 || last == start_step_ + 1) {
-      train_seconds += dt;
-      timed_tokens += tokens_per_step;
-    }
-
-    StepMetrics m{step, loss, lr, outcome.grad_norm, tokens_per_step / dt, std::nullopt, !outcome.applied, loss_scale};
-    if (val_loader_ && ((config_.val_every > 0 && step % config_.val_every == 0) || step == last)) {
-      m.val_loss = validate();
-      last_val = m.val_loss;
-    }
-    if (leader_) {
-      if (metrics_.is_open()) {
-        nlohmann::json line = m.to_json();
-        line.update(report);
-        metrics_ << line.dump() << "\n";
-        metrics_.flush();
-        if (!metrics_) throw Error(fmt::format("{}: write failed", (out_ / "metrics.jsonl").string()));
-      }
-      const double per_step = seconds_since(t_loop) / static_cast<double>(step - start_step_);
-      progress.update({step, config_.steps, last, loss, lr, outcome.grad_norm, m.tokens_per_s,
-                       per_step * static_cast<double>(last - step)});
-      if (m.val_loss) note(fmt::format("step {}: val loss {:.4f}", step, *m.val_loss));
-    }
-    result.steps.push_back(m);
-    if (stop && step < last) {
-      result.preempted = true;
-      if (!out_.empty()) {
-        last_checkpoint = save(step);
-        note(fmt::format("step {}: stop requested (preemption): checkpoint {}", step, last_checkpoint.string()));
-      } else {
-        note(fmt::format("step {}: stop requested (preemption); no --out, so no checkpoint", step));
-      }
-      break;
-    }
-    if (!out_.empty() && ((config_.save_every > 0 && step % config_.save_every == 0) || step == last)) {
-      last_checkpoint = save(step);
-      note(fmt::format("step {}: checkpoint {}", step, last_checkpoint.string()));
-    }
+    StepDone done = train_step(step, hook, progress);
+    if (val_loader_ && ((config_.val_every > 0 && step % config_.val_every == 0) || step == last))
+      last_val_ = done.metrics.val_loss = validate();
+    const double per_step = seconds_since(t_loop) / static_cast<double>(step - start_step_);
+    log_step(done.metrics, done.report, per_step * static_cast<double>(last - step), progress);
+    result.steps.push_back(done.metrics);
+    result.preempted = save_or_stop(step, done.stop, progress);
+    if (result.preempted) break;
   }
   progress.finish();
+  result.summary = summary(result, seconds_since(t_start));
+  if (leader_ && !out_.empty()) atomic_write_file(out_ / "summary.json", result.summary.dump(2) + "\n");
+  return result;
+}
 
+nlohmann::json Trainer::summary(const TrainResult& result, double elapsed_s) const {
   const double first_loss = !earlier_metrics_.empty() ? earlier_metrics_.front()["loss"].get<double>()
                                                       : result.steps.front().loss;
   const auto& file = train_loader_.file();
@@ -375,7 +386,7 @@ TrainResult Trainer::run() {
                          {"val", config_.val_data.empty() ? nlohmann::json(nullptr) : nlohmann::json(config_.val_data)},
                          {"val_tokens", val_loader_ ? nlohmann::json(val_loader_->file().size()) : nlohmann::json(nullptr)},
                          {"val_batches", val_batches_}};
-  result.summary = {
+  nlohmann::json summary = {
       {"steps", result.steps.back().step},
       {"start_step", start_step_},
       {"resumed_from", resumed_from_.empty() ? nlohmann::json(nullptr) : nlohmann::json(resumed_from_.string())},
@@ -386,24 +397,23 @@ TrainResult Trainer::run() {
       {"skipped_steps", skipped_steps_},
       {"loss_scale", scaler_.scale()},
       {"loss", {{"first", first_loss}, {"final", result.steps.back().loss}}},
-      {"val_loss", last_val ? nlohmann::json(*last_val) : nlohmann::json(nullptr)},
-      {"tokens_per_s", train_seconds > 0 ? timed_tokens / train_seconds : 0.0},
-      {"tokens_per_step", tokens_per_step},
-      {"train_s", train_seconds},
-      {"elapsed_s", seconds_since(t_start)},
+      {"val_loss", last_val_ ? nlohmann::json(*last_val_) : nlohmann::json(nullptr)},
+      {"tokens_per_s", train_seconds_ > 0 ? timed_tokens_ / train_seconds_ : 0.0},
+      {"tokens_per_step", tokens_per_step_},
+      {"train_s", train_seconds_},
+      {"elapsed_s", elapsed_s},
       {"threads", omp_get_max_threads()},
       {"isa", std::string(isa_name(detected_isa()))},
       {"world_size", engine_.world_size()},
       {"model",
        {{"preset", config_.model_name}, {"config", config_.model.to_json()}, {"params", config_.model.num_params()}}},
       {"data", data},
-      {"checkpoint", last_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint.string())},
+      {"checkpoint", last_checkpoint_.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_checkpoint_.string())},
       {"config", config_.to_json()},
       {"version", STRATA_VERSION},
   };
-  result.summary.update(engine_.summary_report());
-  if (leader_ && !out_.empty()) atomic_write_file(out_ / "summary.json", result.summary.dump(2) + "\n");
-  return result;
+  summary.update(engine_.summary_report());
+  return summary;
 }
 
 }  // namespace strata::train

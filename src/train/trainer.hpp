@@ -37,6 +37,7 @@
 #include "train/config.hpp"
 #include "train/engine.hpp"
 #include "train/faults.hpp"
+#include "train/progress.hpp"
 
 namespace strata::train {
 
@@ -87,12 +88,28 @@ class Trainer {
   std::filesystem::path save(std::int64_t step);
   nlohmann::json run_identity() const;
 
+  // run()'s phases: a step's micro-batches and update, a skipped step counted (a streak of them
+  // ends the run), the step's metrics line and progress, the checkpoint it saves (true: a stop
+  // was requested), and the summary at the end.
+  struct StepDone {
+    StepMetrics metrics;
+    nlohmann::json report;  // Engine::step_report()
+    bool stop = false;      // a rank was asked to stop
+  };
+  StepDone train_step(std::int64_t step, const StepHook& hook, Progress& progress);
+  void count_skipped(std::int64_t step, double loss, double grad_norm, bool scaler_absorbs, Progress& progress);
+  void log_step(const StepMetrics& m, const nlohmann::json& report, double eta_s, Progress& progress);
+  bool save_or_stop(std::int64_t step, bool stop, Progress& progress);
+  nlohmann::json summary(const TrainResult& result, double elapsed_s) const;
+  void note(Progress& progress, const std::string& text) const;  // rank 0's
+
   TrainConfig config_;
   Engine& engine_;
   bool leader_;
   std::filesystem::path out_;
   std::optional<FolderLock> out_lock_;  // rank 0's, on out_, for the trainer's life
   parallel::ParallelDims dims_;  // the engine's: data sharding follows the replicas
+  double tokens_per_step_;       // over all replicas and micro-batches
   data::DataLoader train_loader_;
   std::optional<data::DataLoader> val_loader_;
   int val_batches_ = 0;
@@ -107,6 +124,11 @@ class Trainer {
   bool continue_output_ = false;  // resuming into the folder that holds the checkpoint
   std::vector<nlohmann::json> earlier_metrics_;  // lines of the resumed run up to start_step_
   std::ofstream metrics_;
+  // What run() tallies over its steps.
+  double train_seconds_ = 0, timed_tokens_ = 0;  // over the timed steps
+  std::optional<double> last_val_;
+  std::filesystem::path last_checkpoint_;
+  std::int64_t skipped_in_a_row_ = 0;
 };
 
 }  // namespace strata::train
