@@ -543,6 +543,7 @@ nlohmann::json memory_json(const shard::StateMemory& memory, std::uint64_t activ
 
 }  // namespace
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Workload, micro_batch, seq, accumulation_steps, flash_attention)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TierCost, busy_s, latency_s, codec_s, under_compute_s, step_phase_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Estimate::NcclOp, purpose, tier, collective, group_size, nodes, bytes_a_call,
                                    calls_a_step, achieved_bus_GBps)
@@ -884,14 +885,12 @@ class PlanContext::EstimateSteps {
                        0,
                        static_cast<double>(op.bytes_sent) / (p.latency_s + p.bandwidth_s) / 1e9,
                        *p.nccl};
-    for (Estimate::NcclOp& seen : e_.nccl_ops)
-      if (seen.purpose == n.purpose && seen.tier == n.tier && seen.group_size == n.group_size &&
-          seen.bytes_a_call == n.bytes_a_call) {
-        seen.calls_a_step += times * calls;
-        return;
-      }
-    n.calls_a_step = times * calls;
-    e_.nccl_ops.push_back(std::move(n));
+    auto seen = std::find_if(e_.nccl_ops.begin(), e_.nccl_ops.end(), [&](const Estimate::NcclOp& s) {
+      return s.purpose == n.purpose && s.tier == n.tier && s.group_size == n.group_size &&
+             s.bytes_a_call == n.bytes_a_call;
+    });
+    if (seen == e_.nccl_ops.end()) seen = e_.nccl_ops.insert(seen, std::move(n));
+    seen->calls_a_step += times * calls;
   }
 
   void drop(const ScheduledOp& op, std::uint64_t times) {
@@ -1129,11 +1128,8 @@ nlohmann::json PlanContext::assumptions() const {
       {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations; "
                  "gathered = the most full-unit buffers alive at once over the micro-batch program (lifetime "
                  "replay) x the largest unit; communication (strata's host executor scratch) is not in the total"},
-      {"micro_batch", workload_.micro_batch},
-      {"seq", workload_.seq},
-      {"accumulation_steps", workload_.accumulation_steps},
-      {"flash_attention", workload_.flash_attention},
       {"left_out", left}};
+  out.update(nlohmann::json(workload_));
   if (calibrated) out["calibration"] = calibration_->to_json();
   return out;
 }
