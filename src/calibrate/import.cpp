@@ -65,11 +65,7 @@ Imported import_measurements(const ImportOptions& o) {
   } else {  // every tier keeps the topology's figures
     cal.topology = topology;
     cal.command = command;
-    for (const std::string& name : target.tiers) {
-      plan::TierCalibration tier;
-      tier.name = name;
-      cal.tiers.push_back(std::move(tier));
-    }
+    for (const std::string& name : target.tiers) cal.tiers.emplace_back().name = name;
   }
   if (!o.gemm_bench.empty())
     plan::set_compute_from_gemms(cal, plan::read_gemm_bench(o.gemm_bench), *target.device, o.gemm_bench);

@@ -60,13 +60,6 @@ double median_of_slowest(int iterations, F&& run) {
   return plan::median(slowest_timings(iterations, run));
 }
 
-// median_of_slowest after one warm-up.
-template <class F>
-double time_slowest(int iterations, F&& run) {
-  run();
-  return median_of_slowest(iterations, run);
-}
-
 template <class F>
 double time_collective(int iterations, F&& run) {
   MPI_Barrier(MPI_COMM_WORLD);
@@ -90,7 +83,6 @@ int repetitions_for(F&& run) {
   const double once = world_max(MPI_Wtime() - t0);
   return std::clamp(static_cast<int>(std::ceil(kMinComputeTiming_s / std::max(once, 1e-9))), 1, 100000);
 }
-
 
 // `timings` timings of `run` repeated repetitions_for(run) times, a run's share of each (after
 // a warm-up of the repeated run), appended to `out` as one pass.
@@ -343,19 +335,16 @@ class ComputeTimer {
   plan::PassTimings step_, adam_, int8_, int4_;
 };
 
-
-// How much slower the model's widest matmul runs while tier t's all-reduces run on the
-// communication thread, queued to outlast it, every group of the tier at once: the median
-// ratio of `iterations` pairs (one pair swings with where the scheduler's slices fall).
+// Sets `tier`'s overlap_slowdown: how much slower the model's widest matmul runs while tier t's
+// all-reduces run on the communication thread, queued to outlast it, every group of the tier at
+// once: the median ratio of `iterations` pairs (one pair swings with where the scheduler's slices fall).
 // Per tier: beside a copy through shared memory the cores are busy moving bytes, beside a
 // transfer over a NIC they mostly wait (the planner applies the factor of the op on the stream).
-// Also the bytes a rank sends in one of those all-reduces: the planner takes the rate the
-// tier's busy all-reduce curve gives that op as the rate beside which compute ran s times
-// slower, and scales an op's slowdown by the bytes a second the op moves against it.
-struct Overlap {
-  double slowdown = 1, all_reduce_bytes = 0;
-};
-Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, const MeasureOptions& o) {
+// And its overlap_all_reduce_bytes, what a rank sends in one of those all-reduces: the planner
+// takes the rate the tier's busy all-reduce curve gives that op as the rate beside which compute
+// ran s times slower, and scales an op's slowdown by the bytes a second the op moves against it.
+void overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, const MeasureOptions& o,
+                      plan::TierCalibration& tier) {
   Matmul wide(widest_matmul(o));
   const int reps = repetitions_for([&] { wide.run(); });
   auto run_reps = [&] {
@@ -365,9 +354,10 @@ Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, cons
   };
   comm::Collectives& group = tier_group(comms, t);
   SweepBuffers b(overlap_bytes(o), group.size());
-  const double sent = world_mean(static_cast<double>(
-      sent_on_tier(ctx, t, [&] { b.run(group, Collective::AllReduce); }).bytes_sent));
-  const double one_s = time_slowest(o.iterations, [&] { b.run(group, Collective::AllReduce); });
+  auto all_reduce = [&] { b.run(group, Collective::AllReduce); };
+  const double sent = world_mean(static_cast<double>(sent_on_tier(ctx, t, all_reduce).bytes_sent));
+  all_reduce();  // a warm-up
+  const double one_s = median_of_slowest(o.iterations, all_reduce);
   std::vector<double> ratios;
   for (int trial = 0; trial < o.iterations; ++trial) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -382,7 +372,8 @@ Overlap overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, cons
     for (comm::Work& w : inflight) w.wait();
     ratios.push_back(world_max(beside) / alone);
   }
-  return {std::max(1.0, plan::median(ratios)), sent};
+  tier.overlap_slowdown = std::max(1.0, plan::median(ratios));
+  tier.overlap_all_reduce_bytes = sent;
 }
 
 }  // namespace
@@ -448,11 +439,7 @@ Measured measure(const MeasureOptions& o) {
   calibrate_under_compute(ctx, comms, cal, o);
   compute.time_pass();
   cal.compute = compute.fit();
-  for (int t = 0; t < topology.num_tiers(); ++t) {
-    const Overlap overlap = overlap_slowdown(ctx, comms, t, o);
-    cal.tiers[t].overlap_slowdown = overlap.slowdown;
-    cal.tiers[t].overlap_all_reduce_bytes = overlap.all_reduce_bytes;
-  }
+  for (int t = 0; t < topology.num_tiers(); ++t) overlap_slowdown(ctx, comms, t, o, cal.tiers[t]);
   // Kept beside the per-tier factors: the file's one factor for every tier (the outermost's).
   cal.compute->overlap_slowdown = cal.tiers.back().overlap_slowdown;
   return {std::move(cal), compute.pass_ratios()};

@@ -155,7 +155,7 @@ class Fields {
   const std::string& where() const { return where_; }
   std::string at(std::string_view field) const { return fmt::format("{}{}{}", where_, separator_, field); }
 
-  void only(std::initializer_list<std::string_view> known) const {
+  void only(const std::vector<std::string_view>& known) const {
     for (auto&& [key, node] : table_)
       if (std::find(known.begin(), known.end(), key.str()) == known.end())
         throw Error(fmt::format("{}: unknown field (fields: {})", at(key.str()), fmt::join(known, ", ")));
@@ -167,13 +167,10 @@ class Fields {
     return *n;
   }
   double number(std::string_view field) const {
-    const toml::node& n = node(field);
-    double v = 0;
-    if (const auto* i = n.as_integer()) v = static_cast<double>(i->get());
-    else if (const auto* d = n.as_floating_point()) v = d->get();
-    else throw Error(fmt::format("{}: must be a number", at(field)));
-    if (!std::isfinite(v)) throw Error(fmt::format("{} = {}: must be finite", at(field), v));
-    return v;
+    const std::optional<double> v = as_number(node(field));
+    if (!v) throw Error(fmt::format("{}: must be a number", at(field)));
+    if (!std::isfinite(*v)) throw Error(fmt::format("{} = {}: must be finite", at(field), *v));
+    return *v;
   }
   double positive(std::string_view field) const {
     const double v = number(field);
@@ -209,10 +206,7 @@ class Fields {
     if (!a || a->empty()) throw Error(fmt::format("{}: must be a non-empty list of numbers", at(field)));
     std::vector<double> out;
     for (std::size_t i = 0; i < a->size(); ++i) {
-      const toml::node& n = *a->get(i);
-      std::optional<double> v;
-      if (const auto* x = n.as_integer()) v = static_cast<double>(x->get());
-      if (const auto* x = n.as_floating_point()) v = x->get();
+      const std::optional<double> v = as_number(*a->get(i));
       if (!v || !(*v > 0) || !std::isfinite(*v))
         throw Error(fmt::format("{}[{}]: must be a positive number", at(field), i));
       out.push_back(*v);
@@ -221,6 +215,12 @@ class Fields {
   }
 
  private:
+  static std::optional<double> as_number(const toml::node& n) {
+    if (const auto* i = n.as_integer()) return static_cast<double>(i->get());
+    if (const auto* d = n.as_floating_point()) return d->get();
+    return std::nullopt;
+  }
+
   const toml::table& table_;
   std::string where_;
   std::string_view separator_;
@@ -228,19 +228,25 @@ class Fields {
 
 // The measurements a curve was fitted to: equal lists, at least two points.
 void check_points(const Fields& f, std::string_view x_field, const std::vector<double>& x,
-                  const std::vector<double>& y) {
+                  const std::vector<double>& y, std::string_view y_field = "seconds") {
   if (x.size() != y.size() || x.size() < 2)
-    throw Error(fmt::format("{}: {} and seconds must list the same number of points, at least 2 ({} and {})",
-                            f.where(), x_field, x.size(), y.size()));
+    throw Error(fmt::format("{}: {} and {} must list the same number of points, at least 2 ({} and {})", f.where(),
+                            x_field, y_field, x.size(), y.size()));
 }
 
-// A sweep an op is priced at (numbers() has refused what is not positive): its sizes increasing.
+// Sizes a curve is priced between (numbers() has refused what is not positive), increasing.
+void check_increasing(const Fields& f, std::string_view field, const std::vector<double>& sizes,
+                      std::string_view what) {
+  for (std::size_t i = 1; i < sizes.size(); ++i)
+    if (!(sizes[i] > sizes[i - 1]))
+      throw Error(fmt::format("{}[{}] = {}: must be above the size before it ({}): {}, increasing", f.at(field), i,
+                              sizes[i], sizes[i - 1], what));
+}
+
+// A sweep an op is priced at: its sizes increasing.
 void check_sweep(const Fields& f, const std::vector<double>& bytes, const std::vector<double>& seconds) {
   check_points(f, "bytes", bytes, seconds);
-  for (std::size_t i = 1; i < bytes.size(); ++i)
-    if (!(bytes[i] > bytes[i - 1]))
-      throw Error(fmt::format("{}[{}] = {}: must be above the size before it ({}): the sweep's sizes, increasing",
-                              f.at("bytes"), i, bytes[i], bytes[i - 1]));
+  check_increasing(f, "bytes", bytes, "the sweep's sizes");
 }
 
 // bus_GBps always; half_bytes with messages, or neither (a published figure that states only the
@@ -287,13 +293,8 @@ GroupSizeCurve read_group_size_curve(const Fields& tier) {
   else throw Error(fmt::format("{} = '{}': must be nodes or ranks (what sizes count)", f.at("key"), key));
   curve.sizes = f.numbers("sizes");
   curve.bus_GBps = f.numbers("bus_GBps");
-  if (curve.sizes.size() != curve.bus_GBps.size() || curve.sizes.size() < 2)
-    throw Error(fmt::format("{}: sizes and bus_GBps must list the same number of points, at least 2 ({} and {})",
-                            f.where(), curve.sizes.size(), curve.bus_GBps.size()));
-  for (std::size_t i = 1; i < curve.sizes.size(); ++i)
-    if (!(curve.sizes[i] > curve.sizes[i - 1]))
-      throw Error(fmt::format("{}[{}] = {}: must be above the size before it ({}): the group sizes, increasing",
-                              f.at("sizes"), i, curve.sizes[i], curve.sizes[i - 1]));
+  check_points(f, "sizes", curve.sizes, curve.bus_GBps, "bus_GBps");
+  check_increasing(f, "sizes", curve.sizes, "the group sizes");
   return curve;
 }
 
@@ -418,9 +419,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
     std::vector<std::string_view> known{"name",           "group_size", "ranks_sharing", "overlap_slowdown",
                                         "overlap_all_reduce_bytes", "bus_by_group_size"};
     for (Collective k : kCollectives) known.push_back(collective_key(k));
-    for (auto&& [key, node] : *t)
-      if (std::find(known.begin(), known.end(), key.str()) == known.end())
-        throw Error(fmt::format("{}: unknown field (fields: {})", f.at(key.str()), fmt::join(known, ", ")));
+    f.only(known);
     TierCalibration tier;
     tier.name = f.string("name");
     const Fields named_tier(*t, fmt::format("{}[{}] ('{}')", root.at("tiers"), i, tier.name));
@@ -438,8 +437,7 @@ Calibration Calibration::from_toml_string(std::string_view text, std::string_vie
                                   named_tier.at("bus_by_group_size"), collective_key(k)));
       tier.by_group_size = read_group_size_curve(named_tier);
     }
-    for (const TierCalibration& seen : c.tiers)
-      if (seen.name == tier.name) throw Error(fmt::format("{}: name '{}' given twice", f.at("name"), tier.name));
+    if (c.find_tier(tier.name)) throw Error(fmt::format("{}: name '{}' given twice", f.at("name"), tier.name));
     c.tiers.push_back(std::move(tier));
   }
   bool any_curve = false;
@@ -529,13 +527,16 @@ std::string Calibration::to_toml() const {
   return out.str();
 }
 
+// The scalars of a calibrated tier and compute under their own names (not the curves' points).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TierCalibration, name, group_size, ranks_sharing)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ComputeCalibration, peak_gflops, half_gflop, kernel_overhead, overlap_slowdown,
+                                   optimizer_GBps, int8_codec_GBps, int4_codec_GBps, threads, passes, pass_spread)
+
 nlohmann::json Calibration::to_json() const {
   nlohmann::json tiers_json = nlohmann::json::array();
   for (const TierCalibration& t : tiers) {
-    nlohmann::json j{{"name", t.name},
-                     {"group_size", t.group_size},
-                     {"ranks_sharing", t.ranks_sharing},
-                     {"overlap_slowdown", overlap_slowdown(t.name)}};
+    nlohmann::json j = t;
+    j["overlap_slowdown"] = overlap_slowdown(t.name);
     if (t.overlap_all_reduce_bytes > 0) {
       j["overlap_all_reduce_bytes"] = t.overlap_all_reduce_bytes;
       j["overlap_bytes_per_second"] = overlap_bytes_per_second(t.name);
@@ -550,16 +551,7 @@ nlohmann::json Calibration::to_json() const {
   }
   nlohmann::json compute_json = "the device's: peak x compute efficiency, HBM rate, no slowdown";
   if (compute)
-    compute_json = {{"peak_gflops", compute->peak_gflops},
-                    {"half_gflop", compute->half_gflop},
-                    {"kernel_overhead", compute->kernel_overhead},
-                    {"overlap_slowdown", compute->overlap_slowdown},
-                    {"optimizer_GBps", compute->optimizer_GBps},
-                    {"int8_codec_GBps", compute->int8_codec_GBps},
-                    {"int4_codec_GBps", compute->int4_codec_GBps},
-                    {"threads", compute->threads},
-                    {"passes", compute->passes},
-                    {"pass_spread", compute->pass_spread}};
+    compute_json = *compute;
   else if (!gemms.empty())
     compute_json = {{"efficiency", compute_efficiency},
                     {"gemms", gemms.size()},
@@ -598,12 +590,21 @@ const CollectiveCurve& TierCalibration::curve(Collective c) const {
   throw Error(fmt::format("calibration: tier '{}' has no {} curve", name, collective_key(c)));
 }
 
-const TierCalibration& Calibration::tier(std::string_view name) const {
+const TierCalibration* Calibration::find_tier(std::string_view name) const {
   for (const TierCalibration& t : tiers)
-    if (t.name == name) return t;
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::vector<std::string_view> Calibration::tier_names() const {
   std::vector<std::string_view> names;
   for (const TierCalibration& t : tiers) names.push_back(t.name);
-  throw Error(fmt::format("calibration: no tier '{}' (it has {})", name, fmt::join(names, ", ")));
+  return names;
+}
+
+const TierCalibration& Calibration::tier(std::string_view name) const {
+  if (const TierCalibration* t = find_tier(name)) return *t;
+  throw Error(fmt::format("calibration: no tier '{}' (it has {})", name, fmt::join(tier_names(), ", ")));
 }
 
 double Calibration::overlap_slowdown(std::string_view name) const {
@@ -630,17 +631,11 @@ double Calibration::compute_slowdown(std::string_view name, double bytes_per_sec
 }
 
 void Calibration::check_covers(const topo::Topology& t, std::string_view origin) const {
-  for (const topo::Tier& tier : t.tiers()) {
-    bool found = false;
-    for (const TierCalibration& c : tiers) found = found || c.name == tier.name;
-    if (!found) {
-      std::vector<std::string_view> names;
-      for (const TierCalibration& c : tiers) names.push_back(c.name);
+  for (const topo::Tier& tier : t.tiers())
+    if (!find_tier(tier.name))
       throw Error(fmt::format("{}: tiers: no tier '{}' of topology '{}' (calibrated: {}); calibrate on this "
                               "topology",
-                              origin, tier.name, t.name(), fmt::join(names, ", ")));
-    }
-  }
+                              origin, tier.name, t.name(), fmt::join(tier_names(), ", ")));
 }
 
 std::vector<std::string> group_size_notes(const Calibration* calibration, const topo::Topology& topology) {

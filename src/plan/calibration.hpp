@@ -130,8 +130,7 @@ struct ComputeCalibration {
 
 // The timings of one compute measurement, taken in passes spread over a calibration run: a
 // spell of slow machine (a busy neighbour on a shared host) that covers one pass does not set
-// the figure, as it did when compute was timed once (docs/plan-vs-measured.md, run 30: one
-// calibration's matmuls at 12.0 GFLOP/s where eleven others gave 18.4-25.7).
+// the figure.
 struct PassTimings {
   std::vector<std::vector<double>> passes;  // seconds of each timing, a vector a pass
 
@@ -189,6 +188,8 @@ struct Calibration {
 
   // The tier of this name; throws Error naming the calibration's tiers when it has none.
   const TierCalibration& tier(std::string_view name) const;
+  const TierCalibration* find_tier(std::string_view name) const;  // nullptr when it has none
+  std::vector<std::string_view> tier_names() const;
   // How much slower compute runs beside an op of this tier: its own factor, else compute's
   // (1 without a compute calibration).
   double overlap_slowdown(std::string_view tier) const;

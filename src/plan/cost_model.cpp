@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "plan/names.hpp"
 
 namespace strata::plan {
 
@@ -42,11 +43,7 @@ shard::ShardSpec strategy_spec(std::string_view given, const topo::Topology& top
 
 namespace {
 
-struct GranularityName {
-  Granularity granularity;
-  std::string_view name;
-};
-constexpr GranularityName kGranularities[] = {
+constexpr Named<Granularity> kGranularities[] = {
     {Granularity::Unit, "unit"},
     {Granularity::DeepSpeed, "deepspeed"},
     {Granularity::DeepSpeedTensors, "deepspeed-tensors"},
@@ -58,20 +55,12 @@ constexpr GranularityName kGranularities[] = {
 
 Granularity parse_granularity(std::string_view text) {
   if (text == "fsdp") return Granularity::Unit;
-  std::vector<std::string_view> names;
-  for (const GranularityName& g : kGranularities) {
-    if (g.name == text) return g.granularity;
-    names.push_back(g.name);
-  }
+  if (const Granularity* g = value_of(kGranularities, text)) return *g;
   throw Error(fmt::format("--granularity '{}': expected {} (fsdp is unit: one collective a wrapped block)", text,
-                          fmt::join(names, ", ")));
+                          fmt::join(names_of(kGranularities), ", ")));
 }
 
-std::string_view granularity_name(Granularity g) {
-  for (const GranularityName& n : kGranularities)
-    if (n.granularity == g) return n.name;
-  return "?";
-}
+std::string_view granularity_name(Granularity g) { return name_of(kGranularities, g); }
 
 std::string_view granularity_means(Granularity g) {
   switch (g) {
@@ -169,11 +158,7 @@ void Workload::validate(const ModelShape& model) const {
 
 namespace {
 
-struct PurposeFlag {
-  Purpose purpose;
-  std::string_view flag;
-};
-constexpr PurposeFlag kPurposeFlags[] = {
+constexpr Named<Purpose> kPurposeFlags[] = {
     {Purpose::WeightGatherForward, "weight-gather-forward"},
     {Purpose::WeightGatherBackward, "weight-gather-backward"},
     {Purpose::GradReduce, "grad-reduce"},
@@ -188,24 +173,16 @@ constexpr PurposeFlag kPurposeFlags[] = {
 
 }  // namespace
 
-std::string_view purpose_flag(Purpose p) {
-  for (auto& f : kPurposeFlags)
-    if (f.purpose == p) return f.flag;
-  return "?";
-}
+std::string_view purpose_flag(Purpose p) { return name_of(kPurposeFlags, p); }
 
 LeaveOut parse_leave_out(std::string_view text, const topo::Topology& topology) {
   const std::size_t at = text.find('@');
   const std::string_view name = text.substr(0, at);
-  LeaveOut out{};
-  bool found = false;
-  std::vector<std::string_view> flags;
-  for (auto& f : kPurposeFlags) {
-    flags.push_back(f.flag);
-    if (f.flag == name) out.purpose = f.purpose, found = true;
-  }
-  if (!found)
-    throw Error(fmt::format("--leave-out '{}': unknown collective '{}' (known: {})", text, name, fmt::join(flags, ", ")));
+  const Purpose* purpose = value_of(kPurposeFlags, name);
+  if (!purpose)
+    throw Error(fmt::format("--leave-out '{}': unknown collective '{}' (known: {})", text, name,
+                            fmt::join(names_of(kPurposeFlags), ", ")));
+  LeaveOut out{*purpose, {}};
   if (at != std::string_view::npos) {
     out.tier = std::string(text.substr(at + 1));
     if (!topology.find_tier(out.tier))
@@ -566,68 +543,48 @@ nlohmann::json memory_json(const shard::StateMemory& memory, std::uint64_t activ
 
 }  // namespace
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Workload, micro_batch, seq, accumulation_steps, flash_attention)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TierCost, busy_s, latency_s, codec_s, under_compute_s, step_phase_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Estimate::NcclOp, purpose, tier, collective, group_size, nodes, bytes_a_call,
+                                   calls_a_step, achieved_bus_GBps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Estimate, strategy, world_size, device_memory_bytes, fits, tokens_per_step,
+                                   compute_s, recompute_matmul_s, recompute_memory_bound_s, overlap_slowdown_s,
+                                   optimizer_s, step_time_s, tokens_per_s, tflops_per_device, mfu, hfu, left_out,
+                                   tensor_parallel, pipeline_stages, tp_allreduce_s, pp_p2p_s, pp_bubble_s,
+                                   pp_bubble_fraction)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Estimate::PeerTerms, peer, serial_reduction_s, hidden_param_gather_s, tp_hidden_s,
+                                   copy_s)
+
 nlohmann::json Estimate::to_json() const {
   nlohmann::json bytes = nlohmann::json::object(), time = nlohmann::json::object();
   for (const TierCost& t : tiers) {
     bytes[t.traffic.tier] = {{"bytes_sent", t.traffic.bytes_sent},
                              {"bytes_received", t.traffic.bytes_received},
                              {"messages", t.traffic.messages}};
-    time[t.traffic.tier] = {{"busy_s", t.busy_s},
-                            {"latency_s", t.latency_s},
-                            {"codec_s", t.codec_s},
-                            {"under_compute_s", t.under_compute_s},
-                            {"bandwidth_s", t.busy_s - t.latency_s - t.codec_s - t.under_compute_s},
-                            {"exposed_micro_batch_s", t.exposed_micro_s},
-                            {"step_phase_s", t.step_phase_s}};
+    time[t.traffic.tier] = t;
+    time[t.traffic.tier].update({{"bandwidth_s", t.busy_s - t.latency_s - t.codec_s - t.under_compute_s},
+                                 {"exposed_micro_batch_s", t.exposed_micro_s}});
   }
   nlohmann::json nccl = nlohmann::json::array();
   for (const NcclOp& n : nccl_ops) {
     nlohmann::json call = n.call.to_json();
-    call.update({{"purpose", n.purpose},
-                 {"tier", n.tier},
-                 {"collective", n.collective},
-                 {"group_size", n.group_size},
-                 {"nodes", n.nodes},
-                 {"bytes_a_call", n.bytes_a_call},
-                 {"calls_a_step", n.calls_a_step},
-                 {"achieved_bus_GBps", n.achieved_bus_GBps}});
+    call.update(nlohmann::json(n));
     nccl.push_back(std::move(call));
   }
-  nlohmann::json out = {{"strategy", strategy},
-          {"spec", spec.to_json()},
-          {"nccl_calls", nccl},
-          {"world_size", world_size},
-          {"bytes_per_step", bytes},
-          {"comm_time_per_step", time},
-          {"memory_bytes", memory_json(memory, activation_bytes, total_memory_bytes)},
-          {"device_memory_bytes", device_memory_bytes},
-          {"fits", fits},
-          {"memory_verdict", memory_verdict()},
-          {"tokens_per_step", tokens_per_step},
-          {"compute_s", compute_s},
-          {"recompute_matmul_s", recompute_matmul_s},
-          {"recompute_memory_bound_s", recompute_memory_bound_s},
-          {"exposed_micro_batch_comm_s", exposed_micro_s},
-          {"overlap_slowdown_s", overlap_slowdown_s},
-          {"step_phase_comm_s", step_comm_s},
-          {"optimizer_s", optimizer_s},
-          {"step_time_s", step_time_s},
-          {"tokens_per_s", tokens_per_s},
-          {"tflops_per_device", tflops_per_device},
-          {"mfu", mfu},
-          {"hfu", hfu},
-          {"left_out", left_out},
-          {"tensor_parallel", tensor_parallel},
-          {"pipeline_stages", pipeline_stages},
-          {"tp_allreduce_s", tp_allreduce_s},
-          {"pp_p2p_s", pp_p2p_s},
-          {"pp_bubble_s", pp_bubble_s},
-          {"pp_bubble_fraction", pp_bubble_fraction},
-          {"energy",
-           {{"utilization", utilization},
-            {"power_watts", power_watts},
-            {"joules_per_token", joules_per_token},
-            {"tokens_per_kwh", tokens_per_kwh}}}};
+  nlohmann::json out = *this;  // the scalars under their own names, then the rest
+  out.update({{"spec", spec.to_json()},
+              {"nccl_calls", nccl},
+              {"bytes_per_step", bytes},
+              {"comm_time_per_step", time},
+              {"memory_bytes", memory_json(memory, activation_bytes, total_memory_bytes)},
+              {"memory_verdict", memory_verdict()},
+              {"exposed_micro_batch_comm_s", exposed_micro_s},
+              {"step_phase_comm_s", step_comm_s},
+              {"energy",
+               {{"utilization", utilization},
+                {"power_watts", power_watts},
+                {"joules_per_token", joules_per_token},
+                {"tokens_per_kwh", tokens_per_kwh}}}});
   if (compute_shape) out["compute_shape"] = compute_shape->to_json();
   if (!stages.empty()) {
     nlohmann::json per_stage = nlohmann::json::array();
@@ -641,12 +598,8 @@ nlohmann::json Estimate::to_json() const {
   if (peer) {
     nlohmann::json calls = nlohmann::json::object();
     for (const auto& [purpose, n] : peer->calls_a_step) calls[purpose] = n;
-    out["peer"] = {{"peer", peer->peer},
-                   {"calls_a_step", calls},
-                   {"serial_reduction_s", peer->serial_reduction_s},
-                   {"hidden_param_gather_s", peer->hidden_param_gather_s},
-                   {"tp_hidden_s", peer->tp_hidden_s},
-                   {"copy_s", peer->copy_s}};
+    out["peer"] = *peer;
+    out["peer"]["calls_a_step"] = calls;
   }
   return out;
 }
@@ -715,7 +668,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
   const std::vector<Rerun> rerun = model_.rerun_per_token(workload_.seq, workload_.recompute,
                                                           compute_bytes(workload_.precision));
   // Memory-bound work is priced as Adam is: at the HBM rate, or the calibration's measured one.
-  const double memory_Bps = (measured ? measured->optimizer_GBps : device_.hbm_GBps) * 1e9;
+  memory_GBps_ = measured ? measured->optimizer_GBps : device_.hbm_GBps;
   for (std::size_t u = 0; u < flops.size(); ++u) {
     forward_s_.push_back(measured ? measured->kernel_overhead * measured->matmul_seconds(flops[u] * tokens, matmuls[u])
                                   : flops[u] * tokens / flops_per_s);
@@ -726,7 +679,7 @@ PlanContext::PlanContext(ModelShape model, topo::Topology topology, DeviceFacts 
     else if (rerun[u].matmuls > 0)
       rerun_matmul_s = measured ? measured->matmul_seconds(rerun[u].matmul_flops * tokens, rerun[u].matmuls)
                                 : rerun[u].matmul_flops * tokens / flops_per_s;
-    const double rerun_memory_bound_s = rerun[u].memory_bound_bytes * tokens / memory_Bps;
+    const double rerun_memory_bound_s = rerun[u].memory_bound_bytes * tokens / (memory_GBps_ * 1e9);
     rerun_matmul_s_ += rerun_matmul_s;
     rerun_memory_bound_s_ += rerun_memory_bound_s;
     backward_s_.push_back(2 * forward_s_.back() + rerun_matmul_s + rerun_memory_bound_s);
@@ -770,9 +723,8 @@ class PlanContext::EstimateSteps {
     if (!traits_.copies_on_compute_stream) return;
     const bool gathered = e_.spec.weights != "none", reduced = e_.spec.grads != "none";
     const int cb = compute_bytes(c_.workload_.precision);
-    const double Bps = (calibrated_ && calibrated_->compute ? calibrated_->compute->optimizer_GBps : c_.device_.hbm_GBps) * 1e9;
     for (std::size_t u = 0; u < forward_s_.size(); ++u) {
-      const double one = 2.0 * static_cast<double>(c_.units_.numel[u]) * cb / Bps;
+      const double one = 2.0 * static_cast<double>(c_.units_.numel[u]) * cb / (c_.memory_GBps_ * 1e9);
       const double forward = gathered ? one : 0;
       const double backward = (gathered && e_.spec.free_after_forward ? one : 0) + (reduced ? one : 0);
       forward_s_[u] += forward;
@@ -854,9 +806,7 @@ class PlanContext::EstimateSteps {
     const int cb = compute_bytes(c_.workload_.precision);
     const double os_elements =
         static_cast<double>(schedule_.total_padded()) / schedule_.levels().degree(schedule_.levels().optimizer);
-    const double optimizer_GBps =
-        calibrated_ && calibrated_->compute ? calibrated_->compute->optimizer_GBps : c_.device_.hbm_GBps;
-    e_.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (optimizer_GBps * 1e9);
+    e_.optimizer_s = os_elements * (24.0 + 2.0 * cb) / (c_.memory_GBps_ * 1e9);
 
     e_.compute_s = K_ * mb_.compute_s;
     e_.recompute_matmul_s = K_ * c_.rerun_matmul_s_;
@@ -905,12 +855,10 @@ class PlanContext::EstimateSteps {
   void book_peer_calls(const ScheduledOp& op, int times) {
     // Purposes --leave-out has no flag for (tensor parallelism's) go by the schedule's name.
     const std::string purpose(purpose_flag(op.purpose) == "?" ? shard::to_string(op.purpose) : purpose_flag(op.purpose));
-    for (auto& [seen, n] : e_.peer->calls_a_step)
-      if (seen == purpose) {
-        n += times * calls(op);
-        return;
-      }
-    e_.peer->calls_a_step.emplace_back(purpose, times * calls(op));
+    auto& booked = e_.peer->calls_a_step;
+    auto seen = std::find_if(booked.begin(), booked.end(), [&](const auto& b) { return b.first == purpose; });
+    if (seen == booked.end()) seen = booked.emplace(booked.end(), purpose, 0.0);
+    seen->second += times * calls(op);
   }
 
   // Post-step gathers issued at the next forward (Megatron's --overlap-param-gather): what
@@ -937,14 +885,12 @@ class PlanContext::EstimateSteps {
                        0,
                        static_cast<double>(op.bytes_sent) / (p.latency_s + p.bandwidth_s) / 1e9,
                        *p.nccl};
-    for (Estimate::NcclOp& seen : e_.nccl_ops)
-      if (seen.purpose == n.purpose && seen.tier == n.tier && seen.group_size == n.group_size &&
-          seen.bytes_a_call == n.bytes_a_call) {
-        seen.calls_a_step += times * calls;
-        return;
-      }
-    n.calls_a_step = times * calls;
-    e_.nccl_ops.push_back(std::move(n));
+    auto seen = std::find_if(e_.nccl_ops.begin(), e_.nccl_ops.end(), [&](const Estimate::NcclOp& s) {
+      return s.purpose == n.purpose && s.tier == n.tier && s.group_size == n.group_size &&
+             s.bytes_a_call == n.bytes_a_call;
+    });
+    if (seen == e_.nccl_ops.end()) seen = e_.nccl_ops.insert(seen, std::move(n));
+    seen->calls_a_step += times * calls;
   }
 
   void drop(const ScheduledOp& op, std::uint64_t times) {
@@ -1182,11 +1128,8 @@ nlohmann::json PlanContext::assumptions() const {
       {"memory", "GB = 1e9 bytes; total = weights + secondary + grads + optimizer + gathered + activations; "
                  "gathered = the most full-unit buffers alive at once over the micro-batch program (lifetime "
                  "replay) x the largest unit; communication (strata's host executor scratch) is not in the total"},
-      {"micro_batch", workload_.micro_batch},
-      {"seq", workload_.seq},
-      {"accumulation_steps", workload_.accumulation_steps},
-      {"flash_attention", workload_.flash_attention},
       {"left_out", left}};
+  out.update(nlohmann::json(workload_));
   if (calibrated) out["calibration"] = calibration_->to_json();
   return out;
 }

@@ -279,7 +279,6 @@ class PlanContext {
   const Workload& workload() const { return workload_; }
   const shard::UnitPlan& units() const { return units_; }
   const std::optional<Calibration>& calibration() const { return calibration_; }
-  const std::optional<NcclSystem>& nccl() const { return nccl_; }
   const std::optional<ShapeEfficiency>& shape_efficiency() const { return shape_; }
 
   // The schedule of `spec` on this topology, with the model slice's TP collectives (the
@@ -314,6 +313,7 @@ class PlanContext {
   shard::UnitPlan units_;
   shard::TensorParallelPlan tensor_parallel_;
   std::vector<double> forward_s_, backward_s_;  // per unit, one micro-batch
+  double memory_GBps_ = 0;  // memory-bound work's rate (Adam's): the HBM's, or the calibration's
   double rerun_matmul_s_ = 0, rerun_memory_bound_s_ = 0;  // one micro-batch, all units
 };
 

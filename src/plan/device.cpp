@@ -174,15 +174,9 @@ DeviceFacts resolve_device(const std::optional<DeviceFacts>& preset, std::string
   return d;
 }
 
-nlohmann::json DeviceFacts::to_json() const {
-  return {{"name", name},
-          {"peak_tflops", peak_tflops},
-          {"memory_gb", memory_gb},
-          {"hbm_GBps", hbm_GBps},
-          {"compute_efficiency", compute_efficiency},
-          {"tdp_watts", tdp_watts},
-          {"idle_watts", idle_watts},
-          {"source", source}};
-}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DeviceFacts, name, peak_tflops, memory_gb, hbm_GBps, compute_efficiency, tdp_watts,
+                                   idle_watts, source)
+
+nlohmann::json DeviceFacts::to_json() const { return *this; }
 
 }  // namespace strata::plan

@@ -11,7 +11,6 @@
 
 namespace strata::plan {
 
-
 namespace {
 
 // Where each framework's keys are defined (checked against these; docs/planner.md lists them).
@@ -40,6 +39,14 @@ std::string tier_of(const topo::Topology& t, int levels) { return levels == 0 ? 
 // Every state sharded over the same `levels` tiers (0: replicated), as FSDP, MiCS and HSDP do.
 void shard_all_over(shard::ShardSpec& s, const topo::Topology& t, int levels) {
   s.weights = s.grads = s.optimizer = tier_of(t, levels);
+}
+
+// A framework that reduce-scatters the step's gradients: no all-reduce back to the shard.
+void reduce_scatter_step(FrameworkPlan& p, std::string_view who) {
+  if (!p.spec.step_grad_allreduce) return;
+  p.spec.step_grad_allreduce = false;
+  p.gaps.push_back(
+      fmt::format("{} reduce-scatters the step's gradients; nearest: no all-reduce back to the shard", who));
 }
 
 // The shard layouts each framework names; a layout it cannot name becomes its nearest.
@@ -134,10 +141,7 @@ void fsdp2_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::Topol
   fsdp_layout(p, l, t, "FSDP2");
   shard::ShardSpec& s = p.spec;
   if (s.weights == "none") s.secondary = "none";
-  if (s.step_grad_allreduce) {
-    s.step_grad_allreduce = false;
-    p.gaps.push_back("FSDP2 reduce-scatters the step's gradients; nearest: no all-reduce back to the shard");
-  }
+  reduce_scatter_step(p, "FSDP2");
   if (mp.pp > 1)
     p.gaps.push_back(fmt::format("FSDP2 alone runs no pipeline: the {} stages need torch.distributed.pipelining "
                                  "(torchtitan's --emit torchtitan writes them)",
@@ -158,10 +162,7 @@ void torchtitan_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::
     p.gaps.push_back("torchtitan reduces gradients in float32 (mixed_precision_reduce accepts float32 only); "
                      "nearest: float32 reductions");
   }
-  if (s.step_grad_allreduce) {
-    s.step_grad_allreduce = false;
-    p.gaps.push_back("torchtitan reduce-scatters the step's gradients; nearest: no all-reduce back to the shard");
-  }
+  reduce_scatter_step(p, "torchtitan");
   if (!p.workload.flash_attention) {
     p.workload.flash_attention = true;
     p.gaps.push_back("torchtitan's attention is scaled_dot_product_attention (flash): it keeps no seq x seq "
@@ -438,10 +439,7 @@ FrameworkPlan nearest_plan(Framework framework, const shard::ShardSpec& spec, co
                            const ModelParallel& mp, const topo::Topology& dp_topology) {
   FrameworkPlan p{framework, spec, workload, {}};
   const shard::LevelSpec l = shard::resolve(spec, dp_topology);
-  if (spec.step_grad_allreduce && framework == Framework::DeepSpeed) {
-    p.spec.step_grad_allreduce = false;
-    p.gaps.push_back("DeepSpeed reduce-scatters the step's gradients; nearest: no all-reduce back to the shard");
-  }
+  if (framework == Framework::DeepSpeed) reduce_scatter_step(p, "DeepSpeed");
   switch (framework) {
     case Framework::DeepSpeed: deepspeed_layout(p, l, dp_topology, mp); break;
     case Framework::Fsdp2: fsdp2_layout(p, l, dp_topology, mp); break;

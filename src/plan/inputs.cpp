@@ -41,19 +41,14 @@ DeviceFacts read_device(const PlanFlags& o, const std::optional<DeviceFacts>& pr
 }
 
 Workload read_workload(const PlanFlags& o, const ModelShape& model) {
-  Workload workload;
-  workload.micro_batch = o.micro_batch;
-  workload.seq = o.seq.value_or(model.seq);
-  workload.accumulation_steps = o.accum;
-  workload.recompute = !o.recompute           ? Recompute::None
-                       : o.recompute->empty() ? Recompute::Full
-                                              : parse_recompute(*o.recompute);
-  workload.flash_attention = o.flash_attention;
-  workload.sequence_parallel = o.sequence_parallel;
-  workload.batch_per_device = o.batch_per_device;
-  workload.precision = precision_named(o.precision, "--precision");
-  workload.collectives = shard::parse_composition(o.collectives);
-  workload.granularity = parse_granularity(o.granularity);
+  Workload workload{.micro_batch = o.micro_batch, .seq = o.seq.value_or(model.seq), .accumulation_steps = o.accum,
+                    .recompute = !o.recompute           ? Recompute::None
+                                 : o.recompute->empty() ? Recompute::Full
+                                                        : parse_recompute(*o.recompute),
+                    .flash_attention = o.flash_attention, .sequence_parallel = o.sequence_parallel,
+                    .precision = precision_named(o.precision, "--precision"), .batch_per_device = o.batch_per_device,
+                    .collectives = shard::parse_composition(o.collectives),
+                    .granularity = parse_granularity(o.granularity)};
   if (!o.peer.empty()) {
     workload.peer = parse_peer(o.peer);
     if (o.granularity != "unit")

@@ -125,14 +125,6 @@ std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const paral
   return out;
 }
 
-void add_energy(Estimate& e, const DeviceFacts& device) {
-  if (device.tdp_watts <= 0 || e.step_time_s <= 0) return;
-  e.utilization = std::min(1.0, e.compute_s / e.step_time_s);
-  e.power_watts = device.idle_watts + (device.tdp_watts - device.idle_watts) * e.utilization;
-  e.joules_per_token = e.power_watts * e.world_size / e.tokens_per_s;
-  e.tokens_per_kwh = 3.6e6 / e.joules_per_token;
-}
-
 nlohmann::json model_parallel_assumptions() {
   return {
       {"tensor_parallel",
@@ -173,21 +165,16 @@ nlohmann::json model_parallel_assumptions() {
 
 namespace {
 
-std::vector<PlanContext> stage_contexts(const ModelShape& model, const topo::Topology& dp_topology,
-                                        const DeviceFacts& device, const Workload& workload,
-                                        const parallel::ParallelDims& dims, const std::vector<int>& stage_layers,
-                                        const std::vector<LeaveOut>& leave_out,
-                                        const std::optional<Calibration>& calibration) {
-  std::vector<PlanContext> out;
-  for (int s = 0; s < dims.pipeline; ++s)
-    out.emplace_back(model.slice(dims.tensor, s, dims.pipeline, stage_layers), dp_topology, device, workload,
-                     leave_out, calibration, dims.tensor_level);
-  return out;
+// Device power = idle + (TDP - idle) x utilization, utilization = the share of the step the
+// device computes; J/token = power x devices / tokens a second. Leaves zeros when the TDP is
+// not known.
+void add_energy(Estimate& e, const DeviceFacts& device) {
+  if (device.tdp_watts <= 0 || e.step_time_s <= 0) return;
+  e.utilization = std::min(1.0, e.compute_s / e.step_time_s);
+  e.power_watts = device.idle_watts + (device.tdp_watts - device.idle_watts) * e.utilization;
+  e.joules_per_token = e.power_watts * e.world_size / e.tokens_per_s;
+  e.tokens_per_kwh = 3.6e6 / e.joules_per_token;
 }
-
-}  // namespace
-
-namespace {
 
 Workload split_workload(Workload w, const ModelParallel& mp) {
   if (w.batch_per_device) {
@@ -208,9 +195,11 @@ ModelParallelPlan::ModelParallelPlan(const ModelShape& model, const topo::Topolo
       device_(device),
       workload_(split_workload(workload, mp)),
       mp_(std::move(mp)),
-      dims_(model_parallel_dims(topology_, mp_)),
-      stages_(stage_contexts(model, dims_.data_parallel_topology(topology_), device, workload_, dims_,
-                             mp_.pp_layers, leave_out, calibration)) {
+      dims_(model_parallel_dims(topology_, mp_)) {
+  const topo::Topology dp_topology = dims_.data_parallel_topology(topology_);
+  for (int s = 0; s < dims_.pipeline; ++s)
+    stages_.emplace_back(model.slice(dims_.tensor, s, dims_.pipeline, mp_.pp_layers), dp_topology, device, workload_,
+                         leave_out, calibration, dims_.tensor_level);
   for (int s = 0; s < mp_.pp; ++s) {
     messages_.push_back(stage_messages(stages_[s].model(), dims_, workload_));
     double seconds = 0;
@@ -284,9 +273,7 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
                                                        std::vector<std::string>& not_compared) const {
   std::vector<RunTraffic> out;
   if (mp_.pp == 1) {
-    for (const TierCost& t : e.tiers)
-      out.push_back({t.traffic.tier, double(t.traffic.bytes_sent), double(t.traffic.bytes_received),
-                     double(t.traffic.messages)});
+    for (const TierCost& t : e.tiers) out.emplace_back(t.traffic.tier).add(t.traffic);
     return out;
   }
   if (runs_pipeline()) {
@@ -295,22 +282,13 @@ std::vector<RunTraffic> ModelParallelPlan::run_traffic(const Estimate& e, const 
     for (int rank = 0; rank < world; ++rank) {
       const RankPipeline p = rank_pipeline(rank, spec);
       const comm::CommStats traffic = shard::scheduled_traffic(p.schedule, p.groups, topology_, rank);
-      for (std::size_t t = 0; t < out.size(); ++t) {
-        out[t].bytes_sent += double(traffic.tiers[t].bytes_sent);
-        out[t].bytes_received += double(traffic.tiers[t].bytes_received);
-        out[t].messages += double(traffic.tiers[t].messages);
-      }
+      for (std::size_t t = 0; t < out.size(); ++t) out[t].add(traffic.tiers[t]);
     }
     for (RunTraffic& t : out) t.bytes_sent /= world, t.bytes_received /= world, t.messages /= world;
     return out;
   }
   RunTraffic mean{topology_.tier(dims_.pipeline_level).name};
-  for (int s = 0; s < mp_.pp; ++s) {
-    const shard::TierTraffic t = pipeline_tier_traffic(s, spec);
-    mean.bytes_sent += double(t.bytes_sent) / mp_.pp;
-    mean.bytes_received += double(t.bytes_received) / mp_.pp;
-    mean.messages += double(t.messages) / mp_.pp;
-  }
+  for (int s = 0; s < mp_.pp; ++s) mean.add(pipeline_tier_traffic(s, spec), mp_.pp);
   for (const TierCost& t : e.tiers)
     if (t.traffic.tier != mean.tier) not_compared.push_back(t.traffic.tier);
   out.push_back(mean);

@@ -66,11 +66,6 @@ struct PipelineMessage {
 std::vector<PipelineMessage> stage_messages(const ModelShape& slice, const parallel::ParallelDims& dims,
                                             const Workload& workload);
 
-// Device power = idle + (TDP - idle) x utilization, utilization = the share of the step the
-// device computes; J/token = power x devices / tokens a second. Leaves zeros when the TDP is
-// not known.
-void add_energy(Estimate& e, const DeviceFacts& device);
-
 // Every stage of one (tp, pp) split of a cluster, ready to price any shard spec.
 class ModelParallelPlan {
  public:
@@ -78,7 +73,6 @@ class ModelParallelPlan {
                     const Workload& workload, ModelParallel mp, const std::vector<LeaveOut>& leave_out = {},
                     const std::optional<Calibration>& calibration = std::nullopt);
 
-  const ModelParallel& model_parallel() const { return mp_; }
   const parallel::ParallelDims& dims() const { return dims_; }
   const topo::Topology& topology() const { return topology_; }  // the physical one
   const topo::Topology& data_parallel_topology() const { return stages_.front().topology(); }
@@ -98,6 +92,12 @@ class ModelParallelPlan {
   struct RunTraffic {
     std::string tier;
     double bytes_sent = 0, bytes_received = 0, messages = 0;
+    template <class Traffic>  // shard:: or comm::TierTraffic, over `ranks`
+    void add(const Traffic& t, double ranks = 1) {
+      bytes_sent += double(t.bytes_sent) / ranks;
+      bytes_received += double(t.bytes_received) / ranks;
+      messages += double(t.messages) / ranks;
+    }
   };
   std::vector<RunTraffic> run_traffic(const Estimate& e, const shard::ShardSpec& spec,
                                       std::vector<std::string>& not_compared) const;

@@ -13,55 +13,34 @@
 #include "model/gpt.hpp"
 #include "model/layout.hpp"
 #include "model/model.hpp"
+#include "plan/names.hpp"
 
 namespace strata::plan {
 
 namespace {
+
+constexpr Named<Recompute::Mode> kRecomputes[] = {
+    {Recompute::None, "none"}, {Recompute::Full, "full"}, {Recompute::SelectiveOp, "selective-op"}};
 
 // Shapes from shared/reference/systems.md ("Model shapes that the papers used") and the
 // models' published configurations: GPT-NeoX uses rotary positions, untied input and output
 // embeddings, LayerNorm and biases; Llama 2 uses rotary positions, RMSNorm, SwiGLU, no
 // biases, untied head, and 8 K/V heads at 70B.
 ModelShape neox(std::string name, int layers, int hidden, int heads) {
-  ModelShape m;
-  m.name = std::move(name);
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = m.kv_heads = heads;
-  m.ffn = 4 * hidden;
-  m.vocab = 50432;
-  m.seq = 2048;
-  return m;
+  return {.name = std::move(name), .layers = layers, .hidden = hidden, .heads = heads, .kv_heads = heads,
+          .ffn = 4 * hidden, .vocab = 50432, .seq = 2048};
 }
 
 ModelShape llama(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
-  ModelShape m;
-  m.name = std::move(name);
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = kv_heads;
-  m.ffn = ffn;
-  m.vocab = 32000;
-  m.seq = 4096;
-  m.mlp = Mlp::SwiGlu;
-  m.norm = Norm::RmsNorm;
-  m.biases = false;
-  return m;
+  return {.name = std::move(name), .layers = layers, .hidden = hidden, .heads = heads, .kv_heads = kv_heads,
+          .ffn = ffn, .vocab = 32000, .seq = 4096, .mlp = Mlp::SwiGlu, .norm = Norm::RmsNorm, .biases = false};
 }
 
 // The shape of one of strata's own trainable configs (either family), kept with it so the
 // plan takes units and activations from the runtime's model.
 ModelShape from_config(std::string name, const model::ModelConfig& c) {
-  ModelShape m;
-  m.name = std::move(name);
-  m.layers = c.n_layer;
-  m.hidden = c.n_embd;
-  m.heads = c.n_head;
-  m.kv_heads = c.kv_heads();
-  m.ffn = c.ffn_size();
-  m.vocab = c.padded_vocab_size;
-  m.seq = c.seq_len;
+  ModelShape m{.name = std::move(name), .layers = c.n_layer, .hidden = c.n_embd, .heads = c.n_head,
+               .kv_heads = c.kv_heads(), .ffn = c.ffn_size(), .vocab = c.padded_vocab_size, .seq = c.seq_len};
   if (c.family == model::Family::Llama) {
     m.mlp = Mlp::SwiGlu;
     m.norm = Norm::RmsNorm;
@@ -129,22 +108,13 @@ std::vector<int> stage_units(const ModelShape& m) {
 }  // namespace
 
 Recompute parse_recompute(std::string_view text) {
-  if (text == "none") return Recompute::None;
-  if (text == "full") return Recompute::Full;
-  if (text == "selective-op") return Recompute::SelectiveOp;
+  if (const Recompute::Mode* r = value_of(kRecomputes, text)) return *r;
   throw Error(fmt::format("--recompute '{}': expected none, full (the default of a bare --recompute: every block's "
                           "forward rerun in backward) or selective-op (torchtitan's per-op selective checkpointing)",
                           text));
 }
 
-std::string_view recompute_name(Recompute r) {
-  switch (r.mode()) {
-    case Recompute::None: return "none";
-    case Recompute::Full: return "full";
-    case Recompute::SelectiveOp: return "selective-op";
-  }
-  return "?";
-}
+std::string_view recompute_name(Recompute r) { return name_of(kRecomputes, r.mode()); }
 
 ModelShape ModelShape::slice(int tp, int stage_index, int num_stages, const std::vector<int>& stage_layers) const {
   auto divides = [&](const char* flag, int degree, const char* field, int value) {
@@ -219,19 +189,10 @@ ModelShape ModelShape::from_hf(const model::HfModel& hf) {
     // strata runs GPT-2: priced from the runtime's layout, as the gpt2-124m preset.
     m = from_config(hf.path, model::to_gpt_config(hf));
   } else {
-    m.name = hf.path;
-    m.layers = hf.layers;
-    m.hidden = hf.hidden;
-    m.heads = hf.heads;
-    m.kv_heads = hf.kv_heads;
-    m.ffn = hf.ffn;
-    m.vocab = hf.vocab;
-    m.seq = hf.seq;
-    m.mlp = hf.swiglu ? Mlp::SwiGlu : Mlp::Gelu;
-    m.norm = hf.layer_norm ? Norm::LayerNorm : Norm::RmsNorm;
-    m.biases = hf.all_biases;
-    m.qkv_biases = hf.qkv_biases;
-    m.tied_head = hf.tied;
+    m = {.name = hf.path, .layers = hf.layers, .hidden = hf.hidden, .heads = hf.heads, .kv_heads = hf.kv_heads,
+         .ffn = hf.ffn, .vocab = hf.vocab, .seq = hf.seq, .mlp = hf.swiglu ? Mlp::SwiGlu : Mlp::Gelu,
+         .norm = hf.layer_norm ? Norm::LayerNorm : Norm::RmsNorm, .biases = hf.all_biases,
+         .qkv_biases = hf.qkv_biases, .tied_head = hf.tied};
   }
   m.source = fmt::format("{} ({})", hf.architecture, hf.path);
   m.notes = hf.notes;
@@ -391,20 +352,16 @@ shard::UnitPlan ModelShape::unit_plan() const {
   }
   p.names.push_back("ln_f");
   p.numel.push_back(static_cast<std::size_t>(norm_params(*this)));
-  if (tied_head) {
-    // The runtime's own order: the head reuses the embedding unit (model/gpt.hpp).
-    model::ModelConfig order_of;
-    order_of.n_layer = layers;
-    p.events = model::unit_event_order(order_of);
-    return p;
-  }
-  p.names.push_back("lm_head");
-  p.numel.push_back(V * h);
-  // Untied head: the runtime's Llama walk (model/llama.cpp), whose embedding is a lookup needed
-  // in forward only and whose final norm and head run together.
+  // The runtime's own order. Tied: the head reuses the embedding unit (model/gpt.hpp).
+  // Untied: the runtime's Llama walk (model/llama.cpp), whose embedding is a lookup needed in
+  // forward only and whose final norm and head run together.
   model::ModelConfig order_of;
-  order_of.family = model::Family::Llama;
   order_of.n_layer = layers;
+  if (!tied_head) {
+    p.names.push_back("lm_head");
+    p.numel.push_back(V * h);
+    order_of.family = model::Family::Llama;
+  }
   p.events = model::unit_event_order(order_of);
   return p;
 }
@@ -580,30 +537,20 @@ std::uint64_t ModelShape::activation_bytes(int micro_batch, int seq_tokens, int 
   return tokens * (stage_layers * saved + block * act_bytes + head);
 }
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelShape, name, layers, hidden, heads, kv_heads, ffn, vocab, seq,
+                                   learned_positions, biases, qkv_biases, source, notes, tied_head, tensor_parallel)
+
 nlohmann::json ModelShape::to_json() const {
-  return {{"name", name},
-          {"layers", layers},
-          {"hidden", hidden},
-          {"heads", heads},
-          {"kv_heads", kv_heads},
-          {"ffn", ffn},
-          {"vocab", vocab},
-          {"seq", seq},
-          {"learned_positions", learned_positions},
-          {"mlp", mlp == Mlp::Gelu ? "gelu" : "swiglu"},
-          {"norm", norm == Norm::LayerNorm ? "layernorm" : "rmsnorm"},
-          {"biases", biases},
-          {"qkv_biases", qkv_biases},
-          {"source", source},
-          {"notes", notes},
-          {"architecture", describe()},
-          {"tied_head", tied_head},
-          {"units_from", gpt ? "model::ParamLayout (as the runtime)" : "shape"},
-          {"tensor_parallel", tensor_parallel},
-          {"pipeline_stage", stage},
-          {"pipeline_stages", stages},
-          {"params", num_params()},
-          {"matmul_params", matmul_params()}};
+  nlohmann::json out = *this;  // the fields under their own names, then what is derived from them
+  out.update({{"mlp", mlp == Mlp::Gelu ? "gelu" : "swiglu"},
+              {"norm", norm == Norm::LayerNorm ? "layernorm" : "rmsnorm"},
+              {"architecture", describe()},
+              {"units_from", gpt ? "model::ParamLayout (as the runtime)" : "shape"},
+              {"pipeline_stage", stage},
+              {"pipeline_stages", stages},
+              {"params", num_params()},
+              {"matmul_params", matmul_params()}});
+  return out;
 }
 
 }  // namespace strata::plan

@@ -75,11 +75,11 @@ struct ModelShape {
   bool tied_head = false;    // LM head reuses the token embedding
   // strata's own models: units come from model::ParamLayout of this config (of its TP split
   // too, which the runtime splits; a pipeline stage's, its units of it).
-  std::optional<model::ModelConfig> gpt;
+  std::optional<model::ModelConfig> gpt{};
   // Where the shape came from when it is not a preset (a Hugging Face config.json: its
   // architecture and path), and what was read there but not priced, each with why.
-  std::string source;
-  std::vector<std::string> notes;
+  std::string source{};
+  std::vector<std::string> notes{};
   // The part one rank holds under model parallelism (docs/planner.md "Tensor and pipeline
   // parallelism"): Megatron splits of every block matrix and vocab-parallel embeddings and
   // LM head over `tensor_parallel` ranks (norms and row-parallel biases replicated), and the
@@ -89,7 +89,7 @@ struct ModelShape {
   // slice's; parameter and model-FLOP counts stay the whole model's.
   int tensor_parallel = 1;
   int stage = 0, stages = 1;
-  std::vector<int> pp_layers;  // --pp-layers: blocks of each stage; empty: equal stages
+  std::vector<int> pp_layers{};  // --pp-layers: blocks of each stage; empty: equal stages
 
   // Presets: gpt-neox-20b, gpt-neox-10b, llama2-7b, llama2-13b, llama2-70b, tinyllama-1.1b, gpt2-124m, and
   // strata's tiny, mini, small, llama-tiny and llama-small (priced from the runtime's layout). Throws Error listing them.

@@ -64,10 +64,6 @@ Collective test_of(const std::string& path, const std::string& named) {
                           path, kPriced));
 }
 
-bool number(std::string_view text, double& out) {
-  return parse_whole(text, out) && std::isfinite(out);
-}
-
 // Column positions in the table, from its header line "# size count type redop root time algbw busbw #wrong ...".
 struct Columns {
   std::size_t count = 0;
@@ -97,7 +93,8 @@ NcclTestsRow read_row(const std::string& where, const std::vector<std::string>& 
                             where, w.size(), c.count));
   auto value = [&](std::size_t i, std::string_view name) {
     double v = 0;
-    if (!number(w[i], v) || v < 0) throw Error(fmt::format("{}: {} '{}' is not a number", where, name, w[i]));
+    if (!parse_whole(w[i], v) || !std::isfinite(v) || v < 0)
+      throw Error(fmt::format("{}: {} '{}' is not a number", where, name, w[i]));
     return v;
   };
   NcclTestsRow r;
@@ -210,11 +207,7 @@ Calibration calibration_from_nccl_tests(const std::vector<NcclTestsLog>& logs, c
   Calibration cal;
   cal.topology = std::move(topology);
   cal.command = std::move(command);
-  for (const std::string& name : tiers) {
-    TierCalibration t;
-    t.name = name;
-    cal.tiers.push_back(std::move(t));
-  }
+  for (const std::string& name : tiers) cal.tiers.emplace_back().name = name;
   TierCalibration& node = cal.tiers[tiers.size() - 2];
   TierCalibration& cluster = cal.tiers.back();
   for (const NcclTestsLog& log : logs) {

@@ -5,16 +5,13 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "plan/names.hpp"
 
 namespace strata::plan {
 
 namespace {
 
-struct PeerName {
-  Peer peer;
-  std::string_view name;
-};
-constexpr PeerName kPeers[] = {
+constexpr Named<Peer> kPeers[] = {
     {Peer::Strata, "strata"},           {Peer::DeepSpeed05, "deepspeed-0.5"}, {Peer::DeepSpeed014, "deepspeed-0.14"},
     {Peer::Fsdp1, "fsdp1"},             {Peer::Fsdp2, "fsdp2"},               {Peer::Megatron, "megatron"},
 };
@@ -47,21 +44,15 @@ GatheredParams block_params(const ModelShape& m) {
 }  // namespace
 
 Peer parse_peer(std::string_view text) {
-  for (const PeerName& p : kPeers)
-    if (p.name == text) return p.peer;
+  if (const Peer* p = value_of(kPeers, text)) return *p;
   throw Error(fmt::format("--peer '{}': unknown (known: {})", text, fmt::join(peer_names(), ", ")));
 }
 
-std::string_view peer_name(Peer peer) {
-  for (const PeerName& p : kPeers)
-    if (p.peer == peer) return p.name;
-  return "?";
-}
+std::string_view peer_name(Peer peer) { return name_of(kPeers, peer); }
 
 std::vector<std::string> peer_names() {
-  std::vector<std::string> out;
-  for (const PeerName& p : kPeers) out.emplace_back(p.name);
-  return out;
+  const std::vector<std::string_view> names = names_of(kPeers);
+  return {names.begin(), names.end()};
 }
 
 PeerTraits peer_traits(Peer peer) {

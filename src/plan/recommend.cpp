@@ -41,79 +41,72 @@ struct Trial {
   std::optional<NamedSpec> strategy;  // empty: the whole search
 };
 
-// One change applied to a trial; false when it does not apply (already so, or impossible).
-using Change = bool (*)(Trial&, std::string& flag, std::string& why);
+// One change applied to a trial: the flag that makes it and why it helps; none when it does
+// not apply (already so, or impossible).
+struct Step {
+  std::string flag, why;
+};
+using Change = std::optional<Step> (*)(Trial&);
 
-bool use_flash(Trial& t, std::string& flag, std::string& why) {
-  if (t.r.workload.flash_attention) return false;
+std::optional<Step> use_flash(Trial& t) {
+  if (t.r.workload.flash_attention) return std::nullopt;
   t.r.workload.flash_attention = true;
-  flag = "--flash-attention";
-  why = "no seq x seq attention probabilities kept";
-  return true;
+  return Step{"--flash-attention", "no seq x seq attention probabilities kept"};
 }
 
-bool recompute_selective(Trial& t, std::string& flag, std::string& why) {
-  if (t.r.workload.recompute != Recompute::None || !t.r.workload.flash_attention) return false;
+std::optional<Step> recompute_selective(Trial& t) {
+  if (t.r.workload.recompute != Recompute::None || !t.r.workload.flash_attention) return std::nullopt;
   t.r.workload.recompute = Recompute::SelectiveOp;
-  flag = "--recompute selective-op";
-  why = "each block keeps its saved matmul outputs only (torchtitan's per-op checkpointing)";
-  return true;
+  return Step{"--recompute selective-op",
+              "each block keeps its saved matmul outputs only (torchtitan's per-op checkpointing)"};
 }
 
-bool recompute_full(Trial& t, std::string& flag, std::string& why) {
-  if (t.r.workload.recompute == Recompute::Full) return false;
+std::optional<Step> recompute_full(Trial& t) {
+  if (t.r.workload.recompute == Recompute::Full) return std::nullopt;
   t.r.workload.recompute = Recompute::Full;
-  flag = "--recompute full";
-  why = "each block keeps its input only and reruns its forward in backward";
-  return true;
+  return Step{"--recompute full", "each block keeps its input only and reruns its forward in backward"};
 }
 
-bool micro_batch_one(Trial& t, std::string& flag, std::string& why) {
+std::optional<Step> micro_batch_one(Trial& t) {
   Workload& w = t.r.workload;
-  if (w.micro_batch == 1) return false;
+  if (w.micro_batch == 1) return std::nullopt;
   w.accumulation_steps *= w.micro_batch;
   w.micro_batch = 1;
-  flag = fmt::format("--micro-batch 1 --accum {}", w.accumulation_steps);
-  why = "one sequence's activations at a time, the same global batch";
-  return true;
+  return Step{fmt::format("--micro-batch 1 --accum {}", w.accumulation_steps),
+              "one sequence's activations at a time, the same global batch"};
 }
 
 // A strategy's weight shard held and gathered as int8 (a search tries it already).
-bool int8_weights(Trial& t, std::string& flag, std::string& why) {
-  if (!t.strategy || t.strategy->spec.weights == "none" || t.strategy->spec.weight_wire == DType::I8) return false;
+std::optional<Step> int8_weights(Trial& t) {
+  if (!t.strategy || t.strategy->spec.weights == "none" || t.strategy->spec.weight_wire == DType::I8)
+    return std::nullopt;
   t.strategy->spec.weight_wire = DType::I8;
-  flag = "--weight-wire int8";
-  why = "the weight shard held and gathered as int8 (ZeRO++'s qwZ)";
-  return true;
+  return Step{"--weight-wire int8", "the weight shard held and gathered as int8 (ZeRO++'s qwZ)"};
 }
 
 // A strategy's tensor parallelism doubled (a search tries every split already).
-bool more_tp(Trial& t, std::string& flag, std::string& why) {
-  if (!t.strategy) return false;
+std::optional<Step> more_tp(Trial& t) {
+  if (!t.strategy) return std::nullopt;
   ModelParallel mp = t.strategy->mp;
   mp.tp *= 2;
   try {
     t.r.model.slice(mp.tp, 0, mp.pp);
     model_parallel_dims(t.r.topology, mp);
   } catch (const Error&) {
-    return false;  // the heads or the tier do not divide
+    return std::nullopt;  // the heads or the tier do not divide
   }
   t.strategy->mp = mp;
-  flag = fmt::format("--tp {}", mp.tp);
-  why = "every block split over more ranks";
-  return true;
+  return Step{fmt::format("--tp {}", mp.tp), "every block split over more ranks"};
 }
 
-bool double_nodes(Trial& t, std::string& flag, std::string& why) {
+std::optional<Step> double_nodes(Trial& t) {
   const int nodes = 2 * nodes_of(t.r.topology);
   try {
     t.r.topology.resolve(t.r.topology.world_size_for_nodes(nodes));
   } catch (const Error&) {
-    return false;  // the topology holds no more nodes
+    return std::nullopt;  // the topology holds no more nodes
   }
-  flag = fmt::format("--nodes {}", nodes);
-  why = "states sharded over twice the ranks";
-  return true;
+  return Step{fmt::format("--nodes {}", nodes), "states sharded over twice the ranks"};
 }
 
 // The best plan that fits after the changes, or the one needing least memory.
@@ -142,13 +135,13 @@ std::vector<FitChange> ladder(Trial t) {
   std::vector<FitChange> out;
   std::vector<std::string> flags;
   for (Change change : kLadder) {
-    std::string flag, why;
-    if (!change(t, flag, why)) continue;
-    const std::string kind = flag.substr(0, 3);
+    const std::optional<Step> step = change(t);
+    if (!step) continue;
+    const std::string kind = step->flag.substr(0, 3);
     if (!flags.empty() && flags.back().substr(0, 3) == kind) flags.pop_back();
-    flags.push_back(flag);
+    flags.push_back(step->flag);
     const std::optional<Estimate> best = evaluate(t);
-    out.push_back({flags, why, best && best->fits, best});
+    out.push_back({flags, step->why, best && best->fits, best});
     if (out.back().fits) break;
   }
   return out;

@@ -334,9 +334,8 @@ std::vector<std::string> calibrated_override_notes(const std::vector<std::string
     const bool rate = o.field == "bandwidth_GBps" || o.field == "efficiency" || o.field == "ports" ||
                       o.field == "port_GBps";
     if (!rate && o.field != "latency_us") continue;
-    const auto tier = std::find_if(calibration.tiers.begin(), calibration.tiers.end(),
-                                   [&](const TierCalibration& t) { return t.name == o.tier; });
-    if (tier == calibration.tiers.end()) continue;
+    const TierCalibration* tier = calibration.find_tier(o.tier);
+    if (!tier) continue;
     std::vector<std::string_view> measured, moved;
     for (Collective k : kCollectives) {
       const CollectiveCurve* curve = tier->find(k);

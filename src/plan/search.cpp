@@ -26,6 +26,15 @@ bool same_spec(const ShardSpec& a, const ShardSpec& b) {
          a.step_grad_allreduce == b.step_grad_allreduce;
 }
 
+// The search space's fixed settings.
+void apply_space(ShardSpec& spec, const SearchSpace& space) {
+  spec.prefetch = space.prefetch;
+  spec.block_size = space.block_size;
+  spec.free_after_forward = space.free_after_forward;
+  spec.bucket_bytes = space.bucket_bytes;
+  spec.first_bucket_bytes = space.first_bucket_bytes;
+}
+
 }  // namespace
 
 double seconds_per_token(const Estimate& e) { return e.step_time_s / e.tokens_per_step; }
@@ -51,11 +60,7 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
   for (const std::string& name : strategy_names()) {
     try {
       ShardSpec p = apply_precision(strategy_spec(name, topology), precision);
-      p.prefetch = space.prefetch;
-      p.block_size = space.block_size;
-      p.free_after_forward = space.free_after_forward;
-      p.bucket_bytes = space.bucket_bytes;
-      p.first_bucket_bytes = space.first_bucket_bytes;
+      apply_space(p, space);
       presets.push_back({name, p});
     } catch (const Error&) {
       // A preset this topology cannot hold (e.g. hsdp on one tier) names nothing here.
@@ -85,11 +90,7 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
               spec.weight_wire = ww;
               spec.grad_wire = gw;
               spec.step_grad_wire = base;
-              spec.prefetch = space.prefetch;
-              spec.block_size = space.block_size;
-              spec.free_after_forward = space.free_after_forward;
-              spec.bucket_bytes = space.bucket_bytes;
-              spec.first_bucket_bytes = space.first_bucket_bytes;
+              apply_space(spec, space);
               std::string name = "custom";
               for (const NamedSpec& p : presets)
                 if (same_spec(p.spec, spec)) {
@@ -220,22 +221,20 @@ std::string sweep_svg(const std::vector<SweepSeries>& series, const std::string&
   Chart speed{"TFLOP/s per device\n" + title, "devices", "model TFLOP/s per device", true, {}};
   Chart bytes{"Bytes a rank sends over '" + outer_tier + "' per optimizer step\n" + title, "devices", "GB per rank per step",
               true, {}};
-  for (const SweepSeries& s : series) {
-    Series a{s.strategy, {}, {}, {}}, b{s.strategy, {}, {}, {}}, c{s.strategy, {}, {}, {}};
+  // A strategy's line on `chart`: `y` of each point against its devices, hollow where it does not fit.
+  auto add = [](Chart& chart, const SweepSeries& s, auto y) {
+    Series line{s.strategy, {}, {}, {}};
     for (const SweepPoint& p : s.points) {
-      c.x.push_back(p.estimate.world_size);
-      c.y.push_back(p.estimate.tokens_per_s / p.estimate.world_size);
-      c.hollow.push_back(!p.estimate.fits);
-      a.x.push_back(p.estimate.world_size);
-      a.y.push_back(p.estimate.tflops_per_device);
-      a.hollow.push_back(!p.estimate.fits);
-      b.x.push_back(p.estimate.world_size);
-      b.y.push_back(static_cast<double>(p.estimate.bytes_on(outer_tier)) / 1e9);
-      b.hollow.push_back(!p.estimate.fits);
+      line.x.push_back(p.estimate.world_size);
+      line.y.push_back(y(p.estimate));
+      line.hollow.push_back(!p.estimate.fits);
     }
-    tokens.series.push_back(std::move(c));
-    speed.series.push_back(std::move(a));
-    bytes.series.push_back(std::move(b));
+    chart.series.push_back(std::move(line));
+  };
+  for (const SweepSeries& s : series) {
+    add(tokens, s, [](const Estimate& e) { return e.tokens_per_s / e.world_size; });
+    add(speed, s, [](const Estimate& e) { return e.tflops_per_device; });
+    add(bytes, s, [&](const Estimate& e) { return static_cast<double>(e.bytes_on(outer_tier)) / 1e9; });
   }
   return svg_document({tokens, speed, bytes}, "open markers: does not fit in device memory; strata plan (cost model of "
                                       "the runtime's schedule, docs/planner.md)");
