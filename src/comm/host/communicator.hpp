@@ -60,8 +60,6 @@ class Communicator final : public MpiGroup {
   // other traffic on it. `comm` itself stays owned by the caller.
   Communicator(Context& ctx, MPI_Comm comm, std::string name);
   ~Communicator() override;
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
 
   Context& context() { return ctx_; }
   // The outermost tier a message from this rank to `member` crosses.
