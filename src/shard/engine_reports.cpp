@@ -69,21 +69,18 @@ nlohmann::json ShardedEngine::summary_report() {
   nlohmann::json scheduled = nlohmann::json::object();
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
-  return {{"strategy", schedule_.spec().preset},
-          {"shard_spec", schedule_.spec().to_json()},
-          {"world_size", world_size()},
-          {"tensor_parallel", dims_.tensor},
-          {"topology", schedule_.topology().to_json()},
-          {"link_emulation", ctx_.emulation().enabled},
-          {"comm",
-           {{"per_step", measured["per_step"]},
-            {"scheduled_per_step", scheduled},
-            {"steps_measured", measured["steps_measured"]}}},
-          {"compute_s", measured["compute_s"]},
-          {"compute_max_s", measured["compute_max_s"]},
-          {"exposed_comm_s", measured["exposed_comm_s"]},
-          {"memory_bytes", memory_report()},
-          {"recompute", models_.front()->recompute()}};
+  nlohmann::json j = describe();
+  j.update({{"link_emulation", ctx_.emulation().enabled},
+            {"comm",
+             {{"per_step", measured["per_step"]},
+              {"scheduled_per_step", scheduled},
+              {"steps_measured", measured["steps_measured"]}}},
+            {"compute_s", measured["compute_s"]},
+            {"compute_max_s", measured["compute_max_s"]},
+            {"exposed_comm_s", measured["exposed_comm_s"]},
+            {"memory_bytes", memory_report()},
+            {"recompute", models_.front()->recompute()}});
+  return j;
 }
 
 }  // namespace strata::shard
