@@ -63,9 +63,7 @@ nlohmann::json ShardedEngine::memory_report() const {
 }
 
 nlohmann::json ShardedEngine::summary_report() {
-  std::vector<std::string> names;
-  for (auto& t : schedule_.topology().tiers()) names.push_back(t.name);
-  const nlohmann::json measured = measured_summary(step_reports_, names, world_size());
+  const nlohmann::json measured = measured_summary(step_reports_, schedule_.topology().tier_names(), world_size());
   nlohmann::json scheduled = nlohmann::json::object();
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};

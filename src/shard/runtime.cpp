@@ -60,12 +60,9 @@ parallel::ParallelDims build_dims(const parallel::ShardOptions& options, const t
   int level = 0;
   if (!options.tp_tier.empty()) {
     const std::optional<int> t = topology.find_tier(options.tp_tier);
-    if (!t) {
-      std::vector<std::string> names;
-      for (const topo::Tier& x : topology.tiers()) names.push_back(x.name);
+    if (!t)
       throw Error(fmt::format("--tp-tier '{}': unknown tier '{}' (tiers of '{}': {})", options.tp_tier,
-                              options.tp_tier, topology.name(), fmt::join(names, ", ")));
-    }
+                              options.tp_tier, topology.name(), fmt::join(topology.tier_names(), ", ")));
     level = *t;
   }
   return parallel::ParallelDims::model_parallel(topology, options.tp, level, 1, topology.outermost());
