@@ -71,7 +71,7 @@ void run_bench_quant(const BenchQuantOptions& opt) {
   for (int mib : opt.size_mib)
     if (mib <= 0) throw Error(fmt::format("bench quant: --size-mib {} must be positive", mib));
   const Isa isa = opt.isa.empty() ? detected_isa() : parse_isa(opt.isa);
-  if (!quant::isa_usable(isa))
+  if (!isa_available(isa))
     throw Error(fmt::format("bench quant: --isa {}: this CPU cannot run it", opt.isa));
   omp_set_num_threads(opt.threads);
 

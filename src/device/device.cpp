@@ -1,7 +1,9 @@
 #include "device/device.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 
 #include <fmt/format.h>
@@ -42,12 +44,10 @@ void Device::adamw_update_range(const model::ParamLayout& layout, std::size_t be
 
 void Device::copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
 
-void Device::add(float* x, const float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
-}
+void Device::add(float* x, const float* y, std::size_t n) { std::transform(x, x + n, y, x, std::plus<float>()); }
 
 void Device::scale(float* x, std::size_t n, float factor) {
-  for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
+  std::transform(x, x + n, x, [factor](float v) { return v * factor; });
 }
 
 namespace {
@@ -61,17 +61,13 @@ bool is_bf16(DType format) {
 }  // namespace
 
 void Device::to_half(DType format, const float* src, std::size_t n, std::uint16_t* dst) {
-  if (is_bf16(format))
-    for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-  else
-    for (std::size_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
+  if (is_bf16(format)) std::transform(src, src + n, dst, float_to_bf16);
+  else std::transform(src, src + n, dst, float_to_fp16);
 }
 
 void Device::from_half(DType format, const std::uint16_t* src, std::size_t n, float* dst) {
-  if (is_bf16(format))
-    for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
-  else
-    for (std::size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+  if (is_bf16(format)) std::transform(src, src + n, dst, bf16_to_float);
+  else std::transform(src, src + n, dst, fp16_to_float);
 }
 
 // Widening is exact, so this is decode-then-add's bits without the temporary.

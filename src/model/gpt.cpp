@@ -1,63 +1,35 @@
 #include "model/gpt.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <cmath>
-#include <string_view>
 
-#include <fmt/format.h>
-
-#include "base/aligned.hpp"
-#include "base/error.hpp"
 #include "model/kernels.hpp"
 #include "model/team.hpp"
 #include "model/vocab_parallel.hpp"
 
 namespace strata::model {
 
+struct GPT::Layer {
+  float *ln1, *ln1_mean, *ln1_rstd;  // LayerNorm 1 output and statistics
+  float* qkv;                         // [BT, 3C]
+  float* att;                         // [B, NH, T, T] probabilities
+  float* atty;                        // [BT, C] heads' outputs, before c_proj
+  float* res2;                        // [BT, C] x + attention
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float* fch;       // [BT, 4C] c_fc output (GELU input)
+  float* fch_gelu;  // [BT, 4C]
+  float* res3;      // [BT, C] block output
+};
+
 // Activation storage. Everything backward needs is kept per layer (under recomputation only
 // each layer's output; see place()); gradient buffers are reused from layer to layer.
-struct GPT::Impl {
-  struct Layer {
-    float *ln1, *ln1_mean, *ln1_rstd;  // LayerNorm 1 output and statistics
-    float* qkv;                         // [BT, 3C]
-    float* att;                         // [B, NH, T, T] probabilities
-    float* atty;                        // [BT, C] heads' outputs, before c_proj
-    float* res2;                        // [BT, C] x + attention
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float* fch;       // [BT, 4C] c_fc output (GELU input)
-    float* fch_gelu;  // [BT, 4C]
-    float* res3;      // [BT, C] block output
-  };
-
+struct GPT::Impl : HostActivations<GPT::Layer> {
   const Kernels* k = nullptr;
   BlockOffsets block{};
   EmbeddingOffsets embed{};
   FinalNormOffsets lnf_off{};
 
-  AlignedBuffer<float> storage;
-  std::vector<Layer> layers;
-  float *encoded = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  float *logits = nullptr, *lse = nullptr, *losses = nullptr;
-  // Gradients: dres is the residual stream's gradient, walked from the head to the
-  // embeddings; a block also fills dres_mid (after its attention) and dres_in (its input).
-  float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
+  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
   float *dln1 = nullptr, *dln2 = nullptr, *dfch = nullptr, *datty = nullptr, *dqkv = nullptr;
-  // Sequence parallelism: the rank's rows of a norm's output (before its gather) or of a
-  // reduce-scatter's sum, two whole [BT, C] buffers (a row-parallel output before its
-  // reduce-scatter; the gathered residual gradients), and a unit's norm gradients ([4C]) before
-  // their all-reduce.
-  float *sp_rows = nullptr, *sp_whole = nullptr, *sp_whole2 = nullptr, *sp_norm_grads = nullptr;
-  AlignedBuffer<float> attention_scratch;  // T x T per thread
-  std::unique_ptr<VocabParallelLoss> vocab_loss;  // under TP
-
-  void reserve_attention_scratch(int T) {
-    const std::size_t n = static_cast<std::size_t>(T) * T * omp_get_max_threads();
-    if (attention_scratch.size() < n) attention_scratch.resize(n);
-  }
-
-  std::vector<std::int32_t> tokens, targets;
 
   std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, const StageRange& stage,
                     float* base);
@@ -77,9 +49,6 @@ struct GPT::Impl {
   // Team-wide, after both: the matrices' and biases' gradients (not the norms').
   void matrix_grads(const Layer& la, float* g, const float* d_out, const float* d_mid, const Dims& d,
                     const Team& team);
-
-  // The input of block `layer`, also the input of ln_f when layer == n_layer.
-  const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };
 
 // Hands out the activation buffers from `base` (nullptr: only counts) and returns the floats
@@ -202,12 +171,8 @@ GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Ke
   m.embed = embedding_offsets(layout_);
   m.lnf_off = final_norm_offsets(layout_);
   const int N = tp.split.size;
-  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, nullptr));
-  m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, m.storage.data());
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
-  m.tokens.resize(BT);
-  m.targets.resize(BT);
+  m.allocate([&](float* base) { return m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, base); },
+             static_cast<std::size_t>(B_) * T_, N);
 }
 
 std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
@@ -222,12 +187,6 @@ std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); 
 GPT::~GPT() = default;
 
 const float* GPT::logits() const { return impl_->logits; }
-
-// Rows `rows` of y [R, C] += x.
-static void add_rows(float* y, const float* x, int C, Range rows) {
-  for (std::size_t i = static_cast<std::size_t>(rows.begin) * C; i < static_cast<std::size_t>(rows.end) * C; ++i)
-    y[i] += x[i];
-}
 
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;

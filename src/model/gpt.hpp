@@ -78,7 +78,8 @@ class GPT final : public HostModel {
   Block block(int layer);
   HeadBuffers head_buffers();
 
-  struct Impl;  // activations, their gradients, the kernel table; see gpt.cpp
+  struct Layer;  // a block's activations
+  struct Impl;   // activations, their gradients, the kernel table; see gpt.cpp
   std::unique_ptr<Impl> impl_;
 };
 

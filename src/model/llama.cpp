@@ -6,10 +6,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <fmt/format.h>
-
-#include "base/aligned.hpp"
-#include "base/error.hpp"
 #include "model/kernels.hpp"
 #include "model/llama_kernels.hpp"
 #include "model/team.hpp"
@@ -191,11 +187,6 @@ void swiglu_backward(float* dgate, float* dup, const float* dact, const float* g
   }
 }
 
-void add_rows(float* y, const float* x, int C, Range rows) {
-  for (std::size_t i = static_cast<std::size_t>(rows.begin) * C; i < static_cast<std::size_t>(rows.end) * C; ++i)
-    y[i] += x[i];
-}
-
 void rope_tables(const ModelConfig& config, int T, std::vector<float>& cos, std::vector<float>& sin) {
   // Angles in double, as HF's inv_freq = theta^(-2j/hd) times the position.
   const int half = config.head_dim() / 2;
@@ -212,37 +203,27 @@ void rope_tables(const ModelConfig& config, int T, std::vector<float>& cos, std:
 }  // namespace llama_kernels
 using namespace llama_kernels;
 
+struct Llama::Layer {
+  float *xn1, *rstd1;      // attention RMSNorm output and 1/rms per row
+  float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV] (a TP rank's heads); q and k rotated
+  float* att;              // [B, NH, T, T] probabilities
+  float* atty;             // [BT, C] heads' outputs, before o_proj
+  float* res2;             // [BT, C] x + attention
+  float *xn2, *rstd2;      // MLP RMSNorm
+  float *gate, *up, *act;  // [BT, F] each; act = silu(gate) * up
+  float* res3;             // [BT, C] block output
+};
+
 // Activation storage. Everything backward needs is kept per layer; gradient buffers are
 // reused from layer to layer.
-struct Llama::Impl {
-  struct Layer {
-    float *xn1, *rstd1;      // attention RMSNorm output and 1/rms per row
-    float *q, *k, *v;        // [BT, C], [BT, KV], [BT, KV] (a TP rank's heads); q and k rotated
-    float* att;              // [B, NH, T, T] probabilities
-    float* atty;             // [BT, C] heads' outputs, before o_proj
-    float* res2;             // [BT, C] x + attention
-    float *xn2, *rstd2;      // MLP RMSNorm
-    float *gate, *up, *act;  // [BT, F] each; act = silu(gate) * up
-    float* res3;             // [BT, C] block output
-  };
-
+struct Llama::Impl : HostActivations<Llama::Layer> {
   const Kernels* k = nullptr;
   LlamaOffsets off{};
   AttentionShape shape{};
-  AlignedBuffer<float> storage;
-  std::vector<Layer> layers;
   std::vector<float> rope_cos, rope_sin;  // [T, hd/2]
-  float *encoded = nullptr, *xf = nullptr, *rstdf = nullptr;
-  float *logits = nullptr, *lse = nullptr, *losses = nullptr;
-  float *dres = nullptr, *dres_mid = nullptr, *dres_in = nullptr, *dlogits = nullptr;
+  float *xf = nullptr, *rstdf = nullptr;
   float *dxn1 = nullptr, *dxn2 = nullptr, *dtmp = nullptr, *datty = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr, *dact = nullptr, *dgate = nullptr, *dup = nullptr;
-  AlignedBuffer<float> attention_scratch;  // T x T per thread
-  std::vector<std::int32_t> tokens, targets;
-  std::unique_ptr<VocabParallelLoss> vocab_loss;  // under TP
-  // Sequence parallelism (as GPT's, gpt.cpp): the rank's rows of a norm's output or of a
-  // reduce-scatter's sum, two whole [BT, C] buffers, a unit's norm gradients ([2C]).
-  float *sp_rows = nullptr, *sp_whole = nullptr, *sp_whole2 = nullptr, *sp_norm_grads = nullptr;
   int B = 0, T = 0, C = 0, F = 0;  // the micro-batch, the width, this rank's SwiGLU width
 
   // A block's pieces over all B*T rows, shared by the runs with and without sequence
@@ -257,8 +238,6 @@ struct Llama::Impl {
   void attention_backward_input(const Layer& la, const float* p, const float* d_mid, const Team& team);
   // Team-wide, after both: the projections' weight gradients (not the norms').
   void matrix_grads(const Layer& la, float* g, const float* d_out, const float* d_mid, const Team& team);
-
-  const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 
   std::size_t place(const ModelConfig& config, int tp, bool sp, int B, int T, bool recompute, const StageRange& stage,
                     float* base);
@@ -310,12 +289,8 @@ Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, cons
   rope_tables(config, T_, m.rope_cos, m.rope_sin);
 
   m.B = B_, m.T = T_, m.C = config.n_embd, m.F = config.ffn_size() / N;
-  m.storage.resize(m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, nullptr));
-  m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, m.storage.data());
-  const std::size_t BT = static_cast<std::size_t>(B_) * T_;
-  if (N > 1) m.vocab_loss = std::make_unique<VocabParallelLoss>(static_cast<int>(BT), N);
-  m.tokens.resize(BT);
-  m.targets.resize(BT);
+  m.allocate([&](float* base) { return m.place(config, N, sequence_parallel_, B_, T_, recompute_, stage_, base); },
+             static_cast<std::size_t>(B_) * T_, N);
 }
 
 Llama::~Llama() = default;
@@ -431,12 +406,6 @@ HostModel::HeadBuffers Llama::head_buffers() {
   return {*m.k, m.sp_rows, m.xf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
 }
 
-void Llama::reserve_attention_scratch() {
-  Impl& m = *impl_;
-  const std::size_t n = static_cast<std::size_t>(T_) * T_ * omp_get_max_threads();
-  if (m.attention_scratch.size() < n) m.attention_scratch.resize(n);
-}
-
 void Llama::block_forward(int layer, const float* p) {
   if (sequence_parallel_) return block_forward_sequence_parallel(layer, p);
   Impl& m = *impl_;
@@ -530,7 +499,7 @@ void Llama::block_backward(int layer, const float* p, float* g) {
   const float* d_out = m.dres;
   float* d_mid = m.dres_mid;
   float* d_in = m.dres_in;
-  reserve_attention_scratch();
+  m.reserve_attention_scratch(T_);
   // Under TP the gradients of the column-parallel projections' inputs (the norms' outputs) are
   // partial sums over the rank's heads or SwiGLU columns: tp_sum completes them between the regions.
   in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, d_out, team.share(BT)); });
@@ -566,7 +535,7 @@ void Llama::block_backward_sequence_parallel(int layer, const float* p, float* g
   float* d_mid = m.dres_mid;    // the rank's rows; gathered whole into sp_whole2
   float* ng = m.sp_norm_grads;  // attention norm, MLP norm
   std::fill_n(ng, 2 * C, 0.f);
-  reserve_attention_scratch();
+  m.reserve_attention_scratch(T_);
   shards_.gather(d_out, m.sp_whole);
   in_parallel([&](const Team& team) { m.mlp_backward_input(la, p, m.sp_whole, team.share(B_ * T_)); });
   shards_.scatter(m.dxn2, m.sp_rows);

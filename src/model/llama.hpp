@@ -69,10 +69,10 @@ class Llama final : public HostModel {
   void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;
   void block_forward_sequence_parallel(int layer, const float* p);
   void block_backward_sequence_parallel(int layer, const float* p, float* g);
-  void reserve_attention_scratch();
   HeadBuffers head_buffers();
 
-  struct Impl;  // activations, their gradients, rotary tables; see llama.cpp
+  struct Layer;  // a block's activations
+  struct Impl;   // activations, their gradients, rotary tables; see llama.cpp
   std::unique_ptr<Impl> impl_;
 };
 

@@ -105,8 +105,6 @@ std::size_t quantized_bytes(std::size_t n, const QuantSpec& spec) {
   return num_blocks(n, spec) * block_bytes(spec);
 }
 
-bool isa_usable(Isa isa) { return isa_available(isa); }
-
 void quantize(const float* src, std::size_t n, const QuantSpec& spec, std::uint8_t* data, float* scales,
               Isa isa) {
   run_quantize(Source::F32, src, n, spec, data, scales, isa);

@@ -53,8 +53,4 @@ void dequantize_bf16(const std::uint8_t* data, const float* scales, std::size_t 
 void dequantize_add(const std::uint8_t* data, const float* scales, std::size_t n, const QuantSpec& spec,
                     float* dst, Isa isa = detected_isa());
 
-// Whether this module's kernels for `isa` can run here: strata::isa_available(isa), which the
-// functions above check, naming the module, before they run a kernel.
-bool isa_usable(Isa isa);
-
 }  // namespace strata::quant

@@ -63,27 +63,22 @@ nlohmann::json ShardedEngine::memory_report() const {
 }
 
 nlohmann::json ShardedEngine::summary_report() {
-  std::vector<std::string> names;
-  for (auto& t : schedule_.topology().tiers()) names.push_back(t.name);
-  const nlohmann::json measured = measured_summary(step_reports_, names, world_size());
+  const nlohmann::json measured = measured_summary(step_reports_, schedule_.topology().tier_names(), world_size());
   nlohmann::json scheduled = nlohmann::json::object();
   for (auto& t : schedule_.traffic_per_step())
     scheduled[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
-  return {{"strategy", schedule_.spec().preset},
-          {"shard_spec", schedule_.spec().to_json()},
-          {"world_size", world_size()},
-          {"tensor_parallel", dims_.tensor},
-          {"topology", schedule_.topology().to_json()},
-          {"link_emulation", ctx_.emulation().enabled},
-          {"comm",
-           {{"per_step", measured["per_step"]},
-            {"scheduled_per_step", scheduled},
-            {"steps_measured", measured["steps_measured"]}}},
-          {"compute_s", measured["compute_s"]},
-          {"compute_max_s", measured["compute_max_s"]},
-          {"exposed_comm_s", measured["exposed_comm_s"]},
-          {"memory_bytes", memory_report()},
-          {"recompute", models_.front()->recompute()}};
+  nlohmann::json j = describe();
+  j.update({{"link_emulation", ctx_.emulation().enabled},
+            {"comm",
+             {{"per_step", measured["per_step"]},
+              {"scheduled_per_step", scheduled},
+              {"steps_measured", measured["steps_measured"]}}},
+            {"compute_s", measured["compute_s"]},
+            {"compute_max_s", measured["compute_max_s"]},
+            {"exposed_comm_s", measured["exposed_comm_s"]},
+            {"memory_bytes", memory_report()},
+            {"recompute", models_.front()->recompute()}});
+  return j;
 }
 
 }  // namespace strata::shard

@@ -60,12 +60,9 @@ parallel::ParallelDims build_dims(const parallel::ShardOptions& options, const t
   int level = 0;
   if (!options.tp_tier.empty()) {
     const std::optional<int> t = topology.find_tier(options.tp_tier);
-    if (!t) {
-      std::vector<std::string> names;
-      for (const topo::Tier& x : topology.tiers()) names.push_back(x.name);
+    if (!t)
       throw Error(fmt::format("--tp-tier '{}': unknown tier '{}' (tiers of '{}': {})", options.tp_tier,
-                              options.tp_tier, topology.name(), fmt::join(names, ", ")));
-    }
+                              options.tp_tier, topology.name(), fmt::join(topology.tier_names(), ", ")));
     level = *t;
   }
   return parallel::ParallelDims::model_parallel(topology, options.tp, level, 1, topology.outermost());
@@ -109,28 +106,26 @@ ShardedRuntime::ShardedRuntime(const parallel::ShardOptions& options, const mode
   const ShardSpec& spec = run->spec;
   const parallel::ParallelDims& dims = run->dims;
   context_ = std::make_unique<comm::Context>(run->topology, comm::EmulationOptions{options.emulate_links, options.emulate_scale});
+  const int rank = context_->world_rank();
   if (dims.tensor == 1) {
     groups_ = std::make_unique<topo::ProcessGroups>(context_->topology());
-    comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
-    levels_ = tier_collectives(*context_, *groups_, *comms_, device);
-    engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, levels_.levels, spec, accumulation_steps,
-                                              seed, device, recompute, std::nullopt, precision);
-    return;
+  } else {
+    // The ranks of one TP index, in world order, are the data-parallel ranks in order
+    // (dims.hpp): the key keeps that order inside each communicator.
+    MPI_Comm_split(MPI_COMM_WORLD, dims.tensor_rank(rank), rank, &data_parallel_comm_);
+    MPI_Comm_split(MPI_COMM_WORLD, dims.data_parallel_rank(rank), rank, &tensor_parallel_comm_);
+    groups_ = std::make_unique<topo::ProcessGroups>(run->data_parallel, data_parallel_comm_);
   }
-  const int rank = context_->world_rank();
-  // The ranks of one TP index, in world order, are the data-parallel ranks in order
-  // (dims.hpp): the key keeps that order inside each communicator.
-  MPI_Comm_split(MPI_COMM_WORLD, dims.tensor_rank(rank), rank, &data_parallel_comm_);
-  MPI_Comm_split(MPI_COMM_WORLD, dims.data_parallel_rank(rank), rank, &tensor_parallel_comm_);
-  groups_ = std::make_unique<topo::ProcessGroups>(run->data_parallel, data_parallel_comm_);
   comms_ = std::make_unique<comm::TierComms>(*context_, *groups_);
   levels_ = tier_collectives(*context_, *groups_, *comms_, device);
-  tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor_parallel_comm_,
-                                                       fmt::format("tp#{}", dims.data_parallel_rank(rank)));
+  std::optional<TensorParallelism> tp;
+  if (dims.tensor > 1) {
+    tensor_group_ = std::make_unique<comm::Communicator>(*context_, tensor_parallel_comm_,
+                                                         fmt::format("tp#{}", dims.data_parallel_rank(rank)));
+    tp = TensorParallelism{dims, tensor_group_.get(), options.sequence_parallel};
+  }
   engine_ = std::make_unique<ShardedEngine>(config, batch, seq, *context_, levels_.levels, spec, accumulation_steps,
-                                            seed, device, recompute,
-                                            TensorParallelism{dims, tensor_group_.get(), options.sequence_parallel},
-                                            precision);
+                                            seed, device, recompute, tp, precision);
 }
 
 ShardedRuntime::~ShardedRuntime() {

@@ -60,7 +60,7 @@ std::string_view to_string(Purpose p) {
 
 int Schedule::op_id(const ScheduledOp* op) const {
   int base = 0;
-  for (const auto* ops : {&micro_, &tensor_parallel_, &bucket_ops_, &step_}) {
+  for (const auto* ops : {&parts_.micro, &parts_.tensor_parallel, &parts_.bucket_ops, &parts_.step}) {
     if (!ops->empty() && op >= ops->data() && op < ops->data() + ops->size())
       return base + static_cast<int>(op - ops->data());
     base += static_cast<int>(ops->size());
@@ -225,15 +225,6 @@ ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose 
   op.bytes_sent = op.bytes_received = static_cast<std::size_t>(op.messages) * data_bytes(wire, chunk);
   return op;
 }
-
-// What a schedule holds besides its inputs (Schedule's members of the same names).
-struct ScheduleParts {
-  std::vector<ScheduledOp> micro, step, bucket_ops, tensor_parallel;
-  std::vector<std::vector<int>> buckets;
-  MicroBatchProgram training, last_training, eval;
-  MicroBatchProgram halves, last_halves;  // no steps: not cut (Schedule::halves_program)
-  int forward_events = 0;
-};
 
 // Schedule's construction, one method a phase; build() runs them in order, each reading what
 // the ones before it made.
@@ -567,25 +558,14 @@ Schedule::Schedule(UnitPlan units, const topo::Topology& topology, const ShardSp
   const std::size_t align = quantized ? std::lcm<std::size_t>(16, spec.block_size) : 16;
   for (std::size_t n : units_.numel) padded_.push_back(comm::chunk_count(n, world, align) * world);
 
-  ScheduleParts parts = ScheduleBuilder(units_, spec_, levels_, padded_, collectives).build(tp);
-  micro_ = std::move(parts.micro);
-  step_ = std::move(parts.step);
-  bucket_ops_ = std::move(parts.bucket_ops);
-  tensor_parallel_ = std::move(parts.tensor_parallel);
-  buckets_ = std::move(parts.buckets);
-  training_ = std::move(parts.training);
-  last_training_ = std::move(parts.last_training);
-  eval_ = std::move(parts.eval);
-  halves_ = std::move(parts.halves);
-  last_halves_ = std::move(parts.last_halves);
-  forward_events_ = parts.forward_events;
+  parts_ = ScheduleBuilder(units_, spec_, levels_, padded_, collectives).build(tp);
 }
 
 const MicroBatchProgram& Schedule::halves_program(bool last_of_step) const {
-  if (halves_.steps.empty())
+  if (parts_.halves.steps.empty())
     throw Error("shard.free_after_forward = false: a micro-batch's gathered weights kept from its forward to its "
                 "backward cannot be cut into halves with other micro-batches in flight between them");
-  return last_of_step ? last_halves_ : halves_;
+  return last_of_step ? parts_.last_halves : parts_.halves;
 }
 
 int Schedule::peak_buffers(const MicroBatchProgram& program) const {
@@ -604,7 +584,7 @@ int Schedule::peak_buffers(const MicroBatchProgram& program) const {
 
 std::size_t Schedule::scratch_elements() const {
   std::size_t n = 0;
-  for (auto* ops : {&micro_, &step_, &bucket_ops_})
+  for (auto* ops : {&parts_.micro, &parts_.step, &parts_.bucket_ops})
     for (const ScheduledOp& op : *ops)
       if (op.unit >= 0 || op.bucket >= 0) n = std::max({n, op.elements_in, op.elements_out});
   return n;
@@ -627,7 +607,7 @@ std::uint64_t scratch_bytes(std::size_t elements, int block_size, std::size_t al
 }
 
 int Schedule::eval_tensor_parallel_ops() const {
-  return static_cast<int>(std::count_if(tensor_parallel_.begin(), tensor_parallel_.end(),
+  return static_cast<int>(std::count_if(parts_.tensor_parallel.begin(), parts_.tensor_parallel.end(),
                                         [](const ScheduledOp& op) { return op.when == When::Forward; }));
 }
 
@@ -655,10 +635,10 @@ std::vector<TierTraffic> Schedule::traffic_per_step() const {
       out[op.level].messages += times * op.messages;
     }
   };
-  add(micro_, accum_);
-  add(tensor_parallel_, accum_);
-  add(bucket_ops_, 1);
-  add(step_, 1);
+  add(parts_.micro, accum_);
+  add(parts_.tensor_parallel, accum_);
+  add(parts_.bucket_ops, 1);
+  add(parts_.step, 1);
   return out;
 }
 
@@ -697,8 +677,9 @@ StateMemory Schedule::memory_per_rank(int compute_bytes, std::size_t align_bytes
 }
 
 int Schedule::pool_buffers() const {
-  int peak = std::max({peak_buffers(training_), peak_buffers(last_training_), peak_buffers(eval_)});
-  if (!halves_.steps.empty()) peak = std::max({peak, peak_buffers(halves_), peak_buffers(last_halves_)});
+  int peak = std::max({peak_buffers(parts_.training), peak_buffers(parts_.last_training), peak_buffers(parts_.eval)});
+  if (!parts_.halves.steps.empty())
+    peak = std::max({peak, peak_buffers(parts_.halves), peak_buffers(parts_.last_halves)});
   return peak;
 }
 
@@ -752,23 +733,23 @@ nlohmann::json Schedule::to_json() const {
                   {"free_after_forward", spec_.free_after_forward},
                   {"bucket_bytes", spec_.bucket_bytes},
                   {"first_bucket_bytes", spec_.first_bucket_bytes},
-                  {"peak_buffers", peak_buffers(training_)},
+                  {"peak_buffers", peak_buffers(parts_.training)},
                   {"events", events}};
   nlohmann::json buckets = nlohmann::json::array();
-  for (const std::vector<int>& b : buckets_) {
+  for (const std::vector<int>& b : parts_.buckets) {
     nlohmann::json names = nlohmann::json::array();
     for (int u : b) names.push_back(units_.names[u]);
     buckets.push_back(names);
   }
   j["program"]["buckets"] = buckets;
   j["micro_batch_ops"] = nlohmann::json::array();
-  for (auto& op : micro_) j["micro_batch_ops"].push_back(op_json(op, topology_));
+  for (auto& op : parts_.micro) j["micro_batch_ops"].push_back(op_json(op, topology_));
   j["bucket_ops"] = nlohmann::json::array();
-  for (auto& op : bucket_ops_) j["bucket_ops"].push_back(op_json(op, topology_));
+  for (auto& op : parts_.bucket_ops) j["bucket_ops"].push_back(op_json(op, topology_));
   j["tensor_parallel_ops"] = nlohmann::json::array();
-  for (auto& op : tensor_parallel_) j["tensor_parallel_ops"].push_back(op_json(op, topology_));
+  for (auto& op : parts_.tensor_parallel) j["tensor_parallel_ops"].push_back(op_json(op, topology_));
   j["step_ops"] = nlohmann::json::array();
-  for (auto& op : step_) j["step_ops"].push_back(op_json(op, topology_));
+  for (auto& op : parts_.step) j["step_ops"].push_back(op_json(op, topology_));
   nlohmann::json per_tier = nlohmann::json::object();
   for (auto& t : traffic_per_step())
     per_tier[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};
@@ -824,24 +805,24 @@ std::string Schedule::table() const {
                       op.bytes_sent, static_cast<std::uint64_t>(op.messages)});
     s += op_section(title, rows);
   };
-  section("per micro-batch:", micro_);
-  if (!buckets_.empty() && levels_.grads > 0) {
+  section("per micro-batch:", parts_.micro);
+  if (!parts_.buckets.empty() && levels_.grads > 0) {
     section("per optimizer step, in the last micro-batch's backward (each unit's right behind its gradient reduction):",
-            bucket_ops_);
-  } else if (!buckets_.empty()) {
+            parts_.bucket_ops);
+  } else if (!parts_.buckets.empty()) {
     s += fmt::format("buckets of at most {} B of gradient (the first {} B), in the order backward finishes them:\n",
                      spec_.bucket_bytes, std::min(spec_.first_bucket_bytes, spec_.bucket_bytes));
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    for (std::size_t b = 0; b < parts_.buckets.size(); ++b) {
       std::vector<std::string> names;
-      for (int u : buckets_[b]) names.push_back(units_.names[u]);
+      for (int u : parts_.buckets[b]) names.push_back(units_.names[u]);
       s += fmt::format("  bucket {}: {}\n", b, fmt::join(names, " "));
     }
     section("per optimizer step, in the last micro-batch's backward (each bucket once its last unit is done):",
-            bucket_ops_);
+            parts_.bucket_ops);
   }
-  if (!tensor_parallel_.empty())
-    section("per micro-batch, tensor parallel (in the model's order, on the critical path):", tensor_parallel_);
-  section("per optimizer step:", step_);
+  if (!parts_.tensor_parallel.empty())
+    section("per micro-batch, tensor parallel (in the model's order, on the critical path):", parts_.tensor_parallel);
+  section("per optimizer step:", parts_.step);
   std::vector<TierRow> tiers;
   for (auto& t : traffic_per_step())
     tiers.push_back({t.tier, double(t.bytes_sent), double(t.bytes_received), double(t.messages)});

@@ -192,6 +192,15 @@ struct TensorParallelPlan {
 TensorParallelPlan tensor_parallel_plan(const parallel::ParallelDims& dims, const model::ModelConfig& config, int batch,
                                         int seq, bool recompute, bool sequence_parallel = false);
 
+// What a schedule holds besides its inputs (schedule.cpp's ScheduleBuilder makes it).
+struct ScheduleParts {
+  std::vector<ScheduledOp> micro, step, bucket_ops, tensor_parallel;
+  std::vector<std::vector<int>> buckets;
+  MicroBatchProgram training, last_training, eval;
+  MicroBatchProgram halves, last_halves;  // no steps: not cut (Schedule::halves_program)
+  int forward_events = 0;
+};
+
 class Schedule {
  public:
   // `topology`: what the sharding runs over (under TP the data-parallel topology, whose tiers
@@ -219,14 +228,14 @@ class Schedule {
 
   const UnitPlan& units() const { return units_; }
   int num_units() const { return static_cast<int>(padded_.size()); }
-  const std::vector<ScheduledOp>& micro_batch_ops() const { return micro_; }  // once per micro-batch
-  const std::vector<ScheduledOp>& step_ops() const { return step_; }          // once per optimizer step
+  const std::vector<ScheduledOp>& micro_batch_ops() const { return parts_.micro; }  // once per micro-batch
+  const std::vector<ScheduledOp>& step_ops() const { return parts_.step; }          // once per optimizer step
   // The micro-batch's program: training (forward and backward), or evaluation (forward
   // only, every gathered buffer freed at its release).
-  const MicroBatchProgram& training_program() const { return training_; }
+  const MicroBatchProgram& training_program() const { return parts_.training; }
   // The step's last training micro-batch: the training program plus the buckets' step
   // reductions (the same program when there are no buckets).
-  const MicroBatchProgram& last_micro_batch_program() const { return last_training_; }
+  const MicroBatchProgram& last_micro_batch_program() const { return parts_.last_training; }
   // The step's gradient reductions that run in the last micro-batch's backward, as buckets
   // of units in the order backward finishes them. Replicated gradients (ShardSpec::
   // bucket_bytes): each bucket at most bucket_bytes of fp32 gradient (the first at most
@@ -234,12 +243,12 @@ class Schedule {
   // (OS over more levels than G, or replicas: hsdp, topo): one unit a bucket, issued right
   // behind the unit's micro-batch reduction. Empty when the step phase reduces unit by unit
   // (bucket_bytes 0, or gradients sharded over every level: a copy).
-  const std::vector<std::vector<int>>& buckets() const { return buckets_; }
+  const std::vector<std::vector<int>>& buckets() const { return parts_.buckets; }
   // The buckets' step reductions, once per step in the last micro-batch (issue points as
   // micro-batch ops'; a one-unit bucket's ops name their unit); they replace the per-unit
   // step reductions in step_ops().
-  const std::vector<ScheduledOp>& bucket_ops() const { return bucket_ops_; }
-  const MicroBatchProgram& eval_program() const { return eval_; }
+  const std::vector<ScheduledOp>& bucket_ops() const { return parts_.bucket_ops; }
+  const MicroBatchProgram& eval_program() const { return parts_.eval; }
   // The training program cut into a forward half (events [0, forward_events())) and a
   // backward half (the rest), for a runtime that runs other micro-batches between them (a
   // pipeline stage's 1F1B): the same ops, but no gather prefetched across the cut, so every
@@ -248,11 +257,11 @@ class Schedule {
   // last_micro_batch_program(). Throws Error naming shard.free_after_forward where gathered
   // weights are kept from forward to backward.
   const MicroBatchProgram& halves_program(bool last_of_step) const;
-  int forward_events() const { return forward_events_; }
+  int forward_events() const { return parts_.forward_events; }
   // The TP collectives of a training micro-batch, in the model's order (empty without TP);
   // evaluation runs the first eval_tensor_parallel_ops() of them (forward's). The step's TP
   // scalar sums are step ops (Purpose::TensorParallelScalars).
-  const std::vector<ScheduledOp>& tensor_parallel_ops() const { return tensor_parallel_; }
+  const std::vector<ScheduledOp>& tensor_parallel_ops() const { return parts_.tensor_parallel; }
   int eval_tensor_parallel_ops() const;
   // An op's id: its place in micro_batch_ops, tensor_parallel_ops, bucket_ops, step_ops
   // taken in that order (what the flight recorder names). -1 for an op not of this schedule.
@@ -286,10 +295,7 @@ class Schedule {
   Composition collectives_;
   int tp_degree_ = 1;
   std::vector<std::size_t> padded_;
-  std::vector<ScheduledOp> micro_, step_, bucket_ops_, tensor_parallel_;
-  std::vector<std::vector<int>> buckets_;
-  MicroBatchProgram training_, last_training_, eval_, halves_, last_halves_;
-  int forward_events_ = 0;
+  ScheduleParts parts_;
 };
 
 // Bytes of the executor's scratch for buffers of `elements` (executor.hpp allocates them),

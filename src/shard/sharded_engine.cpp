@@ -231,6 +231,16 @@ std::uint64_t ShardedEngine::record_issue(const Chain& ops, const std::vector<co
   return first;
 }
 
+template <class F>
+comm::Work ShardedEngine::run_chain(const char* name, const Chain& ops, F body) {
+  const std::uint64_t seq = record_issue(ops, executor_.levels().device);
+  return ctx_.run(name, [this, seq, body = std::move(body)] {
+    omp_set_num_threads(1);  // the compute thread owns the cores
+    executor_.record_next_chain(seq);
+    body();
+  });
+}
+
 comm::FlightOp ShardedEngine::flight_op(const ScheduledOp& op, std::string_view group) const {
   return {schedule_.op_id(&op),
           kind_name(op).data(),  // the schedule's names are literals
@@ -291,10 +301,7 @@ void ShardedEngine::issue(int chain) {
     // hpZ: a forward gather also refreshes this rank's secondary slice.
     const bool keep_secondary = ev.phase == model::Phase::Forward && schedule_.levels().secondary > 0;
     float* full = gathered_[chain] = borrow_full();
-    const std::uint64_t seq = record_issue(ops, executor_.levels().device);
-    work_[chain] = ctx_.run("shard:weight_gather", [this, &U, &ops, src, full, keep_secondary, seq] {
-      omp_set_num_threads(1);  // the compute thread owns the cores
-      executor_.record_next_chain(seq);
+    work_[chain] = run_chain("shard:weight_gather", ops, [this, &U, &ops, src, full, keep_secondary] {
       const comm::CBuf got = executor_.gather(ops, src);
       if (keep_secondary) U.secondary.copy_from(comm::wire_chunk(got, U.s.offset, U.s.count));
       decode(device_, got, full);
@@ -302,10 +309,7 @@ void ShardedEngine::issue(int chain) {
   } else {
     float* full = reducing_[chain] = grad_buffer_[ev.unit];
     grad_buffer_[ev.unit] = nullptr;
-    const std::uint64_t seq = record_issue(ops, executor_.levels().device);
-    work_[chain] = ctx_.run("shard:grad_reduce", [this, &U, &ops, full, seq] {
-      omp_set_num_threads(1);
-      executor_.record_next_chain(seq);
+    work_[chain] = run_chain("shard:grad_reduce", ops, [this, &U, &ops, full] {
       device_.add(U.grad_accum.data(), executor_.reduce(ops, full), U.g.count);
     });
   }
@@ -314,12 +318,9 @@ void ShardedEngine::issue(int chain) {
 // The bucket's units' replicated gradients, reduced straight into their OS slices' gradient;
 // or, gradients sharded, its one unit's accumulated G slice, reduced as the step phase would.
 void ShardedEngine::issue_bucket(int bucket) {
-  const std::uint64_t seq = record_issue(bucket_chains_[bucket], executor_.levels().device);
   if (schedule_.levels().grads > 0) {
     Unit* U = units_[schedule_.buckets()[bucket].front()].get();
-    bucket_work_[bucket] = ctx_.run("shard:step_reduce", [this, U, bucket, seq] {
-      omp_set_num_threads(1);
-      executor_.record_next_chain(seq);
+    bucket_work_[bucket] = run_chain("shard:step_reduce", bucket_chains_[bucket], [this, U, bucket] {
       reduce_for_step(*U, bucket_chains_[bucket], U->grad_accum.data());
     });
     return;
@@ -329,11 +330,10 @@ void ShardedEngine::issue_bucket(int bucket) {
     Unit& U = *units_[u];
     parts.push_back({replicated_grads_.data() + U.padded_offset, U.padded, U.os_grad.data()});
   }
-  bucket_work_[bucket] = ctx_.run("shard:bucket_reduce", [this, bucket, parts = std::move(parts), seq] {
-    omp_set_num_threads(1);
-    executor_.record_next_chain(seq);
-    executor_.reduce_bucket(bucket_chains_[bucket], parts);
-  });
+  bucket_work_[bucket] =
+      run_chain("shard:bucket_reduce", bucket_chains_[bucket], [this, bucket, parts = std::move(parts)] {
+        executor_.reduce_bucket(bucket_chains_[bucket], parts);
+      });
 }
 
 void ShardedEngine::reduce_for_step(Unit& U, const Chain& ops, const float* input) {
@@ -495,10 +495,7 @@ train::StepOutcome ShardedEngine::optimizer_step(const optim::AdamWConfig& hp, c
     for (auto& Up : units_) {
       Unit* U = Up.get();
       const float* input = L.grads > 0 ? U->grad_accum.data() : replicated_grads_.data() + U->padded_offset;
-      const std::uint64_t seq = record_issue(U->step_reduce, executor_.levels().device);
-      works.push_back(ctx_.run("shard:step_reduce", [this, U, input, seq] {
-        omp_set_num_threads(1);
-        executor_.record_next_chain(seq);
+      works.push_back(run_chain("shard:step_reduce", U->step_reduce, [this, U, input] {
         reduce_for_step(*U, U->step_reduce, input);
       }));
     }
@@ -548,10 +545,7 @@ void ShardedEngine::refresh_weights_from_master() {
   std::vector<comm::Work> works;
   for (auto& Up : units_) {
     Unit* U = Up.get();
-    const std::uint64_t seq = record_issue(U->weight_step, executor_.levels().device);
-    works.push_back(ctx_.run("shard:weight_step", [this, U, seq] {
-      omp_set_num_threads(1);
-      executor_.record_next_chain(seq);
+    works.push_back(run_chain("shard:weight_step", U->weight_step, [this, U] {
       if (U->weight_step.empty()) {
         U->weights.encode(U->master.data(), 0, U->o.count);  // OS slice == W slice
       } else {

@@ -176,6 +176,9 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   // one's number (0: not recording), which the chain's task hands the executor.
   std::uint64_t record_issue(const Chain& ops, const std::vector<comm::Collectives*>& levels) const;
   comm::FlightOp flight_op(const ScheduledOp& op, std::string_view group) const;
+  // `body` as the communication thread's task `name`, `ops` recorded as issued (record_issue).
+  template <class F>
+  comm::Work run_chain(const char* name, const Chain& ops, F body);
   // A TP op, run and waited for on this thread: started when issued.
   std::uint64_t record_tensor_parallel(const ScheduledOp& op) const;
   // The program's walk: the model's next call must be the next event.

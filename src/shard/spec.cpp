@@ -143,12 +143,9 @@ LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology) {
   auto levels = [&](const std::string& tier, const char* field) {
     if (tier == "none") return 0;
     auto idx = topology.find_tier(tier);
-    if (!idx) {
-      std::vector<std::string> names{"none"};
-      for (auto& t : topology.tiers()) names.push_back(t.name);
-      throw Error(fmt::format("shard.{} = '{}': no such tier in topology '{}' (tiers: {})", field, tier,
-                              topology.name(), fmt::join(names, ", ")));
-    }
+    if (!idx)
+      throw Error(fmt::format("shard.{} = '{}': no such tier in topology '{}' (tiers: none, {})", field, tier,
+                              topology.name(), fmt::join(topology.tier_names(), ", ")));
     return *idx + 1;
   };
   l.weights = levels(spec.weights, "weights");

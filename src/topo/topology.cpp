@@ -31,12 +31,6 @@ bool valid_tier_name(std::string_view name) {
   });
 }
 
-std::string tier_names(const std::vector<Tier>& tiers) {
-  std::vector<std::string> names;
-  for (const auto& t : tiers) names.push_back(t.name);
-  return fmt::format("{}", fmt::join(names, ", "));
-}
-
 // "gpu 2 x node 4": the sizes of tiers [0, end).
 std::string size_breakdown(const std::vector<Tier>& tiers, int end) {
   std::vector<std::string> parts;
@@ -144,7 +138,7 @@ void Topology::validate() const {
                       "(and not 'none', which means replicated)",
                       origin_, t, tier.name));
     if (!seen.insert(tier.name).second)
-      throw Error(fmt::format("{}: duplicate tier name (tiers: {})", where(t), tier_names(tiers_)));
+      throw Error(fmt::format("{}: duplicate tier name (tiers: {})", where(t), fmt::join(tier_names(), ", ")));
     bool outer = t == outermost();
     if (tier.size < 0 || (tier.size == 0 && !outer))
       throw Error(fmt::format("{}: size = {} must be positive", where(t), tier.size));
@@ -273,7 +267,7 @@ void Topology::apply_override(const TierOverride& o) {
   auto t = find_tier(o.tier);
   if (!t)
     throw Error(
-        fmt::format("{}: {}: unknown tier '{}' (tiers: {})", origin_, spec, o.tier, tier_names(tiers_)));
+        fmt::format("{}: {}: unknown tier '{}' (tiers: {})", origin_, spec, o.tier, fmt::join(tier_names(), ", ")));
   Topology changed = *this;
   Tier& tier = changed.tiers_[*t];
   auto number = [&](double& field) {
@@ -353,7 +347,13 @@ int Topology::world_size_for_nodes(int nodes) const {
 
 int Topology::tier_index(std::string_view name) const {
   if (auto t = find_tier(name)) return *t;
-  throw Error(fmt::format("{}: unknown tier '{}' (tiers: {})", origin_, name, tier_names(tiers_)));
+  throw Error(fmt::format("{}: unknown tier '{}' (tiers: {})", origin_, name, fmt::join(tier_names(), ", ")));
+}
+
+std::vector<std::string> Topology::tier_names() const {
+  std::vector<std::string> names;
+  for (const Tier& t : tiers_) names.push_back(t.name);
+  return names;
 }
 
 std::optional<int> Topology::find_tier(std::string_view name) const {

@@ -87,6 +87,7 @@ class Topology {
   int num_tiers() const { return static_cast<int>(tiers_.size()); }
   const Tier& tier(int t) const { return tiers_.at(t); }
   const std::vector<Tier>& tiers() const { return tiers_; }
+  std::vector<std::string> tier_names() const;  // inner first
   int outermost() const { return num_tiers() - 1; }
   int world_size() const { return world_size_; }
   // Index of a tier by name; throws Error listing the tier names when unknown.

@@ -89,7 +89,7 @@ int stored_value(const Quantized& q, const QuantSpec& spec, std::size_t i) {
 std::vector<Isa> usable_isas() {
   std::vector<Isa> isas;
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (isa_usable(isa)) isas.push_back(isa);
+    if (isa_available(isa)) isas.push_back(isa);
   return isas;
 }
 

@@ -21,7 +21,7 @@ void transpose_blocks(SlotMemory& memory, const CBuf& src, const Buf& dst, int X
 
 Hierarchy::Hierarchy(std::string name, Context& ctx, std::vector<Collectives*> levels,
                      std::unique_ptr<SlotMemory> memory)
-    : name_(std::move(name)), ctx_(ctx), levels_(std::move(levels)), memory_(std::move(memory)) {
+    : QueuedCollectives(ctx), name_(std::move(name)), levels_(std::move(levels)), memory_(std::move(memory)) {
   if (!memory_) memory_ = std::make_unique<HostChainScratch>(scratch_);
   if (levels_.empty()) throw Error(fmt::format("hierarchy '{}': needs at least one level", name_));
   for (auto* l : levels_) {
@@ -73,14 +73,14 @@ void Hierarchy::run_reduction(CBuf full, Buf shard, float divisor, Collective ki
   run_chain(active_, steps, cur, &shard, divisor, *memory_);
 }
 
-void Hierarchy::run_all_gather(CBuf shard, Buf full) {
+void Hierarchy::all_gather_inline(CBuf shard, Buf full) {
   const std::size_t padded = shard.count * std::size_t(size_);
   const auto steps = all_gather_steps(active_sizes_, padded, int(active_.size()), 0, shard.dtype, shard.block);
   CBuf got = run_chain(active_, steps, shard, full.count == padded ? &full : nullptr, 1.0f, *memory_);
   if (full.count != padded) memory_->copy(got, 0, full, 0, full.count);
 }
 
-void Hierarchy::run_all_to_all(CBuf send, Buf recv) {
+void Hierarchy::all_to_all_inline(CBuf send, Buf recv) {
   const std::size_t c = recv.count / std::size_t(size_);
   // Layout before level l: [source s < S][destination t < T][c], S * T = D.
   CBuf cur = send.count == recv.count ? send : CBuf(memory_->padded_copy(kPadded, send, recv.count));
@@ -113,7 +113,7 @@ void Hierarchy::run_all_to_all(CBuf send, Buf recv) {
   }
 }
 
-void Hierarchy::run_broadcast(Buf data, int root) {
+void Hierarchy::broadcast_inline(Buf data, int root) {
   std::vector<int> root_digits(int(active_.size()));
   for (int l = int(active_.size()) - 1; l >= 0; --l) {
     root_digits[l] = root % active_[l]->size();
@@ -128,46 +128,19 @@ void Hierarchy::run_broadcast(Buf data, int root) {
 
 // ---- queued entry points -----------------------------------------------------------------
 
-Work Hierarchy::all_gather_async(CBuf shard, Buf full) {
-  check_all_gather(*this, shard, full);
-  return ctx_.run("all_gather", [=, this] { run_all_gather(shard, full); });
+void Hierarchy::all_reduce_inline(Buf data, float divisor) {
+  const std::size_t c = chunk_count(data.count, size_, data.granule());
+  const std::size_t padded = c * std::size_t(size_);
+  Buf whole = data.count == padded ? data : memory_->padded_copy(kPadded, data, padded);
+  // The shard is kept in the buffer's own chunk: nothing reads that chunk again before the gather.
+  Buf shard(data.dtype, static_cast<std::byte*>(whole.data) + data_bytes(data.dtype, std::size_t(index_) * c), c);
+  run_reduction(whole, shard, divisor, Collective::ReduceScatter);
+  all_gather_inline(shard, whole);
+  if (whole.data != data.data) memory_->copy(whole, 0, data, 0, data.count);
 }
 
-Work Hierarchy::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
-  check_reduce_scatter(*this, full, shard, op);
-  float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx_.run("reduce_scatter", [=, this] { run_reduction(full, shard, divisor, Collective::ReduceScatter); });
-}
-
-Work Hierarchy::all_reduce_async(Buf data, ReduceOp op) {
-  check_all_reduce(*this, data, op);
-  float divisor = op == ReduceOp::Avg ? float(size_) : 1.0f;
-  return ctx_.run("all_reduce", [=, this] {
-    const std::size_t c = chunk_count(data.count, size_, data.granule());
-    const std::size_t padded = c * std::size_t(size_);
-    Buf whole = data.count == padded ? data : memory_->padded_copy(kPadded, data, padded);
-    // The shard is kept in the buffer's own chunk: nothing reads that chunk again before the gather.
-    Buf shard(data.dtype, static_cast<std::byte*>(whole.data) + data_bytes(data.dtype, std::size_t(index_) * c), c);
-    run_reduction(whole, shard, divisor, Collective::ReduceScatter);
-    run_all_gather(shard, whole);
-    if (whole.data != data.data) memory_->copy(whole, 0, data, 0, data.count);
-  });
-}
-
-Work Hierarchy::all_to_all_async(CBuf send, Buf recv) {
-  check_all_to_all(*this, send, recv);
-  return ctx_.run("all_to_all", [=, this] { run_all_to_all(send, recv); });
-}
-
-Work Hierarchy::broadcast_async(Buf data, int root) {
-  check_broadcast(*this, data, root);
-  return ctx_.run("broadcast", [=, this] { run_broadcast(data, root); });
-}
-
-Work Hierarchy::barrier_async() {
-  return ctx_.run("barrier", [this] {
-    for (auto* l : active_) l->barrier_inline();
-  });
+void Hierarchy::barrier_inline() {
+  for (auto* l : active_) l->barrier_inline();
 }
 
 Work Hierarchy::reduce_scatter_by_all_to_all_async(CBuf full, Buf shard, ReduceOp op) {

@@ -43,10 +43,11 @@
 
 #include "comm/composition/compose.hpp"
 #include "comm/host/communicator.hpp"
+#include "comm/runtime/queued.hpp"
 
 namespace strata::comm {
 
-class Hierarchy final : public Collectives {
+class Hierarchy final : public QueuedCollectives<Collectives> {
  public:
   // Levels inner first; the compositions run as tasks on ctx's communication thread, each
   // level's collectives inline there. Each level's world ranks must be evenly strided (as
@@ -66,17 +67,14 @@ class Hierarchy final : public Collectives {
   // N_l: elements entering level l for a buffer of n elements of t (padding applied).
   std::size_t level_elements(std::size_t n, DType t, std::size_t block, int l) const;
 
-  Work all_gather_async(CBuf shard, Buf full) override;
-  Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;
-  Work all_reduce_async(Buf data, ReduceOp op) override;
-  Work all_to_all_async(CBuf send, Buf recv) override;
-  Work broadcast_async(Buf data, int root) override;
-  Work barrier_async() override;
-  void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
+  void all_gather_inline(CBuf shard, Buf full) override;
   void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override {
     run_reduction(full, shard, divisor, Collective::ReduceScatter);
   }
-  void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
+  void all_reduce_inline(Buf data, float divisor) override;
+  void all_to_all_inline(CBuf send, Buf recv) override;
+  void broadcast_inline(Buf data, int root) override;
+  void barrier_inline() override;
   // The qgZ recipe unquantized: per level an all-to-all, then an fp32 sum of the received
   // chunks in slot order. Same layout as reduce_scatter (the sums run in another order).
   Work reduce_scatter_by_all_to_all_async(CBuf full, Buf shard, ReduceOp op);
@@ -86,12 +84,8 @@ class Hierarchy final : public Collectives {
 
  private:
   void run_reduction(CBuf full, Buf shard, float divisor, Collective kind);  // a reduce-scatter's chain
-  void run_all_gather(CBuf shard, Buf full);
-  void run_all_to_all(CBuf send, Buf recv);
-  void run_broadcast(Buf data, int root);
 
   std::string name_;
-  Context& ctx_;
   std::vector<Collectives*> levels_;
   int size_ = 1;
   int index_ = 0;

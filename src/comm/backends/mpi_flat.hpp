@@ -22,8 +22,6 @@ class MpiFlat final : public MpiGroup {
  public:
   MpiFlat(Context& ctx, MPI_Comm comm, std::string name);
   ~MpiFlat() override;
-  MpiFlat(const MpiFlat&) = delete;
-  MpiFlat& operator=(const MpiFlat&) = delete;
 
   Work all_gather_async(CBuf shard, Buf full) override;
   Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;

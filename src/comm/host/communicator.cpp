@@ -50,7 +50,7 @@ std::vector<std::string> member_hosts(MPI_Comm comm) {
 }  // namespace
 
 Communicator::Communicator(Context& ctx, MPI_Comm comm, std::string name)
-    : MpiGroup(comm, std::move(name)), ctx_(ctx), piece_bytes_(comm::piece_bytes()) {
+    : QueuedCollectives(ctx, comm, std::move(name)), piece_bytes_(comm::piece_bytes()) {
   MPI_Comm_dup(comm, &comm_);
   for (int w : world_ranks_) tiers_.push_back(ctx.topology().tier_between(ctx.world_rank(), w));
   busy_tier_ = *std::max_element(tiers_.begin(), tiers_.end());
@@ -184,7 +184,7 @@ class BusyTimer {
 
 // ---- padding rule ---------------------------------------------------------------------
 
-void Communicator::run_all_gather(CBuf shard, Buf full) {
+void Communicator::all_gather_inline(CBuf shard, Buf full) {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
   std::size_t padded = shard.count * std::size_t(size());
   if (full.count == padded) return ring_all_gather(*this, shard, full);
@@ -193,14 +193,14 @@ void Communicator::run_all_gather(CBuf shard, Buf full) {
   copy_elements(stage, 0, full, 0, full.count);
 }
 
-void Communicator::run_reduce_scatter(CBuf full, Buf shard, float divisor) {
+void Communicator::reduce_scatter_inline(CBuf full, Buf shard, float divisor) {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
   std::size_t padded = shard.count * std::size_t(size());
   if (full.count == padded) return ring_reduce_scatter(*this, full, shard, divisor);
   ring_reduce_scatter(*this, scratch_.padded_copy(kScratchStage, full, padded), shard, divisor);
 }
 
-void Communicator::run_all_reduce(Buf data, float divisor) {
+void Communicator::all_reduce_inline(Buf data, float divisor) {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
   std::size_t padded = chunk_count(data.count, size(), data.granule()) * std::size_t(size());
   if (data.count == padded) return ring_all_reduce(*this, data, divisor);
@@ -209,53 +209,20 @@ void Communicator::run_all_reduce(Buf data, float divisor) {
   copy_elements(stage, 0, data, 0, data.count);
 }
 
-void Communicator::run_all_to_all(CBuf send, Buf recv) {
+void Communicator::all_to_all_inline(CBuf send, Buf recv) {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
   if (send.count == recv.count) return pairwise_all_to_all(*this, send, recv);
   pairwise_all_to_all(*this, scratch_.padded_copy(kScratchStage, send, recv.count), recv);
 }
 
-void Communicator::run_broadcast(Buf data, int root) {
+void Communicator::broadcast_inline(Buf data, int root) {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
   binomial_broadcast(*this, data, root);
 }
 
-void Communicator::run_barrier() {
+void Communicator::barrier_inline() {
   const BusyTimer busy(ctx_.accounting(), busy_tier_);
   dissemination_barrier(*this);
-}
-
-// ---- the public, queued collectives ----------------------------------------------------
-
-Work Communicator::all_gather_async(CBuf shard, Buf full) {
-  check_all_gather(*this, shard, full);
-  return ctx_.run("all_gather", [=, this] { run_all_gather(shard, full); });
-}
-
-Work Communicator::reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) {
-  check_reduce_scatter(*this, full, shard, op);
-  float divisor = op == ReduceOp::Avg ? float(size()) : 1.0f;
-  return ctx_.run("reduce_scatter", [=, this] { run_reduce_scatter(full, shard, divisor); });
-}
-
-Work Communicator::all_reduce_async(Buf data, ReduceOp op) {
-  check_all_reduce(*this, data, op);
-  float divisor = op == ReduceOp::Avg ? float(size()) : 1.0f;
-  return ctx_.run("all_reduce", [=, this] { run_all_reduce(data, divisor); });
-}
-
-Work Communicator::all_to_all_async(CBuf send, Buf recv) {
-  check_all_to_all(*this, send, recv);
-  return ctx_.run("all_to_all", [=, this] { run_all_to_all(send, recv); });
-}
-
-Work Communicator::broadcast_async(Buf data, int root) {
-  check_broadcast(*this, data, root);
-  return ctx_.run("broadcast", [=, this] { run_broadcast(data, root); });
-}
-
-Work Communicator::barrier_async() {
-  return ctx_.run("barrier", [this] { run_barrier(); });
 }
 
 }  // namespace strata::comm

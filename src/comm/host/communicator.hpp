@@ -25,6 +25,7 @@
 #include "comm/runtime/context.hpp"
 #include "comm/runtime/mpi_group.hpp"
 #include "comm/runtime/pieces.hpp"
+#include "comm/runtime/queued.hpp"
 
 namespace strata::comm {
 
@@ -54,40 +55,26 @@ class PipelinedSteps {
 using MessageRequests = std::array<MPI_Request, 2>;
 inline MessageRequests no_requests() { return {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; }
 
-class Communicator final : public MpiGroup {
+class Communicator final : public QueuedCollectives<MpiGroup> {
  public:
   // Duplicates `comm` (collective over its members), so strata's messages never mix with
   // other traffic on it. `comm` itself stays owned by the caller.
   Communicator(Context& ctx, MPI_Comm comm, std::string name);
   ~Communicator() override;
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
 
   Context& context() { return ctx_; }
   // The outermost tier a message from this rank to `member` crosses.
   int tier_to(int member) const { return tiers_.at(member); }
 
-  Work all_gather_async(CBuf shard, Buf full) override;
-  Work reduce_scatter_async(CBuf full, Buf shard, ReduceOp op) override;
-  Work all_reduce_async(Buf data, ReduceOp op) override;
-  Work all_to_all_async(CBuf send, Buf recv) override;
-  Work broadcast_async(Buf data, int root) override;
-  Work barrier_async() override;
-  void all_gather_inline(CBuf shard, Buf full) override { run_all_gather(shard, full); }
-  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override { run_reduce_scatter(full, shard, divisor); }
-  void all_to_all_inline(CBuf send, Buf recv) override { run_all_to_all(send, recv); }
-  void broadcast_inline(Buf data, int root) override { run_broadcast(data, root); }
-  void barrier_inline() override { run_barrier(); }
-
   // ---- On the communication thread only (algorithms, Hierarchy) ----
   // The collectives with the padding rule applied (sizes as in collectives.hpp); a
   // reduction divides its final fp32 sums by `divisor` (1 = sum).
-  void run_all_gather(CBuf shard, Buf full);
-  void run_reduce_scatter(CBuf full, Buf shard, float divisor);
-  void run_all_reduce(Buf data, float divisor);
-  void run_all_to_all(CBuf send, Buf recv);
-  void run_broadcast(Buf data, int root);
-  void run_barrier();
+  void all_gather_inline(CBuf shard, Buf full) override;
+  void reduce_scatter_inline(CBuf full, Buf shard, float divisor) override;
+  void all_reduce_inline(Buf data, float divisor) override;
+  void all_to_all_inline(CBuf send, Buf recv) override;
+  void broadcast_inline(Buf data, int root) override;
+  void barrier_inline() override;
 
   // Point-to-point between members, accounted and emulated. One message each way (on the
   // wire, a quantized one is two: see MessageRequests).
@@ -128,7 +115,6 @@ class Communicator final : public MpiGroup {
   void wait_all(MessageRequests* messages, int n, const Peer* peers);
   void check_thread() const;  // Error unless on the communication thread
 
-  Context& ctx_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<int> tiers_;
   int busy_tier_ = 0;  // the outermost tier any member is across: where this group's time is charged

@@ -11,12 +11,6 @@
 namespace strata::comm {
 
 namespace {
-std::vector<std::string> tier_names(const topo::Topology& t) {
-  std::vector<std::string> names;
-  for (const auto& tier : t.tiers()) names.push_back(tier.name);
-  return names;
-}
-
 topo::Topology resolved_for_world(topo::Topology t) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -40,7 +34,7 @@ topo::Topology resolved_for_world(topo::Topology t) {
 Context::Context(topo::Topology topology, EmulationOptions emulation)
     : topology_(resolved_for_world(std::move(topology))),
       emulation_(emulation),
-      accounting_(tier_names(topology_), emulation.enabled) {
+      accounting_(topology_.tier_names(), emulation.enabled) {
   if (emulation_.enabled && !(emulation_.scale > 0))
     throw Error(fmt::format("comm: emulation scale {} must be positive", emulation_.scale));
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);

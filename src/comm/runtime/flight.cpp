@@ -77,8 +77,7 @@ void FlightRecorder::configure(int capacity, std::filesystem::path dump_dir) {
 void FlightRecorder::set_places(int world_rank, std::vector<std::string> hosts, const topo::Topology& topology) {
   rank_ = world_rank;
   hosts_ = std::move(hosts);
-  tiers_.clear();
-  for (const auto& tier : topology.tiers()) tiers_.push_back(tier.name);
+  tiers_ = topology.tier_names();
 }
 
 void set_aside_flight_dumps(const std::filesystem::path& dir) {

@@ -11,6 +11,8 @@ namespace strata::comm {
 
 class MpiGroup : public Collectives {
  public:
+  MpiGroup(const MpiGroup&) = delete;  // a backend owns its MPI communicator
+  MpiGroup& operator=(const MpiGroup&) = delete;
   const std::string& name() const final { return name_; }
   int size() const final { return int(world_ranks_.size()); }
   int index() const final { return position_; }

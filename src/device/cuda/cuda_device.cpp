@@ -101,8 +101,9 @@ class CudaDevice final : public Device {
   }
   std::uint64_t model_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                             Precision precision) const override {
-    return config.family == model::Family::Llama ? CudaLlama::device_bytes(config, batch, seq, recompute, precision)
-                                                 : CudaGPT::device_bytes(config, batch, seq, recompute, precision);
+    const ModelSizes sizes = config.family == model::Family::Llama ? CudaLlama::sizes(config, batch, seq, recompute)
+                                                                  : CudaGPT::sizes(config, batch, seq, recompute);
+    return ModelBuffers::device_bytes(sizes, precision);
   }
 
   double sum_squares(const float* x, std::size_t n) override {

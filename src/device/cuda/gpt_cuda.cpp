@@ -81,13 +81,13 @@ std::size_t Activations::place(const model::ModelConfig& config, int B, int T, b
   return placer.floats();
 }
 
-ModelSizes model_sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
+}  // namespace
+
+ModelSizes CudaGPT::sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
   Activations counter;
   return {counter.place(config, B, T, recompute, nullptr), static_cast<std::size_t>(B) * T,
           kernel_scratch_bytes(config, B, T), largest_operand(config, B, T)};
 }
-
-}  // namespace
 
 struct CudaGPT::Impl {
   Impl(ModelBuffers& buffers, const model::ParamLayout& layout, int B, int T, bool recompute)
@@ -107,14 +107,9 @@ struct CudaGPT::Impl {
   model::FinalNormOffsets lnf_off;
 };
 
-std::uint64_t CudaGPT::device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
-                                    Precision precision) {
-  return ModelBuffers::device_bytes(model_sizes(config, batch, seq, recompute), precision);
-}
-
 CudaGPT::CudaGPT(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
                  Precision precision)
-    : CudaModel(device, config, model::Family::Gpt2, batch, seq, recompute, precision, model_sizes),
+    : CudaModel(device, config, model::Family::Gpt2, batch, seq, recompute, precision, sizes),
       impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
 
 CudaGPT::~CudaGPT() = default;

@@ -18,9 +18,8 @@ class CudaGPT final : public CudaModel {
   CudaGPT(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute, Precision precision);
   ~CudaGPT() override;
 
-  // Device bytes such a model takes (ModelBuffers::device_bytes of its sizes).
-  static std::uint64_t device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
-                                    Precision precision);
+  // What such a model's device memory is made of (ModelBuffers::device_bytes sums it).
+  static ModelSizes sizes(const model::ModelConfig& config, int batch, int seq, bool recompute);
 
   const float* logits() const override;  // in device memory
 

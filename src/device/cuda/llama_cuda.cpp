@@ -86,15 +86,15 @@ std::size_t Activations::place(const model::ModelConfig& config, int B, int T, b
   return placer.floats();
 }
 
-ModelSizes model_sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
+}  // namespace
+
+ModelSizes CudaLlama::sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
   Activations counter;
   // The rotary tables: cos and sin of T positions by hd/2 frequencies.
   const std::size_t rope_floats = 2 * static_cast<std::size_t>(T) * (config.head_dim() / 2);
   return {counter.place(config, B, T, recompute, nullptr), static_cast<std::size_t>(B) * T,
           kernel_scratch_bytes(config, B, T), largest_operand(config, B, T), rope_floats};
 }
-
-}  // namespace
 
 struct CudaLlama::Impl {
   Impl(ModelBuffers& buffers, const model::ParamLayout& layout, int B, int T, bool recompute)
@@ -117,14 +117,9 @@ struct CudaLlama::Impl {
   const float *rope_cos = nullptr, *rope_sin = nullptr;  // [T, hd/2] each, in buffers.tables
 };
 
-std::uint64_t CudaLlama::device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
-                                      Precision precision) {
-  return ModelBuffers::device_bytes(model_sizes(config, batch, seq, recompute), precision);
-}
-
 CudaLlama::CudaLlama(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
                      Precision precision)
-    : CudaModel(device, config, model::Family::Llama, batch, seq, recompute, precision, model_sizes),
+    : CudaModel(device, config, model::Family::Llama, batch, seq, recompute, precision, sizes),
       impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
 
 CudaLlama::~CudaLlama() = default;

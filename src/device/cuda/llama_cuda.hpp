@@ -20,9 +20,8 @@ class CudaLlama final : public CudaModel {
             Precision precision);
   ~CudaLlama() override;
 
-  // Device bytes such a model takes (ModelBuffers::device_bytes of its sizes).
-  static std::uint64_t device_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
-                                    Precision precision);
+  // What such a model's device memory is made of (ModelBuffers::device_bytes sums it).
+  static ModelSizes sizes(const model::ModelConfig& config, int batch, int seq, bool recompute);
 
   const float* logits() const override;  // in device memory
 

@@ -36,8 +36,6 @@ class NcclCommunicator final : public MpiGroup {
   // tier each member is across.
   NcclCommunicator(Context& ctx, MPI_Comm comm, std::string name);
   ~NcclCommunicator() override;
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   cudaStream_t stream() const { return stream_; }
   // Ordering against a compute stream without blocking the host, through events:
