@@ -6,7 +6,8 @@
 // sends included; a rank holds its stage's arrays only; recomputation changes no bit;
 // refusals name the flag. Under it, the sharding runtime's micro-batch cut into a forward and a
 // backward half, run in a stage's 1F1B order, gives micro_step's bits; and on those halves,
-// zero2, zero3 (4 ranks) and hsdp (8 ranks) inside the stages train to the one-process losses,
+// zero2, zero3 (4 ranks) and hsdp (8 ranks) inside the stages train to the one-process losses
+// (and --pp 4 of 2 zero1, zero3 and hsdp replicas a stage on 8 ranks),
 // and zeropp and topo (8 ranks) stay close to their unquantized twins.
 #include <gtest/gtest.h>
 
@@ -46,12 +47,15 @@ model::ModelConfig config_of(int layers, const std::string& preset = "tiny") {
 }
 
 // --pp 2 over "cluster" (4 ranks) or "node" (8 ranks, a stage's 4 replicas spanning "gpu" and
-// "cluster": hsdp sharded over "gpu", replicated over "cluster"); --pp 4 over one tier.
+// "cluster": hsdp sharded over "gpu", replicated over "cluster"); --pp 4 over one tier (4
+// ranks) or over "cluster" with a stage's 2 replicas over "gpu" (8 ranks).
 parallel::ShardOptions options_at(int pp, const std::string& strategy = "ddp", const std::vector<int>& layers = {}) {
   parallel::ShardOptions o;
   o.strategy = strategy;
-  o.topology = pp == 2 ? (world_size() == 8 ? three_tiers() : two_tiers()) : one_tier();
-  if (world_size() == 8) o.pp_tier = "node";
+  const bool eight = world_size() == 8;
+  if (pp == 2) o.topology = eight ? three_tiers() : two_tiers();
+  else o.topology = eight ? two_tiers() : one_tier();
+  if (eight) o.pp_tier = pp == 2 ? "node" : "cluster";
   o.pp = pp;
   o.pp_layers = layers;
   return o;
@@ -290,6 +294,25 @@ TEST(PipelineSharded, HsdpAndZero3StagesOfFourReplicasTrainToTheOneProcessLosses
     expect_trains_as_one_process(pp, config_of(2), 4, name);
     EXPECT_GT(scheduled.tier("node").bytes_sent, 0u) << strategy;     // the stage sends
     EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u) << strategy;  // the replicas' reductions
+    expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
+  }
+}
+
+// 8 ranks: four stages of two replicas (over "gpu"), zero1, zero3 and hsdp, tiny and llama-tiny.
+// A stage's replicas span one tier, where hsdp shards as zero3 does.
+TEST(PipelineSharded, FourStagesOfTwoReplicasTrainToTheOneProcessLossesAndMeasureTheSchedulesBytes) {
+  AT_WORLD(8);
+  struct Case {
+    std::string strategy, preset;
+  };
+  for (const Case& c : std::vector<Case>{{"zero1", "tiny"}, {"zero3", "llama-tiny"}, {"hsdp", "tiny"}}) {
+    std::vector<comm::CommStats> traffic;
+    comm::CommStats scheduled;
+    const PipeRun pp = train_pipelined(4, 4, c.strategy, &traffic, &scheduled, false, c.preset);
+    const std::string name = fmt::format("{} --pp 4, 2 {} replicas a stage", c.preset, c.strategy);
+    expect_trains_as_one_process(pp, config_of(4, c.preset), 2, name);
+    EXPECT_GT(scheduled.tier("cluster").bytes_sent, 0u) << name;  // the stage sends
+    EXPECT_GT(scheduled.tier("gpu").bytes_sent, 0u) << name;      // the replicas' gathers and reductions
     expect_measured_bytes_equal_the_schedule(traffic, scheduled, name);
   }
 }
