@@ -33,7 +33,8 @@
 # the split at the same tokens a step as SPEC alone, as bench/plan_vs_measured.sh runs them:
 # common.sh split_degrees), STRATEGY_FLAGS (sharding flags given to
 # both plan and train, e.g. "--weight-wire fp32"), CPUS (each host capped at that many CPUs, scripts/cluster.sh --cpus; default none, the hosts
-# share the cores), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row,
+# share the cores; pipeline rows need it, e.g. CPUS=0.25 for the 8 switched hosts: with shared
+# cores a stage computes faster while the other waits, which no device rate prices, docs/planner.md), KEEP_WORK=1 keeps the runs' folder. Besides the verdict it prints, per row,
 # each tier's communication busy time, the exposed wait and compute, predicted against measured (the
 # summary's comm.per_step.<tier>.busy_s and busy_min_s, the step reports' exposed_comm_s, the
 # summary's compute_s and compute_max_s): where the time the planner misses goes, and how much
