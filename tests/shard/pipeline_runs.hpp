@@ -115,9 +115,11 @@ inline PipeRun train_alone(const model::ModelConfig& config, int replicas) {
   return run;
 }
 
-// The losses within 1e-5 relative, the weights (key biases left out) within `weight_tolerance`.
+// The losses within 1e-5 relative, the weights (key biases left out) within `weight_tolerance`;
+// `reference` names `ref` in the printed differences.
 inline void expect_same_training(const PipeRun& pp, const PipeRun& ref, const model::ModelConfig& config,
-                                 const std::string& name, double weight_tolerance) {
+                                 const std::string& name, double weight_tolerance,
+                                 const std::string& reference = "one process") {
   ASSERT_EQ(pp.losses.size(), ref.losses.size());
   double loss_diff = 0, weight_diff = 0;
   for (std::size_t i = 0; i < ref.losses.size(); ++i) {
@@ -130,9 +132,9 @@ inline void expect_same_training(const PipeRun& pp, const PipeRun& ref, const mo
     if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(pp.params[i] - ref.params[i])));
   EXPECT_LT(weight_diff, weight_tolerance) << name;
   if (world_rank() == 0)
-    std::printf("%s vs one process, %d steps of %d micro-batches: largest loss difference %.3g, largest weight "
+    std::printf("%s vs %s, %d steps of %d micro-batches: largest loss difference %.3g, largest weight "
                 "difference %.3g\n",
-                name.c_str(), kSteps, kMicro, loss_diff, weight_diff);
+                name.c_str(), reference.c_str(), kSteps, kMicro, loss_diff, weight_diff);
 }
 
 inline void expect_measured_bytes_equal_the_schedule(const std::vector<comm::CommStats>& traffic,

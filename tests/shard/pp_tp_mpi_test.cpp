@@ -78,19 +78,7 @@ void expect_sequence_parallel_trains_as(const PipeRun& tp, const std::vector<com
   comm::CommStats scheduled;
   const PipeRun sp = train_pipelined(options_of("zero3", true), config, &traffic, &scheduled);
   const std::string sp_name = name + " --sequence-parallel";
-  double loss_diff = 0, weight_diff = 0;
-  for (std::size_t i = 0; i < tp.losses.size(); ++i) {
-    EXPECT_NEAR(sp.losses[i], tp.losses[i], 1e-5 * std::abs(tp.losses[i])) << sp_name << " step " << i + 1;
-    loss_diff = std::max(loss_diff, std::abs(sp.losses[i] - tp.losses[i]));
-  }
-  const model::ParamLayout layout(config);
-  for (std::size_t i = 0; i < tp.params.size(); ++i)
-    if (!key_bias(layout, i)) weight_diff = std::max(weight_diff, double(std::abs(sp.params[i] - tp.params[i])));
-  EXPECT_LT(weight_diff, kWeightTolerance) << sp_name;
-  if (world_rank() == 0)
-    std::printf("%s vs without it, %d steps of %d micro-batches: largest loss difference %.3g, largest weight "
-                "difference %.3g\n",
-                sp_name.c_str(), kSteps, kMicro, loss_diff, weight_diff);
+  expect_same_training(sp, tp, config, sp_name, kWeightTolerance, "without it");
   expect_measured_bytes_equal_the_schedule(traffic, scheduled, sp_name);
   // Every rank sends one message a micro-batch (an activation up or its gradient down).
   const std::uint64_t half_the_sends = std::uint64_t{kMicro} * kBatch * kSeq * config.n_embd * sizeof(float) / 2;
