@@ -1,6 +1,7 @@
 #pragma once
 // An enum's names for flags and output, one table each: a value's name, a name's value, and
 // the list a refusal gives.
+#include <cstddef>
 #include <string_view>
 #include <vector>
 
