@@ -150,9 +150,8 @@ class ProgramBuilder {
     if (stage_ > 0) program.push_back({PipelineAction::SendGradient, c.micro_batch});
   }
   bool received_gradient(int micro_batch) const {
-    for (std::size_t i = 0; i < next_; ++i)
-      if (downstream_[i] == PipelineAction{PipelineAction::Backward, micro_batch}) return true;
-    return false;
+    const auto taken = downstream_.begin() + static_cast<std::ptrdiff_t>(next_);
+    return std::find(downstream_.begin(), taken, PipelineAction{PipelineAction::Backward, micro_batch}) != taken;
   }
   void send_ready_activations() {
     while (next_ < downstream_.size() && downstream_[next_].kind == PipelineAction::Forward &&

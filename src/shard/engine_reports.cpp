@@ -1,6 +1,7 @@
 // What the sharding runtime reports: its allocations by state, step timing and traffic, the
 // run's summary against the schedule.
 #include <algorithm>
+#include <utility>
 
 #include "comm/runtime/flight.hpp"
 #include "shard/run_summary.hpp"
@@ -46,13 +47,8 @@ nlohmann::json ShardedEngine::step_report() {
   comm::CommStats delta = last_stats_.tiers.empty() ? now : now - last_stats_;
   last_stats_ = now;
   StepTiming t = take_timing();
-  nlohmann::json j = {{"compute_s", t.compute_s},
-                      {"exposed_comm_s", t.exposed_comm_s},
-                      {"comm", delta.to_json()["tiers"]},  // per tier: traffic and busy time
-                      {"includes_eval", evaluated_since_report_}};
-  evaluated_since_report_ = false;
-  step_reports_.push_back(j);
-  return j;
+  return add_step_report(step_reports_, delta, t.compute_s, t.exposed_comm_s,
+                         std::exchange(evaluated_since_report_, false));
 }
 
 nlohmann::json ShardedEngine::memory_report() const {

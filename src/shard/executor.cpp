@@ -31,27 +31,24 @@ void encode(device::Device& device, const float* src, comm::Buf dst) {
   }
 }
 
-void decode(device::Device& device, comm::CBuf src, float* dst) {
+void decode(device::Device& device, comm::CBuf src, float* dst, bool add) {
   const auto* s = static_cast<const std::uint8_t*>(src.data);
+  const auto* half = reinterpret_cast<const std::uint16_t*>(s);
+  const quant::QuantSpec quant{src.dtype, static_cast<int>(src.block)};
   switch (src.dtype) {
-    case DType::F32: device.copy(dst, s, 4 * src.count); break;
+    case DType::F32:
+      if (add) device.add(dst, reinterpret_cast<const float*>(s), src.count);
+      else device.copy(dst, s, 4 * src.count);
+      break;
     case DType::BF16:
-    case DType::F16: device.from_half(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst); break;
-    case DType::I8:
-    case DType::I4: device.dequantize(s, src.scales, src.count, {src.dtype, static_cast<int>(src.block)}, dst); break;
-    case DType::F64: refuse_wire(src.dtype);
-  }
-}
-
-void decode_add(device::Device& device, comm::CBuf src, float* dst) {
-  const auto* s = static_cast<const std::uint8_t*>(src.data);
-  switch (src.dtype) {
-    case DType::F32: device.add(dst, reinterpret_cast<const float*>(s), src.count); break;
-    case DType::BF16:
-    case DType::F16: device.from_half_add(src.dtype, reinterpret_cast<const std::uint16_t*>(s), src.count, dst); break;
+    case DType::F16:
+      if (add) device.from_half_add(src.dtype, half, src.count, dst);
+      else device.from_half(src.dtype, half, src.count, dst);
+      break;
     case DType::I8:
     case DType::I4:
-      device.dequantize_add(s, src.scales, src.count, {src.dtype, static_cast<int>(src.block)}, dst);
+      if (add) device.dequantize_add(s, src.scales, src.count, quant, dst);
+      else device.dequantize(s, src.scales, src.count, quant, dst);
       break;
     case DType::F64: refuse_wire(src.dtype);
   }
@@ -64,7 +61,7 @@ void OpExecutor::Codec::decode(comm::CBuf wire, comm::Buf fp32) const {
   shard::decode(device_, wire, static_cast<float*>(fp32.data));
 }
 void OpExecutor::Codec::decode_add(comm::CBuf wire, comm::Buf fp32) const {
-  shard::decode_add(device_, wire, static_cast<float*>(fp32.data));
+  shard::decode(device_, wire, static_cast<float*>(fp32.data), true);
 }
 
 // ---- WireBuffer ------------------------------------------------------------------------

@@ -30,10 +30,10 @@
 namespace strata::shard {
 
 // fp32 <-> a wire format (bf16, fp16, int8/int4 with the view's scales) on `device`'s
-// memory, through its codec (device.hpp); counts are the view's. decode_add adds in fp32.
+// memory, through its codec (device.hpp); counts are the view's. decode with `add` adds to
+// `dst` in fp32.
 void encode(device::Device& device, const float* src, comm::Buf dst);
-void decode(device::Device& device, comm::CBuf src, float* dst);
-void decode_add(device::Device& device, comm::CBuf src, float* dst);
+void decode(device::Device& device, comm::CBuf src, float* dst, bool add = false);
 
 // One op's sum of a few fp64 a rank (the step's scalars): `gather` all-gathers `values` into
 // the op's group_size times as many, in the views the op's wire gives (refused unless fp64,

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <numeric>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -20,14 +22,6 @@
 namespace strata::shard {
 
 using parallel::PipelineAction;
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 PipelineSchedule::PipelineSchedule(const model::ModelConfig& config, int batch, int seq, int micro_batches, int stages,
                                    int stage, const StageReplicas& replicas, const std::vector<int>& stage_layers)
@@ -79,6 +73,10 @@ const std::vector<int>& PipelineGroups::of(PipelineOp::Group g) const {
   return tied;
 }
 
+std::string_view kind_name(const std::optional<Collective>& kind) {
+  return kind ? collective_name(*kind) : "send";
+}
+
 namespace {
 
 // Activations travel from the lower stage (member 0 of a link) up; their gradients down.
@@ -89,14 +87,6 @@ bool is_send(const PipelineOp& op) { return !op.kind; }
 comm::Algorithm algorithm_of(const PipelineOp& op) {
   return is_send(op) ? comm::Algorithm::BinomialBroadcast : comm::Algorithm::RingAllReduce;
 }
-
-}  // namespace
-
-std::string_view kind_name(const std::optional<Collective>& kind) {
-  return kind ? collective_name(*kind) : "send";
-}
-
-namespace {
 
 // What `world_rank`'s part of `op` sends and receives, charged per tier to `counted`.
 void charge_op(comm::Accounting& counted, const PipelineOp& op, const PipelineGroups& groups,
@@ -207,7 +197,7 @@ void PipelineEngine::build_sharded(const model::ModelConfig& config, int batch, 
                                  [](const PipelineOp& o) { return o.group == PipelineOp::Tied; });
     if (op == schedule_->ops().end() || op->bytes != n * sizeof(float))
       throw Error(fmt::format("pipeline: stage {}'s tied sum of {} floats is not its schedule's", stage_, n));
-    tied_->all_reduce_async(comm::f32(grad, n), comm::ReduceOp::Sum).wait();
+    links_[PipelineOp::Tied]->all_reduce_async(comm::f32(grad, n), comm::ReduceOp::Sum).wait();
   };
   stage.sum_over_stages = [this](double v) { return sum_over_stages(v); };
   const ShardSpec& spec = schedule_->sharding()->spec();
@@ -224,9 +214,7 @@ double PipelineEngine::sum_over_stages(double value) {
   MPI_Comm_size(across_stages_, &n);
   std::vector<double> all(n);
   MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, across_stages_);
-  double sum = 0;
-  for (double x : all) sum += x;
-  return sum;
+  return std::accumulate(all.begin(), all.end(), 0.0);
 }
 
 model::StageModel& PipelineEngine::stage_model(int micro_batch) {
@@ -265,8 +253,6 @@ PipelineGroups pipeline_groups(const parallel::ParallelDims& dims, const topo::T
 }
 
 void PipelineEngine::build_groups() {
-  const int P = dims_.pipeline;
-  auto peer = [&](int s) { return parallel::pipeline_peer(dims_, topology_, rank_, s); };
   members_ = pipeline_groups(dims_, topology_, rank_, schedule_->tied());
   MPI_Comm stage_comm = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, stage_, rank_, &stage_comm);
@@ -275,25 +261,22 @@ void PipelineEngine::build_groups() {
   // no rank waits on a creation its partner has not reached.
   MPI_Group world_group;
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  auto pair = [&](int a, int b, int tag) {
-    const int ranks[2] = {a, b};
+  auto pair = [&](const std::vector<int>& ranks, int tag) -> MPI_Comm {
+    if (ranks.empty()) return MPI_COMM_NULL;
     MPI_Group g;
-    MPI_Group_incl(world_group, 2, ranks, &g);
+    MPI_Group_incl(world_group, 2, ranks.data(), &g);
     MPI_Comm c = MPI_COMM_NULL;
     MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c);
     MPI_Group_free(&g);
     mpi_comms_.push_back(c);
     return c;
   };
-  const std::string where = fmt::format("pp{}", stage_);
-  MPI_Comm prev = MPI_COMM_NULL, next = MPI_COMM_NULL, tied = MPI_COMM_NULL;
-  if (stage_ > 0) prev = pair(peer(stage_ - 1), rank_, 1);
-  if (stage_ + 1 < P) next = pair(rank_, peer(stage_ + 1), 1);
-  if (!members_.tied.empty()) tied = pair(peer(0), peer(P - 1), 2);
+  const MPI_Comm comms[] = {pair(members_.previous, 1), pair(members_.next, 1), pair(members_.tied, 2)};
   MPI_Group_free(&world_group);
-  if (prev != MPI_COMM_NULL) previous_ = std::make_unique<comm::Communicator>(*context_, prev, where + "-previous");
-  if (next != MPI_COMM_NULL) next_ = std::make_unique<comm::Communicator>(*context_, next, where + "-next");
-  if (tied != MPI_COMM_NULL) tied_ = std::make_unique<comm::Communicator>(*context_, tied, "pp-tied");
+  const std::string where = fmt::format("pp{}", stage_);
+  const std::string names[] = {where + "-previous", where + "-next", "pp-tied"};
+  for (int g : {PipelineOp::Previous, PipelineOp::Next, PipelineOp::Tied})
+    if (comms[g] != MPI_COMM_NULL) links_[g] = std::make_unique<comm::Communicator>(*context_, comms[g], names[g]);
 }
 
 PipelineEngine::~PipelineEngine() {
@@ -302,9 +285,7 @@ PipelineEngine::~PipelineEngine() {
   stage_comms_.reset();
   stage_groups_.reset();
   tensor_group_.reset();
-  previous_.reset();
-  next_.reset();
-  tied_.reset();
+  for (auto& link : links_) link.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   for (MPI_Comm& c : mpi_comms_)
@@ -313,19 +294,9 @@ PipelineEngine::~PipelineEngine() {
   context_.reset();
 }
 
-comm::Communicator& PipelineEngine::group_of(const PipelineOp& op) {
-  switch (op.group) {
-    case PipelineOp::Previous: return *previous_;
-    case PipelineOp::Next: return *next_;
-    case PipelineOp::Tied: return *tied_;
-  }
-  return *tied_;
-}
-
 void PipelineEngine::communicate(const PipelineOp& op, float* data) {
-  comm::Communicator& group = group_of(op);
   const auto t0 = std::chrono::steady_clock::now();
-  group.broadcast_async(comm::f32(data, op.bytes / sizeof(float)), sender_of(op)).wait();
+  links_[op.group]->broadcast_async(comm::f32(data, op.bytes / sizeof(float)), sender_of(op)).wait();
   exposed_s_ += seconds_since(t0);
 }
 
@@ -364,10 +335,7 @@ float PipelineEngine::micro_step(const std::int32_t* tokens, const std::int32_t*
   wall_s_ += seconds_since(t0);
   exposed_s_ += sharded_->take_timing().exposed_comm_s;
   for (auto& t : tokens_) t.clear();
-  double sum = 0;
-  if (schedule_->split().last)
-    for (double l : losses_) sum += l;
-  return static_cast<float>(sum);
+  return schedule_->split().last ? static_cast<float>(std::accumulate(losses_.begin(), losses_.end(), 0.0)) : 0.f;
 }
 
 float PipelineEngine::eval_loss(const std::int32_t* tokens, const std::int32_t* targets) {
@@ -440,28 +408,27 @@ nlohmann::json PipelineEngine::step_report() {
   last_stats_ = now;
   const double compute = std::max(0.0, wall_s_ - exposed_s_), exposed = exposed_s_;
   wall_s_ = exposed_s_ = 0;
-  nlohmann::json j = {{"compute_s", compute},
-                      {"exposed_comm_s", exposed},
-                      {"comm", delta.to_json()["tiers"]},  // per tier: traffic and busy time
-                      {"includes_eval", evaluated_since_report_}};
-  evaluated_since_report_ = false;
-  step_reports_.push_back(j);
-  return j;
+  return add_step_report(step_reports_, delta, compute, exposed, std::exchange(evaluated_since_report_, false));
 }
 
-nlohmann::json PipelineEngine::summary_report() {
+nlohmann::json PipelineEngine::scheduled_per_step() const {
   const comm::CommStats scheduled = traffic_per_step();
-  const nlohmann::json measured = measured_summary(step_reports_, scheduled.tier_names, world_size());
-  // The schedule's bytes per tier, summed over the world's ranks first, as the measured mean is.
+  // Summed over the world's ranks first, as the measured mean is.
   std::vector<double> p;
   for (const comm::TierTraffic& t : scheduled.tiers)
     p.insert(p.end(), {double(t.bytes_sent), double(t.bytes_received), double(t.messages)});
   MPI_Allreduce(MPI_IN_PLACE, p.data(), static_cast<int>(p.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  nlohmann::json per_step_scheduled = nlohmann::json::object();
+  nlohmann::json out = nlohmann::json::object();
   static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages"};
   for (std::size_t t = 0; t < scheduled.tier_names.size(); ++t)
     for (std::size_t f = 0; f < std::size(kFields); ++f)
-      per_step_scheduled[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f] / world_size();
+      out[scheduled.tier_names[t]][kFields[f]] = p[3 * t + f] / world_size();
+  return out;
+}
+
+nlohmann::json PipelineEngine::summary_report() {
+  const nlohmann::json measured = measured_summary(step_reports_, topology_.tier_names(), world_size());
+  const nlohmann::json per_step_scheduled = scheduled_per_step();
   // Every stage's memory as its first rank (replica 0, TP rank 0) holds it, in stage order.
   const nlohmann::json memory = sharded_->memory_report();
   const bool first_of_stage = dims_.data_parallel_rank(rank_) == 0 && dims_.tensor_rank(rank_) == 0;

@@ -26,6 +26,7 @@
 // returns the sum of the step's micro-batch losses on the last stage, every other call 0,
 // and all_mean_and_any averages over the last stage's ranks: the trainer's mean loss is the
 // global batch's.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -181,6 +182,9 @@ class PipelineEngine final : public train::Engine {
   comm::Context& context() { return *context_; }
   // The bytes a step sends and receives per tier, by the schedule.
   comm::CommStats traffic_per_step() const;
+  // Those bytes per tier, the mean over the world's ranks: summary.json's
+  // comm.scheduled_per_step. Collective over the world.
+  nlohmann::json scheduled_per_step() const;
   int stage() const { return stage_; }
   // The state this rank holds: what the stage's engine allocated.
   StateMemory state_memory() const { return sharded_->memory_bytes(); }
@@ -191,7 +195,6 @@ class PipelineEngine final : public train::Engine {
   model::StageModel& stage_model(int micro_batch);
   double sum_over_stages(double value);  // the same value a stage's ranks hold, summed over the stages
   void run_program();
-  comm::Communicator& group_of(const PipelineOp& op);
   void communicate(const PipelineOp& op, float* data);  // a send or receive of `data`
 
   topo::Topology topology_;
@@ -204,7 +207,7 @@ class PipelineEngine final : public train::Engine {
   std::unique_ptr<comm::Context> context_;
   PipelineGroups members_;
   std::vector<MPI_Comm> mpi_comms_;
-  std::unique_ptr<comm::Communicator> previous_, next_, tied_;
+  std::array<std::unique_ptr<comm::Communicator>, 3> links_;  // by PipelineOp::Group
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
   std::vector<float> grad_scales_;
   // The stage's tier groups (over its communicator), the ranks of this replica index across

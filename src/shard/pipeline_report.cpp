@@ -44,18 +44,16 @@ nlohmann::json stage_json(const PipelineEngine& engine) {
   nlohmann::json ops = nlohmann::json::array();
   for (const PipelineOp& op : schedule.ops()) {
     const std::vector<int>& members = groups.of(op.group);
-    std::uint64_t sent = 0, received = 0, messages = 0;
-    for (const comm::TierTraffic& t : op_traffic(op, groups, physical, rank).tiers)
-      sent += t.bytes_sent, received += t.bytes_received, messages += t.messages;
+    const comm::TierTraffic sent = op_traffic(op, groups, physical, rank).total();
     nlohmann::json j{{"purpose", op.purpose},
                      {"kind", kind_name(op.kind)},
                      {"group", group_name(op.group)},
                      {"group_size", members.size()},
                      {"tier", tier_span(members, physical, rank)},
                      {"bytes", op.bytes},
-                     {"bytes_sent", sent},
-                     {"bytes_received", received},
-                     {"messages", messages}};
+                     {"bytes_sent", sent.bytes_sent},
+                     {"bytes_received", sent.bytes_received},
+                     {"messages", sent.messages}};
     if (!op.kind) {
       j["micro_batch"] = op.micro_batch;
       j["peer_stage"] = op.group == PipelineOp::Next ? stage + 1 : stage - 1;
@@ -78,35 +76,18 @@ nlohmann::json stage_json(const PipelineEngine& engine) {
 nlohmann::json pipeline_schedule_json(PipelineEngine& engine) {
   const parallel::ParallelDims dims = engine.parallel_dims();
   const bool renders = dims.data_parallel_rank(engine.rank()) == 0;
-  const comm::CommStats mine = engine.traffic_per_step();
-  nlohmann::json traffic = nlohmann::json::object();
-  for (std::size_t t = 0; t < mine.tiers.size(); ++t)
-    traffic[mine.tier_names[t]] = {{"bytes_sent", mine.tiers[t].bytes_sent},
-                                   {"bytes_received", mine.tiers[t].bytes_received},
-                                   {"messages", mine.tiers[t].messages}};
-  const nlohmann::json local{{"stage", renders ? stage_json(engine) : nlohmann::json()}, {"per_step", traffic}};
-  const std::vector<std::string> all = engine.all_gather_strings(local.dump());
-  static constexpr const char* kFields[] = {"bytes_sent", "bytes_received", "messages"};
-  nlohmann::json stages = nlohmann::json::array(), per_step = nlohmann::json::object();
-  for (const std::string& tier : mine.tier_names)
-    for (const char* field : kFields) per_step[tier][field] = 0.0;
-  for (const std::string& text : all) {
-    const nlohmann::json one = nlohmann::json::parse(text);
-    if (!one["stage"].is_null()) stages.push_back(one["stage"]);
-    for (const std::string& tier : mine.tier_names)
-      for (const char* field : kFields)
-        per_step[tier][field] = per_step[tier][field].get<double>() + one["per_step"][tier][field].get<double>();
-  }
-  for (const std::string& tier : mine.tier_names)  // summed first, as the summary's mean is
-    for (const char* field : kFields)
-      per_step[tier][field] = per_step[tier][field].get<double>() / static_cast<double>(all.size());
+  const std::vector<std::string> all = engine.all_gather_strings(renders ? stage_json(engine).dump() : "");
+  nlohmann::json stages = nlohmann::json::array();
+  for (const std::string& text : all)
+    if (!text.empty()) stages.push_back(nlohmann::json::parse(text));
+  const nlohmann::json per_step = engine.scheduled_per_step();
   std::sort(stages.begin(), stages.end(), [](const auto& a, const auto& b) { return a["stage"] < b["stage"]; });
   return {{"pipeline_stages", dims.pipeline},
           {"world_size", engine.world_size()},
           {"replicas_a_stage", dims.data_parallel_size()},
           {"topology", engine.topology().name()},
           {"stages", stages},
-          {"tiers", mine.tier_names},  // innermost first
+          {"tiers", engine.topology().tier_names()},  // innermost first
           {"per_step", per_step}};
 }
 

@@ -9,6 +9,14 @@
 
 namespace strata::shard {
 
+nlohmann::json add_step_report(std::vector<nlohmann::json>& reports, const comm::CommStats& traffic, double compute_s,
+                               double exposed_comm_s, bool includes_eval) {
+  return reports.emplace_back(nlohmann::json{{"compute_s", compute_s},
+                                             {"exposed_comm_s", exposed_comm_s},
+                                             {"comm", traffic.to_json()["tiers"]},
+                                             {"includes_eval", includes_eval}});
+}
+
 nlohmann::json measured_summary(const std::vector<nlohmann::json>& step_reports,
                                 const std::vector<std::string>& tiers, int world_size) {
   // Per tier, the step report's fields summed over the counted steps: sums[f * tiers + i].

@@ -1,12 +1,25 @@
 #pragma once
 // summary.json's measured figures, the same for the flat engine (ShardedEngine) and the
 // pipeline (PipelineEngine): the mean over a run's step reports and over the world's ranks.
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/instrument/accounting.hpp"
+
 namespace strata::shard {
+
+// The engines' timing of their steps and of their waits.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One step's report, as step_report returns it, appended to `reports`: its traffic and busy
+// time per tier (`traffic`), its timing, and whether an evaluation ran in it.
+nlohmann::json add_step_report(std::vector<nlohmann::json>& reports, const comm::CommStats& traffic, double compute_s,
+                               double exposed_comm_s, bool includes_eval);
 
 // `step_reports`: this rank's, as step_report returns them ("compute_s", "exposed_comm_s",
 // "includes_eval", and "comm" per tier: "bytes_sent", "bytes_received", "messages",

@@ -40,24 +40,6 @@ Composition parse_composition(std::string_view text) {
                           text));
 }
 
-std::string_view to_string(Purpose p) {
-  switch (p) {
-    case Purpose::WeightGatherForward: return "W gather (forward)";
-    case Purpose::WeightGatherBackward: return "W gather (backward)";
-    case Purpose::GradReduce: return "G reduce";
-    case Purpose::StepGradReduce: return "G -> OS reduce";
-    case Purpose::StepGradGather: return "OS -> G gather";
-    case Purpose::ReplicaReduce: return "replica reduce";
-    case Purpose::ReplicaGather: return "replica gather";
-    case Purpose::WeightGatherStep: return "W gather (after step)";
-    case Purpose::GradNormAllReduce: return "grad-norm all-reduce";
-    case Purpose::LossAllReduce: return "loss all-reduce";  // with the stop flag
-    case Purpose::TensorParallel: return "tensor parallel";
-    case Purpose::TensorParallelScalars: return "TP scalars";
-  }
-  return "?";
-}
-
 int Schedule::op_id(const ScheduledOp* op) const {
   int base = 0;
   for (const auto* ops : {&parts_.micro, &parts_.tensor_parallel, &parts_.bucket_ops, &parts_.step}) {
@@ -85,6 +67,39 @@ std::string_view to_string(Slot s) {
 
 namespace {
 
+// Each purpose's name, and what its ops read and write (the first op of a chain reads, the
+// last writes; the executor's scratch carries what is between), in the enum's order.
+struct PurposeInfo {
+  Purpose purpose;
+  std::string_view name;
+  Slot reads, writes;
+};
+constexpr PurposeInfo kPurposes[] = {
+    {Purpose::WeightGatherForward, "W gather (forward)", Slot::WeightShard, Slot::Gathered},
+    {Purpose::WeightGatherBackward, "W gather (backward)", Slot::WeightShard, Slot::Gathered},  // or hpZ's Secondary
+    {Purpose::GradReduce, "G reduce", Slot::GradBuffer, Slot::GradShard},
+    {Purpose::StepGradReduce, "G -> OS reduce", Slot::GradShard, Slot::OptimizerGrad},
+    {Purpose::StepGradGather, "OS -> G gather", Slot::OptimizerGrad, Slot::GradShard},
+    {Purpose::ReplicaReduce, "replica reduce", Slot::OptimizerGrad, Slot::OptimizerGrad},
+    {Purpose::ReplicaGather, "replica gather", Slot::OptimizerGrad, Slot::OptimizerGrad},
+    {Purpose::WeightGatherStep, "W gather (after step)", Slot::Master, Slot::WeightShard},
+    {Purpose::GradNormAllReduce, "grad-norm all-reduce", Slot::Scalars, Slot::Scalars},
+    {Purpose::LossAllReduce, "loss all-reduce", Slot::Scalars, Slot::Scalars},  // with the stop flag
+    {Purpose::TensorParallel, "tensor parallel", Slot::None, Slot::None},       // the model's activations
+    {Purpose::TensorParallelScalars, "TP scalars", Slot::Scalars, Slot::Scalars},
+};
+static_assert(std::size(kPurposes) == static_cast<std::size_t>(Purpose::TensorParallelScalars) + 1 &&
+              std::ranges::all_of(kPurposes, [](const PurposeInfo& p) { return &p - kPurposes == int(p.purpose); }));
+
+std::pair<Slot, Slot> slots_of(Purpose p, bool secondary) {
+  const PurposeInfo& info = kPurposes[static_cast<int>(p)];
+  return {p == Purpose::WeightGatherBackward && secondary ? Slot::Secondary : info.reads, info.writes};
+}
+
+std::uint64_t aligned(std::uint64_t bytes, std::size_t align_bytes) {
+  return (bytes + align_bytes - 1) / align_bytes * align_bytes;
+}
+
 // One level's op: a step of comm's composition (compose.hpp) with its traffic. Both
 // algorithms send group_size - 1 chunks a rank: the ring forwards one chunk per step, the
 // all-to-all sends each peer its chunk.
@@ -98,26 +113,6 @@ ScheduledOp level_op(When when, Purpose purpose, int unit, const comm::LevelStep
   op.messages = group_size - 1;
   op.bytes_sent = op.bytes_received = static_cast<std::size_t>(group_size - 1) * wire_bytes(step.wire, chunk, block);
   return op;
-}
-
-// What each purpose reads and writes (the first op of a chain reads, the last writes; the
-// executor's scratch carries what is between).
-std::pair<Slot, Slot> slots_of(Purpose p, bool secondary) {
-  switch (p) {
-    case Purpose::WeightGatherForward: return {Slot::WeightShard, Slot::Gathered};
-    case Purpose::WeightGatherBackward: return {secondary ? Slot::Secondary : Slot::WeightShard, Slot::Gathered};
-    case Purpose::GradReduce: return {Slot::GradBuffer, Slot::GradShard};
-    case Purpose::StepGradReduce: return {Slot::GradShard, Slot::OptimizerGrad};
-    case Purpose::StepGradGather: return {Slot::OptimizerGrad, Slot::GradShard};
-    case Purpose::ReplicaReduce:
-    case Purpose::ReplicaGather: return {Slot::OptimizerGrad, Slot::OptimizerGrad};
-    case Purpose::WeightGatherStep: return {Slot::Master, Slot::WeightShard};
-    case Purpose::GradNormAllReduce:
-    case Purpose::LossAllReduce:
-    case Purpose::TensorParallelScalars: return {Slot::Scalars, Slot::Scalars};
-    case Purpose::TensorParallel: return {Slot::None, Slot::None};  // the model's activations
-  }
-  return {Slot::None, Slot::None};
 }
 
 // The micro-batch program of schedule.hpp for events [0, last_event). has_chain[e]: the
@@ -210,13 +205,11 @@ MicroBatchProgram build_program(const std::vector<model::UnitEvent>& events, con
   return p;
 }
 
-// A TP op over the TP group (ring collectives of comm::Communicator, comm's padding rule): an
-// all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather t-1 chunks of n, a
-// reduce-scatter t-1 chunks of ceil(n/t).
-ScheduledOp tensor_parallel_op(const TensorParallelPlan& tp, When when, Purpose purpose, Collective kind, std::size_t n,
-                               DType wire) {
-  const int t = tp.degree;
-  ScheduledOp op{{kind, tp.level, wire}, when, purpose};
+// A ring collective of comm::Communicator over the `t` ranks of level `level` (comm's padding
+// rule), n elements a rank in: an all-reduce sends 2(t-1) chunks of ceil(n/t), an all-gather
+// t-1 chunks of n, a reduce-scatter t-1 chunks of ceil(n/t). The TP ops and the step's scalars.
+ScheduledOp ring_op(int level, int t, When when, Purpose purpose, Collective kind, std::size_t n, DType wire) {
+  ScheduledOp op{{kind, level, wire}, when, purpose};
   op.group_size = t;
   const std::size_t chunk = kind == Collective::AllGather ? n : comm::chunk_count(n, t, 1);
   op.elements_in = n;
@@ -398,15 +391,9 @@ class ScheduleBuilder {
   }
 
   void add_scalars(Purpose purpose, int levels, int values) {
-    for (int t = 0; t < levels; ++t) {
-      ScheduledOp op{{Collective::AllGather, t, DType::F64}, When::Step, purpose};
-      op.group_size = levels_.level_size[t];
-      op.elements_in = static_cast<std::size_t>(values);
-      op.elements_out = static_cast<std::size_t>(values) * levels_.level_size[t];
-      op.messages = levels_.level_size[t] - 1;
-      op.bytes_sent = op.bytes_received = data_bytes(DType::F64, values) * (levels_.level_size[t] - 1);
-      parts_.step.push_back(op);
-    }
+    for (int t = 0; t < levels; ++t)
+      parts_.step.push_back(ring_op(t, levels_.level_size[t], When::Step, purpose, Collective::AllGather,
+                                    static_cast<std::size_t>(values), DType::F64));
   }
 
   // The model's TP collectives, and the grad norm's and the loss's sums over the TP group
@@ -414,11 +401,11 @@ class ScheduleBuilder {
   void add_tensor_parallel_ops(const TensorParallelPlan& tp) {
     if (tp.degree <= 1) return;
     for (const model::TensorParallelCall& c : tp.calls)
-      parts_.tensor_parallel.push_back(
-          tensor_parallel_op(tp, c.backward ? When::Backward : When::Forward, Purpose::TensorParallel,
-                             c.kind, c.elements, c.wire));
-    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 1, DType::F64));
-    parts_.step.push_back(tensor_parallel_op(tp, When::Step, Purpose::TensorParallelScalars, Collective::AllGather, 2, DType::F64));
+      parts_.tensor_parallel.push_back(ring_op(tp.level, tp.degree, c.backward ? When::Backward : When::Forward,
+                                               Purpose::TensorParallel, c.kind, c.elements, c.wire));
+    for (std::size_t values : {1, 2})
+      parts_.step.push_back(ring_op(tp.level, tp.degree, When::Step, Purpose::TensorParallelScalars,
+                                    Collective::AllGather, values, DType::F64));
   }
 
   // The updated OS shard gathered back to the W shard after the optimizer step.
@@ -513,6 +500,8 @@ class ScheduleBuilder {
 
 }  // namespace
 
+std::string_view to_string(Purpose p) { return kPurposes[static_cast<int>(p)].name; }
+
 UnitPlan unit_plan(const model::ParamLayout& layout) {
   UnitPlan p;
   for (auto& u : layout.units()) {
@@ -589,14 +578,6 @@ std::size_t Schedule::scratch_elements() const {
       if (op.unit >= 0 || op.bucket >= 0) n = std::max({n, op.elements_in, op.elements_out});
   return n;
 }
-
-namespace {
-
-std::uint64_t aligned(std::uint64_t bytes, std::size_t align_bytes) {
-  return (bytes + align_bytes - 1) / align_bytes * align_bytes;
-}
-
-}  // namespace
 
 std::uint64_t scratch_bytes(std::size_t elements, int block_size, std::size_t align_bytes) {
   if (elements == 0) return 0;
@@ -742,14 +723,11 @@ nlohmann::json Schedule::to_json() const {
     buckets.push_back(names);
   }
   j["program"]["buckets"] = buckets;
-  j["micro_batch_ops"] = nlohmann::json::array();
-  for (auto& op : parts_.micro) j["micro_batch_ops"].push_back(op_json(op, topology_));
-  j["bucket_ops"] = nlohmann::json::array();
-  for (auto& op : parts_.bucket_ops) j["bucket_ops"].push_back(op_json(op, topology_));
-  j["tensor_parallel_ops"] = nlohmann::json::array();
-  for (auto& op : parts_.tensor_parallel) j["tensor_parallel_ops"].push_back(op_json(op, topology_));
-  j["step_ops"] = nlohmann::json::array();
-  for (auto& op : parts_.step) j["step_ops"].push_back(op_json(op, topology_));
+  for (const auto& [key, ops] : {std::pair{"micro_batch_ops", &parts_.micro}, {"bucket_ops", &parts_.bucket_ops},
+                                  {"tensor_parallel_ops", &parts_.tensor_parallel}, {"step_ops", &parts_.step}}) {
+    j[key] = nlohmann::json::array();
+    for (const ScheduledOp& op : *ops) j[key].push_back(op_json(op, topology_));
+  }
   nlohmann::json per_tier = nlohmann::json::object();
   for (auto& t : traffic_per_step())
     per_tier[t.tier] = {{"bytes_sent", t.bytes_sent}, {"bytes_received", t.bytes_received}, {"messages", t.messages}};

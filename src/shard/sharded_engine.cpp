@@ -13,15 +13,12 @@
 #include "comm/runtime/flight.hpp"
 #include "model/init.hpp"
 #include "optim/adamw.hpp"
+#include "shard/run_summary.hpp"
 #include "shard/unit_state.hpp"
 
 namespace strata::shard {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // A slice of a unit's padded positions, initialised on the host: the unit's part from the
 // model's initialiser, its padding zero.
@@ -170,10 +167,9 @@ ShardedEngine::ShardedEngine(const model::ModelConfig& config, int batch, int se
   }
   if (L.weights == 0 && spec.weight_wire != DType::F32) replicated_params_.resize(padded_total);
   if (L.grads == 0) replicated_grads_.resize(padded_total);
-  largest_unit_ = largest;
   // The pool of full-unit buffers, whole before the first micro-batch: no step allocates.
   for (int b = 0; b < schedule_.pool_buffers(); ++b) {
-    pool_.emplace_back(device_, largest_unit_);
+    pool_.emplace_back(device_, largest);
     free_buffers_.push_back(pool_.back().data());
   }
 

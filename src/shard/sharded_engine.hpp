@@ -230,7 +230,6 @@ class ShardedEngine final : public train::Engine, private model::UnitAccess, pri
   int forwards_in_step_ = 0;       // forward halves since the last optimizer step
   std::vector<float*> gathered_, reducing_;
   std::vector<float*> grad_buffer_;  // per unit, while lent
-  std::size_t largest_unit_ = 0;
   std::vector<device::Buffer<float>> pool_;  // Schedule::pool_buffers(), allocated up front
   std::vector<float*> free_buffers_;
   int peak_lent_ = 0;  // pool buffers lent at once, the most since the micro-batch began

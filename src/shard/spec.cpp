@@ -179,10 +179,6 @@ LevelSpec resolve(const ShardSpec& spec, const topo::Topology& topology) {
   return l;
 }
 
-}  // namespace strata::shard
-
-namespace strata::shard {
-
 std::string ShardSpec::describe(const topo::Topology& topology) const {
   const LevelSpec l = resolve(*this, topology);
   auto over = [&](const std::string& tier, int levels) {

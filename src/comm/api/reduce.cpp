@@ -63,37 +63,29 @@ void sum_slots_impl(const void* slots, int k, std::size_t n, void* out, float di
   }
 }
 
-[[noreturn]] void refuse(std::string_view what, DType t) {
-  throw Error(fmt::format("{}: cannot reduce {} elements (only fp32, bf16, fp16)", what, dtype_name(t)));
+// Runs `f` with the element type of `t` (an F32, BF16 or F16 above); only those reduce.
+template <class F>
+void with_elements(DType t, std::string_view what, F&& f) {
+  switch (t) {
+    case DType::F32: return f(F32{});
+    case DType::BF16: return f(BF16{});
+    case DType::F16: return f(F16{});
+    default: throw Error(fmt::format("{}: cannot reduce {} elements (only fp32, bf16, fp16)", what, dtype_name(t)));
+  }
 }
 
 }  // namespace
 
 void add_elements(DType t, const void* a, const void* b, void* out, std::size_t n, float divisor) {
-  switch (t) {
-    case DType::F32: return add_impl<F32>(a, b, out, n, divisor);
-    case DType::BF16: return add_impl<BF16>(a, b, out, n, divisor);
-    case DType::F16: return add_impl<F16>(a, b, out, n, divisor);
-    default: refuse("add_elements", t);
-  }
+  with_elements(t, "add_elements", [&](auto e) { add_impl<decltype(e)>(a, b, out, n, divisor); });
 }
 
 void scale_elements(DType t, const void* x, void* out, std::size_t n, float divisor) {
-  switch (t) {
-    case DType::F32: return scale_impl<F32>(x, out, n, divisor);
-    case DType::BF16: return scale_impl<BF16>(x, out, n, divisor);
-    case DType::F16: return scale_impl<F16>(x, out, n, divisor);
-    default: refuse("scale_elements", t);
-  }
+  with_elements(t, "scale_elements", [&](auto e) { scale_impl<decltype(e)>(x, out, n, divisor); });
 }
 
 void sum_slots(DType t, const void* slots, int k, std::size_t n, void* out, float divisor) {
-  switch (t) {
-    case DType::F32: return sum_slots_impl<F32>(slots, k, n, out, divisor);
-    case DType::BF16: return sum_slots_impl<BF16>(slots, k, n, out, divisor);
-    case DType::F16: return sum_slots_impl<F16>(slots, k, n, out, divisor);
-    default: refuse("sum_slots", t);
-  }
+  with_elements(t, "sum_slots", [&](auto e) { sum_slots_impl<decltype(e)>(slots, k, n, out, divisor); });
 }
 
 }  // namespace strata::comm

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -93,16 +94,14 @@ std::string others_awaited(MPI_Comm comm, int me, std::string_view call) {
 
 std::vector<int> definite_peers(const std::vector<int>& members, int me) {
   std::vector<int> others;
-  for (int r : members)
-    if (r != me) others.push_back(r);
+  std::ranges::remove_copy(members, std::back_inserter(others), me);
   return others.size() == 1 ? others : std::vector<int>{};
 }
 
 std::string members_awaited(const std::vector<int>& members, int me, std::string_view call,
                             std::string_view library) {
   std::vector<int> others;
-  for (int r : members)
-    if (r != me) others.push_back(r);
+  std::ranges::remove_copy(members, std::back_inserter(others), me);
   if (others.size() == 1)
     return call.empty() ? fmt::format("rank {}", others[0]) : fmt::format("rank {} ({})", others[0], call);
   const std::string prefix = call.empty() ? "" : fmt::format("{}: ", call);
@@ -118,9 +117,8 @@ void wait_mpi_collective(MPI_Request& request, MPI_Comm comm, std::string_view c
   MPI_Test(&request, &done, MPI_STATUS_IGNORE);
   if (done) return;  // completed just now
   const int me = world_rank();
-  const std::vector<int> members = world_ranks_of(comm);
   abort_timed_out({me, collective, group, {others_awaited(comm, me, mpi_call)}, waited, timeout,
-                   definite_peers(members, me)});
+                   definite_peers(world_ranks_of(comm), me)});
 }
 
 BlockingCallWatchdog::BlockingCallWatchdog(std::string call, std::string group, MPI_Comm comm) {
