@@ -117,15 +117,10 @@ Recompute parse_recompute(std::string_view text) {
 std::string_view recompute_name(Recompute r) { return name_of(kRecomputes, r.mode()); }
 
 ModelShape ModelShape::slice(int tp, int stage_index, int num_stages, const std::vector<int>& stage_layers) const {
-  auto divides = [&](const char* flag, int degree, const char* field, int value) {
-    if (value % degree != 0)
-      throw Error(fmt::format("{} {}: does not divide model.{} = {} of '{}'", flag, degree, field, value, name));
-  };
   if (tp <= 0) throw Error(fmt::format("--tp {}: must be positive", tp));
-  divides("--tp", tp, "heads", heads);
-  divides("--tp", tp, "kv_heads", kv_heads);
-  divides("--tp", tp, "ffn", ffn);
-  divides("--tp", tp, "vocab", vocab);
+  for (auto [field, value] : {std::pair{"heads", heads}, {"kv_heads", kv_heads}, {"ffn", ffn}, {"vocab", vocab}})
+    if (value % tp != 0)
+      throw Error(fmt::format("--tp {}: does not divide model.{} = {} of '{}'", tp, field, value, name));
   parallel::stage_split(layers, num_stages, stage_index, stage_layers);  // refused here, naming the flag
   ModelShape m = whole();
   m.tensor_parallel = tp;
@@ -226,7 +221,6 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
   } else {
     m = preset(name);
   }
-  bool kv_given = false;
   std::set<std::string> given;
   for (const std::string& item : fields) {
     const std::size_t eq = item.find('=');
@@ -237,7 +231,7 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
     if (field == "layers") m.layers = parse_int(field, value);
     else if (field == "hidden") m.hidden = parse_int(field, value);
     else if (field == "heads") m.heads = parse_int(field, value);
-    else if (field == "kv_heads") m.kv_heads = parse_int(field, value), kv_given = true;
+    else if (field == "kv_heads") m.kv_heads = parse_int(field, value);
     else if (field == "ffn") m.ffn = parse_int(field, value);
     else if (field == "vocab") m.vocab = parse_int(field, value);
     else if (field == "seq") m.seq = parse_int(field, value);
@@ -272,7 +266,7 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
                               "4 x hidden; learned_positions, default 0 = rotary; mlp, norm, biases, tied_head)",
                               fmt::join(missing, ", ")));
     m.name = "custom";
-    if (!kv_given) m.kv_heads = m.heads;
+    if (!given.contains("kv_heads")) m.kv_heads = m.heads;
     if (m.ffn == 0) m.ffn = 4 * m.hidden;
   }
   m.validate();
@@ -280,16 +274,9 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
 }
 
 void ModelShape::validate() const {
-  auto positive = [](const char* field, int v) {
+  for (auto [field, v] : {std::pair{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"kv_heads", kv_heads},
+                          {"ffn", ffn}, {"vocab", vocab}, {"seq", seq}})
     if (v <= 0) throw Error(fmt::format("model.{} = {}: must be positive", field, v));
-  };
-  positive("layers", layers);
-  positive("hidden", hidden);
-  positive("heads", heads);
-  positive("kv_heads", kv_heads);
-  positive("ffn", ffn);
-  positive("vocab", vocab);
-  positive("seq", seq);
   if (learned_positions < 0)
     throw Error(fmt::format("model.learned_positions = {}: must be zero (rotary) or positive", learned_positions));
   if (hidden % heads != 0)
