@@ -137,18 +137,6 @@ KernelGeneration parse_kernel_generation(std::string_view text) {
 
 std::string_view kernel_generation_name(KernelGeneration g) { return generation(g).name; }
 
-KernelGeneration peer_kernel_generation(Peer peer) {
-  switch (peer) {
-    case Peer::DeepSpeed05:
-    case Peer::Fsdp1: return KernelGeneration::Y2021;
-    case Peer::Strata:
-    case Peer::DeepSpeed014:
-    case Peer::Fsdp2:
-    case Peer::Megatron: return KernelGeneration::Y2024;
-  }
-  return KernelGeneration::Y2024;
-}
-
 const KernelFacts& kernel_facts(KernelGeneration g) { return generation(g).facts; }
 
 GemmCost gemm_cost(const GemmShape& g, const ChipFacts& chip, const KernelFacts& kernels, int element_bytes) {

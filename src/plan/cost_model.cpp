@@ -90,18 +90,6 @@ std::string_view granularity_means(Granularity g) {
   return "?";
 }
 
-Granularity peer_granularity(Peer peer, Granularity given) {
-  switch (peer) {
-    case Peer::Strata: return given;
-    case Peer::DeepSpeed05: return Granularity::DeepSpeedTensors;
-    case Peer::DeepSpeed014: return Granularity::DeepSpeedModules;
-    case Peer::Fsdp1:
-    case Peer::Fsdp2: return Granularity::Unit;
-    case Peer::Megatron: return Granularity::MegatronBuckets;
-  }
-  return given;
-}
-
 namespace {
 
 bool is_reduction(Purpose p) {
