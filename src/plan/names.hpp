@@ -2,7 +2,9 @@
 // An enum's names for flags and output, one table each: a value's name, a name's value, and
 // the list a refusal gives. A table's rows are Named, or rows of more facts with the same
 // `value` and `name`.
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +21,11 @@ std::string_view name_of(const Row (&table)[N], decltype(Row::value) value) {
   for (const Row& n : table)
     if (n.value == value) return n.name;
   return "?";
+}
+
+template <class Row, std::size_t N>
+const Row& row_of(const Row (&table)[N], decltype(Row::value) value) {  // the table must have the value
+  return *std::find_if(std::begin(table), std::end(table), [&](const Row& n) { return n.value == value; });
 }
 
 template <class Row, std::size_t N>

@@ -1,7 +1,6 @@
 #include "plan/peer.hpp"
 
 #include <algorithm>
-#include <iterator>
 #include <optional>
 
 #include <fmt/format.h>
@@ -57,10 +56,6 @@ constexpr PeerFacts kPeers[] = {
      "with its GEMM; the first chunk each op exposes is not priced: its split count is not sourced)"},
 };
 
-const PeerFacts& facts(Peer peer) {
-  return *std::find_if(std::begin(kPeers), std::end(kPeers), [&](const PeerFacts& f) { return f.value == peer; });
-}
-
 // Adds one module's tensors (elements each) to `g`: the module counts when one of them is gathered.
 void add_module(GatheredParams& g, std::initializer_list<double> tensors) {
   int gathered = 0;
@@ -100,13 +95,13 @@ std::vector<std::string> peer_names() {
   return {names.begin(), names.end()};
 }
 
-PeerTraits peer_traits(Peer peer) { return facts(peer).traits; }
+PeerTraits peer_traits(Peer peer) { return row_of(kPeers, peer).traits; }
 
-std::string_view peer_means(Peer peer) { return facts(peer).means; }
+std::string_view peer_means(Peer peer) { return row_of(kPeers, peer).means; }
 
-Granularity peer_granularity(Peer peer, Granularity given) { return facts(peer).granularity.value_or(given); }
+Granularity peer_granularity(Peer peer, Granularity given) { return row_of(kPeers, peer).granularity.value_or(given); }
 
-KernelGeneration peer_kernel_generation(Peer peer) { return facts(peer).kernels; }
+KernelGeneration peer_kernel_generation(Peer peer) { return row_of(kPeers, peer).kernels; }
 
 double megatron_bucket_elements(int data_parallel_size) { return std::max(4e7, 1e6 * data_parallel_size); }
 
