@@ -185,18 +185,13 @@ double op_time_s(const ScheduledOp& op, const topo::Topology& topology) {
 
 namespace {
 
-OpPrice timed(double latency_s, double bandwidth_s, double under_compute = 1) {
-  OpPrice p;
-  p.latency_s = latency_s, p.bandwidth_s = bandwidth_s, p.under_compute = under_compute;
-  return p;
-}
-
 // An op at its curve: the bytes at the fitted bandwidth, the rest its fixed cost (a measured
 // point below the line leaves no fixed cost and a shorter bandwidth term).
 OpPrice curve_price(const CollectiveCurve& curve, double bytes_sent, int sends) {
   const double total = curve.seconds_for(bytes_sent, sends);
   const double at_bandwidth = std::min(total, bytes_sent / (curve.bus_GBps * 1e9));
-  return timed(total - at_bandwidth, at_bandwidth, curve.under_compute_factor(bytes_sent, sends));
+  return {.latency_s = total - at_bandwidth, .bandwidth_s = at_bandwidth,
+          .under_compute = curve.under_compute_factor(bytes_sent, sends)};
 }
 
 // The rate of a ring over the tiers an op spans, as NCCL lays it out: one ring a channel, each
@@ -237,7 +232,8 @@ RingRate ring_rate(const ScheduledOp& op, const topo::Topology& topology, const 
 
 // A flat all-to-all: messages x the largest latency of its tiers, its bytes at the ring's rate.
 OpPrice flat_all_to_all(const ScheduledOp& op, const RingRate& r) {
-  return timed(op.messages * r.max_latency_us * 1e-6, static_cast<double>(op.bytes_sent) / r.bytes_per_s);
+  return {.latency_s = op.messages * r.max_latency_us * 1e-6,
+          .bandwidth_s = static_cast<double>(op.bytes_sent) / r.bytes_per_s};
 }
 
 // The whole buffer of one NCCL call (its nBytes): a ring rank sends (d-1)/d of it in an
@@ -252,9 +248,9 @@ OpPrice nccl_price(const ScheduledOp& op, const topo::Topology& topology, const 
                    const NcclSystem& system, double launches) {
   const NcclGroup group{op.group_size, nodes_of(op, topology), rate.bytes_per_s / 1e9};
   const NcclCall call = nccl_call(op.kind, nccl_total_bytes(op) / launches, group, system);
-  OpPrice price = timed(launches * call.latency_us * 1e-6, launches * (call.seconds - call.latency_us * 1e-6));
-  price.nccl = call;
-  return price;
+  return {.latency_s = launches * call.latency_us * 1e-6,
+          .bandwidth_s = launches * (call.seconds - call.latency_us * 1e-6),
+          .nccl = call};
 }
 
 // One op's price before coding: NCCL's model, a calibrated curve, the flat all-to-all rule, or
@@ -276,7 +272,8 @@ OpPrice priced(const ScheduledOp& op, const topo::Topology& topology, const Cali
   else if (op.levels_spanned > 1)
     price = flat_all_to_all(op, rate);
   else
-    price = timed(op.messages * topology.tier(op.level).latency_us * 1e-6, bytes / rate.bytes_per_s);
+    price = {.latency_s = op.messages * topology.tier(op.level).latency_us * 1e-6,
+             .bandwidth_s = bytes / rate.bytes_per_s};
   price.latency_s *= launches;
   return price;
 }
