@@ -1,6 +1,7 @@
 #include "plan/model_shapes.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include <fmt/format.h>
@@ -68,20 +69,12 @@ bool parse_bool(std::string_view field, std::string_view value) {
 
 std::int64_t norm_params(const ModelShape& m) { return m.norm == Norm::LayerNorm ? 2LL * m.hidden : m.hidden; }
 
-std::int64_t block_params(const ModelShape& m) {
+// A block's parameters on one of `tp` tensor-parallel ranks (1: the whole block): two norms, Q
+// and O, K and V, the MLP; column-parallel matrices (Q, K, V, MLP up/gate) and their biases
+// split by output, row-parallel ones (attention and MLP output projections) by input with their
+// biases replicated, norms replicated.
+std::int64_t block_params(const ModelShape& m, std::int64_t tp) {
   const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn;
-  std::int64_t block = 2 * norm_params(m) + 2 * h * h + 2 * h * kv;  // two norms; Q and O; K and V
-  block += (m.mlp == Mlp::Gelu ? 2 : 3) * h * f;
-  if (m.biases) block += h + 2 * kv + h + (m.mlp == Mlp::Gelu ? f : 2 * f) + h;
-  else if (m.qkv_biases) block += h + 2 * kv;
-  return block;
-}
-
-// A block's parameters on one of `tp` tensor-parallel ranks: column-parallel matrices (Q, K,
-// V, MLP up/gate) and their biases split by output, row-parallel ones (attention and MLP
-// output projections) by input with their biases replicated, norms replicated.
-std::int64_t block_params_on_rank(const ModelShape& m) {
-  const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn, tp = m.tensor_parallel;
   std::int64_t block = 2 * norm_params(m) + (2 * h * h + 2 * h * kv + (m.mlp == Mlp::Gelu ? 2 : 3) * h * f) / tp;
   if (m.biases) block += (h + 2 * kv + (m.mlp == Mlp::Gelu ? f : 2 * f)) / tp + 2 * h;
   else if (m.qkv_biases) block += (h + 2 * kv) / tp;
@@ -102,6 +95,14 @@ std::vector<int> stage_units(const ModelShape& m) {
                             : (u == 0 ? m.stage == 0 || (last && m.tied_head) : last);
     if (mine) out.push_back(u);
   }
+  return out;
+}
+
+// The stage's units of a whole model's list a unit, each through `f`.
+template <class T, class F = std::identity>
+std::vector<T> of_stage(const ModelShape& m, const std::vector<T>& all, F f = {}) {
+  std::vector<T> out;
+  for (int u : stage_units(m)) out.push_back(f(all[u]));
   return out;
 }
 
@@ -290,7 +291,7 @@ void ModelShape::validate() const {
 std::int64_t ModelShape::num_params() const {
   if (gpt) return gpt->num_params();
   const std::int64_t h = hidden, V = vocab;
-  std::int64_t total = V * h + learned_positions * h + layers * block_params(*this) + norm_params(*this);
+  std::int64_t total = V * h + learned_positions * h + layers * block_params(*this, 1) + norm_params(*this);
   if (!tied_head) total += V * h;
   return total;
 }
@@ -320,7 +321,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
       std::size_t n = all.numel[u];
       if (runtime) n = runtime->units()[u].numel;
       else if (u == 0) n = V * h / tensor_parallel + static_cast<std::size_t>(learned_positions) * h;
-      else if (u <= layers) n = static_cast<std::size_t>(block_params_on_rank(*this));
+      else if (u <= layers) n = static_cast<std::size_t>(block_params(*this, tensor_parallel));
       else if (u == layers + 2) n = V * h / tensor_parallel;
       p.numel.push_back(n);
       p.layout_unit.push_back(u);
@@ -335,7 +336,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
   p.numel.push_back(V * h + static_cast<std::size_t>(learned_positions) * h);
   for (int l = 0; l < layers; ++l) {
     p.names.push_back(fmt::format("h.{}", l));
-    p.numel.push_back(static_cast<std::size_t>(block_params(*this)));
+    p.numel.push_back(static_cast<std::size_t>(block_params(*this, 1)));
   }
   p.names.push_back("ln_f");
   p.numel.push_back(static_cast<std::size_t>(norm_params(*this)));
@@ -354,14 +355,10 @@ shard::UnitPlan ModelShape::unit_plan() const {
 }
 
 std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
-  if (sliced()) {
-    // Every matmul (and the attention products, by heads) thinner by tp; the vocab-parallel
-    // head too.
-    const std::vector<double> all = whole().forward_flops_per_token(seq_tokens);
-    std::vector<double> out;
-    for (int u : stage_units(*this)) out.push_back(all[u] / tensor_parallel);
-    return out;
-  }
+  // Sliced: every matmul (and the attention products, by heads) thinner by tp; the
+  // vocab-parallel head too.
+  if (sliced())
+    return of_stage(*this, whole().forward_flops_per_token(seq_tokens), [&](double f) { return f / tensor_parallel; });
   const double h = hidden, kv = kv_dim(), f = ffn;
   const double block_matmul = 2 * h * h + 2 * h * kv + (mlp == Mlp::Gelu ? 2 : 3) * h * f;
   const double block = 2 * block_matmul + 4 * h * seq_tokens;
@@ -373,12 +370,7 @@ std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
 }
 
 std::vector<int> ModelShape::forward_matmuls() const {
-  if (sliced()) {
-    const std::vector<int> all = whole().forward_matmuls();
-    std::vector<int> out;
-    for (int u : stage_units(*this)) out.push_back(all[u]);
-    return out;
-  }
+  if (sliced()) return of_stage(*this, whole().forward_matmuls());
   std::vector<int> matmuls(layers + (tied_head ? 2 : 3), 0);
   for (int l = 0; l < layers; ++l) matmuls[1 + l] = mlp == Mlp::Gelu ? 6 : 7;
   matmuls[tied_head ? layers + 1 : layers + 2] = 1;
@@ -423,17 +415,13 @@ std::vector<Rerun> ModelShape::rerun_per_token(int seq_tokens, Recompute recompu
   if (sliced()) {
     // Matmuls thinner by tp; the memory-bound part's split tensors too (norms and residuals
     // stay whole, counted in the whole model's share below).
-    const std::vector<Rerun> all = whole().rerun_per_token(seq_tokens, recompute, act_bytes);
     const double h = hidden, kv = kv_dim(), f = ffn;
     const double split = (learned_positions == 0 ? 2 * (h + kv) : 0) + (mlp == Mlp::SwiGlu ? 3 : 2) * f;
-    std::vector<Rerun> out;
-    for (int u : stage_units(*this)) {
-      Rerun r = all[u];
+    return of_stage(*this, whole().rerun_per_token(seq_tokens, recompute, act_bytes), [&](Rerun r) {
       r.matmul_flops /= tensor_parallel;
       if (r.memory_bound_bytes > 0) r.memory_bound_bytes -= split * act_bytes * (1.0 - 1.0 / tensor_parallel);
-      out.push_back(r);
-    }
-    return out;
+      return r;
+    });
   }
   std::vector<Rerun> rerun(layers + (tied_head ? 2 : 3));
   if (!recompute) return rerun;
