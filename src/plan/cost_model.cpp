@@ -43,12 +43,34 @@ shard::ShardSpec strategy_spec(std::string_view given, const topo::Topology& top
 
 namespace {
 
-constexpr Named<Granularity> kGranularities[] = {
-    {Granularity::Unit, "unit"},
-    {Granularity::DeepSpeed, "deepspeed"},
-    {Granularity::DeepSpeedTensors, "deepspeed-tensors"},
-    {Granularity::DeepSpeedModules, "deepspeed-modules"},
-    {Granularity::MegatronBuckets, "megatron-buckets"},
+// Each granularity: its --granularity name and what it means (for the plan's assumptions).
+struct GranularityRow {
+  Granularity value;
+  std::string_view name, means;
+};
+constexpr GranularityRow kGranularities[] = {
+    {Granularity::Unit, "unit",
+     "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
+     "transformer block"},
+    {Granularity::DeepSpeed, "deepspeed",
+     "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
+     "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
+     "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
+     "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once"},
+    {Granularity::DeepSpeedTensors, "deepspeed-tensors",
+     "DeepSpeed v0.5's ZeRO-3: a unit's weight gather is one all-gather a parameter tensor of at least "
+     "stage3_param_persistence_threshold = 1e5 elements (partition_parameters.py "
+     "_allgather_params_coalesced and _allgather_param launch one per parameter); reductions in "
+     "reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)"},
+    {Granularity::DeepSpeedModules, "deepspeed-modules",
+     "DeepSpeed v0.14's ZeRO-3: a unit's weight gather is one coalesced all-gather a module holding a "
+     "parameter of at least stage3_param_persistence_threshold = 1e5 elements "
+     "(partitioned_param_coordinator.py fetch_sub_module: each fetch's parameters in one "
+     "all_gather_coalesced; the prefetch bucket bounds what is in flight, not a call's size); reductions "
+     "in reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)"},
+    {Granularity::MegatronBuckets, "megatron-buckets",
+     "Megatron-Core's distributed optimizer: gradient reduce-scatters and parameter all-gathers in "
+     "buckets of max(4e7, 1e6 x data-parallel size) elements (amortized), other ops one a unit"},
 };
 
 }  // namespace
@@ -62,33 +84,7 @@ Granularity parse_granularity(std::string_view text) {
 
 std::string_view granularity_name(Granularity g) { return name_of(kGranularities, g); }
 
-std::string_view granularity_means(Granularity g) {
-  switch (g) {
-    case Granularity::Unit:
-      return "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
-             "transformer block";
-    case Granularity::DeepSpeed:
-      return "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
-             "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
-             "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
-             "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once";
-    case Granularity::DeepSpeedTensors:
-      return "DeepSpeed v0.5's ZeRO-3: a unit's weight gather is one all-gather a parameter tensor of at least "
-             "stage3_param_persistence_threshold = 1e5 elements (partition_parameters.py "
-             "_allgather_params_coalesced and _allgather_param launch one per parameter); reductions in "
-             "reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)";
-    case Granularity::DeepSpeedModules:
-      return "DeepSpeed v0.14's ZeRO-3: a unit's weight gather is one coalesced all-gather a module holding a "
-             "parameter of at least stage3_param_persistence_threshold = 1e5 elements "
-             "(partitioned_param_coordinator.py fetch_sub_module: each fetch's parameters in one "
-             "all_gather_coalesced; the prefetch bucket bounds what is in flight, not a call's size); reductions "
-             "in reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)";
-    case Granularity::MegatronBuckets:
-      return "Megatron-Core's distributed optimizer: gradient reduce-scatters and parameter all-gathers in "
-             "buckets of max(4e7, 1e6 x data-parallel size) elements (amortized), other ops one a unit";
-  }
-  return "?";
-}
+std::string_view granularity_means(Granularity g) { return row_of(kGranularities, g).means; }
 
 namespace {
 
