@@ -56,17 +56,10 @@ std::vector<double> slowest_timings(int iterations, F&& run) {
 }
 
 template <class F>
-double median_of_slowest(int iterations, F&& run) {
-  return plan::median(slowest_timings(iterations, run));
-}
-
-template <class F>
 double time_collective(int iterations, F&& run) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MPI_Wtime();
-  run();  // the warm-up, timed to choose how many timings
-  const double once = world_max(MPI_Wtime() - t0);
-  return median_of_slowest(once < kCheapCollective_s ? std::max(iterations, kMinCollectiveTimings) : iterations, run);
+  const double once = slowest_timings(1, run).front();  // the warm-up, timed to choose how many timings
+  return plan::median(
+      slowest_timings(once < kCheapCollective_s ? std::max(iterations, kMinCollectiveTimings) : iterations, run));
 }
 
 // Compute timings repeat their kernel until a timing lasts at least this long: where ranks
@@ -357,7 +350,7 @@ void overlap_slowdown(comm::Context& ctx, comm::TierComms& comms, int t, const M
   auto all_reduce = [&] { b.run(group, Collective::AllReduce); };
   const double sent = world_mean(static_cast<double>(sent_on_tier(ctx, t, all_reduce).bytes_sent));
   all_reduce();  // a warm-up
-  const double one_s = median_of_slowest(o.iterations, all_reduce);
+  const double one_s = plan::median(slowest_timings(o.iterations, all_reduce));
   std::vector<double> ratios;
   for (int trial = 0; trial < o.iterations; ++trial) {
     MPI_Barrier(MPI_COMM_WORLD);

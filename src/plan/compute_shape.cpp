@@ -11,38 +11,30 @@
 
 #include "base/error.hpp"
 #include "plan/device.hpp"
+#include "plan/names.hpp"
 
 namespace strata::plan {
 
 namespace {
 
 struct GenerationEntry {
-  KernelGeneration g;
+  KernelGeneration value;
   std::string_view name;
   KernelFacts facts;
 };
 
 // docs/planner.md "Compute by shape" gives each figure's source and what is assumed.
-const std::array<GenerationEntry, 2>& generations() {
-  static const std::array<GenerationEntry, 2> table = {{
-      {KernelGeneration::Y2021, "2021",
-       {256, 128, 0.8,
-        "tile 256x128: NVIDIA Deep Learning Performance guide, Matrix Multiplication Background (wave quantization "
-        "on A100's 108 SMs with 256x128 thread-block tiles); peak share 0.8: the FlashAttention-2 paper (Dao 2023) "
-        "puts optimized GEMMs at 80-90% of the theoretical maximum, the low end taken"}},
-      {KernelGeneration::Y2024, "2024",
-       {128, 256, 0.8,
-        "tile 128x256: CUTLASS 3's Hopper warp-specialized bf16 GEMMs (which tile cuBLAS 12 picks per shape is "
-        "not published); peak share 0.8 as the 2021 stack's (no H100 figure found)"}},
-  }};
-  return table;
-}
-
-const GenerationEntry& generation(KernelGeneration g) {
-  for (const GenerationEntry& e : generations())
-    if (e.g == g) return e;
-  throw Error("kernel generation: not in the table");
-}
+const GenerationEntry kGenerations[] = {
+    {KernelGeneration::Y2021, "2021",
+     {256, 128, 0.8,
+      "tile 256x128: NVIDIA Deep Learning Performance guide, Matrix Multiplication Background (wave quantization "
+      "on A100's 108 SMs with 256x128 thread-block tiles); peak share 0.8: the FlashAttention-2 paper (Dao 2023) "
+      "puts optimized GEMMs at 80-90% of the theoretical maximum, the low end taken"}},
+    {KernelGeneration::Y2024, "2024",
+     {128, 256, 0.8,
+      "tile 128x256: CUTLASS 3's Hopper warp-specialized bf16 GEMMs (which tile cuBLAS 12 picks per shape is "
+      "not published); peak share 0.8 as the 2021 stack's (no H100 figure found)"}},
+};
 
 // FlashAttention TFLOP/s on H100 80GB SXM5, bf16, without causal mask, at sequence lengths
 // 512..16k (FlashAttention-3 paper, Shah et al. 2024, figures 5 and 6: forward and backward,
@@ -128,28 +120,14 @@ std::vector<GemmShape> block_gemms(const ModelShape& slice, std::int64_t tokens)
 }  // namespace
 
 KernelGeneration parse_kernel_generation(std::string_view text) {
-  for (const GenerationEntry& e : generations())
-    if (e.name == text) return e.g;
-  std::vector<std::string_view> known;
-  for (const GenerationEntry& e : generations()) known.push_back(e.name);
-  throw Error(fmt::format("--kernels = '{}': unknown kernel generation (known: {})", text, fmt::join(known, ", ")));
+  if (const KernelGeneration* g = value_of(kGenerations, text)) return *g;
+  throw Error(fmt::format("--kernels = '{}': unknown kernel generation (known: {})", text,
+                          fmt::join(names_of(kGenerations), ", ")));
 }
 
-std::string_view kernel_generation_name(KernelGeneration g) { return generation(g).name; }
+std::string_view kernel_generation_name(KernelGeneration g) { return row_of(kGenerations, g).name; }
 
-KernelGeneration peer_kernel_generation(Peer peer) {
-  switch (peer) {
-    case Peer::DeepSpeed05:
-    case Peer::Fsdp1: return KernelGeneration::Y2021;
-    case Peer::Strata:
-    case Peer::DeepSpeed014:
-    case Peer::Fsdp2:
-    case Peer::Megatron: return KernelGeneration::Y2024;
-  }
-  return KernelGeneration::Y2024;
-}
-
-const KernelFacts& kernel_facts(KernelGeneration g) { return generation(g).facts; }
+const KernelFacts& kernel_facts(KernelGeneration g) { return row_of(kGenerations, g).facts; }
 
 GemmCost gemm_cost(const GemmShape& g, const ChipFacts& chip, const KernelFacts& kernels, int element_bytes) {
   GemmCost c;

@@ -43,12 +43,34 @@ shard::ShardSpec strategy_spec(std::string_view given, const topo::Topology& top
 
 namespace {
 
-constexpr Named<Granularity> kGranularities[] = {
-    {Granularity::Unit, "unit"},
-    {Granularity::DeepSpeed, "deepspeed"},
-    {Granularity::DeepSpeedTensors, "deepspeed-tensors"},
-    {Granularity::DeepSpeedModules, "deepspeed-modules"},
-    {Granularity::MegatronBuckets, "megatron-buckets"},
+// Each granularity: its --granularity name and what it means (for the plan's assumptions).
+struct GranularityRow {
+  Granularity value;
+  std::string_view name, means;
+};
+constexpr GranularityRow kGranularities[] = {
+    {Granularity::Unit, "unit",
+     "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
+     "transformer block"},
+    {Granularity::DeepSpeed, "deepspeed",
+     "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
+     "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
+     "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
+     "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once"},
+    {Granularity::DeepSpeedTensors, "deepspeed-tensors",
+     "DeepSpeed v0.5's ZeRO-3: a unit's weight gather is one all-gather a parameter tensor of at least "
+     "stage3_param_persistence_threshold = 1e5 elements (partition_parameters.py "
+     "_allgather_params_coalesced and _allgather_param launch one per parameter); reductions in "
+     "reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)"},
+    {Granularity::DeepSpeedModules, "deepspeed-modules",
+     "DeepSpeed v0.14's ZeRO-3: a unit's weight gather is one coalesced all-gather a module holding a "
+     "parameter of at least stage3_param_persistence_threshold = 1e5 elements "
+     "(partitioned_param_coordinator.py fetch_sub_module: each fetch's parameters in one "
+     "all_gather_coalesced; the prefetch bucket bounds what is in flight, not a call's size); reductions "
+     "in reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)"},
+    {Granularity::MegatronBuckets, "megatron-buckets",
+     "Megatron-Core's distributed optimizer: gradient reduce-scatters and parameter all-gathers in "
+     "buckets of max(4e7, 1e6 x data-parallel size) elements (amortized), other ops one a unit"},
 };
 
 }  // namespace
@@ -62,45 +84,7 @@ Granularity parse_granularity(std::string_view text) {
 
 std::string_view granularity_name(Granularity g) { return name_of(kGranularities, g); }
 
-std::string_view granularity_means(Granularity g) {
-  switch (g) {
-    case Granularity::Unit:
-      return "one collective call an op of a unit, as strata runs and PyTorch FSDP's default auto-wrap of each "
-             "transformer block";
-    case Granularity::DeepSpeed:
-      return "as DeepSpeed ZeRO calls them, with its documented defaults (deepspeed/runtime/zero/config.py): "
-             "parameter gathers in buckets of stage3_prefetch_bucket_size = 5e7 elements, gradient reductions "
-             "of reduce_bucket_size = 5e8, post-step gathers of allgather_bucket_size = 5e8; a unit's op pays its "
-             "fixed cost (latency, launch) unit elements / bucket times (amortized), its bytes once";
-    case Granularity::DeepSpeedTensors:
-      return "DeepSpeed v0.5's ZeRO-3: a unit's weight gather is one all-gather a parameter tensor of at least "
-             "stage3_param_persistence_threshold = 1e5 elements (partition_parameters.py "
-             "_allgather_params_coalesced and _allgather_param launch one per parameter); reductions in "
-             "reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)";
-    case Granularity::DeepSpeedModules:
-      return "DeepSpeed v0.14's ZeRO-3: a unit's weight gather is one coalesced all-gather a module holding a "
-             "parameter of at least stage3_param_persistence_threshold = 1e5 elements "
-             "(partitioned_param_coordinator.py fetch_sub_module: each fetch's parameters in one "
-             "all_gather_coalesced; the prefetch bucket bounds what is in flight, not a call's size); reductions "
-             "in reduce_bucket_size = 5e8 buckets, post-step gathers of allgather_bucket_size = 5e8 (amortized)";
-    case Granularity::MegatronBuckets:
-      return "Megatron-Core's distributed optimizer: gradient reduce-scatters and parameter all-gathers in "
-             "buckets of max(4e7, 1e6 x data-parallel size) elements (amortized), other ops one a unit";
-  }
-  return "?";
-}
-
-Granularity peer_granularity(Peer peer, Granularity given) {
-  switch (peer) {
-    case Peer::Strata: return given;
-    case Peer::DeepSpeed05: return Granularity::DeepSpeedTensors;
-    case Peer::DeepSpeed014: return Granularity::DeepSpeedModules;
-    case Peer::Fsdp1:
-    case Peer::Fsdp2: return Granularity::Unit;
-    case Peer::Megatron: return Granularity::MegatronBuckets;
-  }
-  return given;
-}
+std::string_view granularity_means(Granularity g) { return row_of(kGranularities, g).means; }
 
 namespace {
 
@@ -197,18 +181,13 @@ double op_time_s(const ScheduledOp& op, const topo::Topology& topology) {
 
 namespace {
 
-OpPrice timed(double latency_s, double bandwidth_s, double under_compute = 1) {
-  OpPrice p;
-  p.latency_s = latency_s, p.bandwidth_s = bandwidth_s, p.under_compute = under_compute;
-  return p;
-}
-
 // An op at its curve: the bytes at the fitted bandwidth, the rest its fixed cost (a measured
 // point below the line leaves no fixed cost and a shorter bandwidth term).
 OpPrice curve_price(const CollectiveCurve& curve, double bytes_sent, int sends) {
   const double total = curve.seconds_for(bytes_sent, sends);
   const double at_bandwidth = std::min(total, bytes_sent / (curve.bus_GBps * 1e9));
-  return timed(total - at_bandwidth, at_bandwidth, curve.under_compute_factor(bytes_sent, sends));
+  return {.latency_s = total - at_bandwidth, .bandwidth_s = at_bandwidth,
+          .under_compute = curve.under_compute_factor(bytes_sent, sends)};
 }
 
 // The rate of a ring over the tiers an op spans, as NCCL lays it out: one ring a channel, each
@@ -249,7 +228,8 @@ RingRate ring_rate(const ScheduledOp& op, const topo::Topology& topology, const 
 
 // A flat all-to-all: messages x the largest latency of its tiers, its bytes at the ring's rate.
 OpPrice flat_all_to_all(const ScheduledOp& op, const RingRate& r) {
-  return timed(op.messages * r.max_latency_us * 1e-6, static_cast<double>(op.bytes_sent) / r.bytes_per_s);
+  return {.latency_s = op.messages * r.max_latency_us * 1e-6,
+          .bandwidth_s = static_cast<double>(op.bytes_sent) / r.bytes_per_s};
 }
 
 // The whole buffer of one NCCL call (its nBytes): a ring rank sends (d-1)/d of it in an
@@ -264,9 +244,9 @@ OpPrice nccl_price(const ScheduledOp& op, const topo::Topology& topology, const 
                    const NcclSystem& system, double launches) {
   const NcclGroup group{op.group_size, nodes_of(op, topology), rate.bytes_per_s / 1e9};
   const NcclCall call = nccl_call(op.kind, nccl_total_bytes(op) / launches, group, system);
-  OpPrice price = timed(launches * call.latency_us * 1e-6, launches * (call.seconds - call.latency_us * 1e-6));
-  price.nccl = call;
-  return price;
+  return {.latency_s = launches * call.latency_us * 1e-6,
+          .bandwidth_s = launches * (call.seconds - call.latency_us * 1e-6),
+          .nccl = call};
 }
 
 // One op's price before coding: NCCL's model, a calibrated curve, the flat all-to-all rule, or
@@ -288,7 +268,8 @@ OpPrice priced(const ScheduledOp& op, const topo::Topology& topology, const Cali
   else if (op.levels_spanned > 1)
     price = flat_all_to_all(op, rate);
   else
-    price = timed(op.messages * topology.tier(op.level).latency_us * 1e-6, bytes / rate.bytes_per_s);
+    price = {.latency_s = op.messages * topology.tier(op.level).latency_us * 1e-6,
+             .bandwidth_s = bytes / rate.bytes_per_s};
   price.latency_s *= launches;
   return price;
 }

@@ -98,7 +98,7 @@ double op_time_s(const shard::ScheduledOp& op, const topo::Topology& topology);
 struct OpPrice {
   double latency_s = 0, bandwidth_s = 0, codec_s = 0;
   double under_compute = 1;
-  std::optional<NcclCall> nccl;  // the call NCCL's model chose, where it priced the op
+  std::optional<NcclCall> nccl{};  // the call NCCL's model chose, where it priced the op
   double seconds() const { return latency_s + bandwidth_s + codec_s; }
 };
 // With `nccl` (--collectives nccl), every ring collective (all-gather, reduce-scatter,

@@ -104,12 +104,9 @@ const std::vector<GpuDatasheet>& datasheets() {
 }  // namespace
 
 void DeviceFacts::validate() const {
-  auto positive = [](const char* flag, double v) {
+  for (auto [flag, v] :
+       {std::pair{"--peak-tflops", peak_tflops}, {"--device-memory-gb", memory_gb}, {"--hbm-gbps", hbm_GBps}})
     if (!(v > 0) || !std::isfinite(v)) throw Error(fmt::format("{} = {}: must be positive", flag, v));
-  };
-  positive("--peak-tflops", peak_tflops);
-  positive("--device-memory-gb", memory_gb);
-  positive("--hbm-gbps", hbm_GBps);
   if (!(compute_efficiency > 0 && compute_efficiency <= 1))
     throw Error(fmt::format("--compute-efficiency = {}: must be in (0, 1]", compute_efficiency));
   if (!(tdp_watts >= 0) || !std::isfinite(tdp_watts))

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "plan/names.hpp"
 #include "plan/search.hpp"
 
 namespace strata::plan {
@@ -148,7 +149,7 @@ void fsdp2_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::Topol
                                  mp.pp));
 }
 
-void torchtitan_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::Topology& t) {
+void torchtitan_layout(FrameworkPlan& p, const shard::LevelSpec& l, const topo::Topology& t, const ModelParallel&) {
   fsdp_layout(p, l, t, "torchtitan");
   shard::ShardSpec& s = p.spec;
   if (s.secondary != "none") {
@@ -415,37 +416,36 @@ std::string megatron_args(const Facts& f) {
   return out;
 }
 
+// Each framework in one row: its --emit name, its own name, how it runs strata's plan (the
+// nearest it can express) and the file it reads.
+struct FrameworkRow {
+  Framework value;
+  std::string_view name, shown;
+  void (*layout)(FrameworkPlan&, const shard::LevelSpec&, const topo::Topology&, const ModelParallel&);
+  std::string (*file)(const Facts&);
+};
+constexpr FrameworkRow kFrameworks[] = {
+    {Framework::DeepSpeed, "deepspeed", "DeepSpeed", deepspeed_layout, deepspeed_json},
+    {Framework::Fsdp2, "fsdp2", "PyTorch FSDP2", fsdp2_layout, fsdp2_python},
+    {Framework::Torchtitan, "torchtitan", "torchtitan", torchtitan_layout, torchtitan_toml},
+    {Framework::Megatron, "megatron", "Megatron-LM", megatron_layout, megatron_args},
+};
+
 }  // namespace
 
 Framework parse_framework(std::string_view text) {
-  if (text == "deepspeed") return Framework::DeepSpeed;
-  if (text == "fsdp2") return Framework::Fsdp2;
-  if (text == "torchtitan") return Framework::Torchtitan;
-  if (text == "megatron") return Framework::Megatron;
-  throw Error(fmt::format("--emit '{}': unknown framework (known: deepspeed, fsdp2, torchtitan, megatron)", text));
+  if (const Framework* f = value_of(kFrameworks, text)) return *f;
+  throw Error(fmt::format("--emit '{}': unknown framework (known: {})", text, fmt::join(names_of(kFrameworks), ", ")));
 }
 
-std::string_view framework_name(Framework f) {
-  switch (f) {
-    case Framework::DeepSpeed: return "DeepSpeed";
-    case Framework::Fsdp2: return "PyTorch FSDP2";
-    case Framework::Torchtitan: return "torchtitan";
-    case Framework::Megatron: return "Megatron-LM";
-  }
-  return "?";
-}
+std::string_view framework_name(Framework f) { return row_of(kFrameworks, f).shown; }
 
 FrameworkPlan nearest_plan(Framework framework, const shard::ShardSpec& spec, const Workload& workload,
                            const ModelParallel& mp, const topo::Topology& dp_topology) {
   FrameworkPlan p{framework, spec, workload, {}};
   const shard::LevelSpec l = shard::resolve(spec, dp_topology);
   if (framework == Framework::DeepSpeed) reduce_scatter_step(p, "DeepSpeed");
-  switch (framework) {
-    case Framework::DeepSpeed: deepspeed_layout(p, l, dp_topology, mp); break;
-    case Framework::Fsdp2: fsdp2_layout(p, l, dp_topology, mp); break;
-    case Framework::Torchtitan: torchtitan_layout(p, l, dp_topology); break;
-    case Framework::Megatron: megatron_layout(p, l, dp_topology, mp); break;
-  }
+  row_of(kFrameworks, framework).layout(p, l, dp_topology, mp);
   p.spec.preset = p.gaps.empty() ? spec.preset : "custom";
   shard::resolve(p.spec, dp_topology);  // the nearest must be a valid spec of the same topology
   return p;
@@ -468,12 +468,7 @@ Emitted emit(const EmitRequest& r) {
   f.micro_batches = r.workload.accumulation_steps * (r.workload.batch_per_device ? mp.pp : 1);
   for (int s = 0; s < mp.pp; ++s)
     for (std::size_t n : plan.stage(s).units().numel) f.largest_unit = std::max(f.largest_unit, n);
-  switch (r.framework) {
-    case Framework::DeepSpeed: out.text = deepspeed_json(f); break;
-    case Framework::Fsdp2: out.text = fsdp2_python(f); break;
-    case Framework::Torchtitan: out.text = torchtitan_toml(f); break;
-    case Framework::Megatron: out.text = megatron_args(f); break;
-  }
+  out.text = row_of(kFrameworks, r.framework).file(f);
   return out;
 }
 

@@ -27,9 +27,7 @@ std::string trimmed(std::string_view s) {
 
 std::vector<std::string> cells(const std::string& line) {
   std::vector<std::string> out;
-  std::istringstream in(line);
-  for (std::string cell; std::getline(in, cell, ',');) out.push_back(trimmed(cell));
-  if (!line.empty() && line.back() == ',') out.emplace_back();
+  for (std::string_view cell : split_list(line)) out.push_back(trimmed(cell));
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "plan/model_shapes.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include <fmt/format.h>
@@ -68,20 +69,12 @@ bool parse_bool(std::string_view field, std::string_view value) {
 
 std::int64_t norm_params(const ModelShape& m) { return m.norm == Norm::LayerNorm ? 2LL * m.hidden : m.hidden; }
 
-std::int64_t block_params(const ModelShape& m) {
+// A block's parameters on one of `tp` tensor-parallel ranks (1: the whole block): two norms, Q
+// and O, K and V, the MLP; column-parallel matrices (Q, K, V, MLP up/gate) and their biases
+// split by output, row-parallel ones (attention and MLP output projections) by input with their
+// biases replicated, norms replicated.
+std::int64_t block_params(const ModelShape& m, std::int64_t tp) {
   const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn;
-  std::int64_t block = 2 * norm_params(m) + 2 * h * h + 2 * h * kv;  // two norms; Q and O; K and V
-  block += (m.mlp == Mlp::Gelu ? 2 : 3) * h * f;
-  if (m.biases) block += h + 2 * kv + h + (m.mlp == Mlp::Gelu ? f : 2 * f) + h;
-  else if (m.qkv_biases) block += h + 2 * kv;
-  return block;
-}
-
-// A block's parameters on one of `tp` tensor-parallel ranks: column-parallel matrices (Q, K,
-// V, MLP up/gate) and their biases split by output, row-parallel ones (attention and MLP
-// output projections) by input with their biases replicated, norms replicated.
-std::int64_t block_params_on_rank(const ModelShape& m) {
-  const std::int64_t h = m.hidden, kv = m.kv_dim(), f = m.ffn, tp = m.tensor_parallel;
   std::int64_t block = 2 * norm_params(m) + (2 * h * h + 2 * h * kv + (m.mlp == Mlp::Gelu ? 2 : 3) * h * f) / tp;
   if (m.biases) block += (h + 2 * kv + (m.mlp == Mlp::Gelu ? f : 2 * f)) / tp + 2 * h;
   else if (m.qkv_biases) block += (h + 2 * kv) / tp;
@@ -105,6 +98,14 @@ std::vector<int> stage_units(const ModelShape& m) {
   return out;
 }
 
+// The stage's units of a whole model's list a unit, each through `f`.
+template <class T, class F = std::identity>
+std::vector<T> of_stage(const ModelShape& m, const std::vector<T>& all, F f = {}) {
+  std::vector<T> out;
+  for (int u : stage_units(m)) out.push_back(f(all[u]));
+  return out;
+}
+
 }  // namespace
 
 Recompute parse_recompute(std::string_view text) {
@@ -117,15 +118,10 @@ Recompute parse_recompute(std::string_view text) {
 std::string_view recompute_name(Recompute r) { return name_of(kRecomputes, r.mode()); }
 
 ModelShape ModelShape::slice(int tp, int stage_index, int num_stages, const std::vector<int>& stage_layers) const {
-  auto divides = [&](const char* flag, int degree, const char* field, int value) {
-    if (value % degree != 0)
-      throw Error(fmt::format("{} {}: does not divide model.{} = {} of '{}'", flag, degree, field, value, name));
-  };
   if (tp <= 0) throw Error(fmt::format("--tp {}: must be positive", tp));
-  divides("--tp", tp, "heads", heads);
-  divides("--tp", tp, "kv_heads", kv_heads);
-  divides("--tp", tp, "ffn", ffn);
-  divides("--tp", tp, "vocab", vocab);
+  for (auto [field, value] : {std::pair{"heads", heads}, {"kv_heads", kv_heads}, {"ffn", ffn}, {"vocab", vocab}})
+    if (value % tp != 0)
+      throw Error(fmt::format("--tp {}: does not divide model.{} = {} of '{}'", tp, field, value, name));
   parallel::stage_split(layers, num_stages, stage_index, stage_layers);  // refused here, naming the flag
   ModelShape m = whole();
   m.tensor_parallel = tp;
@@ -226,7 +222,6 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
   } else {
     m = preset(name);
   }
-  bool kv_given = false;
   std::set<std::string> given;
   for (const std::string& item : fields) {
     const std::size_t eq = item.find('=');
@@ -237,7 +232,7 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
     if (field == "layers") m.layers = parse_int(field, value);
     else if (field == "hidden") m.hidden = parse_int(field, value);
     else if (field == "heads") m.heads = parse_int(field, value);
-    else if (field == "kv_heads") m.kv_heads = parse_int(field, value), kv_given = true;
+    else if (field == "kv_heads") m.kv_heads = parse_int(field, value);
     else if (field == "ffn") m.ffn = parse_int(field, value);
     else if (field == "vocab") m.vocab = parse_int(field, value);
     else if (field == "seq") m.seq = parse_int(field, value);
@@ -272,7 +267,7 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
                               "4 x hidden; learned_positions, default 0 = rotary; mlp, norm, biases, tied_head)",
                               fmt::join(missing, ", ")));
     m.name = "custom";
-    if (!kv_given) m.kv_heads = m.heads;
+    if (!given.contains("kv_heads")) m.kv_heads = m.heads;
     if (m.ffn == 0) m.ffn = 4 * m.hidden;
   }
   m.validate();
@@ -280,16 +275,9 @@ ModelShape ModelShape::from_name_and_fields(std::string_view name, const std::ve
 }
 
 void ModelShape::validate() const {
-  auto positive = [](const char* field, int v) {
+  for (auto [field, v] : {std::pair{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"kv_heads", kv_heads},
+                          {"ffn", ffn}, {"vocab", vocab}, {"seq", seq}})
     if (v <= 0) throw Error(fmt::format("model.{} = {}: must be positive", field, v));
-  };
-  positive("layers", layers);
-  positive("hidden", hidden);
-  positive("heads", heads);
-  positive("kv_heads", kv_heads);
-  positive("ffn", ffn);
-  positive("vocab", vocab);
-  positive("seq", seq);
   if (learned_positions < 0)
     throw Error(fmt::format("model.learned_positions = {}: must be zero (rotary) or positive", learned_positions));
   if (hidden % heads != 0)
@@ -303,7 +291,7 @@ void ModelShape::validate() const {
 std::int64_t ModelShape::num_params() const {
   if (gpt) return gpt->num_params();
   const std::int64_t h = hidden, V = vocab;
-  std::int64_t total = V * h + learned_positions * h + layers * block_params(*this) + norm_params(*this);
+  std::int64_t total = V * h + learned_positions * h + layers * block_params(*this, 1) + norm_params(*this);
   if (!tied_head) total += V * h;
   return total;
 }
@@ -333,7 +321,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
       std::size_t n = all.numel[u];
       if (runtime) n = runtime->units()[u].numel;
       else if (u == 0) n = V * h / tensor_parallel + static_cast<std::size_t>(learned_positions) * h;
-      else if (u <= layers) n = static_cast<std::size_t>(block_params_on_rank(*this));
+      else if (u <= layers) n = static_cast<std::size_t>(block_params(*this, tensor_parallel));
       else if (u == layers + 2) n = V * h / tensor_parallel;
       p.numel.push_back(n);
       p.layout_unit.push_back(u);
@@ -348,7 +336,7 @@ shard::UnitPlan ModelShape::unit_plan() const {
   p.numel.push_back(V * h + static_cast<std::size_t>(learned_positions) * h);
   for (int l = 0; l < layers; ++l) {
     p.names.push_back(fmt::format("h.{}", l));
-    p.numel.push_back(static_cast<std::size_t>(block_params(*this)));
+    p.numel.push_back(static_cast<std::size_t>(block_params(*this, 1)));
   }
   p.names.push_back("ln_f");
   p.numel.push_back(static_cast<std::size_t>(norm_params(*this)));
@@ -367,14 +355,10 @@ shard::UnitPlan ModelShape::unit_plan() const {
 }
 
 std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
-  if (sliced()) {
-    // Every matmul (and the attention products, by heads) thinner by tp; the vocab-parallel
-    // head too.
-    const std::vector<double> all = whole().forward_flops_per_token(seq_tokens);
-    std::vector<double> out;
-    for (int u : stage_units(*this)) out.push_back(all[u] / tensor_parallel);
-    return out;
-  }
+  // Sliced: every matmul (and the attention products, by heads) thinner by tp; the
+  // vocab-parallel head too.
+  if (sliced())
+    return of_stage(*this, whole().forward_flops_per_token(seq_tokens), [&](double f) { return f / tensor_parallel; });
   const double h = hidden, kv = kv_dim(), f = ffn;
   const double block_matmul = 2 * h * h + 2 * h * kv + (mlp == Mlp::Gelu ? 2 : 3) * h * f;
   const double block = 2 * block_matmul + 4 * h * seq_tokens;
@@ -386,12 +370,7 @@ std::vector<double> ModelShape::forward_flops_per_token(int seq_tokens) const {
 }
 
 std::vector<int> ModelShape::forward_matmuls() const {
-  if (sliced()) {
-    const std::vector<int> all = whole().forward_matmuls();
-    std::vector<int> out;
-    for (int u : stage_units(*this)) out.push_back(all[u]);
-    return out;
-  }
+  if (sliced()) return of_stage(*this, whole().forward_matmuls());
   std::vector<int> matmuls(layers + (tied_head ? 2 : 3), 0);
   for (int l = 0; l < layers; ++l) matmuls[1 + l] = mlp == Mlp::Gelu ? 6 : 7;
   matmuls[tied_head ? layers + 1 : layers + 2] = 1;
@@ -436,17 +415,13 @@ std::vector<Rerun> ModelShape::rerun_per_token(int seq_tokens, Recompute recompu
   if (sliced()) {
     // Matmuls thinner by tp; the memory-bound part's split tensors too (norms and residuals
     // stay whole, counted in the whole model's share below).
-    const std::vector<Rerun> all = whole().rerun_per_token(seq_tokens, recompute, act_bytes);
     const double h = hidden, kv = kv_dim(), f = ffn;
     const double split = (learned_positions == 0 ? 2 * (h + kv) : 0) + (mlp == Mlp::SwiGlu ? 3 : 2) * f;
-    std::vector<Rerun> out;
-    for (int u : stage_units(*this)) {
-      Rerun r = all[u];
+    return of_stage(*this, whole().rerun_per_token(seq_tokens, recompute, act_bytes), [&](Rerun r) {
       r.matmul_flops /= tensor_parallel;
       if (r.memory_bound_bytes > 0) r.memory_bound_bytes -= split * act_bytes * (1.0 - 1.0 / tensor_parallel);
-      out.push_back(r);
-    }
-    return out;
+      return r;
+    });
   }
   std::vector<Rerun> rerun(layers + (tied_head ? 2 : 3));
   if (!recompute) return rerun;

@@ -1,7 +1,10 @@
 #pragma once
 // An enum's names for flags and output, one table each: a value's name, a name's value, and
-// the list a refusal gives.
+// the list a refusal gives. A table's rows are Named, or rows of more facts with the same
+// `value` and `name`.
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
@@ -13,24 +16,29 @@ struct Named {
   std::string_view name;
 };
 
-template <class E, std::size_t N>
-std::string_view name_of(const Named<E> (&table)[N], E value) {
-  for (const Named<E>& n : table)
+template <class Row, std::size_t N>
+std::string_view name_of(const Row (&table)[N], decltype(Row::value) value) {
+  for (const Row& n : table)
     if (n.value == value) return n.name;
   return "?";
 }
 
-template <class E, std::size_t N>
-const E* value_of(const Named<E> (&table)[N], std::string_view name) {  // nullptr: not in the table
-  for (const Named<E>& n : table)
+template <class Row, std::size_t N>
+const Row& row_of(const Row (&table)[N], decltype(Row::value) value) {  // the table must have the value
+  return *std::find_if(std::begin(table), std::end(table), [&](const Row& n) { return n.value == value; });
+}
+
+template <class Row, std::size_t N>
+const decltype(Row::value)* value_of(const Row (&table)[N], std::string_view name) {  // nullptr: not in the table
+  for (const Row& n : table)
     if (n.name == name) return &n.value;
   return nullptr;
 }
 
-template <class E, std::size_t N>
-std::vector<std::string_view> names_of(const Named<E> (&table)[N]) {
+template <class Row, std::size_t N>
+std::vector<std::string_view> names_of(const Row (&table)[N]) {
   std::vector<std::string_view> out;
-  for (const Named<E>& n : table) out.push_back(n.name);
+  for (const Row& n : table) out.push_back(n.name);
   return out;
 }
 

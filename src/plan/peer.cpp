@@ -1,19 +1,59 @@
 #include "plan/peer.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "plan/compute_shape.hpp"
+#include "plan/cost_model.hpp"
 #include "plan/names.hpp"
 
 namespace strata::plan {
 
 namespace {
 
-constexpr Named<Peer> kPeers[] = {
-    {Peer::Strata, "strata"},           {Peer::DeepSpeed05, "deepspeed-0.5"}, {Peer::DeepSpeed014, "deepspeed-0.14"},
-    {Peer::Fsdp1, "fsdp1"},             {Peer::Fsdp2, "fsdp2"},               {Peer::Megatron, "megatron"},
+// Each peer in one row: its name, what it does that strata's runtime does not, the granularity
+// it calls its collectives at (none: --granularity's), the kernels of its time, and what the plan
+// says of it (what it changes, and what is not priced).
+struct PeerFacts {
+  Peer value;
+  std::string_view name;
+  PeerTraits traits;
+  std::optional<Granularity> granularity;
+  KernelGeneration kernels;
+  std::string_view means;
+};
+
+constexpr std::string_view kDeepSpeedMeans =
+    "DeepSpeed ZeRO as the version ran: its gathers' calls (granularity_means); overlap_comm at its default "
+    "(stage 3: on; stages 1 and 2: off, each gradient reduction on the compute stream, never hidden). Not "
+    "priced: Python and hook overhead per call (no published figure), persistent parameters' bytes (each "
+    "under 1e5 elements, kept in the gathers), stage 1/2's per-owner dist.reduce calls";
+
+constexpr PeerFacts kPeers[] = {
+    {Peer::Strata, "strata", {}, std::nullopt, KernelGeneration::Y2024,
+     "strata's own runtime: its calls (--granularity) and overlap"},
+    {Peer::DeepSpeed05, "deepspeed-0.5", {.reductions_overlap_only_if_weights_sharded = true},
+     Granularity::DeepSpeedTensors, KernelGeneration::Y2021, kDeepSpeedMeans},
+    {Peer::DeepSpeed014, "deepspeed-0.14", {.reductions_overlap_only_if_weights_sharded = true},
+     Granularity::DeepSpeedModules, KernelGeneration::Y2024, kDeepSpeedMeans},
+    {Peer::Fsdp1, "fsdp1", {}, Granularity::Unit, KernelGeneration::Y2021,
+     "PyTorch FSDP1: one flat parameter a wrapped block, one all-gather and one reduce-scatter a unit, the "
+     "parameters views into the gathered buffer (no copies)"},
+    {Peer::Fsdp2, "fsdp2", {.copies_on_compute_stream = true}, Granularity::Unit, KernelGeneration::Y2024,
+     "PyTorch FSDP2: one all-gather and one reduce-scatter a unit (foreach over its parameters), with its "
+     "copies on the compute stream at the memory-bound rate: each all-gather's copy-out (unit bytes read and "
+     "written) and each reduce-scatter's copy-in (gradient bytes read and written); the all-gather copy-in "
+     "runs on its own stream (shard-sized, not priced)"},
+    {Peer::Megatron, "megatron", {.param_gather_overlaps_forward = true, .tp_comm_overlaps_gemm = true},
+     Granularity::MegatronBuckets, KernelGeneration::Y2024,
+     "Megatron-Core's distributed optimizer with --overlap-grad-reduce --overlap-param-gather "
+     "--tp-comm-overlap: reduce-scatters and all-gathers in max(4e7, 1e6 x DP) element buckets; the post-step "
+     "all-gathers hidden behind the next forward, one issued ahead (only what forward waits is paid); "
+     "tensor-parallel collectives hidden behind the micro-batch's compute (Transformer Engine pipelines each "
+     "with its GEMM; the first chunk each op exposes is not priced: its split count is not sourced)"},
 };
 
 // Adds one module's tensors (elements each) to `g`: the module counts when one of them is gathered.
@@ -55,45 +95,13 @@ std::vector<std::string> peer_names() {
   return {names.begin(), names.end()};
 }
 
-PeerTraits peer_traits(Peer peer) {
-  PeerTraits t;
-  switch (peer) {
-    case Peer::DeepSpeed05:
-    case Peer::DeepSpeed014: t.reductions_overlap_only_if_weights_sharded = true; break;
-    case Peer::Fsdp2: t.copies_on_compute_stream = true; break;
-    case Peer::Megatron: t.param_gather_overlaps_forward = t.tp_comm_overlaps_gemm = true; break;
-    case Peer::Strata:
-    case Peer::Fsdp1: break;
-  }
-  return t;
-}
+PeerTraits peer_traits(Peer peer) { return row_of(kPeers, peer).traits; }
 
-std::string_view peer_means(Peer peer) {
-  switch (peer) {
-    case Peer::Strata: return "strata's own runtime: its calls (--granularity) and overlap";
-    case Peer::DeepSpeed05:
-    case Peer::DeepSpeed014:
-      return "DeepSpeed ZeRO as the version ran: its gathers' calls (granularity_means); overlap_comm at its default "
-             "(stage 3: on; stages 1 and 2: off, each gradient reduction on the compute stream, never hidden). Not "
-             "priced: Python and hook overhead per call (no published figure), persistent parameters' bytes (each "
-             "under 1e5 elements, kept in the gathers), stage 1/2's per-owner dist.reduce calls";
-    case Peer::Fsdp1:
-      return "PyTorch FSDP1: one flat parameter a wrapped block, one all-gather and one reduce-scatter a unit, the "
-             "parameters views into the gathered buffer (no copies)";
-    case Peer::Fsdp2:
-      return "PyTorch FSDP2: one all-gather and one reduce-scatter a unit (foreach over its parameters), with its "
-             "copies on the compute stream at the memory-bound rate: each all-gather's copy-out (unit bytes read and "
-             "written) and each reduce-scatter's copy-in (gradient bytes read and written); the all-gather copy-in "
-             "runs on its own stream (shard-sized, not priced)";
-    case Peer::Megatron:
-      return "Megatron-Core's distributed optimizer with --overlap-grad-reduce --overlap-param-gather "
-             "--tp-comm-overlap: reduce-scatters and all-gathers in max(4e7, 1e6 x DP) element buckets; the post-step "
-             "all-gathers hidden behind the next forward, one issued ahead (only what forward waits is paid); "
-             "tensor-parallel collectives hidden behind the micro-batch's compute (Transformer Engine pipelines each "
-             "with its GEMM; the first chunk each op exposes is not priced: its split count is not sourced)";
-  }
-  return "?";
-}
+std::string_view peer_means(Peer peer) { return row_of(kPeers, peer).means; }
+
+Granularity peer_granularity(Peer peer, Granularity given) { return row_of(kPeers, peer).granularity.value_or(given); }
+
+KernelGeneration peer_kernel_generation(Peer peer) { return row_of(kPeers, peer).kernels; }
 
 double megatron_bucket_elements(int data_parallel_size) { return std::max(4e7, 1e6 * data_parallel_size); }
 

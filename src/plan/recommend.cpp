@@ -317,6 +317,8 @@ std::string recommendation_text(const SearchRequest& request, const SearchResult
   return out;
 }
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepShare, what, seconds)
+
 nlohmann::json recommendation_json(const SearchRequest& request, const SearchResult& result,
                                    const std::vector<FitChange>& changes) {
   nlohmann::json j = {{"ranked_by", "time a token, every split at the same global batch"},
@@ -343,8 +345,6 @@ nlohmann::json recommendation_json(const SearchRequest& request, const SearchRes
   }
   const Estimate& best = result.fitting.front();
   const Reserved r = runtime_reserved(best);
-  nlohmann::json shares = nlohmann::json::array();
-  for (const StepShare& s : step_shares(best)) shares.push_back({{"what", s.what}, {"seconds", s.seconds}});
   nlohmann::json runners = nlohmann::json::array();
   for (std::size_t i = 1; i < std::min<std::size_t>(3, result.fitting.size()); ++i)
     runners.push_back({{"strategy", result.fitting[i].strategy},
@@ -356,7 +356,7 @@ nlohmann::json recommendation_json(const SearchRequest& request, const SearchRes
                {"means", described(request, best)},
                {"tokens_per_s", best.tokens_per_s},
                {"tokens_per_s_per_device", best.tokens_per_s / best.world_size},
-               {"bound_by", shares}};
+               {"bound_by", step_shares(best)}};
   j["runners_up"] = runners;
   j["memory"] = {{"device_bytes", best.device_memory_bytes},
                  {"planned_bytes", best.total_memory_bytes},

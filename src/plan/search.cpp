@@ -81,15 +81,9 @@ std::vector<NamedSpec> enumerate_specs(const topo::Topology& topology, Precision
           if (g > 0) grad_wires.insert(grad_wires.end(), {DType::I8, DType::I4});
           for (DType ww : weight_wires)
             for (DType gw : grad_wires) {
-              ShardSpec spec;
-              spec.preset = "custom";
-              spec.weights = tier_name(w);
-              spec.grads = tier_name(g);
-              spec.optimizer = tier_name(o);
-              spec.secondary = tier_name(s);
-              spec.weight_wire = ww;
-              spec.grad_wire = gw;
-              spec.step_grad_wire = base;
+              ShardSpec spec{.preset = "custom", .weights = tier_name(w), .grads = tier_name(g),
+                             .optimizer = tier_name(o), .secondary = tier_name(s), .weight_wire = ww,
+                             .grad_wire = gw, .step_grad_wire = base};
               apply_space(spec, space);
               std::string name = "custom";
               for (const NamedSpec& p : presets)
