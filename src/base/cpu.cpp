@@ -52,9 +52,8 @@ std::string_view isa_name(Isa isa) {
 }
 
 Isa parse_isa(std::string_view name) {
-  if (name == "scalar") return Isa::Scalar;
-  if (name == "avx2") return Isa::Avx2;
-  if (name == "avx512") return Isa::Avx512;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa_name(isa) == name) return isa;
   throw Error("STRATA_ISA: unknown instruction set '" + std::string(name) +
               "' (expected scalar, avx2 or avx512)");
 }

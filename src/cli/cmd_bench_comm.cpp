@@ -6,7 +6,6 @@
 // topology's alpha-beta link times, and the table adds measured against predicted time;
 // Open MPI's collectives are never emulated (their messages are not strata's). --piece-kib
 // (comm.piece_kib of the settings table) sets the pieces strata's messages go on the wire in.
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>

@@ -1,6 +1,5 @@
 // strata ckpt inspect | convert: what a checkpoint holds, and the same checkpoint laid out
 // for another strategy and world size.
-#include <algorithm>
 #include <map>
 #include <memory>
 

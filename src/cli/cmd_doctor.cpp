@@ -1,6 +1,5 @@
 // strata doctor OUT [--json] [--calibration FILE]: a run folder held against its plan, from
 // its flight recorder dumps (plan/doctor.hpp).
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>

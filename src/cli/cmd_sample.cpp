@@ -6,7 +6,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <span>
 
 #include <fmt/format.h>
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -121,14 +122,11 @@ device::Device& check_device(const train::TrainConfig& config) {
   // A sharded run on a GPU moves its buffers with NCCL (tier_collectives_for); tensor
   // parallelism's model computes with the host's kernels.
   if (!device.host_visible() && config.shard.sharded()) {
-    if (config.shard.tp > 1)
-      throw Error(fmt::format("--tp {}: tensor parallelism computes on the cpu in fp32 only, not on the {} device "
-                              "(train.device)",
-                              config.shard.tp, config.device));
-    if (config.shard.pp > 1)
-      throw Error(fmt::format("--pp {}: pipeline stages compute on the cpu in fp32 only, not on the {} device "
-                              "(train.device)",
-                              config.shard.pp, config.device));
+    for (const auto& [flag, degree, what] : {std::tuple{"--tp", config.shard.tp, "tensor parallelism computes"},
+                                             std::tuple{"--pp", config.shard.pp, "pipeline stages compute"}})
+      if (degree > 1)
+        throw Error(fmt::format("{} {}: {} on the cpu in fp32 only, not on the {} device (train.device)", flag,
+                                degree, what, config.device));
     if (!comm::nccl_built())
       throw Error(fmt::format("train.device = '{}' (--device): a sharded run (--strategy, mpirun) on it moves its "
                               "buffers with NCCL communicators per tier group, and this strata was built without "

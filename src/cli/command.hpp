@@ -2,7 +2,6 @@
 // Each subcommand lives in its own cmd_*.cpp and registers itself here at start-up, so a
 // new command is one new file.
 #include <functional>
-#include <string>
 
 #include <CLI/CLI.hpp>
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "base/plural.hpp"
+#include "base/plural.hpp"  // count_of, for counts in messages ("1 rank", "8 ranks")
 
 namespace strata::cli {
 
@@ -15,8 +15,5 @@ inline std::string human_bytes(double b) {
   if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
   return fmt::format("{:.0f} B", b);
 }
-
-// Counts in messages ("1 rank", "8 ranks") come from base/plural.hpp, shared with the library.
-using strata::count_of;
 
 }  // namespace strata::cli

@@ -51,13 +51,8 @@ train::Settings SettingFlags::given() const {
   train::Settings settings;
   for (const auto& f : flags) {
     if (f->option->count() == 0) continue;
-    switch (f->info->kind) {
-      case train::SettingKind::Int: settings[f->info->key] = f->int_value; break;
-      case train::SettingKind::Float: settings[f->info->key] = f->float_value; break;
-      case train::SettingKind::String:
-        settings[f->info->key] = f->info->bare && f->string_value.empty() ? f->info->bare : f->string_value;
-        break;
-    }
+    const auto* text = std::get_if<std::string>(&f->value);
+    settings[f->info->key] = f->info->bare && text && text->empty() ? std::string(f->info->bare) : f->value;
   }
   return settings;
 }
@@ -66,11 +61,9 @@ void add_setting_flag(CLI::App* cmd, const train::SettingInfo& info, SettingFlag
   auto f = std::make_unique<SettingFlag>();
   f->info = &info;
   const std::string help = fmt::format("{} ({}){}", info.help, info.key, default_note(info.key));
-  switch (info.kind) {
-    case train::SettingKind::Int: f->option = cmd->add_option(info.flag, f->int_value, help); break;
-    case train::SettingKind::Float: f->option = cmd->add_option(info.flag, f->float_value, help); break;
-    case train::SettingKind::String: f->option = cmd->add_option(info.flag, f->string_value, help); break;
-  }
+  const train::SettingValue unset[] = {std::int64_t{0}, 0.0, std::string()};  // by SettingKind
+  f->value = unset[static_cast<int>(info.kind)];
+  std::visit([&](auto& value) { f->option = cmd->add_option(info.flag, value, help); }, f->value);
   f->option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
   if (info.bare) f->option->expected(0, 1);
   flags.flags.push_back(std::move(f));

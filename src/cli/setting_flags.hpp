@@ -16,9 +16,7 @@ namespace strata::cli {
 struct SettingFlag {
   const train::SettingInfo* info;
   CLI::Option* option = nullptr;
-  std::int64_t int_value = 0;
-  double float_value = 0;
-  std::string string_value;
+  train::SettingValue value;  // of the setting's kind
 };
 
 struct SettingFlags {

@@ -9,7 +9,6 @@
 // of one whole-arena update. Sharding engines rely on this.
 #include <cstddef>
 #include <cstdint>
-#include <span>
 
 #include "base/adamw_coefficients.hpp"
 #include "base/cpu.hpp"

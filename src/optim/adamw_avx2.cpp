@@ -19,24 +19,6 @@ namespace {
 
 #include "base/simd_avx2.inc"
 
-struct SquareSums {
-  __m256d lane[kSquareLanes / 4];
-};
-inline SquareSums squares_zero() {
-  SquareSums acc;
-  for (auto& a : acc.lane) a = _mm256_setzero_pd();
-  return acc;
-}
-inline void add_squares(SquareSums& acc, const float* x) {
-  for (std::size_t k = 0; k < kSquareLanes / 4; ++k) {
-    const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x + 4 * k));
-    acc.lane[k] = _mm256_add_pd(acc.lane[k], _mm256_mul_pd(d, d));
-  }
-}
-inline void store_squares(double* lanes, const SquareSums& acc) {
-  for (std::size_t k = 0; k < kSquareLanes / 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc.lane[k]);
-}
-
 #include "optim/adamw_impl.inc"
 
 }  // namespace

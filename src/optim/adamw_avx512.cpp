@@ -24,24 +24,6 @@ namespace {
 
 #include "base/simd_avx512.inc"
 
-struct SquareSums {
-  __m512d lane[kSquareLanes / 8];
-};
-inline SquareSums squares_zero() {
-  SquareSums acc;
-  for (auto& a : acc.lane) a = _mm512_setzero_pd();
-  return acc;
-}
-inline void add_squares(SquareSums& acc, const float* x) {
-  for (std::size_t k = 0; k < kSquareLanes / 8; ++k) {
-    const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + 8 * k));
-    acc.lane[k] = _mm512_add_pd(acc.lane[k], _mm512_mul_pd(d, d));
-  }
-}
-inline void store_squares(double* lanes, const SquareSums& acc) {
-  for (std::size_t k = 0; k < kSquareLanes / 8; ++k) _mm512_storeu_pd(lanes + 8 * k, acc.lane[k]);
-}
-
 #include "optim/adamw_impl.inc"
 
 }  // namespace

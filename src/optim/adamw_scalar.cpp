@@ -14,20 +14,6 @@ namespace {
 
 #include "base/simd_scalar.inc"
 
-struct SquareSums {
-  double lane[kSquareLanes];
-};
-inline SquareSums squares_zero() { return {}; }
-inline void add_squares(SquareSums& acc, const float* x) {
-  for (std::size_t j = 0; j < kSquareLanes; ++j) {
-    const double d = x[j];
-    acc.lane[j] += d * d;
-  }
-}
-inline void store_squares(double* lanes, const SquareSums& acc) {
-  std::memcpy(lanes, acc.lane, sizeof acc.lane);
-}
-
 #include "optim/adamw_impl.inc"
 
 }  // namespace

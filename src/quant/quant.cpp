@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <string>
 
 #include "base/error.hpp"
 #include "quant/kernels.hpp"

@@ -10,13 +10,11 @@
 #include <cerrno>
 #include <csignal>
 #include <functional>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
-#include <optional>
 
 #include <fmt/format.h>
 

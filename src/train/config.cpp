@@ -36,11 +36,17 @@ struct Entry {
   std::function<void(TrainConfig&, const std::string& key, const SettingValue&)> apply;
   std::function<nlohmann::json(const TrainConfig&)> record;
   Entry(SettingInfo i) : info(std::move(i)) {}
-  template <class Field, class Rule>
-  Entry(SettingInfo i, Field field, Rule rule)
+  template <class Member, class Rule>
+  Entry(SettingInfo i, Member TrainConfig::*field, Rule rule)
       : info(std::move(i)),
-        apply([=](TrainConfig& c, const std::string& k, const SettingValue& v) { field(c) = rule(k, v); }),
-        record([=](const TrainConfig& c) { return recorded(field(c)); }) {}
+        apply([=](TrainConfig& c, const std::string& k, const SettingValue& v) { c.*field = rule(k, v); }),
+        record([=](const TrainConfig& c) { return recorded(c.*field); }) {}
+  // A field of one of TrainConfig's parts (adamw, shard).
+  template <class Part, class Member, class Rule>
+  Entry(SettingInfo i, Part TrainConfig::*part, Member Part::*field, Rule rule)
+      : info(std::move(i)),
+        apply([=](TrainConfig& c, const std::string& k, const SettingValue& v) { c.*part.*field = rule(k, v); }),
+        record([=](const TrainConfig& c) { return recorded(c.*part.*field); }) {}
 };
 
 std::int64_t as_int(const std::string& key, const SettingValue& v) {
@@ -110,6 +116,8 @@ std::vector<int> stage_layers(const std::string& key, const SettingValue& v) {
 
 const std::vector<Entry>& entries() {
   using K = SettingKind;
+  using AdamW = optim::AdamWConfig;
+  using Shard = parallel::ShardOptions;
   static const std::vector<Entry> table = {
       {{"model.preset", "--model", K::String,
         "model preset: tiny, mini, small, gpt2-124m, llama-tiny, llama-small, tinyllama-1.1b, llama2-7b; or a Hugging "
@@ -127,141 +135,124 @@ const std::vector<Entry>& entries() {
       {{"model.padded_vocab_size", "--padded-vocab-size", K::Int, "rows of wte, >= vocab_size"}},
 
       {{"data.train", "--train-data", K::String, "training tokens (.bin, llm.c format)"},
-       [](auto& c) -> auto& { return c.train_data; }, as_string},
+       &TrainConfig::train_data, as_string},
       {{"data.val", "--val-data", K::String, "validation tokens (.bin); none: no validation"},
-       [](auto& c) -> auto& { return c.val_data; }, as_string},
+       &TrainConfig::val_data, as_string},
 
-      {{"optim.lr", "--lr", K::Float, "peak learning rate"},
-       [](auto& c) -> auto& { return c.lr; }, as_float},
+      {{"optim.lr", "--lr", K::Float, "peak learning rate"}, &TrainConfig::lr, as_float},
       {{"optim.min_lr", "--min-lr", K::Float, "learning rate at the end of the cosine decay"},
-       [](auto& c) -> auto& { return c.min_lr; }, as_float},
-      {{"optim.warmup", "--warmup", K::Int, "linear warm-up steps"},
-       [](auto& c) -> auto& { return c.warmup; }, non_negative_int64},
+       &TrainConfig::min_lr, as_float},
+      {{"optim.warmup", "--warmup", K::Int, "linear warm-up steps"}, &TrainConfig::warmup, non_negative_int64},
       {{"optim.weight_decay", "--weight-decay", K::Float, "decoupled weight decay (matrices and embeddings)"},
-       [](auto& c) -> auto& { return c.adamw.weight_decay; }, as_float},
-      {{"optim.beta1", "--beta1", K::Float, "Adam beta1"},
-       [](auto& c) -> auto& { return c.adamw.beta1; }, as_float},
-      {{"optim.beta2", "--beta2", K::Float, "Adam beta2"},
-       [](auto& c) -> auto& { return c.adamw.beta2; }, as_float},
-      {{"optim.eps", "--eps", K::Float, "Adam epsilon"},
-       [](auto& c) -> auto& { return c.adamw.eps; }, as_float},
+       &TrainConfig::adamw, &AdamW::weight_decay, as_float},
+      {{"optim.beta1", "--beta1", K::Float, "Adam beta1"}, &TrainConfig::adamw, &AdamW::beta1, as_float},
+      {{"optim.beta2", "--beta2", K::Float, "Adam beta2"}, &TrainConfig::adamw, &AdamW::beta2, as_float},
+      {{"optim.eps", "--eps", K::Float, "Adam epsilon"}, &TrainConfig::adamw, &AdamW::eps, as_float},
       {{"optim.grad_clip", "--grad-clip", K::Float, "clip the global gradient norm to this (0: off)"},
-       [](auto& c) -> auto& { return c.adamw.grad_clip; }, as_float},
+       &TrainConfig::adamw, &AdamW::grad_clip, as_float},
 
-      {{"train.batch", "--batch", K::Int, "sequences per micro-batch (per rank)"},
-       [](auto& c) -> auto& { return c.batch; }, positive_int},
-      {{"train.seq", "--seq", K::Int, "tokens per training sequence"},
-       [](auto& c) -> auto& { return c.seq; }, positive_int},
+      {{"train.batch", "--batch", K::Int, "sequences per micro-batch (per rank)"}, &TrainConfig::batch, positive_int},
+      {{"train.seq", "--seq", K::Int, "tokens per training sequence"}, &TrainConfig::seq, positive_int},
       {{"train.grad_accum", "--grad-accum", K::Int, "micro-batches per optimizer step"},
-       [](auto& c) -> auto& { return c.grad_accum; }, positive_int},
-      {{"train.steps", "--steps", K::Int, "optimizer steps in the whole run"},
-       [](auto& c) -> auto& { return c.steps; }, positive_int64},
-      {{"train.seed", "--seed", K::Int, "initialisation and data-order seed"},
-       [](auto& c) -> auto& { return c.seed; }, non_negative_int64},
-      {{"train.threads", "--threads", K::Int, "OpenMP threads"},
-       [](auto& c) -> auto& { return c.threads; }, positive_int},
+       &TrainConfig::grad_accum, positive_int},
+      {{"train.steps", "--steps", K::Int, "optimizer steps in the whole run"}, &TrainConfig::steps, positive_int64},
+      {{"train.seed", "--seed", K::Int, "initialisation and data-order seed"}, &TrainConfig::seed, non_negative_int64},
+      {{"train.threads", "--threads", K::Int, "OpenMP threads"}, &TrainConfig::threads, positive_int},
       {{"train.device", "--device", K::String,
         "compute device: cpu, or cuda (a GPU a process; sharded under mpirun over NCCL; docs/gpu.md)"},
-       [](auto& c) -> auto& { return c.device; }, as_string},
+       &TrainConfig::device, as_string},
       {{"train.precision", "--precision", K::String,
         "matmul inputs: fp32, or bf16 with fp32 accumulation and fp32 master weights (cuda only)"},
-       [](auto& c) -> auto& { return c.precision; }, as_string},
+       &TrainConfig::precision, as_string},
       {{"train.val_every", "--val-every", K::Int, "validate every N steps (0: only at the end)"},
-       [](auto& c) -> auto& { return c.val_every; }, non_negative_int64},
+       &TrainConfig::val_every, non_negative_int64},
       {{"train.val_batches", "--val-batches", K::Int, "micro-batches per validation (per rank)"},
-       [](auto& c) -> auto& { return c.val_batches; }, positive_int},
+       &TrainConfig::val_batches, positive_int},
       {{"train.save_every", "--save-every", K::Int, "checkpoint every N steps (0: only at the end)"},
-       [](auto& c) -> auto& { return c.save_every; }, non_negative_int64},
+       &TrainConfig::save_every, non_negative_int64},
       {{"train.keep_last", "--keep-last", K::Int,
         "checkpoints to keep (0: all); older ones go only once a newer one is complete"},
-       [](auto& c) -> auto& { return c.keep_last; }, non_negative_int},
+       &TrainConfig::keep_last, non_negative_int},
       {{"train.max_skipped_steps", "--max-skipped-steps", K::Int,
         "steps in a row with a non-finite loss or gradient norm (skipped) that stop the run"},
-       [](auto& c) -> auto& { return c.max_skipped_steps; }, positive_int},
+       &TrainConfig::max_skipped_steps, positive_int},
       {{"train.recompute", "--recompute", K::String,
         "none (keep activations for backward) or full (also a bare --recompute: keep each block's input, "
         "recompute the block in backward: the same numbers for about one more forward)",
-        "full"},
-       [](auto& c) -> auto& { return c.recompute; }, as_string},
+        "full"}, &TrainConfig::recompute, as_string},
       {{"train.loss_scale", "--loss-scale", K::String,
-        "auto (dynamic when gradients cross an fp16 wire), dynamic, or off"},
-       [](auto& c) -> auto& { return c.loss_scale; }, as_string},
+        "auto (dynamic when gradients cross an fp16 wire), dynamic, or off"}, &TrainConfig::loss_scale, as_string},
       {{"train.initial_loss_scale", "--initial-loss-scale", K::Float, "first dynamic loss scale (a power of two)"},
-       [](auto& c) -> auto& { return c.initial_loss_scale; }, as_float},
+       &TrainConfig::initial_loss_scale, as_float},
       {{"train.loss_scale_window", "--loss-scale-window", K::Int,
         "good steps in a row after which the dynamic loss scale doubles"},
-       [](auto& c) -> auto& { return c.loss_scale_window; }, positive_int64},
+       &TrainConfig::loss_scale_window, positive_int64},
       {{"train.log_every", "--log-every", K::Int, "steps between progress lines when not on a terminal"},
-       [](auto& c) -> auto& { return c.log_every; }, positive_int64},
+       &TrainConfig::log_every, positive_int64},
       {{"train.out", "--out", K::String, "output folder: metrics.jsonl, summary.json, ckpt/"},
-       [](auto& c) -> auto& { return c.out_dir; }, as_string},
+       &TrainConfig::out_dir, as_string},
       {{"train.collective_timeout", "--collective-timeout", K::Float,
         "seconds a sharded run waits for a peer before aborting every rank (a rank died or stalls)"},
-       [](auto& c) -> auto& { return c.collective_timeout; }, as_float},
+       &TrainConfig::collective_timeout, as_float},
       {{"train.flight_ops", "--flight-ops", K::Int,
         "ops each rank of a sharded run keeps in its flight recorder, dumped to OUT/flight/ on a timeout, a fatal "
-        "error or SIGUSR2 (0: off)"},
-       [](auto& c) -> auto& { return c.flight_ops; }, non_negative_int},
+        "error or SIGUSR2 (0: off)"}, &TrainConfig::flight_ops, non_negative_int},
       {{"train.flight_dump", "--flight-dump", K::String,
         "when the flight recorder dumps: on-fault (a timeout, a fatal error, SIGUSR2) or always (also at exit)"},
-       [](auto& c) -> auto& { return c.flight_dump; }, as_string},
+       &TrainConfig::flight_dump, as_string},
 
       {{"comm.piece_kib", "--piece-kib", K::Int,
         "strata's host collectives (over MPI) put each message on the wire in pieces of about this many KiB, kept "
         "in flight while earlier ones are reduced and forwarded (as NCCL's chunks; 0: whole messages); the bytes, "
-        "messages and results are the same at any size"},
-       [](auto& c) -> auto& { return c.piece_kib; }, piece_kib},
+        "messages and results are the same at any size"}, &TrainConfig::piece_kib, piece_kib},
 
       {{"shard.strategy", "--strategy", K::String,
         "run sharded under mpirun: ddp, zero1, zero2, zero3, hsdp, zeropp, topo, or a framework's name for one "
         "(fsdp/full_shard, hybrid_shard, shard_grad_op, no_shard, zero-1/2/3, zero++)"},
-       [](auto& c) -> auto& { return c.shard.strategy; }, as_string},
+       &TrainConfig::shard, &Shard::strategy, as_string},
       {{"shard.topology", "--topology", K::String, "tiers of the cluster: host, frontier, dgx-a100, dgx-h100, or a "
-                                                   "TOML file"},
-       [](auto& c) -> auto& { return c.shard.topology; }, as_string},
+                                                   "TOML file"}, &TrainConfig::shard, &Shard::topology, as_string},
       {{"shard.shard", "--shard", K::String, "tier of each state on top of the strategy, e.g. W=gpu,G=node,OS=cluster"},
-       [](auto& c) -> auto& { return c.shard.shard; }, as_string},
+       &TrainConfig::shard, &Shard::shard, as_string},
       {{"shard.secondary", "--secondary", K::String, "tier of the secondary weight copy for backward (hpZ), or none"},
-       [](auto& c) -> auto& { return c.shard.secondary; }, as_string},
+       &TrainConfig::shard, &Shard::secondary, as_string},
       {{"shard.weight_wire", "--weight-wire", K::String, "weight gathers: fp32, bf16, fp16, int8"},
-       [](auto& c) -> auto& { return c.shard.weight_wire; }, wire},
+       &TrainConfig::shard, &Shard::weight_wire, wire},
       {{"shard.grad_wire", "--grad-wire", K::String, "per-micro-batch gradient reduction: fp32, bf16, fp16 (the loss is then scaled), int8, int4"},
-       [](auto& c) -> auto& { return c.shard.grad_wire; }, wire},
+       &TrainConfig::shard, &Shard::grad_wire, wire},
       {{"shard.step_grad_wire", "--step-grad-wire", K::String,
         "once-per-step gradient reduction across the wider tiers: fp32, bf16, fp16, int8, int4"},
-       [](auto& c) -> auto& { return c.shard.step_grad_wire; }, wire},
+       &TrainConfig::shard, &Shard::step_grad_wire, wire},
       {{"shard.block_size", "--block-size", K::Int, "elements per scale of int8/int4 wires"},
-       [](auto& c) -> auto& { return c.shard.block_size; }, positive_int},
+       &TrainConfig::shard, &Shard::block_size, positive_int},
       {{"shard.prefetch", "--prefetch", K::Int, "units gathered ahead of the one computing"},
-       [](auto& c) -> auto& { return c.shard.prefetch; }, non_negative_int},
+       &TrainConfig::shard, &Shard::prefetch, non_negative_int},
       {{"shard.bucket_bytes", "--bucket-bytes", K::Int,
         "replicated gradients (ddp, zero1): reduce them in buckets of at most this many bytes while the step's "
         "last backward runs (25 MiB as PyTorch DDP's; 0: after backward, unit by unit)"},
-       [](auto& c) -> auto& { return c.shard.bucket_bytes; }, non_negative_int64},
+       &TrainConfig::shard, &Shard::bucket_bytes, non_negative_int64},
       {{"shard.first_bucket_bytes", "--first-bucket-bytes", K::Int,
         "the first of those buckets, which backward fills first, holds at most this many bytes, so its reduction "
         "overlaps the rest of backward (1 MiB as PyTorch DDP's first bucket; at most --bucket-bytes)"},
-       [](auto& c) -> auto& { return c.shard.first_bucket_bytes; }, non_negative_int64},
+       &TrainConfig::shard, &Shard::first_bucket_bytes, non_negative_int64},
       {{"shard.tp", "--tp", K::Int,
         "tensor-parallel degree (Megatron splits of GPT-2 and Llama): that many consecutive ranks of --tp-tier hold one "
-        "replica; sharding runs over the ranks of each TP index"},
-       [](auto& c) -> auto& { return c.shard.tp; }, positive_int},
+        "replica; sharding runs over the ranks of each TP index"}, &TrainConfig::shard, &Shard::tp, positive_int},
       {{"shard.tp_tier", "--tp-tier", K::String, "the tier the tensor-parallel groups lie in"},
-       [](auto& c) -> auto& { return c.shard.tp_tier; }, as_string},
+       &TrainConfig::shard, &Shard::tp_tier, as_string},
       {{"shard.pp", "--pp", K::Int,
         "pipeline stages (1F1B over the step's micro-batches, --grad-accum; strata plan: --accum, or a +ppN "
         "suffix on a --strategy name): that many consecutive domains of --pp-tier hold one stage each, the blocks "
-        "split equally unless --pp-layers"},
-       [](auto& c) -> auto& { return c.shard.pp; }, positive_int},
+        "split equally unless --pp-layers"}, &TrainConfig::shard, &Shard::pp, positive_int},
       {{"shard.pp_tier", "--pp-tier", K::String, "the tier the pipeline stages cross; empty: the outermost"},
-       [](auto& c) -> auto& { return c.shard.pp_tier; }, as_string},
+       &TrainConfig::shard, &Shard::pp_tier, as_string},
       {{"shard.pp_layers", "--pp-layers", K::String,
         "the blocks of each pipeline stage, comma-separated (1,3: one block on the first of two stages, three on "
         "the second), summing to the model's; empty: --pp equal stages"},
-       [](auto& c) -> auto& { return c.shard.pp_layers; }, stage_layers},
+       &TrainConfig::shard, &Shard::pp_layers, stage_layers},
       {{"shard.emulate_scale", "--emulate-scale", K::Float,
         "with --emulate-links: multiply every emulated link time (0.1 = links ten times faster)"},
-       [](auto& c) -> auto& { return c.shard.emulate_scale; }, as_float},
+       &TrainConfig::shard, &Shard::emulate_scale, as_float},
   };
   return table;
 }

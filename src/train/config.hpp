@@ -76,7 +76,7 @@ struct TrainConfig {
 using SettingValue = std::variant<std::int64_t, double, std::string>;
 using Settings = std::map<std::string, SettingValue>;
 
-enum class SettingKind { Int, Float, String };
+enum class SettingKind { Int, Float, String };  // SettingValue's alternatives, in order
 struct SettingInfo {
   const char* key;   // "section.name"
   const char* flag;  // "--name"

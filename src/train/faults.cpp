@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -22,12 +23,11 @@ std::int64_t parse_int(std::string_view text, std::string_view entry, const char
 }
 
 FaultAction parse_action(std::string_view name, std::string_view entry) {
-  if (name == "kill") return FaultAction::Kill;
-  if (name == "term") return FaultAction::Term;
-  if (name == "int") return FaultAction::Int;
-  if (name == "stop") return FaultAction::Stop;
-  if (name == "nan_grad") return FaultAction::NanGrad;
-  if (name == "kill_in_save") return FaultAction::KillInSave;
+  const std::pair<std::string_view, FaultAction> actions[] = {
+      {"kill", FaultAction::Kill}, {"term", FaultAction::Term},        {"int", FaultAction::Int},
+      {"stop", FaultAction::Stop}, {"nan_grad", FaultAction::NanGrad}, {"kill_in_save", FaultAction::KillInSave}};
+  for (const auto& [known, action] : actions)
+    if (name == known) return action;
   throw Error(fmt::format("STRATA_FAULT: '{}': unknown action '{}' (kill, term, int, stop, nan_grad, kill_in_save)",
                           entry, name));
 }
@@ -82,7 +82,7 @@ float FaultPlan::gradient_scale(std::int64_t step, int rank, float scale) const 
   return fires(FaultAction::NanGrad, step, rank) ? std::numeric_limits<float>::quiet_NaN() : scale;
 }
 
-void FaultPlan::at_step_start(std::int64_t step, int rank) const {
+void FaultPlan::before_step(std::int64_t step, int rank) const {
   if (fires(FaultAction::Kill, step, rank)) ::raise(SIGKILL);
   if (fires(FaultAction::Stop, step, rank)) ::raise(SIGSTOP);
   if (fires(FaultAction::Term, step, rank)) ::raise(SIGTERM);

@@ -15,7 +15,6 @@
 //
 // Unset or empty: no faults, and no cost beyond one lookup per step.
 #include <cstdint>
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -46,11 +45,10 @@ class FaultPlan : public StepHook {
   static const FaultPlan& from_environment();  // STRATA_FAULT, parsed once
 
   bool fires(FaultAction action, std::int64_t step, int rank) const;
-  // Raises the signal of a kill, term or stop fault due at this step on this rank.
-  void at_step_start(std::int64_t step, int rank) const;
   bool empty() const { return faults_.empty(); }
 
-  void before_step(std::int64_t step, int rank) const override { at_step_start(step, rank); }
+  // Raises the signal of a kill, term or stop fault due at this step on this rank.
+  void before_step(std::int64_t step, int rank) const override;
   // NaN on a nan_grad fault's steps and ranks: the step's gradients become NaN.
   float gradient_scale(std::int64_t step, int rank, float scale) const override;
 

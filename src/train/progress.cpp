@@ -15,6 +15,8 @@ Progress::~Progress() { finish(); }
 
 bool Progress::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
+namespace {
+// "1h02m", "3m05s", "42s".
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   auto s = static_cast<long long>(std::llround(seconds));
@@ -23,7 +25,6 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-namespace {
 // The schedule's total stays the denominator (it fixes the learning rate); a planned stop
 // before it is said beside it, and the ETA counts to it.
 std::string stop_note(const ProgressLine& p) {

@@ -34,6 +34,4 @@ class Progress {
   std::string last_bar_;
 };
 
-std::string format_duration(double seconds);  // "1h02m", "3m05s", "42s"
-
 }  // namespace strata::train

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -334,21 +333,16 @@ void Trainer::log_step(const StepMetrics& m, const nlohmann::json& report, doubl
 }
 
 bool Trainer::save_or_stop(std::int64_t step, bool stop, Progress& progress) {
-  if (stop && step < config_.last_step()) {
-    if (!out_.empty()) {
-      last_checkpoint_ = save(step);
-      note(progress,
-           fmt::format("step {}: stop requested (preemption): checkpoint {}", step, last_checkpoint_.string()));
-    } else {
-      note(progress, fmt::format("step {}: stop requested (preemption); no --out, so no checkpoint", step));
-    }
-    return true;
-  }
-  if (!out_.empty() && ((config_.save_every > 0 && step % config_.save_every == 0) || step == config_.last_step())) {
+  const bool stopping = stop && step < config_.last_step();
+  const bool due = (config_.save_every > 0 && step % config_.save_every == 0) || step == config_.last_step();
+  if (out_.empty()) {
+    if (stopping) note(progress, fmt::format("step {}: stop requested (preemption); no --out, so no checkpoint", step));
+  } else if (stopping || due) {
     last_checkpoint_ = save(step);
-    note(progress, fmt::format("step {}: checkpoint {}", step, last_checkpoint_.string()));
+    note(progress, fmt::format("step {}: {}checkpoint {}", step, stopping ? "stop requested (preemption): " : "",
+                               last_checkpoint_.string()));
   }
-  return false;
+  return stopping;
 }
 
 TrainResult Trainer::run() {
