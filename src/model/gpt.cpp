@@ -23,7 +23,6 @@ struct GPT::Layer {
 // Activation storage. Everything backward needs is kept per layer (under recomputation only
 // each layer's output; see place()); gradient buffers are reused from layer to layer.
 struct GPT::Impl : HostActivations<GPT::Layer> {
-  const Kernels* k = nullptr;
   BlockOffsets block{};
   EmbeddingOffsets embed{};
   FinalNormOffsets lnf_off{};
@@ -98,11 +97,6 @@ struct GPT::Block {
   BlockDims d;
 };
 
-HostModel::HeadBuffers GPT::head_buffers() {
-  Impl& m = *impl_;
-  return {*m.k, m.sp_rows, m.lnf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
-}
-
 GPT::Block GPT::block(int layer) {
   Impl& m = *impl_;
   return {m, *m.k, m.block, m.layers[layer], block_dims()};
@@ -166,6 +160,7 @@ GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Ke
          const TensorParallel& tp, const std::optional<StageRange>& stage)
     : HostModel(config, Family::Gpt2, "GPT", batch, seq, recompute, tp, stage), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  acts_ = &m;
   m.k = &kernels;
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
@@ -182,11 +177,7 @@ std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int se
                            stage.value_or(whole_model(config)), nullptr);
 }
 
-std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
-
 GPT::~GPT() = default;
-
-const float* GPT::logits() const { return impl_->logits; }
 
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
@@ -282,7 +273,7 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
   Impl& m = *impl_;
   const float* x = m.block_input(config().n_layer);
   // The tied head is wte.
-  return head_loss(head_buffers(), embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
+  return head_loss(m.lnf, embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
                      m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w,
                                             lnf_params + m.lnf_off.b, config().n_embd, rows, nullptr, nullptr);
                    });
@@ -299,7 +290,7 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
   // over the group.
   const bool sp = sequence_parallel_;
   const int R = sp ? BT / layout_.split().size : BT;
-  float* dlnf_rows = head_backward_to_norm(head_buffers(), embed_params + m.embed.wte, m.dln1, grad_scale);
+  float* dlnf_rows = head_backward_to_norm(embed_params + m.embed.wte, m.dln1, grad_scale);
   float* norm_grads = sp ? m.sp_norm_grads : nullptr;
   if (sp) std::fill_n(norm_grads, 2 * C, 0.f);
   in_parallel([&](const Team& team) {
@@ -421,7 +412,5 @@ float* GPT::residual(int layer) {
   check_residual(layer);
   return const_cast<float*>(impl_->block_input(layer));
 }
-
-float* GPT::residual_grad() { return impl_->dres; }
 
 }  // namespace strata::model
