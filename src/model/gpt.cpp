@@ -282,26 +282,21 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
                         float grad_scale) {
   Impl& m = *impl_;
-  const Kernels& k = *m.k;
-  const VocabSlice slice(config(), layout_.split());
-  const int BT = B_ * T_, C = config().n_embd;
+  const int C = config().n_embd;
   const float* x = m.block_input(config().n_layer);
-  // The final norm's gradients: under sequence parallelism over the rank's rows, then completed
-  // over the group.
+  // Under sequence parallelism the final norm's gradients go to sp_norm_grads (gain, bias) first.
   const bool sp = sequence_parallel_;
-  const int R = sp ? BT / layout_.split().size : BT;
-  float* dlnf_rows = head_backward_to_norm(embed_params + m.embed.wte, m.dln1, grad_scale);
-  float* norm_grads = sp ? m.sp_norm_grads : nullptr;
-  if (sp) std::fill_n(norm_grads, 2 * C, 0.f);
-  in_parallel([&](const Team& team) {
-    k.layernorm_backward_input(m.dres, nullptr, dlnf_rows, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C,
-                               team.share(R));
-    barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, slice.rows, m.lnf, BT, C, team.share(slice.real));
-    k.layernorm_backward_params(sp ? norm_grads : lnf_grads + m.lnf_off.w, sp ? norm_grads + C : lnf_grads + m.lnf_off.b,
-                                dlnf_rows, x, m.lnf_mean, m.lnf_rstd, R, C, team.share(C, kColumnAlign));
-  });
-  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, lnf_grads, {m.lnf_off.w, m.lnf_off.b});
+  float* dw = sp ? m.sp_norm_grads : lnf_grads + m.lnf_off.w;
+  float* db = sp ? m.sp_norm_grads + C : lnf_grads + m.lnf_off.b;
+  head_backward_through_norm(
+      m.lnf, embed_params + m.embed.wte, embed_grads + m.embed.wte, m.dln1, grad_scale, lnf_grads,
+      {m.lnf_off.w, m.lnf_off.b},
+      [&](const float* d, Range rows) {
+        m.k->layernorm_backward_input(m.dres, nullptr, d, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C, rows);
+      },
+      [&](const float* d, int R, Range cols) {
+        m.k->layernorm_backward_params(dw, db, d, x, m.lnf_mean, m.lnf_rstd, R, C, cols);
+      });
 }
 
 // Sequence parallelism's block backward: the residual gradients on the rank's R rows, gathered

@@ -456,23 +456,16 @@ float Llama::head_forward(const float* norm_params, const float* head_params, co
 void Llama::head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
                           float grad_scale) {
   Impl& m = *impl_;
-  const VocabSlice slice(config(), layout_.split());
-  const int BT = B_ * T_, C = config().n_embd;
+  const int C = config().n_embd;
   const float* x = m.block_input(config().n_layer);
-  // The final norm's gradient: under sequence parallelism over the rank's rows, then completed
-  // over the group.
-  const bool sp = sequence_parallel_;
-  const int R = sp ? BT / layout_.split().size : BT;
-  float* dxf_rows = head_backward_to_norm(head_params + m.off.head, m.dxn1, grad_scale);
-  if (sp) std::fill_n(m.sp_norm_grads, C, 0.f);
-  in_parallel([&](const Team& team) {
-    rmsnorm_backward_input(m.dres, nullptr, dxf_rows, x, norm_params + m.off.final_norm, m.rstdf, C, team.share(R));
-    barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(head_grads + m.off.head, m.dlogits, slice.rows, m.xf, BT, C, team.share(slice.real));
-    rmsnorm_backward_weight(sp ? m.sp_norm_grads : norm_grads + m.off.final_norm, dxf_rows, x, m.rstdf, R, C,
-                            team.share(C, kColumnAlign));
-  });
-  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, norm_grads, {m.off.final_norm});
+  // Under sequence parallelism the final norm's gradient goes to sp_norm_grads first.
+  float* dw = sequence_parallel_ ? m.sp_norm_grads : norm_grads + m.off.final_norm;
+  head_backward_through_norm(
+      m.xf, head_params + m.off.head, head_grads + m.off.head, m.dxn1, grad_scale, norm_grads, {m.off.final_norm},
+      [&](const float* d, Range rows) {
+        rmsnorm_backward_input(m.dres, nullptr, d, x, norm_params + m.off.final_norm, m.rstdf, C, rows);
+      },
+      [&](const float* d, int R, Range cols) { rmsnorm_backward_weight(dw, d, x, m.rstdf, R, C, cols); });
 }
 
 void Llama::block_backward(int layer, const float* p, float* g) {

@@ -109,7 +109,11 @@ float HostModel::head_loss(float* normed, const float* head_w, const std::int32_
   return static_cast<float>(total / BT);
 }
 
-float* HostModel::head_backward_to_norm(const float* head_w, float* dnormed, float grad_scale) {
+void HostModel::head_backward_through_norm(const float* normed, const float* head_w, float* head_grads,
+                                           float* dnormed, float grad_scale, float* norm_grads,
+                                           std::initializer_list<std::size_t> norm_offsets,
+                                           const std::function<void(const float* d_rows, Range rows)>& input,
+                                           const std::function<void(const float* d_rows, int R, Range cols)>& params) {
   HostBuffers& h = *acts_;
   const VocabSlice slice(config(), layout_.split());
   const int BT = B_ * T_, C = config().n_embd;
@@ -123,13 +127,21 @@ float* HostModel::head_backward_to_norm(const float* head_w, float* dnormed, flo
     // Logits past the vocabulary carry no gradient: only the slice's real rows of the head take part.
     matmul_backward_input(dnormed, h.dlogits, slice.rows, head_w, C, slice.real, rows);
   });
-  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's rows.
-  if (!sequence_parallel_) {
-    tp_sum(dnormed, static_cast<std::size_t>(BT) * C);
-    return dnormed;
-  }
-  shards_.scatter(dnormed, h.sp_rows);
-  return h.sp_rows;
+  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
+  // rows, over which the norm's gradients are then taken and completed over the group.
+  const bool sp = sequence_parallel_;
+  const int R = sp ? BT / layout_.split().size : BT;
+  if (sp) shards_.scatter(dnormed, h.sp_rows);
+  else tp_sum(dnormed, static_cast<std::size_t>(BT) * C);
+  const float* d_rows = sp ? h.sp_rows : dnormed;
+  if (sp) std::fill_n(h.sp_norm_grads, norm_offsets.size() * C, 0.f);
+  in_parallel([&](const Team& team) {
+    input(d_rows, team.share(R));
+    barrier();  // parameter gradients sum over every row
+    matmul_backward_weight(head_grads, h.dlogits, slice.rows, normed, BT, C, team.share(slice.real));
+    params(d_rows, R, team.share(C, kColumnAlign));
+  });
+  if (sp) shards_.finish_norm_grads(h.sp_norm_grads, norm_grads, norm_offsets);
 }
 
 const float* HostModel::logits() const { return acts_->logits; }
