@@ -284,10 +284,8 @@ void GPT::head_backward(const float* lnf_params, const float* embed_params, floa
   Impl& m = *impl_;
   const int C = config().n_embd;
   const float* x = m.block_input(config().n_layer);
-  // Under sequence parallelism the final norm's gradients go to sp_norm_grads (gain, bias) first.
-  const bool sp = sequence_parallel_;
-  float* dw = sp ? m.sp_norm_grads : lnf_grads + m.lnf_off.w;
-  float* db = sp ? m.sp_norm_grads + C : lnf_grads + m.lnf_off.b;
+  float* dw = sequence_parallel_ ? m.sp_norm_grads : lnf_grads + m.lnf_off.w;
+  float* db = sequence_parallel_ ? m.sp_norm_grads + C : lnf_grads + m.lnf_off.b;
   head_backward_through_norm(
       m.lnf, embed_params + m.embed.wte, embed_grads + m.embed.wte, m.dln1, grad_scale, lnf_grads,
       {m.lnf_off.w, m.lnf_off.b},

@@ -458,7 +458,6 @@ void Llama::head_backward(const float* norm_params, const float* head_params, fl
   Impl& m = *impl_;
   const int C = config().n_embd;
   const float* x = m.block_input(config().n_layer);
-  // Under sequence parallelism the final norm's gradient goes to sp_norm_grads first.
   float* dw = sequence_parallel_ ? m.sp_norm_grads : norm_grads + m.off.final_norm;
   head_backward_through_norm(
       m.xf, head_params + m.off.head, head_grads + m.off.head, m.dxn1, grad_scale, norm_grads, {m.off.final_norm},

@@ -127,8 +127,7 @@ void HostModel::head_backward_through_norm(const float* normed, const float* hea
     // Logits past the vocabulary carry no gradient: only the slice's real rows of the head take part.
     matmul_backward_input(dnormed, h.dlogits, slice.rows, head_w, C, slice.real, rows);
   });
-  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's
-  // rows, over which the norm's gradients are then taken and completed over the group.
+  // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's rows.
   const bool sp = sequence_parallel_;
   const int R = sp ? BT / layout_.split().size : BT;
   if (sp) shards_.scatter(dnormed, h.sp_rows);

@@ -162,14 +162,12 @@ class HostModel : public Model, public StageModel {
   // against `targets`.
   float head_loss(float* normed, const float* head_w, const std::int32_t* targets,
                   const std::function<void(float* out, Range rows)>& norm);
-  // head_loss's backward, through the final norm: the logits' gradient (the loss scaled by
-  // grad_scale) into acts_->dlogits, the norm output's into `dnormed` summed over the TP group
-  // (under sequence parallelism its rank's rows, d_rows, scattered into acts_->sp_rows), the
-  // head's into `head_grads` (from `normed`); then the family's norm: `input(d_rows, rows)`, the
-  // residual gradient of rows `rows` of this rank's R, and `params(d_rows, R, cols)`, columns
-  // `cols` of its parameters' gradients summed over R rows. Under sequence parallelism `params`
-  // writes acts_->sp_norm_grads, C floats for each of `norm_offsets`, which are then completed
-  // over the group into `norm_grads` there.
+  // head_loss's backward through the final norm: the logits' gradient (the loss scaled by
+  // grad_scale) into acts_->dlogits, the norm output's into `dnormed` (summed over the TP group;
+  // under sequence parallelism its rank's rows, into acts_->sp_rows), the head's into
+  // `head_grads`; then the family's norm: `input(d_rows, rows)` the residual gradient, and
+  // `params(d_rows, R, cols)` its parameters' over R rows (under sequence parallelism into
+  // acts_->sp_norm_grads, C floats for each of `norm_offsets`, completed into `norm_grads`).
   void head_backward_through_norm(const float* normed, const float* head_w, float* head_grads, float* dnormed,
                                   float grad_scale, float* norm_grads, std::initializer_list<std::size_t> norm_offsets,
                                   const std::function<void(const float* d_rows, Range rows)>& input,
