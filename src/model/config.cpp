@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -31,35 +32,33 @@ ModelConfig llama(int n_layer, int n_head, int n_kv_head, int n_embd, int seq_le
   return c;
 }
 
+// The presets, in the order preset_names() lists them.
+const std::vector<std::pair<std::string, ModelConfig>>& presets() {
+  static const std::vector<std::pair<std::string, ModelConfig>> table = {
+      {"tiny", {2, 2, 64, 64, 256, 256}},
+      {"mini", {4, 4, 192, 128, 256, 256}},  // between them: steps of about a second on the namespace cluster
+      {"small", {6, 6, 384, 256, 256, 256}},
+      {"gpt2-124m", {12, 12, 768, 1024, 50257, 50304}},
+      {"llama-tiny", llama(2, 4, 2, 64, 64, 256, 0)},  // grouped-query: two query heads per K/V head
+      {"llama-small", llama(6, 6, 2, 384, 256, 256, 0)},
+      {"tinyllama-1.1b", llama(22, 32, 4, 2048, 2048, 32000, 5632)},  // TinyLlama/TinyLlama-1.1B's config.json
+      {"llama2-7b", llama(32, 32, 32, 4096, 4096, 32000, 11008)},     // meta-llama/Llama-2-7b-hf's config.json
+  };
+  return table;
+}
+
 }  // namespace
 
 std::vector<std::string> ModelConfig::preset_names() {
-  return {"tiny", "mini", "small", "gpt2-124m", "llama-tiny", "llama-small", "tinyllama-1.1b", "llama2-7b"};
+  std::vector<std::string> names;
+  for (const auto& preset : presets()) names.push_back(preset.first);
+  return names;
 }
 
 ModelConfig ModelConfig::preset(std::string_view name) {
-  ModelConfig c;
-  if (name == "tiny") {
-    c = {2, 2, 64, 64, 256, 256};
-  } else if (name == "mini") {  // between them: steps of about a second on the namespace cluster
-    c = {4, 4, 192, 128, 256, 256};
-  } else if (name == "small") {
-    c = {6, 6, 384, 256, 256, 256};
-  } else if (name == "gpt2-124m") {
-    c = {12, 12, 768, 1024, 50257, 50304};
-  } else if (name == "llama-tiny") {
-    c = llama(2, 4, 2, 64, 64, 256, 0);  // grouped-query: two query heads per K/V head
-  } else if (name == "llama-small") {
-    c = llama(6, 6, 2, 384, 256, 256, 0);
-  } else if (name == "tinyllama-1.1b") {  // TinyLlama/TinyLlama-1.1B's config.json
-    c = llama(22, 32, 4, 2048, 2048, 32000, 5632);
-  } else if (name == "llama2-7b") {  // meta-llama/Llama-2-7b-hf's config.json
-    c = llama(32, 32, 32, 4096, 4096, 32000, 11008);
-  } else {
-    throw Error(fmt::format("model: unknown preset '{}' (known: {})", name,
-                            fmt::join(preset_names(), ", ")));
-  }
-  return c;
+  for (const auto& [preset_name, config] : presets())
+    if (preset_name == name) return config;
+  throw Error(fmt::format("model: unknown preset '{}' (known: {})", name, fmt::join(preset_names(), ", ")));
 }
 
 void ModelConfig::validate() const {

@@ -4,10 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "base/aligned.hpp"
-#include "base/error.hpp"
 #include "model/decoder.hpp"
 #include "model/llama_kernels.hpp"
 
@@ -85,8 +82,6 @@ class LlamaDecoder final : public Decoder {
 }  // namespace
 
 std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& config, int max_len, const Kernels& kernels) {
-  if (config.family != Family::Llama)
-    throw Error(fmt::format("decoder: Llama decoder built for family {}", family_name(config.family)));
   return std::make_unique<LlamaDecoder>(config, max_len, kernels);
 }
 

@@ -58,7 +58,7 @@ std::unique_ptr<Decoder> make_decoder(const ModelConfig& config, int max_len,
 void attend_cached(float* out, float* scores, const float* q, const float* k_cache, const float* v_cache, int n,
                    int NH, int NKV, int hd, int kv_stride);
 
-// The families' decoders, for make_decoder.
+// The families' decoders, for make_decoder (which picks by config.family).
 std::unique_ptr<Decoder> make_gpt_decoder(const ModelConfig& config, int max_len, const Kernels& kernels);
 std::unique_ptr<Decoder> make_llama_decoder(const ModelConfig& config, int max_len, const Kernels& kernels);
 

@@ -23,7 +23,6 @@ struct GPT::Layer {
 // Activation storage. Everything backward needs is kept per layer (under recomputation only
 // each layer's output; see place()); gradient buffers are reused from layer to layer.
 struct GPT::Impl : HostActivations<GPT::Layer> {
-  const Kernels* k = nullptr;
   BlockOffsets block{};
   EmbeddingOffsets embed{};
   FinalNormOffsets lnf_off{};
@@ -98,11 +97,6 @@ struct GPT::Block {
   BlockDims d;
 };
 
-HostModel::HeadBuffers GPT::head_buffers() {
-  Impl& m = *impl_;
-  return {*m.k, m.sp_rows, m.lnf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
-}
-
 GPT::Block GPT::block(int layer) {
   Impl& m = *impl_;
   return {m, *m.k, m.block, m.layers[layer], block_dims()};
@@ -166,6 +160,7 @@ GPT::GPT(const ModelConfig& config, int batch, int seq, bool recompute, const Ke
          const TensorParallel& tp, const std::optional<StageRange>& stage)
     : HostModel(config, Family::Gpt2, "GPT", batch, seq, recompute, tp, stage), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  acts_ = &m;
   m.k = &kernels;
   m.block = block_offsets(layout_);
   m.embed = embedding_offsets(layout_);
@@ -182,11 +177,7 @@ std::uint64_t GPT::activation_bytes(const ModelConfig& config, int batch, int se
                            stage.value_or(whole_model(config)), nullptr);
 }
 
-std::uint64_t GPT::activation_bytes() const { return 4 * impl_->storage.size(); }
-
 GPT::~GPT() = default;
-
-const float* GPT::logits() const { return impl_->logits; }
 
 void GPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
@@ -282,7 +273,7 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
   Impl& m = *impl_;
   const float* x = m.block_input(config().n_layer);
   // The tied head is wte.
-  return head_loss(head_buffers(), embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
+  return head_loss(m.lnf, embed_params + m.embed.wte, targets, [&](float* out, Range rows) {
                      m.k->layernorm_forward(out, m.lnf_mean, m.lnf_rstd, x, lnf_params + m.lnf_off.w,
                                             lnf_params + m.lnf_off.b, config().n_embd, rows, nullptr, nullptr);
                    });
@@ -291,26 +282,19 @@ float GPT::head_forward(const float* lnf_params, const float* embed_params, cons
 void GPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads,
                         float grad_scale) {
   Impl& m = *impl_;
-  const Kernels& k = *m.k;
-  const VocabSlice slice(config(), layout_.split());
-  const int BT = B_ * T_, C = config().n_embd;
+  const int C = config().n_embd;
   const float* x = m.block_input(config().n_layer);
-  // The final norm's gradients: under sequence parallelism over the rank's rows, then completed
-  // over the group.
-  const bool sp = sequence_parallel_;
-  const int R = sp ? BT / layout_.split().size : BT;
-  float* dlnf_rows = head_backward_to_norm(head_buffers(), embed_params + m.embed.wte, m.dln1, grad_scale);
-  float* norm_grads = sp ? m.sp_norm_grads : nullptr;
-  if (sp) std::fill_n(norm_grads, 2 * C, 0.f);
-  in_parallel([&](const Team& team) {
-    k.layernorm_backward_input(m.dres, nullptr, dlnf_rows, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C,
-                               team.share(R));
-    barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(embed_grads + m.embed.wte, m.dlogits, slice.rows, m.lnf, BT, C, team.share(slice.real));
-    k.layernorm_backward_params(sp ? norm_grads : lnf_grads + m.lnf_off.w, sp ? norm_grads + C : lnf_grads + m.lnf_off.b,
-                                dlnf_rows, x, m.lnf_mean, m.lnf_rstd, R, C, team.share(C, kColumnAlign));
-  });
-  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, lnf_grads, {m.lnf_off.w, m.lnf_off.b});
+  float* dw = sequence_parallel_ ? m.sp_norm_grads : lnf_grads + m.lnf_off.w;
+  float* db = sequence_parallel_ ? m.sp_norm_grads + C : lnf_grads + m.lnf_off.b;
+  head_backward_through_norm(
+      m.lnf, embed_params + m.embed.wte, embed_grads + m.embed.wte, m.dln1, grad_scale, lnf_grads,
+      {m.lnf_off.w, m.lnf_off.b},
+      [&](const float* d, Range rows) {
+        m.k->layernorm_backward_input(m.dres, nullptr, d, x, lnf_params + m.lnf_off.w, m.lnf_mean, m.lnf_rstd, C, rows);
+      },
+      [&](const float* d, int R, Range cols) {
+        m.k->layernorm_backward_params(dw, db, d, x, m.lnf_mean, m.lnf_rstd, R, C, cols);
+      });
 }
 
 // Sequence parallelism's block backward: the residual gradients on the rank's R rows, gathered
@@ -421,7 +405,5 @@ float* GPT::residual(int layer) {
   check_residual(layer);
   return const_cast<float*>(impl_->block_input(layer));
 }
-
-float* GPT::residual_grad() { return impl_->dres; }
 
 }  // namespace strata::model

@@ -46,8 +46,7 @@ class GPT final : public HostModel {
   static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                         bool sequence_parallel = false,
                                         const std::optional<StageRange>& stage = std::nullopt);
-  std::uint64_t activation_bytes() const override;
-  const float* logits() const override;
+  using HostModel::activation_bytes;
 
   // StageModel: per-unit kernels, for callers that drive the walk themselves (the head's
   // parameters are the embeddings: the tied LM head).
@@ -59,7 +58,6 @@ class GPT final : public HostModel {
   void block_backward(int layer, const float* block_params, float* block_grads) override;
   void embed_backward(float* embed_grads) override;
   float* residual(int layer) override;
-  float* residual_grad() override;
 
   ~GPT() override;
 
@@ -76,7 +74,6 @@ class GPT final : public HostModel {
   // offsets, layer `layer`'s buffers, block_dims().
   struct Block;
   Block block(int layer);
-  HeadBuffers head_buffers();
 
   struct Layer;  // a block's activations
   struct Impl;   // activations, their gradients, the kernel table; see gpt.cpp

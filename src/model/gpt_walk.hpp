@@ -10,31 +10,6 @@
 
 namespace strata::model {
 
-// The blocks' forward, first to last: block(l, params).
-template <class Block>
-void blocks_forward_walk(const ParamLayout& layout, UnitAccess& access, Block&& block) {
-  for (int l = 0; l < layout.config().n_layer; ++l) {
-    block(l, access.acquire(layout.block_unit(l), Phase::Forward));
-    access.release(layout.block_unit(l), Phase::Forward);
-  }
-}
-
-// The blocks' backward, last to first: block(l, params, grads); then the embeddings'
-// backward, embed(embed_grads), which reads no parameters.
-template <class Block, class Embed>
-void blocks_and_embed_backward_walk(const ParamLayout& layout, UnitAccess& access, Block&& block, Embed&& embed) {
-  for (int l = layout.config().n_layer - 1; l >= 0; --l) {
-    const int unit = layout.block_unit(l);
-    const float* params = access.acquire(unit, Phase::Backward);
-    block(l, params, access.grads(unit));
-    access.release(unit, Phase::Backward);
-    access.grads_ready(unit);
-  }
-  const int E = layout.embeddings_unit();
-  embed(access.grads(E));
-  access.grads_ready(E);
-}
-
 // The forward: embed(embed_params), block(l, params), then head(norm_params, head_params)
 // returns the loss. The families differ only in where the LM head lives (layout.hpp's
 // head_unit): GPT-2's is the tied wte, so the embeddings stay acquired until the head is
@@ -47,7 +22,10 @@ float forward_walk(const ParamLayout& layout, UnitAccess& access, Embed&& embed,
   const float* embed_params = access.acquire(E, Phase::Forward);
   embed(embed_params);
   if (!tied) access.release(E, Phase::Forward);
-  blocks_forward_walk(layout, access, block);
+  for (int l = 0; l < layout.config().n_layer; ++l) {
+    block(l, access.acquire(layout.block_unit(l), Phase::Forward));
+    access.release(layout.block_unit(l), Phase::Forward);
+  }
   // Named one by one: the walk is UnitAccess's documented order, whatever order a compiler
   // evaluates arguments in.
   const float* norm = access.acquire(N, Phase::Forward);
@@ -82,7 +60,17 @@ void backward_walk(const ParamLayout& layout, UnitAccess& access, Head&& head, B
   access.release(N, Phase::Backward);
   if (!tied) access.grads_ready(H);
   access.grads_ready(N);
-  blocks_and_embed_backward_walk(layout, access, block, embed);
+  for (int l = layout.config().n_layer - 1; l >= 0; --l) {
+    const int unit = layout.block_unit(l);
+    const float* params = access.acquire(unit, Phase::Backward);
+    block(l, params, access.grads(unit));
+    access.release(unit, Phase::Backward);
+    access.grads_ready(unit);
+  }
+  // The embeddings' backward reads no parameters.
+  const int E = layout.embeddings_unit();
+  embed(access.grads(E));
+  access.grads_ready(E);
 }
 
 }  // namespace strata::model

@@ -217,7 +217,6 @@ struct Llama::Layer {
 // Activation storage. Everything backward needs is kept per layer; gradient buffers are
 // reused from layer to layer.
 struct Llama::Impl : HostActivations<Llama::Layer> {
-  const Kernels* k = nullptr;
   LlamaOffsets off{};
   AttentionShape shape{};
   std::vector<float> rope_cos, rope_sin;  // [T, hd/2]
@@ -281,6 +280,7 @@ Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, cons
              const TensorParallel& tp, const std::optional<StageRange>& stage)
     : HostModel(config, Family::Llama, "Llama", batch, seq, recompute, tp, stage), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  acts_ = &m;
   m.k = &kernels;
   m.off = llama_offsets(layout_);
   const int N = tp.split.size;
@@ -295,16 +295,12 @@ Llama::Llama(const ModelConfig& config, int batch, int seq, bool recompute, cons
 
 Llama::~Llama() = default;
 
-const float* Llama::logits() const { return impl_->logits; }
-
 std::uint64_t Llama::activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
                                       bool sequence_parallel, const std::optional<StageRange>& stage) {
   Impl counter;
   return sizeof(float) * counter.place(config, tp, sequence_parallel && tp > 1, batch, seq, recompute,
                                        stage.value_or(whole_model(config)), nullptr);
 }
-
-std::uint64_t Llama::activation_bytes() const { return impl_->storage.size() * sizeof(float); }
 
 void Llama::embed_forward(const float* embed_params, const std::int32_t* tokens) {
   Impl& m = *impl_;
@@ -401,11 +397,6 @@ void Llama::Impl::matrix_grads(const Layer& la, float* g, const float* d_out, co
   matmul_backward_weight(g + o.v, dv, KV, la.xn1, BT, C, team.share(KV));
 }
 
-HostModel::HeadBuffers Llama::head_buffers() {
-  Impl& m = *impl_;
-  return {*m.k, m.sp_rows, m.xf, m.logits, m.lse, m.losses, m.dlogits, m.targets.data(), m.vocab_loss.get()};
-}
-
 void Llama::block_forward(int layer, const float* p) {
   if (sequence_parallel_) return block_forward_sequence_parallel(layer, p);
   Impl& m = *impl_;
@@ -458,30 +449,22 @@ float Llama::head_forward(const float* norm_params, const float* head_params, co
   Impl& m = *impl_;
   const float* x = m.block_input(config().n_layer);
   const float* w = norm_params + m.off.final_norm;
-  return head_loss(head_buffers(), head_params + m.off.head, targets,
+  return head_loss(m.xf, head_params + m.off.head, targets,
                    [&](float* out, Range rows) { rmsnorm_forward(out, m.rstdf, x, w, config().n_embd, rows, nullptr); });
 }
 
 void Llama::head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads,
                           float grad_scale) {
   Impl& m = *impl_;
-  const VocabSlice slice(config(), layout_.split());
-  const int BT = B_ * T_, C = config().n_embd;
+  const int C = config().n_embd;
   const float* x = m.block_input(config().n_layer);
-  // The final norm's gradient: under sequence parallelism over the rank's rows, then completed
-  // over the group.
-  const bool sp = sequence_parallel_;
-  const int R = sp ? BT / layout_.split().size : BT;
-  float* dxf_rows = head_backward_to_norm(head_buffers(), head_params + m.off.head, m.dxn1, grad_scale);
-  if (sp) std::fill_n(m.sp_norm_grads, C, 0.f);
-  in_parallel([&](const Team& team) {
-    rmsnorm_backward_input(m.dres, nullptr, dxf_rows, x, norm_params + m.off.final_norm, m.rstdf, C, team.share(R));
-    barrier();  // parameter gradients sum over every row
-    matmul_backward_weight(head_grads + m.off.head, m.dlogits, slice.rows, m.xf, BT, C, team.share(slice.real));
-    rmsnorm_backward_weight(sp ? m.sp_norm_grads : norm_grads + m.off.final_norm, dxf_rows, x, m.rstdf, R, C,
-                            team.share(C, kColumnAlign));
-  });
-  if (sp) shards_.finish_norm_grads(m.sp_norm_grads, norm_grads, {m.off.final_norm});
+  float* dw = sequence_parallel_ ? m.sp_norm_grads : norm_grads + m.off.final_norm;
+  head_backward_through_norm(
+      m.xf, head_params + m.off.head, head_grads + m.off.head, m.dxn1, grad_scale, norm_grads, {m.off.final_norm},
+      [&](const float* d, Range rows) {
+        rmsnorm_backward_input(m.dres, nullptr, d, x, norm_params + m.off.final_norm, m.rstdf, C, rows);
+      },
+      [&](const float* d, int R, Range cols) { rmsnorm_backward_weight(dw, d, x, m.rstdf, R, C, cols); });
 }
 
 void Llama::block_backward(int layer, const float* p, float* g) {
@@ -559,8 +542,6 @@ float* Llama::residual(int layer) {
   check_residual(layer);
   return const_cast<float*>(impl_->block_input(layer));
 }
-
-float* Llama::residual_grad() { return impl_->dres; }
 
 void Llama::embed_backward(float* embed_grads) {
   Impl& m = *impl_;

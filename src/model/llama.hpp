@@ -46,13 +46,12 @@ class Llama final : public HostModel {
         const std::optional<StageRange>& stage = std::nullopt);
   ~Llama() override;
 
-  const float* logits() const override;
   // Bytes of activations (and their gradient buffers) such a model allocates (see GPT's).
   // Under a TP split of `tp` (and sequence parallelism): one TP rank's; of `stage` only.
   static std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp = 1,
                                         bool sequence_parallel = false,
                                         const std::optional<StageRange>& stage = std::nullopt);
-  std::uint64_t activation_bytes() const override;
+  using HostModel::activation_bytes;
 
   // StageModel: per-unit kernels, for callers that drive the walk themselves.
   void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
@@ -63,13 +62,11 @@ class Llama final : public HostModel {
   void block_backward(int layer, const float* p, float* g) override;
   void embed_backward(float* embed_grads) override;
   float* residual(int layer) override;
-  float* residual_grad() override;
 
  private:
   void norm_and_residual(float* out, float* rstd, const float* x, const float* w, float* residual, Range rows) const;
   void block_forward_sequence_parallel(int layer, const float* p);
   void block_backward_sequence_parallel(int layer, const float* p, float* g);
-  HeadBuffers head_buffers();
 
   struct Layer;  // a block's activations
   struct Impl;   // activations, their gradients, rotary tables; see llama.cpp

@@ -84,23 +84,24 @@ void HostModel::tp_sum(float* data, std::size_t n) {
   if (tp_group_) tp_group_->all_reduce_sum(data, n);
 }
 
-float HostModel::head_loss(const HeadBuffers& h, const float* head_w, const std::int32_t* targets,
+float HostModel::head_loss(float* normed, const float* head_w, const std::int32_t* targets,
                            const std::function<void(float* out, Range rows)>& norm) {
+  HostBuffers& h = *acts_;
   const ModelConfig& cfg = config();
   const VocabSlice slice(cfg, layout_.split());
   const int BT = B_ * T_;
   check_ids(targets, static_cast<std::size_t>(BT), cfg.vocab_size, "target");
-  std::copy(targets, targets + BT, h.targets);
+  std::copy(targets, targets + BT, h.targets.begin());
   if (sequence_parallel_) {
     in_parallel([&](const Team& team) { norm(h.sp_rows, team.share(BT / layout_.split().size)); });
-    shards_.gather(h.sp_rows, h.normed);
+    shards_.gather(h.sp_rows, normed);
   }
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
-    if (!sequence_parallel_) norm(h.normed, rows);
-    matmul_forward(h.logits, h.normed, head_w, cfg.n_embd, slice.rows, false, rows);
-    if (h.vocab_loss) h.vocab_loss->reduce_rows(h.logits, h.targets, slice, rows);
-    else h.k.crossentropy_forward(h.lse, h.losses, h.logits, h.targets, cfg.vocab_size, slice.rows, rows);
+    if (!sequence_parallel_) norm(normed, rows);
+    matmul_forward(h.logits, normed, head_w, cfg.n_embd, slice.rows, false, rows);
+    if (h.vocab_loss) h.vocab_loss->reduce_rows(h.logits, h.targets.data(), slice, rows);
+    else h.k->crossentropy_forward(h.lse, h.losses, h.logits, h.targets.data(), cfg.vocab_size, slice.rows, rows);
   });
   if (h.vocab_loss) return h.vocab_loss->combine(*tp_group_, h.lse, h.losses);
   double total = 0;  // in row order: deterministic
@@ -108,27 +109,45 @@ float HostModel::head_loss(const HeadBuffers& h, const float* head_w, const std:
   return static_cast<float>(total / BT);
 }
 
-float* HostModel::head_backward_to_norm(const HeadBuffers& h, const float* head_w, float* dnormed, float grad_scale) {
+void HostModel::head_backward_through_norm(const float* normed, const float* head_w, float* head_grads,
+                                           float* dnormed, float grad_scale, float* norm_grads,
+                                           std::initializer_list<std::size_t> norm_offsets,
+                                           const std::function<void(const float* d_rows, Range rows)>& input,
+                                           const std::function<void(const float* d_rows, int R, Range cols)>& params) {
+  HostBuffers& h = *acts_;
   const VocabSlice slice(config(), layout_.split());
   const int BT = B_ * T_, C = config().n_embd;
   const float scale = grad_scale / BT;
   in_parallel([&](const Team& team) {
     const Range rows = team.share(BT);
     if (h.vocab_loss)
-      vocab_parallel_crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets, slice, scale, rows);
+      vocab_parallel_crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets.data(), slice, scale, rows);
     else
-      h.k.crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets, slice.real, slice.rows, scale, rows);
+      h.k->crossentropy_backward(h.dlogits, h.logits, h.lse, h.targets.data(), slice.real, slice.rows, scale, rows);
     // Logits past the vocabulary carry no gradient: only the slice's real rows of the head take part.
     matmul_backward_input(dnormed, h.dlogits, slice.rows, head_w, C, slice.real, rows);
   });
   // Each rank's vocabulary rows' share summed: whole, or under sequence parallelism the rank's rows.
-  if (!sequence_parallel_) {
-    tp_sum(dnormed, static_cast<std::size_t>(BT) * C);
-    return dnormed;
-  }
-  shards_.scatter(dnormed, h.sp_rows);
-  return h.sp_rows;
+  const bool sp = sequence_parallel_;
+  const int R = sp ? BT / layout_.split().size : BT;
+  if (sp) shards_.scatter(dnormed, h.sp_rows);
+  else tp_sum(dnormed, static_cast<std::size_t>(BT) * C);
+  const float* d_rows = sp ? h.sp_rows : dnormed;
+  if (sp) std::fill_n(h.sp_norm_grads, norm_offsets.size() * C, 0.f);
+  in_parallel([&](const Team& team) {
+    input(d_rows, team.share(R));
+    barrier();  // parameter gradients sum over every row
+    matmul_backward_weight(head_grads, h.dlogits, slice.rows, normed, BT, C, team.share(slice.real));
+    params(d_rows, R, team.share(C, kColumnAlign));
+  });
+  if (sp) shards_.finish_norm_grads(h.sp_norm_grads, norm_grads, norm_offsets);
 }
+
+const float* HostModel::logits() const { return acts_->logits; }
+
+std::uint64_t HostModel::activation_bytes() const { return acts_->storage.size() * sizeof(float); }
+
+float* HostModel::residual_grad() { return acts_->dres; }
 
 float HostModel::forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) {
   if (stage_.first_layer != 0 || stage_.end_layer != config().n_layer)
@@ -188,8 +207,7 @@ std::vector<TensorParallelCall> stage_tensor_parallel_calls(const ModelConfig& c
 
 std::uint64_t activation_bytes(const ModelConfig& config, int batch, int seq, bool recompute, int tp,
                                bool sequence_parallel) {
-  return config.family == Family::Llama ? Llama::activation_bytes(config, batch, seq, recompute, tp, sequence_parallel)
-                                        : GPT::activation_bytes(config, batch, seq, recompute, tp, sequence_parallel);
+  return stage_activation_bytes(config, whole_model(config), batch, seq, recompute, tp, sequence_parallel);
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int batch, int seq, bool recompute,

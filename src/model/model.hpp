@@ -21,7 +21,7 @@
 
 namespace strata::model {
 
-class VocabParallelLoss;
+struct HostBuffers;
 
 enum class Phase { Forward, Backward };
 
@@ -129,8 +129,8 @@ class StageModel {
   virtual float* residual_grad() = 0;
 };
 // What the host's models, GPT and Llama, share: the walk (gpt_walk.hpp) over their
-// StageModel steps, the micro-batch's shape, and this rank's tensor-parallel slice
-// (tensor_parallel.hpp).
+// StageModel steps, the micro-batch's shape, this rank's tensor-parallel slice
+// (tensor_parallel.hpp), and the activations they hold alike with the head that reads them.
 class HostModel : public Model, public StageModel {
  public:
   const ParamLayout& layout() const override { return layout_; }
@@ -141,6 +141,9 @@ class HostModel : public Model, public StageModel {
                          float grad_scale) override;
   void backward(UnitAccess& access) override;
   float forward(UnitAccess& access, const std::int32_t* tokens, const std::int32_t* targets) override;
+  const float* logits() const override;
+  std::uint64_t activation_bytes() const override;
+  float* residual_grad() override;
 
  protected:
   // Refuses another family's config than `family` (the model named `name`), a micro-batch it
@@ -153,24 +156,24 @@ class HostModel : public Model, public StageModel {
   void check_residual(int layer) const;
   // Under TP: the group's element-wise sum of an activation (a no-op without TP).
   void tp_sum(float* data, std::size_t n);
-  // The head's activations, held by the model's own storage.
-  struct HeadBuffers {
-    const Kernels& k;
-    float *sp_rows, *normed, *logits, *lse, *losses, *dlogits;
-    std::int32_t* targets;          // the micro-batch's, kept for head_backward
-    VocabParallelLoss* vocab_loss;  // under TP
-  };
   // The final norm and the LM head: `norm(out, rows)` normalizes rows of the final input into
-  // `out` (under sequence parallelism the rank's rows, then gathered into h.normed); the logits
+  // `out` (under sequence parallelism the rank's rows, then gathered into `normed`); the logits
   // over this rank's vocabulary rows of `head_w` (vocab_parallel.hpp); returns the mean loss
   // against `targets`.
-  float head_loss(const HeadBuffers& h, const float* head_w, const std::int32_t* targets,
+  float head_loss(float* normed, const float* head_w, const std::int32_t* targets,
                   const std::function<void(float* out, Range rows)>& norm);
-  // head_loss's backward down to the norm's output: the logits' gradient (the loss scaled by
-  // grad_scale) into h.dlogits and the norm output's into `dnormed`, summed over the TP group;
-  // returns its rows of this rank (under sequence parallelism scattered into h.sp_rows).
-  float* head_backward_to_norm(const HeadBuffers& h, const float* head_w, float* dnormed, float grad_scale);
+  // head_loss's backward through the final norm: the logits' gradient (the loss scaled by
+  // grad_scale) into acts_->dlogits, the norm output's into `dnormed` (summed over the TP group;
+  // under sequence parallelism its rank's rows, into acts_->sp_rows), the head's into
+  // `head_grads`; then the family's norm: `input(d_rows, rows)` the residual gradient, and
+  // `params(d_rows, R, cols)` its parameters' over R rows (under sequence parallelism into
+  // acts_->sp_norm_grads, C floats for each of `norm_offsets`, completed into `norm_grads`).
+  void head_backward_through_norm(const float* normed, const float* head_w, float* head_grads, float* dnormed,
+                                  float grad_scale, float* norm_grads, std::initializer_list<std::size_t> norm_offsets,
+                                  const std::function<void(const float* d_rows, Range rows)>& input,
+                                  const std::function<void(const float* d_rows, int R, Range cols)>& params);
 
+  HostBuffers* acts_ = nullptr;  // the family's activations (team.hpp), set by its constructor
   ParamLayout layout_;
   TensorParallelGroup* tp_group_ = nullptr;
   bool sequence_parallel_ = false;  // tensor_parallel.hpp: the norms on a 1/TP share of the rows

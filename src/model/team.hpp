@@ -52,13 +52,12 @@ inline void add_rows(float* y, const float* x, int C, Range rows) {
     y[i] += x[i];
 }
 
-// The activations GPT and Llama (gpt.cpp, llama.cpp) hold alike; each places them, with its
-// layers' (of type L), from `storage`.
-template <class L>
-struct HostActivations {
-  using Layer = L;
+// The activations GPT and Llama (gpt.cpp, llama.cpp) hold alike, which HostModel's head and
+// accessors read (model.hpp); each family places them, with its layers' (HostActivations),
+// from `storage`.
+struct HostBuffers {
+  const Kernels* k = nullptr;  // the table the model computes with
   AlignedBuffer<float> storage;
-  std::vector<Layer> layers;
   float *encoded = nullptr, *logits = nullptr, *lse = nullptr, *losses = nullptr;
   // Gradients: dres is the residual stream's gradient, walked from the head to the
   // embeddings; a block also fills dres_mid (after its attention) and dres_in (its input).
@@ -86,6 +85,13 @@ struct HostActivations {
     const std::size_t n = static_cast<std::size_t>(T) * T * omp_get_max_threads();
     if (attention_scratch.size() < n) attention_scratch.resize(n);
   }
+};
+
+// HostBuffers with the blocks' activations, of type L.
+template <class L>
+struct HostActivations : HostBuffers {
+  using Layer = L;
+  std::vector<Layer> layers;
   // The input of block `layer`, also the final norm's when layer == n_layer.
   const float* block_input(int layer) const { return layer == 0 ? encoded : layers[layer - 1].res3; }
 };

@@ -7,8 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "device/cuda/gpt_cuda.hpp"
-#include "device/cuda/llama_cuda.hpp"
+#include "device/cuda/cuda_model.hpp"
 
 namespace strata::device::cuda {
 
@@ -95,14 +94,13 @@ class CudaDevice final : public Device {
 
   std::unique_ptr<model::Model> make_model(const model::ModelConfig& config, int batch, int seq, bool recompute,
                                            Precision precision) override {
-    if (config.family == model::Family::Llama)
-      return std::make_unique<CudaLlama>(*this, config, batch, seq, recompute, precision);
-    return std::make_unique<CudaGPT>(*this, config, batch, seq, recompute, precision);
+    if (config.family == model::Family::Llama) return make_cuda_llama(*this, config, batch, seq, recompute, precision);
+    return make_cuda_gpt(*this, config, batch, seq, recompute, precision);
   }
   std::uint64_t model_bytes(const model::ModelConfig& config, int batch, int seq, bool recompute,
                             Precision precision) const override {
-    const ModelSizes sizes = config.family == model::Family::Llama ? CudaLlama::sizes(config, batch, seq, recompute)
-                                                                  : CudaGPT::sizes(config, batch, seq, recompute);
+    const ModelSizes sizes = config.family == model::Family::Llama ? cuda_llama_sizes(config, batch, seq, recompute)
+                                                                  : cuda_gpt_sizes(config, batch, seq, recompute);
     return ModelBuffers::device_bytes(sizes, precision);
   }
 

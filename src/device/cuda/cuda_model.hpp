@@ -1,9 +1,9 @@
 #pragma once
-// What every GPU model (CudaGPT, CudaLlama) has in common: the shape checks, and beside its
-// own activations' layout, the buffers it computes in (the activation storage, this
-// micro-batch's token ids, the kernels' shared scratch and the matmul, all from the device's
-// pool) and the loss's way back to the host. One place for the device bytes the pool is
-// sized by. Plain C++: no CUDA header is needed to include this one.
+// What every GPU model (gpt_cuda.cpp's CudaGPT, llama_cuda.cpp's CudaLlama) has in common:
+// the shape checks, and beside its own activations' layout, the buffers it computes in (the
+// activation storage, this micro-batch's token ids, the kernels' shared scratch and the
+// matmul, all from the device's pool) and the loss's way back to the host. One place for the
+// device bytes the pool is sized by. Plain C++: no CUDA header is needed to include this one.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -95,5 +95,16 @@ class CudaModel : public model::Model {
 
   std::unique_ptr<ModelBuffers> buffers_;
 };
+
+// The families' GPU models, each the same model as the host's (gpt_cuda.cpp: model::GPT's;
+// llama_cuda.cpp: model::Llama's), with activations for micro-batches of exactly `batch`
+// sequences of `seq` tokens in `device`'s memory; throw Error on other sizes or another family.
+std::unique_ptr<CudaModel> make_cuda_gpt(Device& device, const model::ModelConfig& config, int batch, int seq,
+                                         bool recompute, Precision precision);
+std::unique_ptr<CudaModel> make_cuda_llama(Device& device, const model::ModelConfig& config, int batch, int seq,
+                                           bool recompute, Precision precision);
+// What such a model's device memory is made of (ModelBuffers::device_bytes sums it).
+ModelSizes cuda_gpt_sizes(const model::ModelConfig& config, int batch, int seq, bool recompute);
+ModelSizes cuda_llama_sizes(const model::ModelConfig& config, int batch, int seq, bool recompute);
 
 }  // namespace strata::device::cuda

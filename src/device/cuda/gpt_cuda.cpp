@@ -1,9 +1,12 @@
-#include "device/cuda/gpt_cuda.hpp"
-
+// GPT-2 on the GPU: the same model as model::GPT (gpt.hpp: its walk, its units, its
+// parameter layout, its kernels' conventions) computing with the CUDA kernels (kernels.hpp)
+// and cuBLASLt (matmul.hpp) on device buffers the engine lends. Attention is the fused,
+// memory-efficient kernel: it keeps each row's log-sum-exp instead of T x T probabilities.
 #include <algorithm>
 #include <utility>
 
 #include "device/cuda/cuda_device.hpp"
+#include "device/cuda/cuda_model.hpp"
 #include "device/cuda/kernels.hpp"
 #include "device/cuda/model_ops.hpp"
 #include "model/gpt_walk.hpp"
@@ -81,142 +84,143 @@ std::size_t Activations::place(const model::ModelConfig& config, int B, int T, b
   return placer.floats();
 }
 
+class CudaGPT final : public CudaModel {
+ public:
+  CudaGPT(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute, Precision precision)
+      : CudaModel(device, config, model::Family::Gpt2, batch, seq, recompute, precision, cuda_gpt_sizes),
+        shape_(attention_shape(config, batch, seq)),
+        block_(model::block_offsets(layout_)),
+        embed_(model::embedding_offsets(layout_)),
+        lnf_off_(model::final_norm_offsets(layout_)) {
+    a_.place(config, batch, seq, recompute, buffers().storage.data());
+  }
+
+  const float* logits() const override { return a_.logits; }  // in device memory
+
+ private:  // CudaModel's per-unit steps
+  void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
+  void block_forward(int layer, const float* p) override;
+  float head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets,
+                     float dlogits_scale) override;
+  void head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads) override;
+  void block_backward(int layer, const float* p, float* g) override;
+  void embed_backward(float* embed_grads) override;
+
+  AttentionShape shape_;
+  Activations a_;
+  model::BlockOffsets block_;
+  model::EmbeddingOffsets embed_;
+  model::FinalNormOffsets lnf_off_;
+};
+
 }  // namespace
 
-ModelSizes CudaGPT::sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
+ModelSizes cuda_gpt_sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
   Activations counter;
   return {counter.place(config, B, T, recompute, nullptr), static_cast<std::size_t>(B) * T,
           kernel_scratch_bytes(config, B, T), largest_operand(config, B, T)};
 }
 
-struct CudaGPT::Impl {
-  Impl(ModelBuffers& buffers, const model::ParamLayout& layout, int B, int T, bool recompute)
-      : buffers(buffers),
-        shape(attention_shape(layout.config(), B, T)),
-        block(model::block_offsets(layout)),
-        embed(model::embedding_offsets(layout)),
-        lnf_off(model::final_norm_offsets(layout)) {
-    a.place(layout.config(), B, T, recompute, buffers.storage.data());
-  }
-
-  ModelBuffers& buffers;
-  AttentionShape shape;
-  Activations a;
-  model::BlockOffsets block;
-  model::EmbeddingOffsets embed;
-  model::FinalNormOffsets lnf_off;
-};
-
-CudaGPT::CudaGPT(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
-                 Precision precision)
-    : CudaModel(device, config, model::Family::Gpt2, batch, seq, recompute, precision, sizes),
-      impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
-
-CudaGPT::~CudaGPT() = default;
-
-const float* CudaGPT::logits() const { return impl_->a.logits; }
+std::unique_ptr<CudaModel> make_cuda_gpt(Device& device, const model::ModelConfig& config, int batch, int seq,
+                                         bool recompute, Precision precision) {
+  return std::make_unique<CudaGPT>(device, config, batch, seq, recompute, precision);
+}
 
 void CudaGPT::embed_forward(const float* embed_params, const std::int32_t* tokens) {
-  Impl& m = *impl_;
   const int BT = B_ * T_;
-  m.buffers.upload_tokens(tokens);
-  cuda::embed_forward(m.a.encoded, m.buffers.tokens(), embed_params + m.embed.wte, embed_params + m.embed.wpe, BT, T_,
+  buffers().upload_tokens(tokens);
+  cuda::embed_forward(a_.encoded, buffers().tokens(), embed_params + embed_.wte, embed_params + embed_.wpe, BT, T_,
                       config().n_embd, config().vocab_size, gpu_stream());
 }
 
 void CudaGPT::block_forward(int layer, const float* p) {
-  Impl& m = *impl_;
-  const model::BlockOffsets& o = m.block;
-  Activations::Layer& la = m.a.layers[layer];
+  const model::BlockOffsets& o = block_;
+  Activations::Layer& la = a_.layers[layer];
   const int BT = B_ * T_, C = config().n_embd;
   const Stream s = gpu_stream();
-  const float* x = m.a.block_input(layer);
+  const float* x = a_.block_input(layer);
   // Biases are pre-broadcast into the outputs so the products add onto them; the residual
   // stream likewise starts as input + projection bias (the CPU model's order).
   layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, x, p + o.ln1_w, p + o.ln1_b, BT, C, s);
   residual_with_bias(la.res2, x, p + o.attn_proj_b, BT, C, s);
   broadcast_rows(la.qkv, p + o.attn_b, BT, 3 * C, s);
-  m.buffers.matmul.forward(la.qkv, la.ln1, p + o.attn_w, BT, C, 3 * C, true);
-  attention_forward(la.atty, la.lse, la.qkv, la.qkv + C, la.qkv + 2 * C, m.shape, s);
-  m.buffers.matmul.forward(la.res2, la.atty, p + o.attn_proj_w, BT, C, C, true);
+  buffers().matmul.forward(la.qkv, la.ln1, p + o.attn_w, BT, C, 3 * C, true);
+  attention_forward(la.atty, la.lse, la.qkv, la.qkv + C, la.qkv + 2 * C, shape_, s);
+  buffers().matmul.forward(la.res2, la.atty, p + o.attn_proj_w, BT, C, C, true);
   layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, p + o.ln2_w, p + o.ln2_b, BT, C, s);
   residual_with_bias(la.res3, la.res2, p + o.fc_proj_b, BT, C, s);
-  m.buffers.matmul.forward(la.fch, la.ln2, p + o.fc_w, BT, C, 4 * C, false);
+  buffers().matmul.forward(la.fch, la.ln2, p + o.fc_w, BT, C, 4 * C, false);
   bias_gelu_forward(la.fch, la.fch_gelu, p + o.fc_b, BT, 4 * C, s);
-  m.buffers.matmul.forward(la.res3, la.fch_gelu, p + o.fc_proj_w, BT, 4 * C, C, true);
+  buffers().matmul.forward(la.res3, la.fch_gelu, p + o.fc_proj_w, BT, 4 * C, C, true);
 }
 
 float CudaGPT::head_forward(const float* lnf_params, const float* embed_params, const std::int32_t* targets,
                             float dlogits_scale) {
-  Impl& m = *impl_;
   const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd;
   const Stream s = gpu_stream();
-  m.buffers.upload_targets(targets);
-  const float* x = m.a.block_input(cfg.n_layer);
-  layernorm_forward(m.a.lnf, m.a.lnf_mean, m.a.lnf_rstd, x, lnf_params + m.lnf_off.w, lnf_params + m.lnf_off.b, BT, C,
+  buffers().upload_targets(targets);
+  const float* x = a_.block_input(cfg.n_layer);
+  layernorm_forward(a_.lnf, a_.lnf_mean, a_.lnf_rstd, x, lnf_params + lnf_off_.w, lnf_params + lnf_off_.b, BT, C,
                     s);
-  m.buffers.matmul.forward(m.a.logits, m.a.lnf, embed_params + m.embed.wte, BT, C, cfg.padded_vocab_size, false);
+  buffers().matmul.forward(a_.logits, a_.lnf, embed_params + embed_.wte, BT, C, cfg.padded_vocab_size, false);
   // The loss and the logits' gradient in one pass; the logits stay for logits().
-  crossentropy_fused(m.a.dlogits, m.a.losses, m.a.head_lse, m.a.logits, m.buffers.targets(), BT, cfg.vocab_size,
+  crossentropy_fused(a_.dlogits, a_.losses, a_.head_lse, a_.logits, buffers().targets(), BT, cfg.vocab_size,
                      cfg.padded_vocab_size, dlogits_scale, s);
-  return m.buffers.mean_loss(m.a.losses);
+  return buffers().mean_loss(a_.losses);
 }
 
 void CudaGPT::head_backward(const float* lnf_params, const float* embed_params, float* lnf_grads, float* embed_grads) {
-  Impl& m = *impl_;
   const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   const Stream s = gpu_stream();
-  const float* x = m.a.block_input(cfg.n_layer);
-  float* dlnf = m.a.dln1;
+  const float* x = a_.block_input(cfg.n_layer);
+  float* dlnf = a_.dln1;
   // Logits past V carry no gradient: only the first V rows of wte take part.
-  m.buffers.matmul.backward_input(dlnf, m.a.dlogits, Vp, embed_params + m.embed.wte, BT, C, V);
-  layernorm_backward(m.a.dres, lnf_grads + m.lnf_off.w, lnf_grads + m.lnf_off.b, nullptr, dlnf, x,
-                     lnf_params + m.lnf_off.w, m.a.lnf_mean, m.a.lnf_rstd, BT, C, m.buffers.scratch.data(), s);
-  m.buffers.matmul.backward_weight(embed_grads + m.embed.wte, m.a.dlogits, Vp, m.a.lnf, BT, C, V);
+  buffers().matmul.backward_input(dlnf, a_.dlogits, Vp, embed_params + embed_.wte, BT, C, V);
+  layernorm_backward(a_.dres, lnf_grads + lnf_off_.w, lnf_grads + lnf_off_.b, nullptr, dlnf, x,
+                     lnf_params + lnf_off_.w, a_.lnf_mean, a_.lnf_rstd, BT, C, buffers().scratch.data(), s);
+  buffers().matmul.backward_weight(embed_grads + embed_.wte, a_.dlogits, Vp, a_.lnf, BT, C, V);
 }
 
 void CudaGPT::block_backward(int layer, const float* p, float* g) {
-  Impl& m = *impl_;
-  const model::BlockOffsets& o = m.block;
+  const model::BlockOffsets& o = block_;
   // Recomputation: later blocks overwrote this block's activations; its forward from the kept
   // input restores them.
   if (recompute_) block_forward(layer, p);
-  Activations::Layer& la = m.a.layers[layer];
+  Activations::Layer& la = a_.layers[layer];
   const int BT = B_ * T_, C = config().n_embd;
   const Stream s = gpu_stream();
-  void* scratch = m.buffers.scratch.data();
-  const float* x = m.a.block_input(layer);
-  const float* d_out = m.a.dres;
-  float* d_mid = m.a.dres_mid;
-  float* d_in = m.a.dres_in;
-  m.buffers.matmul.backward_input(m.a.dfch, d_out, C, p + o.fc_proj_w, BT, 4 * C, C);
-  gelu_backward(m.a.dfch, la.fch, BT, 4 * C, s);
-  m.buffers.matmul.backward_input(m.a.dln2, m.a.dfch, 4 * C, p + o.fc_w, BT, C, 4 * C);
-  layernorm_backward(d_mid, g + o.ln2_w, g + o.ln2_b, d_out, m.a.dln2, la.res2, p + o.ln2_w, la.ln2_mean,
+  void* scratch = buffers().scratch.data();
+  const float* x = a_.block_input(layer);
+  const float* d_out = a_.dres;
+  float* d_mid = a_.dres_mid;
+  float* d_in = a_.dres_in;
+  buffers().matmul.backward_input(a_.dfch, d_out, C, p + o.fc_proj_w, BT, 4 * C, C);
+  gelu_backward(a_.dfch, la.fch, BT, 4 * C, s);
+  buffers().matmul.backward_input(a_.dln2, a_.dfch, 4 * C, p + o.fc_w, BT, C, 4 * C);
+  layernorm_backward(d_mid, g + o.ln2_w, g + o.ln2_b, d_out, a_.dln2, la.res2, p + o.ln2_w, la.ln2_mean,
                      la.ln2_rstd, BT, C, scratch, s);
-  m.buffers.matmul.backward_input(m.a.datty, d_mid, C, p + o.attn_proj_w, BT, C, C);
-  attention_backward(m.a.dqkv, m.a.dqkv + C, m.a.dqkv + 2 * C, m.a.datty, la.atty, la.lse, la.qkv, la.qkv + C,
-                     la.qkv + 2 * C, m.shape, scratch, s);
-  m.buffers.matmul.backward_input(m.a.dln1, m.a.dqkv, 3 * C, p + o.attn_w, BT, C, 3 * C);
-  layernorm_backward(d_in, g + o.ln1_w, g + o.ln1_b, d_mid, m.a.dln1, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, BT,
+  buffers().matmul.backward_input(a_.datty, d_mid, C, p + o.attn_proj_w, BT, C, C);
+  attention_backward(a_.dqkv, a_.dqkv + C, a_.dqkv + 2 * C, a_.datty, la.atty, la.lse, la.qkv, la.qkv + C,
+                     la.qkv + 2 * C, shape_, scratch, s);
+  buffers().matmul.backward_input(a_.dln1, a_.dqkv, 3 * C, p + o.attn_w, BT, C, 3 * C);
+  layernorm_backward(d_in, g + o.ln1_w, g + o.ln1_b, d_mid, a_.dln1, x, p + o.ln1_w, la.ln1_mean, la.ln1_rstd, BT,
                      C, scratch, s);
-  m.buffers.matmul.backward_weight(g + o.fc_proj_w, d_out, C, la.fch_gelu, BT, 4 * C, C);
+  buffers().matmul.backward_weight(g + o.fc_proj_w, d_out, C, la.fch_gelu, BT, 4 * C, C);
   column_sums(g + o.fc_proj_b, d_out, BT, C, C, scratch, s);
-  m.buffers.matmul.backward_weight(g + o.fc_w, m.a.dfch, 4 * C, la.ln2, BT, C, 4 * C);
-  column_sums(g + o.fc_b, m.a.dfch, BT, 4 * C, 4 * C, scratch, s);
-  m.buffers.matmul.backward_weight(g + o.attn_proj_w, d_mid, C, la.atty, BT, C, C);
+  buffers().matmul.backward_weight(g + o.fc_w, a_.dfch, 4 * C, la.ln2, BT, C, 4 * C);
+  column_sums(g + o.fc_b, a_.dfch, BT, 4 * C, 4 * C, scratch, s);
+  buffers().matmul.backward_weight(g + o.attn_proj_w, d_mid, C, la.atty, BT, C, C);
   column_sums(g + o.attn_proj_b, d_mid, BT, C, C, scratch, s);
-  m.buffers.matmul.backward_weight(g + o.attn_w, m.a.dqkv, 3 * C, la.ln1, BT, C, 3 * C);
-  column_sums(g + o.attn_b, m.a.dqkv, BT, 3 * C, 3 * C, scratch, s);
-  std::swap(m.a.dres, m.a.dres_in);  // the next block (or the embeddings) continues from here
+  buffers().matmul.backward_weight(g + o.attn_w, a_.dqkv, 3 * C, la.ln1, BT, C, 3 * C);
+  column_sums(g + o.attn_b, a_.dqkv, BT, 3 * C, 3 * C, scratch, s);
+  std::swap(a_.dres, a_.dres_in);  // the next block (or the embeddings) continues from here
 }
 
 void CudaGPT::embed_backward(float* embed_grads) {
-  Impl& m = *impl_;
-  cuda::embed_backward(embed_grads + m.embed.wte, embed_grads + m.embed.wpe, m.a.dres, m.buffers.tokens(), B_ * T_, T_,
-                       config().n_embd, config().vocab_size, m.buffers.scratch.data(), gpu_stream());
+  cuda::embed_backward(embed_grads + embed_.wte, embed_grads + embed_.wpe, a_.dres, buffers().tokens(), B_ * T_, T_,
+                       config().n_embd, config().vocab_size, buffers().scratch.data(), gpu_stream());
 }
 
 }  // namespace strata::device::cuda

@@ -662,42 +662,40 @@ void crossentropy_fused(float* dlogits, float* losses, float* lse, const float* 
   check_launch(name);
 }
 
+namespace {
+// Launches the grid-stride `kernel` over n values with `args` (none: nothing to launch); errors
+// name `launcher`.
+template <class... Params, class... Args>
+void launch_stride(const char* launcher, void (*kernel)(Params...), std::size_t n, Stream stream, Args... args) {
+  if (n == 0) return;
+  kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(args...);
+  check_launch(launcher);
+}
+}  // namespace
+
 void adamw_update(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::size_t n,
                   const AdamWCoefficients& c, std::uint16_t* params_bf16, Stream stream) {
-  if (n == 0) return;
-  adamw_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, c,
-                                                                    params_bf16);
-  check_launch("adamw_update");
+  launch_stride("adamw_update", adamw_kernel, n, stream, params, grads, exp_avg, exp_avg_sq, n, c, params_bf16);
 }
 
 void cast_f32_to_bf16(std::uint16_t* dst, const float* src, std::size_t n, Stream stream) {
-  if (n == 0) return;
-  to_bf16_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
-  check_launch("cast_f32_to_bf16");
+  launch_stride("cast_f32_to_bf16", to_bf16_kernel, n, stream, dst, src, n);
 }
 
 void cast_bf16_to_f32(float* dst, const std::uint16_t* src, std::size_t n, Stream stream) {
-  if (n == 0) return;
-  from_bf16_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
-  check_launch("cast_bf16_to_f32");
+  launch_stride("cast_bf16_to_f32", from_bf16_kernel, n, stream, dst, src, n);
 }
 
 void add(float* x, const float* y, std::size_t n, Stream stream) {
-  if (n == 0) return;
-  add_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n);
-  check_launch("add");
+  launch_stride("add", add_kernel, n, stream, x, y, n);
 }
 
 void add_bf16(float* x, const std::uint16_t* y, std::size_t n, Stream stream) {
-  if (n == 0) return;
-  add_bf16_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n);
-  check_launch("add_bf16");
+  launch_stride("add_bf16", add_bf16_kernel, n, stream, x, y, n);
 }
 
 void scale(float* x, std::size_t n, float factor, Stream stream) {
-  if (n == 0) return;
-  scale_kernel<<<stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, n, factor);
-  check_launch("scale");
+  launch_stride("scale", scale_kernel, n, stream, x, n, factor);
 }
 
 }  // namespace strata::device::cuda

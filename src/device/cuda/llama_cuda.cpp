@@ -1,10 +1,14 @@
-#include "device/cuda/llama_cuda.hpp"
-
+// Llama on the GPU: the same model as model::Llama (llama.hpp: its walk, model/gpt_walk.hpp,
+// its units, its parameter layout, its kernels' conventions) computing with the CUDA kernels
+// (kernels.hpp) and cuBLASLt (matmul.hpp) on device buffers the engine lends. Attention is
+// the fused, memory-efficient grouped-query kernel: it keeps each row's log-sum-exp instead
+// of T x T probabilities.
 #include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "device/cuda/cuda_device.hpp"
+#include "device/cuda/cuda_model.hpp"
 #include "device/cuda/kernels.hpp"
 #include "device/cuda/model_ops.hpp"
 #include "model/llama.hpp"
@@ -86,9 +90,44 @@ std::size_t Activations::place(const model::ModelConfig& config, int B, int T, b
   return placer.floats();
 }
 
+class CudaLlama final : public CudaModel {
+ public:
+  CudaLlama(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
+            Precision precision)
+      : CudaModel(device, config, model::Family::Llama, batch, seq, recompute, precision, cuda_llama_sizes),
+        shape_(attention_shape(config, batch, seq)),
+        off_(model::llama_offsets(layout_)) {
+    a_.place(config, batch, seq, recompute, buffers().storage.data());
+    // The CPU model's tables (the same angles, the same rounding), copied once.
+    std::vector<float> cos, sin;
+    model::llama_kernels::rope_tables(config, seq, cos, sin);
+    float* tables = buffers().tables.data();
+    device.from_host(tables, cos.data(), cos.size() * sizeof(float));
+    device.from_host(tables + cos.size(), sin.data(), sin.size() * sizeof(float));
+    rope_cos_ = tables;
+    rope_sin_ = tables + cos.size();
+  }
+
+  const float* logits() const override { return a_.logits; }  // in device memory
+
+ private:  // CudaModel's per-unit steps
+  void embed_forward(const float* embed_params, const std::int32_t* tokens) override;
+  void block_forward(int layer, const float* p) override;
+  float head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
+                     float dlogits_scale) override;
+  void head_backward(const float* norm_params, const float* head_params, float* norm_grads, float* head_grads) override;
+  void block_backward(int layer, const float* p, float* g) override;
+  void embed_backward(float* embed_grads) override;
+
+  AttentionShape shape_;
+  model::LlamaOffsets off_;
+  Activations a_;
+  const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // [T, hd/2] each, in buffers().tables
+};
+
 }  // namespace
 
-ModelSizes CudaLlama::sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
+ModelSizes cuda_llama_sizes(const model::ModelConfig& config, int B, int T, bool recompute) {
   Activations counter;
   // The rotary tables: cos and sin of T positions by hd/2 frequencies.
   const std::size_t rope_floats = 2 * static_cast<std::size_t>(T) * (config.head_dim() / 2);
@@ -96,52 +135,25 @@ ModelSizes CudaLlama::sizes(const model::ModelConfig& config, int B, int T, bool
           kernel_scratch_bytes(config, B, T), largest_operand(config, B, T), rope_floats};
 }
 
-struct CudaLlama::Impl {
-  Impl(ModelBuffers& buffers, const model::ParamLayout& layout, int B, int T, bool recompute)
-      : buffers(buffers), shape(attention_shape(layout.config(), B, T)), off(model::llama_offsets(layout)) {
-    a.place(layout.config(), B, T, recompute, buffers.storage.data());
-    // The CPU model's tables (the same angles, the same rounding), copied once.
-    std::vector<float> cos, sin;
-    model::llama_kernels::rope_tables(layout.config(), T, cos, sin);
-    float* tables = buffers.tables.data();
-    buffers.device.from_host(tables, cos.data(), cos.size() * sizeof(float));
-    buffers.device.from_host(tables + cos.size(), sin.data(), sin.size() * sizeof(float));
-    rope_cos = tables;
-    rope_sin = tables + cos.size();
-  }
-
-  ModelBuffers& buffers;
-  AttentionShape shape;
-  model::LlamaOffsets off;
-  Activations a;
-  const float *rope_cos = nullptr, *rope_sin = nullptr;  // [T, hd/2] each, in buffers.tables
-};
-
-CudaLlama::CudaLlama(Device& device, const model::ModelConfig& config, int batch, int seq, bool recompute,
-                     Precision precision)
-    : CudaModel(device, config, model::Family::Llama, batch, seq, recompute, precision, sizes),
-      impl_(std::make_unique<Impl>(buffers(), layout_, batch, seq, recompute)) {}
-
-CudaLlama::~CudaLlama() = default;
-
-const float* CudaLlama::logits() const { return impl_->a.logits; }
+std::unique_ptr<CudaModel> make_cuda_llama(Device& device, const model::ModelConfig& config, int batch, int seq,
+                                           bool recompute, Precision precision) {
+  return std::make_unique<CudaLlama>(device, config, batch, seq, recompute, precision);
+}
 
 void CudaLlama::embed_forward(const float* embed_params, const std::int32_t* tokens) {
-  Impl& m = *impl_;
-  m.buffers.upload_tokens(tokens);
-  cuda::embed_forward(m.a.encoded, m.buffers.tokens(), embed_params + m.off.embed, nullptr, B_ * T_, T_,
+  buffers().upload_tokens(tokens);
+  cuda::embed_forward(a_.encoded, buffers().tokens(), embed_params + off_.embed, nullptr, B_ * T_, T_,
                       config().n_embd, config().vocab_size, gpu_stream());
 }
 
 void CudaLlama::block_forward(int layer, const float* p) {
-  Impl& m = *impl_;
-  const model::LlamaBlockOffsets& o = m.off.block;
-  const AttentionShape& sh = m.shape;
-  Activations::Layer& la = m.a.layers[layer];
+  const model::LlamaBlockOffsets& o = off_.block;
+  const AttentionShape& sh = shape_;
+  Activations::Layer& la = a_.layers[layer];
   const int BT = B_ * T_, C = config().n_embd, KV = sh.kv_stride, F = config().ffn_size();
   const Stream s = gpu_stream();
-  const float* x = m.a.block_input(layer);
-  Matmul& mm = m.buffers.matmul;
+  const float* x = a_.block_input(layer);
+  Matmul& mm = buffers().matmul;
   // h = x + o_proj(attention(rope(q_proj(norm x)), rope(k_proj(norm x)), v_proj(norm x))); the
   // residual stream starts as x, and o_proj accumulates onto it (the CPU model's order).
   rmsnorm_forward(la.xn1, la.rstd1, x, p + o.attn_norm, BT, C, model::kRmsNormEps, s);
@@ -149,8 +161,8 @@ void CudaLlama::block_forward(int layer, const float* p) {
   mm.forward(la.q, la.xn1, p + o.q, BT, C, C, false);
   mm.forward(la.k, la.xn1, p + o.k, BT, C, KV, false);
   mm.forward(la.v, la.xn1, p + o.v, BT, C, KV, false);
-  rope_forward(la.q, BT, sh.NH, sh.hd, T_, m.rope_cos, m.rope_sin, s);
-  rope_forward(la.k, BT, sh.NKV, sh.hd, T_, m.rope_cos, m.rope_sin, s);
+  rope_forward(la.q, BT, sh.NH, sh.hd, T_, rope_cos_, rope_sin_, s);
+  rope_forward(la.k, BT, sh.NKV, sh.hd, T_, rope_cos_, rope_sin_, s);
   attention_forward(la.atty, la.lse, la.q, la.k, la.v, sh, s);
   mm.forward(la.res2, la.atty, p + o.o, BT, C, C, true);
   // out = h + down_proj(silu(gate_proj(norm h)) * up_proj(norm h))
@@ -164,47 +176,44 @@ void CudaLlama::block_forward(int layer, const float* p) {
 
 float CudaLlama::head_forward(const float* norm_params, const float* head_params, const std::int32_t* targets,
                               float dlogits_scale) {
-  Impl& m = *impl_;
   const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd;
   const Stream s = gpu_stream();
-  m.buffers.upload_targets(targets);
-  const float* x = m.a.block_input(cfg.n_layer);
-  rmsnorm_forward(m.a.xf, m.a.rstdf, x, norm_params + m.off.final_norm, BT, C, model::kRmsNormEps, s);
-  m.buffers.matmul.forward(m.a.logits, m.a.xf, head_params + m.off.head, BT, C, cfg.padded_vocab_size, false);
+  buffers().upload_targets(targets);
+  const float* x = a_.block_input(cfg.n_layer);
+  rmsnorm_forward(a_.xf, a_.rstdf, x, norm_params + off_.final_norm, BT, C, model::kRmsNormEps, s);
+  buffers().matmul.forward(a_.logits, a_.xf, head_params + off_.head, BT, C, cfg.padded_vocab_size, false);
   // The loss and the logits' gradient in one pass; the logits stay for logits().
-  crossentropy_fused(m.a.dlogits, m.a.losses, m.a.head_lse, m.a.logits, m.buffers.targets(), BT, cfg.vocab_size,
+  crossentropy_fused(a_.dlogits, a_.losses, a_.head_lse, a_.logits, buffers().targets(), BT, cfg.vocab_size,
                      cfg.padded_vocab_size, dlogits_scale, s);
-  return m.buffers.mean_loss(m.a.losses);
+  return buffers().mean_loss(a_.losses);
 }
 
 void CudaLlama::head_backward(const float* norm_params, const float* head_params, float* norm_grads,
                               float* head_grads) {
-  Impl& m = *impl_;
   const model::ModelConfig& cfg = config();
   const int BT = B_ * T_, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
-  const float* x = m.a.block_input(cfg.n_layer);
-  float* dxf = m.a.dxn1;
+  const float* x = a_.block_input(cfg.n_layer);
+  float* dxf = a_.dxn1;
   // Logits past V carry no gradient: only the first V rows of lm_head take part.
-  m.buffers.matmul.backward_input(dxf, m.a.dlogits, Vp, head_params + m.off.head, BT, C, V);
-  rmsnorm_backward(m.a.dres, norm_grads + m.off.final_norm, nullptr, dxf, x, norm_params + m.off.final_norm,
-                   m.a.rstdf, BT, C, m.buffers.scratch.data(), gpu_stream());
-  m.buffers.matmul.backward_weight(head_grads + m.off.head, m.a.dlogits, Vp, m.a.xf, BT, C, V);
+  buffers().matmul.backward_input(dxf, a_.dlogits, Vp, head_params + off_.head, BT, C, V);
+  rmsnorm_backward(a_.dres, norm_grads + off_.final_norm, nullptr, dxf, x, norm_params + off_.final_norm,
+                   a_.rstdf, BT, C, buffers().scratch.data(), gpu_stream());
+  buffers().matmul.backward_weight(head_grads + off_.head, a_.dlogits, Vp, a_.xf, BT, C, V);
 }
 
 void CudaLlama::block_backward(int layer, const float* p, float* g) {
-  Impl& m = *impl_;
-  const model::LlamaBlockOffsets& o = m.off.block;
-  const AttentionShape& sh = m.shape;
+  const model::LlamaBlockOffsets& o = off_.block;
+  const AttentionShape& sh = shape_;
   // Recomputation: later blocks overwrote this block's activations; its forward from the kept
   // input restores them.
   if (recompute_) block_forward(layer, p);
-  Activations::Layer& la = m.a.layers[layer];
-  Activations& a = m.a;
+  Activations::Layer& la = a_.layers[layer];
+  Activations& a = a_;
   const int BT = B_ * T_, C = config().n_embd, KV = sh.kv_stride, F = config().ffn_size();
   const Stream s = gpu_stream();
-  void* scratch = m.buffers.scratch.data();
-  Matmul& mm = m.buffers.matmul;
+  void* scratch = buffers().scratch.data();
+  Matmul& mm = buffers().matmul;
   const float* x = a.block_input(layer);
   const float* d_out = a.dres;
   float* d_mid = a.dres_mid;
@@ -219,8 +228,8 @@ void CudaLlama::block_backward(int layer, const float* p, float* g) {
   // norm; plus the residual.
   mm.backward_input(a.datty, d_mid, C, p + o.o, BT, C, C);
   attention_backward(a.dq, a.dk, a.dv, a.datty, la.atty, la.lse, la.q, la.k, la.v, sh, scratch, s);
-  rope_backward(a.dq, BT, sh.NH, sh.hd, T_, m.rope_cos, m.rope_sin, s);
-  rope_backward(a.dk, BT, sh.NKV, sh.hd, T_, m.rope_cos, m.rope_sin, s);
+  rope_backward(a.dq, BT, sh.NH, sh.hd, T_, rope_cos_, rope_sin_, s);
+  rope_backward(a.dk, BT, sh.NKV, sh.hd, T_, rope_cos_, rope_sin_, s);
   mm.backward_input(a.dxn1, a.dq, C, p + o.q, BT, C, C);
   mm.backward_input(a.dxn1, a.dk, KV, p + o.k, BT, C, KV, true);
   mm.backward_input(a.dxn1, a.dv, KV, p + o.v, BT, C, KV, true);
@@ -237,10 +246,9 @@ void CudaLlama::block_backward(int layer, const float* p, float* g) {
 }
 
 void CudaLlama::embed_backward(float* embed_grads) {
-  Impl& m = *impl_;
   // The lookup has no position table: only the token rows take gradients.
-  cuda::embed_backward(embed_grads + m.off.embed, nullptr, m.a.dres, m.buffers.tokens(), B_ * T_, T_,
-                       config().n_embd, config().vocab_size, m.buffers.scratch.data(), gpu_stream());
+  cuda::embed_backward(embed_grads + off_.embed, nullptr, a_.dres, buffers().tokens(), B_ * T_, T_,
+                       config().n_embd, config().vocab_size, buffers().scratch.data(), gpu_stream());
 }
 
 }  // namespace strata::device::cuda
