@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
@@ -98,7 +99,7 @@ void run_bench_step(const StepArgs& a) {
       const auto t0 = std::chrono::steady_clock::now();
       engines[e]->micro_step(tokens.data(), targets.data(), 1.0f);
       engines[e]->optimizer_step(hp, train::StepArgs{1e-4f, i + 1});
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double dt = seconds_since(t0);
       if (i >= a.warmup) times[e].s.push_back(dt);
     }
   const StepTimes& kept = times.front();

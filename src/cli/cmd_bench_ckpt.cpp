@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/aligned.hpp"
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "cli/command.hpp"
@@ -37,7 +38,7 @@ double best_seconds(int repeats, F&& f) {
   for (int i = 0; i < repeats; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds_since(t0));
   }
   return best;
 }

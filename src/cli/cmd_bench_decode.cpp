@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/aligned.hpp"
+#include "base/clock.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "base/rng.hpp"
@@ -40,9 +41,6 @@ double median_seconds(int repeats, F&& timed) {
   return s[s.size() / 2];
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void run_bench_decode(const DecodeArgs& a) {
   const model::ModelConfig config = train::build_model({{"model.preset", a.model}});

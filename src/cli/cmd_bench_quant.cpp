@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/aligned.hpp"
+#include "base/clock.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
@@ -54,7 +55,7 @@ void threaded_memcpy(void* dst, const void* src, std::size_t bytes, int threads)
 double seconds_of(const std::function<void()>& work) {
   const auto start = std::chrono::steady_clock::now();
   work();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return seconds_since(start);
 }
 
 struct Row {

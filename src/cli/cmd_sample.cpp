@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/aligned.hpp"
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/fileio.hpp"
 #include "cli/checkpoints.hpp"
@@ -134,7 +135,7 @@ void run_sample(SampleArgs a) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<std::int32_t> drawn = model::generate(*decoder, w.params.data(), tokens, a.max_new_tokens,
                                                           tokenizer->vocab_size(), a.sampling, a.seed);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   std::vector<std::int32_t> all = tokens;
   all.insert(all.end(), drawn.begin(), drawn.end());
   // Decoded together: a character may span the prompt's last token and the first new one.

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/error.hpp"
+
 namespace strata::plan {
 
 template <class E>
@@ -24,8 +26,10 @@ std::string_view name_of(const Row (&table)[N], decltype(Row::value) value) {
 }
 
 template <class Row, std::size_t N>
-const Row& row_of(const Row (&table)[N], decltype(Row::value) value) {  // the table must have the value
-  return *std::find_if(std::begin(table), std::end(table), [&](const Row& n) { return n.value == value; });
+const Row& row_of(const Row (&table)[N], decltype(Row::value) value) {  // every value has its row
+  const Row* row = std::find_if(std::begin(table), std::end(table), [&](const Row& n) { return n.value == value; });
+  if (row == std::end(table)) throw Error("plan: a value without its row in its names table");
+  return *row;
 }
 
 template <class Row, std::size_t N>

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.hpp"
 #include "base/collective.hpp"
 #include "base/error.hpp"
 #include "comm/api/buffer.hpp"

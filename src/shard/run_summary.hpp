@@ -1,7 +1,6 @@
 #pragma once
 // summary.json's measured figures, the same for the flat engine (ShardedEngine) and the
 // pipeline (PipelineEngine): the mean over a run's step reports and over the world's ranks.
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -10,11 +9,6 @@
 #include "comm/instrument/accounting.hpp"
 
 namespace strata::shard {
-
-// The engines' timing of their steps and of their waits.
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // One step's report, as step_report returns it, appended to `reports`: its traffic and busy
 // time per tier (`traffic`), its timing, and whether an evaluation ran in it.

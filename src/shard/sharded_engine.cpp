@@ -8,12 +8,12 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "comm/runtime/agree.hpp"
 #include "comm/runtime/flight.hpp"
 #include "model/init.hpp"
 #include "optim/adamw.hpp"
-#include "shard/run_summary.hpp"
 #include "shard/unit_state.hpp"
 
 namespace strata::shard {

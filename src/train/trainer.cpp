@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.hpp"
 #include "base/cpu.hpp"
 #include "base/error.hpp"
 #include "base/fileio.hpp"
@@ -29,7 +30,6 @@ const TrainConfig& validated(const TrainConfig& c) {
 }
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Metrics lines of an earlier run up to `last_step`; a line cut short by a crash ends the list.
 std::vector<nlohmann::json> read_metrics_until(const fs::path& path, std::int64_t last_step) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "comm/runtime/wait.hpp"
 
@@ -171,7 +172,7 @@ namespace {
 class BusyTimer {
  public:
   BusyTimer(Accounting& acc, int tier) : acc_(acc), tier_(tier), t0_(std::chrono::steady_clock::now()) {}
-  ~BusyTimer() { acc_.record_busy(tier_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()); }
+  ~BusyTimer() { acc_.record_busy(tier_, seconds_since(t0_)); }
   BusyTimer(const BusyTimer&) = delete;
   BusyTimer& operator=(const BusyTimer&) = delete;
 

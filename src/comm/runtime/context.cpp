@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 
 namespace strata::comm {
@@ -51,7 +52,7 @@ Work Context::run(std::string_view kind, std::function<void()> fn) {
     } clear{running_kind_};
     auto t0 = std::chrono::steady_clock::now();
     fn();
-    accounting_.record_time(kind, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    accounting_.record_time(kind, seconds_since(t0));
   });
 }
 

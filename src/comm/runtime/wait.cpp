@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "comm/runtime/flight.hpp"
 #include "comm/runtime/mpi_session.hpp"
@@ -137,7 +138,7 @@ BlockingCallWatchdog::BlockingCallWatchdog(std::string call, std::string group, 
       std::unique_lock lock(mutex_);
       if (finished_.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return done_; })) return;
     }
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double waited = seconds_since(started);
     abort_timed_out({me, call, group, {peers}, waited, timeout, peer_ranks});
   });
 }

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.hpp"
+
 namespace strata::comm {
 
 inline constexpr double kDefaultCollectiveTimeout = 600;  // seconds
@@ -61,7 +63,7 @@ bool poll_until(Done&& done, double timeout_s, double* waited_s) {
     pause = std::min(2 * pause, kMaxPause);
     if (done()) return true;
     if (sleeps % kSleepsPerClockRead != 0) continue;
-    const double waited = std::chrono::duration<double>(clock::now() - started).count();
+    const double waited = seconds_since(started);
     if (waited >= timeout_s) {
       *waited_s = waited;
       return false;
