@@ -51,14 +51,19 @@ run_bench() {
   sed 's/^/  /' "$work/$name.conns"
 }
 
-run_bench default
-grep -q "btl_tcp_links 2 (strata's default)" "$work/default.log" || fail "default: the bench does not report btl_tcp_links 2"
-n=$(wc -l < "$work/default.conns")
-((n == 2)) || fail "default: $n data connections between the two ranks, want 2 (btl_tcp_links 2)"
-# The bench moves about 8 MB each way; a connection that carried under 1 MB was not used for data.
-while read -r local peer carried; do
-  ((carried > 1000000)) || fail "default: connection $local - $peer carried only $carried bytes: not in use"
-done < "$work/default.conns"
+# The bench moves about 8 MB each way; a connection that carried under 1 MB was not used for
+# data. Open MPI opens a peer's connections lazily, and one run (in a CI dry run; none of 8
+# here) carried all 16 MB on one of them; with btl_tcp_links 1 every run would, so a run that
+# shows two used connections in 3 tries shows the setting.
+for try in 1 2 3; do
+  run_bench default
+  grep -q "btl_tcp_links 2 (strata's default)" "$work/default.log" || fail "default: the bench does not report btl_tcp_links 2"
+  used=$(awk '$3 > 1000000' "$work/default.conns" | wc -l)
+  n=$(wc -l < "$work/default.conns")
+  ((used == 2 && n == 2)) && break
+  ((try < 3)) || fail "default: $used of $n connections between the two ranks carried data in each of 3 runs, want 2 (btl_tcp_links 2)"
+  echo "  (try $try: $used of $n connections carried data; again)"
+done
 
 run_bench one --mca btl_tcp_links 1
 # Counted by the bytes they carried: when both ranks connect at once, Open MPI can keep the
