@@ -408,7 +408,9 @@ TEST(PlanCli, ShippedCalibrationsLoadAndMoveThePredictionTheWayTheirFiguresSay) 
   std::set<std::string> shipped;
   for (const auto& entry : std::filesystem::directory_iterator(strata::test::source_path("configs/calibration")))
     shipped.insert(entry.path().stem().string());
-  EXPECT_EQ(shipped, expected) << "a shipped calibration this test does not check";
+  // alps-gh200 calibrates a file topology's network only: PlanGroupSize checks it.
+  EXPECT_EQ(shipped, (std::set<std::string>{"alps-gh200", "dgx-a100", "dgx-h100", "frontier"}))
+      << "a shipped calibration no test checks";
   for (const std::string& preset : expected) {
     const std::string file = strata::test::source_path("configs/calibration/" + preset + ".toml").string();
     const std::string args =
