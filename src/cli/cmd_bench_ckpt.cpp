@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -35,11 +34,7 @@ struct CkptArgs {
 template <class F>
 double best_seconds(int repeats, F&& f) {
   double best = 1e300;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, seconds_since(t0));
-  }
+  for (int i = 0; i < repeats; ++i) best = std::min(best, seconds_of(f));
   return best;
 }
 

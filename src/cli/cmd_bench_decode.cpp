@@ -41,7 +41,6 @@ double median_seconds(int repeats, F&& timed) {
   return s[s.size() / 2];
 }
 
-
 void run_bench_decode(const DecodeArgs& a) {
   const model::ModelConfig config = train::build_model({{"model.preset", a.model}});
   if (a.repeats <= 0) throw Error(fmt::format("bench decode: --repeats = {}: must be positive", a.repeats));

@@ -5,7 +5,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -50,12 +49,6 @@ void threaded_memcpy(void* dst, const void* src, std::size_t bytes, int threads)
     const std::size_t begin = std::min(bytes, t * chunk), end = std::min(bytes, begin + chunk);
     std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
   }
-}
-
-double seconds_of(const std::function<void()>& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  return seconds_since(start);
 }
 
 struct Row {
